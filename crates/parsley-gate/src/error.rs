@@ -1,0 +1,102 @@
+//! The errors of `parsley-gate`.
+
+use std::fmt;
+
+use parsley_clock::{Channel, Coordinate, SenderTag};
+
+/// What the gate refused and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum GateError {
+    /// The channel is not one of the task's consumed channels.
+    #[error("channel {channel} is not consumed by this task")]
+    NotConsumed {
+        /// The channel named by the caller.
+        channel: Channel,
+    },
+    /// A record arrived on a channel that was never seeded (the runtime must seed a channel
+    /// with the consumer's position when it is first assigned).
+    #[error("channel {channel} is not seeded")]
+    NotSeeded {
+        /// The channel named by the caller.
+        channel: Channel,
+    },
+    /// A channel was seeded twice; its baseline is fixed by the first assignment.
+    #[error("channel {channel} is already seeded at baseline {baseline}")]
+    AlreadySeeded {
+        /// The channel named by the caller.
+        channel: Channel,
+        /// The baseline it already has.
+        baseline: i64,
+    },
+    /// A seed position below zero.
+    #[error("cannot seed channel {channel} at negative position {position}")]
+    NegativePosition {
+        /// The channel named by the caller.
+        channel: Channel,
+        /// The rejected position.
+        position: i64,
+    },
+    /// A fetched record's offset is not above the frontier and the last queued offset: the
+    /// consumer returned records out of order or twice.
+    #[error("record at {channel}@{offset} is not above the previous offset {previous}")]
+    OffsetNotAscending {
+        /// The record's channel.
+        channel: Channel,
+        /// The record's offset.
+        offset: i64,
+        /// The frontier or the last queued offset.
+        previous: i64,
+    },
+    /// A stamp that no truthful sender can produce (DESIGN.md §4, "bad evidence is loud").
+    #[error("impossible stamp on record {record} from sender {}: claims {claim} ({reason})", sender.map_or("unknown".to_string(), |s| s.to_string()))]
+    ImpossibleStamp {
+        /// The record carrying the stamp.
+        record: Coordinate,
+        /// The stamp's sender tag, if it had one.
+        sender: Option<SenderTag>,
+        /// The impossible claim.
+        claim: Coordinate,
+        /// Why it is impossible.
+        reason: ImpossibleReason,
+    },
+}
+
+impl GateError {
+    /// Attaches the refused value, so the caller gets it back.
+    pub fn with<T>(self, refused: T) -> Refused<T> {
+        Refused {
+            kind: self,
+            refused,
+        }
+    }
+}
+
+/// Why a claim is impossible.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ImpossibleReason {
+    /// The stamp claims an offset on the record's own channel at or beyond the record: a
+    /// record cannot depend on itself or on what was appended after it.
+    SelfClaim,
+}
+
+impl fmt::Display for ImpossibleReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ImpossibleReason::SelfClaim => {
+                f.write_str("a claim on its own channel at or beyond its own offset")
+            }
+        }
+    }
+}
+
+/// A refusal that hands back what was refused: nothing is lost.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{kind}")]
+pub struct Refused<T> {
+    /// Why it was refused.
+    pub kind: GateError,
+    /// The value the caller passed, unchanged.
+    pub refused: T,
+}

@@ -1,0 +1,327 @@
+//! Topic administration and topic identity: the admin calls Parsley needs.
+//!
+//! [`Admin::describe_topics`] resolves topic names to their Kafka topic UUIDs (KIP-516) with
+//! the admin `DescribeTopics` call (`rd_kafka_DescribeTopics`, reached through `rdkafka-sys`,
+//! which `rdkafka` does not wrap). A topic deleted and recreated under the same name returns a
+//! new id, so it becomes a new [`Channel`](parsley_clock::Channel).
+//!
+//! Creation and deletion wait for evidence: [`Admin::create_topics`] returns once
+//! `DescribeTopics` reports every new topic with its partitions, and [`Admin::delete_topics`]
+//! once it reports them gone — no fixed sleep.
+
+use std::ffi::{CStr, CString, c_char};
+use std::time::{Duration, Instant};
+
+use futures::executor::block_on;
+use parsley_clock::TopicId;
+use rdkafka::ClientConfig;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::types::RDKafkaErrorCode;
+use rdkafka_sys as rdsys;
+
+use crate::error::{Error, Result};
+
+/// A topic as the cluster describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicInfo {
+    /// The topic name.
+    pub name: String,
+    /// Its UUID (KIP-516).
+    pub id: TopicId,
+    /// Its partition count.
+    pub partitions: i32,
+}
+
+/// A topic to create.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicSpec {
+    /// The topic name.
+    pub name: String,
+    /// The partition count.
+    pub partitions: i32,
+    /// Topic configs (`cleanup.policy`, `retention.ms`, …).
+    pub config: Vec<(String, String)>,
+}
+
+impl TopicSpec {
+    /// A topic with `partitions` partitions and default configs.
+    pub fn new(name: impl Into<String>, partitions: i32) -> Self {
+        TopicSpec {
+            name: name.into(),
+            partitions,
+            config: Vec::new(),
+        }
+    }
+
+    /// Adds a topic config.
+    pub fn config(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.config.push((key.into(), value.into()));
+        self
+    }
+}
+
+/// An admin client for one cluster.
+pub struct Admin {
+    client: AdminClient<DefaultClientContext>,
+    timeout: Duration,
+}
+
+impl std::fmt::Debug for Admin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Admin")
+            .field("timeout", &self.timeout)
+            .finish()
+    }
+}
+
+impl Admin {
+    /// Connects to the cluster at `bootstrap` (`host:port[,…]`). Requests time out after
+    /// `timeout`.
+    ///
+    /// # Errors
+    /// [`Error::Kafka`] when the client cannot be created.
+    pub fn new(bootstrap: &str, timeout: Duration) -> Result<Self> {
+        let client = ClientConfig::new()
+            .set("bootstrap.servers", bootstrap)
+            .create()
+            .map_err(|e| Error::kafka("creating the admin client", e))?;
+        Ok(Admin { client, timeout })
+    }
+
+    fn options(&self) -> AdminOptions {
+        AdminOptions::new().request_timeout(Some(self.timeout))
+    }
+
+    /// Describes `names`: id and partition count of each, in the given order.
+    ///
+    /// # Errors
+    /// [`Error::UnknownTopic`] naming the first topic the cluster does not know;
+    /// [`Error::Admin`] for any other failure.
+    pub fn describe_topics(&self, names: &[&str]) -> Result<Vec<TopicInfo>> {
+        let found = self.describe_raw(names)?;
+        names
+            .iter()
+            .zip(found)
+            .map(|(name, r)| {
+                r.map_err(|(code, msg)| {
+                    if code == RDKafkaErrorCode::UnknownTopicOrPartition {
+                        Error::UnknownTopic {
+                            topic: name.to_string(),
+                        }
+                    } else {
+                        Error::Admin {
+                            operation: format!("describing topic {name}"),
+                            message: msg,
+                        }
+                    }
+                })
+            })
+            .collect()
+    }
+
+    /// One `DescribeTopics` request; a result per name, in order.
+    #[allow(clippy::type_complexity)]
+    fn describe_raw(
+        &self,
+        names: &[&str],
+    ) -> Result<Vec<std::result::Result<TopicInfo, (RDKafkaErrorCode, String)>>> {
+        let cnames: Vec<CString> = names
+            .iter()
+            .map(|n| {
+                CString::new(*n).map_err(|_| Error::Admin {
+                    operation: "describing topics".into(),
+                    message: format!("topic name {n:?} contains a NUL byte"),
+                })
+            })
+            .collect::<Result<_>>()?;
+        let mut ptrs: Vec<*const c_char> = cnames.iter().map(|c| c.as_ptr()).collect();
+        let rk = self.client.inner().native_ptr();
+        let timeout_ms = self.timeout.as_millis().min(i32::MAX as u128) as i32;
+        // SAFETY: every pointer passed to librdkafka is valid for the call; every object
+        // created here is destroyed by the guards below, after its last use.
+        unsafe {
+            let collection = Guard(
+                rdsys::rd_kafka_TopicCollection_of_topic_names(ptrs.as_mut_ptr(), ptrs.len()),
+                rdsys::rd_kafka_TopicCollection_destroy,
+            );
+            let options = Guard(
+                rdsys::rd_kafka_AdminOptions_new(
+                    rk,
+                    rdsys::rd_kafka_admin_op_t::RD_KAFKA_ADMIN_OP_DESCRIBETOPICS,
+                ),
+                rdsys::rd_kafka_AdminOptions_destroy,
+            );
+            let mut errstr = [0 as c_char; 512];
+            rdsys::rd_kafka_AdminOptions_set_request_timeout(
+                options.0,
+                timeout_ms,
+                errstr.as_mut_ptr(),
+                errstr.len(),
+            );
+            let queue = Guard(rdsys::rd_kafka_queue_new(rk), rdsys::rd_kafka_queue_destroy);
+            rdsys::rd_kafka_DescribeTopics(rk, collection.0, options.0, queue.0);
+            let event = rdsys::rd_kafka_queue_poll(queue.0, timeout_ms.saturating_add(5_000));
+            if event.is_null() {
+                return Err(Error::Admin {
+                    operation: "describing topics".into(),
+                    message: format!("no answer within {:?}", self.timeout),
+                });
+            }
+            let event = Guard(event, rdsys::rd_kafka_event_destroy);
+            let err = rdsys::rd_kafka_event_error(event.0);
+            if err != rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
+                return Err(Error::Admin {
+                    operation: "describing topics".into(),
+                    message: cstr(rdsys::rd_kafka_event_error_string(event.0)),
+                });
+            }
+            let result = rdsys::rd_kafka_event_DescribeTopics_result(event.0);
+            let mut count = 0usize;
+            let descriptions = rdsys::rd_kafka_DescribeTopics_result_topics(result, &mut count);
+            let mut by_name = std::collections::HashMap::new();
+            for i in 0..count {
+                let d = *descriptions.add(i);
+                let name = cstr(rdsys::rd_kafka_TopicDescription_name(d));
+                let error = rdsys::rd_kafka_TopicDescription_error(d);
+                let code = if error.is_null() {
+                    rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR
+                } else {
+                    rdsys::rd_kafka_error_code(error)
+                };
+                let entry = if code != rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
+                    Err((
+                        RDKafkaErrorCode::from(code),
+                        cstr(rdsys::rd_kafka_error_string(error)),
+                    ))
+                } else {
+                    let uuid = rdsys::rd_kafka_TopicDescription_topic_id(d);
+                    let id = TopicId::from_halves(
+                        rdsys::rd_kafka_Uuid_most_significant_bits(uuid),
+                        rdsys::rd_kafka_Uuid_least_significant_bits(uuid),
+                    );
+                    let mut partitions = 0usize;
+                    rdsys::rd_kafka_TopicDescription_partitions(d, &mut partitions);
+                    Ok(TopicInfo {
+                        name: name.clone(),
+                        id,
+                        partitions: partitions as i32,
+                    })
+                };
+                by_name.insert(name, entry);
+            }
+            Ok(names
+                .iter()
+                .map(|n| {
+                    by_name.remove(*n).unwrap_or(Err((
+                        RDKafkaErrorCode::UnknownTopicOrPartition,
+                        "not in the answer".into(),
+                    )))
+                })
+                .collect())
+        }
+    }
+
+    /// Creates `topics` (replication factor 1 is not assumed: the broker default is used)
+    /// and returns once `DescribeTopics` reports each of them with all its partitions.
+    ///
+    /// # Errors
+    /// [`Error::Admin`] naming the topic that could not be created (including one that
+    /// exists already), or when the topics do not appear within the timeout.
+    pub fn create_topics(&self, topics: &[TopicSpec]) -> Result<Vec<TopicInfo>> {
+        let new: Vec<NewTopic<'_>> = topics
+            .iter()
+            .map(|t| {
+                t.config.iter().fold(
+                    NewTopic::new(&t.name, t.partitions, TopicReplication::Fixed(-1)),
+                    |n, (k, v)| n.set(k, v),
+                )
+            })
+            .collect();
+        let results = block_on(self.client.create_topics(new.iter(), &self.options()))
+            .map_err(|e| Error::kafka("creating topics", e))?;
+        for r in results {
+            if let Err((topic, code)) = r {
+                return Err(Error::Admin {
+                    operation: format!("creating topic {topic}"),
+                    message: code.to_string(),
+                });
+            }
+        }
+        let names: Vec<&str> = topics.iter().map(|t| t.name.as_str()).collect();
+        let deadline = Instant::now() + self.timeout;
+        loop {
+            let found = self.describe_raw(&names)?;
+            if found
+                .iter()
+                .zip(topics)
+                .all(|(r, t)| r.as_ref().is_ok_and(|i| i.partitions == t.partitions))
+            {
+                return Ok(found.into_iter().map(|r| r.expect("checked")).collect());
+            }
+            if Instant::now() > deadline {
+                return Err(Error::Admin {
+                    operation: format!("creating topics {names:?}"),
+                    message: format!(
+                        "not described with all partitions within {:?}",
+                        self.timeout
+                    ),
+                });
+            }
+        }
+    }
+
+    /// Deletes `names` and returns once `DescribeTopics` no longer knows them.
+    ///
+    /// # Errors
+    /// [`Error::Admin`] naming a topic that could not be deleted or did not disappear.
+    pub fn delete_topics(&self, names: &[&str]) -> Result<()> {
+        let results = block_on(self.client.delete_topics(names, &self.options()))
+            .map_err(|e| Error::kafka("deleting topics", e))?;
+        for r in results {
+            if let Err((topic, code)) = r {
+                return Err(Error::Admin {
+                    operation: format!("deleting topic {topic}"),
+                    message: code.to_string(),
+                });
+            }
+        }
+        let deadline = Instant::now() + self.timeout;
+        loop {
+            let found = self.describe_raw(names)?;
+            if found.iter().all(|r| {
+                matches!(r, Err((code, _)) if *code == RDKafkaErrorCode::UnknownTopicOrPartition)
+            }) {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(Error::Admin {
+                    operation: format!("deleting topics {names:?}"),
+                    message: format!("still described after {:?}", self.timeout),
+                });
+            }
+        }
+    }
+}
+
+struct Guard<T>(*mut T, unsafe extern "C" fn(*mut T));
+
+impl<T> Drop for Guard<T> {
+    fn drop(&mut self) {
+        if !self.0.is_null() {
+            // SAFETY: the pointer came from the matching librdkafka constructor and is
+            // destroyed exactly once.
+            unsafe { (self.1)(self.0) }
+        }
+    }
+}
+
+/// # Safety
+/// `p` is null or a NUL-terminated string that outlives the call.
+unsafe fn cstr(p: *const c_char) -> String {
+    if p.is_null() {
+        return String::new();
+    }
+    // SAFETY: guaranteed by the caller.
+    unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+}

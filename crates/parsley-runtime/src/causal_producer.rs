@@ -1,0 +1,305 @@
+//! `CausalProducer`: a plain Kafka producer that stamps what it sends with a
+//! [`CausalClock`], for services that feed a Parsley topology without being a stage.
+//!
+//! What it claims (DESIGN.md §3): the records it was told it consumed
+//! ([`CausalProducer::observe`]), the stamps they carried, and its own sends once they are
+//! acknowledged. Sends to one channel need no claim (an idempotent producer appends them in
+//! order). Before a send to a *different* channel every earlier send must be acknowledged so
+//! its coordinate can be claimed: `send` flushes automatically at such a switch (in-flight
+//! claims, which would avoid the flush for transactional producers, are issue 3). Batch sends
+//! per channel to keep flushes rare.
+//!
+//! A transactional producer restores its clock when it aborts: the aborted coordinates are
+//! never claimed afterwards.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use parsley_clock::{CausalClock, Channel, Clock, Coordinate, SenderId, Stamp, codec};
+use rdkafka::ClientConfig;
+use rdkafka::producer::Producer;
+
+use crate::admin::{Admin, TopicInfo};
+use crate::error::{Error, Result};
+use crate::outbox::{Outbox, SendTag, partition_for};
+
+/// How to build a [`CausalProducer`].
+#[derive(Debug, Clone)]
+pub struct CausalProducerConfig {
+    /// `host:port[,…]` of the cluster.
+    pub bootstrap: String,
+    /// `Some(id)` for a transactional producer (EOS); `None` for an idempotent one.
+    pub transactional_id: Option<String>,
+    /// Extra librdkafka producer properties (`linger.ms`, `compression.type`, …).
+    pub properties: Vec<(String, String)>,
+    /// Deadline of each blocking call (flush, commit, metadata).
+    pub timeout: Duration,
+}
+
+impl CausalProducerConfig {
+    /// An idempotent, non-transactional producer for `bootstrap`.
+    pub fn new(bootstrap: impl Into<String>) -> Self {
+        CausalProducerConfig {
+            bootstrap: bootstrap.into(),
+            transactional_id: None,
+            properties: Vec::new(),
+            timeout: Duration::from_secs(30),
+        }
+    }
+
+    /// Makes the producer transactional with `id`.
+    pub fn transactional(mut self, id: impl Into<String>) -> Self {
+        self.transactional_id = Some(id.into());
+        self
+    }
+
+    /// Sets a librdkafka producer property.
+    pub fn property(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.properties.push((key.into(), value.into()));
+        self
+    }
+}
+
+/// A send the broker acknowledged: its sequence and coordinate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Acked {
+    /// The send sequence [`CausalProducer::send`] returned.
+    pub seq: u64,
+    /// Where the record was appended.
+    pub coordinate: Coordinate,
+}
+
+/// A producer whose every record carries a `parsley.stamp` header.
+pub struct CausalProducer {
+    outbox: Outbox,
+    clock: CausalClock,
+    admin: Admin,
+    topics: HashMap<String, TopicInfo>,
+    transactional: bool,
+    /// The clock when the open transaction began.
+    snapshot: Option<CausalClock>,
+    acked: Vec<Acked>,
+    timeout: Duration,
+}
+
+impl std::fmt::Debug for CausalProducer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CausalProducer")
+            .field("sender", &self.clock.sender())
+            .field("transactional", &self.transactional)
+            .finish_non_exhaustive()
+    }
+}
+
+impl CausalProducer {
+    /// Creates the producer (and, when transactional, initialises its transactions).
+    ///
+    /// # Errors
+    /// [`Error::Kafka`] when the client cannot be created or transactions cannot be
+    /// initialised.
+    pub fn new(config: CausalProducerConfig) -> Result<Self> {
+        let mut cc = ClientConfig::new();
+        cc.set("bootstrap.servers", &config.bootstrap)
+            .set("linger.ms", "5")
+            .set("partitioner", "murmur2_random");
+        for (k, v) in &config.properties {
+            cc.set(k, v);
+        }
+        if let Some(id) = &config.transactional_id {
+            cc.set("transactional.id", id);
+        }
+        let outbox = Outbox::new(&cc)?;
+        if config.transactional_id.is_some() {
+            outbox
+                .producer()
+                .init_transactions(config.timeout)
+                .map_err(|e| Error::kafka("initialising transactions", e))?;
+        }
+        Ok(CausalProducer {
+            outbox,
+            clock: CausalClock::new(SenderId::random()),
+            admin: Admin::new(&config.bootstrap, config.timeout)?,
+            topics: HashMap::new(),
+            transactional: config.transactional_id.is_some(),
+            snapshot: None,
+            acked: Vec::new(),
+            timeout: config.timeout,
+        })
+    }
+
+    /// This producer's sender identity.
+    pub fn sender(&self) -> SenderId {
+        self.clock.sender()
+    }
+
+    /// What the producer claims now.
+    pub fn clock(&self) -> &Clock {
+        self.clock.clock()
+    }
+
+    /// Records that the application consumed the record at `coordinate` (with its stamp):
+    /// later sends claim it.
+    pub fn observe(&mut self, coordinate: Coordinate, stamp: Option<&Stamp>) {
+        self.clock.observe(coordinate, stamp);
+    }
+
+    /// The topic's id and partition count (described once, then cached).
+    ///
+    /// # Errors
+    /// [`Error::UnknownTopic`] when the topic does not exist.
+    pub fn topic(&mut self, topic: &str) -> Result<&TopicInfo> {
+        if !self.topics.contains_key(topic) {
+            let info = self.admin.describe_topics(&[topic])?.remove(0);
+            self.topics.insert(topic.to_string(), info);
+        }
+        Ok(&self.topics[topic])
+    }
+
+    /// The channel a record with `key` goes to on `topic`.
+    ///
+    /// # Errors
+    /// [`Error::UnknownTopic`] when the topic does not exist.
+    pub fn channel_for(&mut self, topic: &str, key: &[u8]) -> Result<Channel> {
+        let info = self.topic(topic)?;
+        Ok(Channel::new(info.id, partition_for(key, info.partitions)))
+    }
+
+    /// Stamps and sends one record; returns its send sequence and channel. Flushes first when
+    /// earlier sends to another channel are not acknowledged yet (see the module docs).
+    ///
+    /// # Errors
+    /// [`Error::UnknownTopic`], a send or flush failure, or a timeout.
+    pub fn send(&mut self, topic: &str, key: &[u8], value: &[u8]) -> Result<(u64, Channel)> {
+        let channel = self.channel_for(topic, key)?;
+        let stamp = match self.clock.stamp(channel) {
+            Ok(s) => s,
+            Err(parsley_clock::Error::UnackedSends { .. }) => {
+                self.settle_all()?;
+                self.clock.stamp(channel)?
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let seq = stamp.sender.expect("CausalClock stamps carry a sender").seq;
+        let bytes = codec::encode(&stamp);
+        let tag = SendTag {
+            task: -1,
+            channel,
+            seq,
+        };
+        if let Err(e) = self
+            .outbox
+            .send(topic, tag, key, value, &bytes, self.timeout)
+        {
+            self.clock.failed(channel)?;
+            return Err(e);
+        }
+        Ok((seq, channel))
+    }
+
+    /// Waits for every send's acknowledgement and claims the acknowledged coordinates.
+    /// Returns the sends acknowledged since the last call that returned them.
+    ///
+    /// # Errors
+    /// The first failed send ([`Error::Send`]), or a timeout.
+    pub fn flush(&mut self) -> Result<Vec<Acked>> {
+        self.settle_all()?;
+        Ok(std::mem::take(&mut self.acked))
+    }
+
+    /// Waits for every acknowledgement and applies it to the clock; the acknowledged sends
+    /// stay queued for the caller.
+    fn settle_all(&mut self) -> Result<()> {
+        self.outbox.wait_acked(self.timeout)?;
+        self.apply_acks()
+    }
+
+    fn apply_acks(&mut self) -> Result<()> {
+        let mut first_error = None;
+        for ack in self.outbox.drain() {
+            match ack.result {
+                Ok(offset) => {
+                    let coordinate = ack.tag.channel.at(offset);
+                    self.clock.acked(coordinate)?;
+                    self.acked.push(Acked {
+                        seq: ack.tag.seq,
+                        coordinate,
+                    });
+                }
+                Err(source) => {
+                    self.clock.failed(ack.tag.channel)?;
+                    let topic = self
+                        .topics
+                        .values()
+                        .find(|t| t.id == ack.tag.channel.topic)
+                        .map_or_else(String::new, |t| t.name.clone());
+                    first_error.get_or_insert(Error::Send {
+                        topic,
+                        channel: ack.tag.channel,
+                        source,
+                    });
+                }
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// Begins a transaction; the clock is snapshotted so an abort can restore it.
+    ///
+    /// # Errors
+    /// [`Error::Kafka`] from the client (also when the producer is not transactional).
+    pub fn begin(&mut self) -> Result<()> {
+        self.outbox
+            .producer()
+            .begin_transaction()
+            .map_err(|e| Error::kafka("beginning a transaction", e))?;
+        self.snapshot = Some(self.clock.clone());
+        Ok(())
+    }
+
+    /// Commits the open transaction; returns the sends acknowledged since the last call that
+    /// returned them.
+    ///
+    /// # Errors
+    /// [`Error::Kafka`] from the client; the transaction must then be aborted.
+    pub fn commit(&mut self) -> Result<Vec<Acked>> {
+        self.outbox
+            .producer()
+            .commit_transaction(self.timeout)
+            .map_err(|e| Error::kafka("committing a transaction", e))?;
+        let acked = self.flush()?;
+        self.snapshot = None;
+        Ok(acked)
+    }
+
+    /// Aborts the open transaction and restores the clock of its beginning: nothing it sent
+    /// is claimed afterwards.
+    ///
+    /// # Errors
+    /// [`Error::Kafka`] from the client.
+    pub fn abort(&mut self) -> Result<()> {
+        self.outbox
+            .producer()
+            .abort_transaction(self.timeout)
+            .map_err(|e| Error::kafka("aborting a transaction", e))?;
+        self.outbox.wait_acked(self.timeout)?;
+        self.outbox.drain();
+        self.acked.clear();
+        if let Some(s) = self.snapshot.take() {
+            self.clock = s;
+        }
+        Ok(())
+    }
+
+    /// `true` for a transactional producer.
+    pub fn is_transactional(&self) -> bool {
+        self.transactional
+    }
+}
+
+impl Drop for CausalProducer {
+    fn drop(&mut self) {
+        if !self.transactional {
+            let _ = self.outbox.flush(self.timeout);
+        }
+    }
+}

@@ -1,0 +1,139 @@
+//! The errors of `parsley-runtime`.
+
+use parsley_clock::{Channel, Coordinate};
+use rdkafka::error::KafkaError;
+
+/// A `Result` whose error is [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What went wrong while talking to Kafka or running a stage.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A Kafka client call failed.
+    #[error("{operation}: {source}")]
+    Kafka {
+        /// What was being done.
+        operation: String,
+        /// The client's error.
+        source: KafkaError,
+    },
+    /// An admin request failed.
+    #[error("{operation}: {message}")]
+    Admin {
+        /// What was being done.
+        operation: String,
+        /// The broker's or client's message.
+        message: String,
+    },
+    /// A topic the topology or the caller names does not exist.
+    #[error("topic {topic} does not exist (topics are not created automatically)")]
+    UnknownTopic {
+        /// The topic name.
+        topic: String,
+    },
+    /// The sources of a stage do not have the same partition count, so its tasks cannot be
+    /// co-partitioned.
+    #[error(
+        "stage {stage}: source topics are not co-partitioned: {}",
+        describe_counts(partitions)
+    )]
+    NotCoPartitioned {
+        /// The stage.
+        stage: String,
+        /// Each source topic with its partition count.
+        partitions: Vec<(String, i32)>,
+    },
+    /// A record's `parsley.stamp` header could not be decoded: an impossible stamp.
+    #[error("impossible stamp on record {topic}/{partition}@{offset} (channel {}): {source}", record.channel)]
+    MalformedStamp {
+        /// Topic name of the record.
+        topic: String,
+        /// Partition of the record.
+        partition: i32,
+        /// Offset of the record.
+        offset: i64,
+        /// The record's coordinate.
+        record: Coordinate,
+        /// The decoder's error, naming the byte and what was wrong.
+        source: parsley_clock::Error,
+    },
+    /// The gate refused a record or a seed (impossible stamp, out-of-order fetch, …).
+    #[error("stage {stage}, task {partition}: {source}")]
+    Gate {
+        /// The stage.
+        stage: String,
+        /// The task's partition.
+        partition: i32,
+        /// The gate's error.
+        source: parsley_gate::GateError,
+    },
+    /// The stage's processor failed on a delivered record (decode, handler, encode).
+    #[error(transparent)]
+    Stage(#[from] parsley_stage::Error),
+    /// A clock operation failed.
+    #[error("clock: {0}")]
+    Clock(#[from] parsley_clock::Error),
+    /// A send was not acknowledged.
+    #[error("send to {channel} (topic {topic}) failed: {source}")]
+    Send {
+        /// Topic name.
+        topic: String,
+        /// The target channel.
+        channel: Channel,
+        /// The client's error.
+        source: KafkaError,
+    },
+    /// A stage with this name is not in the topology.
+    #[error("no stage named {0} in the topology")]
+    UnknownStage(String),
+    /// A stage thread ended with an error.
+    #[error("stage {stage} failed: {message}")]
+    StageFailed {
+        /// The stage.
+        stage: String,
+        /// Its error, rendered.
+        message: String,
+    },
+    /// Something did not happen within its deadline.
+    #[error("{what} did not complete within {timeout:?}")]
+    Timeout {
+        /// What was awaited.
+        what: String,
+        /// The deadline.
+        timeout: std::time::Duration,
+    },
+}
+
+impl Error {
+    pub(crate) fn kafka(operation: impl Into<String>, source: KafkaError) -> Self {
+        Error::Kafka {
+            operation: operation.into(),
+            source,
+        }
+    }
+
+    /// `true` when the producer was fenced by a newer instance with the same transactional id
+    /// or group generation: the task must give up ownership, not retry.
+    pub fn is_fenced(&self) -> bool {
+        match self {
+            Error::Kafka { source, .. } | Error::Send { source, .. } => {
+                matches!(
+                    source.rdkafka_error_code(),
+                    Some(rdkafka::types::RDKafkaErrorCode::ProducerFenced)
+                        | Some(rdkafka::types::RDKafkaErrorCode::InvalidProducerEpoch)
+                        | Some(rdkafka::types::RDKafkaErrorCode::Fenced)
+                )
+            }
+            _ => false,
+        }
+    }
+}
+
+fn describe_counts(partitions: &[(String, i32)]) -> String {
+    partitions
+        .iter()
+        .map(|(t, n)| format!("{t} has {n}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}

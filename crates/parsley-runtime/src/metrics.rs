@@ -1,0 +1,128 @@
+//! Per-stage metrics and progress events.
+//!
+//! Counters are updated by the stage's stream thread and read from any thread through
+//! [`StageMetrics::snapshot`]. After every committed transaction the stream thread sends a
+//! [`Progress::Committed`] event with a snapshot, so a caller can wait on committed evidence
+//! ("stage X has committed N deliveries") instead of sleeping.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Live counters of one stage (all tasks of one stream thread).
+#[derive(Debug, Default)]
+pub struct StageMetrics {
+    fetched: AtomicU64,
+    delivered: AtomicU64,
+    held: AtomicU64,
+    gate_wait_us: AtomicU64,
+    max_gate_wait_us: AtomicU64,
+    blocked_heads: AtomicU64,
+    emitted: AtomicU64,
+    transactions: AtomicU64,
+    aborts: AtomicU64,
+    committed_deliveries: AtomicU64,
+    committed_emissions: AtomicU64,
+}
+
+/// A copy of a stage's counters at one moment.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MetricsSnapshot {
+    /// Records fetched and handed to the gate.
+    pub fetched: u64,
+    /// Records delivered to the handler (committed or not).
+    pub delivered: u64,
+    /// Delivered records that the gate held because a claimed cause was not delivered yet.
+    pub held: u64,
+    /// Total time held records spent between arrival and delivery, µs.
+    pub gate_wait_us: u64,
+    /// The longest such wait, µs.
+    pub max_gate_wait_us: u64,
+    /// Heads blocked at the last look (a gauge).
+    pub blocked_heads: u64,
+    /// Records sent (committed or not).
+    pub emitted: u64,
+    /// Transactions committed.
+    pub transactions: u64,
+    /// Transactions aborted.
+    pub aborts: u64,
+    /// Deliveries covered by committed transactions.
+    pub committed_deliveries: u64,
+    /// Emissions covered by committed transactions.
+    pub committed_emissions: u64,
+}
+
+impl StageMetrics {
+    /// The current values.
+    pub fn snapshot(&self) -> MetricsSnapshot {
+        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        MetricsSnapshot {
+            fetched: g(&self.fetched),
+            delivered: g(&self.delivered),
+            held: g(&self.held),
+            gate_wait_us: g(&self.gate_wait_us),
+            max_gate_wait_us: g(&self.max_gate_wait_us),
+            blocked_heads: g(&self.blocked_heads),
+            emitted: g(&self.emitted),
+            transactions: g(&self.transactions),
+            aborts: g(&self.aborts),
+            committed_deliveries: g(&self.committed_deliveries),
+            committed_emissions: g(&self.committed_emissions),
+        }
+    }
+
+    pub(crate) fn fetched(&self) {
+        self.fetched.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn delivered(&self, waited_us: Option<u64>) {
+        self.delivered.fetch_add(1, Ordering::Relaxed);
+        if let Some(us) = waited_us {
+            self.held.fetch_add(1, Ordering::Relaxed);
+            self.gate_wait_us.fetch_add(us, Ordering::Relaxed);
+            self.max_gate_wait_us.fetch_max(us, Ordering::Relaxed);
+        }
+    }
+
+    pub(crate) fn blocked_heads(&self, n: u64) {
+        self.blocked_heads.store(n, Ordering::Relaxed);
+    }
+
+    pub(crate) fn emitted(&self) {
+        self.emitted.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn committed(&self, deliveries: u64, emissions: u64) {
+        self.transactions.fetch_add(1, Ordering::Relaxed);
+        self.committed_deliveries
+            .fetch_add(deliveries, Ordering::Relaxed);
+        self.committed_emissions
+            .fetch_add(emissions, Ordering::Relaxed);
+    }
+
+    pub(crate) fn aborted(&self) {
+        self.aborts.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// What a running stage reports to its observer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Progress {
+    /// A transaction committed; the counters after it.
+    Committed {
+        /// The stage.
+        stage: String,
+        /// Its counters.
+        metrics: MetricsSnapshot,
+    },
+    /// The stage stopped with an error.
+    Failed {
+        /// The stage.
+        stage: String,
+        /// The error, rendered.
+        error: String,
+    },
+    /// The stage stopped cleanly after a shutdown request.
+    Stopped {
+        /// The stage.
+        stage: String,
+    },
+}

@@ -1,0 +1,226 @@
+//! The producing side shared by stage tasks and plain causal producers: a librdkafka producer
+//! whose acknowledgements are collected as evidence.
+//!
+//! Every send carries a [`SendTag`] (task, channel, send sequence) as its delivery opaque; the
+//! delivery callback (on the producer's polling thread) records an [`Ack`] and wakes whoever
+//! waits for acknowledgements. Waiting is on a condition variable signalled by the callbacks,
+//! never a sleep.
+//!
+//! Invariant: `outstanding` counts sends handed to librdkafka whose delivery report has not
+//! been recorded yet; it is incremented before a send and decremented exactly once, by the
+//! report or by a synchronous send failure.
+
+use std::sync::{Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use parsley_clock::Channel;
+use rdkafka::ClientConfig;
+use rdkafka::client::ClientContext;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{Header, Message, OwnedHeaders};
+use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+use rdkafka_sys as rdsys;
+
+use crate::error::{Error, Result};
+
+/// Identifies one send in its delivery report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SendTag {
+    /// The sending task's partition, or a producer-chosen slot for plain producers.
+    pub task: i32,
+    /// The channel the record goes to.
+    pub channel: Channel,
+    /// The sender's send sequence of the record.
+    pub seq: u64,
+}
+
+/// A delivery report: the offset the broker assigned, or why the send failed.
+#[derive(Debug)]
+pub struct Ack {
+    /// The send.
+    pub tag: SendTag,
+    /// The record's offset, or the error.
+    pub result: std::result::Result<i64, KafkaError>,
+}
+
+#[derive(Default)]
+struct AckState {
+    acks: Vec<Ack>,
+    outstanding: u64,
+    /// Delivery reports recorded since the producer was created.
+    reports: u64,
+}
+
+/// Producer context that collects delivery reports.
+pub(crate) struct AckContext {
+    state: Mutex<AckState>,
+    changed: Condvar,
+}
+
+impl ClientContext for AckContext {}
+
+impl ProducerContext for AckContext {
+    type DeliveryOpaque = Box<SendTag>;
+
+    fn delivery(&self, result: &DeliveryResult<'_>, tag: Box<SendTag>) {
+        let result = match result {
+            Ok(m) => Ok(m.offset()),
+            Err((e, _)) => Err(e.clone()),
+        };
+        let mut s = self.state.lock().expect("ack state poisoned");
+        s.acks.push(Ack { tag: *tag, result });
+        s.outstanding -= 1;
+        s.reports += 1;
+        self.changed.notify_all();
+    }
+}
+
+/// A producer plus its collected acknowledgements.
+pub(crate) struct Outbox {
+    producer: ThreadedProducer<AckContext>,
+}
+
+impl Outbox {
+    /// Creates the producer from `config` (idempotence is forced on: same-channel sends must
+    /// be appended in send order).
+    pub(crate) fn new(config: &ClientConfig) -> Result<Self> {
+        let mut config = config.clone();
+        config.set("enable.idempotence", "true");
+        let producer = config
+            .create_with_context(AckContext {
+                state: Mutex::new(AckState::default()),
+                changed: Condvar::new(),
+            })
+            .map_err(|e| Error::kafka("creating the producer", e))?;
+        Ok(Outbox { producer })
+    }
+
+    pub(crate) fn producer(&self) -> &ThreadedProducer<AckContext> {
+        &self.producer
+    }
+
+    fn ctx(&self) -> &AckContext {
+        self.producer.context()
+    }
+
+    /// Sends one record to an explicit partition with the stamp header. When librdkafka's
+    /// queue is full it waits for acknowledgements to make room.
+    pub(crate) fn send(
+        &self,
+        topic: &str,
+        tag: SendTag,
+        key: &[u8],
+        value: &[u8],
+        stamp: &[u8],
+        timeout: Duration,
+    ) -> Result<()> {
+        let headers = OwnedHeaders::new().insert(Header {
+            key: parsley_clock::STAMP_HEADER,
+            value: Some(stamp),
+        });
+        let mut record = BaseRecord::with_opaque_to(topic, Box::new(tag))
+            .partition(tag.channel.partition)
+            .key(key)
+            .payload(value)
+            .headers(headers);
+        let deadline = Instant::now() + timeout;
+        loop {
+            self.ctx().state.lock().expect("ack state").outstanding += 1;
+            match self.producer.send(record) {
+                Ok(()) => return Ok(()),
+                Err((e, back)) => {
+                    let mut s = self.ctx().state.lock().expect("ack state");
+                    s.outstanding -= 1;
+                    if e.rdkafka_error_code() != Some(RDKafkaErrorCode::QueueFull) {
+                        return Err(Error::Send {
+                            topic: topic.to_string(),
+                            channel: tag.channel,
+                            source: e,
+                        });
+                    }
+                    // Queue full: wait for a delivery report to make room.
+                    let remaining = deadline.saturating_duration_since(Instant::now());
+                    if remaining.is_zero() {
+                        return Err(Error::Timeout {
+                            what: format!("room in the producer queue for {topic}"),
+                            timeout,
+                        });
+                    }
+                    let before = s.reports;
+                    let _ = self
+                        .ctx()
+                        .changed
+                        .wait_timeout_while(s, remaining, |s| s.reports == before)
+                        .expect("ack state");
+                    record = back;
+                }
+            }
+        }
+    }
+
+    /// Waits until every send so far has a delivery report.
+    pub(crate) fn wait_acked(&self, timeout: Duration) -> Result<()> {
+        let s = self.ctx().state.lock().expect("ack state");
+        let (s, _) = self
+            .ctx()
+            .changed
+            .wait_timeout_while(s, timeout, |s| s.outstanding > 0)
+            .expect("ack state");
+        if s.outstanding > 0 {
+            return Err(Error::Timeout {
+                what: format!("acknowledgement of {} send(s)", s.outstanding),
+                timeout,
+            });
+        }
+        Ok(())
+    }
+
+    /// Takes the delivery reports recorded so far.
+    pub(crate) fn drain(&self) -> Vec<Ack> {
+        std::mem::take(&mut self.ctx().state.lock().expect("ack state").acks)
+    }
+
+    /// Flushes the producer (used before closing).
+    pub(crate) fn flush(&self, timeout: Duration) -> Result<()> {
+        self.producer
+            .flush(timeout)
+            .map_err(|e| Error::kafka("flushing the producer", e))
+    }
+}
+
+/// The partition of `key` among `partitions`: murmur2 of the key bytes, as the Java client's
+/// default partitioner and Kafka Streams compute it (librdkafka's `murmur2` partitioner), so
+/// records written by Parsley and by Java producers for one key land in the same partition.
+///
+/// # Panics
+/// When `partitions <= 0`.
+pub fn partition_for(key: &[u8], partitions: i32) -> i32 {
+    assert!(partitions > 0, "a topic has at least one partition");
+    // SAFETY: the murmur2 partitioner reads `keylen` bytes of `key` and ignores the topic and
+    // opaque pointers.
+    unsafe {
+        rdsys::rd_kafka_msg_partitioner_murmur2(
+            std::ptr::null(),
+            key.as_ptr().cast(),
+            key.len(),
+            partitions,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partitioning_matches_javas_murmur2() {
+        // Java: Utils.murmur2("kafka".getBytes()) == 0xd067cf64 (librdkafka's test vector).
+        let positive = 0xd067_cf64u32 & 0x7fff_ffff;
+        assert_eq!(partition_for(b"kafka", 1000), (positive % 1000) as i32);
+        assert_eq!(partition_for(b"kafka", 1000), 580);
+        let empty = 0x106e_08d9u32 & 0x7fff_ffff;
+        assert_eq!(partition_for(b"", 7), (empty % 7) as i32);
+    }
+}

@@ -1,0 +1,701 @@
+//! The stream thread of one stage: consume, gate, handle, stamp, send, commit.
+//!
+//! One consumer group per stage (`{application}.{stage}`), `read_committed`, range assignment
+//! over co-partitioned sources, so task `p` gets partition `p` of every source. One
+//! transactional producer per stream thread (EOS v2: the consumer's group metadata goes with
+//! the offsets). Every commit interval one transaction commits the outputs of the deliveries
+//! since the last commit and, per consumed channel, the first undelivered offset — records
+//! fetched but not delivered are simply re-read after a crash.
+//!
+//! Per delivered record, in this order: the task's node clock observes the record (its
+//! coordinate and its stamp), the handler runs, the fold state changes, and each emission is
+//! stamped with the node clock and sent. A stamp claims only acknowledged sends (no in-flight
+//! claims yet, issue 3): before a send to another channel than the earlier unacknowledged
+//! ones, the thread waits for their acks (see `parsley_clock::CausalClock`).
+//!
+//! Rebalance: on assignment the thread reads the group's committed offsets (librdkafka asks
+//! with `require_stable` under `read_committed`) or, without one, the log start offset,
+//! assigns those positions explicitly and seeds each channel's gate at them. On revocation
+//! this first cut aborts the open transaction and drops its tasks; they restart from the
+//! committed offsets (commit-before-revoke is issue 4).
+//!
+//! Not yet (named so nobody relies on it): fold state and node clocks are in memory only —
+//! after a restart a task starts with empty state and clock (changelog and restore: issue 4).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::Sender;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use parsley_clock::{CausalClock, Channel, SenderId, Stamp, codec};
+use parsley_gate::{Arrival, Gate};
+use parsley_stage::{RawEmission, RawRecord, StageSpec, StateChange};
+use rdkafka::client::ClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
+use rdkafka::message::{BorrowedMessage, Headers, Message};
+use rdkafka::producer::Producer;
+use rdkafka::types::RDKafkaRespErr;
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use tracing::{debug, info, info_span, trace, warn};
+
+use crate::admin::{Admin, TopicInfo};
+use crate::config::RuntimeConfig;
+use crate::error::{Error, Result};
+use crate::metrics::{Progress, StageMetrics};
+use crate::outbox::{Outbox, SendTag, partition_for};
+
+/// What the rebalance callback tells the stream thread.
+#[derive(Debug)]
+enum RebalanceEvent {
+    /// Partitions assigned at these positions (topic, partition, next offset to fetch).
+    Assigned(Vec<(String, i32, i64)>),
+    /// Partitions revoked.
+    Revoked(Vec<(String, i32)>),
+    /// The rebalance failed.
+    Failed(String),
+}
+
+struct RebalanceContext {
+    events: Mutex<Vec<RebalanceEvent>>,
+    timeout: Duration,
+}
+
+impl ClientContext for RebalanceContext {}
+
+impl ConsumerContext for RebalanceContext {
+    fn rebalance(
+        &self,
+        consumer: &BaseConsumer<Self>,
+        err: RDKafkaRespErr,
+        tpl: &mut TopicPartitionList,
+    ) {
+        let event = match err {
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
+                match self.start_positions(consumer, tpl) {
+                    Ok(positions) => {
+                        let mut assign = TopicPartitionList::new();
+                        for (t, p, o) in &positions {
+                            // Positions come from the broker; adding them cannot fail.
+                            let _ = assign.add_partition_offset(t, *p, Offset::Offset(*o));
+                        }
+                        match consumer.assign(&assign) {
+                            Ok(()) => RebalanceEvent::Assigned(positions),
+                            Err(e) => RebalanceEvent::Failed(format!("assign: {e}")),
+                        }
+                    }
+                    Err(e) => {
+                        let _ = consumer.unassign();
+                        RebalanceEvent::Failed(e)
+                    }
+                }
+            }
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
+                let revoked = tpl
+                    .elements()
+                    .iter()
+                    .map(|e| (e.topic().to_string(), e.partition()))
+                    .collect();
+                let _ = consumer.unassign();
+                RebalanceEvent::Revoked(revoked)
+            }
+            other => {
+                let _ = consumer.unassign();
+                RebalanceEvent::Failed(format!("rebalance error {other:?}"))
+            }
+        };
+        self.events.lock().expect("rebalance events").push(event);
+    }
+}
+
+impl RebalanceContext {
+    /// The committed offset of each partition, or its log start offset when the group has
+    /// none.
+    fn start_positions(
+        &self,
+        consumer: &BaseConsumer<Self>,
+        tpl: &TopicPartitionList,
+    ) -> std::result::Result<Vec<(String, i32, i64)>, String> {
+        let committed = consumer
+            .committed_offsets(tpl.clone(), self.timeout)
+            .map_err(|e| format!("reading committed offsets: {e}"))?;
+        let mut out = Vec::new();
+        for e in committed.elements() {
+            let position = match e.offset() {
+                Offset::Offset(o) if o >= 0 => o,
+                _ => {
+                    let (low, _) = consumer
+                        .fetch_watermarks(e.topic(), e.partition(), self.timeout)
+                        .map_err(|err| {
+                            format!(
+                                "reading the log start offset of {}/{}: {err}",
+                                e.topic(),
+                                e.partition()
+                            )
+                        })?;
+                    low
+                }
+            };
+            out.push((e.topic().to_string(), e.partition(), position));
+        }
+        Ok(out)
+    }
+}
+
+/// What the gate hands back on delivery.
+struct Payload {
+    /// Index of the source topic.
+    source: usize,
+    key: Option<Vec<u8>>,
+    value: Option<Vec<u8>>,
+    arrived: Instant,
+}
+
+/// A polled record, copied out of the consumer's buffer.
+struct Fetched {
+    partition: i32,
+    channel: Channel,
+    arrival: Arrival<Payload>,
+}
+
+/// One task: partition `p` of every source.
+struct Task {
+    partition: i32,
+    gate: Gate<Payload>,
+    clock: CausalClock,
+    state: HashMap<Vec<u8>, Vec<u8>>,
+}
+
+/// Deliveries and sends since the last commit.
+#[derive(Default)]
+struct Uncommitted {
+    deliveries: u64,
+    emissions: u64,
+}
+
+pub(crate) struct StageRunner {
+    app: String,
+    spec: StageSpec,
+    config: RuntimeConfig,
+    consumer: BaseConsumer<RebalanceContext>,
+    outbox: Outbox,
+    sources: Vec<TopicInfo>,
+    source_by_name: HashMap<String, usize>,
+    sinks: HashMap<String, TopicInfo>,
+    tasks: BTreeMap<i32, Task>,
+    paused: HashSet<(usize, i32)>,
+    uncommitted: Uncommitted,
+    last_commit: Instant,
+    metrics: Arc<StageMetrics>,
+    observer: Option<Sender<Progress>>,
+    shutdown: Arc<AtomicBool>,
+}
+
+impl StageRunner {
+    /// Resolves the stage's topics, checks co-partitioning, creates the clients and
+    /// initialises transactions.
+    pub(crate) fn new(
+        app: &str,
+        spec: StageSpec,
+        config: RuntimeConfig,
+        metrics: Arc<StageMetrics>,
+        observer: Option<Sender<Progress>>,
+        shutdown: Arc<AtomicBool>,
+    ) -> Result<Self> {
+        let admin = Admin::new(&config.bootstrap, config.timeout)?;
+        let source_names: Vec<&str> = spec.sources().iter().map(String::as_str).collect();
+        let sources = admin.describe_topics(&source_names)?;
+        if sources
+            .iter()
+            .any(|t| t.partitions != sources[0].partitions)
+        {
+            return Err(Error::NotCoPartitioned {
+                stage: spec.name().to_string(),
+                partitions: sources
+                    .iter()
+                    .map(|t| (t.name.clone(), t.partitions))
+                    .collect(),
+            });
+        }
+        let sink_names: Vec<&str> = spec.sinks().iter().map(String::as_str).collect();
+        let sinks = if sink_names.is_empty() {
+            HashMap::new()
+        } else {
+            admin
+                .describe_topics(&sink_names)?
+                .into_iter()
+                .map(|t| (t.name.clone(), t))
+                .collect()
+        };
+        let group = spec.group_id(app);
+        let mut cc = ClientConfig::new();
+        cc.set("bootstrap.servers", &config.bootstrap)
+            .set("group.id", &group)
+            .set("client.id", format!("{group}-consumer"))
+            .set("isolation.level", "read_committed")
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false")
+            .set("auto.offset.reset", "earliest")
+            .set("partition.assignment.strategy", "range")
+            .set("enable.partition.eof", "false")
+            .set("fetch.wait.max.ms", "50");
+        for (k, v) in &config.consumer_properties {
+            cc.set(k, v);
+        }
+        let consumer: BaseConsumer<RebalanceContext> = cc
+            .create_with_context(RebalanceContext {
+                events: Mutex::new(Vec::new()),
+                timeout: config.timeout,
+            })
+            .map_err(|e| Error::kafka(format!("creating the consumer of group {group}"), e))?;
+
+        let mut pc = ClientConfig::new();
+        pc.set("bootstrap.servers", &config.bootstrap)
+            .set(
+                "transactional.id",
+                format!("{group}-{}-0", config.instance_id),
+            )
+            .set("client.id", format!("{group}-producer"))
+            .set("linger.ms", "5")
+            .set("partitioner", "murmur2_random");
+        for (k, v) in &config.producer_properties {
+            pc.set(k, v);
+        }
+        let outbox = Outbox::new(&pc)?;
+        outbox
+            .producer()
+            .init_transactions(config.timeout)
+            .map_err(|e| Error::kafka("initialising transactions", e))?;
+        let source_by_name = sources
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.name.clone(), i))
+            .collect();
+        Ok(StageRunner {
+            app: app.to_string(),
+            spec,
+            config,
+            consumer,
+            outbox,
+            sources,
+            source_by_name,
+            sinks,
+            tasks: BTreeMap::new(),
+            paused: HashSet::new(),
+            uncommitted: Uncommitted::default(),
+            last_commit: Instant::now(),
+            metrics,
+            observer,
+            shutdown,
+        })
+    }
+
+    /// Runs until shutdown (Ok, after a final commit) or the first error (the open
+    /// transaction is aborted).
+    pub(crate) fn run(mut self) -> Result<()> {
+        let span = info_span!("stage", app = %self.app, stage = %self.spec.name());
+        let _entered = span.enter();
+        let topics: Vec<&str> = self.spec.sources().iter().map(String::as_str).collect();
+        self.consumer
+            .subscribe(&topics)
+            .map_err(|e| Error::kafka("subscribing", e))?;
+        self.begin()?;
+        let result = self.run_loop();
+        match &result {
+            Ok(()) => info!("stopped"),
+            Err(e) => {
+                warn!(error = %e, "failed; aborting the open transaction");
+                let _ = self
+                    .outbox
+                    .producer()
+                    .abort_transaction(self.config.timeout);
+                self.metrics.aborted();
+            }
+        }
+        result
+    }
+
+    fn run_loop(&mut self) -> Result<()> {
+        loop {
+            if self.shutdown.load(Ordering::Relaxed) {
+                return self.commit();
+            }
+            let wait = self
+                .config
+                .commit_interval
+                .saturating_sub(self.last_commit.elapsed())
+                .min(Duration::from_millis(100));
+            let fetched = match self.consumer.poll(wait) {
+                Some(Ok(message)) => Some(self.fetched(&message)?),
+                Some(Err(e)) => return Err(Error::kafka("polling", e)),
+                None => None,
+            };
+            self.handle_rebalance()?;
+            if let Some(f) = fetched {
+                let partition = f.partition;
+                self.accept(f)?;
+                self.deliver(partition)?;
+            }
+            self.settle_acks(None)?;
+            if self.last_commit.elapsed() >= self.config.commit_interval {
+                self.commit()?;
+            }
+        }
+    }
+
+    fn begin(&mut self) -> Result<()> {
+        self.outbox
+            .producer()
+            .begin_transaction()
+            .map_err(|e| Error::kafka("beginning a transaction", e))
+    }
+
+    fn handle_rebalance(&mut self) -> Result<()> {
+        let events = std::mem::take(&mut *self.consumer.context().events.lock().expect("events"));
+        for event in events {
+            match event {
+                RebalanceEvent::Assigned(positions) => {
+                    info!(?positions, "assigned");
+                    for (topic, partition, position) in positions {
+                        let source = *self.source_by_name.get(&topic).ok_or_else(|| {
+                            Error::UnknownTopic {
+                                topic: topic.clone(),
+                            }
+                        })?;
+                        let channel = Channel::new(self.sources[source].id, partition);
+                        let task = self.task(partition);
+                        task.gate
+                            .seed(channel, position)
+                            .map_err(|source| Error::Gate {
+                                stage: self.spec.name().to_string(),
+                                partition,
+                                source,
+                            })?;
+                    }
+                }
+                RebalanceEvent::Revoked(partitions) => {
+                    info!(
+                        ?partitions,
+                        "revoked: aborting the open transaction, dropping tasks"
+                    );
+                    self.outbox
+                        .producer()
+                        .abort_transaction(self.config.timeout)
+                        .map_err(|e| Error::kafka("aborting on revocation", e))?;
+                    self.outbox.wait_acked(self.config.timeout)?;
+                    self.outbox.drain();
+                    self.metrics.aborted();
+                    self.tasks.clear();
+                    self.paused.clear();
+                    self.uncommitted = Uncommitted::default();
+                    self.begin()?;
+                }
+                RebalanceEvent::Failed(why) => {
+                    return Err(Error::Admin {
+                        operation: format!("rebalance of group {}", self.spec.group_id(&self.app)),
+                        message: why,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The task of `partition`, created with its consumed channels on first use.
+    fn task(&mut self, partition: i32) -> &mut Task {
+        let sources = &self.sources;
+        self.tasks.entry(partition).or_insert_with(|| Task {
+            partition,
+            gate: Gate::new(sources.iter().map(|t| Channel::new(t.id, partition))),
+            clock: CausalClock::new(SenderId::random()),
+            state: HashMap::new(),
+        })
+    }
+
+    /// Copies what the task needs out of a polled message and decodes its stamp.
+    fn fetched(&self, m: &BorrowedMessage<'_>) -> Result<Fetched> {
+        let source = *self
+            .source_by_name
+            .get(m.topic())
+            .ok_or_else(|| Error::UnknownTopic {
+                topic: m.topic().to_string(),
+            })?;
+        let channel = Channel::new(self.sources[source].id, m.partition());
+        Ok(Fetched {
+            partition: m.partition(),
+            channel,
+            arrival: Arrival {
+                offset: m.offset(),
+                // Kafka's v2 record format always has a timestamp; it only orders ties.
+                timestamp: m.timestamp().to_millis().unwrap_or(i64::MIN),
+                stamp: decode_stamp(m, channel)?,
+                payload: Payload {
+                    source,
+                    key: m.key().map(<[u8]>::to_vec),
+                    value: m.payload().map(<[u8]>::to_vec),
+                    arrived: Instant::now(),
+                },
+            },
+        })
+    }
+
+    /// Hands a fetched record to its task's gate.
+    fn accept(&mut self, f: Fetched) -> Result<()> {
+        let Fetched {
+            partition,
+            channel,
+            arrival,
+        } = f;
+        let source = arrival.payload.source;
+        let stage = self.spec.name().to_string();
+        let cap = self.config.max_queued_per_channel;
+        let task = self.tasks.get_mut(&partition).ok_or_else(|| Error::Gate {
+            stage: stage.clone(),
+            partition,
+            source: parsley_gate::GateError::NotSeeded { channel },
+        })?;
+        task.gate
+            .offer(channel, arrival)
+            .map_err(|refused| Error::Gate {
+                stage,
+                partition,
+                source: refused.kind,
+            })?;
+        self.metrics.fetched();
+        if task.gate.queued(&channel) >= cap && self.paused.insert((source, partition)) {
+            debug!(topic = %self.sources[source].name, partition, "queue full: pausing");
+            self.set_paused(source, partition, true)?;
+        }
+        Ok(())
+    }
+
+    fn set_paused(&self, source: usize, partition: i32, pause: bool) -> Result<()> {
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition(&self.sources[source].name, partition);
+        if pause {
+            self.consumer.pause(&tpl)
+        } else {
+            self.consumer.resume(&tpl)
+        }
+        .map_err(|e| Error::kafka("pausing or resuming a partition", e))
+    }
+
+    /// Delivers every deliverable record of the task of `partition`.
+    fn deliver(&mut self, partition: i32) -> Result<()> {
+        let Some(mut task) = self.tasks.remove(&partition) else {
+            return Ok(());
+        };
+        let result = self.deliver_task(&mut task);
+        self.metrics.blocked_heads(
+            self.tasks
+                .values()
+                .map(|t| t.gate.blocked_count() as u64)
+                .sum::<u64>()
+                + task.gate.blocked_count() as u64,
+        );
+        self.tasks.insert(partition, task);
+        result?;
+        // Resume paused channels of this task that drained.
+        let resumable: Vec<(usize, i32)> = self
+            .paused
+            .iter()
+            .copied()
+            .filter(|&(s, p)| {
+                p == partition
+                    && self.tasks[&p]
+                        .gate
+                        .queued(&Channel::new(self.sources[s].id, p))
+                        <= self.config.max_queued_per_channel / 2
+            })
+            .collect();
+        for (s, p) in resumable {
+            self.paused.remove(&(s, p));
+            self.set_paused(s, p, false)?;
+        }
+        Ok(())
+    }
+
+    fn deliver_task(&mut self, task: &mut Task) -> Result<()> {
+        let processor = self.spec.processor().clone();
+        while let Some(d) = task.gate.next_delivery() {
+            task.clock.observe(d.coordinate, d.stamp.as_ref());
+            let payload = d.payload;
+            let topic = &self.sources[payload.source].name;
+            if d.waited {
+                trace!(topic = %topic, partition = task.partition, offset = d.coordinate.offset,
+                    waited_us = payload.arrived.elapsed().as_micros() as u64, "held record delivered");
+            }
+            let state_key = payload.key.clone().unwrap_or_default();
+            let step = processor.process(
+                RawRecord {
+                    topic,
+                    partition: task.partition,
+                    offset: d.coordinate.offset,
+                    timestamp: d.timestamp,
+                    key: payload.key.as_deref(),
+                    value: payload.value.as_deref(),
+                },
+                task.state.get(&state_key).map(Vec::as_slice),
+            )?;
+            match step.state {
+                StateChange::Keep => {}
+                StateChange::Set(s) => {
+                    task.state.insert(state_key, s);
+                }
+                StateChange::Delete => {
+                    task.state.remove(&state_key);
+                }
+            }
+            for emission in step.emit {
+                self.emit(task, emission)?;
+            }
+            self.uncommitted.deliveries += 1;
+            self.metrics.delivered(
+                d.waited
+                    .then(|| payload.arrived.elapsed().as_micros() as u64),
+            );
+        }
+        Ok(())
+    }
+
+    /// Stamps and sends one emission of `task`.
+    fn emit(&mut self, task: &mut Task, e: RawEmission) -> Result<()> {
+        let sink = self
+            .sinks
+            .get(&e.topic)
+            .ok_or_else(|| Error::UnknownTopic {
+                topic: e.topic.clone(),
+            })?;
+        let channel = Channel::new(sink.id, partition_for(&e.key, sink.partitions));
+        let stamp = match task.clock.stamp(channel) {
+            Ok(s) => s,
+            Err(parsley_clock::Error::UnackedSends { .. }) => {
+                // Claim-by-ack: the earlier sends to other channels must be claimable.
+                self.outbox.wait_acked(self.config.timeout)?;
+                self.settle_acks(Some(task))?;
+                task.clock.stamp(channel)?
+            }
+            Err(other) => return Err(other.into()),
+        };
+        let tag = SendTag {
+            task: task.partition,
+            channel,
+            seq: stamp.sender.expect("stage stamps carry a sender").seq,
+        };
+        let bytes = codec::encode(&stamp);
+        if let Err(err) =
+            self.outbox
+                .send(&e.topic, tag, &e.key, &e.value, &bytes, self.config.timeout)
+        {
+            task.clock.failed(channel)?;
+            return Err(err);
+        }
+        self.uncommitted.emissions += 1;
+        self.metrics.emitted();
+        Ok(())
+    }
+
+    /// Applies the delivery reports recorded so far to the tasks' clocks; `current` is a task
+    /// taken out of the map while it delivers.
+    fn settle_acks(&mut self, mut current: Option<&mut Task>) -> Result<()> {
+        for ack in self.outbox.drain() {
+            let task = match current.as_deref_mut() {
+                Some(t) if t.partition == ack.tag.task => t,
+                _ => match self.tasks.get_mut(&ack.tag.task) {
+                    Some(t) => t,
+                    // The task was dropped (revoked) with its aborted transaction.
+                    None => continue,
+                },
+            };
+            match ack.result {
+                Ok(offset) => task.clock.acked(ack.tag.channel.at(offset))?,
+                Err(source) => {
+                    let topic = self
+                        .sinks
+                        .values()
+                        .find(|t| t.id == ack.tag.channel.topic)
+                        .map_or_else(String::new, |t| t.name.clone());
+                    return Err(Error::Send {
+                        topic,
+                        channel: ack.tag.channel,
+                        source,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Commits the open transaction with the input offsets of every task, then begins the
+    /// next one.
+    fn commit(&mut self) -> Result<()> {
+        self.last_commit = Instant::now();
+        if self.uncommitted.deliveries == 0 && self.uncommitted.emissions == 0 {
+            return Ok(());
+        }
+        let mut offsets = TopicPartitionList::new();
+        for task in self.tasks.values() {
+            for source in &self.sources {
+                let channel = Channel::new(source.id, task.partition);
+                if let Some(next) = task.gate.first_undelivered(&channel) {
+                    offsets
+                        .add_partition_offset(&source.name, task.partition, Offset::Offset(next))
+                        .map_err(|e| Error::kafka("building the offsets to commit", e))?;
+                }
+            }
+        }
+        let metadata = self.consumer.group_metadata().ok_or_else(|| Error::Admin {
+            operation: "committing".into(),
+            message: "the consumer has no group metadata".into(),
+        })?;
+        let producer = self.outbox.producer();
+        producer
+            .send_offsets_to_transaction(&offsets, &metadata, self.config.timeout)
+            .map_err(|e| Error::kafka("sending offsets to the transaction", e))?;
+        producer
+            .commit_transaction(self.config.timeout)
+            .map_err(|e| Error::kafka("committing the transaction", e))?;
+        self.outbox.wait_acked(self.config.timeout)?;
+        self.settle_acks(None)?;
+        let done = std::mem::take(&mut self.uncommitted);
+        self.metrics.committed(done.deliveries, done.emissions);
+        debug!(
+            deliveries = done.deliveries,
+            emissions = done.emissions,
+            "committed"
+        );
+        if let Some(o) = &self.observer {
+            let _ = o.send(Progress::Committed {
+                stage: self.spec.name().to_string(),
+                metrics: self.metrics.snapshot(),
+            });
+        }
+        if !self.shutdown.load(Ordering::Relaxed) {
+            self.begin()?;
+        }
+        Ok(())
+    }
+}
+
+/// Decodes the `parsley.stamp` header of `m`; `None` when the record has none.
+fn decode_stamp(m: &BorrowedMessage<'_>, channel: Channel) -> Result<Option<Stamp>> {
+    let Some(headers) = m.headers() else {
+        return Ok(None);
+    };
+    let Some(value) = headers
+        .iter()
+        .find(|h| h.key == parsley_clock::STAMP_HEADER)
+        .map(|h| h.value.unwrap_or_default())
+    else {
+        return Ok(None);
+    };
+    codec::decode(value)
+        .map(Some)
+        .map_err(|source| Error::MalformedStamp {
+            topic: m.topic().to_string(),
+            partition: m.partition(),
+            offset: m.offset(),
+            record: channel.at(m.offset()),
+            source,
+        })
+}

@@ -1,0 +1,135 @@
+//! The `Handler` trait: a stage's logic as a pure function.
+//!
+//! A handler sees one delivered record and the current fold state of the record's key, and
+//! returns a [`Step`]: the records to emit and what becomes of the fold state. The runtime
+//! stamps, claims and orders the emissions downstream, and commits the new fold state in the
+//! same transaction as the delivery (DESIGN.md §6).
+//!
+//! The causal guarantee covers only effects that leave through the returned [`Step`]: a write
+//! to an external system or a send through a private producer is invisible to the causal
+//! model (causal-model seed, "Closed handler effects").
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+/// A delivered record, typed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Record<'a, K, V> {
+    /// The source topic's name.
+    pub topic: &'a str,
+    /// The partition: the task's partition number.
+    pub partition: i32,
+    /// The record's offset.
+    pub offset: i64,
+    /// The record's timestamp, ms since the epoch.
+    pub timestamp: i64,
+    /// The decoded key.
+    pub key: K,
+    /// The decoded value.
+    pub value: V,
+}
+
+/// One record to produce.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Emission<K, V> {
+    /// The sink topic; must be one of the stage's declared sinks.
+    pub topic: String,
+    /// The key; the partition is the Kafka default partitioner's hash of its encoded bytes
+    /// (murmur2, as Java clients and Kafka Streams compute it).
+    pub key: K,
+    /// The value.
+    pub value: V,
+}
+
+impl<K, V> Emission<K, V> {
+    /// An emission of `key`/`value` to `topic`.
+    pub fn to(topic: impl Into<String>, key: K, value: V) -> Self {
+        Emission {
+            topic: topic.into(),
+            key,
+            value,
+        }
+    }
+}
+
+/// What becomes of the fold state of the delivered record's key.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum StateChange<S> {
+    /// Leave it as it is.
+    #[default]
+    Keep,
+    /// Replace it.
+    Set(S),
+    /// Remove it.
+    Delete,
+}
+
+/// The result of handling one record.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Step<K, V, S> {
+    /// Records to emit, in order.
+    pub emit: Vec<Emission<K, V>>,
+    /// The fold state change for the record's key.
+    pub state: StateChange<S>,
+}
+
+impl<K, V, S> Default for Step<K, V, S> {
+    fn default() -> Self {
+        Step {
+            emit: Vec::new(),
+            state: StateChange::Keep,
+        }
+    }
+}
+
+impl<K, V, S> Step<K, V, S> {
+    /// Emits nothing and keeps the state.
+    pub fn none() -> Self {
+        Self::default()
+    }
+
+    /// Adds an emission.
+    pub fn emit(mut self, topic: impl Into<String>, key: K, value: V) -> Self {
+        self.emit.push(Emission::to(topic, key, value));
+        self
+    }
+
+    /// Sets the new fold state.
+    pub fn set_state(mut self, state: S) -> Self {
+        self.state = StateChange::Set(state);
+        self
+    }
+
+    /// Deletes the fold state.
+    pub fn delete_state(mut self) -> Self {
+        self.state = StateChange::Delete;
+        self
+    }
+}
+
+/// An error a handler returns for a record it cannot process. The task fails with it (error
+/// policies per stage are issue 3).
+pub type HandlerError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// A stage's logic. Implementations must be pure: the same record and state give the same
+/// step, so a record re-delivered after an abort yields the same outputs.
+pub trait Handler: Send + Sync + 'static {
+    /// The key of input and output records.
+    type Key: Serialize + DeserializeOwned + Send + 'static;
+    /// The value of input records (an enum when the sources carry different kinds).
+    type Value: Serialize + DeserializeOwned + Send + 'static;
+    /// The value of emitted records.
+    type Output: Serialize + DeserializeOwned + Send + 'static;
+    /// The fold state kept per key.
+    type State: Serialize + DeserializeOwned + Send + 'static;
+
+    /// Handles one delivered record given its key's current fold state.
+    ///
+    /// # Errors
+    /// A [`HandlerError`] fails the task; the record is not acknowledged.
+    fn handle(
+        &self,
+        record: Record<'_, Self::Key, Self::Value>,
+        state: Option<Self::State>,
+    ) -> Result<Step<Self::Key, Self::Output, Self::State>, HandlerError>;
+}

@@ -1,0 +1,25 @@
+//! Stages: the `Handler` trait, serde codecs and the topology builder.
+//!
+//! Users write a [`Handler`] — a pure function of a delivered record and its key's fold
+//! state — and compose stages in `main.rs` with [`Topology::builder`]. The runtime
+//! (`parsley-runtime`) runs each stage as one consumer group whose tasks are co-partitioned
+//! slices of its sources, delivering records through the causal gate and committing outputs,
+//! fold state and input offsets in one transaction (DESIGN.md §6).
+//!
+//! See [`topology`] for a complete example. [`CausalClock`] is re-exported for plain producers
+//! that feed a topology.
+#![forbid(unsafe_code)]
+#![doc(test(attr(deny(warnings))))]
+
+mod codec;
+mod error;
+mod handler;
+mod processor;
+pub mod topology;
+
+pub use codec::{Bincode, Codec, CodecError, Json, Utf8};
+pub use error::{Error, Result};
+pub use handler::{Emission, Handler, HandlerError, Record, StateChange, Step};
+pub use parsley_clock::CausalClock;
+pub use processor::{Part, Processor, RawEmission, RawRecord, RawStep};
+pub use topology::{StageBuilder, StageSpec, Topology, TopologyBuilder};

@@ -1,0 +1,187 @@
+//! The byte-level face of a stage, as the runtime sees it.
+//!
+//! The runtime deals in bytes; a [`Processor`] decodes a delivered record with the stage's
+//! codecs, calls its [`Handler`] and encodes the resulting [`Step`]. Every decoding failure is
+//! an [`Error`] that names the record's topic, partition and offset.
+
+use std::sync::Arc;
+
+use crate::codec::Codec;
+use crate::error::Error;
+use crate::handler::{Handler, Record, StateChange};
+
+/// A delivered record as bytes.
+#[derive(Debug, Clone, Copy)]
+pub struct RawRecord<'a> {
+    /// Source topic name.
+    pub topic: &'a str,
+    /// Partition (the task's partition).
+    pub partition: i32,
+    /// Offset of the record.
+    pub offset: i64,
+    /// Record timestamp, ms since the epoch.
+    pub timestamp: i64,
+    /// Key bytes, `None` for a record without a key.
+    pub key: Option<&'a [u8]>,
+    /// Value bytes, `None` for a tombstone.
+    pub value: Option<&'a [u8]>,
+}
+
+/// One record to produce, encoded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RawEmission {
+    /// Sink topic name (declared by the stage).
+    pub topic: String,
+    /// Encoded key.
+    pub key: Vec<u8>,
+    /// Encoded value.
+    pub value: Vec<u8>,
+}
+
+/// The encoded result of handling one record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RawStep {
+    /// Records to produce, in order.
+    pub emit: Vec<RawEmission>,
+    /// Fold state change for the record's key, encoded.
+    pub state: StateChange<Vec<u8>>,
+}
+
+/// A stage's logic over bytes: decode, handle, encode.
+pub trait Processor: Send + Sync {
+    /// Handles one delivered record. `state` is the encoded fold state of the record's key
+    /// (the state is keyed by the record's key bytes).
+    ///
+    /// # Errors
+    /// [`Error::Decode`] for undecodable key, value or state; [`Error::Handler`] when the
+    /// handler fails; [`Error::Encode`] when an emission or the state cannot be encoded;
+    /// [`Error::UndeclaredSink`] for an emission to a topic the stage did not declare.
+    fn process(&self, record: RawRecord<'_>, state: Option<&[u8]>) -> Result<RawStep, Error>;
+}
+
+/// Where a decoding failure happened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Part {
+    /// The record key.
+    Key,
+    /// The record value.
+    Value,
+    /// The fold state of the record's key.
+    State,
+}
+
+impl std::fmt::Display for Part {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Part::Key => "key",
+            Part::Value => "value",
+            Part::State => "state",
+        })
+    }
+}
+
+pub(crate) struct Codecs<H: Handler> {
+    pub(crate) key: Arc<dyn Codec<H::Key>>,
+    pub(crate) value: Arc<dyn Codec<H::Value>>,
+    pub(crate) output: Arc<dyn Codec<H::Output>>,
+    pub(crate) state: Arc<dyn Codec<H::State>>,
+}
+
+pub(crate) struct Typed<H: Handler> {
+    pub(crate) stage: String,
+    pub(crate) handler: H,
+    pub(crate) codecs: Codecs<H>,
+    pub(crate) sinks: Vec<String>,
+}
+
+impl<H: Handler> Processor for Typed<H> {
+    fn process(&self, record: RawRecord<'_>, state: Option<&[u8]>) -> Result<RawStep, Error> {
+        let decode_err = |part: Part, source| Error::Decode {
+            stage: self.stage.clone(),
+            topic: record.topic.to_string(),
+            partition: record.partition,
+            offset: record.offset,
+            part,
+            source,
+        };
+        let missing = |part: Part| Error::Missing {
+            stage: self.stage.clone(),
+            topic: record.topic.to_string(),
+            partition: record.partition,
+            offset: record.offset,
+            part,
+        };
+        let key = self
+            .codecs
+            .key
+            .decode(record.key.ok_or_else(|| missing(Part::Key))?)
+            .map_err(|e| decode_err(Part::Key, e))?;
+        let value = self
+            .codecs
+            .value
+            .decode(record.value.ok_or_else(|| missing(Part::Value))?)
+            .map_err(|e| decode_err(Part::Value, e))?;
+        let state = state
+            .map(|s| self.codecs.state.decode(s))
+            .transpose()
+            .map_err(|e| decode_err(Part::State, e))?;
+        let step = self
+            .handler
+            .handle(
+                Record {
+                    topic: record.topic,
+                    partition: record.partition,
+                    offset: record.offset,
+                    timestamp: record.timestamp,
+                    key,
+                    value,
+                },
+                state,
+            )
+            .map_err(|source| Error::Handler {
+                stage: self.stage.clone(),
+                topic: record.topic.to_string(),
+                partition: record.partition,
+                offset: record.offset,
+                source,
+            })?;
+        let encode_err = |what: &'static str, source| Error::Encode {
+            stage: self.stage.clone(),
+            what,
+            source,
+        };
+        let mut emit = Vec::with_capacity(step.emit.len());
+        for e in step.emit {
+            if !self.sinks.iter().any(|s| *s == e.topic) {
+                return Err(Error::UndeclaredSink {
+                    stage: self.stage.clone(),
+                    topic: e.topic,
+                });
+            }
+            emit.push(RawEmission {
+                key: self
+                    .codecs
+                    .key
+                    .encode(&e.key)
+                    .map_err(|x| encode_err("emission key", x))?,
+                value: self
+                    .codecs
+                    .output
+                    .encode(&e.value)
+                    .map_err(|x| encode_err("emission value", x))?,
+                topic: e.topic,
+            });
+        }
+        let state = match step.state {
+            StateChange::Keep => StateChange::Keep,
+            StateChange::Delete => StateChange::Delete,
+            StateChange::Set(s) => StateChange::Set(
+                self.codecs
+                    .state
+                    .encode(&s)
+                    .map_err(|x| encode_err("state", x))?,
+            ),
+        };
+        Ok(RawStep { emit, state })
+    }
+}

@@ -1,0 +1,431 @@
+//! The topology builder: stages composed in `main.rs`, validated at build time.
+//!
+//! ```
+//! use parsley_stage::{Handler, HandlerError, Record, Step, Topology, Utf8};
+//!
+//! struct Count;
+//! impl Handler for Count {
+//!     type Key = String;
+//!     type Value = String;
+//!     type Output = u64;
+//!     type State = u64;
+//!     fn handle(&self, r: Record<'_, String, String>, n: Option<u64>)
+//!         -> Result<Step<String, u64, u64>, HandlerError>
+//!     {
+//!         let n = n.unwrap_or(0) + 1;
+//!         Ok(Step::none().emit("counts", r.key, n).set_state(n))
+//!     }
+//! }
+//!
+//! let topology = Topology::builder("shop")
+//!     .stage("count", Count, |s| s.source("orders").sink("counts").key_codec(Utf8))
+//!     .build()?;
+//! assert_eq!(topology.stages()[0].group_id(topology.application_id()), "shop.count");
+//! # Ok::<(), parsley_stage::Error>(())
+//! ```
+//!
+//! Validation (all problems are reported together in [`Error::InvalidTopology`]): a valid
+//! application id and stage names, at least one stage, unique stage names, every stage has at
+//! least one source and no duplicate source or sink, topic names are legal Kafka names, and no
+//! stage writes a topic it reads (a task would wait on its own open transaction; issue 4).
+//! Sources of one stage must be co-partitioned (same partition count, same key hashing); that
+//! is checked against the broker when the runtime starts.
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::codec::{Codec, Json};
+use crate::error::{Error, Result};
+use crate::handler::Handler;
+use crate::processor::{Codecs, Processor, Typed};
+
+/// A validated set of stages of one application.
+#[derive(Clone)]
+pub struct Topology {
+    application_id: String,
+    stages: Vec<StageSpec>,
+}
+
+impl fmt::Debug for Topology {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Topology")
+            .field("application_id", &self.application_id)
+            .field("stages", &self.stages)
+            .finish()
+    }
+}
+
+impl Topology {
+    /// Starts a topology for the application `application_id` (the prefix of every consumer
+    /// group and transactional id).
+    pub fn builder(application_id: impl Into<String>) -> TopologyBuilder {
+        TopologyBuilder {
+            application_id: application_id.into(),
+            stages: Vec::new(),
+            problems: Vec::new(),
+        }
+    }
+
+    /// The application id.
+    pub fn application_id(&self) -> &str {
+        &self.application_id
+    }
+
+    /// The stages, in the order they were added.
+    pub fn stages(&self) -> &[StageSpec] {
+        &self.stages
+    }
+
+    /// The stage called `name`.
+    pub fn stage(&self, name: &str) -> Option<&StageSpec> {
+        self.stages.iter().find(|s| s.name == name)
+    }
+}
+
+/// One validated stage: its sources, sinks and processor.
+#[derive(Clone)]
+pub struct StageSpec {
+    name: String,
+    sources: Vec<String>,
+    sinks: Vec<String>,
+    processor: Arc<dyn Processor>,
+}
+
+impl fmt::Debug for StageSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StageSpec")
+            .field("name", &self.name)
+            .field("sources", &self.sources)
+            .field("sinks", &self.sinks)
+            .finish_non_exhaustive()
+    }
+}
+
+impl StageSpec {
+    /// The stage's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Source topics, co-partitioned: task `p` consumes partition `p` of each.
+    pub fn sources(&self) -> &[String] {
+        &self.sources
+    }
+
+    /// Sink topics the handler may emit to.
+    pub fn sinks(&self) -> &[String] {
+        &self.sinks
+    }
+
+    /// The stage's logic over bytes.
+    pub fn processor(&self) -> &Arc<dyn Processor> {
+        &self.processor
+    }
+
+    /// The consumer group of this stage: `{application_id}.{stage}`.
+    pub fn group_id(&self, application_id: &str) -> String {
+        format!("{application_id}.{}", self.name)
+    }
+}
+
+/// Builds a [`Topology`]; see the module docs.
+pub struct TopologyBuilder {
+    application_id: String,
+    stages: Vec<StageSpec>,
+    problems: Vec<String>,
+}
+
+impl TopologyBuilder {
+    /// Adds a stage named `name` running `handler`, configured by `configure`.
+    pub fn stage<H: Handler>(
+        mut self,
+        name: impl Into<String>,
+        handler: H,
+        configure: impl FnOnce(StageBuilder<H>) -> StageBuilder<H>,
+    ) -> Self
+    where
+        Json: Codec<H::Key> + Codec<H::Value> + Codec<H::Output> + Codec<H::State>,
+    {
+        let name = name.into();
+        let builder = configure(StageBuilder {
+            name: name.clone(),
+            handler,
+            sources: Vec::new(),
+            sinks: Vec::new(),
+            codecs: Codecs {
+                key: Arc::new(Json),
+                value: Arc::new(Json),
+                output: Arc::new(Json),
+                state: Arc::new(Json),
+            },
+        });
+        let StageBuilder {
+            handler,
+            sources,
+            sinks,
+            codecs,
+            ..
+        } = builder;
+        let processor: Arc<dyn Processor> = Arc::new(Typed {
+            stage: name.clone(),
+            handler,
+            codecs,
+            sinks: sinks.clone(),
+        });
+        self.stages.push(StageSpec {
+            name,
+            sources,
+            sinks,
+            processor,
+        });
+        self
+    }
+
+    /// Validates and returns the topology.
+    ///
+    /// # Errors
+    /// [`Error::InvalidTopology`] listing every problem found.
+    pub fn build(self) -> Result<Topology> {
+        let mut problems = self.problems;
+        if let Err(why) = legal_name(&self.application_id) {
+            problems.push(format!("application id {:?}: {why}", self.application_id));
+        }
+        if self.stages.is_empty() {
+            problems.push("the topology has no stage".to_string());
+        }
+        for (i, stage) in self.stages.iter().enumerate() {
+            let name = &stage.name;
+            if let Err(why) = legal_name(name) {
+                problems.push(format!("stage name {name:?}: {why}"));
+            }
+            if self.stages[..i].iter().any(|s| s.name == *name) {
+                problems.push(format!("stage {name:?} is defined twice"));
+            }
+            if stage.sources.is_empty() {
+                problems.push(format!("stage {name:?} has no source topic"));
+            }
+            for (kind, topics) in [("source", &stage.sources), ("sink", &stage.sinks)] {
+                for (j, topic) in topics.iter().enumerate() {
+                    if let Err(why) = legal_name(topic) {
+                        problems.push(format!("stage {name:?}: {kind} topic {topic:?}: {why}"));
+                    }
+                    if topics[..j].contains(topic) {
+                        problems.push(format!(
+                            "stage {name:?}: {kind} topic {topic:?} is listed twice"
+                        ));
+                    }
+                }
+            }
+            for topic in &stage.sinks {
+                if stage.sources.contains(topic) {
+                    problems.push(format!(
+                        "stage {name:?} writes topic {topic:?}, which it also reads: a task would wait on its own open transaction"
+                    ));
+                }
+            }
+        }
+        if !problems.is_empty() {
+            return Err(Error::InvalidTopology { problems });
+        }
+        Ok(Topology {
+            application_id: self.application_id,
+            stages: self.stages,
+        })
+    }
+}
+
+/// Configures one stage: sources, sinks and codecs (JSON by default).
+pub struct StageBuilder<H: Handler> {
+    name: String,
+    handler: H,
+    sources: Vec<String>,
+    sinks: Vec<String>,
+    codecs: Codecs<H>,
+}
+
+impl<H: Handler> StageBuilder<H> {
+    /// Adds a source topic. All sources of a stage must be co-partitioned.
+    pub fn source(mut self, topic: impl Into<String>) -> Self {
+        self.sources.push(topic.into());
+        self
+    }
+
+    /// Declares a sink topic the handler may emit to.
+    pub fn sink(mut self, topic: impl Into<String>) -> Self {
+        self.sinks.push(topic.into());
+        self
+    }
+
+    /// The codec of input and output keys (and of the state key).
+    pub fn key_codec(mut self, codec: impl Codec<H::Key> + 'static) -> Self {
+        self.codecs.key = Arc::new(codec);
+        self
+    }
+
+    /// The codec of input values.
+    pub fn value_codec(mut self, codec: impl Codec<H::Value> + 'static) -> Self {
+        self.codecs.value = Arc::new(codec);
+        self
+    }
+
+    /// The codec of emitted values.
+    pub fn output_codec(mut self, codec: impl Codec<H::Output> + 'static) -> Self {
+        self.codecs.output = Arc::new(codec);
+        self
+    }
+
+    /// The codec of the fold state.
+    pub fn state_codec(mut self, codec: impl Codec<H::State> + 'static) -> Self {
+        self.codecs.state = Arc::new(codec);
+        self
+    }
+
+    /// The stage's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+/// Kafka's legal topic (and here: id) names: 1–249 of `[a-zA-Z0-9._-]`, not `.` or `..`.
+fn legal_name(name: &str) -> std::result::Result<(), &'static str> {
+    if name.is_empty() {
+        return Err("is empty");
+    }
+    if name.len() > 249 {
+        return Err("is longer than 249 characters");
+    }
+    if name == "." || name == ".." {
+        return Err("cannot be '.' or '..'");
+    }
+    if !name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+    {
+        return Err("may contain only ASCII letters, digits, '.', '_' and '-'");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::handler::{HandlerError, Record, Step};
+    use crate::processor::RawRecord;
+    use crate::{Bincode, StateChange, Utf8};
+
+    struct Echo;
+    impl Handler for Echo {
+        type Key = String;
+        type Value = u32;
+        type Output = u32;
+        type State = u32;
+        fn handle(
+            &self,
+            r: Record<'_, String, u32>,
+            state: Option<u32>,
+        ) -> std::result::Result<Step<String, u32, u32>, HandlerError> {
+            if r.value == 13 {
+                return Err("unlucky".into());
+            }
+            let total = state.unwrap_or(0) + r.value;
+            Ok(Step::none().emit("out", r.key, total).set_state(total))
+        }
+    }
+
+    #[test]
+    fn build_reports_every_problem_at_once() {
+        let err = Topology::builder("app id")
+            .stage("a", Echo, |s| s.source("in").source("in").sink("in"))
+            .stage("a", Echo, |s| s.sink("bad/topic"))
+            .build()
+            .unwrap_err();
+        let Error::InvalidTopology { problems } = err else {
+            panic!("{err}")
+        };
+        let text = problems.join("\n");
+        for needle in [
+            "application id \"app id\"",
+            "source topic \"in\" is listed twice",
+            "writes topic \"in\", which it also reads",
+            "stage \"a\" is defined twice",
+            "stage \"a\" has no source topic",
+            "sink topic \"bad/topic\"",
+        ] {
+            assert!(text.contains(needle), "missing {needle:?} in:\n{text}");
+        }
+        assert!(matches!(
+            Topology::builder("x").build(),
+            Err(Error::InvalidTopology { .. })
+        ));
+    }
+
+    #[test]
+    fn processor_decodes_handles_and_encodes() {
+        let t = Topology::builder("app")
+            .stage("sum", Echo, |s| {
+                s.source("in")
+                    .sink("out")
+                    .key_codec(Utf8)
+                    .state_codec(Bincode)
+            })
+            .build()
+            .unwrap();
+        let p = t.stage("sum").unwrap().processor().clone();
+        let raw = |value: &'static [u8]| RawRecord {
+            topic: "in",
+            partition: 2,
+            offset: 7,
+            timestamp: 0,
+            key: Some(b"k"),
+            value: Some(value),
+        };
+        let state = Bincode.encode(&5u32).unwrap();
+        let step = p.process(raw(b"3"), Some(&state)).unwrap();
+        assert_eq!(step.emit[0].topic, "out");
+        assert_eq!(step.emit[0].key, b"k");
+        assert_eq!(step.emit[0].value, b"8");
+        assert_eq!(step.state, StateChange::Set(Bincode.encode(&8u32).unwrap()));
+
+        let err = p.process(raw(b"nope"), None).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("cannot decode the value of in/2@7"),
+            "{err}"
+        );
+        let err = p.process(raw(b"13"), None).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("handler failed on in/2@7: unlucky"),
+            "{err}"
+        );
+        let err = p
+            .process(raw(b"1"), Some(b"\xff\xff\xff\xff\xff\xff"))
+            .unwrap_err();
+        assert!(err.to_string().contains("cannot decode the state"), "{err}");
+    }
+
+    #[test]
+    fn emitting_to_an_undeclared_sink_is_an_error() {
+        let t = Topology::builder("app")
+            .stage("sum", Echo, |s| {
+                s.source("in").sink("elsewhere").key_codec(Utf8)
+            })
+            .build()
+            .unwrap();
+        let err = t.stages()[0]
+            .processor()
+            .process(
+                RawRecord {
+                    topic: "in",
+                    partition: 0,
+                    offset: 0,
+                    timestamp: 0,
+                    key: Some(b"k"),
+                    value: Some(b"1"),
+                },
+                None,
+            )
+            .unwrap_err();
+        assert!(matches!(err, Error::UndeclaredSink { ref topic, .. } if topic == "out"));
+    }
+}

@@ -1,0 +1,181 @@
+//! Fixtures for tests against the real broker: unique topics, an admin client, and reading a
+//! topic back up to its end offsets as `read_committed` sees them.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use parsley_clock::{Stamp, codec};
+use parsley_runtime::{Admin, TopicInfo, TopicSpec};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Headers, Message};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+
+use crate::broker;
+
+/// Deadline for fixture calls; a safety net that fails the test loudly, never a
+/// synchronisation point.
+pub const DEADLINE: Duration = Duration::from_secs(60);
+
+/// The bootstrap address of the test broker.
+///
+/// # Panics
+/// When no broker is known: run `cargo xtask kafka up` or `cargo xtask test`.
+pub fn bootstrap() -> String {
+    broker::bootstrap().unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// A topic name unique to this run: `{prefix}-{random}`, so tests never collide.
+pub fn unique_topic(prefix: &str) -> String {
+    format!("{prefix}-{}", uuid::Uuid::new_v4().simple())
+}
+
+/// An admin client for the test broker.
+///
+/// # Panics
+/// When the client cannot be created.
+pub fn admin() -> Admin {
+    Admin::new(&bootstrap(), Duration::from_secs(30)).expect("admin client")
+}
+
+/// Creates a unique topic with `partitions` partitions and returns its description.
+///
+/// # Panics
+/// When creation fails.
+pub fn create_topic(prefix: &str, partitions: i32) -> TopicInfo {
+    let name = unique_topic(prefix);
+    admin()
+        .create_topics(&[TopicSpec::new(name, partitions)])
+        .expect("create topic")
+        .remove(0)
+}
+
+/// One record read back from a topic.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadRecord {
+    /// Partition.
+    pub partition: i32,
+    /// Offset.
+    pub offset: i64,
+    /// Key bytes.
+    pub key: Option<Vec<u8>>,
+    /// Value bytes.
+    pub value: Option<Vec<u8>>,
+    /// The decoded `parsley.stamp` header, if present.
+    pub stamp: Option<Stamp>,
+}
+
+/// A `read_committed` consumer (no group) for `topic`.
+///
+/// # Panics
+/// When the client cannot be created.
+pub fn committed_consumer() -> BaseConsumer {
+    ClientConfig::new()
+        .set("bootstrap.servers", bootstrap())
+        .set("group.id", unique_topic("fixture"))
+        .set("isolation.level", "read_committed")
+        .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "false")
+        .create()
+        .expect("consumer")
+}
+
+/// The end offsets of `topic`'s partitions as a `read_committed` consumer sees them (the LSO).
+///
+/// # Panics
+/// On a broker error.
+pub fn committed_end_offsets(topic: &TopicInfo) -> HashMap<i32, i64> {
+    let c = committed_consumer();
+    (0..topic.partitions)
+        .map(|p| {
+            let (_, high) = c
+                .fetch_watermarks(&topic.name, p, DEADLINE)
+                .expect("watermarks");
+            (p, high)
+        })
+        .collect()
+}
+
+/// Reads every committed record of `topic` from offset 0 until the consumer's position on
+/// each partition reaches the end offset a `read_committed` consumer saw when the call began
+/// (evidence: positions, not silence). Records are returned per partition in offset order.
+///
+/// # Panics
+/// On a broker error, a malformed stamp, or when the end is not reached within [`DEADLINE`].
+pub fn read_committed(topic: &TopicInfo) -> Vec<ReadRecord> {
+    let ends = committed_end_offsets(topic);
+    let consumer = committed_consumer();
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..topic.partitions {
+        tpl.add_partition_offset(&topic.name, p, Offset::Beginning)
+            .expect("tpl");
+    }
+    consumer.assign(&tpl).expect("assign");
+    let mut out = Vec::new();
+    let started = Instant::now();
+    loop {
+        let positions = consumer.position().expect("position");
+        let done = (0..topic.partitions).all(|p| {
+            let end = ends[&p];
+            end == 0
+                || matches!(
+                    positions.find_partition(&topic.name, p).map(|e| e.offset()),
+                    Some(Offset::Offset(o)) if o >= end
+                )
+        });
+        if done {
+            return out;
+        }
+        assert!(
+            started.elapsed() < DEADLINE,
+            "read_committed({}): ends {ends:?} not reached, positions {positions:?}",
+            topic.name
+        );
+        if let Some(m) = consumer.poll(Duration::from_millis(100)) {
+            let m = m.expect("poll");
+            let stamp = m.headers().and_then(|h| {
+                h.iter()
+                    .find(|h| h.key == parsley_clock::STAMP_HEADER)
+                    .map(|h| codec::decode(h.value.unwrap_or_default()).expect("stamp"))
+            });
+            out.push(ReadRecord {
+                partition: m.partition(),
+                offset: m.offset(),
+                key: m.key().map(<[u8]>::to_vec),
+                value: m.payload().map(<[u8]>::to_vec),
+                stamp,
+            });
+        }
+    }
+}
+
+/// Waits for progress events of `running` until stage `stage` has committed at least
+/// `deliveries` deliveries; returns its counters then.
+///
+/// # Panics
+/// When a stage fails, or the count is not reached within [`DEADLINE`].
+pub fn wait_committed(
+    running: &parsley_runtime::Running,
+    stage: &str,
+    deliveries: u64,
+) -> parsley_runtime::MetricsSnapshot {
+    let started = Instant::now();
+    loop {
+        if let Some((_, m)) = running.metrics().into_iter().find(|(n, _)| n == stage)
+            && m.committed_deliveries >= deliveries
+        {
+            return m;
+        }
+        let left = DEADLINE.saturating_sub(started.elapsed());
+        assert!(
+            !left.is_zero(),
+            "stage {stage} did not commit {deliveries} deliveries within {DEADLINE:?}: {:?}",
+            running.metrics()
+        );
+        match running.next_progress(left) {
+            Some(parsley_runtime::Progress::Failed { stage, error }) => {
+                panic!("stage {stage} failed: {error}")
+            }
+            Some(_) | None => {}
+        }
+    }
+}

@@ -1,0 +1,13 @@
+//! Test kit for Parsley (dev-only).
+//!
+//! - [`broker`]: a single-node Apache Kafka broker (KRaft) started from Maven Central jars on
+//!   the machine's Java 17, and the bootstrap address tests find it at;
+//! - [`fixtures`]: unique topics, an admin client, reading a topic back as `read_committed`
+//!   sees it;
+//! - [`oracle`]: the delivery-order oracle, which checks causal delivery from ground-truth
+//!   logs without reading Parsley's clocks (DESIGN.md §2, §8).
+#![doc(test(attr(deny(warnings))))]
+
+pub mod broker;
+pub mod fixtures;
+pub mod oracle;

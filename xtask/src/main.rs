@@ -1,0 +1,233 @@
+//! Project automation: `cargo xtask <command>`.
+//!
+//! - `kafka up|down|status`: the local single-node Kafka broker (see `parsley_testkit::broker`);
+//! - `demo`: starts the broker if none, runs the inventory demo, stops what it started;
+//! - `test`: starts the broker if none, runs `cargo fmt --check`, clippy with warnings denied,
+//!   and every workspace test (unit, integration, doctests, the book's examples), stops what
+//!   it started.
+//!
+//! Missing Java or Maven are installed from Debian's packages when running as root on a
+//! Debian-like machine; elsewhere the error says what to install.
+
+use std::process::{Command, ExitCode};
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, Subcommand};
+use parsley_testkit::broker::{self, Status, Up};
+
+#[derive(Parser)]
+#[command(name = "cargo xtask", about = "Parsley project automation")]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Manage the local Kafka broker.
+    Kafka {
+        #[command(subcommand)]
+        action: KafkaCmd,
+    },
+    /// Run the inventory demo on the local broker (started if none is running).
+    Demo {
+        /// Leave a broker this command started running afterwards.
+        #[arg(long)]
+        keep_broker: bool,
+        /// Extra arguments for the demo binary (after `--`).
+        #[arg(last = true)]
+        args: Vec<String>,
+    },
+    /// Format check, clippy (warnings denied) and every workspace test on the local broker.
+    Test {
+        /// Leave a broker this command started running afterwards.
+        #[arg(long)]
+        keep_broker: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum KafkaCmd {
+    /// Resolve the jars, format storage, start the broker and wait until it answers.
+    Up,
+    /// Stop the broker this project started.
+    Down,
+    /// Show whether the broker runs and where.
+    Status,
+}
+
+fn main() -> ExitCode {
+    match run(Cli::parse()) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("xtask: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<ExitCode> {
+    match cli.command {
+        Cmd::Kafka { action } => {
+            match action {
+                KafkaCmd::Up => {
+                    ensure_prerequisites()?;
+                    match broker::up()? {
+                        Up::Started(b) => println!("kafka: started, bootstrap {b}"),
+                        Up::AlreadyRunning(b) => println!("kafka: already running, bootstrap {b}"),
+                    }
+                }
+                KafkaCmd::Down => {
+                    if broker::down()? {
+                        println!("kafka: stopped");
+                    } else {
+                        println!("kafka: not running");
+                    }
+                }
+                KafkaCmd::Status => match broker::status() {
+                    Status::Running { bootstrap, pid } => {
+                        println!("kafka: running (pid {pid}), bootstrap {bootstrap}")
+                    }
+                    Status::Unresponsive { pid } => {
+                        println!("kafka: process {pid} is alive but does not answer")
+                    }
+                    Status::Stopped => println!("kafka: not running"),
+                },
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Demo { keep_broker, args } => with_broker(keep_broker, |bootstrap| {
+            let mut cmd = cargo();
+            cmd.args(["run", "--quiet", "--package", "parsley-inventory", "--"])
+                .args(&args)
+                .env(broker::BOOTSTRAP_ENV, bootstrap);
+            Ok(status_code(&mut cmd, "the inventory demo")?)
+        }),
+        Cmd::Test { keep_broker } => with_broker(keep_broker, |bootstrap| {
+            let steps: [(&str, &[&str]); 4] = [
+                ("cargo fmt --check", &["fmt", "--all", "--", "--check"]),
+                (
+                    "cargo clippy",
+                    &[
+                        "clippy",
+                        "--workspace",
+                        "--all-targets",
+                        "--",
+                        "-D",
+                        "warnings",
+                    ],
+                ),
+                (
+                    "cargo test (unit, integration, benches as tests)",
+                    &["test", "--workspace", "--all-targets"],
+                ),
+                (
+                    "cargo test --doc (doctests and the book's examples)",
+                    &["test", "--workspace", "--doc"],
+                ),
+            ];
+            for (what, args) in steps {
+                println!("xtask: {what}");
+                let mut cmd = cargo();
+                cmd.args(args).env(broker::BOOTSTRAP_ENV, bootstrap);
+                if status_code(&mut cmd, what)? != ExitCode::SUCCESS {
+                    bail!("{what} failed");
+                }
+            }
+            println!("xtask: all checks passed");
+            Ok(ExitCode::SUCCESS)
+        }),
+    }
+}
+
+/// Runs `f` with a broker: `$PARSLEY_BOOTSTRAP` if set, else the local one (started if
+/// needed and stopped afterwards unless `keep` or it was already running).
+fn with_broker(keep: bool, f: impl FnOnce(&str) -> Result<ExitCode>) -> Result<ExitCode> {
+    if let Ok(b) = std::env::var(broker::BOOTSTRAP_ENV)
+        && !b.trim().is_empty()
+    {
+        println!(
+            "xtask: using the cluster at {b} ({})",
+            broker::BOOTSTRAP_ENV
+        );
+        return f(b.trim());
+    }
+    ensure_prerequisites()?;
+    let up = broker::up().context("starting the local Kafka broker")?;
+    let started = matches!(up, Up::Started(_));
+    println!(
+        "xtask: kafka {} at {}",
+        if started {
+            "started"
+        } else {
+            "already running"
+        },
+        up.bootstrap()
+    );
+    let result = f(up.bootstrap());
+    if started && !keep {
+        broker::down().context("stopping the local Kafka broker")?;
+        println!("xtask: kafka stopped");
+    }
+    result
+}
+
+fn cargo() -> Command {
+    Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string()))
+}
+
+fn status_code(cmd: &mut Command, what: &str) -> Result<ExitCode> {
+    let status = cmd.status().with_context(|| format!("running {what}"))?;
+    Ok(if status.success() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// Installs Java and Maven from Debian's packages when they are missing and we may.
+fn ensure_prerequisites() -> Result<()> {
+    let missing: Vec<(&str, &str)> = [("java", "openjdk-17-jre-headless"), ("mvn", "maven")]
+        .into_iter()
+        .filter(|(program, _)| !on_path(program))
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let packages: Vec<&str> = missing.iter().map(|(_, p)| *p).collect();
+    let is_root = Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
+    if !(is_root && on_path("apt-get")) {
+        bail!(
+            "missing {}: install them (Debian: apt-get install {})",
+            missing
+                .iter()
+                .map(|(p, _)| *p)
+                .collect::<Vec<_>>()
+                .join(", "),
+            packages.join(" ")
+        );
+    }
+    println!(
+        "xtask: installing {} from Debian's packages",
+        packages.join(" ")
+    );
+    let ok = Command::new("apt-get").arg("update").status()?.success()
+        && Command::new("apt-get")
+            .args(["install", "-y", "--no-install-recommends"])
+            .args(&packages)
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .status()?
+            .success();
+    if !ok {
+        bail!("apt-get install {} failed", packages.join(" "));
+    }
+    Ok(())
+}
+
+fn on_path(program: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(program).is_file()))
+}
