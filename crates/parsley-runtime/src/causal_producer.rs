@@ -262,10 +262,7 @@ impl CausalProducer {
     /// # Errors
     /// [`Error::Kafka`] from the client; the transaction must then be aborted.
     pub fn commit(&mut self) -> Result<Vec<Acked>> {
-        self.outbox
-            .producer()
-            .commit_transaction(self.timeout)
-            .map_err(|e| Error::kafka("committing a transaction", e))?;
+        self.outbox.commit_transaction(self.timeout)?;
         let acked = self.flush()?;
         self.snapshot = None;
         Ok(acked)
@@ -299,7 +296,7 @@ impl CausalProducer {
 impl Drop for CausalProducer {
     fn drop(&mut self) {
         if !self.transactional {
-            let _ = self.outbox.flush(self.timeout);
+            let _ = self.outbox.wait_acked(self.timeout);
         }
     }
 }

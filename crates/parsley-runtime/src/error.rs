@@ -18,6 +18,20 @@ pub enum Error {
         /// The client's error.
         source: KafkaError,
     },
+    /// A transactional API call failed.
+    #[error("{operation}: {code:?}: {message}{}", if *fatal { " (fatal)" } else if *requires_abort { " (the transaction must be aborted)" } else { "" })]
+    Transaction {
+        /// What was being done.
+        operation: String,
+        /// librdkafka's error code.
+        code: rdkafka::types::RDKafkaErrorCode,
+        /// librdkafka's message.
+        message: String,
+        /// The producer cannot be used any more (fenced, or a fatal idempotence error).
+        fatal: bool,
+        /// The transaction cannot commit and must be aborted.
+        requires_abort: bool,
+    },
     /// An admin request failed.
     #[error("{operation}: {message}")]
     Admin {
@@ -116,7 +130,14 @@ impl Error {
     /// `true` when the producer was fenced by a newer instance with the same transactional id
     /// or group generation: the task must give up ownership, not retry.
     pub fn is_fenced(&self) -> bool {
+        use rdkafka::types::RDKafkaErrorCode as C;
         match self {
+            Error::Transaction { code, .. } => {
+                matches!(
+                    code,
+                    C::ProducerFenced | C::InvalidProducerEpoch | C::Fenced
+                )
+            }
             Error::Kafka { source, .. } | Error::Send { source, .. } => {
                 matches!(
                     source.rdkafka_error_code(),

@@ -99,11 +99,28 @@ impl Runtime {
     /// When a thread cannot be spawned. Stage errors arrive as [`Progress::Failed`] and from
     /// [`Running::stop`].
     pub fn start(&self) -> Result<Running> {
+        let names: Vec<&str> = self.topology.stages().iter().map(|s| s.name()).collect();
+        self.start_stages(&names)
+    }
+
+    /// Starts the named stages, each on its own stream thread (to start a downstream stage
+    /// later, as a replay or a late joiner does, call this once per group of stages).
+    ///
+    /// # Errors
+    /// [`Error::UnknownStage`] for a name not in the topology; [`Error::StageFailed`] when a
+    /// thread cannot be spawned. Stage errors arrive as [`Progress::Failed`] and from
+    /// [`Running::stop`].
+    pub fn start_stages(&self, names: &[&str]) -> Result<Running> {
         let shutdown = Shutdown::new();
         let (tx, rx) = channel();
         let mut stages = Vec::new();
-        for spec in self.topology.stages() {
-            let name = spec.name().to_string();
+        for name in names {
+            let name = self
+                .topology
+                .stage(name)
+                .ok_or_else(|| Error::UnknownStage(name.to_string()))?
+                .name()
+                .to_string();
             let metrics = Arc::new(StageMetrics::default());
             let runtime = self.clone();
             let (sd, obs, m, n) = (shutdown.clone(), tx.clone(), metrics.clone(), name.clone());

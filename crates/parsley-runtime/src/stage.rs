@@ -629,8 +629,8 @@ impl StageRunner {
     /// Commits the open transaction with the input offsets of every task, then begins the
     /// next one.
     fn commit(&mut self) -> Result<()> {
-        self.last_commit = Instant::now();
         if self.uncommitted.deliveries == 0 && self.uncommitted.emissions == 0 {
+            self.last_commit = Instant::now();
             return Ok(());
         }
         let mut offsets = TopicPartitionList::new();
@@ -649,12 +649,11 @@ impl StageRunner {
             message: "the consumer has no group metadata".into(),
         })?;
         let producer = self.outbox.producer();
+        let started = Instant::now();
         producer
             .send_offsets_to_transaction(&offsets, &metadata, self.config.timeout)
             .map_err(|e| Error::kafka("sending offsets to the transaction", e))?;
-        producer
-            .commit_transaction(self.config.timeout)
-            .map_err(|e| Error::kafka("committing the transaction", e))?;
+        self.outbox.commit_transaction(self.config.timeout)?;
         self.outbox.wait_acked(self.config.timeout)?;
         self.settle_acks(None)?;
         let done = std::mem::take(&mut self.uncommitted);
@@ -662,6 +661,7 @@ impl StageRunner {
         debug!(
             deliveries = done.deliveries,
             emissions = done.emissions,
+            took_us = started.elapsed().as_micros() as u64,
             "committed"
         );
         if let Some(o) = &self.observer {
@@ -673,6 +673,9 @@ impl StageRunner {
         if !self.shutdown.load(Ordering::Relaxed) {
             self.begin()?;
         }
+        // The interval runs from the end of a commit, so a slow commit is not followed at
+        // once by another one with a single delivery in it.
+        self.last_commit = Instant::now();
         Ok(())
     }
 }

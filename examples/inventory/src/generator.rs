@@ -1,0 +1,205 @@
+//! The workload generator: a warehouse and a shop per partition slice.
+//!
+//! Products are spread over `partitions` slices by the key hash every Kafka client uses, so
+//! slice `p` owns exactly the products of partition `p` of every topic. Each slice is one
+//! process (one transactional [`CausalProducer`]): per round it writes a batch of stock
+//! events, then sells from the stock it has written — the sales are stamped after the stock
+//! sends were acknowledged, so each sale claims the stock before it. A configurable share of
+//! rounds aborts its transaction; those records never count.
+//!
+//! The ground truth is each slice's committed sends in send order, with the coordinates the
+//! broker acknowledged: what the oracle rebuilds happened-before from.
+
+use std::collections::HashMap;
+
+use anyhow::{Context, Result};
+use indicatif::{ProgressBar, ProgressStyle};
+use parsley_runtime::{CausalProducer, CausalProducerConfig, partition_for};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use crate::model::Event;
+
+/// Generator settings.
+#[derive(Debug, Clone)]
+pub struct GenConfig {
+    /// Number of products.
+    pub products: usize,
+    /// Rounds of stock-then-sales per slice.
+    pub rounds: usize,
+    /// Partitions of every topic (= slices).
+    pub partitions: i32,
+    /// Random seed.
+    pub seed: u64,
+    /// Bytes of padding in each stock event's note.
+    pub note_bytes: usize,
+    /// Share of a slice's rounds whose transaction aborts.
+    pub abort_ratio: f64,
+    /// Prefix of the generator's transactional ids.
+    pub transactional_prefix: String,
+}
+
+/// One committed send of the generator.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sent {
+    /// Event id.
+    pub id: u64,
+    /// Topic.
+    pub topic: String,
+    /// Partition.
+    pub partition: i32,
+    /// Offset the broker assigned.
+    pub offset: i64,
+}
+
+/// What the generator committed, per slice, in send order.
+#[derive(Debug, Clone, Default)]
+pub struct GroundTruth {
+    /// Per slice: its committed sends in send order.
+    pub slices: Vec<Vec<Sent>>,
+    /// Committed stock events.
+    pub stock_events: u64,
+    /// Committed sales.
+    pub sales: u64,
+    /// Events written in aborted transactions.
+    pub aborted_events: u64,
+    /// Transactions committed.
+    pub transactions: u64,
+}
+
+/// Writes the workload to `stock` and `sales` and returns the ground truth.
+///
+/// # Errors
+/// Any producer error.
+pub fn generate(
+    bootstrap: &str,
+    stock: &str,
+    sales: &str,
+    config: &GenConfig,
+    bar: &ProgressBar,
+) -> Result<GroundTruth> {
+    let mut rng = StdRng::seed_from_u64(config.seed);
+    let keys: Vec<String> = (0..config.products)
+        .map(|i| format!("sku-{i:06}"))
+        .collect();
+    let mut slices: Vec<Vec<usize>> = vec![Vec::new(); config.partitions as usize];
+    for (i, k) in keys.iter().enumerate() {
+        slices[partition_for(k.as_bytes(), config.partitions) as usize].push(i);
+    }
+    let mut producers = (0..config.partitions)
+        .map(|p| {
+            CausalProducer::new(
+                CausalProducerConfig::new(bootstrap)
+                    .transactional(format!("{}-{p}", config.transactional_prefix)),
+            )
+            .with_context(|| format!("creating the producer of slice {p}"))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let mut level = vec![0i64; config.products];
+    let mut stocked = vec![false; config.products];
+    let mut next_id = vec![0u64; config.partitions as usize];
+    let mut truth = GroundTruth {
+        slices: vec![Vec::new(); config.partitions as usize],
+        ..GroundTruth::default()
+    };
+    let note: String = "n".repeat(config.note_bytes);
+    bar.set_length((config.rounds * slices.len()) as u64);
+    bar.set_style(
+        ProgressStyle::with_template("generate {bar:30} {pos}/{len} transactions {msg}")
+            .expect("template"),
+    );
+    for round in 0..config.rounds {
+        for (p, products) in slices.iter().enumerate() {
+            let producer = &mut producers[p];
+            producer.begin()?;
+            let (saved_level, saved_stocked) = (level.clone(), stocked.clone());
+            let mut pending: Vec<(u64, u64, &str)> = Vec::new(); // (seq, id, topic)
+            let new_id = |next: &mut u64| {
+                *next += 1;
+                ((p as u64 + 1) << 40) | *next
+            };
+            // The warehouse: first delivery for every product in round 0, restocks later.
+            for &i in products {
+                if round > 0 && !rng.random_bool(0.5) {
+                    continue;
+                }
+                let id = new_id(&mut next_id[p]);
+                let qty = rng.random_range(1..=20u32);
+                let event = if stocked[i] {
+                    Event::Restocked {
+                        id,
+                        product: keys[i].clone(),
+                        qty,
+                        note: note.clone(),
+                    }
+                } else {
+                    Event::InStock {
+                        id,
+                        product: keys[i].clone(),
+                        qty,
+                        note: note.clone(),
+                    }
+                };
+                stocked[i] = true;
+                level[i] += i64::from(qty);
+                let (seq, _) =
+                    producer.send(stock, keys[i].as_bytes(), &serde_json::to_vec(&event)?)?;
+                pending.push((seq, id, stock));
+            }
+            // The shop sells only what the warehouse's acknowledged events put on the shelf.
+            for &i in products {
+                if level[i] <= 0 || !rng.random_bool(0.6) {
+                    continue;
+                }
+                let id = new_id(&mut next_id[p]);
+                let qty = rng.random_range(1..=level[i].min(5) as u32);
+                level[i] -= i64::from(qty);
+                let event = Event::Sold {
+                    id,
+                    product: keys[i].clone(),
+                    qty,
+                };
+                let (seq, _) =
+                    producer.send(sales, keys[i].as_bytes(), &serde_json::to_vec(&event)?)?;
+                pending.push((seq, id, sales));
+            }
+            if rng.random_bool(config.abort_ratio) {
+                producer.flush()?; // the records reach the log, then the transaction aborts
+                producer.abort()?;
+                truth.aborted_events += pending.len() as u64;
+                level = saved_level;
+                stocked = saved_stocked;
+            } else {
+                let acked: HashMap<u64, parsley_clock::Coordinate> = producer
+                    .commit()?
+                    .into_iter()
+                    .map(|a| (a.seq, a.coordinate))
+                    .collect();
+                truth.transactions += 1;
+                pending.sort_by_key(|(seq, _, _)| *seq);
+                for (seq, id, topic) in pending {
+                    let c = acked
+                        .get(&seq)
+                        .with_context(|| format!("no acknowledgement for send {seq}"))?;
+                    if topic == stock {
+                        truth.stock_events += 1;
+                    } else {
+                        truth.sales += 1;
+                    }
+                    truth.slices[p].push(Sent {
+                        id,
+                        topic: topic.to_string(),
+                        partition: c.channel.partition,
+                        offset: c.offset,
+                    });
+                }
+            }
+            bar.inc(1);
+        }
+    }
+    bar.finish_with_message(format!(
+        "{} stock, {} sales committed; {} events aborted",
+        truth.stock_events, truth.sales, truth.aborted_events
+    ));
+    Ok(truth)
+}
