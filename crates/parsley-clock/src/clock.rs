@@ -258,11 +258,8 @@ mod tests {
     #[test]
     fn merge_table() {
         // (left, right, expected)
-        let cases: Vec<(
-            Vec<(Channel, i64)>,
-            Vec<(Channel, i64)>,
-            Vec<(Channel, i64)>,
-        )> = vec![
+        type Entries = Vec<(Channel, i64)>;
+        let cases: Vec<(Entries, Entries, Entries)> = vec![
             (vec![], vec![(ch(1, 0), 3)], vec![(ch(1, 0), 3)]),
             (vec![(ch(1, 0), 3)], vec![], vec![(ch(1, 0), 3)]),
             (

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
+use std::sync::mpsc::{Receiver, Sender, channel};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -162,10 +162,7 @@ pub struct Running {
 impl Running {
     /// The next progress event, waiting at most `timeout`; `None` on timeout.
     pub fn next_progress(&self, timeout: Duration) -> Option<Progress> {
-        match self.progress.recv_timeout(timeout) {
-            Ok(p) => Some(p),
-            Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => None,
-        }
+        self.progress.recv_timeout(timeout).ok()
     }
 
     /// Current counters of every stage.

@@ -111,6 +111,9 @@ impl<K, V, S> Step<K, V, S> {
 /// policies per stage are issue 3).
 pub type HandlerError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
+/// What [`Handler::handle`] returns: a [`Step`] or a [`HandlerError`].
+pub type HandlerResult<K, V, S> = Result<Step<K, V, S>, HandlerError>;
+
 /// A stage's logic. Implementations must be pure: the same record and state give the same
 /// step, so a record re-delivered after an abort yields the same outputs.
 pub trait Handler: Send + Sync + 'static {
@@ -131,5 +134,5 @@ pub trait Handler: Send + Sync + 'static {
         &self,
         record: Record<'_, Self::Key, Self::Value>,
         state: Option<Self::State>,
-    ) -> Result<Step<Self::Key, Self::Output, Self::State>, HandlerError>;
+    ) -> HandlerResult<Self::Key, Self::Output, Self::State>;
 }

@@ -19,7 +19,7 @@ pub mod topology;
 
 pub use codec::{Bincode, Codec, CodecError, Json, Utf8};
 pub use error::{Error, Result};
-pub use handler::{Emission, Handler, HandlerError, Record, StateChange, Step};
+pub use handler::{Emission, Handler, HandlerError, HandlerResult, Record, StateChange, Step};
 pub use parsley_clock::CausalClock;
 pub use processor::{Part, Processor, RawEmission, RawRecord, RawStep};
 pub use topology::{StageBuilder, StageSpec, Topology, TopologyBuilder};

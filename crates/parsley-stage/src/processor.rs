@@ -152,7 +152,7 @@ impl<H: Handler> Processor for Typed<H> {
         };
         let mut emit = Vec::with_capacity(step.emit.len());
         for e in step.emit {
-            if !self.sinks.iter().any(|s| *s == e.topic) {
+            if !self.sinks.contains(&e.topic) {
                 return Err(Error::UndeclaredSink {
                     stage: self.stage.clone(),
                     topic: e.topic,

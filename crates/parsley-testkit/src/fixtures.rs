@@ -171,11 +171,10 @@ pub fn wait_committed(
             "stage {stage} did not commit {deliveries} deliveries within {DEADLINE:?}: {:?}",
             running.metrics()
         );
-        match running.next_progress(left) {
-            Some(parsley_runtime::Progress::Failed { stage, error }) => {
-                panic!("stage {stage} failed: {error}")
-            }
-            Some(_) | None => {}
+        if let Some(parsley_runtime::Progress::Failed { stage, error }) =
+            running.next_progress(left)
+        {
+            panic!("stage {stage} failed: {error}")
         }
     }
 }

@@ -47,6 +47,12 @@ struct Placement<C> {
     offset: i64,
 }
 
+/// One sender's records on one channel, by send order: (local index, offset, record).
+type Chain = Vec<(u32, i64, RecordId)>;
+
+/// Chains by (channel, sender).
+type Chains<C> = HashMap<(C, ProcessId), Chain>;
+
 #[derive(Debug, Default)]
 struct Process<C> {
     name: String,
@@ -240,7 +246,7 @@ impl<C: Clone + Eq + Hash + Debug> History<C> {
         let mut next = vec![0usize; n];
         // Per (process, channel, sender): ordered (local index, offset, record) of the sender's
         // records on the channel, and the delivered flags / prefix pointer.
-        let mut chains: HashMap<(C, ProcessId), Vec<(u32, i64, RecordId)>> = HashMap::new();
+        let mut chains: Chains<C> = HashMap::new();
         for (&id, pl) in &self.placements {
             chains
                 .entry((pl.channel.clone(), pl.sender))
@@ -329,7 +335,7 @@ impl<C: Clone + Eq + Hash + Debug> History<C> {
         id: RecordId,
         pl: &Placement<C>,
         vt: &[u32],
-        chains: &HashMap<(C, ProcessId), Vec<(u32, i64, RecordId)>>,
+        chains: &Chains<C>,
         progress: &mut HashMap<(ProcessId, C, ProcessId), (usize, Vec<bool>)>,
         report: &mut Report,
     ) -> Result<(), Violation<C>> {

@@ -1,0 +1,65 @@
+//! Stamp encode and decode time, and encoded bytes per entry.
+//!
+//! Stamps name `entries` channels spread over `entries / 4` topics (four partitions each),
+//! with offsets around 10^9 that differ by a few thousand between partitions of a topic: the
+//! shape of a stage reading a few busy topics.
+
+use std::hint::black_box;
+
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use parsley_clock::{Channel, Clock, SenderId, SenderTag, Stamp, TopicId, codec};
+
+fn stamp(entries: usize) -> Stamp {
+    let clock: Clock = (0..entries)
+        .map(|i| {
+            let topic = TopicId::from_halves(0x1234_5678 + (i / 4) as i64, 0x9abc_def0);
+            Channel::new(topic, (i % 4) as i32).at(1_000_000_000 + (i as i64 * 7_919) % 5_000)
+        })
+        .collect();
+    Stamp::new(
+        Some(SenderTag {
+            sender: SenderId::from_bytes([7; 16]),
+            seq: 123_456,
+        }),
+        clock,
+    )
+}
+
+fn bench(c: &mut Criterion) {
+    let mut group = c.benchmark_group("stamp");
+    for entries in [4usize, 16, 64] {
+        let s = stamp(entries);
+        let bytes = codec::encode(&s);
+        let topics = entries.div_ceil(4);
+        let fixed = 2 + 16 + 3 + 1; // version, flags, sender, seq, topic count
+        let per_entry_beyond_topics = (bytes.len() - fixed - topics * 16) as f64 / entries as f64;
+        println!(
+            "stamp of {entries} entries over {topics} topics: {} bytes, {per_entry_beyond_topics:.2} bytes per entry beyond 16 per topic",
+            bytes.len()
+        );
+        group.throughput(Throughput::Elements(entries as u64));
+        group.bench_with_input(BenchmarkId::new("encode", entries), &s, |b, s| {
+            let mut buf = Vec::with_capacity(1024);
+            b.iter(|| {
+                buf.clear();
+                codec::encode_into(black_box(s), &mut buf);
+                black_box(buf.len())
+            })
+        });
+        group.bench_with_input(BenchmarkId::new("decode", entries), &bytes, |b, bytes| {
+            b.iter(|| codec::decode(black_box(bytes)).expect("valid"))
+        });
+        group.bench_with_input(BenchmarkId::new("round_trip", entries), &s, |b, s| {
+            let mut buf = Vec::with_capacity(1024);
+            b.iter(|| {
+                buf.clear();
+                codec::encode_into(black_box(s), &mut buf);
+                codec::decode(&buf).expect("valid")
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

@@ -1,0 +1,20 @@
+//! The book's chapters, compiled as doctests so every Rust example in them builds and runs
+//! with `cargo test --doc` (the way timely-dataflow checks its mdBook).
+#![doc(test(attr(deny(warnings))))]
+
+macro_rules! chapter {
+    ($name:ident, $file:literal) => {
+        #[cfg(doctest)]
+        #[doc = include_str!($file)]
+        pub struct $name;
+    };
+}
+
+chapter!(Introduction, "src/introduction.md");
+chapter!(Guarantee, "src/guarantee.md");
+chapter!(Clock, "src/clock.md");
+chapter!(Gate, "src/gate.md");
+chapter!(Stage, "src/stage.md");
+chapter!(Runtime, "src/runtime.md");
+chapter!(Testkit, "src/testkit.md");
+chapter!(Demo, "src/demo.md");
