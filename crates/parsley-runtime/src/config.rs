@@ -2,6 +2,19 @@
 
 use std::time::Duration;
 
+/// Whether the delivery gate enforces stamps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum GateMode {
+    /// Records are delivered only when their claims are satisfied (the default).
+    #[default]
+    Causal,
+    /// **Negative control.** Claims are not checked: each channel is delivered in arrival
+    /// order, as a plain consumer would. Stamps are still decoded, merged into the node clock
+    /// and carried forward. This exists to show, in tests and in the demo, what the gate
+    /// prevents; never use it for real work.
+    Off,
+}
+
 /// How a [`Runtime`](crate::Runtime) talks to Kafka and paces its transactions.
 #[derive(Debug, Clone)]
 pub struct RuntimeConfig {
@@ -17,6 +30,8 @@ pub struct RuntimeConfig {
     pub timeout: Duration,
     /// Distinguishes this process's transactional ids from other instances'. Default: random.
     pub instance_id: String,
+    /// Whether the gate enforces stamps. Default [`GateMode::Causal`].
+    pub gate: GateMode,
     /// Extra librdkafka consumer properties.
     pub consumer_properties: Vec<(String, String)>,
     /// Extra librdkafka producer properties.
@@ -32,6 +47,7 @@ impl RuntimeConfig {
             max_queued_per_channel: 10_000,
             timeout: Duration::from_secs(30),
             instance_id: uuid_like(),
+            gate: GateMode::Causal,
             consumer_properties: Vec::new(),
             producer_properties: Vec::new(),
         }
@@ -40,6 +56,12 @@ impl RuntimeConfig {
     /// Sets the commit interval.
     pub fn commit_interval(mut self, interval: Duration) -> Self {
         self.commit_interval = interval;
+        self
+    }
+
+    /// Sets the gate mode; see [`GateMode::Off`] before using it.
+    pub fn gate(mut self, mode: GateMode) -> Self {
+        self.gate = mode;
         self
     }
 

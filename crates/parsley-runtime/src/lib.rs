@@ -35,7 +35,7 @@ mod stage;
 
 pub use admin::{Admin, TopicInfo, TopicSpec};
 pub use causal_producer::{Acked, CausalProducer, CausalProducerConfig};
-pub use config::RuntimeConfig;
+pub use config::{GateMode, RuntimeConfig};
 pub use error::{Error, Result};
 pub use metrics::{MetricsSnapshot, Progress, StageMetrics};
 pub use outbox::partition_for;

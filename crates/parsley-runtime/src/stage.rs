@@ -40,7 +40,7 @@ use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use tracing::{debug, info, info_span, trace, warn};
 
 use crate::admin::{Admin, TopicInfo};
-use crate::config::RuntimeConfig;
+use crate::config::{GateMode, RuntimeConfig};
 use crate::error::{Error, Result};
 use crate::metrics::{Progress, StageMetrics};
 use crate::outbox::{Outbox, SendTag, partition_for};
@@ -149,6 +149,9 @@ struct Payload {
     key: Option<Vec<u8>>,
     value: Option<Vec<u8>>,
     arrived: Instant,
+    /// The stamp, when the gate does not check it ([`GateMode::Off`]): still merged into the
+    /// node clock on delivery.
+    unchecked_stamp: Option<Stamp>,
 }
 
 /// A polled record, copied out of the consumer's buffer.
@@ -421,6 +424,11 @@ impl StageRunner {
                 topic: m.topic().to_string(),
             })?;
         let channel = Channel::new(self.sources[source].id, m.partition());
+        let stamp = decode_stamp(m, channel)?;
+        let (stamp, unchecked_stamp) = match self.config.gate {
+            GateMode::Causal => (stamp, None),
+            GateMode::Off => (None, stamp),
+        };
         Ok(Fetched {
             partition: m.partition(),
             channel,
@@ -428,12 +436,13 @@ impl StageRunner {
                 offset: m.offset(),
                 // Kafka's v2 record format always has a timestamp; it only orders ties.
                 timestamp: m.timestamp().to_millis().unwrap_or(i64::MIN),
-                stamp: decode_stamp(m, channel)?,
+                stamp,
                 payload: Payload {
                     source,
                     key: m.key().map(<[u8]>::to_vec),
                     value: m.payload().map(<[u8]>::to_vec),
                     arrived: Instant::now(),
+                    unchecked_stamp,
                 },
             },
         })
@@ -518,8 +527,11 @@ impl StageRunner {
     fn deliver_task(&mut self, task: &mut Task) -> Result<()> {
         let processor = self.spec.processor().clone();
         while let Some(d) = task.gate.next_delivery() {
-            task.clock.observe(d.coordinate, d.stamp.as_ref());
             let payload = d.payload;
+            task.clock.observe(
+                d.coordinate,
+                d.stamp.as_ref().or(payload.unchecked_stamp.as_ref()),
+            );
             let topic = &self.sources[payload.source].name;
             if d.waited {
                 trace!(topic = %topic, partition = task.partition, offset = d.coordinate.offset,

@@ -353,7 +353,12 @@ fn process_alive(pid: u32) -> bool {
     }
 }
 
-fn check_java() -> Result<(), BrokerError> {
+/// Checks that `java` on `PATH` is Java 17 or newer; returns its major version.
+///
+/// # Errors
+/// [`BrokerError::MissingProgram`] naming the package to install, or
+/// [`BrokerError::JavaTooOld`] with the version line found.
+pub fn check_java() -> Result<u32, BrokerError> {
     let out = Command::new("java").arg("-version").output().map_err(|_| {
         BrokerError::MissingProgram {
             program: "java",
@@ -371,7 +376,21 @@ fn check_java() -> Result<(), BrokerError> {
     if major < 17 {
         return Err(BrokerError::JavaTooOld { found: first });
     }
-    Ok(())
+    Ok(major)
+}
+
+/// Checks that `mvn` is on `PATH`.
+///
+/// # Errors
+/// [`BrokerError::MissingProgram`] naming the package to install.
+pub fn check_maven() -> Result<(), BrokerError> {
+    match Command::new("mvn").arg("-v").output() {
+        Ok(out) if out.status.success() => Ok(()),
+        _ => Err(BrokerError::MissingProgram {
+            program: "mvn",
+            install: "install Apache Maven (Debian: apt-get install maven)",
+        }),
+    }
 }
 
 /// Resolves `kafka_2.13` and its runtime dependencies with Maven into `dir/libs`.
@@ -381,12 +400,7 @@ fn resolve_jars(dir: &Path) -> Result<PathBuf, BrokerError> {
     if marker.exists() {
         return Ok(libs);
     }
-    if Command::new("mvn").arg("-v").output().is_err() {
-        return Err(BrokerError::MissingProgram {
-            program: "mvn",
-            install: "install Apache Maven (Debian: apt-get install maven)",
-        });
-    }
+    check_maven()?;
     let pom = dir.join("pom.xml");
     fs::write(&pom, pom_xml()).map_err(io(&pom))?;
     if libs.exists() {

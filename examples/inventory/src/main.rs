@@ -19,7 +19,8 @@ use parsley_inventory::check::{DeliveryLogs, TopicNames, check};
 use parsley_inventory::generator::{GenConfig, generate};
 use parsley_inventory::model::{Event, Ledger, LedgerEntry, SalesFacts};
 use parsley_runtime::{
-    Admin, MetricsSnapshot, Progress, Running, Runtime, RuntimeConfig, TopicInfo, TopicSpec,
+    Admin, GateMode, MetricsSnapshot, Progress, Running, Runtime, RuntimeConfig, TopicInfo,
+    TopicSpec,
 };
 use parsley_stage::{Topology, Utf8};
 use parsley_testkit::fixtures::read_committed;
@@ -54,6 +55,11 @@ struct Args {
     /// Start both stages at once instead of stage two after stage one has caught up.
     #[arg(long)]
     together: bool,
+    /// Negative control: run the stages with the gate switched off (arrival order), to see
+    /// what the check reports without it. The demo then fails if the race produced any
+    /// out-of-order delivery.
+    #[arg(long)]
+    gate_off: bool,
 }
 
 fn main() -> ExitCode {
@@ -80,8 +86,16 @@ fn run(args: Args) -> Result<bool> {
     };
     let run_id = format!("inv-{:08x}", rand::random::<u32>());
     println!(
-        "Parsley inventory demo — run {run_id} on {bootstrap}: {} products, {} partitions, {} rounds, seed {}",
-        args.products, args.partitions, args.rounds, args.seed
+        "Parsley inventory demo — run {run_id} on {bootstrap}: {} products, {} partitions, {} rounds, seed {}{}",
+        args.products,
+        args.partitions,
+        args.rounds,
+        args.seed,
+        if args.gate_off {
+            " — NEGATIVE CONTROL: gate off"
+        } else {
+            ""
+        }
     );
     let admin = Admin::new(&bootstrap, Duration::from_secs(30))?;
     let names = TopicNames {
@@ -139,7 +153,12 @@ fn run(args: Args) -> Result<bool> {
     let runtime = Runtime::new(
         topology,
         RuntimeConfig::new(&bootstrap)
-            .commit_interval(Duration::from_millis(args.commit_interval_ms)),
+            .commit_interval(Duration::from_millis(args.commit_interval_ms))
+            .gate(if args.gate_off {
+                GateMode::Off
+            } else {
+                GateMode::Causal
+            }),
     );
 
     let expected_one = truth.sales;

@@ -1,0 +1,127 @@
+//! Bad input on the real broker: a malformed stamp header stops the task with an error that
+//! names the record, and nothing is lost — the record stays uncommitted and is read again.
+
+use std::time::Duration;
+
+use parsley_runtime::{Error, Progress, Runtime, RuntimeConfig};
+use parsley_stage::{Handler, HandlerError, Record, Step, Topology, Utf8};
+use parsley_testkit::fixtures::{DEADLINE, bootstrap, create_topic, unique_topic};
+use rdkafka::ClientConfig;
+use rdkafka::consumer::Consumer;
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::{Offset, TopicPartitionList};
+
+struct Forward(String);
+
+impl Handler for Forward {
+    type Key = String;
+    type Value = String;
+    type Output = String;
+    type State = ();
+
+    fn handle(
+        &self,
+        r: Record<'_, String, String>,
+        _: Option<()>,
+    ) -> Result<Step<String, String, ()>, HandlerError> {
+        Ok(Step::none().emit(&self.0, r.key, r.value))
+    }
+}
+
+#[test]
+fn a_malformed_stamp_stops_the_task_naming_the_record_and_loses_nothing() {
+    let input = create_topic("bad-stamp-in", 1);
+    let output = create_topic("bad-stamp-out", 1);
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap())
+        .create()
+        .unwrap();
+    // offset 0: unstamped (claims nothing); offset 1: a stamp of unknown version 9.
+    producer
+        .send(BaseRecord::to(&input.name).key("k").payload("fine"))
+        .unwrap();
+    producer
+        .send(BaseRecord::to(&input.name).key("k").payload("bad").headers(
+            OwnedHeaders::new().insert(Header {
+                key: parsley_clock::STAMP_HEADER,
+                value: Some(&[9u8, 0, 0][..]),
+            }),
+        ))
+        .unwrap();
+    producer.flush(DEADLINE).unwrap();
+
+    let app = unique_topic("bad-stamp");
+    let topology = Topology::builder(&app)
+        .stage("forward", Forward(output.name.clone()), |s| {
+            s.source(&input.name)
+                .sink(&output.name)
+                .key_codec(Utf8)
+                .value_codec(Utf8)
+                .output_codec(Utf8)
+        })
+        .build()
+        .unwrap();
+    let running = Runtime::new(topology, RuntimeConfig::new(bootstrap()))
+        .start()
+        .unwrap();
+    let failure = loop {
+        match running.next_progress(DEADLINE) {
+            Some(Progress::Failed { error, .. }) => break error,
+            Some(_) => {}
+            None => panic!("the stage neither failed nor reported progress"),
+        }
+    };
+    assert!(
+        failure.contains(&format!("{}/0@1", input.name))
+            && failure.contains("unknown stamp version 9"),
+        "the error names the record and what was wrong: {failure}"
+    );
+    let err = running.stop().unwrap_err();
+    assert!(matches!(err, Error::StageFailed { .. }));
+
+    // Nothing lost: the group's committed offset is at most 1, so the bad record is read
+    // again by the next owner.
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition(&input.name, 0);
+    let group_consumer: rdkafka::consumer::BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap())
+        .set("group.id", format!("{app}.forward"))
+        .set("isolation.level", "read_committed")
+        .create()
+        .unwrap();
+    let offsets = group_consumer
+        .committed_offsets(tpl, Duration::from_secs(30))
+        .unwrap();
+    match offsets.elements()[0].offset() {
+        Offset::Offset(o) => assert!(o <= 1, "committed past the bad record: {o}"),
+        Offset::Invalid => {} // nothing committed at all
+        other => panic!("unexpected committed offset {other:?}"),
+    }
+}
+
+#[test]
+fn a_stage_whose_sources_are_not_co_partitioned_refuses_to_start() {
+    let a = create_topic("copart-a", 2);
+    let b = create_topic("copart-b", 3);
+    let out = create_topic("copart-out", 2);
+    let topology = Topology::builder(unique_topic("copart"))
+        .stage("forward", Forward(out.name.clone()), |s| {
+            s.source(&a.name)
+                .source(&b.name)
+                .sink(&out.name)
+                .key_codec(Utf8)
+                .value_codec(Utf8)
+                .output_codec(Utf8)
+        })
+        .build()
+        .unwrap();
+    let running = Runtime::new(topology, RuntimeConfig::new(bootstrap()))
+        .start()
+        .unwrap();
+    let err = running.stop().unwrap_err().to_string();
+    assert!(
+        err.contains(&format!("{} has 2", a.name)) && err.contains(&format!("{} has 3", b.name)),
+        "{err}"
+    );
+}

@@ -1,0 +1,115 @@
+//! The gate on the real broker: an effect that arrives long before its cause is held until the
+//! cause is delivered. The same input through a stage with the gate switched off (the negative
+//! control) delivers the effect first — so this test can fail, and would if the gate did
+//! nothing.
+//!
+//! The race is made deterministic by the data, not by timing: the cause is the last of many
+//! heavy records on one partition while the effect is the only, small record on another, and
+//! the consumer fetches at most 64 KiB per partition per request. The effect arrives with the
+//! first fetch response; the cause dozens of responses later.
+
+use parsley_runtime::{CausalProducer, CausalProducerConfig, GateMode, Runtime, RuntimeConfig};
+use parsley_stage::{Handler, HandlerError, Record, Step, Topology, Utf8};
+use parsley_testkit::fixtures::{
+    bootstrap, create_topic, read_committed, unique_topic, wait_committed,
+};
+
+const CAUSES: usize = 300;
+
+struct Log(String);
+
+impl Handler for Log {
+    type Key = String;
+    type Value = String;
+    type Output = String;
+    type State = ();
+
+    fn handle(
+        &self,
+        r: Record<'_, String, String>,
+        _: Option<()>,
+    ) -> Result<Step<String, String, ()>, HandlerError> {
+        // Record the delivery order: the first bytes of the value name the record.
+        Ok(Step::none().emit(&self.0, r.key, r.value[..12].to_string()))
+    }
+}
+
+/// Runs a one-stage topology over `sources` with `gate` and returns the delivery order.
+fn delivery_order(
+    gate: GateMode,
+    sources: [&str; 2],
+    total: u64,
+) -> (Vec<String>, parsley_runtime::MetricsSnapshot) {
+    let out = create_topic("gate-log", 1);
+    let topology = Topology::builder(unique_topic("gate"))
+        .stage("log", Log(out.name.clone()), |s| {
+            s.source(sources[0])
+                .source(sources[1])
+                .sink(&out.name)
+                .key_codec(Utf8)
+                .value_codec(Utf8)
+                .output_codec(Utf8)
+        })
+        .build()
+        .unwrap();
+    let config = RuntimeConfig::new(bootstrap())
+        .gate(gate)
+        .consumer_property("max.partition.fetch.bytes", "65536")
+        .consumer_property("fetch.max.bytes", "131072")
+        .consumer_property("message.max.bytes", "131072");
+    let running = Runtime::new(topology, config).start().unwrap();
+    wait_committed(&running, "log", total);
+    let metrics = running.stop().unwrap()[0].1;
+    let order = read_committed(&out)
+        .into_iter()
+        .map(|r| String::from_utf8(r.value.unwrap()).unwrap())
+        .collect();
+    (order, metrics)
+}
+
+#[test]
+fn an_effect_fetched_before_its_cause_is_held_and_without_the_gate_it_is_not() {
+    let causes = create_topic("gate-causes", 1);
+    let effects = create_topic("gate-effects", 1);
+    let mut producer = CausalProducer::new(CausalProducerConfig::new(bootstrap())).unwrap();
+    let padding = "x".repeat(16 * 1024);
+    for i in 0..CAUSES {
+        let value = format!("cause-{i:06}{padding}");
+        producer.send(&causes.name, b"k", value.as_bytes()).unwrap();
+    }
+    // The effect is sent after every cause was acknowledged: it claims causes@CAUSES-1.
+    producer
+        .send(
+            &effects.name,
+            b"k",
+            format!("effect-00000{padding}").as_bytes(),
+        )
+        .unwrap();
+    let acked = producer.flush().unwrap();
+    let last_cause = acked
+        .iter()
+        .filter(|a| a.coordinate.channel.topic == causes.id)
+        .map(|a| a.coordinate.offset)
+        .max()
+        .unwrap();
+    assert_eq!(last_cause, CAUSES as i64 - 1);
+    let total = CAUSES as u64 + 1;
+    let sources = [causes.name.as_str(), effects.name.as_str()];
+
+    let (order, metrics) = delivery_order(GateMode::Causal, sources, total);
+    assert_eq!(order.len(), CAUSES + 1);
+    assert_eq!(
+        order.iter().position(|v| v.starts_with("effect")),
+        Some(CAUSES),
+        "with the gate, the effect comes after its last cause"
+    );
+    assert!(metrics.held >= 1, "the gate held the effect: {metrics:?}");
+
+    let (order, metrics) = delivery_order(GateMode::Off, sources, total);
+    let effect_at = order.iter().position(|v| v.starts_with("effect")).unwrap();
+    assert!(
+        effect_at < CAUSES,
+        "negative control: without the gate the effect overtakes its cause (delivered at {effect_at})"
+    );
+    assert_eq!(metrics.held, 0);
+}
