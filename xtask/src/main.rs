@@ -98,7 +98,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
         }
         Cmd::Demo { keep_broker, args } => with_broker(keep_broker, |bootstrap| {
             let mut cmd = cargo();
-            cmd.args(["run", "--quiet", "--package", "parsley-inventory", "--"])
+            println!("xtask: building and running the inventory demo");
+            cmd.args(["run", "--package", "parsley-inventory", "--"])
                 .args(&args)
                 .env(broker::BOOTSTRAP_ENV, bootstrap);
             status_code(&mut cmd, "the inventory demo")
@@ -153,6 +154,7 @@ fn with_broker(keep: bool, f: impl FnOnce(&str) -> Result<ExitCode>) -> Result<E
         return f(b.trim());
     }
     ensure_prerequisites()?;
+    println!("xtask: starting the local Kafka broker (the first time, Maven fetches its jars)");
     let up = broker::up().context("starting the local Kafka broker")?;
     let started = matches!(up, Up::Started(_));
     println!(

@@ -9,6 +9,7 @@
 //! 4. The facts and the ledger are read back and the delivery order of every task is checked
 //!    by the oracle. The exit status is non-zero on any violation or loss.
 
+use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -63,10 +64,14 @@ struct Args {
 }
 
 fn main() -> ExitCode {
+    // librdkafka's own warnings about transient states (a coordinator still loading on a
+    // fresh broker) are retried by the client; show them with RUST_LOG=librdkafka=warn.
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "warn,librdkafka=error".into()),
         )
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr)
         .init();
     match run(Args::parse()) {
