@@ -47,6 +47,7 @@ fn bench(c: &mut Criterion) {
                             Arrival {
                                 offset: 0,
                                 timestamp: 0,
+                                epoch: 0,
                                 stamp: None,
                                 payload: (),
                             },
@@ -58,6 +59,7 @@ fn bench(c: &mut Criterion) {
                             Arrival {
                                 offset: 0,
                                 timestamp: 0,
+                                epoch: 0,
                                 stamp: None,
                                 payload: (),
                             },
@@ -73,6 +75,7 @@ fn bench(c: &mut Criterion) {
                                 Arrival {
                                     offset: i as i64 + 1,
                                     timestamp: 0,
+                                    epoch: 0,
                                     stamp: Some(s),
                                     payload: (),
                                 },

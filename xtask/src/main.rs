@@ -154,7 +154,9 @@ fn with_broker(keep: bool, f: impl FnOnce(&str) -> Result<ExitCode>) -> Result<E
         return f(b.trim());
     }
     ensure_prerequisites()?;
-    println!("xtask: starting the local Kafka broker (the first time, Maven fetches its jars)");
+    println!(
+        "xtask: making sure a local Kafka broker runs (the first time, Maven fetches its jars)"
+    );
     let up = broker::up().context("starting the local Kafka broker")?;
     let started = matches!(up, Up::Started(_));
     println!(

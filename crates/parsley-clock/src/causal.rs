@@ -5,26 +5,40 @@
 //! coordinates of its own sends once they are acknowledged. [`CausalClock::stamp`] turns that
 //! into the [`Stamp`] of the next send.
 //!
-//! # Soundness without in-flight claims
-//! A record cannot name its own coordinate (the broker assigns it), and this version of the
-//! stamp carries no in-flight claims yet (issue 3). So a send may claim only *acknowledged*
-//! earlier sends. Two rules keep every earlier send of this sender claimed or ordered:
-//! - sends to the **same** channel need no claim: an idempotent producer appends them in send
-//!   order, and a receiver delivers a channel in offset order;
-//! - before a send to a **different** channel, every earlier send must be acknowledged, so
-//!   that its coordinate is in the clock. [`CausalClock::stamp`] refuses with
-//!   [`Error::UnackedSends`] otherwise; the caller flushes and retries.
+//! # Earlier sends that are not acknowledged yet
+//! A record cannot name its own coordinate (the broker assigns it), and an earlier send that is
+//! not acknowledged has no coordinate yet. How a stamp covers such sends depends on the
+//! sender:
+//! - **transactional** ([`CausalClock::transactional`]): the stamp carries an *in-flight claim*
+//!   `(channel, seq)` for every other channel with unacknowledged sends. That is sound only
+//!   because a commit flushes every send of the transaction before any becomes visible: when a
+//!   receiver sees this record, the claimed sends are in the log below the channel's high
+//!   watermark.
+//! - **idempotent, not transactional** ([`CausalClock::new`]): no in-flight claims — an
+//!   unacknowledged send may still be appended after this record is visible. Before a send to
+//!   a *different* channel every earlier send must be acknowledged, so that its coordinate is
+//!   in the clock; [`CausalClock::stamp`] refuses with [`Error::UnackedSends`] otherwise and the
+//!   caller flushes and retries.
+//!
+//! Sends to the same channel need no claim in either mode: an idempotent producer appends them
+//! in send order and a receiver delivers the records of one sender on one channel in that
+//! order.
 //!
 //! Requirements on the caller: the producer is idempotent (`enable.idempotence=true`, implied
-//! by transactions), every send is reported back exactly once through [`CausalClock::acked`]
-//! or [`CausalClock::failed`], and a transactional caller that aborts restores the clone it
-//! took when the transaction began (the aborted coordinates must not stay claimed).
+//! by transactions); every send is reported back exactly once through [`CausalClock::acked`]
+//! or [`CausalClock::failed`]; a transactional caller that aborts restores the clone it took
+//! when the transaction began (the aborted coordinates must not stay claimed); the in-flight
+//! claims of a record this node delivered are resolved or replaced by the caller (the gate
+//! says how) and passed to [`CausalClock::learn`] as coordinates — they are never carried
+//! forward.
+
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::channel::{Channel, Coordinate};
 use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::sender::{SenderId, SenderTag};
-use crate::stamp::Stamp;
+use crate::stamp::{InFlight, Stamp};
 
 /// The causal state of one sender: what it claims, its send sequence and its unacked sends.
 #[derive(Clone, Debug)]
@@ -32,26 +46,39 @@ pub struct CausalClock {
     sender: SenderId,
     /// The sequence the next send gets; strictly increasing.
     next_seq: u64,
+    /// May stamps carry in-flight claims?
+    transactional: bool,
     /// Delivered or consumed coordinates, learned stamps and acknowledged own sends.
     clock: Clock,
-    /// Channels with unacknowledged sends and how many, sorted by channel.
-    unacked: Vec<(Channel, u64)>,
+    /// Unacknowledged sends: sequence → channel.
+    unacked: BTreeMap<u64, Channel>,
+    /// Unacknowledged sequences per channel.
+    unacked_by_channel: BTreeMap<Channel, BTreeSet<u64>>,
 }
 
 impl CausalClock {
-    /// A new sender incarnation with an empty clock, whose first send has sequence 0.
+    /// A new idempotent (non-transactional) sender with an empty clock, whose first send has
+    /// sequence 0. Its stamps claim acknowledged sends only.
     pub fn new(sender: SenderId) -> Self {
-        Self::resume(sender, 0, Clock::new())
+        Self::resume(sender, 0, Clock::new(), false)
     }
 
-    /// Resumes a sender from committed state: its id, the sequence of its next send and its
-    /// clock. Nothing is unacknowledged after a commit.
-    pub fn resume(sender: SenderId, next_seq: u64, clock: Clock) -> Self {
+    /// A new transactional sender with an empty clock: its stamps claim unacknowledged sends
+    /// to other channels in flight.
+    pub fn transactional(sender: SenderId) -> Self {
+        Self::resume(sender, 0, Clock::new(), true)
+    }
+
+    /// Resumes a sender from committed state: its id, the sequence of its next send, its clock
+    /// and whether it is transactional. Nothing is unacknowledged after a commit.
+    pub fn resume(sender: SenderId, next_seq: u64, clock: Clock, transactional: bool) -> Self {
         CausalClock {
             sender,
             next_seq,
+            transactional,
             clock,
-            unacked: Vec::new(),
+            unacked: BTreeMap::new(),
+            unacked_by_channel: BTreeMap::new(),
         }
     }
 
@@ -65,19 +92,31 @@ impl CausalClock {
         self.next_seq
     }
 
-    /// What this sender claims now.
+    /// `true` when stamps may carry in-flight claims.
+    pub fn is_transactional(&self) -> bool {
+        self.transactional
+    }
+
+    /// What this sender claims by coordinate now.
     pub fn clock(&self) -> &Clock {
         &self.clock
     }
 
     /// Number of sends not acknowledged or failed yet.
-    pub fn unacked(&self) -> u64 {
-        self.unacked.iter().map(|(_, n)| n).sum()
+    pub fn unacked(&self) -> usize {
+        self.unacked.len()
+    }
+
+    /// The highest sequence such that it and every earlier send are acknowledged.
+    pub fn acked_through(&self) -> Option<u64> {
+        let first_unacked = self.unacked.keys().next().copied().unwrap_or(self.next_seq);
+        first_unacked.checked_sub(1)
     }
 
     /// Records that the record at `coordinate` was delivered to (or consumed by) this node,
     /// with its stamp if it carried one: the node now claims the coordinate and everything
-    /// the stamp claimed.
+    /// the stamp's clock claimed. The stamp's in-flight claims are *not* taken: pass their
+    /// resolution to [`CausalClock::learn`].
     ///
     /// # Panics
     /// When `coordinate.offset` is negative (a Kafka record's offset never is).
@@ -88,72 +127,101 @@ impl CausalClock {
         self.clock.observe(coordinate);
     }
 
+    /// Claims `coordinate` from now on (a replacement for an in-flight claim that this node
+    /// did not resolve by its own delivery).
+    ///
+    /// # Errors
+    /// [`Error::NegativeOffset`].
+    pub fn learn(&mut self, coordinate: Coordinate) -> Result<()> {
+        self.clock.try_observe(coordinate)
+    }
+
     /// The stamp for the next send, to `target`; allocates its sequence number and counts the
     /// send as unacknowledged.
     ///
     /// # Errors
-    /// [`Error::UnackedSends`] when sends to other channels are not acknowledged yet (see the
-    /// module docs); nothing changes, flush and call again.
+    /// [`Error::UnackedSends`] for a non-transactional sender with unacknowledged sends to
+    /// other channels (see the module docs); nothing changes, flush and call again.
     pub fn stamp(&mut self, target: Channel) -> Result<Stamp> {
-        if let Some(&(first_pending, _)) = self.unacked.iter().find(|(c, _)| *c != target) {
-            return Err(Error::UnackedSends {
-                target,
-                pending: self
-                    .unacked
-                    .iter()
-                    .filter(|(c, _)| *c != target)
-                    .map(|(_, n)| *n as usize)
-                    .sum(),
-                first_pending,
+        let mut in_flight = Vec::new();
+        for (channel, seqs) in &self.unacked_by_channel {
+            if *channel == target {
+                continue;
+            }
+            let Some(&seq) = seqs.last() else { continue };
+            in_flight.push(InFlight {
+                channel: *channel,
+                seq,
             });
         }
-        let tag = SenderTag {
-            sender: self.sender,
-            seq: self.next_seq,
+        if !self.transactional && !in_flight.is_empty() {
+            return Err(Error::UnackedSends {
+                target,
+                pending: self.unacked.values().filter(|c| **c != target).count(),
+                first_pending: in_flight[0].channel,
+            });
+        }
+        let seq = self.next_seq;
+        let stamp = Stamp {
+            sender: Some(SenderTag {
+                sender: self.sender,
+                seq,
+            }),
+            clock: self.clock.clone(),
+            in_flight,
+            acked_through: self.acked_through(),
         };
         self.next_seq += 1;
-        match self.unacked.binary_search_by(|(c, _)| c.cmp(&target)) {
-            Ok(i) => self.unacked[i].1 += 1,
-            Err(i) => self.unacked.insert(i, (target, 1)),
-        }
-        Ok(Stamp::new(Some(tag), self.clock.clone()))
+        self.unacked.insert(seq, target);
+        self.unacked_by_channel
+            .entry(target)
+            .or_default()
+            .insert(seq);
+        Ok(stamp)
     }
 
-    /// Records the acknowledgement of a send: the node now claims its coordinate.
+    /// Records the acknowledgement of send `seq`: the node now claims its coordinate.
     ///
     /// # Errors
-    /// [`Error::NoSendOutstanding`] when no send to that channel was outstanding, and
+    /// [`Error::NoSendOutstanding`] when `seq` is not an outstanding send to that channel, and
     /// [`Error::NegativeOffset`] for a negative offset; the clock is unchanged.
-    pub fn acked(&mut self, coordinate: Coordinate) -> Result<()> {
+    pub fn acked(&mut self, seq: u64, coordinate: Coordinate) -> Result<()> {
         if coordinate.offset < 0 {
             return Err(Error::NegativeOffset {
                 channel: coordinate.channel,
                 offset: coordinate.offset,
             });
         }
-        self.settle(coordinate.channel)?;
+        if self.unacked.get(&seq) != Some(&coordinate.channel) {
+            return Err(Error::NoSendOutstanding {
+                channel: coordinate.channel,
+            });
+        }
+        self.settle(seq);
         self.clock.observe(coordinate);
         Ok(())
     }
 
-    /// Records that a send to `channel` failed and was not appended.
+    /// Records that send `seq` failed and was not appended.
     ///
     /// # Errors
-    /// [`Error::NoSendOutstanding`] when no send to that channel was outstanding.
-    pub fn failed(&mut self, channel: Channel) -> Result<()> {
-        self.settle(channel)
+    /// [`Error::NoSendOutstanding`] when `seq` is not outstanding.
+    pub fn failed(&mut self, seq: u64, channel: Channel) -> Result<()> {
+        if self.unacked.get(&seq) != Some(&channel) {
+            return Err(Error::NoSendOutstanding { channel });
+        }
+        self.settle(seq);
+        Ok(())
     }
 
-    fn settle(&mut self, channel: Channel) -> Result<()> {
-        match self.unacked.binary_search_by(|(c, _)| c.cmp(&channel)) {
-            Ok(i) => {
-                self.unacked[i].1 -= 1;
-                if self.unacked[i].1 == 0 {
-                    self.unacked.remove(i);
-                }
-                Ok(())
+    fn settle(&mut self, seq: u64) {
+        if let Some(channel) = self.unacked.remove(&seq)
+            && let Some(set) = self.unacked_by_channel.get_mut(&channel)
+        {
+            set.remove(&seq);
+            if set.is_empty() {
+                self.unacked_by_channel.remove(&channel);
             }
-            Err(_) => Err(Error::NoSendOutstanding { channel }),
         }
     }
 }
@@ -172,36 +240,85 @@ mod tests {
         let mut cc = CausalClock::new(SenderId::from_bytes([7; 16]));
         let upstream: Clock = [ch(9, 0).at(40)].into_iter().collect();
         cc.observe(ch(1, 0).at(5), Some(&Stamp::new(None, upstream)));
+        cc.learn(ch(8, 2).at(11)).unwrap();
         let s = cc.stamp(ch(2, 0)).unwrap();
         assert_eq!(s.sender.unwrap().seq, 0);
         assert!(s.clock.covers(ch(1, 0).at(5)));
         assert!(s.clock.covers(ch(9, 0).at(40)));
+        assert!(s.clock.covers(ch(8, 2).at(11)));
+        assert_eq!(s.acked_through, None);
         assert_eq!(cc.next_seq(), 1);
     }
 
     #[test]
-    fn same_channel_sends_need_no_ack_but_a_channel_switch_does() {
+    fn an_idempotent_sender_needs_acks_at_a_channel_switch() {
         let mut cc = CausalClock::new(SenderId::from_bytes([7; 16]));
         cc.stamp(ch(2, 0)).unwrap();
         cc.stamp(ch(2, 0)).unwrap();
         let err = cc.stamp(ch(3, 0)).unwrap_err();
         assert!(matches!(err, Error::UnackedSends { pending: 2, .. }));
         assert_eq!(cc.next_seq(), 2, "a refused stamp allocates nothing");
-        cc.acked(ch(2, 0).at(10)).unwrap();
+        cc.acked(0, ch(2, 0).at(10)).unwrap();
         assert!(cc.stamp(ch(3, 0)).is_err(), "one send still pending");
-        cc.failed(ch(2, 0)).unwrap();
+        cc.failed(1, ch(2, 0)).unwrap();
         let s = cc.stamp(ch(3, 0)).unwrap();
         assert!(s.clock.covers(ch(2, 0).at(10)), "the acked send is claimed");
+        assert!(s.in_flight.is_empty());
         assert_eq!(s.sender.unwrap().seq, 2);
+        assert_eq!(s.acked_through, Some(1));
     }
 
     #[test]
-    fn a_report_without_a_send_is_an_error() {
+    fn a_transactional_sender_claims_unacked_sends_in_flight() {
+        let mut cc = CausalClock::transactional(SenderId::from_bytes([7; 16]));
+        cc.stamp(ch(2, 0)).unwrap(); // 0
+        cc.stamp(ch(2, 0)).unwrap(); // 1
+        cc.stamp(ch(4, 1)).unwrap(); // 2
+        let s = cc.stamp(ch(3, 0)).unwrap(); // 3
+        assert_eq!(
+            s.in_flight,
+            vec![
+                InFlight {
+                    channel: ch(2, 0),
+                    seq: 1
+                },
+                InFlight {
+                    channel: ch(4, 1),
+                    seq: 2
+                },
+            ]
+        );
+        assert_eq!(s.acked_through, None);
+        s.validate().unwrap();
+        // Same-channel sends are not claimed in flight: per-sender order covers them.
+        let s = cc.stamp(ch(2, 0)).unwrap(); // 4
+        assert_eq!(s.in_flight.len(), 2, "claims channels 3/0 and 4/1, not 2/0");
+        assert!(s.in_flight.iter().all(|c| c.channel != ch(2, 0)));
+        // Acks turn claims into coordinates.
+        cc.acked(0, ch(2, 0).at(7)).unwrap();
+        cc.acked(1, ch(2, 0).at(8)).unwrap();
+        let s = cc.stamp(ch(5, 0)).unwrap(); // 5
+        assert_eq!(s.acked_through, Some(1));
+        assert!(s.clock.covers(ch(2, 0).at(8)));
+        assert_eq!(
+            s.in_flight
+                .iter()
+                .map(|c| (c.channel, c.seq))
+                .collect::<Vec<_>>(),
+            vec![(ch(2, 0), 4), (ch(3, 0), 3), (ch(4, 1), 2)]
+        );
+        s.validate().unwrap();
+    }
+
+    #[test]
+    fn reports_must_match_an_outstanding_send() {
         let mut cc = CausalClock::new(SenderId::from_bytes([7; 16]));
         assert!(matches!(
-            cc.acked(ch(2, 0).at(1)),
+            cc.acked(0, ch(2, 0).at(1)),
             Err(Error::NoSendOutstanding { .. })
         ));
+        cc.stamp(ch(2, 0)).unwrap();
+        assert!(cc.acked(0, ch(3, 0).at(1)).is_err(), "wrong channel");
         assert!(cc.clock().is_empty());
     }
 }

@@ -3,24 +3,27 @@
 //! # Format (version 1)
 //!
 //! ```text
-//! stamp    := version:u8 (= 1) flags:u8 [sender] topics
-//! sender   := sender_id:[u8; 16] seq:varint            (present iff flags bit 0)
-//! topics   := count:varint group*                       (topic ids strictly ascending)
-//! group    := topic_id:[u8; 16] n:varint (>= 1) entry*n (partitions strictly ascending)
-//! entry    := partition_gap:varint offset:varint|zigzag
+//! stamp     := version:u8 (= 1) flags:u8 [sender] [acked] clock [in_flight]
+//! sender    := sender_id:[u8; 16] seq:varint          (iff flags bit 0)
+//! acked     := acked_through:varint                   (iff flags bit 2)
+//! clock     := groups                                 (values are offsets)
+//! in_flight := groups                                 (iff flags bit 1; values are sequences)
+//! groups    := count:varint group*                    (topic ids strictly ascending)
+//! group     := topic_id:[u8; 16] n:varint (>= 1) entry*n (partitions strictly ascending)
+//! entry     := partition_gap:varint value:varint|zigzag
 //! ```
 //!
 //! - `varint` is unsigned LEB128 (at most 10 bytes); `zigzag` maps signed to unsigned.
-//! - The first entry of a group writes its partition and its offset as plain varints; each
-//!   further entry writes `partition - previous - 1` and the zigzag delta of its offset from
-//!   the previous entry's offset, so the partitions of one topic — whose offsets are usually
-//!   close — cost a few bytes each and a topic's UUID is written once.
-//! - Flag bits 1–7 are reserved for in-flight claims and the acked-through sequence
-//!   (DESIGN.md §3, issue 3). A decoder that does not know a bit rejects the header rather than
-//!   misread it.
+//! - The first entry of a group writes its partition and its value as plain varints; each
+//!   further entry writes `partition - previous - 1` and the zigzag delta of its value from
+//!   the previous entry's value, so the partitions of one topic — whose offsets are usually
+//!   close — cost a few bytes each and a topic's UUID is written once per section.
+//! - Flag bits 3–7 are reserved. A decoder that does not know a bit rejects the header rather
+//!   than misread it.
 //!
 //! The encoding of a stamp is canonical: [`decode`] accepts only what [`encode`] produces, so
-//! equal stamps have equal bytes.
+//! equal stamps have equal bytes. Decoding also checks the invariants of [`Stamp`] (in-flight
+//! claims need a sender, sequences are consistent).
 //!
 //! # Errors
 //! Decoding never panics and never allocates more than the input can describe; every failure is
@@ -31,7 +34,7 @@ use crate::channel::{Channel, TopicId};
 use crate::clock::Clock;
 use crate::error::{DecodeErrorKind, Error, Result};
 use crate::sender::{SenderId, SenderTag};
-use crate::stamp::Stamp;
+use crate::stamp::{InFlight, Stamp};
 
 /// The Kafka record header that carries a [`Stamp`].
 pub const STAMP_HEADER: &str = "parsley.stamp";
@@ -40,64 +43,125 @@ pub const STAMP_HEADER: &str = "parsley.stamp";
 pub const STAMP_VERSION: u8 = 1;
 
 const FLAG_SENDER: u8 = 0b0000_0001;
-const KNOWN_FLAGS: u8 = FLAG_SENDER;
+const FLAG_IN_FLIGHT: u8 = 0b0000_0010;
+const FLAG_ACKED: u8 = 0b0000_0100;
+const KNOWN_FLAGS: u8 = FLAG_SENDER | FLAG_IN_FLIGHT | FLAG_ACKED;
 
 /// Encodes `stamp` into a fresh buffer.
+///
+/// # Panics
+/// When the stamp breaks its invariants (see [`Stamp::validate`]) or an in-flight sequence
+/// exceeds `i64::MAX`; [`try_encode`] returns an error instead.
 pub fn encode(stamp: &Stamp) -> Vec<u8> {
     let mut out = Vec::with_capacity(encoded_len_hint(stamp));
     encode_into(stamp, &mut out);
     out
 }
 
+/// Encodes `stamp` into a fresh buffer, checking its invariants first.
+///
+/// # Errors
+/// [`Error::Decode`] naming the broken invariant.
+pub fn try_encode(stamp: &Stamp) -> Result<Vec<u8>> {
+    stamp.validate()?;
+    if stamp.in_flight.iter().any(|c| c.seq > i64::MAX as u64) {
+        return Err(Error::Decode {
+            at: 0,
+            kind: DecodeErrorKind::SequenceOutOfRange,
+        });
+    }
+    Ok(encode(stamp))
+}
+
 /// Appends the encoding of `stamp` to `out`.
+///
+/// # Panics
+/// As [`encode`].
 pub fn encode_into(stamp: &Stamp, out: &mut Vec<u8>) {
+    debug_assert!(stamp.validate().is_ok(), "encoding an invalid stamp");
     out.push(STAMP_VERSION);
-    let flags = if stamp.sender.is_some() {
-        FLAG_SENDER
-    } else {
-        0
-    };
+    let mut flags = 0;
+    if stamp.sender.is_some() {
+        flags |= FLAG_SENDER;
+    }
+    if !stamp.in_flight.is_empty() {
+        flags |= FLAG_IN_FLIGHT;
+    }
+    if stamp.acked_through.is_some() {
+        flags |= FLAG_ACKED;
+    }
     out.push(flags);
     if let Some(tag) = stamp.sender {
         out.extend_from_slice(tag.sender.as_bytes());
         put_varint(out, tag.seq);
     }
-    let entries = stamp.clock.entries();
-    let topics = count_topics(entries);
-    put_varint(out, topics as u64);
-    let mut i = 0;
-    while i < entries.len() {
-        let topic = entries[i].0.topic;
-        let end = i + entries[i..]
-            .iter()
-            .take_while(|(c, _)| c.topic == topic)
-            .count();
-        out.extend_from_slice(topic.as_bytes());
-        put_varint(out, (end - i) as u64);
-        let (first, first_offset) = entries[i];
-        put_varint(out, first.partition as u64);
-        put_varint(out, first_offset as u64);
-        let (mut prev_p, mut prev_o) = (first.partition, first_offset);
-        for &(c, o) in &entries[i + 1..end] {
-            put_varint(out, (c.partition - prev_p - 1) as u64);
-            put_varint(out, zigzag(o - prev_o));
-            prev_p = c.partition;
-            prev_o = o;
+    if let Some(a) = stamp.acked_through {
+        put_varint(out, a);
+    }
+    put_groups(out, stamp.clock.entries().iter().copied());
+    if !stamp.in_flight.is_empty() {
+        put_groups(
+            out,
+            stamp.in_flight.iter().map(|c| {
+                let seq = i64::try_from(c.seq).expect("in-flight sequence beyond i64::MAX");
+                (c.channel, seq)
+            }),
+        );
+    }
+}
+
+/// Writes `(channel, value)` entries, sorted by channel, as topic groups.
+fn put_groups(out: &mut Vec<u8>, entries: impl Iterator<Item = (Channel, i64)> + Clone) {
+    let mut topics = 0u64;
+    let mut prev: Option<TopicId> = None;
+    for (c, _) in entries.clone() {
+        if prev != Some(c.topic) {
+            topics += 1;
+            prev = Some(c.topic);
         }
-        i = end;
+    }
+    put_varint(out, topics);
+    let mut entries = entries.peekable();
+    while let Some((first, first_value)) = entries.next() {
+        let topic = first.topic;
+        out.extend_from_slice(topic.as_bytes());
+        let count_at = out.len();
+        out.push(0); // patched below (a group never has 128+ partitions in practice)
+        let mut n = 1u64;
+        put_varint(out, first.partition as u64);
+        put_varint(out, first_value as u64);
+        let (mut prev_p, mut prev_v) = (first.partition, first_value);
+        while let Some(&(c, v)) = entries.peek() {
+            if c.topic != topic {
+                break;
+            }
+            entries.next();
+            put_varint(out, (c.partition - prev_p - 1) as u64);
+            put_varint(out, zigzag(v - prev_v));
+            prev_p = c.partition;
+            prev_v = v;
+            n += 1;
+        }
+        if n < 0x80 {
+            out[count_at] = n as u8;
+        } else {
+            let mut count = Vec::with_capacity(3);
+            put_varint(&mut count, n);
+            out.splice(count_at..=count_at, count);
+        }
     }
 }
 
 /// An upper bound of the encoded size, for buffer sizing.
 pub fn encoded_len_hint(stamp: &Stamp) -> usize {
-    2 + 26 + 10 + stamp.clock.len() * (16 + 10 + 20)
+    2 + 26 + 10 + 10 + (stamp.clock.len() + stamp.in_flight.len()) * (16 + 10 + 20) + 10
 }
 
 /// Decodes a stamp header value.
 ///
 /// # Errors
 /// [`Error::Decode`] with the byte position and the [`DecodeErrorKind`] when the bytes are not
-/// the canonical encoding of a stamp of a version this codec knows.
+/// the canonical encoding of a valid stamp of a version this codec knows.
 pub fn decode(bytes: &[u8]) -> Result<Stamp> {
     let mut r = Reader { bytes, at: 0 };
     let version = r.byte()?;
@@ -115,73 +179,56 @@ pub fn decode(bytes: &[u8]) -> Result<Stamp> {
     } else {
         None
     };
-    let topics = r.varint()?;
-    // Each group needs at least 16 + 1 + 2 bytes: never trust the count for allocation.
-    if topics > (r.remaining() / 19) as u64 {
-        return Err(r.fail(DecodeErrorKind::Truncated));
-    }
-    let mut entries: Vec<(Channel, i64)> = Vec::with_capacity(topics as usize);
-    let mut prev_topic: Option<TopicId> = None;
-    for _ in 0..topics {
-        let topic_at = r.at;
-        let topic = TopicId::from_bytes(r.array16()?);
-        if prev_topic.is_some_and(|p| p >= topic) {
-            return Err(r.fail_at(topic_at, DecodeErrorKind::UnsortedTopics));
-        }
-        prev_topic = Some(topic);
-        let n_at = r.at;
-        let n = r.varint()?;
-        if n == 0 {
-            return Err(r.fail_at(n_at, DecodeErrorKind::EmptyTopicGroup));
-        }
-        if n > (r.remaining() / 2) as u64 {
-            return Err(r.fail(DecodeErrorKind::Truncated));
-        }
-        entries.reserve(n as usize);
-        let mut prev: Option<(i32, i64)> = None;
-        for _ in 0..n {
-            let p_at = r.at;
-            let raw_p = r.varint()?;
-            let partition = match prev {
-                None => i32::try_from(raw_p).ok(),
-                Some((pp, _)) => i64::from(pp)
-                    .checked_add(1)
-                    .and_then(|x| x.checked_add(i64::try_from(raw_p).ok()?))
-                    .and_then(|x| i32::try_from(x).ok()),
-            }
-            .ok_or_else(|| r.fail_at(p_at, DecodeErrorKind::PartitionOutOfRange))?;
-            let o_at = r.at;
-            let raw_o = r.varint()?;
-            let offset = match prev {
-                None => i64::try_from(raw_o).ok(),
-                Some((_, po)) => po.checked_add(unzigzag(raw_o)).filter(|o| *o >= 0),
-            }
-            .ok_or_else(|| r.fail_at(o_at, DecodeErrorKind::OffsetOutOfRange))?;
-            prev = Some((partition, offset));
-            entries.push((Channel::new(topic, partition), offset));
-        }
-    }
-    if r.remaining() != 0 {
-        return Err(r.fail(DecodeErrorKind::TrailingBytes));
-    }
+    let acked_at = r.at;
+    let acked_through = if flags & FLAG_ACKED != 0 {
+        Some(r.varint()?)
+    } else {
+        None
+    };
+    let entries = r.groups(false)?;
     // Sorted by construction: topics ascend, partitions ascend within a topic.
     let clock = Clock::try_from_sorted(entries).map_err(|_| Error::Decode {
         at: bytes.len(),
         kind: DecodeErrorKind::UnsortedTopics,
     })?;
-    Ok(Stamp { sender, clock })
-}
-
-fn count_topics(entries: &[(Channel, i64)]) -> usize {
-    let mut n = 0;
-    let mut prev: Option<TopicId> = None;
-    for (c, _) in entries {
-        if prev != Some(c.topic) {
-            n += 1;
-            prev = Some(c.topic);
+    let in_flight_at = r.at;
+    let in_flight = if flags & FLAG_IN_FLIGHT != 0 {
+        let claims = r.groups(true)?;
+        if claims.is_empty() {
+            // A set flag with an empty section is not canonical.
+            return Err(r.fail_at(in_flight_at, DecodeErrorKind::EmptyTopicGroup));
         }
+        claims
+            .into_iter()
+            .map(|(channel, seq)| InFlight {
+                channel,
+                seq: seq as u64,
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    if r.remaining() != 0 {
+        return Err(r.fail(DecodeErrorKind::TrailingBytes));
     }
-    n
+    let stamp = Stamp {
+        sender,
+        clock,
+        in_flight,
+        acked_through,
+    };
+    stamp.validate().map_err(|e| match e {
+        Error::Decode { kind, .. } => Error::Decode {
+            at: if kind == DecodeErrorKind::ClaimsWithoutSender || flags & FLAG_IN_FLIGHT == 0 {
+                acked_at
+            } else {
+                in_flight_at
+            },
+            kind,
+        },
+        other => other,
+    })?;
+    Ok(stamp)
 }
 
 fn zigzag(v: i64) -> u64 {
@@ -257,6 +304,62 @@ impl Reader<'_> {
         }
         Err(self.fail_at(start, DecodeErrorKind::VarintOverflow))
     }
+
+    /// Reads a `groups` section; values are offsets, or sequences when `sequences`.
+    fn groups(&mut self, sequences: bool) -> Result<Vec<(Channel, i64)>> {
+        let out_of_range = if sequences {
+            DecodeErrorKind::SequenceOutOfRange
+        } else {
+            DecodeErrorKind::OffsetOutOfRange
+        };
+        let topics = self.varint()?;
+        // Each group needs at least 16 + 1 + 2 bytes: never trust the count for allocation.
+        if topics > (self.remaining() / 19) as u64 {
+            return Err(self.fail(DecodeErrorKind::Truncated));
+        }
+        let mut entries: Vec<(Channel, i64)> = Vec::with_capacity(topics as usize);
+        let mut prev_topic: Option<TopicId> = None;
+        for _ in 0..topics {
+            let topic_at = self.at;
+            let topic = TopicId::from_bytes(self.array16()?);
+            if prev_topic.is_some_and(|p| p >= topic) {
+                return Err(self.fail_at(topic_at, DecodeErrorKind::UnsortedTopics));
+            }
+            prev_topic = Some(topic);
+            let n_at = self.at;
+            let n = self.varint()?;
+            if n == 0 {
+                return Err(self.fail_at(n_at, DecodeErrorKind::EmptyTopicGroup));
+            }
+            if n > (self.remaining() / 2) as u64 {
+                return Err(self.fail(DecodeErrorKind::Truncated));
+            }
+            entries.reserve(n as usize);
+            let mut prev: Option<(i32, i64)> = None;
+            for _ in 0..n {
+                let p_at = self.at;
+                let raw_p = self.varint()?;
+                let partition = match prev {
+                    None => i32::try_from(raw_p).ok(),
+                    Some((pp, _)) => i64::from(pp)
+                        .checked_add(1)
+                        .and_then(|x| x.checked_add(i64::try_from(raw_p).ok()?))
+                        .and_then(|x| i32::try_from(x).ok()),
+                }
+                .ok_or_else(|| self.fail_at(p_at, DecodeErrorKind::PartitionOutOfRange))?;
+                let v_at = self.at;
+                let raw_v = self.varint()?;
+                let value = match prev {
+                    None => i64::try_from(raw_v).ok(),
+                    Some((_, pv)) => pv.checked_add(unzigzag(raw_v)).filter(|v| *v >= 0),
+                }
+                .ok_or_else(|| self.fail_at(v_at, out_of_range))?;
+                prev = Some((partition, value));
+                entries.push((Channel::new(topic, partition), value));
+            }
+        }
+        Ok(entries)
+    }
 }
 
 #[cfg(test)]
@@ -314,7 +417,13 @@ mod tests {
         let cases: Vec<(Vec<u8>, usize, DecodeErrorKind)> = vec![
             (vec![], 0, DecodeErrorKind::Truncated),
             (vec![2, 0, 0], 0, DecodeErrorKind::UnknownVersion(2)),
-            (vec![1, 0b10, 0], 1, DecodeErrorKind::UnknownFlags(0b10)),
+            (vec![1, 0b1000, 0], 1, DecodeErrorKind::UnknownFlags(0b1000)),
+            // acked-through without a sender
+            (
+                vec![1, 0b100, 3, 0],
+                2,
+                DecodeErrorKind::ClaimsWithoutSender,
+            ),
             // The last group claims one entry but only its partition byte is left.
             (
                 good[..good.len() - 1].to_vec(),
@@ -386,6 +495,54 @@ mod tests {
             Err(Error::Decode {
                 at: 23,
                 kind: DecodeErrorKind::OffsetOutOfRange
+            })
+        ));
+    }
+
+    #[test]
+    fn in_flight_claims_and_acked_through_round_trip_and_are_checked() {
+        let mut s = sample();
+        s.acked_through = Some(200);
+        s.in_flight = vec![
+            InFlight {
+                channel: Channel::new(topic(1), 2),
+                seq: 250,
+            },
+            InFlight {
+                channel: Channel::new(topic(3), 0),
+                seq: 299,
+            },
+        ];
+        let bytes = encode(&s);
+        assert_eq!(decode(&bytes).unwrap(), s);
+        assert_eq!(try_encode(&s).unwrap(), bytes);
+
+        // An in-flight claim at or below acked-through, or at or beyond the own sequence,
+        // contradicts the stamp.
+        for seq in [200, 300, 301] {
+            let mut bad = s.clone();
+            bad.in_flight[0].seq = seq;
+            assert!(matches!(
+                try_encode(&bad),
+                Err(Error::Decode {
+                    kind: DecodeErrorKind::InconsistentSequences,
+                    ..
+                })
+            ));
+        }
+        // Unsorted claims are rejected too.
+        let mut bad = s.clone();
+        bad.in_flight.swap(0, 1);
+        assert!(try_encode(&bad).is_err());
+        // Claims need a sender.
+        let mut bad = s.clone();
+        bad.sender = None;
+        bad.acked_through = None;
+        assert!(matches!(
+            try_encode(&bad),
+            Err(Error::Decode {
+                kind: DecodeErrorKind::ClaimsWithoutSender,
+                ..
             })
         ));
     }

@@ -88,4 +88,15 @@ pub enum DecodeErrorKind {
     /// Bytes after the last topic group.
     #[error("trailing bytes after the stamp")]
     TrailingBytes,
+    /// In-flight claims or an acked-through sequence without a sender tag to refer to.
+    #[error("in-flight claims or acked-through without a sender")]
+    ClaimsWithoutSender,
+    /// Sequences that contradict each other: an in-flight claim at or beyond the stamp's own
+    /// sequence or at or below its acked-through sequence, or acked-through at or beyond the
+    /// stamp's own sequence.
+    #[error("inconsistent sequences")]
+    InconsistentSequences,
+    /// A send sequence beyond `i64::MAX`.
+    #[error("sequence out of range")]
+    SequenceOutOfRange,
 }

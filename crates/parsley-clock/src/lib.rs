@@ -42,4 +42,4 @@ pub use clock::Clock;
 pub use codec::STAMP_HEADER;
 pub use error::{DecodeErrorKind, Error, Result};
 pub use sender::{SenderId, SenderTag};
-pub use stamp::Stamp;
+pub use stamp::{InFlight, Stamp};

@@ -48,6 +48,24 @@ pub enum GateError {
         /// The frontier or the last queued offset.
         previous: i64,
     },
+    /// A position below a record the gate was already given: positions must be read after the
+    /// poll whose records were offered.
+    #[error("position {position} of {channel} is not above the last offered offset {last}")]
+    PositionBehind {
+        /// The channel.
+        channel: Channel,
+        /// The position given.
+        position: i64,
+        /// The last offset offered (or the frontier).
+        last: i64,
+    },
+    /// [`Gate::resolve`](crate::Gate::resolve) was called for a record that is not held for an
+    /// impossible stamp.
+    #[error("record {record} is not held for an impossible stamp")]
+    NotHeld {
+        /// The record named by the caller.
+        record: Coordinate,
+    },
     /// A stamp that no truthful sender can produce (DESIGN.md §4, "bad evidence is loud").
     #[error("impossible stamp on record {record} from sender {}: claims {claim} ({reason})", sender.map_or("unknown".to_string(), |s| s.to_string()))]
     ImpossibleStamp {
@@ -79,6 +97,12 @@ pub enum ImpossibleReason {
     /// The stamp claims an offset on the record's own channel at or beyond the record: a
     /// record cannot depend on itself or on what was appended after it.
     SelfClaim,
+    /// The stamp claims an offset at or beyond the channel's high watermark read after the
+    /// poll that returned the record: a claim from the future.
+    BeyondHighWatermark {
+        /// That high watermark.
+        high_watermark: i64,
+    },
 }
 
 impl fmt::Display for ImpossibleReason {
@@ -87,6 +111,10 @@ impl fmt::Display for ImpossibleReason {
             ImpossibleReason::SelfClaim => {
                 f.write_str("a claim on its own channel at or beyond its own offset")
             }
+            ImpossibleReason::BeyondHighWatermark { high_watermark } => write!(
+                f,
+                "a claim at or beyond the high watermark {high_watermark} read after the record arrived"
+            ),
         }
     }
 }

@@ -16,12 +16,12 @@
 //!
 //! // A sale that depends on stock@0 arrives first: it is held.
 //! let claims: Clock = [stock.at(0)].into_iter().collect();
-//! gate.offer(sales, Arrival { offset: 0, timestamp: 2, stamp: Some(Stamp::new(None, claims)), payload: "sold" })
+//! gate.offer(sales, Arrival { offset: 0, timestamp: 2, epoch: 1, stamp: Some(Stamp::new(None, claims)), payload: "sold" })
 //!     .map_err(|e| e.kind)?;
 //! assert!(gate.next_delivery().is_none());
 //!
 //! // Its cause arrives: both are released, cause first.
-//! gate.offer(stock, Arrival { offset: 0, timestamp: 1, stamp: None, payload: "in stock" })
+//! gate.offer(stock, Arrival { offset: 0, timestamp: 1, epoch: 1, stamp: None, payload: "in stock" })
 //!     .map_err(|e| e.kind)?;
 //! assert_eq!(gate.next_delivery().unwrap().payload, "in stock");
 //! assert_eq!(gate.next_delivery().unwrap().payload, "sold");
@@ -36,4 +36,9 @@ mod error;
 mod gate;
 
 pub use error::{GateError, ImpossibleReason, Refused};
-pub use gate::{Arrival, BlockedHead, Delivery, Gate, GateMetrics};
+#[cfg(feature = "negative-controls")]
+pub use gate::Faults;
+pub use gate::{
+    Arrival, Awaiting, BlockedHead, ChannelSnapshot, Delivery, Discarded, Gate, GateMetrics,
+    GateSnapshot, ImpossibleStamp, Resolution,
+};

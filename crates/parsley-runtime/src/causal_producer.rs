@@ -190,7 +190,7 @@ impl CausalProducer {
             .outbox
             .send(topic, tag, key, value, &bytes, self.timeout)
         {
-            self.clock.failed(channel)?;
+            self.clock.failed(seq, channel)?;
             return Err(e);
         }
         Ok((seq, channel))
@@ -219,14 +219,14 @@ impl CausalProducer {
             match ack.result {
                 Ok(offset) => {
                     let coordinate = ack.tag.channel.at(offset);
-                    self.clock.acked(coordinate)?;
+                    self.clock.acked(ack.tag.seq, coordinate)?;
                     self.acked.push(Acked {
                         seq: ack.tag.seq,
                         coordinate,
                     });
                 }
                 Err(source) => {
-                    self.clock.failed(ack.tag.channel)?;
+                    self.clock.failed(ack.tag.seq, ack.tag.channel)?;
                     let topic = self
                         .topics
                         .values()

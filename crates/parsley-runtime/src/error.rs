@@ -80,7 +80,17 @@ pub enum Error {
         /// The task's partition.
         partition: i32,
         /// The gate's error.
-        source: parsley_gate::GateError,
+        source: Box<parsley_gate::GateError>,
+    },
+    /// A record's stamp cannot come from a truthful sender (DESIGN.md §4): a claim on its own
+    /// channel at or beyond itself, or a claim beyond the channel's high watermark read after
+    /// the record arrived.
+    #[error("stage {stage}: impossible stamp on record {} from sender {}: claims {} ({})", stamp.record, stamp.sender.map_or("unknown".to_string(), |s| s.to_string()), stamp.claim, stamp.reason)]
+    ImpossibleStamp {
+        /// The stage.
+        stage: String,
+        /// What the gate found.
+        stamp: Box<parsley_gate::ImpossibleStamp>,
     },
     /// The stage's processor failed on a delivered record (decode, handler, encode).
     #[error(transparent)]

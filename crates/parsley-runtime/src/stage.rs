@@ -22,13 +22,13 @@
 //! Not yet (named so nobody relies on it): fold state and node clocks are in memory only —
 //! after a restart a task starts with empty state and clock (changelog and restore: issue 4).
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use parsley_clock::{CausalClock, Channel, SenderId, Stamp, codec};
+use parsley_clock::{CausalClock, Channel, SenderId, Stamp, TopicId, codec};
 use parsley_gate::{Arrival, Gate};
 use parsley_stage::{RawEmission, RawRecord, StageSpec, StateChange};
 use rdkafka::client::ClientContext;
@@ -44,6 +44,9 @@ use crate::config::{GateMode, RuntimeConfig};
 use crate::error::{Error, Result};
 use crate::metrics::{Progress, StageMetrics};
 use crate::outbox::{Outbox, SendTag, partition_for};
+
+/// Most records taken from the consumer in one poll batch (one evidence epoch).
+const MAX_BATCH: usize = 500;
 
 /// What the rebalance callback tells the stream thread.
 #[derive(Debug)]
@@ -188,6 +191,13 @@ pub(crate) struct StageRunner {
     tasks: BTreeMap<i32, Task>,
     paused: HashSet<(usize, i32)>,
     uncommitted: Uncommitted,
+    /// Poll batches so far: the epoch of the records of the current batch.
+    epoch: u64,
+    /// Records fetched so far (orders deliveries in arrival order under [`GateMode::Off`]).
+    arrivals: u64,
+    admin: Admin,
+    /// Names of topics by id, for evidence requests (sources, sinks, then resolved on demand).
+    topic_names: HashMap<TopicId, String>,
     last_commit: Instant,
     metrics: Arc<StageMetrics>,
     observer: Option<Sender<Progress>>,
@@ -274,6 +284,11 @@ impl StageRunner {
             .enumerate()
             .map(|(i, t)| (t.name.clone(), i))
             .collect();
+        let topic_names = sources
+            .iter()
+            .chain(sinks.values())
+            .map(|t| (t.id, t.name.clone()))
+            .collect();
         Ok(StageRunner {
             app: app.to_string(),
             spec,
@@ -286,6 +301,10 @@ impl StageRunner {
             tasks: BTreeMap::new(),
             paused: HashSet::new(),
             uncommitted: Uncommitted::default(),
+            epoch: 0,
+            arrivals: 0,
+            topic_names,
+            admin,
             last_commit: Instant::now(),
             metrics,
             observer,
@@ -328,15 +347,29 @@ impl StageRunner {
                 .commit_interval
                 .saturating_sub(self.last_commit.elapsed())
                 .min(Duration::from_millis(100));
-            let fetched = match self.consumer.poll(wait) {
-                Some(Ok(message)) => Some(self.fetched(&message)?),
-                Some(Err(e)) => return Err(Error::kafka("polling", e)),
-                None => None,
-            };
-            self.handle_rebalance()?;
-            if let Some(f) = fetched {
-                let partition = f.partition;
+            // One poll batch = one epoch: what the consumer has ready, up to a bound. Evidence
+            // (positions, high watermarks) is read once per batch, after it.
+            self.epoch += 1;
+            let mut timeout = wait;
+            for _ in 0..MAX_BATCH {
+                let arrival = self.arrivals + 1;
+                let fetched = match self.consumer.poll(timeout) {
+                    Some(Ok(message)) => Some(self.fetched(&message, arrival)?),
+                    Some(Err(e)) => return Err(Error::kafka("polling", e)),
+                    None => None,
+                };
+                // Seed newly assigned channels before offering their records.
+                self.handle_rebalance()?;
+                let Some(f) = fetched else { break };
+                self.arrivals = arrival;
                 self.accept(f)?;
+                timeout = Duration::ZERO;
+            }
+            self.read_positions()?;
+            self.read_evidence()?;
+            self.resolve_impossible()?;
+            let partitions: Vec<i32> = self.tasks.keys().copied().collect();
+            for partition in partitions {
                 self.deliver(partition)?;
             }
             self.settle_acks(None)?;
@@ -344,6 +377,101 @@ impl StageRunner {
                 self.commit()?;
             }
         }
+    }
+
+    /// Hands every task the consumer's application position of its channels (read after the
+    /// batch's polls, whose records were all offered): position advance (DESIGN.md §4).
+    fn read_positions(&mut self) -> Result<()> {
+        if self.tasks.is_empty() {
+            return Ok(());
+        }
+        let positions = self
+            .consumer
+            .position()
+            .map_err(|e| Error::kafka("reading positions", e))?;
+        for e in positions.elements() {
+            let Offset::Offset(position) = e.offset() else {
+                continue;
+            };
+            let Some(&source) = self.source_by_name.get(e.topic()) else {
+                continue;
+            };
+            let channel = Channel::new(self.sources[source].id, e.partition());
+            if let Some(task) = self.tasks.get_mut(&e.partition())
+                && task.gate.baseline(&channel).is_some()
+            {
+                task.gate
+                    .position(channel, position)
+                    .map_err(|source| Error::Gate {
+                        stage: self.spec.name().to_string(),
+                        partition: e.partition(),
+                        source: Box::new(source),
+                    })?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads the high watermarks the gates ask for, with one batched
+    /// `ListOffsets(LATEST, READ_UNCOMMITTED)` after the batch's polls.
+    fn read_evidence(&mut self) -> Result<()> {
+        let mut wanted: BTreeSet<Channel> = BTreeSet::new();
+        for task in self.tasks.values() {
+            wanted.extend(task.gate.evidence_wanted());
+        }
+        if wanted.is_empty() {
+            return Ok(());
+        }
+        let unknown: Vec<_> = wanted
+            .iter()
+            .map(|c| c.topic)
+            .filter(|id| !self.topic_names.contains_key(id))
+            .collect();
+        if !unknown.is_empty() {
+            let found = self.admin.topic_names(&unknown)?;
+            self.topic_names.extend(found);
+        }
+        let mut asked: Vec<(Channel, &str)> = Vec::new();
+        let mut gone = Vec::new();
+        for c in &wanted {
+            match self.topic_names.get(&c.topic) {
+                Some(name) => asked.push((*c, name.as_str())),
+                None => gone.push(*c),
+            }
+        }
+        let request: Vec<(&str, i32)> = asked.iter().map(|(c, n)| (*n, c.partition)).collect();
+        let answers = self.admin.high_watermarks(&request)?;
+        let mut readings: Vec<(Channel, i64)> = asked
+            .iter()
+            .zip(answers)
+            .map(|((c, _), hw)| (*c, hw))
+            .collect();
+        for c in gone {
+            // A claimed channel whose topic no longer exists has nothing left to read:
+            // its claims are replaced by nothing (DESIGN.md §2: deletion is loss).
+            warn!(channel = %c, "a claim names a topic that does not exist any more");
+            readings.push((c, 0));
+        }
+        let epoch = self.epoch;
+        for task in self.tasks.values_mut() {
+            for &(c, hw) in &readings {
+                task.gate.high_watermark(c, hw, epoch);
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies the stage's policy to impossible stamps: today the default, fail the task.
+    fn resolve_impossible(&mut self) -> Result<()> {
+        for task in self.tasks.values_mut() {
+            if let Some(found) = task.gate.take_impossible().into_iter().next() {
+                return Err(Error::ImpossibleStamp {
+                    stage: self.spec.name().to_string(),
+                    stamp: Box::new(found),
+                });
+            }
+        }
+        Ok(())
     }
 
     fn begin(&mut self) -> Result<()> {
@@ -372,7 +500,7 @@ impl StageRunner {
                             .map_err(|source| Error::Gate {
                                 stage: self.spec.name().to_string(),
                                 partition,
-                                source,
+                                source: Box::new(source),
                             })?;
                     }
                 }
@@ -416,7 +544,7 @@ impl StageRunner {
     }
 
     /// Copies what the task needs out of a polled message and decodes its stamp.
-    fn fetched(&self, m: &BorrowedMessage<'_>) -> Result<Fetched> {
+    fn fetched(&self, m: &BorrowedMessage<'_>, arrival: u64) -> Result<Fetched> {
         let source = *self
             .source_by_name
             .get(m.topic())
@@ -425,17 +553,23 @@ impl StageRunner {
             })?;
         let channel = Channel::new(self.sources[source].id, m.partition());
         let stamp = decode_stamp(m, channel)?;
+        // Kafka's v2 record format always has a timestamp; it only orders deliverable records.
+        let mut timestamp = m.timestamp().to_millis().unwrap_or(i64::MIN);
         let (stamp, unchecked_stamp) = match self.config.gate {
             GateMode::Causal => (stamp, None),
-            GateMode::Off => (None, stamp),
+            GateMode::Off => {
+                // A plain consumer: deliver in arrival order.
+                timestamp = arrival as i64;
+                (None, stamp)
+            }
         };
         Ok(Fetched {
             partition: m.partition(),
             channel,
             arrival: Arrival {
                 offset: m.offset(),
-                // Kafka's v2 record format always has a timestamp; it only orders ties.
-                timestamp: m.timestamp().to_millis().unwrap_or(i64::MIN),
+                epoch: self.epoch,
+                timestamp,
                 stamp,
                 payload: Payload {
                     source,
@@ -461,14 +595,14 @@ impl StageRunner {
         let task = self.tasks.get_mut(&partition).ok_or_else(|| Error::Gate {
             stage: stage.clone(),
             partition,
-            source: parsley_gate::GateError::NotSeeded { channel },
+            source: Box::new(parsley_gate::GateError::NotSeeded { channel }),
         })?;
         task.gate
             .offer(channel, arrival)
             .map_err(|refused| Error::Gate {
                 stage,
                 partition,
-                source: refused.kind,
+                source: Box::new(refused.kind),
             })?;
         self.metrics.fetched();
         if task.gate.queued(&channel) >= cap && self.paused.insert((source, partition)) {
@@ -532,6 +666,9 @@ impl StageRunner {
                 d.coordinate,
                 d.stamp.as_ref().or(payload.unchecked_stamp.as_ref()),
             );
+            for r in &d.replacements {
+                task.clock.learn(*r)?;
+            }
             let topic = &self.sources[payload.source].name;
             if d.waited {
                 trace!(topic = %topic, partition = task.partition, offset = d.coordinate.offset,
@@ -599,7 +736,7 @@ impl StageRunner {
             self.outbox
                 .send(&e.topic, tag, &e.key, &e.value, &bytes, self.config.timeout)
         {
-            task.clock.failed(channel)?;
+            task.clock.failed(tag.seq, channel)?;
             return Err(err);
         }
         self.uncommitted.emissions += 1;
@@ -620,7 +757,7 @@ impl StageRunner {
                 },
             };
             match ack.result {
-                Ok(offset) => task.clock.acked(ack.tag.channel.at(offset))?,
+                Ok(offset) => task.clock.acked(ack.tag.seq, ack.tag.channel.at(offset))?,
                 Err(source) => {
                     let topic = self
                         .sinks
