@@ -38,6 +38,18 @@ enum Cmd {
         #[arg(last = true)]
         args: Vec<String>,
     },
+    /// Run many random simulator histories through the gate and the oracle.
+    SoakGate {
+        /// How many histories.
+        #[arg(long, default_value_t = 100_000)]
+        histories: u64,
+        /// The first seed (histories use seeds `seed..seed + histories`).
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Also run every negative control and report its failure rate.
+        #[arg(long)]
+        negative_controls: bool,
+    },
     /// Format check, clippy (warnings denied) and every workspace test on the local broker.
     Test {
         /// Leave a broker this command started running afterwards.
@@ -104,6 +116,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 .env(broker::BOOTSTRAP_ENV, bootstrap);
             status_code(&mut cmd, "the inventory demo")
         }),
+        Cmd::SoakGate {
+            histories,
+            seed,
+            negative_controls,
+        } => soak_gate(histories, seed, negative_controls),
         Cmd::Test { keep_broker } => with_broker(keep_broker, |bootstrap| {
             let steps: [(&str, &[&str]); 4] = [
                 ("cargo fmt --check", &["fmt", "--all", "--", "--check"]),
@@ -139,6 +156,64 @@ fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }),
     }
+}
+
+/// Runs random simulator histories in chunks with a progress line; fails on the first failure.
+fn soak_gate(histories: u64, first: u64, negative_controls: bool) -> Result<ExitCode> {
+    use parsley_testkit::sim::{SimConfig, Variant, tally};
+    let started = std::time::Instant::now();
+    let chunk = 1_000u64;
+    let mut done = 0u64;
+    let mut total = parsley_testkit::sim::Tally::default();
+    while done < histories {
+        let n = chunk.min(histories - done);
+        let t = tally(first + done, n, &SimConfig::default());
+        done += n;
+        total.histories += t.histories;
+        total.deliveries += t.deliveries;
+        total.lookahead += t.lookahead;
+        total.task_aborts += t.task_aborts;
+        total.violations += t.violations;
+        total.stalls += t.stalls;
+        eprint!(
+            "\rsoak-gate: {done}/{histories} histories, {} deliveries, {} violations, {} stalls",
+            total.deliveries, total.violations, total.stalls
+        );
+        if let Some((seed, why)) = t.first_failure {
+            eprintln!();
+            bail!("seed {seed} failed:\n{why}");
+        }
+    }
+    eprintln!();
+    println!(
+        "soak-gate: {} histories from seed {first}: {} deliveries ({:.2} % ahead of partition order), {} stage aborts restored, 0 violations, 0 stalls, in {:.1} s",
+        total.histories,
+        total.deliveries,
+        100.0 * total.lookahead as f64 / total.deliveries.max(1) as f64,
+        total.task_aborts,
+        started.elapsed().as_secs_f64()
+    );
+    if negative_controls {
+        let n = (histories / 10).clamp(100, 5_000);
+        for variant in Variant::NEGATIVE {
+            let t = tally(
+                first,
+                n,
+                &SimConfig {
+                    variant,
+                    ..SimConfig::default()
+                },
+            );
+            println!(
+                "negative control {variant:?}: {} of {n} histories failed ({:.1} %; {} violations, {} stalls)",
+                t.violations + t.stalls,
+                100.0 * (t.violations + t.stalls) as f64 / n as f64,
+                t.violations,
+                t.stalls
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Runs `f` with a broker: `$PARSLEY_BOOTSTRAP` if set, else the local one (started if

@@ -415,13 +415,25 @@ impl StageRunner {
     /// Reads the high watermarks the gates ask for, with one batched
     /// `ListOffsets(LATEST, READ_UNCOMMITTED)` after the batch's polls.
     fn read_evidence(&mut self) -> Result<()> {
-        let mut wanted: BTreeSet<Channel> = BTreeSet::new();
-        for task in self.tasks.values() {
-            wanted.extend(task.gate.evidence_wanted());
+        // A reading can unblock a record that then needs evidence on another channel: ask
+        // again until the gates want nothing new (each channel at most once per batch).
+        let mut served: BTreeSet<Channel> = BTreeSet::new();
+        loop {
+            let mut wanted: BTreeSet<Channel> = BTreeSet::new();
+            for task in self.tasks.values() {
+                wanted.extend(task.gate.evidence_wanted());
+            }
+            wanted.retain(|c| !served.contains(c));
+            if wanted.is_empty() {
+                return Ok(());
+            }
+            self.read_high_watermarks(&wanted)?;
+            served.extend(wanted);
         }
-        if wanted.is_empty() {
-            return Ok(());
-        }
+    }
+
+    /// One batched `ListOffsets(LATEST, READ_UNCOMMITTED)` for `wanted`, handed to every gate.
+    fn read_high_watermarks(&mut self, wanted: &BTreeSet<Channel>) -> Result<()> {
         let unknown: Vec<_> = wanted
             .iter()
             .map(|c| c.topic)
@@ -433,7 +445,7 @@ impl StageRunner {
         }
         let mut asked: Vec<(Channel, &str)> = Vec::new();
         let mut gone = Vec::new();
-        for c in &wanted {
+        for c in wanted {
             match self.topic_names.get(&c.topic) {
                 Some(name) => asked.push((*c, name.as_str())),
                 None => gone.push(*c),

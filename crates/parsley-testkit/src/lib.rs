@@ -5,9 +5,13 @@
 //! - [`fixtures`]: unique topics, an admin client, reading a topic back as `read_committed`
 //!   sees it;
 //! - [`oracle`]: the delivery-order oracle, which checks causal delivery from ground-truth
-//!   logs without reading Parsley's clocks (DESIGN.md §2, §8).
+//!   logs without reading Parsley's clocks (DESIGN.md §2, §8);
+//! - [`sim`]: a deterministic simulator of partitions with gaps, producers and stage tasks that
+//!   drives the real gate and clock and checks them with the oracle, with negative controls.
 #![doc(test(attr(deny(warnings))))]
 
 pub mod broker;
 pub mod fixtures;
 pub mod oracle;
+pub mod scenarios;
+pub mod sim;
