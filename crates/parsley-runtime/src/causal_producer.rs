@@ -4,10 +4,10 @@
 //! What it claims (DESIGN.md §3): the records it was told it consumed
 //! ([`CausalProducer::observe`]), the stamps they carried, and its own sends once they are
 //! acknowledged. Sends to one channel need no claim (an idempotent producer appends them in
-//! order). Before a send to a *different* channel every earlier send must be acknowledged so
-//! its coordinate can be claimed: `send` flushes automatically at such a switch (in-flight
-//! claims, which would avoid the flush for transactional producers, are issue 3). Batch sends
-//! per channel to keep flushes rare.
+//! order). Earlier sends to *other* channels that are not acknowledged yet are claimed in
+//! flight by a transactional producer (its commit makes them visible together); a
+//! non-transactional producer cannot do that, so its `send` first flushes at such a channel
+//! switch — batch its sends per channel to keep flushes rare.
 //!
 //! A transactional producer restores its clock when it aborts: the aborted coordinates are
 //! never claimed afterwards.
@@ -117,7 +117,11 @@ impl CausalProducer {
         }
         Ok(CausalProducer {
             outbox,
-            clock: CausalClock::new(SenderId::random()),
+            clock: if config.transactional_id.is_some() {
+                CausalClock::transactional(SenderId::random())
+            } else {
+                CausalClock::new(SenderId::random())
+            },
             admin: Admin::new(&config.bootstrap, config.timeout)?,
             topics: HashMap::new(),
             transactional: config.transactional_id.is_some(),

@@ -550,7 +550,7 @@ impl StageRunner {
         self.tasks.entry(partition).or_insert_with(|| Task {
             partition,
             gate: Gate::new(sources.iter().map(|t| Channel::new(t.id, partition))),
-            clock: CausalClock::new(SenderId::random()),
+            clock: CausalClock::transactional(SenderId::random()),
             state: HashMap::new(),
         })
     }
@@ -728,16 +728,9 @@ impl StageRunner {
                 topic: e.topic.clone(),
             })?;
         let channel = Channel::new(sink.id, partition_for(&e.key, sink.partitions));
-        let stamp = match task.clock.stamp(channel) {
-            Ok(s) => s,
-            Err(parsley_clock::Error::UnackedSends { .. }) => {
-                // Claim-by-ack: the earlier sends to other channels must be claimable.
-                self.outbox.wait_acked(self.config.timeout)?;
-                self.settle_acks(Some(task))?;
-                task.clock.stamp(channel)?
-            }
-            Err(other) => return Err(other.into()),
-        };
+        // A task's clock is transactional: sends not acknowledged yet are claimed in flight,
+        // so no send waits for another's acknowledgement.
+        let stamp = task.clock.stamp(channel)?;
         let tag = SendTag {
             task: task.partition,
             channel,
