@@ -85,10 +85,12 @@ pub enum Error {
     /// A record's stamp cannot come from a truthful sender (DESIGN.md §4): a claim on its own
     /// channel at or beyond itself, or a claim beyond the channel's high watermark read after
     /// the record arrived.
-    #[error("stage {stage}: impossible stamp on record {} from sender {}: claims {} ({})", stamp.record, stamp.sender.map_or("unknown".to_string(), |s| s.to_string()), stamp.claim, stamp.reason)]
+    #[error("stage {stage}: impossible stamp on record {topic}/{}@{} (channel {}) from sender {}: claims {} ({})", stamp.record.channel.partition, stamp.record.offset, stamp.record, stamp.sender.map_or("unknown".to_string(), |s| s.to_string()), stamp.claim, stamp.reason)]
     ImpossibleStamp {
         /// The stage.
         stage: String,
+        /// The topic name of the record.
+        topic: String,
         /// What the gate found.
         stamp: Box<parsley_gate::ImpossibleStamp>,
     },

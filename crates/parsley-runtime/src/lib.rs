@@ -40,3 +40,4 @@ pub use error::{Error, Result};
 pub use metrics::{MetricsSnapshot, Progress, StageMetrics};
 pub use outbox::partition_for;
 pub use runtime::{Running, Runtime, Shutdown};
+pub use stage::{DLQ_REASON_HEADER, DLQ_SOURCE_HEADER};

@@ -21,6 +21,9 @@ pub struct StageMetrics {
     aborts: AtomicU64,
     committed_deliveries: AtomicU64,
     committed_emissions: AtomicU64,
+    lookahead: AtomicU64,
+    impossible_stamps: AtomicU64,
+    dead_lettered: AtomicU64,
 }
 
 /// A copy of a stage's counters at one moment.
@@ -48,6 +51,13 @@ pub struct MetricsSnapshot {
     pub committed_deliveries: u64,
     /// Emissions covered by committed transactions.
     pub committed_emissions: u64,
+    /// Deliveries ahead of earlier records of their channel (claim-driven look-ahead).
+    pub lookahead: u64,
+    /// Records whose stamps were impossible (malformed, self claim, claim beyond the high
+    /// watermark), under any policy.
+    pub impossible_stamps: u64,
+    /// Records routed to the dead-letter topic.
+    pub dead_lettered: u64,
 }
 
 impl StageMetrics {
@@ -66,6 +76,9 @@ impl StageMetrics {
             aborts: g(&self.aborts),
             committed_deliveries: g(&self.committed_deliveries),
             committed_emissions: g(&self.committed_emissions),
+            lookahead: g(&self.lookahead),
+            impossible_stamps: g(&self.impossible_stamps),
+            dead_lettered: g(&self.dead_lettered),
         }
     }
 
@@ -96,6 +109,18 @@ impl StageMetrics {
             .fetch_add(deliveries, Ordering::Relaxed);
         self.committed_emissions
             .fetch_add(emissions, Ordering::Relaxed);
+    }
+
+    pub(crate) fn lookahead(&self) {
+        self.lookahead.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn impossible(&self) {
+        self.impossible_stamps.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn dead_lettered(&self) {
+        self.dead_lettered.fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn aborted(&self) {

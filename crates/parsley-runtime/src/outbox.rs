@@ -112,8 +112,9 @@ impl Outbox {
         self.producer.context()
     }
 
-    /// Sends one record to an explicit partition with the stamp header. When librdkafka's
-    /// queue is full it waits for acknowledgements to make room.
+    /// Sends one record to an explicit partition with the stamp header (and `extra` headers).
+    /// When librdkafka's queue is full it waits for acknowledgements to make room.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn send(
         &self,
         topic: &str,
@@ -121,12 +122,21 @@ impl Outbox {
         key: &[u8],
         value: &[u8],
         stamp: &[u8],
+        extra: &[(&str, &[u8])],
         timeout: Duration,
     ) -> Result<()> {
-        let headers = OwnedHeaders::new().insert(Header {
-            key: parsley_clock::STAMP_HEADER,
-            value: Some(stamp),
-        });
+        let headers = extra.iter().fold(
+            OwnedHeaders::new().insert(Header {
+                key: parsley_clock::STAMP_HEADER,
+                value: Some(stamp),
+            }),
+            |h, (k, v)| {
+                h.insert(Header {
+                    key: k,
+                    value: Some(*v),
+                })
+            },
+        );
         let mut record = BaseRecord::with_opaque_to(topic, Box::new(tag))
             .partition(tag.channel.partition)
             .key(key)

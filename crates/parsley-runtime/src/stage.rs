@@ -29,8 +29,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use parsley_clock::{CausalClock, Channel, SenderId, Stamp, TopicId, codec};
-use parsley_gate::{Arrival, Gate};
-use parsley_stage::{RawEmission, RawRecord, StageSpec, StateChange};
+use parsley_gate::{Arrival, Gate, Resolution};
+use parsley_stage::{ImpossiblePolicy, RawEmission, RawRecord, StageSpec, StateChange};
 use rdkafka::client::ClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::message::{BorrowedMessage, Headers, Message};
@@ -44,6 +44,11 @@ use crate::config::{GateMode, RuntimeConfig};
 use crate::error::{Error, Result};
 use crate::metrics::{Progress, StageMetrics};
 use crate::outbox::{Outbox, SendTag, partition_for};
+
+/// Header of a dead-lettered record naming where it came from (`topic/partition@offset`).
+pub const DLQ_SOURCE_HEADER: &str = "parsley.dlq.source";
+/// Header of a dead-lettered record saying why it was dead-lettered.
+pub const DLQ_REASON_HEADER: &str = "parsley.dlq.reason";
 
 /// Most records taken from the consumer in one poll batch (one evidence epoch).
 const MAX_BATCH: usize = 500;
@@ -155,6 +160,8 @@ struct Payload {
     /// The stamp, when the gate does not check it ([`GateMode::Off`]): still merged into the
     /// node clock on delivery.
     unchecked_stamp: Option<Stamp>,
+    /// Why the record goes to the dead-letter topic instead of the handler, if it does.
+    dead_letter: Option<String>,
 }
 
 /// A polled record, copied out of the consumer's buffer.
@@ -162,6 +169,8 @@ struct Fetched {
     partition: i32,
     channel: Channel,
     arrival: Arrival<Payload>,
+    /// The stamp header could not be decoded (the record is unstamped in `arrival`).
+    malformed: Option<Error>,
 }
 
 /// One task: partition `p` of every source.
@@ -188,6 +197,8 @@ pub(crate) struct StageRunner {
     sources: Vec<TopicInfo>,
     source_by_name: HashMap<String, usize>,
     sinks: HashMap<String, TopicInfo>,
+    /// The dead-letter topic of [`ImpossiblePolicy::DeadLetter`].
+    dead_letter_topic: Option<TopicInfo>,
     tasks: BTreeMap<i32, Task>,
     paused: HashSet<(usize, i32)>,
     uncommitted: Uncommitted,
@@ -239,6 +250,12 @@ impl StageRunner {
                 .into_iter()
                 .map(|t| (t.name.clone(), t))
                 .collect()
+        };
+        let dead_letter_topic = match spec.impossible_policy() {
+            ImpossiblePolicy::DeadLetter { topic } => {
+                Some(admin.describe_topics(&[topic.as_str()])?.remove(0))
+            }
+            _ => None,
         };
         let group = spec.group_id(app);
         let mut cc = ClientConfig::new();
@@ -298,6 +315,7 @@ impl StageRunner {
             sources,
             source_by_name,
             sinks,
+            dead_letter_topic,
             tasks: BTreeMap::new(),
             paused: HashSet::new(),
             uncommitted: Uncommitted::default(),
@@ -473,16 +491,103 @@ impl StageRunner {
         Ok(())
     }
 
-    /// Applies the stage's policy to impossible stamps: today the default, fail the task.
+    /// Applies the stage's policy to the impossible stamps the gates found.
     fn resolve_impossible(&mut self) -> Result<()> {
-        for task in self.tasks.values_mut() {
-            if let Some(found) = task.gate.take_impossible().into_iter().next() {
-                return Err(Error::ImpossibleStamp {
+        let partitions: Vec<i32> = self.tasks.keys().copied().collect();
+        for partition in partitions {
+            let found = self
+                .tasks
+                .get_mut(&partition)
+                .map(|t| t.gate.take_impossible())
+                .unwrap_or_default();
+            for stamp in found {
+                self.metrics.impossible();
+                let topic = self
+                    .sources
+                    .iter()
+                    .find(|t| t.id == stamp.record.channel.topic)
+                    .map_or_else(String::new, |t| t.name.clone());
+                let error = Error::ImpossibleStamp {
                     stage: self.spec.name().to_string(),
-                    stamp: Box::new(found),
-                });
+                    topic,
+                    stamp: Box::new(stamp),
+                };
+                let resolution = match self.spec.impossible_policy() {
+                    ImpossiblePolicy::Fail => return Err(error),
+                    ImpossiblePolicy::DeliverAndCount => {
+                        warn!(%error, "delivering without its impossible claims");
+                        Resolution::Deliver
+                    }
+                    ImpossiblePolicy::DeadLetter { .. } => Resolution::Discard,
+                };
+                let mut task = self.tasks.remove(&partition).expect("task exists");
+                let discarded = task
+                    .gate
+                    .resolve(stamp.record, resolution)
+                    .map_err(|source| Error::Gate {
+                        stage: self.spec.name().to_string(),
+                        partition,
+                        source: Box::new(source),
+                    });
+                let sent = match discarded {
+                    Ok(Some(d)) => {
+                        self.uncommitted.deliveries += 1;
+                        self.dead_letter(&mut task, &d.payload, d.coordinate, &error.to_string())
+                    }
+                    Ok(None) => Ok(()),
+                    Err(e) => Err(e),
+                };
+                self.tasks.insert(partition, task);
+                sent?;
             }
         }
+        Ok(())
+    }
+
+    /// Sends a record to the stage's dead-letter topic in the open transaction, stamped by the
+    /// task, with headers naming its source coordinate and the reason.
+    fn dead_letter(
+        &mut self,
+        task: &mut Task,
+        payload: &Payload,
+        record: parsley_clock::Coordinate,
+        reason: &str,
+    ) -> Result<()> {
+        let Some(dlq) = self.dead_letter_topic.clone() else {
+            return Err(Error::UnknownTopic {
+                topic: "(no dead-letter topic)".into(),
+            });
+        };
+        let key = payload.key.clone().unwrap_or_default();
+        let channel = Channel::new(dlq.id, partition_for(&key, dlq.partitions));
+        let stamp = task.clock.stamp(channel)?;
+        let tag = SendTag {
+            task: task.partition,
+            channel,
+            seq: stamp.sender.expect("stage stamps carry a sender").seq,
+        };
+        let source = format!(
+            "{}/{}@{}",
+            self.sources[payload.source].name, record.channel.partition, record.offset
+        );
+        warn!(%source, reason, topic = %dlq.name, "dead-lettered");
+        if let Err(err) = self.outbox.send(
+            &dlq.name,
+            tag,
+            &key,
+            payload.value.as_deref().unwrap_or_default(),
+            &codec::encode(&stamp),
+            &[
+                (DLQ_SOURCE_HEADER, source.as_bytes()),
+                (DLQ_REASON_HEADER, reason.as_bytes()),
+            ],
+            self.config.timeout,
+        ) {
+            task.clock.failed(tag.seq, channel)?;
+            return Err(err);
+        }
+        self.uncommitted.emissions += 1;
+        self.metrics.dead_lettered();
         Ok(())
     }
 
@@ -564,7 +669,10 @@ impl StageRunner {
                 topic: m.topic().to_string(),
             })?;
         let channel = Channel::new(self.sources[source].id, m.partition());
-        let stamp = decode_stamp(m, channel)?;
+        let (stamp, malformed) = match decode_stamp(m, channel) {
+            Ok(stamp) => (stamp, None),
+            Err(e) => (None, Some(e)),
+        };
         // Kafka's v2 record format always has a timestamp; it only orders deliverable records.
         let mut timestamp = m.timestamp().to_millis().unwrap_or(i64::MIN);
         let (stamp, unchecked_stamp) = match self.config.gate {
@@ -589,8 +697,10 @@ impl StageRunner {
                     value: m.payload().map(<[u8]>::to_vec),
                     arrived: Instant::now(),
                     unchecked_stamp,
+                    dead_letter: None,
                 },
             },
+            malformed,
         })
     }
 
@@ -599,8 +709,21 @@ impl StageRunner {
         let Fetched {
             partition,
             channel,
-            arrival,
+            mut arrival,
+            malformed,
         } = f;
+        if let Some(error) = malformed {
+            self.metrics.impossible();
+            match self.spec.impossible_policy() {
+                ImpossiblePolicy::Fail => return Err(error),
+                ImpossiblePolicy::DeliverAndCount => {
+                    warn!(%error, "delivering a record with a malformed stamp as unstamped");
+                }
+                ImpossiblePolicy::DeadLetter { .. } => {
+                    arrival.payload.dead_letter = Some(error.to_string());
+                }
+            }
+        }
         let source = arrival.payload.source;
         let stage = self.spec.name().to_string();
         let cap = self.config.max_queued_per_channel;
@@ -681,6 +804,15 @@ impl StageRunner {
             for r in &d.replacements {
                 task.clock.learn(*r)?;
             }
+            if d.lookahead {
+                self.metrics.lookahead();
+            }
+            if let Some(reason) = payload.dead_letter.clone() {
+                self.dead_letter(task, &payload, d.coordinate, &reason)?;
+                self.uncommitted.deliveries += 1;
+                self.metrics.delivered(None);
+                continue;
+            }
             let topic = &self.sources[payload.source].name;
             if d.waited {
                 trace!(topic = %topic, partition = task.partition, offset = d.coordinate.offset,
@@ -737,10 +869,15 @@ impl StageRunner {
             seq: stamp.sender.expect("stage stamps carry a sender").seq,
         };
         let bytes = codec::encode(&stamp);
-        if let Err(err) =
-            self.outbox
-                .send(&e.topic, tag, &e.key, &e.value, &bytes, self.config.timeout)
-        {
+        if let Err(err) = self.outbox.send(
+            &e.topic,
+            tag,
+            &e.key,
+            &e.value,
+            &bytes,
+            &[],
+            self.config.timeout,
+        ) {
             task.clock.failed(tag.seq, channel)?;
             return Err(err);
         }

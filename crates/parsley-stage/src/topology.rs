@@ -89,6 +89,27 @@ pub struct StageSpec {
     sources: Vec<String>,
     sinks: Vec<String>,
     processor: Arc<dyn Processor>,
+    impossible: ImpossiblePolicy,
+}
+
+/// What a stage does with a record whose stamp no truthful sender can produce (DESIGN.md §4:
+/// a malformed or unknown-version header, a claim on its own channel at or beyond itself, a
+/// claim beyond the channel's high watermark). Nothing is dropped silently under any policy.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum ImpossiblePolicy {
+    /// Stop the task with an error naming the channel, offset and sender (the default). The
+    /// record's offset is not committed: it is read again after a restart.
+    #[default]
+    Fail,
+    /// Deliver the record without its impossible claims (a malformed header: as unstamped) and
+    /// count it in the stage's metrics.
+    DeliverAndCount,
+    /// Route the record, with headers naming its source and the reason, to this topic in the
+    /// same transaction, count it, and move on.
+    DeadLetter {
+        /// The dead-letter topic (must exist).
+        topic: String,
+    },
 }
 
 impl fmt::Debug for StageSpec {
@@ -97,6 +118,7 @@ impl fmt::Debug for StageSpec {
             .field("name", &self.name)
             .field("sources", &self.sources)
             .field("sinks", &self.sinks)
+            .field("impossible", &self.impossible)
             .finish_non_exhaustive()
     }
 }
@@ -120,6 +142,11 @@ impl StageSpec {
     /// The stage's logic over bytes.
     pub fn processor(&self) -> &Arc<dyn Processor> {
         &self.processor
+    }
+
+    /// What the stage does with an impossible stamp.
+    pub fn impossible_policy(&self) -> &ImpossiblePolicy {
+        &self.impossible
     }
 
     /// The consumer group of this stage: `{application_id}.{stage}`.
@@ -152,6 +179,7 @@ impl TopologyBuilder {
             handler,
             sources: Vec::new(),
             sinks: Vec::new(),
+            impossible: ImpossiblePolicy::Fail,
             codecs: Codecs {
                 key: Arc::new(Json),
                 value: Arc::new(Json),
@@ -164,6 +192,7 @@ impl TopologyBuilder {
             sources,
             sinks,
             codecs,
+            impossible,
             ..
         } = builder;
         let processor: Arc<dyn Processor> = Arc::new(Typed {
@@ -177,6 +206,7 @@ impl TopologyBuilder {
             sources,
             sinks,
             processor,
+            impossible,
         });
         self
     }
@@ -216,6 +246,18 @@ impl TopologyBuilder {
                     }
                 }
             }
+            if let ImpossiblePolicy::DeadLetter { topic } = &stage.impossible {
+                if let Err(why) = legal_name(topic) {
+                    problems.push(format!(
+                        "stage {name:?}: dead-letter topic {topic:?}: {why}"
+                    ));
+                }
+                if stage.sources.contains(topic) {
+                    problems.push(format!(
+                        "stage {name:?}: dead-letter topic {topic:?} is also a source"
+                    ));
+                }
+            }
             for topic in &stage.sinks {
                 if stage.sources.contains(topic) {
                     problems.push(format!(
@@ -241,6 +283,7 @@ pub struct StageBuilder<H: Handler> {
     sources: Vec<String>,
     sinks: Vec<String>,
     codecs: Codecs<H>,
+    impossible: ImpossiblePolicy,
 }
 
 impl<H: Handler> StageBuilder<H> {
@@ -271,6 +314,12 @@ impl<H: Handler> StageBuilder<H> {
     /// The codec of emitted values.
     pub fn output_codec(mut self, codec: impl Codec<H::Output> + 'static) -> Self {
         self.codecs.output = Arc::new(codec);
+        self
+    }
+
+    /// What to do with records whose stamps are impossible (default: fail the task).
+    pub fn on_impossible_stamp(mut self, policy: ImpossiblePolicy) -> Self {
+        self.impossible = policy;
         self
     }
 

@@ -178,3 +178,103 @@ pub fn wait_committed(
         }
     }
 }
+
+/// A plain producer for scripted histories: `transactional_id` makes it transactional
+/// (transactions initialised).
+///
+/// # Panics
+/// When the client cannot be created or initialised.
+pub fn raw_producer(transactional_id: Option<&str>) -> rdkafka::producer::BaseProducer {
+    use rdkafka::producer::Producer;
+    let mut config = ClientConfig::new();
+    config
+        .set("bootstrap.servers", bootstrap())
+        .set("enable.idempotence", "true")
+        .set("linger.ms", "0");
+    if let Some(id) = transactional_id {
+        config.set("transactional.id", id);
+    }
+    let producer: rdkafka::producer::BaseProducer = config.create().expect("producer");
+    if transactional_id.is_some() {
+        producer
+            .init_transactions(DEADLINE)
+            .expect("init transactions");
+    }
+    producer
+}
+
+/// Sends one record with `stamp` (if any) in the `parsley.stamp` header to an explicit
+/// partition and waits until it is acknowledged — appended in the log, in the producer's open
+/// transaction if it has one. Used to script append orders.
+///
+/// # Panics
+/// When the send fails or is not acknowledged within [`DEADLINE`].
+pub fn send_stamped(
+    producer: &rdkafka::producer::BaseProducer,
+    topic: &str,
+    partition: i32,
+    key: &[u8],
+    value: &[u8],
+    stamp: Option<&Stamp>,
+) {
+    use rdkafka::message::{Header, OwnedHeaders};
+    use rdkafka::producer::{BaseRecord, Producer};
+    let bytes = stamp.map(codec::encode);
+    let mut record = BaseRecord::to(topic)
+        .partition(partition)
+        .key(key)
+        .payload(value);
+    if let Some(b) = &bytes {
+        record = record.headers(OwnedHeaders::new().insert(Header {
+            key: parsley_clock::STAMP_HEADER,
+            value: Some(b.as_slice()),
+        }));
+    }
+    producer.send(record).map_err(|(e, _)| e).expect("send");
+    producer.flush(DEADLINE).expect("flush");
+}
+
+/// Commits `offsets` (topic, partition, next offset) for consumer group `group`, as a plain
+/// consumer would: sets the point a new member of the group starts from.
+///
+/// # Panics
+/// On a broker error.
+pub fn commit_group_offsets(group: &str, offsets: &[(&str, i32, i64)]) {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap())
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("consumer");
+    let mut tpl = TopicPartitionList::new();
+    for (t, p, o) in offsets {
+        tpl.add_partition_offset(t, *p, Offset::Offset(*o))
+            .expect("tpl");
+    }
+    consumer
+        .commit(&tpl, rdkafka::consumer::CommitMode::Sync)
+        .expect("commit offsets");
+}
+
+/// The committed offset of `topic`/`partition` for `group` (read with `require_stable` under
+/// `read_committed`), `None` when the group has none.
+///
+/// # Panics
+/// On a broker error.
+pub fn group_offset(group: &str, topic: &str, partition: i32) -> Option<i64> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap())
+        .set("group.id", group)
+        .set("isolation.level", "read_committed")
+        .create()
+        .expect("consumer");
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition(topic, partition);
+    let committed = consumer
+        .committed_offsets(tpl, DEADLINE)
+        .expect("committed offsets");
+    match committed.elements()[0].offset() {
+        Offset::Offset(o) => Some(o),
+        _ => None,
+    }
+}
