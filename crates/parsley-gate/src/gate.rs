@@ -291,6 +291,8 @@ struct ChannelState<R> {
     baseline: Option<i64>,
     frontier: i64,
     queue: VecDeque<Slot<R>>,
+    /// Undelivered records in `queue`.
+    undelivered: usize,
     lookahead: BTreeSet<i64>,
     senders: SenderMap<SenderState>,
     /// The consumer's application position (next offset to return), latest reading.
@@ -355,6 +357,7 @@ impl<R> Gate<R> {
                     baseline: None,
                     frontier: -1,
                     queue: VecDeque::new(),
+                    undelivered: 0,
                     lookahead: BTreeSet::new(),
                     senders: SenderMap::default(),
                     position: None,
@@ -533,21 +536,13 @@ impl<R> Gate<R> {
 
     /// Fetched, undelivered records of `channel`.
     pub fn queued(&self, channel: &Channel) -> usize {
-        self.index(channel).map_or(0, |i| {
-            self.channels[i]
-                .queue
-                .iter()
-                .filter(|s| s.payload.is_some())
-                .count()
-        })
+        self.index(channel)
+            .map_or(0, |i| self.channels[i].undelivered)
     }
 
     /// Fetched, undelivered records in all queues.
     pub fn queued_total(&self) -> usize {
-        self.channels
-            .iter()
-            .map(|s| s.queue.iter().filter(|x| x.payload.is_some()).count())
-            .sum()
+        self.channels.iter().map(|s| s.undelivered).sum()
     }
 
     /// Number of tracked records (heads and pulled records) that are blocked.
@@ -567,6 +562,31 @@ impl<R> Gate<R> {
                 })
             })
             .collect()
+    }
+
+    /// `true` when a blocked record's in-flight claim still needs more of `channel` to be read:
+    /// its target is not fetched yet and the position has not reached the evidence. Such a
+    /// channel must not be paused for backpressure — a strict pause deadlocks (DESIGN.md §4).
+    pub fn needs_reading(&self, channel: &Channel) -> bool {
+        let Some(t) = self.index(channel) else {
+            return false;
+        };
+        self.blocked.iter().any(|&(idx, offset)| {
+            let Some(pos) = self.slot_pos(idx, offset) else {
+                return false;
+            };
+            let q = &self.channels[idx].queue[pos];
+            match q.blocked {
+                Some(Awaiting::InFlight {
+                    sender,
+                    channel: c,
+                    seq,
+                }) if c == *channel => {
+                    matches!(settle(&self.channels[t], sender, seq, q.epoch), Settled::No)
+                }
+                _ => false,
+            }
+        })
     }
 
     /// Channels for which a high watermark read after the next poll is needed: a blocked record
@@ -735,6 +755,7 @@ impl<R> Gate<R> {
             .filter(|claimed| *claimed >= offset);
         let sender = arrival.stamp.as_ref().and_then(|st| st.sender);
         s.queue.push_back(Slot::new(arrival));
+        s.undelivered += 1;
         if let Some(claimed) = self_claim {
             self.report_impossible(
                 idx,
@@ -859,6 +880,7 @@ impl<R> Gate<R> {
         slot.blocked = None;
         self.blocked.remove(&(idx, offset));
         let s = &mut self.channels[idx];
+        s.undelivered -= 1;
         if let Some(tag) = stamp.as_ref().and_then(|st| st.sender) {
             let st = s.senders.entry(tag.sender).or_default();
             st.pending.remove(&tag.seq);
@@ -873,7 +895,9 @@ impl<R> Gate<R> {
                 // Negative control: pretend everything below the look-ahead delivery is done.
                 s.frontier = offset;
                 while s.queue.front().is_some_and(|q| q.offset <= offset) {
-                    s.queue.pop_front();
+                    if s.queue.pop_front().is_some_and(|q| q.payload.is_some()) {
+                        s.undelivered -= 1;
+                    }
                 }
                 s.lookahead.retain(|o| *o > offset);
                 self.event(idx, true);

@@ -24,6 +24,7 @@ pub struct StageMetrics {
     lookahead: AtomicU64,
     impossible_stamps: AtomicU64,
     dead_lettered: AtomicU64,
+    reads_beyond_cap: AtomicU64,
 }
 
 /// A copy of a stage's counters at one moment.
@@ -58,6 +59,9 @@ pub struct MetricsSnapshot {
     pub impossible_stamps: u64,
     /// Records routed to the dead-letter topic.
     pub dead_lettered: u64,
+    /// Records fetched while their channel's queue was above `max_queued_per_channel`
+    /// (a channel an in-flight claim needs is read on instead of paused).
+    pub reads_beyond_cap: u64,
 }
 
 impl StageMetrics {
@@ -79,6 +83,7 @@ impl StageMetrics {
             lookahead: g(&self.lookahead),
             impossible_stamps: g(&self.impossible_stamps),
             dead_lettered: g(&self.dead_lettered),
+            reads_beyond_cap: g(&self.reads_beyond_cap),
         }
     }
 
@@ -121,6 +126,10 @@ impl StageMetrics {
 
     pub(crate) fn dead_lettered(&self) {
         self.dead_lettered.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn beyond_cap(&self) {
+        self.reads_beyond_cap.fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn aborted(&self) {

@@ -390,6 +390,7 @@ impl StageRunner {
             for partition in partitions {
                 self.deliver(partition)?;
             }
+            self.apply_backpressure()?;
             self.settle_acks(None)?;
             if self.last_commit.elapsed() >= self.config.commit_interval {
                 self.commit()?;
@@ -724,7 +725,6 @@ impl StageRunner {
                 }
             }
         }
-        let source = arrival.payload.source;
         let stage = self.spec.name().to_string();
         let cap = self.config.max_queued_per_channel;
         let task = self.tasks.get_mut(&partition).ok_or_else(|| Error::Gate {
@@ -740,9 +740,40 @@ impl StageRunner {
                 source: Box::new(refused.kind),
             })?;
         self.metrics.fetched();
-        if task.gate.queued(&channel) >= cap && self.paused.insert((source, partition)) {
-            debug!(topic = %self.sources[source].name, partition, "queue full: pausing");
-            self.set_paused(source, partition, true)?;
+        if task.gate.queued(&channel) > cap {
+            self.metrics.beyond_cap();
+        }
+        Ok(())
+    }
+
+    /// Pauses full channels and resumes drained ones — but never pauses a channel that an
+    /// unsettled in-flight claim still needs to read: a strict pause there can deadlock
+    /// (DESIGN.md §4). Such a channel keeps being read beyond the cap (counted in
+    /// `reads_beyond_cap`); spilling its buffer to bound memory is not built yet.
+    fn apply_backpressure(&mut self) -> Result<()> {
+        let cap = self.config.max_queued_per_channel;
+        let mut changes = Vec::new();
+        for (partition, task) in &self.tasks {
+            for (source, info) in self.sources.iter().enumerate() {
+                let channel = Channel::new(info.id, *partition);
+                let queued = task.gate.queued(&channel);
+                let paused = self.paused.contains(&(source, *partition));
+                let needed = queued >= cap && task.gate.needs_reading(&channel);
+                if !paused && queued >= cap && !needed {
+                    changes.push((source, *partition, true));
+                } else if paused && (queued <= cap / 2 || needed) {
+                    changes.push((source, *partition, false));
+                }
+            }
+        }
+        for (source, partition, pause) in changes {
+            debug!(topic = %self.sources[source].name, partition, pause, "backpressure");
+            if pause {
+                self.paused.insert((source, partition));
+            } else {
+                self.paused.remove(&(source, partition));
+            }
+            self.set_paused(source, partition, pause)?;
         }
         Ok(())
     }
@@ -772,25 +803,7 @@ impl StageRunner {
                 + task.gate.blocked_count() as u64,
         );
         self.tasks.insert(partition, task);
-        result?;
-        // Resume paused channels of this task that drained.
-        let resumable: Vec<(usize, i32)> = self
-            .paused
-            .iter()
-            .copied()
-            .filter(|&(s, p)| {
-                p == partition
-                    && self.tasks[&p]
-                        .gate
-                        .queued(&Channel::new(self.sources[s].id, p))
-                        <= self.config.max_queued_per_channel / 2
-            })
-            .collect();
-        for (s, p) in resumable {
-            self.paused.remove(&(s, p));
-            self.set_paused(s, p, false)?;
-        }
-        Ok(())
+        result
     }
 
     fn deliver_task(&mut self, task: &mut Task) -> Result<()> {

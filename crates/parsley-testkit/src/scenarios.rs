@@ -21,6 +21,7 @@ pub fn for_variant(variant: Variant) -> History {
         Variant::BridgeOverLookahead => lookahead_over_a_blocked_head,
         Variant::WakeupsOnlyOnFrontier => claim_settled_by_evidence_alone,
         Variant::InFlightWithoutTransactions => in_flight_claim_without_transaction,
+        Variant::StrictPause => full_channel_a_claim_needs,
     }
 }
 
@@ -46,6 +47,7 @@ pub fn all() -> Vec<(&'static str, History)> {
             "in-flight claim without a transaction",
             in_flight_claim_without_transaction,
         ),
+        ("full channel a claim needs", full_channel_a_claim_needs),
     ]
 }
 
@@ -188,6 +190,31 @@ pub fn in_flight_claim_without_transaction(variant: Variant) -> Outcome {
     sim.start_task(t, Some(&[0, 0]));
     sim.fetch(t, 0, usize::MAX);
     sim.fetch(t, 1, usize::MAX);
+    while sim.deliver(t, &[]).is_some() {}
+    sim.drain()
+}
+
+/// With a cap of 3 records per channel: c1 = [w, f1, f2, r] where W's `w`, `f1`, `f2` claim
+/// `r2` (c0@0), and `r2` claims X's `r` in flight. Three records fill c1 before `r` is read; a
+/// strict pause of c1 never reads `r`, so nothing moves. Breaks [`Variant::StrictPause`].
+pub fn full_channel_a_claim_needs(variant: Variant) -> Outcome {
+    let mut sim = Sim::empty(7, 2, variant);
+    sim.set_queue_cap(3);
+    let x = sim.add_producer(true, vec![0, 1]);
+    let w = sim.add_producer(false, vec![1]);
+    let t = sim.add_task(vec![0, 1], vec![], 0);
+    sim.send(Who::Producer(x), 1); // r
+    sim.send(Who::Producer(x), 0); // r2, claims r in flight
+    sim.append(Who::Producer(x), 0); // c0: r2
+    sim.observe(Who::Producer(w), 0, 0); // W read r2
+    for _ in 0..3 {
+        sim.send(Who::Producer(w), 1); // w, f1, f2
+    }
+    sim.flush(Who::Producer(w));
+    sim.end_producer_txn(x, true); // r appended at c1@3, markers
+    sim.start_task(t, Some(&[0, 0]));
+    sim.fetch(t, 1, usize::MAX);
+    sim.fetch(t, 0, usize::MAX);
     while sim.deliver(t, &[]).is_some() {}
     sim.drain()
 }

@@ -59,11 +59,13 @@ pub enum Variant {
     WakeupsOnlyOnFrontier,
     /// Producers make in-flight claims without transactions.
     InFlightWithoutTransactions,
+    /// A full channel is paused even when an in-flight claim needs to read it.
+    StrictPause,
 }
 
 impl Variant {
     /// The deliberately wrong variants.
-    pub const NEGATIVE: [Variant; 7] = [
+    pub const NEGATIVE: [Variant; 8] = [
         Variant::GateOff,
         Variant::StrictFifo,
         Variant::ClockClaimsFrontier,
@@ -71,6 +73,7 @@ impl Variant {
         Variant::BridgeOverLookahead,
         Variant::WakeupsOnlyOnFrontier,
         Variant::InFlightWithoutTransactions,
+        Variant::StrictPause,
     ];
 
     fn faults(self) -> Faults {
@@ -100,6 +103,8 @@ pub struct SimConfig {
     pub task_abort_ratio: f64,
     /// Share of producer transactions that abort.
     pub producer_abort_ratio: f64,
+    /// Fetched, undelivered records per channel before a task stops fetching it (backpressure).
+    pub queue_cap: usize,
     /// The rule set.
     pub variant: Variant,
 }
@@ -114,6 +119,7 @@ impl Default for SimConfig {
             steps: 400,
             task_abort_ratio: 0.3,
             producer_abort_ratio: 0.1,
+            queue_cap: 6,
             variant: Variant::Correct,
         }
     }
@@ -234,6 +240,8 @@ pub struct Sim {
     task_abort_ratio: f64,
     producer_abort_ratio: f64,
     task_aborts: u64,
+    /// Backpressure: fetched, undelivered records per channel before fetching stops.
+    queue_cap: usize,
     /// Impossible stamps the gates reported (truthful stamps: none may appear).
     impossible: Vec<parsley_gate::ImpossibleStamp>,
     /// Step log, for reports.
@@ -250,6 +258,7 @@ impl Sim {
         let mut sim = Sim::empty(seed, n, config.variant);
         sim.task_abort_ratio = config.task_abort_ratio;
         sim.producer_abort_ratio = config.producer_abort_ratio;
+        sim.queue_cap = config.queue_cap;
         let producers = config.transactional_producers + config.idempotent_producers;
         for p in 0..producers {
             let transactional = p < config.transactional_producers;
@@ -311,6 +320,7 @@ impl Sim {
             task_abort_ratio: 0.0,
             producer_abort_ratio: 0.0,
             task_aborts: 0,
+            queue_cap: usize::MAX,
             impossible: Vec::new(),
             trace: Vec::new(),
         }
@@ -348,6 +358,21 @@ impl Sim {
             committed: Vec::new(),
         });
         i
+    }
+
+    /// Sets the backpressure cap (fetched, undelivered records per channel).
+    pub fn set_queue_cap(&mut self, cap: usize) {
+        self.queue_cap = cap;
+    }
+
+    /// `who` consumed the record at `c`/`offset` (a plain producer that read it): its later
+    /// sends claim it.
+    pub fn observe(&mut self, who: Who, c: usize, offset: i64) {
+        let coordinate = self.channels[c].at(offset);
+        self.out_mut(who)
+            .clock
+            .learn(coordinate)
+            .expect("offsets are >= 0");
     }
 
     /// Adds a task consuming `consumes` and emitting to `emits`, starting at `start_step`.
@@ -600,7 +625,14 @@ impl Sim {
         let channel = self.channels[c];
         let mut pos = self.tasks[t].positions[&c];
         let mut taken = 0;
-        while pos < lso && taken < max {
+        // Backpressure: a full channel is not read — unless an in-flight claim needs it
+        // (under the wrong variant: not read, full stop).
+        let full = |sim: &Sim| {
+            let gate = &sim.tasks[t].gate;
+            gate.queued(&channel) >= sim.queue_cap
+                && (sim.variant == Variant::StrictPause || !gate.needs_reading(&channel))
+        };
+        while pos < lso && taken < max && !full(self) {
             if let Some((id, stamp)) = self.visible(c, pos) {
                 let arrival = Arrival {
                     offset: pos,

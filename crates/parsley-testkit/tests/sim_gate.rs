@@ -117,6 +117,7 @@ proptest! {
         tasks in 1usize..6,
         steps in 50usize..800,
         task_abort in 0.0f64..0.6,
+        queue_cap in 1usize..12,
     ) {
         prop_assume!(transactional + idempotent > 0);
         let config = SimConfig {
@@ -127,6 +128,7 @@ proptest! {
             steps,
             task_abort_ratio: task_abort,
             producer_abort_ratio: 0.1,
+            queue_cap,
             variant: Variant::Correct,
         };
         let o = sim::run(seed, &config);
