@@ -231,6 +231,8 @@ pub struct Sim {
     channels: Vec<Channel>,
     logs: Vec<Vec<Entry>>,
     txns: Vec<TxnState>,
+    /// Partitions each transaction wrote to (where its markers go).
+    txn_partitions: Vec<BTreeSet<usize>>,
     /// Record id → (channel, offset), for appended records.
     placements: HashMap<RecordId, (usize, i64)>,
     producers: Vec<Producer>,
@@ -312,6 +314,7 @@ impl Sim {
                 .collect(),
             logs: vec![Vec::new(); channels],
             txns: Vec::new(),
+            txn_partitions: Vec::new(),
             placements: HashMap::new(),
             producers: Vec::new(),
             tasks: Vec::new(),
@@ -451,6 +454,7 @@ impl Sim {
         if self.out_mut(who).transactional && self.out_mut(who).txn.is_none() {
             let t = self.txns.len();
             self.txns.push(TxnState::Open);
+            self.txn_partitions.push(BTreeSet::new());
             let out = self.out_mut(who);
             out.txn = Some(t);
             if let Who::Producer(p) = who {
@@ -501,6 +505,9 @@ impl Sim {
         let p = out.pending.remove(i);
         let txn = out.txn.filter(|_| out.transactional);
         let offset = self.logs[c].len() as i64;
+        if let Some(t) = txn {
+            self.txn_partitions[t].insert(c);
+        }
         self.logs[c].push(Entry::Record {
             id: p.id,
             txn,
@@ -563,13 +570,7 @@ impl Sim {
     }
 
     fn close_txn(&mut self, t: usize, commit: bool) {
-        let touched: BTreeSet<usize> = (0..self.logs.len())
-            .filter(|c| {
-                self.logs[*c]
-                    .iter()
-                    .any(|e| matches!(e, Entry::Record { txn: Some(x), .. } if *x == t))
-            })
-            .collect();
+        let touched = std::mem::take(&mut self.txn_partitions[t]);
         for c in touched {
             self.logs[c].push(Entry::Marker);
         }
@@ -704,6 +705,7 @@ impl Sim {
         if task.out.txn.is_none() {
             let tx = self.txns.len();
             self.txns.push(TxnState::Open);
+            self.txn_partitions.push(BTreeSet::new());
             task.out.txn = Some(tx);
         }
         if self.variant == Variant::ClockClaimsFrontier {
