@@ -17,4 +17,6 @@ chapter!(Gate, "src/gate.md");
 chapter!(Stage, "src/stage.md");
 chapter!(Runtime, "src/runtime.md");
 chapter!(Testkit, "src/testkit.md");
+chapter!(Verification, "src/verification.md");
+chapter!(Benchmarks, "src/benchmarks.md");
 chapter!(Demo, "src/demo.md");

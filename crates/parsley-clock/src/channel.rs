@@ -16,47 +16,48 @@ use uuid::Uuid;
 
 /// Kafka's topic UUID (KIP-516), as returned by the admin `DescribeTopics` call.
 ///
-/// Shape: 16 bytes. Displayed in the hyphenated hex form (`0f1e…-…`).
+/// Shape: 16 bytes, kept as a big-endian `u128` so that comparisons — the gate and the clocks
+/// compare channels on every claim — are two machine words, in the same order as the bytes.
+/// Displayed in the hyphenated hex form (`0f1e…-…`).
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
-pub struct TopicId(Uuid);
+pub struct TopicId(u128);
 
 impl TopicId {
     /// Wraps a topic UUID.
     pub const fn from_uuid(uuid: Uuid) -> Self {
-        TopicId(uuid)
+        TopicId(uuid.as_u128())
     }
 
     /// Builds a topic id from the two 64-bit halves Kafka uses on the wire
     /// (most significant first), as librdkafka's `rd_kafka_Uuid_*_significant_bits` return.
     pub const fn from_halves(most_significant: i64, least_significant: i64) -> Self {
-        let bits = ((most_significant as u64 as u128) << 64) | (least_significant as u64 as u128);
-        TopicId(Uuid::from_u128(bits))
+        TopicId(((most_significant as u64 as u128) << 64) | (least_significant as u64 as u128))
     }
 
     /// Builds a topic id from its 16 big-endian bytes.
     pub const fn from_bytes(bytes: [u8; 16]) -> Self {
-        TopicId(Uuid::from_bytes(bytes))
+        TopicId(u128::from_be_bytes(bytes))
     }
 
     /// The 16 big-endian bytes of the UUID.
-    pub const fn as_bytes(&self) -> &[u8; 16] {
-        self.0.as_bytes()
+    pub const fn to_bytes(&self) -> [u8; 16] {
+        self.0.to_be_bytes()
     }
 
     /// The UUID.
     pub const fn as_uuid(&self) -> Uuid {
-        self.0
+        Uuid::from_u128(self.0)
     }
 
     /// Kafka's reserved "zero" topic id (`Uuid.ZERO_UUID`): never assigned to a real topic.
     pub const fn is_zero(&self) -> bool {
-        self.0.is_nil()
+        self.0 == 0
     }
 }
 
 impl fmt::Display for TopicId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(&self.0, f)
+        fmt::Display::fmt(&self.as_uuid(), f)
     }
 }
 
@@ -115,13 +116,23 @@ mod tests {
     fn halves_round_trip_to_bytes_in_kafka_order() {
         let id = TopicId::from_halves(0x0102_0304_0506_0708, -1);
         assert_eq!(
-            id.as_bytes(),
-            &[
+            id.to_bytes(),
+            [
                 1, 2, 3, 4, 5, 6, 7, 8, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff
             ]
         );
+        assert_eq!(TopicId::from_bytes(id.to_bytes()), id);
+        assert_eq!(TopicId::from_uuid(id.as_uuid()), id);
         assert!(!id.is_zero());
         assert!(TopicId::from_halves(0, 0).is_zero());
+    }
+
+    #[test]
+    fn topic_ids_order_like_their_bytes() {
+        let low = TopicId::from_bytes([0, 0xff, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+        let high = TopicId::from_bytes([1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+        assert!(low < high);
+        assert_eq!(low.to_bytes().cmp(&high.to_bytes()), low.cmp(&high));
     }
 
     #[test]

@@ -60,6 +60,13 @@ impl Clock {
         Ok(Clock { entries })
     }
 
+    /// Wraps entries the caller guarantees to be sorted, unique and `>= 0` (the decoder, which
+    /// checks as it reads).
+    pub(crate) fn from_sorted_unchecked(entries: Vec<(Channel, i64)>) -> Self {
+        debug_assert!(Clock::try_from_sorted(entries.clone()).is_ok());
+        Clock { entries }
+    }
+
     /// Number of channels the clock names.
     pub fn len(&self) -> usize {
         self.entries.len()

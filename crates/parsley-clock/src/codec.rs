@@ -79,7 +79,12 @@ pub fn try_encode(stamp: &Stamp) -> Result<Vec<u8>> {
 /// As [`encode`].
 pub fn encode_into(stamp: &Stamp, out: &mut Vec<u8>) {
     debug_assert!(stamp.validate().is_ok(), "encoding an invalid stamp");
-    out.push(STAMP_VERSION);
+    let start = out.len();
+    out.resize(start + encoded_len_hint(stamp), 0);
+    let mut w = Writer {
+        buf: &mut out[start..],
+        at: 0,
+    };
     let mut flags = 0;
     if stamp.sender.is_some() {
         flags |= FLAG_SENDER;
@@ -90,71 +95,101 @@ pub fn encode_into(stamp: &Stamp, out: &mut Vec<u8>) {
     if stamp.acked_through.is_some() {
         flags |= FLAG_ACKED;
     }
-    out.push(flags);
+    w.byte(STAMP_VERSION);
+    w.byte(flags);
     if let Some(tag) = stamp.sender {
-        out.extend_from_slice(tag.sender.as_bytes());
-        put_varint(out, tag.seq);
+        w.bytes16(tag.sender.as_bytes());
+        w.varint(tag.seq);
     }
     if let Some(a) = stamp.acked_through {
-        put_varint(out, a);
+        w.varint(a);
     }
-    put_groups(out, stamp.clock.entries().iter().copied());
+    w.groups(stamp.clock.entries());
     if !stamp.in_flight.is_empty() {
-        put_groups(
-            out,
-            stamp.in_flight.iter().map(|c| {
+        let claims: Vec<(Channel, i64)> = stamp
+            .in_flight
+            .iter()
+            .map(|c| {
                 let seq = i64::try_from(c.seq).expect("in-flight sequence beyond i64::MAX");
                 (c.channel, seq)
-            }),
-        );
+            })
+            .collect();
+        w.groups(&claims);
     }
+    let written = w.at;
+    out.truncate(start + written);
 }
 
-/// Writes `(channel, value)` entries, sorted by channel, as topic groups.
-fn put_groups(out: &mut Vec<u8>, entries: impl Iterator<Item = (Channel, i64)> + Clone) {
-    let mut topics = 0u64;
-    let mut prev: Option<TopicId> = None;
-    for (c, _) in entries.clone() {
-        if prev != Some(c.topic) {
-            topics += 1;
-            prev = Some(c.topic);
-        }
+/// Writes into a buffer sized by [`encoded_len_hint`].
+struct Writer<'a> {
+    buf: &'a mut [u8],
+    at: usize,
+}
+
+impl Writer<'_> {
+    #[inline]
+    fn byte(&mut self, b: u8) {
+        self.buf[self.at] = b;
+        self.at += 1;
     }
-    put_varint(out, topics);
-    let mut entries = entries.peekable();
-    while let Some((first, first_value)) = entries.next() {
-        let topic = first.topic;
-        out.extend_from_slice(topic.as_bytes());
-        let count_at = out.len();
-        out.push(0); // patched below (a group never has 128+ partitions in practice)
-        let mut n = 1u64;
-        put_varint(out, first.partition as u64);
-        put_varint(out, first_value as u64);
-        let (mut prev_p, mut prev_v) = (first.partition, first_value);
-        while let Some(&(c, v)) = entries.peek() {
-            if c.topic != topic {
-                break;
-            }
-            entries.next();
-            put_varint(out, (c.partition - prev_p - 1) as u64);
-            put_varint(out, zigzag(v - prev_v));
-            prev_p = c.partition;
-            prev_v = v;
-            n += 1;
+
+    #[inline]
+    fn bytes16(&mut self, b: &[u8; 16]) {
+        self.buf[self.at..self.at + 16].copy_from_slice(b);
+        self.at += 16;
+    }
+
+    #[inline]
+    fn varint(&mut self, mut v: u64) {
+        while v >= 0x80 {
+            self.byte((v as u8) | 0x80);
+            v >>= 7;
         }
-        if n < 0x80 {
-            out[count_at] = n as u8;
-        } else {
-            let mut count = Vec::with_capacity(3);
-            put_varint(&mut count, n);
-            out.splice(count_at..=count_at, count);
+        self.byte(v as u8);
+    }
+
+    /// Writes `(channel, value)` entries, sorted by channel, as topic groups.
+    fn groups(&mut self, entries: &[(Channel, i64)]) {
+        let mut topics = 0u64;
+        let mut i = 0;
+        while i < entries.len() {
+            topics += 1;
+            let topic = entries[i].0.topic;
+            i += 1;
+            while i < entries.len() && entries[i].0.topic == topic {
+                i += 1;
+            }
+        }
+        self.varint(topics);
+        let mut i = 0;
+        while i < entries.len() {
+            let (first, first_value) = entries[i];
+            let topic = first.topic;
+            let mut end = i + 1;
+            while end < entries.len() && entries[end].0.topic == topic {
+                end += 1;
+            }
+            self.bytes16(&topic.to_bytes());
+            self.varint((end - i) as u64);
+            self.varint(first.partition as u64);
+            self.varint(first_value as u64);
+            let (mut prev_p, mut prev_v) = (first.partition, first_value);
+            for &(c, v) in &entries[i + 1..end] {
+                self.varint((c.partition - prev_p - 1) as u64);
+                self.varint(zigzag(v - prev_v));
+                prev_p = c.partition;
+                prev_v = v;
+            }
+            i = end;
         }
     }
 }
 
 /// An upper bound of the encoded size, for buffer sizing.
 pub fn encoded_len_hint(stamp: &Stamp) -> usize {
-    2 + 26 + 10 + 10 + (stamp.clock.len() + stamp.in_flight.len()) * (16 + 10 + 20) + 10
+    // version, flags, sender (16 + 10), acked (10), two group counts (10 each), and per entry
+    // at most a topic id (16), a group count (10), a partition (10) and a value (10).
+    2 + 26 + 10 + 20 + (stamp.clock.len() + stamp.in_flight.len()) * 46
 }
 
 /// Decodes a stamp header value.
@@ -185,12 +220,8 @@ pub fn decode(bytes: &[u8]) -> Result<Stamp> {
     } else {
         None
     };
-    let entries = r.groups(false)?;
-    // Sorted by construction: topics ascend, partitions ascend within a topic.
-    let clock = Clock::try_from_sorted(entries).map_err(|_| Error::Decode {
-        at: bytes.len(),
-        kind: DecodeErrorKind::UnsortedTopics,
-    })?;
+    // Sorted by construction: topics ascend, partitions ascend within a topic, offsets >= 0.
+    let clock = Clock::from_sorted_unchecked(r.groups(false)?);
     let in_flight_at = r.at;
     let in_flight = if flags & FLAG_IN_FLIGHT != 0 {
         let claims = r.groups(true)?;
@@ -239,14 +270,6 @@ fn unzigzag(v: u64) -> i64 {
     ((v >> 1) as i64) ^ -((v & 1) as i64)
 }
 
-fn put_varint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
-
 struct Reader<'a> {
     bytes: &'a [u8],
     at: usize,
@@ -274,6 +297,7 @@ impl Reader<'_> {
         Ok(b)
     }
 
+    #[inline]
     fn array16(&mut self) -> Result<[u8; 16]> {
         let slice = self
             .bytes
@@ -285,22 +309,35 @@ impl Reader<'_> {
         Ok(a)
     }
 
+    #[inline]
     fn varint(&mut self) -> Result<u64> {
         let start = self.at;
+        let rest = &self.bytes[start..];
+        // Fast path: one byte.
+        if let Some(&b) = rest.first()
+            && b < 0x80
+        {
+            self.at += 1;
+            return Ok(u64::from(b));
+        }
         let mut v: u64 = 0;
-        for i in 0..10 {
-            let b = self.byte()?;
+        for (i, &b) in rest.iter().take(10).enumerate() {
             if i == 9 && b > 1 {
                 return Err(self.fail_at(start, DecodeErrorKind::VarintOverflow));
             }
             v |= u64::from(b & 0x7f) << (7 * i);
-            if b & 0x80 == 0 {
+            if b < 0x80 {
                 // Canonical: no redundant trailing zero groups.
-                if i > 0 && b == 0 {
+                if b == 0 {
                     return Err(self.fail_at(start, DecodeErrorKind::NonCanonicalVarint));
                 }
+                self.at = start + i + 1;
                 return Ok(v);
             }
+        }
+        if rest.len() < 10 {
+            self.at = self.bytes.len();
+            return Err(self.fail(DecodeErrorKind::Truncated));
         }
         Err(self.fail_at(start, DecodeErrorKind::VarintOverflow))
     }
@@ -317,7 +354,10 @@ impl Reader<'_> {
         if topics > (self.remaining() / 19) as u64 {
             return Err(self.fail(DecodeErrorKind::Truncated));
         }
-        let mut entries: Vec<(Channel, i64)> = Vec::with_capacity(topics as usize);
+        // Every entry takes at least 2 bytes: one allocation, trimmed below if it was far too
+        // generous (a decoded stamp may wait in a queue for a while).
+        let bound = (self.remaining() - 17 * topics as usize) / 2;
+        let mut entries: Vec<(Channel, i64)> = Vec::with_capacity(bound);
         let mut prev_topic: Option<TopicId> = None;
         for _ in 0..topics {
             let topic_at = self.at;
@@ -334,29 +374,32 @@ impl Reader<'_> {
             if n > (self.remaining() / 2) as u64 {
                 return Err(self.fail(DecodeErrorKind::Truncated));
             }
-            entries.reserve(n as usize);
-            let mut prev: Option<(i32, i64)> = None;
-            for _ in 0..n {
+            // The first entry: plain partition and value.
+            let p_at = self.at;
+            let mut partition = i32::try_from(self.varint()?)
+                .map_err(|_| self.fail_at(p_at, DecodeErrorKind::PartitionOutOfRange))?;
+            let v_at = self.at;
+            let mut value =
+                i64::try_from(self.varint()?).map_err(|_| self.fail_at(v_at, out_of_range))?;
+            entries.push((Channel::new(topic, partition), value));
+            // Further entries: partition gaps and zigzag value deltas.
+            for _ in 1..n {
                 let p_at = self.at;
-                let raw_p = self.varint()?;
-                let partition = match prev {
-                    None => i32::try_from(raw_p).ok(),
-                    Some((pp, _)) => i64::from(pp)
-                        .checked_add(1)
-                        .and_then(|x| x.checked_add(i64::try_from(raw_p).ok()?))
-                        .and_then(|x| i32::try_from(x).ok()),
-                }
-                .ok_or_else(|| self.fail_at(p_at, DecodeErrorKind::PartitionOutOfRange))?;
+                let gap = self.varint()?;
+                let next = i64::from(partition) + 1 + gap.min(u64::from(u32::MAX)) as i64;
+                partition = i32::try_from(next)
+                    .map_err(|_| self.fail_at(p_at, DecodeErrorKind::PartitionOutOfRange))?;
                 let v_at = self.at;
-                let raw_v = self.varint()?;
-                let value = match prev {
-                    None => i64::try_from(raw_v).ok(),
-                    Some((_, pv)) => pv.checked_add(unzigzag(raw_v)).filter(|v| *v >= 0),
-                }
-                .ok_or_else(|| self.fail_at(v_at, out_of_range))?;
-                prev = Some((partition, value));
+                let delta = unzigzag(self.varint()?);
+                value = value
+                    .checked_add(delta)
+                    .filter(|v| *v >= 0)
+                    .ok_or_else(|| self.fail_at(v_at, out_of_range))?;
                 entries.push((Channel::new(topic, partition), value));
             }
+        }
+        if entries.capacity() > 2 * entries.len() + 4 {
+            entries.shrink_to_fit();
         }
         Ok(entries)
     }

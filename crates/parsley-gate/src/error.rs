@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use parsley_clock::{Channel, Coordinate, SenderTag};
+use parsley_clock::{Channel, Coordinate};
 
 /// What the gate refused and why.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -65,18 +65,6 @@ pub enum GateError {
     NotHeld {
         /// The record named by the caller.
         record: Coordinate,
-    },
-    /// A stamp that no truthful sender can produce (DESIGN.md §4, "bad evidence is loud").
-    #[error("impossible stamp on record {record} from sender {}: claims {claim} ({reason})", sender.map_or("unknown".to_string(), |s| s.to_string()))]
-    ImpossibleStamp {
-        /// The record carrying the stamp.
-        record: Coordinate,
-        /// The stamp's sender tag, if it had one.
-        sender: Option<SenderTag>,
-        /// The impossible claim.
-        claim: Coordinate,
-        /// Why it is impossible.
-        reason: ImpossibleReason,
     },
 }
 

@@ -68,7 +68,8 @@
 //! - per sender: the highest delivered sequence, and the fetched undelivered records by
 //!   sequence (in offset order, since one sender's sends to one partition append in order).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 
 use parsley_clock::{Channel, Coordinate, SenderId, SenderTag, Stamp};
@@ -329,8 +330,9 @@ enum Watch {
 pub struct Gate<R> {
     /// Consumed channels, sorted; the index is the channel's `Idx`.
     channels: Vec<ChannelState<R>>,
-    /// Deliverable records: (timestamp, channel, offset).
-    ready: BTreeSet<(i64, Idx, i64)>,
+    /// Deliverable records: (timestamp, channel, offset), smallest first. A record becomes
+    /// ready once and stays ready until delivered.
+    ready: BinaryHeap<Reverse<(i64, Idx, i64)>>,
     /// Tracked records that are blocked (or held for a resolution): (channel, offset).
     blocked: BTreeSet<(Idx, i64)>,
     /// High watermarks of channels this task does not consume (for replacements).
@@ -365,7 +367,7 @@ impl<R> Gate<R> {
                     watchers: Vec::new(),
                 })
                 .collect(),
-            ready: BTreeSet::new(),
+            ready: BinaryHeap::new(),
             blocked: BTreeSet::new(),
             foreign_hw: HashMap::new(),
             foreign_watchers: HashMap::new(),
@@ -748,26 +750,8 @@ impl<R> Gate<R> {
                 .pending
                 .insert(tag.seq, offset);
         }
-        let self_claim = arrival
-            .stamp
-            .as_ref()
-            .and_then(|st| st.clock.get(&channel))
-            .filter(|claimed| *claimed >= offset);
-        let sender = arrival.stamp.as_ref().and_then(|st| st.sender);
         s.queue.push_back(Slot::new(arrival));
         s.undelivered += 1;
-        if let Some(claimed) = self_claim {
-            self.report_impossible(
-                idx,
-                offset,
-                ImpossibleStamp {
-                    record: channel.at(offset),
-                    sender,
-                    claim: channel.at(claimed),
-                    reason: ImpossibleReason::SelfClaim,
-                },
-            );
-        }
         if self.channels[idx].queue.len() == 1 {
             self.advance_front(idx);
         } else {
@@ -843,7 +827,7 @@ impl<R> Gate<R> {
     /// Releases the next deliverable record, if any: smallest timestamp, then channel, then
     /// offset.
     pub fn next_delivery(&mut self) -> Option<Delivery<R>> {
-        let (_, idx, offset) = self.ready.pop_first()?;
+        let Reverse((_, idx, offset)) = self.ready.pop()?;
         let pos = self
             .slot_pos(idx, offset)
             .expect("a ready record is queued");
@@ -877,8 +861,9 @@ impl<R> Gate<R> {
         let stamp = slot.stamp.take();
         slot.tracked = false;
         slot.ready = false;
-        slot.blocked = None;
-        self.blocked.remove(&(idx, offset));
+        if slot.blocked.take().is_some() {
+            self.blocked.remove(&(idx, offset));
+        }
         let s = &mut self.channels[idx];
         s.undelivered -= 1;
         if let Some(tag) = stamp.as_ref().and_then(|st| st.sender) {
@@ -925,7 +910,9 @@ impl<R> Gate<R> {
             s.frontier = s.frontier.max(head.offset - 1);
         }
         let frontier = s.frontier;
-        s.lookahead.retain(|o| *o > frontier);
+        if !s.lookahead.is_empty() {
+            s.lookahead.retain(|o| *o > frontier);
+        }
         let moved = s.frontier > before;
         let head = s.queue.front().map(|h| h.offset);
         if let Some(h) = head {
@@ -995,9 +982,11 @@ impl<R> Gate<R> {
             Verdict::Ready => {
                 let slot = &mut self.channels[idx].queue[pos];
                 slot.ready = true;
-                slot.blocked = None;
-                self.ready.insert((slot.timestamp, idx, offset));
-                self.blocked.remove(&(idx, offset));
+                let was_blocked = slot.blocked.take().is_some();
+                self.ready.push(Reverse((slot.timestamp, idx, offset)));
+                if was_blocked {
+                    self.blocked.remove(&(idx, offset));
+                }
             }
             Verdict::Blocked { awaits, watch } => {
                 self.block(idx, pos, awaits, watch);
@@ -1096,6 +1085,16 @@ impl<R> Gate<R> {
             }
             if j < channels.len() && channels[j].channel == cc {
                 let t = &channels[j];
+                if j == idx && co >= slot.offset && !slot.allow_impossible {
+                    // A claim on its own channel at or beyond itself.
+                    result = Some(Verdict::Impossible(ImpossibleStamp {
+                        record,
+                        sender: stamp.sender,
+                        claim: cc.at(co),
+                        reason: ImpossibleReason::SelfClaim,
+                    }));
+                    break;
+                }
                 match t.baseline {
                     None => {
                         result = Some(Verdict::Blocked {

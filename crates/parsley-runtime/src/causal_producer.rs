@@ -238,7 +238,7 @@ impl CausalProducer {
                         .map_or_else(String::new, |t| t.name.clone());
                     first_error.get_or_insert(Error::Send {
                         topic,
-                        channel: ack.tag.channel,
+                        channel: Box::new(ack.tag.channel),
                         source,
                     });
                 }

@@ -70,7 +70,7 @@ pub enum Error {
         /// The record's coordinate.
         record: Coordinate,
         /// The decoder's error, naming the byte and what was wrong.
-        source: parsley_clock::Error,
+        source: Box<parsley_clock::Error>,
     },
     /// The gate refused a record or a seed (impossible stamp, out-of-order fetch, …).
     #[error("stage {stage}, task {partition}: {source}")]
@@ -99,14 +99,14 @@ pub enum Error {
     Stage(#[from] parsley_stage::Error),
     /// A clock operation failed.
     #[error("clock: {0}")]
-    Clock(#[from] parsley_clock::Error),
+    Clock(Box<parsley_clock::Error>),
     /// A send was not acknowledged.
     #[error("send to {channel} (topic {topic}) failed: {source}")]
     Send {
         /// Topic name.
         topic: String,
         /// The target channel.
-        channel: Channel,
+        channel: Box<Channel>,
         /// The client's error.
         source: KafkaError,
     },
@@ -129,6 +129,12 @@ pub enum Error {
         /// The deadline.
         timeout: std::time::Duration,
     },
+}
+
+impl From<parsley_clock::Error> for Error {
+    fn from(e: parsley_clock::Error) -> Self {
+        Error::Clock(Box::new(e))
+    }
 }
 
 impl Error {

@@ -153,7 +153,7 @@ impl Outbox {
                     if e.rdkafka_error_code() != Some(RDKafkaErrorCode::QueueFull) {
                         return Err(Error::Send {
                             topic: topic.to_string(),
-                            channel: tag.channel,
+                            channel: Box::new(tag.channel),
                             source: e,
                         });
                     }

@@ -921,7 +921,7 @@ impl StageRunner {
                         .map_or_else(String::new, |t| t.name.clone());
                     return Err(Error::Send {
                         topic,
-                        channel: ack.tag.channel,
+                        channel: Box::new(ack.tag.channel),
                         source,
                     });
                 }
@@ -1003,6 +1003,6 @@ fn decode_stamp(m: &BorrowedMessage<'_>, channel: Channel) -> Result<Option<Stam
             partition: m.partition(),
             offset: m.offset(),
             record: channel.at(m.offset()),
-            source,
+            source: Box::new(source),
         })
 }
