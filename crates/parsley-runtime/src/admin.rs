@@ -136,8 +136,6 @@ impl Admin {
             })
             .collect::<Result<_>>()?;
         let mut ptrs: Vec<*const c_char> = cnames.iter().map(|c| c.as_ptr()).collect();
-        let rk = self.client.inner().native_ptr();
-        let timeout_ms = self.timeout.as_millis().min(i32::MAX as u128) as i32;
         // SAFETY: every pointer passed to librdkafka is valid for the call; every object
         // created here is destroyed by the guards below, after its last use.
         unsafe {
@@ -145,37 +143,14 @@ impl Admin {
                 rdsys::rd_kafka_TopicCollection_of_topic_names(ptrs.as_mut_ptr(), ptrs.len()),
                 rdsys::rd_kafka_TopicCollection_destroy,
             );
-            let options = Guard(
-                rdsys::rd_kafka_AdminOptions_new(
-                    rk,
-                    rdsys::rd_kafka_admin_op_t::RD_KAFKA_ADMIN_OP_DESCRIBETOPICS,
-                ),
-                rdsys::rd_kafka_AdminOptions_destroy,
-            );
-            let mut errstr = [0 as c_char; 512];
-            rdsys::rd_kafka_AdminOptions_set_request_timeout(
-                options.0,
-                timeout_ms,
-                errstr.as_mut_ptr(),
-                errstr.len(),
-            );
-            let queue = Guard(rdsys::rd_kafka_queue_new(rk), rdsys::rd_kafka_queue_destroy);
-            rdsys::rd_kafka_DescribeTopics(rk, collection.0, options.0, queue.0);
-            let event = rdsys::rd_kafka_queue_poll(queue.0, timeout_ms.saturating_add(5_000));
-            if event.is_null() {
-                return Err(Error::Admin {
-                    operation: "describing topics".into(),
-                    message: format!("no answer within {:?}", self.timeout),
-                });
-            }
-            let event = Guard(event, rdsys::rd_kafka_event_destroy);
-            let err = rdsys::rd_kafka_event_error(event.0);
-            if err != rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
-                return Err(Error::Admin {
-                    operation: "describing topics".into(),
-                    message: cstr(rdsys::rd_kafka_event_error_string(event.0)),
-                });
-            }
+            let event = self.request(
+                "describing topics",
+                rdsys::rd_kafka_admin_op_t::RD_KAFKA_ADMIN_OP_DESCRIBETOPICS,
+                |_| Ok(()),
+                |rk, options, queue| {
+                    rdsys::rd_kafka_DescribeTopics(rk, collection.0, options, queue)
+                },
+            )?;
             let result = rdsys::rd_kafka_event_DescribeTopics_result(event.0);
             let mut count = 0usize;
             let descriptions = rdsys::rd_kafka_DescribeTopics_result_topics(result, &mut count);
@@ -237,8 +212,6 @@ impl Admin {
         if partitions.is_empty() {
             return Ok(Vec::new());
         }
-        let rk = self.client.inner().native_ptr();
-        let timeout_ms = self.timeout.as_millis().min(i32::MAX as u128) as i32;
         let names: Vec<CString> = partitions
             .iter()
             .map(|(t, _)| {
@@ -259,50 +232,23 @@ impl Admin {
                 let tp = rdsys::rd_kafka_topic_partition_list_add(list.0, name.as_ptr(), *p);
                 (*tp).offset = rdsys::rd_kafka_OffsetSpec_t::RD_KAFKA_OFFSET_SPEC_LATEST as i64;
             }
-            let options = Guard(
-                rdsys::rd_kafka_AdminOptions_new(
-                    rk,
-                    rdsys::rd_kafka_admin_op_t::RD_KAFKA_ADMIN_OP_LISTOFFSETS,
-                ),
-                rdsys::rd_kafka_AdminOptions_destroy,
-            );
-            let mut errstr = [0 as c_char; 512];
-            rdsys::rd_kafka_AdminOptions_set_request_timeout(
-                options.0,
-                timeout_ms,
-                errstr.as_mut_ptr(),
-                errstr.len(),
-            );
-            let err = rdsys::rd_kafka_AdminOptions_set_isolation_level(
-                options.0,
-                rdsys::rd_kafka_IsolationLevel_t::RD_KAFKA_ISOLATION_LEVEL_READ_UNCOMMITTED,
-            );
-            if !err.is_null() {
-                let message = cstr(rdsys::rd_kafka_error_string(err));
-                rdsys::rd_kafka_error_destroy(err);
-                return Err(Error::Admin {
-                    operation: "listing offsets".into(),
-                    message,
-                });
-            }
-            let queue = Guard(rdsys::rd_kafka_queue_new(rk), rdsys::rd_kafka_queue_destroy);
-            rdsys::rd_kafka_ListOffsets(rk, list.0, options.0, queue.0);
-            let event = rdsys::rd_kafka_queue_poll(queue.0, timeout_ms.saturating_add(5_000));
-            if event.is_null() {
-                return Err(Error::Admin {
-                    operation: "listing offsets".into(),
-                    message: format!("no answer within {:?}", self.timeout),
-                });
-            }
-            let event = Guard(event, rdsys::rd_kafka_event_destroy);
-            if rdsys::rd_kafka_event_error(event.0)
-                != rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR
-            {
-                return Err(Error::Admin {
-                    operation: "listing offsets".into(),
-                    message: cstr(rdsys::rd_kafka_event_error_string(event.0)),
-                });
-            }
+            let event = self.request(
+                "listing offsets",
+                rdsys::rd_kafka_admin_op_t::RD_KAFKA_ADMIN_OP_LISTOFFSETS,
+                |options| {
+                    let err = rdsys::rd_kafka_AdminOptions_set_isolation_level(
+                        options,
+                        rdsys::rd_kafka_IsolationLevel_t::RD_KAFKA_ISOLATION_LEVEL_READ_UNCOMMITTED,
+                    );
+                    if err.is_null() {
+                        return Ok(());
+                    }
+                    let message = cstr(rdsys::rd_kafka_error_string(err));
+                    rdsys::rd_kafka_error_destroy(err);
+                    Err(message)
+                },
+                |rk, options, queue| rdsys::rd_kafka_ListOffsets(rk, list.0, options, queue),
+            )?;
             let result = rdsys::rd_kafka_event_ListOffsets_result(event.0);
             let mut count = 0usize;
             let infos = rdsys::rd_kafka_ListOffsets_result_infos(result, &mut count);
@@ -361,6 +307,61 @@ impl Admin {
             .filter(|t| ids.contains(&t.id))
             .map(|t| (t.id, t.name))
             .collect())
+    }
+
+    /// Runs one native admin request: options for `op` with the request timeout (and whatever
+    /// `configure` sets), `start` on a private queue, then waits for the result event and checks
+    /// its error. Returns the event, destroyed when dropped.
+    ///
+    /// # Safety
+    /// `configure` and `start` must only pass the given pointers to librdkafka calls that expect
+    /// them; they are valid for the duration of the calls.
+    unsafe fn request(
+        &self,
+        operation: &str,
+        op: rdsys::rd_kafka_admin_op_t,
+        configure: impl FnOnce(*mut rdsys::rd_kafka_AdminOptions_t) -> std::result::Result<(), String>,
+        start: impl FnOnce(
+            *mut rdsys::rd_kafka_t,
+            *const rdsys::rd_kafka_AdminOptions_t,
+            *mut rdsys::rd_kafka_queue_t,
+        ),
+    ) -> Result<Guard<rdsys::rd_kafka_event_t>> {
+        let rk = self.client.inner().native_ptr();
+        let timeout_ms = self.timeout.as_millis().min(i32::MAX as u128) as i32;
+        let fail = |message: String| Error::Admin {
+            operation: operation.to_string(),
+            message,
+        };
+        // SAFETY: the options and queue are created here and destroyed by their guards after
+        // the event (which the caller owns) is taken off the queue.
+        unsafe {
+            let options = Guard(
+                rdsys::rd_kafka_AdminOptions_new(rk, op),
+                rdsys::rd_kafka_AdminOptions_destroy,
+            );
+            let mut errstr = [0 as c_char; 512];
+            rdsys::rd_kafka_AdminOptions_set_request_timeout(
+                options.0,
+                timeout_ms,
+                errstr.as_mut_ptr(),
+                errstr.len(),
+            );
+            configure(options.0).map_err(fail)?;
+            let queue = Guard(rdsys::rd_kafka_queue_new(rk), rdsys::rd_kafka_queue_destroy);
+            start(rk, options.0, queue.0);
+            let event = rdsys::rd_kafka_queue_poll(queue.0, timeout_ms.saturating_add(5_000));
+            if event.is_null() {
+                return Err(fail(format!("no answer within {:?}", self.timeout)));
+            }
+            let event = Guard(event, rdsys::rd_kafka_event_destroy);
+            if rdsys::rd_kafka_event_error(event.0)
+                != rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR
+            {
+                return Err(fail(cstr(rdsys::rd_kafka_event_error_string(event.0))));
+            }
+            Ok(event)
+        }
     }
 
     /// Creates `topics` (replication factor 1 is not assumed: the broker default is used)

@@ -10,33 +10,16 @@ use parsley_runtime::{
     CausalProducer, CausalProducerConfig, MetricsSnapshot, Progress, Runtime, RuntimeConfig,
     TopicInfo,
 };
-use parsley_stage::{Handler, HandlerError, ImpossiblePolicy, Record, Step, Topology, Utf8};
+use parsley_stage::{ImpossiblePolicy, Topology};
 use parsley_testkit::fixtures::{
     DEADLINE, admin, bootstrap, commit_group_offsets, committed_consumer, create_topic,
-    group_offset, raw_producer, read_committed, send_stamped, unique_topic, wait_committed,
+    forward_topology, group_offset, raw_producer, read_committed, send_stamped, unique_topic,
+    wait_committed,
 };
 use rdkafka::consumer::Consumer;
 use rdkafka::message::{Headers, Message};
 use rdkafka::producer::Producer;
 use rdkafka::{Offset, TopicPartitionList};
-
-/// Forwards every value to `out`: the output topic is the delivery log.
-struct Forward(String);
-
-impl Handler for Forward {
-    type Key = String;
-    type Value = String;
-    type Output = String;
-    type State = ();
-
-    fn handle(
-        &self,
-        r: Record<'_, String, String>,
-        _: Option<()>,
-    ) -> Result<Step<String, String, ()>, HandlerError> {
-        Ok(Step::none().emit(&self.0, r.key, r.value))
-    }
-}
 
 struct Run {
     app: String,
@@ -47,19 +30,8 @@ struct Run {
 fn forward(sources: &[&TopicInfo], policy: ImpossiblePolicy) -> Run {
     let out = create_topic("evidence-out", 1);
     let app = unique_topic("evidence");
-    let topology = Topology::builder(&app)
-        .stage("forward", Forward(out.name.clone()), |s| {
-            sources
-                .iter()
-                .fold(s, |s, t| s.source(&t.name))
-                .sink(&out.name)
-                .key_codec(Utf8)
-                .value_codec(Utf8)
-                .output_codec(Utf8)
-                .on_impossible_stamp(policy)
-        })
-        .build()
-        .unwrap();
+    let sources: Vec<&str> = sources.iter().map(|t| t.name.as_str()).collect();
+    let topology = forward_topology(&app, &sources, &out.name, policy);
     Run { app, out, topology }
 }
 

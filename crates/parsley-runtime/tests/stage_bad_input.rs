@@ -4,30 +4,15 @@
 use std::time::Duration;
 
 use parsley_runtime::{Error, Progress, Runtime, RuntimeConfig};
-use parsley_stage::{Handler, HandlerError, Record, Step, Topology, Utf8};
-use parsley_testkit::fixtures::{DEADLINE, bootstrap, create_topic, unique_topic};
+use parsley_stage::ImpossiblePolicy;
+use parsley_testkit::fixtures::{
+    DEADLINE, bootstrap, create_topic, forward_topology, unique_topic,
+};
 use rdkafka::ClientConfig;
 use rdkafka::consumer::Consumer;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{Offset, TopicPartitionList};
-
-struct Forward(String);
-
-impl Handler for Forward {
-    type Key = String;
-    type Value = String;
-    type Output = String;
-    type State = ();
-
-    fn handle(
-        &self,
-        r: Record<'_, String, String>,
-        _: Option<()>,
-    ) -> Result<Step<String, String, ()>, HandlerError> {
-        Ok(Step::none().emit(&self.0, r.key, r.value))
-    }
-}
 
 #[test]
 fn a_malformed_stamp_stops_the_task_naming_the_record_and_loses_nothing() {
@@ -52,16 +37,7 @@ fn a_malformed_stamp_stops_the_task_naming_the_record_and_loses_nothing() {
     producer.flush(DEADLINE).unwrap();
 
     let app = unique_topic("bad-stamp");
-    let topology = Topology::builder(&app)
-        .stage("forward", Forward(output.name.clone()), |s| {
-            s.source(&input.name)
-                .sink(&output.name)
-                .key_codec(Utf8)
-                .value_codec(Utf8)
-                .output_codec(Utf8)
-        })
-        .build()
-        .unwrap();
+    let topology = forward_topology(&app, &[&input.name], &output.name, ImpossiblePolicy::Fail);
     let running = Runtime::new(topology, RuntimeConfig::new(bootstrap()))
         .start()
         .unwrap();
@@ -105,17 +81,12 @@ fn a_stage_whose_sources_are_not_co_partitioned_refuses_to_start() {
     let a = create_topic("copart-a", 2);
     let b = create_topic("copart-b", 3);
     let out = create_topic("copart-out", 2);
-    let topology = Topology::builder(unique_topic("copart"))
-        .stage("forward", Forward(out.name.clone()), |s| {
-            s.source(&a.name)
-                .source(&b.name)
-                .sink(&out.name)
-                .key_codec(Utf8)
-                .value_codec(Utf8)
-                .output_codec(Utf8)
-        })
-        .build()
-        .unwrap();
+    let topology = forward_topology(
+        &unique_topic("copart"),
+        &[&a.name, &b.name],
+        &out.name,
+        ImpossiblePolicy::Fail,
+    );
     let running = Runtime::new(topology, RuntimeConfig::new(bootstrap()))
         .start()
         .unwrap();

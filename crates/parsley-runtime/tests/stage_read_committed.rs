@@ -4,32 +4,15 @@
 use std::time::{Duration, Instant};
 
 use parsley_runtime::{CausalProducer, CausalProducerConfig, Runtime, RuntimeConfig};
-use parsley_stage::{Handler, HandlerError, Record, Step, Topology, Utf8};
+use parsley_stage::ImpossiblePolicy;
 use parsley_testkit::fixtures::{
-    DEADLINE, bootstrap, committed_consumer, create_topic, read_committed, unique_topic,
-    wait_committed,
+    DEADLINE, bootstrap, committed_consumer, create_topic, forward_topology, read_committed,
+    unique_topic, wait_committed,
 };
 use rdkafka::consumer::Consumer;
 use rdkafka::message::Message;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
-
-struct Forward(String);
-
-impl Handler for Forward {
-    type Key = String;
-    type Value = String;
-    type Output = String;
-    type State = ();
-
-    fn handle(
-        &self,
-        r: Record<'_, String, String>,
-        _: Option<()>,
-    ) -> Result<Step<String, String, ()>, HandlerError> {
-        Ok(Step::none().emit(&self.0, r.key, r.value))
-    }
-}
 
 #[test]
 fn records_of_an_open_transaction_are_invisible_until_it_commits() {
@@ -151,16 +134,12 @@ fn records_of_an_aborted_transaction_are_never_delivered_to_a_stage() {
         }
     }
 
-    let topology = Topology::builder(unique_topic("aborted"))
-        .stage("forward", Forward(output.name.clone()), |s| {
-            s.source(&input.name)
-                .sink(&output.name)
-                .key_codec(Utf8)
-                .value_codec(Utf8)
-                .output_codec(Utf8)
-        })
-        .build()
-        .unwrap();
+    let topology = forward_topology(
+        &unique_topic("aborted"),
+        &[&input.name],
+        &output.name,
+        ImpossiblePolicy::Fail,
+    );
     let running = Runtime::new(topology, RuntimeConfig::new(bootstrap()))
         .start()
         .unwrap();

@@ -3,26 +3,10 @@
 
 use parsley_clock::Channel;
 use parsley_runtime::{CausalProducer, CausalProducerConfig, Runtime, RuntimeConfig};
-use parsley_stage::{Handler, HandlerError, Record, Step, Topology, Utf8};
-use parsley_testkit::fixtures::{bootstrap, create_topic, read_committed, wait_committed};
-
-/// Forwards every record to the `out` topic given at construction.
-struct Forward(String);
-
-impl Handler for Forward {
-    type Key = String;
-    type Value = String;
-    type Output = String;
-    type State = ();
-
-    fn handle(
-        &self,
-        r: Record<'_, String, String>,
-        _: Option<()>,
-    ) -> Result<Step<String, String, ()>, HandlerError> {
-        Ok(Step::none().emit(&self.0, r.key, r.value))
-    }
-}
+use parsley_stage::ImpossiblePolicy;
+use parsley_testkit::fixtures::{
+    bootstrap, create_topic, forward_topology, read_committed, unique_topic, wait_committed,
+};
 
 #[test]
 fn the_output_stamp_claims_the_consumed_coordinate_and_the_inputs_claims() {
@@ -40,16 +24,12 @@ fn the_output_stamp_claims_the_consumed_coordinate_and_the_inputs_claims() {
     assert_eq!(cause.channel, Channel::new(other.id, 0));
     assert_eq!(effect.channel, input_channel);
 
-    let topology = Topology::builder("stamps")
-        .stage("forward", Forward(output.name.clone()), |s| {
-            s.source(&input.name)
-                .sink(&output.name)
-                .key_codec(Utf8)
-                .value_codec(Utf8)
-                .output_codec(Utf8)
-        })
-        .build()
-        .unwrap();
+    let topology = forward_topology(
+        &unique_topic("stamps"),
+        &[&input.name],
+        &output.name,
+        ImpossiblePolicy::Fail,
+    );
     let running = Runtime::new(topology, RuntimeConfig::new(bootstrap()))
         .start()
         .unwrap();

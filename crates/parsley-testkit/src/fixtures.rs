@@ -278,3 +278,50 @@ pub fn group_offset(group: &str, topic: &str, partition: i32) -> Option<i64> {
         _ => None,
     }
 }
+
+/// A stage handler that forwards every record's key and value, unchanged, to one topic (UTF-8
+/// keys and values): its output topic is the stage's delivery log.
+#[derive(Debug, Clone)]
+pub struct Forward(pub String);
+
+impl parsley_stage::Handler for Forward {
+    type Key = String;
+    type Value = String;
+    type Output = String;
+    type State = ();
+
+    fn handle(
+        &self,
+        r: parsley_stage::Record<'_, String, String>,
+        _: Option<()>,
+    ) -> parsley_stage::HandlerResult<String, String, ()> {
+        Ok(parsley_stage::Step::none().emit(&self.0, r.key, r.value))
+    }
+}
+
+/// A topology of application `app` with one stage, `forward`, that reads `sources` and
+/// forwards every record to `sink` ([`Forward`]), with `policy` for impossible stamps.
+///
+/// # Panics
+/// When the topology is invalid.
+pub fn forward_topology(
+    app: &str,
+    sources: &[&str],
+    sink: &str,
+    policy: parsley_stage::ImpossiblePolicy,
+) -> parsley_stage::Topology {
+    use parsley_stage::Utf8;
+    parsley_stage::Topology::builder(app)
+        .stage("forward", Forward(sink.to_string()), |s| {
+            sources
+                .iter()
+                .fold(s, |s, t| s.source(*t))
+                .sink(sink)
+                .key_codec(Utf8)
+                .value_codec(Utf8)
+                .output_codec(Utf8)
+                .on_impossible_stamp(policy)
+        })
+        .build()
+        .expect("a valid topology")
+}
