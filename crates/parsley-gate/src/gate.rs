@@ -221,8 +221,8 @@ pub struct ChannelSnapshot {
 }
 
 /// Deliberately wrong variants of the gate, for negative controls only: each must make the
-/// simulator's oracle or liveness check fail (DESIGN.md §4).
-#[cfg(feature = "negative-controls")]
+/// simulator's oracle or liveness check fail (DESIGN.md §4). Settable only with the
+/// `negative-controls` feature; all off otherwise.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Faults {
     /// Deliver every head at once: no claims checked.
@@ -340,7 +340,6 @@ pub struct Gate<R> {
     foreign_watchers: HashMap<Channel, Vec<(Idx, i64)>>,
     impossible: Vec<ImpossibleStamp>,
     metrics: GateMetrics,
-    #[cfg(feature = "negative-controls")]
     faults: Faults,
 }
 
@@ -373,7 +372,6 @@ impl<R> Gate<R> {
             foreign_watchers: HashMap::new(),
             impossible: Vec::new(),
             metrics: GateMetrics::default(),
-            #[cfg(feature = "negative-controls")]
             faults: Faults::default(),
         }
     }
@@ -439,50 +437,6 @@ impl<R> Gate<R> {
     #[cfg(feature = "negative-controls")]
     pub fn set_faults(&mut self, faults: Faults) {
         self.faults = faults;
-    }
-
-    fn gate_off(&self) -> bool {
-        #[cfg(feature = "negative-controls")]
-        {
-            self.faults.gate_off
-        }
-        #[cfg(not(feature = "negative-controls"))]
-        {
-            false
-        }
-    }
-
-    fn strict_fifo(&self) -> bool {
-        #[cfg(feature = "negative-controls")]
-        {
-            self.faults.strict_fifo
-        }
-        #[cfg(not(feature = "negative-controls"))]
-        {
-            false
-        }
-    }
-
-    fn bridge_over_lookahead(&self) -> bool {
-        #[cfg(feature = "negative-controls")]
-        {
-            self.faults.bridge_over_lookahead
-        }
-        #[cfg(not(feature = "negative-controls"))]
-        {
-            false
-        }
-    }
-
-    fn wakeups_only_on_frontier(&self) -> bool {
-        #[cfg(feature = "negative-controls")]
-        {
-            self.faults.wakeups_only_on_frontier
-        }
-        #[cfg(not(feature = "negative-controls"))]
-        {
-            false
-        }
     }
 
     fn index(&self, channel: &Channel) -> Option<Idx> {
@@ -853,7 +807,7 @@ impl<R> Gate<R> {
     /// Takes the record at `pos` of queue `idx` out (delivered or discarded) and updates the
     /// frontier, sender state and look-ahead set.
     fn remove(&mut self, idx: Idx, pos: usize) -> (Option<Stamp>, R) {
-        let bridge_over = self.bridge_over_lookahead();
+        let bridge_over = self.faults.bridge_over_lookahead;
         let s = &mut self.channels[idx];
         let slot = &mut s.queue[pos];
         let offset = slot.offset;
@@ -923,7 +877,7 @@ impl<R> Gate<R> {
 
     /// Something happened on channel `idx`: re-check the records watching it.
     fn event(&mut self, idx: Idx, frontier_moved: bool) {
-        if self.wakeups_only_on_frontier() && !frontier_moved {
+        if self.faults.wakeups_only_on_frontier && !frontier_moved {
             return;
         }
         let watchers = std::mem::take(&mut self.channels[idx].watchers);
@@ -1029,7 +983,7 @@ impl<R> Gate<R> {
 
     /// Decides about the tracked record at `pos` of queue `idx`.
     fn verdict(&mut self, idx: Idx, pos: usize) -> Verdict {
-        if self.gate_off() {
+        if self.faults.gate_off {
             return if pos == 0 {
                 Verdict::Ready
             } else {
@@ -1133,7 +1087,7 @@ impl<R> Gate<R> {
             }
             cursor += 1;
         }
-        let strict_fifo = self.strict_fifo();
+        let strict_fifo = self.faults.strict_fifo;
         let verdict = match result {
             Some(v) => v,
             None => {
