@@ -896,10 +896,15 @@ impl<R> Gate<R> {
             return;
         }
         slot.tracked = true;
-        self.check(idx, offset);
+        self.check_at(idx, pos);
     }
 
+    /// The position of the record at `offset` in queue `idx`. The head is the common case.
     fn slot_pos(&self, idx: Idx, offset: i64) -> Option<usize> {
+        let queue = &self.channels[idx].queue;
+        if queue.front().is_some_and(|h| h.offset == offset) {
+            return Some(0);
+        }
         self.channels[idx]
             .queue
             .binary_search_by_key(&offset, |s| s.offset)
@@ -923,9 +928,14 @@ impl<R> Gate<R> {
 
     /// Checks a tracked record and files it as ready, blocked, impossible, or pulls its target.
     fn check(&mut self, idx: Idx, offset: i64) {
-        let Some(pos) = self.slot_pos(idx, offset) else {
-            return;
-        };
+        if let Some(pos) = self.slot_pos(idx, offset) {
+            self.check_at(idx, pos);
+        }
+    }
+
+    /// [`Gate::check`] of the record at `pos` of queue `idx`.
+    fn check_at(&mut self, idx: Idx, pos: usize) {
+        let offset = self.channels[idx].queue[pos].offset;
         {
             let slot = &self.channels[idx].queue[pos];
             if slot.payload.is_none() || slot.ready || !slot.tracked || slot.impossible {
@@ -1032,10 +1042,28 @@ impl<R> Gate<R> {
         let mut ignored = 0u64;
         let mut out_of_scope = 0u64;
         let mut result = None;
+        // Entries below the first consumed channel are all on the ignore branch: skip them in
+        // one step (both lists are sorted).
+        if j == 0
+            && cursor < entries.len()
+            && !channels.is_empty()
+            && entries[cursor].0 < channels[0].channel
+        {
+            let first = channels[0].channel;
+            let skip = entries[cursor..].partition_point(|(c, _)| *c < first);
+            ignored += skip as u64;
+            cursor += skip;
+        }
         while cursor < entries.len() {
             let (cc, co) = entries[cursor];
             while j < channels.len() && channels[j].channel < cc {
                 j += 1;
+            }
+            if j == channels.len() {
+                // Past the last consumed channel: the rest is on the ignore branch.
+                ignored += (entries.len() - cursor) as u64;
+                cursor = entries.len();
+                break;
             }
             if j < channels.len() && channels[j].channel == cc {
                 let t = &channels[j];
