@@ -108,6 +108,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        Cmd::Demo { args, .. } if args.iter().any(|a| a == "--help" || a == "-h") => {
+            let mut cmd = cargo();
+            cmd.args(["run", "--quiet", "--package", "parsley-inventory", "--"])
+                .args(&args);
+            status_code(&mut cmd, "the inventory demo")
+        }
         Cmd::Demo { keep_broker, args } => with_broker(keep_broker, |bootstrap| {
             let mut cmd = cargo();
             println!("xtask: building and running the inventory demo");
@@ -255,12 +261,16 @@ fn cargo() -> Command {
     Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string()))
 }
 
+/// Runs `cmd` and passes its exit status on (a failure says so on stderr).
 fn status_code(cmd: &mut Command, what: &str) -> Result<ExitCode> {
     let status = cmd.status().with_context(|| format!("running {what}"))?;
-    Ok(if status.success() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
+    if status.success() {
+        return Ok(ExitCode::SUCCESS);
+    }
+    eprintln!("xtask: {what} exited with {status}");
+    Ok(match status.code() {
+        Some(code) if (1..=255).contains(&code) => ExitCode::from(code as u8),
+        _ => ExitCode::FAILURE,
     })
 }
 
