@@ -16,42 +16,58 @@ use uuid::Uuid;
 
 /// Kafka's topic UUID (KIP-516), as returned by the admin `DescribeTopics` call.
 ///
-/// Shape: 16 bytes, kept as a big-endian `u128` so that comparisons — the gate and the clocks
-/// compare channels on every claim — are two machine words, in the same order as the bytes.
+/// Shape: 16 bytes, kept as two `u64` halves (most significant first) so that comparisons —
+/// the gate and the clocks compare channels on every claim — are two machine words, in the
+/// same order as the big-endian bytes, and so that a [`Channel`] is 24 bytes with 8-byte
+/// alignment (a `u128` would pad every clock entry to 48 bytes).
 /// Displayed in the hyphenated hex form (`0f1e…-…`).
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
-pub struct TopicId(u128);
+pub struct TopicId {
+    most_significant: u64,
+    least_significant: u64,
+}
 
 impl TopicId {
     /// Wraps a topic UUID.
     pub const fn from_uuid(uuid: Uuid) -> Self {
-        TopicId(uuid.as_u128())
+        let (most_significant, least_significant) = uuid.as_u64_pair();
+        TopicId {
+            most_significant,
+            least_significant,
+        }
     }
 
     /// Builds a topic id from the two 64-bit halves Kafka uses on the wire
     /// (most significant first), as librdkafka's `rd_kafka_Uuid_*_significant_bits` return.
     pub const fn from_halves(most_significant: i64, least_significant: i64) -> Self {
-        TopicId(((most_significant as u64 as u128) << 64) | (least_significant as u64 as u128))
+        TopicId {
+            most_significant: most_significant as u64,
+            least_significant: least_significant as u64,
+        }
     }
 
     /// Builds a topic id from its 16 big-endian bytes.
     pub const fn from_bytes(bytes: [u8; 16]) -> Self {
-        TopicId(u128::from_be_bytes(bytes))
+        let v = u128::from_be_bytes(bytes);
+        TopicId {
+            most_significant: (v >> 64) as u64,
+            least_significant: v as u64,
+        }
     }
 
     /// The 16 big-endian bytes of the UUID.
     pub const fn to_bytes(&self) -> [u8; 16] {
-        self.0.to_be_bytes()
+        (((self.most_significant as u128) << 64) | self.least_significant as u128).to_be_bytes()
     }
 
     /// The UUID.
     pub const fn as_uuid(&self) -> Uuid {
-        Uuid::from_u128(self.0)
+        Uuid::from_u64_pair(self.most_significant, self.least_significant)
     }
 
     /// Kafka's reserved "zero" topic id (`Uuid.ZERO_UUID`): never assigned to a real topic.
     pub const fn is_zero(&self) -> bool {
-        self.0 == 0
+        self.most_significant == 0 && self.least_significant == 0
     }
 }
 

@@ -120,7 +120,9 @@ pub fn encode_into(stamp: &Stamp, out: &mut Vec<u8>) {
     out.truncate(start + written);
 }
 
-/// Writes into a buffer sized by [`encoded_len_hint`].
+/// Writes into a buffer sized by [`encoded_len_hint`], which leaves room for a whole
+/// ten-byte varint window at every write: each write checks its window once and the bytes
+/// inside it are written without further checks.
 struct Writer<'a> {
     buf: &'a mut [u8],
     at: usize,
@@ -139,57 +141,103 @@ impl Writer<'_> {
         self.at += 16;
     }
 
-    #[inline]
-    fn varint(&mut self, mut v: u64) {
-        while v >= 0x80 {
-            self.byte((v as u8) | 0x80);
-            v >>= 7;
-        }
-        self.byte(v as u8);
+    #[inline(always)]
+    fn varint(&mut self, v: u64) {
+        let window: &mut [u8; 10] = (&mut self.buf[self.at..self.at + 10])
+            .try_into()
+            .expect("a ten-byte window");
+        self.at += put_varint(window, v);
     }
 
-    /// Writes `(channel, value)` entries, sorted by channel, as topic groups.
+    /// Writes `(channel, value)` entries, sorted by channel, as topic groups, in one pass:
+    /// the topic count and each group's entry count get one byte up front, patched once known
+    /// (and widened in place in the rare case they need more).
     fn groups(&mut self, entries: &[(Channel, i64)]) {
+        let topics_at = self.at;
+        self.at += 1;
         let mut topics = 0u64;
-        let mut i = 0;
-        while i < entries.len() {
-            topics += 1;
-            let topic = entries[i].0.topic;
-            i += 1;
-            while i < entries.len() && entries[i].0.topic == topic {
-                i += 1;
+        let mut group_at = 0;
+        let mut group_len = 0u64;
+        let mut prev: Option<(Channel, i64)> = None;
+        for &(c, v) in entries {
+            match prev {
+                Some((p, pv)) if p.topic == c.topic => {
+                    // One window check for both varints of the entry.
+                    let window: &mut [u8; 20] = (&mut self.buf[self.at..self.at + 20])
+                        .try_into()
+                        .expect("a twenty-byte window");
+                    let gap = window.first_chunk_mut::<10>().expect("ten bytes");
+                    let n = put_varint(gap, (c.partition - p.partition - 1) as u64);
+                    let value = window[n..].first_chunk_mut::<10>().expect("ten bytes");
+                    self.at += n + put_varint(value, zigzag(v - pv));
+                    group_len += 1;
+                }
+                _ => {
+                    if topics > 0 {
+                        self.patch_count(group_at, group_len);
+                    }
+                    topics += 1;
+                    self.bytes16(&c.topic.to_bytes());
+                    group_at = self.at;
+                    self.at += 1;
+                    group_len = 1;
+                    self.varint(c.partition as u64);
+                    self.varint(v as u64);
+                }
             }
+            prev = Some((c, v));
         }
-        self.varint(topics);
-        let mut i = 0;
-        while i < entries.len() {
-            let (first, first_value) = entries[i];
-            let topic = first.topic;
-            let mut end = i + 1;
-            while end < entries.len() && entries[end].0.topic == topic {
-                end += 1;
-            }
-            self.bytes16(&topic.to_bytes());
-            self.varint((end - i) as u64);
-            self.varint(first.partition as u64);
-            self.varint(first_value as u64);
-            let (mut prev_p, mut prev_v) = (first.partition, first_value);
-            for &(c, v) in &entries[i + 1..end] {
-                self.varint((c.partition - prev_p - 1) as u64);
-                self.varint(zigzag(v - prev_v));
-                prev_p = c.partition;
-                prev_v = v;
-            }
-            i = end;
+        if topics > 0 {
+            self.patch_count(group_at, group_len);
         }
+        self.patch_count(topics_at, topics);
     }
+
+    /// Writes `n` as a varint into the one byte reserved at `at`, moving what was written
+    /// after it when `n` needs more bytes.
+    fn patch_count(&mut self, at: usize, n: u64) {
+        if n < 0x80 {
+            self.buf[at] = n as u8;
+            return;
+        }
+        let mut window = [0u8; 10];
+        let len = put_varint(&mut window, n);
+        self.buf.copy_within(at + 1..self.at, at + len);
+        self.buf[at..at + len].copy_from_slice(&window[..len]);
+        self.at += len - 1;
+    }
+}
+
+/// Writes `v` as LEB128 into `window`; returns the number of bytes written (1..=10).
+#[inline(always)]
+fn put_varint(window: &mut [u8; 10], mut v: u64) -> usize {
+    // Fast paths: partition gaps and offset deltas mostly take one or two bytes.
+    if v < 0x80 {
+        window[0] = v as u8;
+        return 1;
+    }
+    if v < 0x4000 {
+        window[0] = (v as u8) | 0x80;
+        window[1] = (v >> 7) as u8;
+        return 2;
+    }
+    for (i, slot) in window.iter_mut().enumerate() {
+        if v < 0x80 {
+            *slot = v as u8;
+            return i + 1;
+        }
+        *slot = (v as u8) | 0x80;
+        v >>= 7;
+    }
+    unreachable!("a u64 takes at most ten LEB128 bytes")
 }
 
 /// An upper bound of the encoded size, for buffer sizing.
 pub fn encoded_len_hint(stamp: &Stamp) -> usize {
     // version, flags, sender (16 + 10), acked (10), two group counts (10 each), and per entry
-    // at most a topic id (16), a group count (10), a partition (10) and a value (10).
-    2 + 26 + 10 + 20 + (stamp.clock.len() + stamp.in_flight.len()) * 46
+    // at most a topic id (16), a group count (10), a partition (10) and a value (10); plus one
+    // twenty-byte window of slack for the writer's checked windows.
+    2 + 26 + 10 + 20 + (stamp.clock.len() + stamp.in_flight.len()) * 46 + 20
 }
 
 /// Decodes a stamp header value.
@@ -201,11 +249,13 @@ pub fn decode(bytes: &[u8]) -> Result<Stamp> {
     let mut r = Reader { bytes, at: 0 };
     let version = r.byte()?;
     if version != STAMP_VERSION {
-        return Err(r.fail_at(0, DecodeErrorKind::UnknownVersion(version)));
+        return Err(r
+            .fail_at(0, DecodeErrorKind::UnknownVersion(version))
+            .into());
     }
     let flags = r.byte()?;
     if flags & !KNOWN_FLAGS != 0 {
-        return Err(r.fail_at(1, DecodeErrorKind::UnknownFlags(flags)));
+        return Err(r.fail_at(1, DecodeErrorKind::UnknownFlags(flags)).into());
     }
     let sender = if flags & FLAG_SENDER != 0 {
         let id = SenderId::from_bytes(r.array16()?);
@@ -227,7 +277,9 @@ pub fn decode(bytes: &[u8]) -> Result<Stamp> {
         let claims = r.groups(true)?;
         if claims.is_empty() {
             // A set flag with an empty section is not canonical.
-            return Err(r.fail_at(in_flight_at, DecodeErrorKind::EmptyTopicGroup));
+            return Err(r
+                .fail_at(in_flight_at, DecodeErrorKind::EmptyTopicGroup)
+                .into());
         }
         claims
             .into_iter()
@@ -240,7 +292,7 @@ pub fn decode(bytes: &[u8]) -> Result<Stamp> {
         Vec::new()
     };
     if r.remaining() != 0 {
-        return Err(r.fail(DecodeErrorKind::TrailingBytes));
+        return Err(r.fail(DecodeErrorKind::TrailingBytes).into());
     }
     let stamp = Stamp {
         sender,
@@ -270,6 +322,25 @@ fn unzigzag(v: u64) -> i64 {
     ((v >> 1) as i64) ^ -((v & 1) as i64)
 }
 
+/// A decoding failure inside the reader: small enough to travel in registers, turned into an
+/// [`Error::Decode`] at the codec's boundary.
+#[derive(Clone, Copy, Debug)]
+struct Fault {
+    at: usize,
+    kind: DecodeErrorKind,
+}
+
+impl From<Fault> for Error {
+    fn from(f: Fault) -> Self {
+        Error::Decode {
+            at: f.at,
+            kind: f.kind,
+        }
+    }
+}
+
+type Parse<T> = std::result::Result<T, Fault>;
+
 struct Reader<'a> {
     bytes: &'a [u8],
     at: usize,
@@ -280,15 +351,15 @@ impl Reader<'_> {
         self.bytes.len() - self.at
     }
 
-    fn fail(&self, kind: DecodeErrorKind) -> Error {
-        Error::Decode { at: self.at, kind }
+    fn fail(&self, kind: DecodeErrorKind) -> Fault {
+        Fault { at: self.at, kind }
     }
 
-    fn fail_at(&self, at: usize, kind: DecodeErrorKind) -> Error {
-        Error::Decode { at, kind }
+    fn fail_at(&self, at: usize, kind: DecodeErrorKind) -> Fault {
+        Fault { at, kind }
     }
 
-    fn byte(&mut self) -> Result<u8> {
+    fn byte(&mut self) -> Parse<u8> {
         let b = *self
             .bytes
             .get(self.at)
@@ -298,7 +369,7 @@ impl Reader<'_> {
     }
 
     #[inline]
-    fn array16(&mut self) -> Result<[u8; 16]> {
+    fn array16(&mut self) -> Parse<[u8; 16]> {
         let slice = self
             .bytes
             .get(self.at..self.at + 16)
@@ -309,41 +380,65 @@ impl Reader<'_> {
         Ok(a)
     }
 
-    #[inline]
-    fn varint(&mut self) -> Result<u64> {
+    /// Reads a varint; one- and two-byte values (most partition gaps and offset deltas) take
+    /// the inlined fast path.
+    #[inline(always)]
+    fn varint(&mut self) -> Parse<u64> {
+        match self.bytes.get(self.at..) {
+            Some([b0, ..]) if *b0 < 0x80 => {
+                self.at += 1;
+                Ok(u64::from(*b0))
+            }
+            // A canonical second byte is non-zero.
+            Some([b0, b1, ..]) if *b1 < 0x80 && *b1 != 0 => {
+                self.at += 2;
+                Ok(u64::from(b0 & 0x7f) | (u64::from(*b1) << 7))
+            }
+            _ => self.varint_long(),
+        }
+    }
+
+    #[inline(never)]
+    fn varint_long(&mut self) -> Parse<u64> {
         let start = self.at;
         let rest = &self.bytes[start..];
-        // Fast path: one byte.
-        if let Some(&b) = rest.first()
-            && b < 0x80
-        {
-            self.at += 1;
-            return Ok(u64::from(b));
-        }
         let mut v: u64 = 0;
-        for (i, &b) in rest.iter().take(10).enumerate() {
-            if i == 9 && b > 1 {
-                return Err(self.fail_at(start, DecodeErrorKind::VarintOverflow));
+        if let Some(window) = rest.first_chunk::<10>() {
+            // Ten bytes at hand: no bounds checks inside the loop.
+            for (i, &b) in window.iter().enumerate() {
+                v |= u64::from(b & 0x7f) << (7 * i);
+                if b < 0x80 {
+                    return self.varint_end(start, i, b, v);
+                }
             }
+            return Err(self.fail_at(start, DecodeErrorKind::VarintOverflow));
+        }
+        for (i, &b) in rest.iter().enumerate() {
             v |= u64::from(b & 0x7f) << (7 * i);
             if b < 0x80 {
-                // Canonical: no redundant trailing zero groups.
-                if b == 0 {
-                    return Err(self.fail_at(start, DecodeErrorKind::NonCanonicalVarint));
-                }
-                self.at = start + i + 1;
-                return Ok(v);
+                return self.varint_end(start, i, b, v);
             }
         }
-        if rest.len() < 10 {
-            self.at = self.bytes.len();
-            return Err(self.fail(DecodeErrorKind::Truncated));
+        self.at = self.bytes.len();
+        Err(self.fail(DecodeErrorKind::Truncated))
+    }
+
+    /// Finishes a varint whose last byte `b` is at `start + i`: canonical (no redundant zero
+    /// group), at most 64 bits.
+    #[inline(always)]
+    fn varint_end(&mut self, start: usize, i: usize, b: u8, v: u64) -> Parse<u64> {
+        if b == 0 && i > 0 {
+            return Err(self.fail_at(start, DecodeErrorKind::NonCanonicalVarint));
         }
-        Err(self.fail_at(start, DecodeErrorKind::VarintOverflow))
+        if i == 9 && b > 1 {
+            return Err(self.fail_at(start, DecodeErrorKind::VarintOverflow));
+        }
+        self.at = start + i + 1;
+        Ok(v)
     }
 
     /// Reads a `groups` section; values are offsets, or sequences when `sequences`.
-    fn groups(&mut self, sequences: bool) -> Result<Vec<(Channel, i64)>> {
+    fn groups(&mut self, sequences: bool) -> Parse<Vec<(Channel, i64)>> {
         let out_of_range = if sequences {
             DecodeErrorKind::SequenceOutOfRange
         } else {
@@ -385,14 +480,32 @@ impl Reader<'_> {
             // Further entries: partition gaps and zigzag value deltas.
             for _ in 1..n {
                 let p_at = self.at;
-                let gap = self.varint()?;
+                let (gap, v_at, zig) = match self.bytes.get(p_at..) {
+                    // Fast path: a one-byte gap and a one- or two-byte delta (canonical: a
+                    // final byte of a longer varint is non-zero).
+                    Some(&[g, d0, ..]) if g < 0x80 && d0 < 0x80 => {
+                        self.at += 2;
+                        (u64::from(g), p_at + 1, u64::from(d0))
+                    }
+                    Some(&[g, d0, d1, ..]) if g < 0x80 && d1 < 0x80 && d1 != 0 => {
+                        self.at += 3;
+                        (
+                            u64::from(g),
+                            p_at + 1,
+                            u64::from(d0 & 0x7f) | (u64::from(d1) << 7),
+                        )
+                    }
+                    _ => {
+                        let gap = self.varint()?;
+                        let v_at = self.at;
+                        (gap, v_at, self.varint()?)
+                    }
+                };
                 let next = i64::from(partition) + 1 + gap.min(u64::from(u32::MAX)) as i64;
                 partition = i32::try_from(next)
                     .map_err(|_| self.fail_at(p_at, DecodeErrorKind::PartitionOutOfRange))?;
-                let v_at = self.at;
-                let delta = unzigzag(self.varint()?);
                 value = value
-                    .checked_add(delta)
+                    .checked_add(unzigzag(zig))
                     .filter(|v| *v >= 0)
                     .ok_or_else(|| self.fail_at(v_at, out_of_range))?;
                 entries.push((Channel::new(topic, partition), value));
@@ -445,6 +558,36 @@ mod tests {
             bytes.len(),
             2 + 18 + 1 + (16 + 1 + 4 + 3 + 3) + (16 + 1 + 2)
         );
+    }
+
+    #[test]
+    fn counts_of_128_and_more_widen_in_place() {
+        // 300 partitions of one topic (the group count takes two bytes) and 130 topics (the
+        // topic count takes two bytes), each followed by more data that must move with it.
+        let wide_group: Clock = (0..300)
+            .map(|p| Channel::new(topic(1), p).at(5 + i64::from(p)))
+            .collect();
+        let many_topics: Clock = (0..130u128)
+            .map(|t| Channel::new(TopicId::from_halves(0, t as i64 + 1), 0).at(7))
+            .chain([Channel::new(TopicId::from_halves(1, 0), 3).at(1 << 40)])
+            .collect();
+        for clock in [wide_group, many_topics] {
+            let mut s = Stamp::new(
+                Some(SenderTag {
+                    sender: SenderId::from_bytes([3; 16]),
+                    seq: 1_000,
+                }),
+                clock,
+            );
+            s.acked_through = Some(10);
+            s.in_flight = vec![InFlight {
+                channel: Channel::new(topic(9), 0),
+                seq: 999,
+            }];
+            let bytes = encode(&s);
+            assert!(bytes.len() <= encoded_len_hint(&s));
+            assert_eq!(decode(&bytes).unwrap(), s);
+        }
     }
 
     #[test]

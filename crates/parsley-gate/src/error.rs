@@ -59,6 +59,31 @@ pub enum GateError {
         /// The last offset offered (or the frontier).
         last: i64,
     },
+    /// A re-fetched record does not match the spilled record it should replace (another
+    /// sender, or no record was fetched at that offset before): the partition's history changed
+    /// under the task (truncation, or a recreated topic read under the old id).
+    #[error(
+        "re-fetched record at {channel}@{offset} does not match what was fetched there before (sender then: {before}, now: {now})"
+    )]
+    RefetchMismatch {
+        /// The channel.
+        channel: Channel,
+        /// The offset.
+        offset: i64,
+        /// The sender tag the spilled record had (`none` for an unstamped record or no record).
+        before: String,
+        /// The sender tag of the re-fetched record.
+        now: String,
+    },
+    /// [`Gate::begin_refetch`](crate::Gate::begin_refetch) for a channel with no spilled record at or above the
+    /// offset.
+    #[error("nothing spilled on {channel} at or above offset {from}")]
+    NothingSpilled {
+        /// The channel.
+        channel: Channel,
+        /// The requested offset.
+        from: i64,
+    },
     /// [`Gate::resolve`](crate::Gate::resolve) was called for a record that is not held for an
     /// impossible stamp.
     #[error("record {record} is not held for an impossible stamp")]

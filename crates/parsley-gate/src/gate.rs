@@ -53,6 +53,19 @@
 //! move `F`.) High watermarks are asked for by [`Gate::evidence_wanted`] and supplied with
 //! [`Gate::high_watermark`] together with the poll epoch after which they were read.
 //!
+//! # Backpressure and spilling
+//! A runtime bounds what each channel's queue holds ([`Gate::held`]) and pauses a full
+//! channel — except one that [`Gate::needs_reading`] names: an unsettled in-flight claim waits
+//! for a record further on, and pausing would deadlock. Such a channel **spills**
+//! ([`Gate::spill`]): the payloads and stamps of its untracked undelivered records are dropped
+//! and each leaves a stub (offset, timestamp, poll epoch, sender tag), so the frontier, bridging
+//! and per-sender order stay exact. A stub that is needed — the head of its queue, or the
+//! target of a claim or of its sender's order — is named by [`Gate::refetch_wanted`]; the
+//! runtime seeks back and re-fetches it between [`Gate::begin_refetch`] and the offset where
+//! reading stopped ([`Gate::end_refetch`] to stop early). Re-fetched records refill their
+//! stubs; every other re-fetched record is already held or delivered and is ignored. Tracked
+//! records (heads and pulled records) are never spilled, so a re-fetch always makes progress.
+//!
 //! # Impossible stamps
 //! A claim on the record's own channel at or beyond its own offset, or a coordinate claim at or
 //! beyond the channel's high watermark read after the record's poll (a claim from the future),
@@ -65,6 +78,8 @@
 //! - `queue`: fetched records with offsets above the frontier, ascending; its front is never a
 //!   delivered record;
 //! - `lookahead`: exactly the delivered offsets above the frontier;
+//! - `undelivered` counts the queue's undelivered records, `spilled` those of them that are
+//!   stubs; a tracked record is never a stub;
 //! - per sender: the highest delivered sequence, and the fetched undelivered records by
 //!   sequence (in offset order, since one sender's sends to one partition append in order).
 
@@ -163,6 +178,10 @@ pub struct GateMetrics {
     pub impossible: u64,
     /// Records removed with [`Resolution::Discard`].
     pub discarded: u64,
+    /// Records spilled (payload and stamp dropped, re-fetched later).
+    pub spilled: u64,
+    /// Spilled records refilled by a re-fetch.
+    pub refetched: u64,
 }
 
 /// What a blocked record waits for.
@@ -220,6 +239,15 @@ pub struct ChannelSnapshot {
     pub delivered: Vec<(SenderId, u64)>,
 }
 
+/// A re-fetch of spilled records in progress on one channel ([`Gate::begin_refetch`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Refetch {
+    /// The offset re-fetching started from: a needed spilled record.
+    pub from: i64,
+    /// The offset where reading had stopped: offers below it refill stubs or are ignored.
+    pub resume: i64,
+}
+
 /// Deliberately wrong variants of the gate, for negative controls only: each must make the
 /// simulator's oracle or liveness check fail (DESIGN.md §4). Settable only with the
 /// `negative-controls` feature; all off otherwise.
@@ -271,8 +299,12 @@ struct Slot<R> {
     timestamp: i64,
     epoch: u64,
     stamp: Option<Stamp>,
-    /// `None` once delivered (a look-ahead tombstone).
+    /// `None` once delivered (a look-ahead tombstone) or while spilled.
     payload: Option<R>,
+    /// Spilled: undelivered, payload and stamp dropped until re-fetched.
+    spilled: bool,
+    /// The stamp's sender tag, kept while spilled (to check the re-fetched record).
+    sender: Option<SenderTag>,
     /// Clock entries `[..cursor]` are satisfied for good.
     cursor: usize,
     waited: bool,
@@ -292,8 +324,12 @@ struct ChannelState<R> {
     baseline: Option<i64>,
     frontier: i64,
     queue: VecDeque<Slot<R>>,
-    /// Undelivered records in `queue`.
+    /// Undelivered records in `queue` (spilled ones included).
     undelivered: usize,
+    /// Spilled records in `queue`.
+    spilled: usize,
+    /// While re-fetching spilled records.
+    refetch: Option<Refetch>,
     lookahead: BTreeSet<i64>,
     senders: SenderMap<SenderState>,
     /// The consumer's application position (next offset to return), latest reading.
@@ -359,6 +395,8 @@ impl<R> Gate<R> {
                     frontier: -1,
                     queue: VecDeque::new(),
                     undelivered: 0,
+                    spilled: 0,
+                    refetch: None,
                     lookahead: BTreeSet::new(),
                     senders: SenderMap::default(),
                     position: None,
@@ -490,10 +528,121 @@ impl<R> Gate<R> {
             .unwrap_or_default()
     }
 
-    /// Fetched, undelivered records of `channel`.
+    /// Fetched, undelivered records of `channel` (spilled ones included).
     pub fn queued(&self, channel: &Channel) -> usize {
         self.index(channel)
             .map_or(0, |i| self.channels[i].undelivered)
+    }
+
+    /// Fetched, undelivered records of `channel` that hold their payload: what backpressure
+    /// bounds (spilled records are not counted).
+    pub fn held(&self, channel: &Channel) -> usize {
+        self.index(channel).map_or(0, |i| {
+            let s = &self.channels[i];
+            s.undelivered - s.spilled
+        })
+    }
+
+    /// Drops the payloads and stamps of `channel`'s untracked undelivered records, leaving
+    /// stubs to re-fetch later (see the module docs); returns how many were spilled. For a
+    /// channel [`Gate::needs_reading`] names whose queue is full.
+    pub fn spill(&mut self, channel: &Channel) -> usize {
+        let Some(idx) = self.index(channel) else {
+            return 0;
+        };
+        let s = &mut self.channels[idx];
+        let mut n = 0;
+        for slot in s.queue.iter_mut() {
+            if slot.payload.is_some() && !slot.tracked {
+                slot.payload = None;
+                slot.stamp = None;
+                slot.cursor = 0;
+                slot.spilled = true;
+                n += 1;
+            }
+        }
+        s.spilled += n;
+        self.metrics.spilled += n as u64;
+        n
+    }
+
+    /// Channels with a spilled record that is needed now — the head of its queue, or the
+    /// target of a blocked record's claim or of its sender's order — and the lowest such
+    /// offset: seek there and re-fetch between [`Gate::begin_refetch`] and the offset where
+    /// reading stopped. While re-fetching, a channel still listed at or above the position
+    /// needs more: make room with [`Gate::spill`] rather than end the re-fetch.
+    pub fn refetch_wanted(&self) -> Vec<(Channel, i64)> {
+        let mut want: BTreeMap<Idx, i64> = BTreeMap::new();
+        let mut note = |idx: Idx, offset: i64| {
+            let e = want.entry(idx).or_insert(offset);
+            *e = (*e).min(offset);
+        };
+        for (idx, s) in self.channels.iter().enumerate() {
+            if s.spilled > 0
+                && let Some(front) = s.queue.front()
+                && front.spilled
+            {
+                note(idx, front.offset);
+            }
+        }
+        for &(idx, offset) in &self.blocked {
+            let Some(pos) = self.slot_pos(idx, offset) else {
+                continue;
+            };
+            let q = &self.channels[idx].queue[pos];
+            if let Some(Awaiting::InFlight {
+                sender, channel, ..
+            }) = q.blocked
+                && let Some(t) = self.index(&channel)
+                && self.channels[t].spilled > 0
+                && let Some((_, &target)) = self.channels[t]
+                    .senders
+                    .get(&sender)
+                    .and_then(|st| st.pending.iter().next())
+                && let Some(tp) = self.slot_pos(t, target)
+                && self.channels[t].queue[tp].spilled
+            {
+                note(t, target);
+            }
+        }
+        want.into_iter()
+            .map(|(idx, o)| (self.channels[idx].channel, o))
+            .collect()
+    }
+
+    /// Starts re-fetching `channel` from `from` (an offset [`Gate::refetch_wanted`] named):
+    /// until an offered record or a [`Gate::position`] reaches the returned offset — where
+    /// reading had stopped, the caller's position to return to — offered records refill their
+    /// stubs and all others are ignored; positions below it are ignored.
+    ///
+    /// # Errors
+    /// [`GateError::NotConsumed`], or [`GateError::NothingSpilled`] when no spilled record
+    /// lies at or above `from`.
+    pub fn begin_refetch(&mut self, channel: Channel, from: i64) -> Result<i64, GateError> {
+        let idx = self.index_or_err(channel)?;
+        let s = &mut self.channels[idx];
+        if !s.queue.iter().any(|q| q.spilled && q.offset >= from) {
+            return Err(GateError::NothingSpilled { channel, from });
+        }
+        let resume = s
+            .position
+            .unwrap_or(0)
+            .max(s.queue.back().map_or(0, |q| q.offset + 1));
+        s.refetch = Some(Refetch { from, resume });
+        Ok(resume)
+    }
+
+    /// Ends a re-fetch early (the caller seeks back to the offset [`Gate::begin_refetch`]
+    /// returned); stubs not refilled yet stay spilled.
+    pub fn end_refetch(&mut self, channel: &Channel) {
+        if let Some(idx) = self.index(channel) {
+            self.channels[idx].refetch = None;
+        }
+    }
+
+    /// The re-fetch in progress on `channel`, if any.
+    pub fn refetching(&self, channel: &Channel) -> Option<Refetch> {
+        self.index(channel).and_then(|i| self.channels[i].refetch)
     }
 
     /// Fetched, undelivered records in all queues.
@@ -609,6 +758,14 @@ impl<R> Gate<R> {
         if s.baseline.is_none() {
             return Err(GateError::NotSeeded { channel });
         }
+        if let Some(r) = s.refetch {
+            if position < r.resume {
+                // Re-reading below where reading stopped: no new evidence.
+                return Ok(());
+            }
+            // The re-read caught up.
+            s.refetch = None;
+        }
         let last = s.queue.back().map_or(s.frontier, |q| q.offset);
         if position <= last {
             return Err(GateError::PositionBehind {
@@ -618,7 +775,7 @@ impl<R> Gate<R> {
             });
         }
         s.position = Some(s.position.map_or(position, |p| p.max(position)));
-        let moved = if s.queue.iter().all(|q| q.payload.is_none()) && position - 1 > s.frontier {
+        let moved = if s.undelivered == 0 && position - 1 > s.frontier {
             s.frontier = position - 1;
             s.queue.clear();
             s.lookahead.clear();
@@ -674,6 +831,12 @@ impl<R> Gate<R> {
         if s.baseline.is_none() {
             return Err(Box::new(GateError::NotSeeded { channel }.with(arrival)));
         }
+        if let Some(Refetch { resume, .. }) = s.refetch {
+            if arrival.offset < resume {
+                return self.refill(idx, arrival);
+            }
+            s.refetch = None;
+        }
         let last = s.queue.back().map_or(s.frontier, |q| q.offset);
         if arrival.offset <= last {
             return Err(Box::new(
@@ -707,6 +870,57 @@ impl<R> Gate<R> {
         s.queue.push_back(Slot::new(arrival));
         s.undelivered += 1;
         if self.channels[idx].queue.len() == 1 {
+            self.advance_front(idx);
+        } else {
+            self.event(idx, false);
+        }
+        Ok(())
+    }
+
+    /// A record re-fetched below where reading stopped: refills its stub, or is ignored when
+    /// it is delivered, below the frontier, or held.
+    fn refill(&mut self, idx: Idx, arrival: Arrival<R>) -> Result<(), Box<Refused<Arrival<R>>>> {
+        let s = &mut self.channels[idx];
+        let channel = s.channel;
+        if arrival.offset <= s.frontier || s.lookahead.contains(&arrival.offset) {
+            return Ok(());
+        }
+        let sender = arrival.stamp.as_ref().and_then(|st| st.sender);
+        let tag = |t: Option<SenderTag>| t.map_or_else(|| "none".to_owned(), |t| t.to_string());
+        let Some(pos) = self.slot_pos(idx, arrival.offset) else {
+            return Err(Box::new(
+                GateError::RefetchMismatch {
+                    channel,
+                    offset: arrival.offset,
+                    before: "none".to_owned(),
+                    now: tag(sender),
+                }
+                .with(arrival),
+            ));
+        };
+        let s = &mut self.channels[idx];
+        let slot = &mut s.queue[pos];
+        if !slot.spilled {
+            return Ok(());
+        }
+        if slot.sender != sender {
+            let before = tag(slot.sender);
+            return Err(Box::new(
+                GateError::RefetchMismatch {
+                    channel,
+                    offset: arrival.offset,
+                    before,
+                    now: tag(sender),
+                }
+                .with(arrival),
+            ));
+        }
+        slot.spilled = false;
+        slot.stamp = arrival.stamp;
+        slot.payload = Some(arrival.payload);
+        s.spilled -= 1;
+        self.metrics.refetched += 1;
+        if pos == 0 {
             self.advance_front(idx);
         } else {
             self.event(idx, false);
@@ -834,8 +1048,11 @@ impl<R> Gate<R> {
                 // Negative control: pretend everything below the look-ahead delivery is done.
                 s.frontier = offset;
                 while s.queue.front().is_some_and(|q| q.offset <= offset) {
-                    if s.queue.pop_front().is_some_and(|q| q.payload.is_some()) {
+                    if let Some(q) = s.queue.pop_front()
+                        && (q.payload.is_some() || q.spilled)
+                    {
                         s.undelivered -= 1;
+                        s.spilled -= usize::from(q.spilled);
                     }
                 }
                 s.lookahead.retain(|o| *o > offset);
@@ -853,7 +1070,7 @@ impl<R> Gate<R> {
         let s = &mut self.channels[idx];
         let before = s.frontier;
         while let Some(front) = s.queue.front() {
-            if front.payload.is_some() {
+            if front.payload.is_some() || front.spilled {
                 break;
             }
             s.frontier = s.frontier.max(front.offset);
@@ -1259,8 +1476,10 @@ impl<R> Slot<R> {
             offset: a.offset,
             timestamp: a.timestamp,
             epoch: a.epoch,
+            sender: a.stamp.as_ref().and_then(|st| st.sender),
             stamp: a.stamp,
             payload: Some(a.payload),
+            spilled: false,
             cursor: 0,
             waited: false,
             tracked: false,
@@ -1380,6 +1599,60 @@ mod tests {
         assert_eq!(drain(&mut g), vec![b.at(1)]);
         assert_eq!(g.metrics().out_of_scope_entries, 1);
         assert_eq!(g.frontier(&a), Some(9));
+    }
+
+    #[test]
+    fn a_channel_a_claim_needs_spills_untracked_records_and_refetches_them() {
+        let (a, b) = (ch(1, 0), ch(2, 0));
+        let mut g = seeded(&[a, b]);
+        // b@0 of sender 1 claims its own earlier send to `a` (seq 4) in flight.
+        g.offer(b, rec(0, Some((1, 5)), &[], &[(a, 4)])).unwrap();
+        assert!(g.needs_reading(&a));
+        // a holds a head waiting for b@0 and two records of sender 3.
+        g.offer(a, rec(0, Some((2, 0)), &[b.at(0)], &[])).unwrap();
+        g.offer(a, rec(1, Some((3, 0)), &[], &[])).unwrap();
+        g.offer(a, rec(2, Some((3, 1)), &[], &[])).unwrap();
+        assert_eq!(g.held(&a), 3);
+        // Spilling keeps the tracked head and drops the rest.
+        assert_eq!(g.spill(&a), 2);
+        assert_eq!((g.held(&a), g.queued(&a)), (1, 3));
+        assert!(g.refetch_wanted().is_empty(), "no stub is needed yet");
+        // The claimed send arrives: pulled ahead, then its claimer, then the head.
+        g.offer(a, rec(3, Some((1, 4)), &[], &[])).unwrap();
+        assert_eq!(drain(&mut g), vec![a.at(3), b.at(0), a.at(0)]);
+        assert_eq!(
+            g.frontier(&a),
+            Some(0),
+            "bridging stops below the stub at 1"
+        );
+        assert_eq!(g.refetch_wanted(), vec![(a, 1)]);
+        g.position(a, 4).unwrap();
+        assert_eq!(g.frontier(&a), Some(0), "stubs are undelivered records");
+
+        assert!(matches!(
+            g.begin_refetch(a, 3),
+            Err(GateError::NothingSpilled { from: 3, .. })
+        ));
+        assert_eq!(g.begin_refetch(a, 1), Ok(4));
+        g.position(a, 2).unwrap(); // re-reading: ignored
+        g.offer(a, plain(0)).unwrap(); // below the frontier: ignored
+        // Another sender at a spilled offset: the history changed, named, record returned.
+        let err = g.offer(a, rec(1, Some((9, 0)), &[], &[])).unwrap_err();
+        assert!(matches!(
+            err.kind,
+            GateError::RefetchMismatch { offset: 1, .. }
+        ));
+        assert_eq!(err.refused.payload, 1);
+        g.offer(a, rec(1, Some((3, 0)), &[], &[])).unwrap();
+        g.offer(a, rec(2, Some((3, 1)), &[], &[])).unwrap();
+        g.offer(a, rec(3, Some((1, 4)), &[], &[])).unwrap(); // delivered ahead: ignored
+        assert_eq!(drain(&mut g), vec![a.at(1), a.at(2)]);
+        assert_eq!(g.frontier(&a), Some(3));
+        assert_eq!((g.metrics().spilled, g.metrics().refetched), (2, 2));
+        // Reading reaches where it had stopped: the re-fetch ends by itself.
+        g.offer(a, plain(4)).unwrap();
+        assert_eq!(g.refetching(&a), None);
+        assert_eq!(drain(&mut g), vec![a.at(4)]);
     }
 
     #[test]

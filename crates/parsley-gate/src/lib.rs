@@ -40,5 +40,5 @@ pub use error::{GateError, ImpossibleReason, Refused};
 pub use gate::Faults;
 pub use gate::{
     Arrival, Awaiting, BlockedHead, ChannelSnapshot, Delivery, Discarded, Gate, GateMetrics,
-    GateSnapshot, ImpossibleStamp, Resolution,
+    GateSnapshot, ImpossibleStamp, Refetch, Resolution,
 };

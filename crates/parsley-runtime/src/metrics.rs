@@ -25,6 +25,8 @@ pub struct StageMetrics {
     impossible_stamps: AtomicU64,
     dead_lettered: AtomicU64,
     reads_beyond_cap: AtomicU64,
+    spilled: AtomicU64,
+    refetched: AtomicU64,
 }
 
 /// A copy of a stage's counters at one moment.
@@ -59,9 +61,14 @@ pub struct MetricsSnapshot {
     pub impossible_stamps: u64,
     /// Records routed to the dead-letter topic.
     pub dead_lettered: u64,
-    /// Records fetched while their channel's queue was above `max_queued_per_channel`
-    /// (a channel an in-flight claim needs is read on instead of paused).
+    /// Records fetched while their channel held more than `max_queued_per_channel` records
+    /// (the rest of a poll batch, or a channel whose tracked records alone exceed the cap).
     pub reads_beyond_cap: u64,
+    /// Records spilled: a full channel that an in-flight claim needed read dropped their
+    /// payloads to read on (DESIGN.md §4).
+    pub spilled: u64,
+    /// Spilled records re-fetched by seeking back.
+    pub refetched: u64,
 }
 
 impl StageMetrics {
@@ -84,6 +91,8 @@ impl StageMetrics {
             impossible_stamps: g(&self.impossible_stamps),
             dead_lettered: g(&self.dead_lettered),
             reads_beyond_cap: g(&self.reads_beyond_cap),
+            spilled: g(&self.spilled),
+            refetched: g(&self.refetched),
         }
     }
 
@@ -130,6 +139,14 @@ impl StageMetrics {
 
     pub(crate) fn beyond_cap(&self) {
         self.reads_beyond_cap.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn spilled(&self, n: usize) {
+        self.spilled.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    pub(crate) fn refetched(&self, n: u64) {
+        self.refetched.fetch_add(n, Ordering::Relaxed);
     }
 
     pub(crate) fn aborted(&self) {

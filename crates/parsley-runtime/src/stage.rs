@@ -732,6 +732,7 @@ impl StageRunner {
             partition,
             source: Box::new(parsley_gate::GateError::NotSeeded { channel }),
         })?;
+        let refetched = task.gate.metrics().refetched;
         task.gate
             .offer(channel, arrival)
             .map_err(|refused| Error::Gate {
@@ -740,33 +741,91 @@ impl StageRunner {
                 source: Box::new(refused.kind),
             })?;
         self.metrics.fetched();
-        if task.gate.queued(&channel) > cap {
-            self.metrics.beyond_cap();
+        self.metrics
+            .refetched(task.gate.metrics().refetched - refetched);
+        if task.gate.held(&channel) > cap {
+            // Mid-batch: a channel an in-flight claim needs spills at once; any other is
+            // paused after the batch.
+            if task.gate.refetching(&channel).is_none() && task.gate.needs_reading(&channel) {
+                let n = task.gate.spill(&channel);
+                debug!(%channel, spilled = n, "spilling a channel a claim needs");
+                self.metrics.spilled(n);
+            }
+            if task.gate.held(&channel) > cap {
+                self.metrics.beyond_cap();
+            }
         }
         Ok(())
     }
 
-    /// Pauses full channels and resumes drained ones — but never pauses a channel that an
-    /// unsettled in-flight claim still needs to read: a strict pause there can deadlock
-    /// (DESIGN.md §4). Such a channel keeps being read beyond the cap (counted in
-    /// `reads_beyond_cap`); spilling its buffer to bound memory is not built yet.
+    /// Bounds what each channel holds (DESIGN.md §4), once per poll batch:
+    /// - a full channel is paused — unless an unsettled in-flight claim needs it read: then it
+    ///   **spills** (untracked records drop their payloads, leaving stubs) and is read on;
+    /// - a needed spilled record is **re-fetched**: the channel seeks back to it (spilling
+    ///   records nobody waits for to make room) and re-reads until where reading had stopped,
+    ///   or until it is full again and no needed record lies ahead;
+    /// - a paused channel resumes once it holds at most half the cap.
     fn apply_backpressure(&mut self) -> Result<()> {
         let cap = self.config.max_queued_per_channel;
-        let mut changes = Vec::new();
-        for (partition, task) in &self.tasks {
+        let mut pauses = Vec::new();
+        let mut seeks = Vec::new();
+        for (partition, task) in &mut self.tasks {
+            let wanted = task.gate.refetch_wanted();
             for (source, info) in self.sources.iter().enumerate() {
                 let channel = Channel::new(info.id, *partition);
-                let queued = task.gate.queued(&channel);
+                if task.gate.baseline(&channel).is_none() {
+                    continue;
+                }
+                let held = task.gate.held(&channel);
                 let paused = self.paused.contains(&(source, *partition));
-                let needed = queued >= cap && task.gate.needs_reading(&channel);
-                if !paused && queued >= cap && !needed {
-                    changes.push((source, *partition, true));
-                } else if paused && (queued <= cap / 2 || needed) {
-                    changes.push((source, *partition, false));
+                let want = wanted.iter().find(|(c, _)| *c == channel).map(|(_, o)| *o);
+                let mut pause = paused;
+                if let Some(r) = task.gate.refetching(&channel) {
+                    if held >= cap {
+                        if want.is_some() {
+                            let n = task.gate.spill(&channel);
+                            self.metrics.spilled(n);
+                        } else {
+                            task.gate.end_refetch(&channel);
+                            seeks.push((source, *partition, r.resume));
+                            debug!(%channel, resume = r.resume, "re-fetch ends early: full");
+                        }
+                    }
+                    pause = false;
+                } else if let Some(from) = want {
+                    if held >= cap {
+                        let n = task.gate.spill(&channel);
+                        self.metrics.spilled(n);
+                    }
+                    let resume =
+                        task.gate
+                            .begin_refetch(channel, from)
+                            .map_err(|source| Error::Gate {
+                                stage: self.spec.name().to_string(),
+                                partition: *partition,
+                                source: Box::new(source),
+                            })?;
+                    debug!(%channel, from, resume, "re-fetching spilled records");
+                    seeks.push((source, *partition, from));
+                    pause = false;
+                } else if held >= cap {
+                    if task.gate.needs_reading(&channel) {
+                        let n = task.gate.spill(&channel);
+                        self.metrics.spilled(n);
+                        debug!(%channel, spilled = n, "spilling a channel a claim needs");
+                        pause = false;
+                    } else {
+                        pause = true;
+                    }
+                } else if held <= cap / 2 {
+                    pause = false;
+                }
+                if pause != paused {
+                    pauses.push((source, *partition, pause));
                 }
             }
         }
-        for (source, partition, pause) in changes {
+        for (source, partition, pause) in pauses {
             debug!(topic = %self.sources[source].name, partition, pause, "backpressure");
             if pause {
                 self.paused.insert((source, partition));
@@ -774,6 +833,16 @@ impl StageRunner {
                 self.paused.remove(&(source, partition));
             }
             self.set_paused(source, partition, pause)?;
+        }
+        for (source, partition, offset) in seeks {
+            self.consumer
+                .seek(
+                    &self.sources[source].name,
+                    partition,
+                    Offset::Offset(offset),
+                    self.config.timeout,
+                )
+                .map_err(|e| Error::kafka("seeking to re-fetch spilled records", e))?;
         }
         Ok(())
     }

@@ -14,7 +14,7 @@ use parsley_stage::{ImpossiblePolicy, Topology};
 use parsley_testkit::fixtures::{
     DEADLINE, admin, bootstrap, commit_group_offsets, committed_consumer, create_topic,
     forward_topology, group_offset, raw_producer, read_committed, send_stamped, unique_topic,
-    wait_committed,
+    wait_committed, wait_metrics,
 };
 use rdkafka::consumer::Consumer;
 use rdkafka::message::{Headers, Message};
@@ -431,4 +431,50 @@ fn crossed_in_flight_sends_of_two_transactional_producers_are_delivered_by_look_
     assert!(at("r") < at("r2"), "r before r2: {out:?}");
     assert!(at("z") < at("h"), "z before h: {out:?}");
     assert!(m.lookahead >= 1, "resolved by look-ahead: {m:?}");
+}
+
+#[test]
+fn a_full_channel_an_in_flight_claim_needs_spills_and_refetches_what_it_dropped() {
+    // c1 = [w, f1..f5, r], cap 3. `w` claims c0@0 = X's `r2`, which claims X's `r` in flight.
+    // The stage fetches c1's first six records while X's transaction is open (c0 shows
+    // nothing): c1 is full and paused. Then X appends `r` and commits: `r2` needs c1 read on,
+    // so c1 spills f1..f5 (the blocked head `w` stays), reads `r`, and re-fetches the stubs.
+    let c0 = create_topic("spill-c0", 1);
+    let c1 = create_topic("spill-c1", 1);
+    let (ch0, ch1) = (Channel::new(c0.id, 0), Channel::new(c1.id, 0));
+    let x = raw_producer(Some(&unique_topic("spill-x")));
+    let w = raw_producer(None);
+    let mut xc = CausalClock::transactional(SenderId::random());
+    let r = xc.stamp(ch1).unwrap();
+    let r2 = xc.stamp(ch0).unwrap();
+    assert_eq!(r2.in_flight.len(), 1, "r2 claims r in flight");
+    x.begin_transaction().unwrap();
+    send_stamped(&x, &c0.name, 0, b"k", b"r2", Some(&r2));
+    let claims_r2 = Stamp::new(None, [ch0.at(0)].into_iter().collect());
+    send_stamped(&w, &c1.name, 0, b"k", b"w", Some(&claims_r2));
+    let fillers = ["f1", "f2", "f3", "f4", "f5"];
+    for f in fillers {
+        send_stamped(&w, &c1.name, 0, b"k", f.as_bytes(), None);
+    }
+
+    let run = forward(&[&c0, &c1], ImpossiblePolicy::Fail);
+    let mut config = RuntimeConfig::new(bootstrap());
+    config.max_queued_per_channel = 3;
+    let running = Runtime::new(run.topology.clone(), config).start().unwrap();
+    let m = wait_metrics(&running, "forward", "six fetched records", |m| {
+        m.fetched >= 6
+    });
+    assert_eq!((m.delivered, m.spilled), (0, 0), "w waits for r2: {m:?}");
+
+    send_stamped(&x, &c1.name, 0, b"k", b"r", Some(&r));
+    x.commit_transaction(DEADLINE).unwrap();
+    wait_committed(&running, "forward", 8);
+    let m = running.stop().unwrap()[0].1;
+    let out = values(&run.out);
+    assert_eq!(out, ["r", "r2", "w", "f1", "f2", "f3", "f4", "f5"], "{m:?}");
+    assert_eq!((m.spilled, m.refetched), (5, 5), "{m:?}");
+    assert!(m.lookahead >= 1, "r is pulled ahead of the stubs: {m:?}");
+    // The committed position covers everything, the commit markers included.
+    assert_eq!(group_offset(&run.group(), &c1.name, 0), Some(8));
+    assert_eq!(group_offset(&run.group(), &c0.name, 0), Some(2));
 }

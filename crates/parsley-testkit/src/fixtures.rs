@@ -158,21 +158,41 @@ pub fn wait_committed(
     stage: &str,
     deliveries: u64,
 ) -> parsley_runtime::MetricsSnapshot {
+    wait_metrics(
+        running,
+        stage,
+        &format!("{deliveries} committed deliveries"),
+        |m| m.committed_deliveries >= deliveries,
+    )
+}
+
+/// Waits until the counters of stage `stage` satisfy `done` (described by `what`); returns
+/// them then. Progress events wake the wait early; counters that move without a commit (such
+/// as `fetched`) are re-read at least every 20 ms.
+///
+/// # Panics
+/// When a stage fails, or `done` does not hold within [`DEADLINE`].
+pub fn wait_metrics(
+    running: &parsley_runtime::Running,
+    stage: &str,
+    what: &str,
+    done: impl Fn(&parsley_runtime::MetricsSnapshot) -> bool,
+) -> parsley_runtime::MetricsSnapshot {
     let started = Instant::now();
     loop {
         if let Some((_, m)) = running.metrics().into_iter().find(|(n, _)| n == stage)
-            && m.committed_deliveries >= deliveries
+            && done(&m)
         {
             return m;
         }
         let left = DEADLINE.saturating_sub(started.elapsed());
         assert!(
             !left.is_zero(),
-            "stage {stage} did not commit {deliveries} deliveries within {DEADLINE:?}: {:?}",
+            "stage {stage} did not reach {what} within {DEADLINE:?}: {:?}",
             running.metrics()
         );
         if let Some(parsley_runtime::Progress::Failed { stage, error }) =
-            running.next_progress(left)
+            running.next_progress(left.min(Duration::from_millis(20)))
         {
             panic!("stage {stage} failed: {error}")
         }

@@ -136,6 +136,10 @@ pub struct Outcome {
     pub sends: u64,
     /// Stage transactions aborted and restored.
     pub task_aborts: u64,
+    /// Records spilled by full channels that a claim needed read.
+    pub spilled: u64,
+    /// Spilled records re-fetched.
+    pub refetched: u64,
     /// The oracle's first violation, with the history that made it.
     pub violation: Option<String>,
     /// Records that stayed undelivered after the drain, with what they waited for.
@@ -244,6 +248,8 @@ pub struct Sim {
     task_aborts: u64,
     /// Backpressure: fetched, undelivered records per channel before fetching stops.
     queue_cap: usize,
+    spilled: u64,
+    refetched: u64,
     /// Impossible stamps the gates reported (truthful stamps: none may appear).
     impossible: Vec<parsley_gate::ImpossibleStamp>,
     /// Step log, for reports.
@@ -324,6 +330,8 @@ impl Sim {
             producer_abort_ratio: 0.0,
             task_aborts: 0,
             queue_cap: usize::MAX,
+            spilled: 0,
+            refetched: 0,
             impossible: Vec::new(),
             trace: Vec::new(),
         }
@@ -626,14 +634,65 @@ impl Sim {
         let channel = self.channels[c];
         let mut pos = self.tasks[t].positions[&c];
         let mut taken = 0;
-        // Backpressure: a full channel is not read — unless an in-flight claim needs it
-        // (under the wrong variant: not read, full stop).
-        let full = |sim: &Sim| {
-            let gate = &sim.tasks[t].gate;
-            gate.queued(&channel) >= sim.queue_cap
-                && (sim.variant == Variant::StrictPause || !gate.needs_reading(&channel))
-        };
-        while pos < lso && taken < max && !full(self) {
+        let refetched_before = self.tasks[t].gate.metrics().refetched;
+        // Backpressure: a full channel is not read — unless an in-flight claim needs it: then
+        // it spills and reads on (under the wrong variant: not read, full stop).
+        let full = |sim: &Sim| sim.tasks[t].gate.held(&channel) >= sim.queue_cap;
+        // A needed spilled record is re-fetched; records nobody waits for make room for it.
+        if self.tasks[t].gate.refetching(&channel).is_none()
+            && let Some(&(_, from)) = self.tasks[t]
+                .gate
+                .refetch_wanted()
+                .iter()
+                .find(|(ch, _)| *ch == channel)
+        {
+            if full(self) {
+                let n = self.tasks[t].gate.spill(&channel);
+                self.spilled += n as u64;
+                self.trace
+                    .push(format!("task/{t} spills {n} of c{c} to re-fetch"));
+            }
+            let resume = self.tasks[t]
+                .gate
+                .begin_refetch(channel, from)
+                .expect("a wanted refetch");
+            self.trace.push(format!(
+                "task/{t} re-fetches c{c} from {from} (resume {resume})"
+            ));
+            pos = from;
+        }
+        while pos < lso && taken < max {
+            if let Some(r) = self.tasks[t].gate.refetching(&channel) {
+                if pos >= r.resume {
+                    self.tasks[t].gate.end_refetch(&channel);
+                } else if full(self) {
+                    let more = self.tasks[t]
+                        .gate
+                        .refetch_wanted()
+                        .iter()
+                        .any(|(ch, o)| *ch == channel && *o >= pos);
+                    if more {
+                        // A needed record lies ahead: records nobody waits for make room.
+                        let n = self.tasks[t].gate.spill(&channel);
+                        self.spilled += n as u64;
+                        self.trace
+                            .push(format!("task/{t} spills {n} of c{c} to re-fetch"));
+                    } else {
+                        // The needed records are back; the rest can wait.
+                        self.tasks[t].gate.end_refetch(&channel);
+                        pos = r.resume;
+                        continue;
+                    }
+                }
+            } else if full(self) {
+                let needed = self.tasks[t].gate.needs_reading(&channel);
+                if self.variant == Variant::StrictPause || !needed {
+                    break;
+                }
+                let n = self.tasks[t].gate.spill(&channel);
+                self.spilled += n as u64;
+                self.trace.push(format!("task/{t} spills {n} of c{c}"));
+            }
             if let Some((id, stamp)) = self.visible(c, pos) {
                 let arrival = Arrival {
                     offset: pos,
@@ -652,6 +711,12 @@ impl Sim {
             }
             pos += 1;
         }
+        if let Some(r) = self.tasks[t].gate.refetching(&channel)
+            && pos >= r.resume
+        {
+            self.tasks[t].gate.end_refetch(&channel);
+        }
+        self.refetched += self.tasks[t].gate.metrics().refetched - refetched_before;
         self.tasks[t].positions.insert(c, pos);
         let task = &mut self.tasks[t];
         task.gate
@@ -931,13 +996,17 @@ impl Sim {
         for t in 0..self.tasks.len() {
             self.end_task_txn(t, true);
         }
-        loop {
+        // A bound on rounds turns a livelock (positions that keep moving without deliveries)
+        // into a liveness failure instead of a hang.
+        for _round in 0..100_000 {
             let mut moved = false;
             for t in 0..self.tasks.len() {
                 for c in self.tasks[t].consumes.clone() {
                     let before = self.tasks[t].positions[&c];
+                    let refetched = self.tasks[t].gate.metrics().refetched;
                     self.fetch(t, c, usize::MAX);
-                    moved |= self.tasks[t].positions[&c] != before;
+                    moved |= self.tasks[t].positions[&c] != before
+                        || self.tasks[t].gate.metrics().refetched != refetched;
                 }
                 let emits = self.tasks[t].emits.clone();
                 while self.deliver(t, &emits[..emits.len().min(1)]).is_some() {
@@ -955,6 +1024,8 @@ impl Sim {
     fn outcome(&self) -> Outcome {
         let mut out = Outcome {
             task_aborts: self.task_aborts,
+            spilled: self.spilled,
+            refetched: self.refetched,
             ..Outcome::default()
         };
         // Liveness: nothing stuck in a gate, every position at the end.
@@ -963,19 +1034,31 @@ impl Sim {
             for c in &task.consumes {
                 let channel = self.channels[*c];
                 let queued = task.gate.queued(&channel);
+                let held = task.gate.held(&channel);
                 let pos = task.positions[c];
                 if queued > 0 || pos < self.high_watermark(*c) {
+                    let blocked: Vec<String> = task
+                        .gate
+                        .blocked_heads()
+                        .iter()
+                        .map(|b| format!("{} awaits {:?}", self.name(b.head), b.awaits))
+                        .collect();
                     let _ = writeln!(
                         stuck,
-                        "{}: c{c} has {queued} undelivered record(s), position {pos} of {}; blocked: {:?}",
+                        "{}: c{c} has {queued} undelivered record(s) ({held} held, the rest spilled), frontier {:?}, position {pos} of {}, re-fetch wanted {:?}; blocked: {blocked:?}",
                         task.name,
+                        task.gate.frontier(&channel),
                         self.high_watermark(*c),
-                        task.gate.blocked_heads()
+                        task.gate.refetch_wanted(),
                     );
                 }
             }
         }
         if !stuck.is_empty() {
+            stuck.push_str("last steps (newest first):\n");
+            for line in self.trace.iter().rev().take(30) {
+                let _ = writeln!(stuck, "  {line}");
+            }
             out.stall = Some(stuck);
         }
         if let Some(false_alarm) = self.impossible.first() {
@@ -1052,6 +1135,14 @@ impl Sim {
         )
     }
 
+    /// `c{index}@{offset}` for a coordinate of this world.
+    fn name(&self, co: Coordinate) -> String {
+        match self.channels.iter().position(|c| *c == co.channel) {
+            Some(i) => format!("c{i}@{}", co.offset),
+            None => co.to_string(),
+        }
+    }
+
     /// The channel of index `c`.
     pub fn channel(&self, c: usize) -> Channel {
         self.channels[c]
@@ -1088,6 +1179,10 @@ pub struct Tally {
     pub lookahead: u64,
     /// Stage aborts and restores.
     pub task_aborts: u64,
+    /// Records spilled and re-fetched.
+    pub spilled: u64,
+    /// Spilled records re-fetched.
+    pub refetched: u64,
     /// The first failing seed, if any.
     pub first_failure: Option<(u64, String)>,
 }
@@ -1100,6 +1195,8 @@ pub fn tally(first_seed: u64, histories: u64, config: &SimConfig) -> Tally {
         t.histories += 1;
         t.deliveries += o.deliveries;
         t.lookahead += o.lookahead;
+        t.spilled += o.spilled;
+        t.refetched += o.refetched;
         t.task_aborts += o.task_aborts;
         t.violations += u64::from(o.violation.is_some());
         t.stalls += u64::from(o.stall.is_some());

@@ -60,11 +60,13 @@ fn random_histories_keep_the_invariant_and_liveness() {
     let n = histories();
     let t = tally(0, n, &SimConfig::default());
     println!(
-        "{} histories: {} deliveries ({:.2} % ahead of partition order), {} stage aborts restored, {} violations, {} stalls",
+        "{} histories: {} deliveries ({:.2} % ahead of partition order), {} stage aborts restored, {} records spilled and {} re-fetched, {} violations, {} stalls",
         t.histories,
         t.deliveries,
         100.0 * t.lookahead as f64 / t.deliveries.max(1) as f64,
         t.task_aborts,
+        t.spilled,
+        t.refetched,
         t.violations,
         t.stalls
     );
@@ -74,6 +76,10 @@ fn random_histories_keep_the_invariant_and_liveness() {
     assert_eq!(t.histories, n);
     assert!(t.lookahead > 0, "the histories exercise look-ahead");
     assert!(t.task_aborts > 0, "the histories exercise aborts");
+    assert!(
+        t.spilled > 0 && t.refetched > 0,
+        "the histories exercise spilling"
+    );
 }
 
 #[test]
@@ -134,4 +140,15 @@ proptest! {
         let o = sim::run(seed, &config);
         prop_assert!(!o.failed(), "seed {seed}, {config:?}: {o:?}");
     }
+}
+
+#[test]
+fn a_full_channel_a_claim_needs_spills_then_refetches_what_it_dropped() {
+    // c1 = [w, f1, f2, r] with a cap of 3: the head `w` waits for c0's `r2`, which waits for
+    // `r` in flight. c1 spills `f1` and `f2` (the head is tracked and stays), reads `r`, and
+    // re-fetches the two stubs once the head needs them.
+    let o = scenarios::full_channel_a_claim_needs(Variant::Correct);
+    assert!(!o.failed(), "{o:?}");
+    assert_eq!(o.deliveries, 5, "r, r2, w, f1, f2: {o:?}");
+    assert_eq!((o.spilled, o.refetched), (2, 2), "{o:?}");
 }
