@@ -175,28 +175,26 @@ fn soak_gate(histories: u64, first: u64, negative_controls: bool) -> Result<Exit
         let n = chunk.min(histories - done);
         let t = tally(first + done, n, &SimConfig::default());
         done += n;
-        total.histories += t.histories;
-        total.deliveries += t.deliveries;
-        total.lookahead += t.lookahead;
-        total.task_aborts += t.task_aborts;
-        total.violations += t.violations;
-        total.stalls += t.stalls;
+        let failure = t.first_failure.clone();
+        total.absorb(t);
         eprint!(
             "\rsoak-gate: {done}/{histories} histories, {} deliveries, {} violations, {} stalls",
             total.deliveries, total.violations, total.stalls
         );
-        if let Some((seed, why)) = t.first_failure {
+        if let Some((seed, why)) = failure {
             eprintln!();
             bail!("seed {seed} failed:\n{why}");
         }
     }
     eprintln!();
     println!(
-        "soak-gate: {} histories from seed {first}: {} deliveries ({:.2} % ahead of partition order), {} stage aborts restored, 0 violations, 0 stalls, in {:.1} s",
+        "soak-gate: {} histories from seed {first}: {} deliveries ({:.2} % ahead of partition order), {} stage aborts restored, {} records spilled and {} re-fetched, 0 violations, 0 stalls, in {:.1} s",
         total.histories,
         total.deliveries,
         100.0 * total.lookahead as f64 / total.deliveries.max(1) as f64,
         total.task_aborts,
+        total.spilled,
+        total.refetched,
         started.elapsed().as_secs_f64()
     );
     if negative_controls {

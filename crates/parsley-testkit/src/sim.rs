@@ -1187,6 +1187,23 @@ pub struct Tally {
     pub first_failure: Option<(u64, String)>,
 }
 
+impl Tally {
+    /// Adds the counts of `other` (histories run after these); keeps the first failure.
+    pub fn absorb(&mut self, other: Tally) {
+        self.histories += other.histories;
+        self.violations += other.violations;
+        self.stalls += other.stalls;
+        self.deliveries += other.deliveries;
+        self.lookahead += other.lookahead;
+        self.task_aborts += other.task_aborts;
+        self.spilled += other.spilled;
+        self.refetched += other.refetched;
+        if self.first_failure.is_none() {
+            self.first_failure = other.first_failure;
+        }
+    }
+}
+
 /// Runs `histories` random histories from `first_seed` on.
 pub fn tally(first_seed: u64, histories: u64, config: &SimConfig) -> Tally {
     let mut t = Tally::default();
