@@ -16,6 +16,7 @@ chapter!(Clock, "src/clock.md");
 chapter!(Gate, "src/gate.md");
 chapter!(Stage, "src/stage.md");
 chapter!(Runtime, "src/runtime.md");
+chapter!(Recovery, "src/recovery.md");
 chapter!(Testkit, "src/testkit.md");
 chapter!(Verification, "src/verification.md");
 chapter!(Benchmarks, "src/benchmarks.md");

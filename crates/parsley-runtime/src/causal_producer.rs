@@ -220,25 +220,27 @@ impl CausalProducer {
     fn apply_acks(&mut self) -> Result<()> {
         let mut first_error = None;
         for ack in self.outbox.drain() {
+            // A CausalProducer sends stamped records only.
+            let Some(tag) = ack.tag else { continue };
             match ack.result {
                 Ok(offset) => {
-                    let coordinate = ack.tag.channel.at(offset);
-                    self.clock.acked(ack.tag.seq, coordinate)?;
+                    let coordinate = tag.channel.at(offset);
+                    self.clock.acked(tag.seq, coordinate)?;
                     self.acked.push(Acked {
-                        seq: ack.tag.seq,
+                        seq: tag.seq,
                         coordinate,
                     });
                 }
                 Err(source) => {
-                    self.clock.failed(ack.tag.seq, ack.tag.channel)?;
+                    self.clock.failed(tag.seq, tag.channel)?;
                     let topic = self
                         .topics
                         .values()
-                        .find(|t| t.id == ack.tag.channel.topic)
+                        .find(|t| t.id == tag.channel.topic)
                         .map_or_else(String::new, |t| t.name.clone());
                     first_error.get_or_insert(Error::Send {
                         topic,
-                        channel: Box::new(ack.tag.channel),
+                        channel: Box::new(tag.channel),
                         source,
                     });
                 }

@@ -121,6 +121,46 @@ pub enum Error {
         /// Its error, rendered.
         message: String,
     },
+    /// The changelog topic of a stage exists with another partition count than its sources.
+    #[error(
+        "changelog topic {topic} has {partitions} partitions, the stage's sources have {expected}"
+    )]
+    ChangelogPartitions {
+        /// The changelog topic.
+        topic: String,
+        /// Its partition count.
+        partitions: i32,
+        /// The sources' partition count.
+        expected: i32,
+    },
+    /// A changelog record does not decode.
+    #[error("changelog {topic}/{partition}@{offset}: {message}")]
+    Changelog {
+        /// The changelog topic.
+        topic: String,
+        /// Its partition (the task).
+        partition: i32,
+        /// The record's offset.
+        offset: i64,
+        /// What is wrong.
+        message: String,
+    },
+    /// The restored task snapshot and the group's committed offsets describe different
+    /// moments even after re-reading both: the changelog or the offsets were written by
+    /// something else than this stage's transactions.
+    #[error(
+        "stage {stage}, task {partition}: the changelog's snapshot was committed with input offsets {changelog:?}, the group's committed offsets are {group:?}"
+    )]
+    RestoreMismatch {
+        /// The stage.
+        stage: String,
+        /// The task's partition.
+        partition: i32,
+        /// `topic/partition@offset` of the snapshot.
+        changelog: Vec<String>,
+        /// `topic/partition@offset` committed by the group.
+        group: Vec<String>,
+    },
     /// Something did not happen within its deadline.
     #[error("{what} did not complete within {timeout:?}")]
     Timeout {

@@ -37,8 +37,8 @@ pub struct SendTag {
 /// A delivery report: the offset the broker assigned, or why the send failed.
 #[derive(Debug)]
 pub struct Ack {
-    /// The send.
-    pub tag: SendTag,
+    /// The send; `None` for a changelog write.
+    pub tag: Option<SendTag>,
     /// The record's offset, or the error.
     pub result: std::result::Result<i64, KafkaError>,
 }
@@ -60,9 +60,9 @@ pub(crate) struct AckContext {
 impl ClientContext for AckContext {}
 
 impl ProducerContext for AckContext {
-    type DeliveryOpaque = Box<SendTag>;
+    type DeliveryOpaque = Box<Option<SendTag>>;
 
-    fn delivery(&self, result: &DeliveryResult<'_>, tag: Box<SendTag>) {
+    fn delivery(&self, result: &DeliveryResult<'_>, tag: Box<Option<SendTag>>) {
         let result = match result {
             Ok(m) => Ok(m.offset()),
             Err((e, _)) => Err(e.clone()),
@@ -137,11 +137,40 @@ impl Outbox {
                 })
             },
         );
-        let mut record = BaseRecord::with_opaque_to(topic, Box::new(tag))
+        let record = BaseRecord::with_opaque_to(topic, Box::new(Some(tag)))
             .partition(tag.channel.partition)
             .key(key)
             .payload(value)
             .headers(headers);
+        self.enqueue(record, tag.channel, timeout)
+    }
+
+    /// Sends a changelog record (no stamp; `None` is a tombstone) in the open transaction.
+    pub(crate) fn send_changelog(
+        &self,
+        channel: Channel,
+        topic: &str,
+        key: &[u8],
+        value: Option<&[u8]>,
+        timeout: Duration,
+    ) -> Result<()> {
+        let mut record = BaseRecord::with_opaque_to(topic, Box::new(None))
+            .partition(channel.partition)
+            .key(key);
+        if let Some(v) = value {
+            record = record.payload(v);
+        }
+        self.enqueue(record, channel, timeout)
+    }
+
+    /// Hands `record` to the producer, waiting for room while its queue is full.
+    fn enqueue(
+        &self,
+        mut record: BaseRecord<'_, [u8], [u8], Box<Option<SendTag>>>,
+        channel: Channel,
+        timeout: Duration,
+    ) -> Result<()> {
+        let topic = record.topic.to_string();
         let deadline = Instant::now() + timeout;
         loop {
             self.ctx().state.lock().expect("ack state").outstanding += 1;
@@ -152,8 +181,8 @@ impl Outbox {
                     s.outstanding -= 1;
                     if e.rdkafka_error_code() != Some(RDKafkaErrorCode::QueueFull) {
                         return Err(Error::Send {
-                            topic: topic.to_string(),
-                            channel: Box::new(tag.channel),
+                            topic,
+                            channel: Box::new(channel),
                             source: e,
                         });
                     }

@@ -4,23 +4,26 @@
 //! over co-partitioned sources, so task `p` gets partition `p` of every source. One
 //! transactional producer per stream thread (EOS v2: the consumer's group metadata goes with
 //! the offsets). Every commit interval one transaction commits the outputs of the deliveries
-//! since the last commit and, per consumed channel, the first undelivered offset — records
+//! since the last commit, each changed task's fold state and snapshot in the stage's changelog
+//! (see `changelog`), and, per consumed channel, the first undelivered offset — records
 //! fetched but not delivered are simply re-read after a crash.
 //!
 //! Per delivered record, in this order: the task's node clock observes the record (its
-//! coordinate and its stamp), the handler runs, the fold state changes, and each emission is
-//! stamped with the node clock and sent. A stamp claims only acknowledged sends (no in-flight
-//! claims yet, issue 3): before a send to another channel than the earlier unacknowledged
-//! ones, the thread waits for their acks (see `parsley_clock::CausalClock`).
+//! coordinate and its stamp, and the coordinates replacing its in-flight claims), the handler
+//! runs, the fold state changes, and each emission is stamped with the node clock and sent. The
+//! clock is transactional: sends not acknowledged yet are claimed in flight, so no send waits
+//! for another's ack (see `parsley_clock::CausalClock`).
 //!
 //! Rebalance: on assignment the thread reads the group's committed offsets (librdkafka asks
-//! with `require_stable` under `read_committed`) or, without one, the log start offset,
-//! assigns those positions explicitly and seeds each channel's gate at them. On revocation
-//! this first cut aborts the open transaction and drops its tasks; they restart from the
-//! committed offsets (commit-before-revoke is issue 4).
+//! with `require_stable` under `read_committed`) or, without one, the log start offset, and
+//! assigns those positions explicitly; then each task is restored from its changelog partition
+//! — state, sender incarnation and sequence, clock, gate snapshot — and starts only if the
+//! snapshot was committed with exactly those offsets. On revocation this version aborts the
+//! open transaction and drops its tasks; the next owner restores them from the last commit
+//! (commit-before-revoke is still to come, issue 4).
 //!
-//! Not yet (named so nobody relies on it): fold state and node clocks are in memory only —
-//! after a restart a task starts with empty state and clock (changelog and restore: issue 4).
+//! Invariant: a task's committed offsets and its last committed snapshot describe the same
+//! moment — both are written in the same transaction, after its outputs are acknowledged.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -40,6 +43,7 @@ use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use tracing::{debug, info, info_span, trace, warn};
 
 use crate::admin::{Admin, TopicInfo};
+use crate::changelog::{self, META_KEY, STATE_PREFIX, TaskSnapshot};
 use crate::config::{GateMode, RuntimeConfig};
 use crate::error::{Error, Result};
 use crate::metrics::{Progress, StageMetrics};
@@ -179,6 +183,12 @@ struct Task {
     gate: Gate<Payload>,
     clock: CausalClock,
     state: HashMap<Vec<u8>, Vec<u8>>,
+    /// State keys changed since the last commit (written to the changelog at commit).
+    dirty: BTreeSet<Vec<u8>>,
+    /// Deliveries since the last commit (the clock and gate changed: write a snapshot).
+    changed: bool,
+    /// The input offsets of the last snapshot written.
+    snapshot_offsets: Vec<(Channel, i64)>,
 }
 
 /// Deliveries and sends since the last commit.
@@ -199,6 +209,8 @@ pub(crate) struct StageRunner {
     sinks: HashMap<String, TopicInfo>,
     /// The dead-letter topic of [`ImpossiblePolicy::DeadLetter`].
     dead_letter_topic: Option<TopicInfo>,
+    /// The stage's changelog: task state and Parsley's own state.
+    changelog: TopicInfo,
     tasks: BTreeMap<i32, Task>,
     paused: HashSet<(usize, i32)>,
     uncommitted: Uncommitted,
@@ -258,6 +270,11 @@ impl StageRunner {
             _ => None,
         };
         let group = spec.group_id(app);
+        let changelog = changelog::ensure_topic(
+            &admin,
+            &changelog::changelog_topic(&group),
+            sources[0].partitions,
+        )?;
         let mut cc = ClientConfig::new();
         cc.set("bootstrap.servers", &config.bootstrap)
             .set("group.id", &group)
@@ -316,6 +333,7 @@ impl StageRunner {
             source_by_name,
             sinks,
             dead_letter_topic,
+            changelog,
             tasks: BTreeMap::new(),
             paused: HashSet::new(),
             uncommitted: Uncommitted::default(),
@@ -605,21 +623,21 @@ impl StageRunner {
             match event {
                 RebalanceEvent::Assigned(positions) => {
                     info!(?positions, "assigned");
+                    let mut by_task: BTreeMap<i32, Vec<(Channel, i64)>> = BTreeMap::new();
                     for (topic, partition, position) in positions {
                         let source = *self.source_by_name.get(&topic).ok_or_else(|| {
                             Error::UnknownTopic {
                                 topic: topic.clone(),
                             }
                         })?;
-                        let channel = Channel::new(self.sources[source].id, partition);
-                        let task = self.task(partition);
-                        task.gate
-                            .seed(channel, position)
-                            .map_err(|source| Error::Gate {
-                                stage: self.spec.name().to_string(),
-                                partition,
-                                source: Box::new(source),
-                            })?;
+                        by_task
+                            .entry(partition)
+                            .or_default()
+                            .push((Channel::new(self.sources[source].id, partition), position));
+                    }
+                    for (partition, positions) in by_task {
+                        let task = self.restore_task(partition, positions)?;
+                        self.tasks.insert(partition, task);
                     }
                 }
                 RebalanceEvent::Revoked(partitions) => {
@@ -650,15 +668,96 @@ impl StageRunner {
         Ok(())
     }
 
-    /// The task of `partition`, created with its consumed channels on first use.
-    fn task(&mut self, partition: i32) -> &mut Task {
-        let sources = &self.sources;
-        self.tasks.entry(partition).or_insert_with(|| Task {
+    /// Builds the task of `partition`, assigned at `positions` (the group's committed offsets,
+    /// or the log start where it has none), from its changelog partition: exact restore
+    /// (DESIGN.md §7) when a snapshot exists and was committed with exactly these offsets,
+    /// a fresh incarnation (new sender id, gates seeded at the positions) when none exists.
+    fn restore_task(&mut self, partition: i32, mut positions: Vec<(Channel, i64)>) -> Result<Task> {
+        let started = Instant::now();
+        let restored = changelog::restore(
+            &self.config.bootstrap,
+            &self.admin,
+            &self.changelog.name,
             partition,
-            gate: Gate::new(sources.iter().map(|t| Channel::new(t.id, partition))),
-            clock: CausalClock::transactional(SenderId::random()),
-            state: HashMap::new(),
-        })
+            self.config.timeout,
+        )?;
+        positions.sort();
+        let consumed: Vec<Channel> = self
+            .sources
+            .iter()
+            .map(|t| Channel::new(t.id, partition))
+            .collect();
+        let gate_error = |source| Error::Gate {
+            stage: self.spec.name().to_string(),
+            partition,
+            source: Box::new(source),
+        };
+        let task = match restored.snapshot {
+            Some(snapshot) => {
+                let mut committed_with = snapshot.offsets.clone();
+                committed_with.sort();
+                if committed_with != positions {
+                    let name = |cs: &[(Channel, i64)]| {
+                        cs.iter()
+                            .map(|(c, o)| {
+                                let topic = self.topic_names.get(&c.topic).cloned();
+                                format!(
+                                    "{}/{}@{o}",
+                                    topic.unwrap_or_else(|| c.topic.to_string()),
+                                    c.partition
+                                )
+                            })
+                            .collect()
+                    };
+                    return Err(Error::RestoreMismatch {
+                        stage: self.spec.name().to_string(),
+                        partition,
+                        changelog: name(&committed_with),
+                        group: name(&positions),
+                    });
+                }
+                let gate = Gate::restore(consumed, &snapshot.gate).map_err(gate_error)?;
+                Task {
+                    partition,
+                    gate,
+                    clock: CausalClock::resume(
+                        snapshot.sender,
+                        snapshot.next_seq,
+                        snapshot.clock,
+                        true,
+                    ),
+                    state: restored.state,
+                    dirty: BTreeSet::new(),
+                    changed: false,
+                    snapshot_offsets: committed_with,
+                }
+            }
+            None => {
+                let mut gate = Gate::new(consumed);
+                for (channel, position) in &positions {
+                    gate.seed(*channel, *position).map_err(gate_error)?;
+                }
+                Task {
+                    partition,
+                    gate,
+                    clock: CausalClock::transactional(SenderId::random()),
+                    state: restored.state,
+                    dirty: BTreeSet::new(),
+                    changed: false,
+                    snapshot_offsets: Vec::new(),
+                }
+            }
+        };
+        info!(
+            partition,
+            records = restored.records,
+            keys = task.state.len(),
+            sender = %task.clock.sender(),
+            next_seq = task.clock.next_seq(),
+            took_ms = started.elapsed().as_millis() as u64,
+            "task restored"
+        );
+        Ok(task)
     }
 
     /// Copies what the task needs out of a polled message and decodes its stamp.
@@ -878,6 +977,7 @@ impl StageRunner {
     fn deliver_task(&mut self, task: &mut Task) -> Result<()> {
         let processor = self.spec.processor().clone();
         while let Some(d) = task.gate.next_delivery() {
+            task.changed = true;
             let payload = d.payload;
             task.clock.observe(
                 d.coordinate,
@@ -915,10 +1015,12 @@ impl StageRunner {
             match step.state {
                 StateChange::Keep => {}
                 StateChange::Set(s) => {
-                    task.state.insert(state_key, s);
+                    task.state.insert(state_key.clone(), s);
+                    task.dirty.insert(state_key);
                 }
                 StateChange::Delete => {
                     task.state.remove(&state_key);
+                    task.dirty.insert(state_key);
                 }
             }
             for emission in step.emit {
@@ -972,29 +1074,85 @@ impl StageRunner {
     /// taken out of the map while it delivers.
     fn settle_acks(&mut self, mut current: Option<&mut Task>) -> Result<()> {
         for ack in self.outbox.drain() {
+            let Some(tag) = ack.tag else {
+                // A changelog write: only its failure matters.
+                if let Err(source) = ack.result {
+                    return Err(Error::Send {
+                        topic: self.changelog.name.clone(),
+                        channel: Box::new(Channel::new(self.changelog.id, -1)),
+                        source,
+                    });
+                }
+                continue;
+            };
             let task = match current.as_deref_mut() {
-                Some(t) if t.partition == ack.tag.task => t,
-                _ => match self.tasks.get_mut(&ack.tag.task) {
+                Some(t) if t.partition == tag.task => t,
+                _ => match self.tasks.get_mut(&tag.task) {
                     Some(t) => t,
                     // The task was dropped (revoked) with its aborted transaction.
                     None => continue,
                 },
             };
             match ack.result {
-                Ok(offset) => task.clock.acked(ack.tag.seq, ack.tag.channel.at(offset))?,
+                Ok(offset) => task.clock.acked(tag.seq, tag.channel.at(offset))?,
                 Err(source) => {
                     let topic = self
                         .sinks
                         .values()
-                        .find(|t| t.id == ack.tag.channel.topic)
+                        .find(|t| t.id == tag.channel.topic)
                         .map_or_else(String::new, |t| t.name.clone());
                     return Err(Error::Send {
                         topic,
-                        channel: Box::new(ack.tag.channel),
+                        channel: Box::new(tag.channel),
                         source,
                     });
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// Adds the input offsets of `task` to `offsets` and writes its changed state and, when
+    /// anything changed, its snapshot to the changelog, in the open transaction.
+    fn write_changelog(&self, task: &mut Task, offsets: &mut TopicPartitionList) -> Result<()> {
+        let mut committed = Vec::new();
+        for source in &self.sources {
+            let channel = Channel::new(source.id, task.partition);
+            if let Some(next) = task.gate.first_undelivered(&channel) {
+                offsets
+                    .add_partition_offset(&source.name, task.partition, Offset::Offset(next))
+                    .map_err(|e| Error::kafka("building the offsets to commit", e))?;
+                committed.push((channel, next));
+            }
+        }
+        committed.sort();
+        let channel = Channel::new(self.changelog.id, task.partition);
+        let topic = &self.changelog.name;
+        let mut key = vec![STATE_PREFIX];
+        for k in std::mem::take(&mut task.dirty) {
+            key.truncate(1);
+            key.extend_from_slice(&k);
+            let value = task.state.get(&k).map(Vec::as_slice);
+            self.outbox
+                .send_changelog(channel, topic, &key, value, self.config.timeout)?;
+        }
+        if task.changed || committed != task.snapshot_offsets {
+            let snapshot = TaskSnapshot {
+                sender: task.clock.sender(),
+                next_seq: task.clock.next_seq(),
+                clock: task.clock.clock().clone(),
+                gate: task.gate.snapshot(),
+                offsets: committed.clone(),
+            };
+            self.outbox.send_changelog(
+                channel,
+                topic,
+                META_KEY,
+                Some(&snapshot.encode()),
+                self.config.timeout,
+            )?;
+            task.changed = false;
+            task.snapshot_offsets = committed;
         }
         Ok(())
     }
@@ -1006,17 +1164,16 @@ impl StageRunner {
             self.last_commit = Instant::now();
             return Ok(());
         }
+        // Every output of the transaction acknowledged: the clocks claim coordinates only.
+        self.outbox.wait_acked(self.config.timeout)?;
+        self.settle_acks(None)?;
         let mut offsets = TopicPartitionList::new();
-        for task in self.tasks.values() {
-            for source in &self.sources {
-                let channel = Channel::new(source.id, task.partition);
-                if let Some(next) = task.gate.first_undelivered(&channel) {
-                    offsets
-                        .add_partition_offset(&source.name, task.partition, Offset::Offset(next))
-                        .map_err(|e| Error::kafka("building the offsets to commit", e))?;
-                }
-            }
-        }
+        let mut tasks = std::mem::take(&mut self.tasks);
+        let written = tasks
+            .values_mut()
+            .try_for_each(|task| self.write_changelog(task, &mut offsets));
+        self.tasks = tasks;
+        written?;
         let metadata = self.consumer.group_metadata().ok_or_else(|| Error::Admin {
             operation: "committing".into(),
             message: "the consumer has no group metadata".into(),

@@ -1,0 +1,320 @@
+//! The changelog of a stage: every task's fold state and Parsley's own state, written in the
+//! stage's transaction and read back on assignment (DESIGN.md §7, "exact restore").
+//!
+//! Shape: one compacted topic per stage, `{application}.{stage}.changelog`, with as many
+//! partitions as the stage's sources; partition `p` belongs to task `p`. Records:
+//! - key `0x00 ++ k`, value `v`: the fold state of key `k` (a tombstone deletes it);
+//! - key [`META_KEY`], value a [`TaskSnapshot`]: the task's sender id and next send sequence,
+//!   its node clock, its gate snapshot (baselines, frontiers, look-ahead sets, delivered
+//!   sequences) and the input offsets committed with it.
+//!
+//! Invariants:
+//! - the runtime writes the changelog only inside the stage's transaction, after every output
+//!   of the transaction is acknowledged (so the clock has no in-flight claims), together with
+//!   the input offsets: a committed changelog prefix and the group's committed offsets describe
+//!   the same moment;
+//! - restore reads a partition `read_committed` from its start up to the high watermark taken
+//!   when the restore starts (`READ_UNCOMMITTED` `ListOffsets`), so it waits for the markers of
+//!   a transaction still completing and never stops at an older commit;
+//! - a snapshot is used only when its input offsets equal the group's committed offsets; fetch
+//!   evidence (queues, positions, high watermarks) is never restored, it is fetched again.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use parsley_clock::{Channel, Clock, SenderId, TopicId};
+use parsley_gate::{ChannelSnapshot, GateSnapshot};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Message;
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+
+use crate::admin::{Admin, TopicInfo, TopicSpec};
+use crate::error::{Error, Result};
+
+/// Key prefix of fold-state records.
+pub(crate) const STATE_PREFIX: u8 = 0x00;
+/// Key of the task snapshot record.
+pub(crate) const META_KEY: &[u8] = b"\x01parsley.task";
+
+/// Version of the snapshot encoding.
+const SNAPSHOT_VERSION: u8 = 1;
+/// Largest snapshot decoded (a corrupt length never allocates more).
+const SNAPSHOT_LIMIT: usize = 64 << 20;
+
+/// The changelog topic of the stage whose consumer group is `group`.
+pub fn changelog_topic(group: &str) -> String {
+    format!("{group}.changelog")
+}
+
+/// Describes the changelog topic, creating it (`cleanup.policy=compact`, `partitions`
+/// partitions) when it does not exist.
+///
+/// # Errors
+/// [`Error::ChangelogPartitions`] when it exists with another partition count; admin errors.
+pub(crate) fn ensure_topic(admin: &Admin, name: &str, partitions: i32) -> Result<TopicInfo> {
+    let existing = match admin.describe_topics(&[name]) {
+        Ok(mut t) => Some(t.remove(0)),
+        Err(Error::UnknownTopic { .. }) => None,
+        Err(e) => return Err(e),
+    };
+    let info = match existing {
+        Some(t) => t,
+        None => admin
+            .create_topics(&[TopicSpec::new(name, partitions).config("cleanup.policy", "compact")])?
+            .remove(0),
+    };
+    if info.partitions != partitions {
+        return Err(Error::ChangelogPartitions {
+            topic: name.to_string(),
+            partitions: info.partitions,
+            expected: partitions,
+        });
+    }
+    Ok(info)
+}
+
+/// Parsley's committed state of one task.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct TaskSnapshot {
+    /// The task incarnation's sender id.
+    pub sender: SenderId,
+    /// The sequence of its next send.
+    pub next_seq: u64,
+    /// Its node clock.
+    pub clock: Clock,
+    /// Its gate's committed part.
+    pub gate: GateSnapshot,
+    /// The input offsets committed with this snapshot: first undelivered offset per channel.
+    pub offsets: Vec<(Channel, i64)>,
+}
+
+type WireChannel = ([u8; 16], i32);
+type Wire = (
+    [u8; 16],
+    u64,
+    Vec<(WireChannel, i64)>,
+    Vec<(WireChannel, i64, i64, Vec<i64>, Vec<([u8; 16], u64)>)>,
+    Vec<(WireChannel, i64)>,
+);
+
+fn wire(c: Channel) -> WireChannel {
+    (c.topic.to_bytes(), c.partition)
+}
+
+fn unwire(c: WireChannel) -> Channel {
+    Channel::new(TopicId::from_bytes(c.0), c.1)
+}
+
+impl TaskSnapshot {
+    /// Version byte, then the bincode (standard configuration) of the fields.
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        let w: Wire = (
+            *self.sender.as_bytes(),
+            self.next_seq,
+            self.clock
+                .entries()
+                .iter()
+                .map(|(c, o)| (wire(*c), *o))
+                .collect(),
+            self.gate
+                .channels
+                .iter()
+                .map(|c| {
+                    (
+                        wire(c.channel),
+                        c.baseline,
+                        c.frontier,
+                        c.lookahead.clone(),
+                        c.delivered
+                            .iter()
+                            .map(|(s, q)| (*s.as_bytes(), *q))
+                            .collect(),
+                    )
+                })
+                .collect(),
+            self.offsets.iter().map(|(c, o)| (wire(*c), *o)).collect(),
+        );
+        let mut out = vec![SNAPSHOT_VERSION];
+        out.extend(
+            bincode::encode_to_vec(&w, bincode::config::standard())
+                .expect("encoding plain values into a vector cannot fail"),
+        );
+        out
+    }
+
+    /// Decodes a snapshot; `Err` names what is wrong.
+    pub(crate) fn decode(bytes: &[u8]) -> std::result::Result<Self, String> {
+        let (&version, body) = bytes.split_first().ok_or("empty snapshot")?;
+        if version != SNAPSHOT_VERSION {
+            return Err(format!("unknown snapshot version {version}"));
+        }
+        let config = bincode::config::standard().with_limit::<SNAPSHOT_LIMIT>();
+        let (w, used): (Wire, usize) =
+            bincode::decode_from_slice(body, config).map_err(|e| e.to_string())?;
+        if used != body.len() {
+            return Err(format!("{} trailing bytes", body.len() - used));
+        }
+        let (sender, next_seq, clock, gate, offsets) = w;
+        let clock =
+            Clock::try_from_sorted(clock.into_iter().map(|(c, o)| (unwire(c), o)).collect())
+                .map_err(|e| format!("clock: {e}"))?;
+        Ok(TaskSnapshot {
+            sender: SenderId::from_bytes(sender),
+            next_seq,
+            clock,
+            gate: GateSnapshot {
+                channels: gate
+                    .into_iter()
+                    .map(
+                        |(c, baseline, frontier, lookahead, delivered)| ChannelSnapshot {
+                            channel: unwire(c),
+                            baseline,
+                            frontier,
+                            lookahead,
+                            delivered: delivered
+                                .into_iter()
+                                .map(|(s, q)| (SenderId::from_bytes(s), q))
+                                .collect(),
+                        },
+                    )
+                    .collect(),
+            },
+            offsets: offsets.into_iter().map(|(c, o)| (unwire(c), o)).collect(),
+        })
+    }
+}
+
+/// What a changelog partition holds, read up to the high watermark of the restore's start.
+#[derive(Debug, Default)]
+pub(crate) struct Restored {
+    /// Fold state by key.
+    pub state: HashMap<Vec<u8>, Vec<u8>>,
+    /// The latest task snapshot, if the task ever committed.
+    pub snapshot: Option<TaskSnapshot>,
+    /// Records read.
+    pub records: u64,
+}
+
+/// Reads partition `partition` of the changelog `topic` (see the module docs).
+///
+/// # Errors
+/// [`Error::Changelog`] for a record that does not decode (topic, partition, offset named);
+/// [`Error::Timeout`] when the position does not reach the high watermark within `timeout`
+/// (a transaction that stays open); client errors.
+pub(crate) fn restore(
+    bootstrap: &str,
+    admin: &Admin,
+    topic: &str,
+    partition: i32,
+    timeout: Duration,
+) -> Result<Restored> {
+    let end = admin.high_watermarks(&[(topic, partition)])?[0];
+    let mut restored = Restored::default();
+    if end == 0 {
+        return Ok(restored);
+    }
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", format!("{topic}.restore"))
+        .set("isolation.level", "read_committed")
+        .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "false")
+        .set("fetch.wait.max.ms", "50")
+        .create()
+        .map_err(|e| Error::kafka("creating the restore consumer", e))?;
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, partition, Offset::Beginning)
+        .map_err(|e| Error::kafka("building the restore assignment", e))?;
+    consumer
+        .assign(&tpl)
+        .map_err(|e| Error::kafka("assigning the changelog partition", e))?;
+    let started = Instant::now();
+    loop {
+        let position = consumer
+            .position()
+            .map_err(|e| Error::kafka("reading the restore position", e))?
+            .find_partition(topic, partition)
+            .and_then(|e| match e.offset() {
+                Offset::Offset(o) => Some(o),
+                _ => None,
+            })
+            .unwrap_or(0);
+        if position >= end {
+            return Ok(restored);
+        }
+        if started.elapsed() >= timeout {
+            return Err(Error::Timeout {
+                what: format!(
+                    "restoring {topic}/{partition}: position {position} of high watermark {end}"
+                ),
+                timeout,
+            });
+        }
+        let Some(m) = consumer.poll(Duration::from_millis(100)) else {
+            continue;
+        };
+        let m = m.map_err(|e| Error::kafka("reading the changelog", e))?;
+        restored.records += 1;
+        let key = m.key().unwrap_or_default();
+        let bad = |message: String| Error::Changelog {
+            topic: topic.to_string(),
+            partition,
+            offset: m.offset(),
+            message,
+        };
+        if key == META_KEY {
+            let value = m
+                .payload()
+                .ok_or_else(|| bad("task snapshot without a value".into()))?;
+            restored.snapshot = Some(TaskSnapshot::decode(value).map_err(bad)?);
+        } else if let Some((&STATE_PREFIX, k)) = key.split_first() {
+            match m.payload() {
+                Some(v) => restored.state.insert(k.to_vec(), v.to_vec()),
+                None => restored.state.remove(k),
+            };
+        } else {
+            return Err(bad(format!("unknown key {key:?}")));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn snapshots_round_trip_and_bad_bytes_are_named() {
+        let c = Channel::new(TopicId::from_halves(1, 2), 3);
+        let s = TaskSnapshot {
+            sender: SenderId::from_bytes([7; 16]),
+            next_seq: 42,
+            clock: [c.at(10)].into_iter().collect(),
+            gate: GateSnapshot {
+                channels: vec![ChannelSnapshot {
+                    channel: c,
+                    baseline: 0,
+                    frontier: 9,
+                    lookahead: vec![12, 15],
+                    delivered: vec![(SenderId::from_bytes([1; 16]), 4)],
+                }],
+            },
+            offsets: vec![(c, 10)],
+        };
+        let bytes = s.encode();
+        assert_eq!(TaskSnapshot::decode(&bytes).unwrap(), s);
+        assert_eq!(TaskSnapshot::decode(&[]).unwrap_err(), "empty snapshot");
+        assert!(
+            TaskSnapshot::decode(&[2])
+                .unwrap_err()
+                .contains("version 2")
+        );
+        assert!(TaskSnapshot::decode(&bytes[..bytes.len() - 1]).is_err());
+        let mut long = bytes.clone();
+        long.push(0);
+        assert!(
+            TaskSnapshot::decode(&long)
+                .unwrap_err()
+                .contains("trailing")
+        );
+    }
+}
