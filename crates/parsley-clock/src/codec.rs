@@ -166,10 +166,23 @@ impl Writer<'_> {
                     let window: &mut [u8; 20] = (&mut self.buf[self.at..self.at + 20])
                         .try_into()
                         .expect("a twenty-byte window");
-                    let gap = window.first_chunk_mut::<10>().expect("ten bytes");
-                    let n = put_varint(gap, (c.partition - p.partition - 1) as u64);
-                    let value = window[n..].first_chunk_mut::<10>().expect("ten bytes");
-                    self.at += n + put_varint(value, zigzag(v - pv));
+                    let gap = (c.partition - p.partition - 1) as u64;
+                    let delta = zigzag(v - pv);
+                    if gap < 0x80 && delta < 0x4000 {
+                        // The common case without a branch on the delta's length: a one-byte
+                        // gap, a one- or two-byte delta (a third byte written past a one-byte
+                        // delta is overwritten or truncated).
+                        let two = u8::from(delta >= 0x80);
+                        window[0] = gap as u8;
+                        window[1] = (delta as u8 & 0x7f) | (two << 7);
+                        window[2] = (delta >> 7) as u8;
+                        self.at += 2 + usize::from(two);
+                    } else {
+                        let first = window.first_chunk_mut::<10>().expect("ten bytes");
+                        let n = put_varint(first, gap);
+                        let value = window[n..].first_chunk_mut::<10>().expect("ten bytes");
+                        self.at += n + put_varint(value, delta);
+                    }
                     group_len += 1;
                 }
                 _ => {
@@ -195,11 +208,18 @@ impl Writer<'_> {
 
     /// Writes `n` as a varint into the one byte reserved at `at`, moving what was written
     /// after it when `n` needs more bytes.
+    #[inline(always)]
     fn patch_count(&mut self, at: usize, n: u64) {
         if n < 0x80 {
             self.buf[at] = n as u8;
-            return;
+        } else {
+            self.widen_count(at, n);
         }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn widen_count(&mut self, at: usize, n: u64) {
         let mut window = [0u8; 10];
         let len = put_varint(&mut window, n);
         self.buf.copy_within(at + 1..self.at, at + len);
@@ -368,6 +388,26 @@ impl Reader<'_> {
         Ok(b)
     }
 
+    /// Reads a topic id as two big-endian words straight from the input (going through a
+    /// 16-byte array costs a store-forwarding stall per topic).
+    #[inline]
+    fn topic(&mut self) -> Parse<TopicId> {
+        let (hi, lo) = self
+            .bytes
+            .get(self.at..)
+            .and_then(|rest| rest.first_chunk::<16>())
+            .map(|b| {
+                let (hi, lo) = b.split_at(8);
+                (
+                    u64::from_be_bytes(hi.try_into().expect("eight bytes")),
+                    u64::from_be_bytes(lo.try_into().expect("eight bytes")),
+                )
+            })
+            .ok_or_else(|| self.fail(DecodeErrorKind::Truncated))?;
+        self.at += 16;
+        Ok(TopicId::from_halves(hi as i64, lo as i64))
+    }
+
     #[inline]
     fn array16(&mut self) -> Parse<[u8; 16]> {
         let slice = self
@@ -456,7 +496,7 @@ impl Reader<'_> {
         let mut prev_topic: Option<TopicId> = None;
         for _ in 0..topics {
             let topic_at = self.at;
-            let topic = TopicId::from_bytes(self.array16()?);
+            let topic = self.topic()?;
             if prev_topic.is_some_and(|p| p >= topic) {
                 return Err(self.fail_at(topic_at, DecodeErrorKind::UnsortedTopics));
             }
