@@ -413,6 +413,36 @@ impl Admin {
         }
     }
 
+    /// Deletes the records of `topic`/`partition` below offset `before` (`DeleteRecords`, what
+    /// retention does on its own); returns the partition's new log start offset.
+    ///
+    /// # Errors
+    /// [`Error::Admin`] naming the partition when the broker refuses.
+    pub fn delete_records(&self, topic: &str, partition: i32, before: i64) -> Result<i64> {
+        let mut tpl = rdkafka::TopicPartitionList::new();
+        tpl.add_partition_offset(topic, partition, rdkafka::Offset::Offset(before))
+            .map_err(|e| Error::kafka("building the records to delete", e))?;
+        let result = block_on(self.client.delete_records(&tpl, &self.options()))
+            .map_err(|e| Error::kafka(format!("deleting records of {topic}/{partition}"), e))?;
+        let e = result
+            .find_partition(topic, partition)
+            .ok_or_else(|| Error::Admin {
+                operation: format!("deleting records of {topic}/{partition}"),
+                message: "no result for the partition".into(),
+            })?;
+        e.error().map_err(|err| Error::Admin {
+            operation: format!("deleting records of {topic}/{partition} below {before}"),
+            message: err.to_string(),
+        })?;
+        match e.offset() {
+            rdkafka::Offset::Offset(low) => Ok(low),
+            other => Err(Error::Admin {
+                operation: format!("deleting records of {topic}/{partition}"),
+                message: format!("unexpected low watermark {other:?}"),
+            }),
+        }
+    }
+
     /// Deletes `names` and returns once `DescribeTopics` no longer knows them.
     ///
     /// # Errors

@@ -161,6 +161,22 @@ pub enum Error {
         /// `topic/partition@offset` committed by the group.
         group: Vec<String>,
     },
+    /// Records a stage had not delivered were deleted (retention or `DeleteRecords`): its
+    /// committed offset lies below the partition's log start offset. The stage stops rather
+    /// than jump over them (case C12); resuming at `log_start` is an operator's decision.
+    #[error(
+        "{topic}/{partition}: records [{committed}, {log_start}) were deleted before this stage delivered them (committed offset {committed}, log start offset {log_start})"
+    )]
+    RecordsLost {
+        /// The source topic.
+        topic: String,
+        /// The partition.
+        partition: i32,
+        /// The group's committed offset: the first record lost.
+        committed: i64,
+        /// The partition's log start offset: the first record still there.
+        log_start: i64,
+    },
     /// Something did not happen within its deadline.
     #[error("{what} did not complete within {timeout:?}")]
     Timeout {

@@ -66,6 +66,13 @@ enum RebalanceEvent {
     Revoked(Vec<(String, i32)>),
     /// The rebalance failed.
     Failed(String),
+    /// A committed offset lies below its partition's log start offset.
+    RecordsLost {
+        topic: String,
+        partition: i32,
+        committed: i64,
+        log_start: i64,
+    },
 }
 
 struct RebalanceContext {
@@ -98,7 +105,7 @@ impl ConsumerContext for RebalanceContext {
                     }
                     Err(e) => {
                         let _ = consumer.unassign();
-                        RebalanceEvent::Failed(e)
+                        e
                     }
                 }
             }
@@ -122,31 +129,41 @@ impl ConsumerContext for RebalanceContext {
 
 impl RebalanceContext {
     /// The committed offset of each partition, or its log start offset when the group has
-    /// none.
+    /// none. A committed offset below the log start offset is an error naming the lost range
+    /// (retention or a deletion removed records this stage never delivered; case C12) —
+    /// never a silent jump.
     fn start_positions(
         &self,
         consumer: &BaseConsumer<Self>,
         tpl: &TopicPartitionList,
-    ) -> std::result::Result<Vec<(String, i32, i64)>, String> {
+    ) -> std::result::Result<Vec<(String, i32, i64)>, RebalanceEvent> {
         let committed = consumer
             .committed_offsets(tpl.clone(), self.timeout)
-            .map_err(|e| format!("reading committed offsets: {e}"))?;
+            .map_err(|e| RebalanceEvent::Failed(format!("reading committed offsets: {e}")))?;
         let mut out = Vec::new();
         for e in committed.elements() {
+            let (low, _) = consumer
+                .fetch_watermarks(e.topic(), e.partition(), self.timeout)
+                .map_err(|err| {
+                    RebalanceEvent::Failed(format!(
+                        "reading the log start offset of {}/{}: {err}",
+                        e.topic(),
+                        e.partition()
+                    ))
+                })?;
             let position = match e.offset() {
-                Offset::Offset(o) if o >= 0 => o,
-                _ => {
-                    let (low, _) = consumer
-                        .fetch_watermarks(e.topic(), e.partition(), self.timeout)
-                        .map_err(|err| {
-                            format!(
-                                "reading the log start offset of {}/{}: {err}",
-                                e.topic(),
-                                e.partition()
-                            )
-                        })?;
-                    low
+                Offset::Offset(o) if o >= 0 => {
+                    if o < low {
+                        return Err(RebalanceEvent::RecordsLost {
+                            topic: e.topic().to_string(),
+                            partition: e.partition(),
+                            committed: o,
+                            log_start: low,
+                        });
+                    }
+                    o
                 }
+                _ => low,
             };
             out.push((e.topic().to_string(), e.partition(), position));
         }
@@ -282,7 +299,9 @@ impl StageRunner {
             .set("isolation.level", "read_committed")
             .set("enable.auto.commit", "false")
             .set("enable.auto.offset.store", "false")
-            .set("auto.offset.reset", "earliest")
+            // Positions are always explicit; a fetch position that falls out of range (retention
+            // overtook a lagging task) is an error, never a silent reset.
+            .set("auto.offset.reset", "error")
             .set("partition.assignment.strategy", "range")
             .set("enable.partition.eof", "false")
             .set("fetch.wait.max.ms", "50");
@@ -657,6 +676,19 @@ impl StageRunner {
                     self.uncommitted = Uncommitted::default();
                     self.begin()?;
                 }
+                RebalanceEvent::RecordsLost {
+                    topic,
+                    partition,
+                    committed,
+                    log_start,
+                } => {
+                    return Err(Error::RecordsLost {
+                        topic,
+                        partition,
+                        committed,
+                        log_start,
+                    });
+                }
                 RebalanceEvent::Failed(why) => {
                     return Err(Error::Admin {
                         operation: format!("rebalance of group {}", self.spec.group_id(&self.app)),
@@ -693,7 +725,38 @@ impl StageRunner {
             source: Box::new(source),
         };
         let task = match restored.snapshot {
-            Some(snapshot) => {
+            Some(mut snapshot) => {
+                // Channels the snapshot names that this task no longer consumes belong to a
+                // deleted topic (a recreated topic is a new channel); consumed channels the
+                // snapshot does not name are new: they start at their log start offset, since a
+                // group offset for them can only be left over from the topic's previous
+                // incarnation (case C11).
+                let gone: Vec<Channel> = snapshot
+                    .offsets
+                    .iter()
+                    .map(|(c, _)| *c)
+                    .filter(|c| !consumed.contains(c))
+                    .collect();
+                if !gone.is_empty() {
+                    warn!(
+                        partition,
+                        ?gone,
+                        "channels of the snapshot are gone (topic deleted or recreated)"
+                    );
+                }
+                snapshot.offsets.retain(|(c, _)| consumed.contains(c));
+                snapshot
+                    .gate
+                    .channels
+                    .retain(|c| consumed.contains(&c.channel));
+                let mut fresh = Vec::new();
+                positions.retain(|&(c, o)| {
+                    let known = snapshot.offsets.iter().any(|(s, _)| *s == c);
+                    if !known {
+                        fresh.push((c, o));
+                    }
+                    known
+                });
                 let mut committed_with = snapshot.offsets.clone();
                 committed_with.sort();
                 if committed_with != positions {
@@ -716,7 +779,16 @@ impl StageRunner {
                         group: name(&positions),
                     });
                 }
-                let gate = Gate::restore(consumed, &snapshot.gate).map_err(gate_error)?;
+                let mut gate =
+                    Gate::restore(consumed.iter().copied(), &snapshot.gate).map_err(gate_error)?;
+                for (channel, position) in fresh {
+                    let start = self.log_start(channel)?;
+                    info!(partition, %channel, group_offset = position, start, "a channel new to the task starts at its log start");
+                    if start != position {
+                        self.seek(channel, start)?;
+                    }
+                    gate.seed(channel, start).map_err(gate_error)?;
+                }
                 Task {
                     partition,
                     gate,
@@ -758,6 +830,37 @@ impl StageRunner {
             "task restored"
         );
         Ok(task)
+    }
+
+    /// The log start offset of source channel `channel`.
+    fn log_start(&self, channel: Channel) -> Result<i64> {
+        let topic = &self.source_of(channel)?.name;
+        self.consumer
+            .fetch_watermarks(topic, channel.partition, self.config.timeout)
+            .map(|(low, _)| low)
+            .map_err(|e| Error::kafka(format!("reading the log start offset of {channel}"), e))
+    }
+
+    /// Moves the consumer's fetch position of source channel `channel` to `offset`.
+    fn seek(&self, channel: Channel, offset: i64) -> Result<()> {
+        let topic = &self.source_of(channel)?.name;
+        self.consumer
+            .seek(
+                topic,
+                channel.partition,
+                Offset::Offset(offset),
+                self.config.timeout,
+            )
+            .map_err(|e| Error::kafka(format!("seeking {channel} to {offset}"), e))
+    }
+
+    fn source_of(&self, channel: Channel) -> Result<&TopicInfo> {
+        self.sources
+            .iter()
+            .find(|t| t.id == channel.topic)
+            .ok_or_else(|| Error::UnknownTopic {
+                topic: channel.topic.to_string(),
+            })
     }
 
     /// Copies what the task needs out of a polled message and decodes its stamp.

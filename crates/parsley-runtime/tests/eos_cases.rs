@@ -1,0 +1,255 @@
+//! Exactly-once cases on the real broker (`../shared/cases`): C06 (an offsets-only
+//! transaction), C10 (a transaction that dies between the state write and the commit — here
+//! the handler fails with the transaction open; the `kill -9` variant belongs to the fault
+//! injection suite), C11 (a recreated topic does not inherit its old offsets) and C12
+//! (retention below the committed offset is an error naming the lost range).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use parsley_runtime::{Error, Progress, Runtime, RuntimeConfig, TopicInfo};
+use parsley_stage::{Handler, HandlerResult, ImpossiblePolicy, Record, Step, Topology, Utf8};
+use parsley_testkit::fixtures::{
+    DEADLINE, admin, bootstrap, create_topic, forward_topology, group_offset, raw_producer,
+    read_committed, send_stamped, unique_topic, wait_committed,
+};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::producer::Producer;
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+
+fn values(topic: &TopicInfo) -> Vec<String> {
+    read_committed(topic)
+        .into_iter()
+        .map(|r| String::from_utf8(r.value.unwrap()).unwrap())
+        .collect()
+}
+
+fn send_values(topic: &TopicInfo, values: impl IntoIterator<Item = String>) {
+    let p = raw_producer(None);
+    for v in values {
+        send_stamped(&p, &topic.name, 0, b"k", v.as_bytes(), None);
+    }
+}
+
+fn run_until(
+    topology: &Topology,
+    stage: &str,
+    deliveries: u64,
+) -> parsley_runtime::MetricsSnapshot {
+    let running = Runtime::new(topology.clone(), RuntimeConfig::new(bootstrap()))
+        .start()
+        .unwrap();
+    wait_committed(&running, stage, deliveries);
+    running.stop().unwrap()[0].1
+}
+
+/// Starts `topology` and returns the error its stage fails with.
+fn failure(topology: &Topology) -> String {
+    let running = Runtime::new(topology.clone(), RuntimeConfig::new(bootstrap()))
+        .start()
+        .unwrap();
+    let error = loop {
+        match running.next_progress(DEADLINE) {
+            Some(Progress::Failed { error, .. }) => break error,
+            Some(_) => continue,
+            None => panic!("the stage did not fail within {DEADLINE:?}"),
+        }
+    };
+    let _ = running.stop();
+    error
+}
+
+/// Consumes everything and emits nothing.
+struct Sink;
+
+impl Handler for Sink {
+    type Key = String;
+    type Value = String;
+    type Output = String;
+    type State = ();
+
+    fn handle(
+        &self,
+        _: Record<'_, String, String>,
+        _: Option<()>,
+    ) -> HandlerResult<String, String, ()> {
+        Ok(Step::none())
+    }
+}
+
+#[test]
+fn c06_an_offsets_only_transaction_commits_the_offset() {
+    let input = create_topic("c06-in", 1);
+    send_values(&input, (0..5).map(|i| i.to_string()));
+
+    // The raw client: begin, send offsets {in-0: 5}, produce nothing, commit.
+    let group = unique_topic("c06-raw");
+    let p = raw_producer(Some(&unique_topic("c06-p")));
+    let member: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap())
+        .set("group.id", &group)
+        .create()
+        .unwrap();
+    let mut offsets = TopicPartitionList::new();
+    offsets
+        .add_partition_offset(&input.name, 0, Offset::Offset(5))
+        .unwrap();
+    p.begin_transaction().unwrap();
+    p.send_offsets_to_transaction(&offsets, &member.group_metadata().unwrap(), DEADLINE)
+        .unwrap();
+    p.commit_transaction(DEADLINE).unwrap();
+    assert_eq!(group_offset(&group, &input.name, 0), Some(5));
+
+    // A stage whose handler emits nothing commits its input offsets all the same.
+    let app = unique_topic("c06");
+    let topology = Topology::builder(&app)
+        .stage("sink", Sink, |s| {
+            s.source(&input.name)
+                .key_codec(Utf8)
+                .value_codec(Utf8)
+                .output_codec(Utf8)
+        })
+        .build()
+        .unwrap();
+    let m = run_until(&topology, "sink", 5);
+    assert_eq!((m.committed_deliveries, m.committed_emissions), (5, 0));
+    assert_eq!(
+        group_offset(&format!("{app}.sink"), &input.name, 0),
+        Some(5)
+    );
+}
+
+/// Counts records per key and emits `key=count`; fails once on the first record whose value
+/// is `boom` (the stage dies with its transaction open).
+struct CountOrDie {
+    out: String,
+    died: AtomicBool,
+}
+
+impl Handler for CountOrDie {
+    type Key = String;
+    type Value = String;
+    type Output = String;
+    type State = u64;
+
+    fn handle(
+        &self,
+        r: Record<'_, String, String>,
+        state: Option<u64>,
+    ) -> HandlerResult<String, String, u64> {
+        let n = state.unwrap_or(0) + 1;
+        if r.value == "boom" && !self.died.swap(true, Ordering::SeqCst) {
+            return Err("dying before the commit".into());
+        }
+        let line = format!("{}={n}", r.key);
+        Ok(Step::none().set_state(n).emit(&self.out, r.key, line))
+    }
+}
+
+#[test]
+fn c10_a_transaction_that_dies_before_its_commit_leaves_state_and_outputs_as_committed() {
+    let input = create_topic("c10-in", 1);
+    let output = create_topic("c10-out", 1);
+    let p = raw_producer(None);
+    for k in ["k1", "k2", "k3"] {
+        send_stamped(&p, &input.name, 0, k.as_bytes(), b"x", None);
+    }
+    let app = unique_topic("c10");
+    let build = |died: bool| {
+        Topology::builder(&app)
+            .stage(
+                "count",
+                CountOrDie {
+                    out: output.name.clone(),
+                    died: AtomicBool::new(died),
+                },
+                |s| {
+                    s.source(&input.name)
+                        .sink(&output.name)
+                        .key_codec(Utf8)
+                        .value_codec(Utf8)
+                        .output_codec(Utf8)
+                },
+            )
+            .build()
+            .unwrap()
+    };
+    // T1: k1..k3, committed.
+    run_until(&build(true), "count", 3);
+    // T2: k4 (a new key) then `boom`, in one transaction that dies before its commit.
+    send_stamped(&p, &input.name, 0, b"k4", b"x", None);
+    send_stamped(&p, &input.name, 0, b"k1", b"boom", None);
+    let error = failure(&build(false));
+    assert!(error.contains("dying before the commit"), "{error}");
+    assert_eq!(
+        values(&output),
+        ["k1=1", "k2=1", "k3=1"],
+        "nothing of T2 is visible"
+    );
+    // After the restart the state is k1..k3 as committed; k4 is processed exactly once.
+    run_until(&build(true), "count", 2);
+    assert_eq!(values(&output), ["k1=1", "k2=1", "k3=1", "k4=1", "k1=2"]);
+}
+
+#[test]
+fn c11_a_recreated_topic_does_not_inherit_its_old_offsets() {
+    let name = unique_topic("c11-t");
+    let admin = admin();
+    let t = admin
+        .create_topics(&[parsley_runtime::TopicSpec::new(&name, 1)])
+        .unwrap()
+        .remove(0);
+    let output = create_topic("c11-out", 1);
+    send_values(&t, (0..100).map(|i| format!("old{i}")));
+    let topology = forward_topology(
+        &unique_topic("c11"),
+        &[&name],
+        &output.name,
+        ImpossiblePolicy::Fail,
+    );
+    run_until(&topology, "forward", 100);
+
+    admin.delete_topics(&[&name]).unwrap();
+    let t2 = admin
+        .create_topics(&[parsley_runtime::TopicSpec::new(&name, 1)])
+        .unwrap()
+        .remove(0);
+    assert_ne!(t2.id, t.id, "a recreated topic gets a new id");
+    send_values(&t2, (0..10).map(|i| format!("new{i}")));
+    let m = run_until(&topology, "forward", 10);
+    assert_eq!(m.committed_deliveries, 10, "{m:?}");
+    let out = values(&output);
+    assert_eq!(out.len(), 110);
+    assert_eq!(
+        out[100..],
+        (0..10).map(|i| format!("new{i}")).collect::<Vec<_>>()[..]
+    );
+}
+
+#[test]
+fn c12_retention_below_the_committed_offset_is_an_error_naming_the_lost_range() {
+    let input = create_topic("c12-in", 1);
+    let output = create_topic("c12-out", 1);
+    send_values(&input, (0..5).map(|i| i.to_string()));
+    let topology = forward_topology(
+        &unique_topic("c12"),
+        &[&input.name],
+        &output.name,
+        ImpossiblePolicy::Fail,
+    );
+    run_until(&topology, "forward", 5);
+    send_values(&input, (5..105).map(|i| i.to_string()));
+    assert_eq!(admin().delete_records(&input.name, 0, 50).unwrap(), 50);
+
+    let error = failure(&topology);
+    let expected = Error::RecordsLost {
+        topic: input.name.clone(),
+        partition: 0,
+        committed: 5,
+        log_start: 50,
+    }
+    .to_string();
+    assert!(error.contains(&expected), "{error}");
+    assert!(error.contains("[5, 50)"), "{error}");
+    // Nothing was delivered past the gap.
+    assert_eq!(values(&output).len(), 5);
+}
