@@ -78,6 +78,9 @@ enum RebalanceEvent {
 struct RebalanceContext {
     events: Mutex<Vec<RebalanceEvent>>,
     timeout: Duration,
+    /// Set when the stream thread is done with the consumer: a revocation while closing is
+    /// acknowledged at once (nothing is left to commit).
+    closing: AtomicBool,
 }
 
 impl ClientContext for RebalanceContext {}
@@ -110,12 +113,17 @@ impl ConsumerContext for RebalanceContext {
                 }
             }
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
+                if self.closing.load(Ordering::SeqCst) {
+                    let _ = consumer.unassign();
+                    return;
+                }
                 let revoked = tpl
                     .elements()
                     .iter()
                     .map(|e| (e.topic().to_string(), e.partition()))
                     .collect();
-                let _ = consumer.unassign();
+                // Not unassigned here: the stream thread commits first and then unassigns
+                // (librdkafka waits for the unassign call, within the session timeout).
                 RebalanceEvent::Revoked(revoked)
             }
             other => {
@@ -311,6 +319,7 @@ impl StageRunner {
         let consumer: BaseConsumer<RebalanceContext> = cc
             .create_with_context(RebalanceContext {
                 events: Mutex::new(Vec::new()),
+                closing: AtomicBool::new(false),
                 timeout: config.timeout,
             })
             .map_err(|e| Error::kafka(format!("creating the consumer of group {group}"), e))?;
@@ -378,6 +387,10 @@ impl StageRunner {
             .map_err(|e| Error::kafka("subscribing", e))?;
         self.begin()?;
         let result = self.run_loop();
+        self.consumer
+            .context()
+            .closing
+            .store(true, Ordering::SeqCst);
         match &result {
             Ok(()) => info!("stopped"),
             Err(e) => {
@@ -660,21 +673,19 @@ impl StageRunner {
                     }
                 }
                 RebalanceEvent::Revoked(partitions) => {
+                    // Commit first: what was delivered is not done again by the next owner,
+                    // and the next owner restores exactly this state. The group generation is
+                    // still ours until the unassign below.
                     info!(
                         ?partitions,
-                        "revoked: aborting the open transaction, dropping tasks"
+                        "revoked: committing, then handing the tasks over"
                     );
-                    self.outbox
-                        .producer()
-                        .abort_transaction(self.config.timeout)
-                        .map_err(|e| Error::kafka("aborting on revocation", e))?;
-                    self.outbox.wait_acked(self.config.timeout)?;
-                    self.outbox.drain();
-                    self.metrics.aborted();
+                    self.commit()?;
+                    self.consumer
+                        .unassign()
+                        .map_err(|e| Error::kafka("unassigning after revocation", e))?;
                     self.tasks.clear();
                     self.paused.clear();
-                    self.uncommitted = Uncommitted::default();
-                    self.begin()?;
                 }
                 RebalanceEvent::RecordsLost {
                     topic,
