@@ -23,8 +23,8 @@
 //! Each stage keeps its tasks' fold state and Parsley's own state (clock, sender sequence,
 //! gate snapshot) in a compacted changelog topic, `{application}.{stage}.changelog`, written
 //! in the same transaction and restored exactly on assignment. What is not built yet is listed
-//! in the book ("runtime" chapter): revocation aborts instead of committing first, no fault
-//! injection suite yet.
+//! in the book ("runtime" chapter): a producer error stops the stage (no in-place recovery
+//! yet), no fault injection suite yet.
 
 mod admin;
 mod causal_producer;

@@ -18,9 +18,9 @@
 //! with `require_stable` under `read_committed`) or, without one, the log start offset, and
 //! assigns those positions explicitly; then each task is restored from its changelog partition
 //! — state, sender incarnation and sequence, clock, gate snapshot — and starts only if the
-//! snapshot was committed with exactly those offsets. On revocation this version aborts the
-//! open transaction and drops its tasks; the next owner restores them from the last commit
-//! (commit-before-revoke is still to come, issue 4).
+//! snapshot was committed with exactly those offsets. On revocation the thread commits first
+//! (with the group generation that is still its own), then unassigns and drops its tasks; the
+//! next owner restores exactly that commit.
 //!
 //! Invariant: a task's committed offsets and its last committed snapshot describe the same
 //! moment — both are written in the same transaction, after its outputs are acknowledged.
