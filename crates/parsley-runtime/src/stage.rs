@@ -57,6 +57,36 @@ pub const DLQ_REASON_HEADER: &str = "parsley.dlq.reason";
 /// Most records taken from the consumer in one poll batch (one evidence epoch).
 const MAX_BATCH: usize = 500;
 
+/// A transactional producer for `config`, its transactions initialised.
+fn transactional_outbox(config: &ClientConfig, timeout: Duration) -> Result<Outbox> {
+    let outbox = Outbox::new(config)?;
+    outbox
+        .producer()
+        .init_transactions(timeout)
+        .map_err(|e| Error::kafka("initialising transactions", e))?;
+    Ok(outbox)
+}
+
+/// Recoveries in a row, without a commit in between, before a stage gives up.
+const MAX_RECOVERIES: u32 = 5;
+
+/// Errors after which the transaction can be aborted and the tasks returned to their last
+/// commit: the transaction or one of its sends failed (a timed-out transaction shows up as
+/// `INVALID_PRODUCER_EPOCH` on the next send), not the data or the handler. A fenced or
+/// otherwise fatal producer cannot abort: the abort's error ends the stage.
+fn recoverable(e: &Error) -> bool {
+    match e {
+        Error::Transaction { fatal, .. } => !*fatal,
+        // The abort decides: a fenced producer cannot abort, and the stage ends then.
+        Error::Send { .. } => true,
+        Error::Kafka {
+            source: rdkafka::error::KafkaError::Transaction(t),
+            ..
+        } => t.txn_requires_abort() && !t.is_fatal(),
+        _ => false,
+    }
+}
+
 /// What the rebalance callback tells the stream thread.
 #[derive(Debug)]
 enum RebalanceEvent {
@@ -229,6 +259,8 @@ pub(crate) struct StageRunner {
     config: RuntimeConfig,
     consumer: BaseConsumer<RebalanceContext>,
     outbox: Outbox,
+    /// The producer's configuration, to make a new one after a fatal producer error.
+    producer_config: ClientConfig,
     sources: Vec<TopicInfo>,
     source_by_name: HashMap<String, usize>,
     sinks: HashMap<String, TopicInfo>,
@@ -336,11 +368,7 @@ impl StageRunner {
         for (k, v) in &config.producer_properties {
             pc.set(k, v);
         }
-        let outbox = Outbox::new(&pc)?;
-        outbox
-            .producer()
-            .init_transactions(config.timeout)
-            .map_err(|e| Error::kafka("initialising transactions", e))?;
+        let outbox = transactional_outbox(&pc, config.timeout)?;
         let source_by_name = sources
             .iter()
             .enumerate()
@@ -357,6 +385,7 @@ impl StageRunner {
             config,
             consumer,
             outbox,
+            producer_config: pc,
             sources,
             source_by_name,
             sinks,
@@ -405,47 +434,159 @@ impl StageRunner {
         result
     }
 
+    /// Runs batches until shutdown. A transaction that cannot commit (a timed-out or otherwise
+    /// aborted transaction, a send the broker refused) is aborted and every task returns to its
+    /// last commit ([`StageRunner::recover`]); a fatal producer error (fenced: another instance
+    /// owns the transactional id) or any other error ends the stage. Recoveries without a
+    /// commit in between are bounded, so a persistent fault cannot loop forever.
     fn run_loop(&mut self) -> Result<()> {
+        let mut recoveries = 0;
         loop {
-            if self.shutdown.load(Ordering::Relaxed) {
-                return self.commit();
-            }
-            let wait = self
-                .config
-                .commit_interval
-                .saturating_sub(self.last_commit.elapsed())
-                .min(Duration::from_millis(100));
-            // One poll batch = one epoch: what the consumer has ready, up to a bound. Evidence
-            // (positions, high watermarks) is read once per batch, after it.
-            self.epoch += 1;
-            let mut timeout = wait;
-            for _ in 0..MAX_BATCH {
-                let arrival = self.arrivals + 1;
-                let fetched = match self.consumer.poll(timeout) {
-                    Some(Ok(message)) => Some(self.fetched(&message, arrival)?),
-                    Some(Err(e)) => return Err(Error::kafka("polling", e)),
-                    None => None,
-                };
-                // Seed newly assigned channels before offering their records.
-                self.handle_rebalance()?;
-                let Some(f) = fetched else { break };
-                self.arrivals = arrival;
-                self.accept(f)?;
-                timeout = Duration::ZERO;
-            }
-            self.read_positions()?;
-            self.read_evidence()?;
-            self.resolve_impossible()?;
-            let partitions: Vec<i32> = self.tasks.keys().copied().collect();
-            for partition in partitions {
-                self.deliver(partition)?;
-            }
-            self.apply_backpressure()?;
-            self.settle_acks(None)?;
-            if self.last_commit.elapsed() >= self.config.commit_interval {
-                self.commit()?;
+            let transactions = self.metrics.snapshot().transactions;
+            match self.run_batch() {
+                Ok(true) => return Ok(()),
+                Ok(false) => {
+                    if self.metrics.snapshot().transactions > transactions {
+                        recoveries = 0;
+                    }
+                }
+                Err(e) if recoverable(&e) && recoveries < MAX_RECOVERIES => {
+                    recoveries += 1;
+                    self.recover(&e)?;
+                }
+                Err(e) => return Err(e),
             }
         }
+    }
+
+    /// One poll batch with its evidence, deliveries and (when due) commit; `Ok(true)` after the
+    /// final commit of a shutdown.
+    fn run_batch(&mut self) -> Result<bool> {
+        if self.shutdown.load(Ordering::Relaxed) {
+            self.commit()?;
+            return Ok(true);
+        }
+        let wait = self
+            .config
+            .commit_interval
+            .saturating_sub(self.last_commit.elapsed())
+            .min(Duration::from_millis(100));
+        // One poll batch = one epoch: what the consumer has ready, up to a bound. Evidence
+        // (positions, high watermarks) is read once per batch, after it.
+        self.epoch += 1;
+        let mut timeout = wait;
+        for _ in 0..MAX_BATCH {
+            let arrival = self.arrivals + 1;
+            let fetched = match self.consumer.poll(timeout) {
+                Some(Ok(message)) => Some(self.fetched(&message, arrival)?),
+                Some(Err(e)) => return Err(Error::kafka("polling", e)),
+                None => None,
+            };
+            // Seed newly assigned channels before offering their records.
+            self.handle_rebalance()?;
+            let Some(f) = fetched else { break };
+            self.arrivals = arrival;
+            self.accept(f)?;
+            timeout = Duration::ZERO;
+        }
+        self.read_positions()?;
+        self.read_evidence()?;
+        self.resolve_impossible()?;
+        let partitions: Vec<i32> = self.tasks.keys().copied().collect();
+        for partition in partitions {
+            self.deliver(partition)?;
+        }
+        self.apply_backpressure()?;
+        self.settle_acks(None)?;
+        if self.last_commit.elapsed() >= self.config.commit_interval {
+            self.commit()?;
+        }
+        Ok(false)
+    }
+
+    /// Aborts the open transaction and returns every task to its last commit: restored from
+    /// the changelog at the group's committed offsets (read with `require_stable`), the
+    /// consumer sought back there, fetch evidence dropped (DESIGN.md §7).
+    ///
+    /// # Errors
+    /// The abort's own error when the producer cannot abort (fatal): the stage ends.
+    fn recover(&mut self, cause: &Error) -> Result<()> {
+        warn!(error = %cause, "aborting the transaction; every task returns to its last commit");
+        match self
+            .outbox
+            .producer()
+            .abort_transaction(self.config.timeout)
+        {
+            Ok(()) => {
+                self.outbox.wait_acked(self.config.timeout)?;
+                self.outbox.drain();
+            }
+            Err(rdkafka::error::KafkaError::Transaction(t)) if t.is_fatal() => {
+                // Fenced: the coordinator bumped the epoch (it aborted a timed-out transaction,
+                // case C08) or another producer took the transactional id. Either way this
+                // producer is done: a new one takes the id (initialising it completes or aborts
+                // whatever the old one left open), and the tasks are rebuilt from the last
+                // commit. If the group moved them elsewhere, the next commit is refused and the
+                // rebalance hands them over.
+                warn!(error = %t, "the producer is fenced: replacing it");
+                self.outbox = transactional_outbox(&self.producer_config, self.config.timeout)?;
+            }
+            Err(e) => return Err(Error::kafka(format!("aborting after: {cause}"), e)),
+        }
+        self.metrics.aborted();
+        self.uncommitted = Uncommitted::default();
+        let assignment = self
+            .consumer
+            .assignment()
+            .map_err(|e| Error::kafka("reading the assignment", e))?;
+        let positions = self
+            .consumer
+            .context()
+            .start_positions(&self.consumer, &assignment)
+            .map_err(|event| match event {
+                RebalanceEvent::RecordsLost {
+                    topic,
+                    partition,
+                    committed,
+                    log_start,
+                } => Error::RecordsLost {
+                    topic,
+                    partition,
+                    committed,
+                    log_start,
+                },
+                other => Error::Admin {
+                    operation: "reading committed offsets to recover".into(),
+                    message: format!("{other:?}"),
+                },
+            })?;
+        for &(source, partition) in &self.paused {
+            self.set_paused(source, partition, false)?;
+        }
+        self.paused.clear();
+        self.tasks.clear();
+        let mut by_task: BTreeMap<i32, Vec<(Channel, i64)>> = BTreeMap::new();
+        for (topic, partition, position) in positions {
+            let source = *self
+                .source_by_name
+                .get(&topic)
+                .ok_or_else(|| Error::UnknownTopic {
+                    topic: topic.clone(),
+                })?;
+            let channel = Channel::new(self.sources[source].id, partition);
+            self.seek(channel, position)?;
+            by_task
+                .entry(partition)
+                .or_default()
+                .push((channel, position));
+        }
+        for (partition, positions) in by_task {
+            let task = self.restore_task(partition, positions)?;
+            self.tasks.insert(partition, task);
+        }
+        self.begin()?;
+        self.last_commit = Instant::now();
+        Ok(())
     }
 
     /// Hands every task the consumer's application position of its channels (read after the

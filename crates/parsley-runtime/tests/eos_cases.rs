@@ -1,5 +1,6 @@
 //! Exactly-once cases on the real broker (`../shared/cases`): C06 (an offsets-only
-//! transaction), C10 (a transaction that dies between the state write and the commit — here
+//! transaction), C08 (a timed-out transaction is aborted and redone exactly once, no crash
+//! loop), C09 (a zombie is fenced at its offset commit; nothing of it becomes visible), C10 (a transaction that dies between the state write and the commit — here
 //! the handler fails with the transaction open; the `kill -9` variant belongs to the fault
 //! injection suite), C11 (a recreated topic does not inherit its old offsets) and C12
 //! (retention below the committed offset is an error naming the lost range).
@@ -252,4 +253,108 @@ fn c12_retention_below_the_committed_offset_is_an_error_naming_the_lost_range() 
     assert!(error.contains("[5, 50)"), "{error}");
     // Nothing was delivered past the gap.
     assert_eq!(values(&output).len(), 5);
+}
+
+/// Forwards every record; sleeps past the producer's transaction timeout once, on the first
+/// record whose value is `stall` (the injected fault of case C08).
+struct StallOnce {
+    out: String,
+    stalled: AtomicBool,
+    stall: std::time::Duration,
+}
+
+impl Handler for StallOnce {
+    type Key = String;
+    type Value = String;
+    type Output = String;
+    type State = ();
+
+    fn handle(
+        &self,
+        r: Record<'_, String, String>,
+        _: Option<()>,
+    ) -> HandlerResult<String, String, ()> {
+        if r.value == "stall" && !self.stalled.swap(true, Ordering::SeqCst) {
+            std::thread::sleep(self.stall);
+        }
+        Ok(Step::none().emit(&self.out, r.key, r.value))
+    }
+}
+
+#[test]
+fn c08_a_timed_out_transaction_is_aborted_and_redone_exactly_once() {
+    let input = create_topic("c08-in", 1);
+    let output = create_topic("c08-out", 1);
+    send_values(&input, ["a", "stall", "b"].map(String::from));
+    let topology = Topology::builder(unique_topic("c08"))
+        .stage(
+            "forward",
+            StallOnce {
+                out: output.name.clone(),
+                stalled: AtomicBool::new(false),
+                // The fault: longer than the 5 s transaction timeout plus the broker's 1 s
+                // abort sweep (the test broker's setting).
+                stall: std::time::Duration::from_secs(7),
+            },
+            |s| {
+                s.source(&input.name)
+                    .sink(&output.name)
+                    .key_codec(Utf8)
+                    .value_codec(Utf8)
+                    .output_codec(Utf8)
+            },
+        )
+        .build()
+        .unwrap();
+    let config =
+        RuntimeConfig::new(bootstrap()).producer_property("transaction.timeout.ms", "5000");
+    let running = Runtime::new(topology, config).start().unwrap();
+    let m = wait_committed(&running, "forward", 3);
+    let m = running.stop().map(|v| v[0].1).unwrap_or(m);
+    assert!(
+        m.aborts >= 1,
+        "the timed-out transaction was aborted: {m:?}"
+    );
+    assert_eq!(values(&output), ["a", "stall", "b"], "{m:?}");
+}
+
+#[test]
+fn c09_a_zombie_is_fenced_at_its_offset_commit_and_nothing_of_it_becomes_visible() {
+    let input = create_topic("c09-in", 1);
+    let output = create_topic("c09-out", 1);
+    send_values(&input, (0..5).map(|i| i.to_string()));
+    let id = unique_topic("app-stage-0");
+    let group = unique_topic("c09-group");
+    let member: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap())
+        .set("group.id", &group)
+        .create()
+        .unwrap();
+    let p1 = raw_producer(Some(&id));
+    p1.begin_transaction().unwrap();
+    send_stamped(&p1, &output.name, 0, b"k", b"zombie", None);
+    // P2 takes the transactional id: P1 is now a zombie.
+    let _p2 = raw_producer(Some(&id));
+    let mut offsets = TopicPartitionList::new();
+    offsets
+        .add_partition_offset(&input.name, 0, Offset::Offset(5))
+        .unwrap();
+    let err = p1
+        .send_offsets_to_transaction(&offsets, &member.group_metadata().unwrap(), DEADLINE)
+        .and_then(|()| p1.commit_transaction(DEADLINE))
+        .expect_err("a zombie cannot commit");
+    let fatal = match &err {
+        rdkafka::error::KafkaError::Transaction(t) => t.is_fatal(),
+        _ => false,
+    };
+    assert!(fatal, "fenced is fatal for the zombie: {err}");
+    assert!(
+        values(&output).is_empty(),
+        "nothing of the zombie is visible"
+    );
+    assert_eq!(
+        group_offset(&group, &input.name, 0),
+        None,
+        "offsets unchanged"
+    );
 }

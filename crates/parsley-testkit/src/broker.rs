@@ -462,6 +462,9 @@ offsets.topic.num.partitions=4
 transaction.state.log.replication.factor=1
 transaction.state.log.min.isr=1
 transaction.state.log.num.partitions=4
+# Abort timed-out transactions within a second of their timeout (default: every 10 s), so a
+# test of a transaction timeout (case C08) sees the abort promptly.
+transaction.abort.timed.out.transaction.cleanup.interval.ms=1000
 share.coordinator.state.topic.replication.factor=1
 share.coordinator.state.topic.min.isr=1
 log.flush.interval.messages=9223372036854775807
