@@ -1,5 +1,6 @@
 //! Exactly-once cases on the real broker (`../shared/cases`): C06 (an offsets-only
-//! transaction), C08 (a timed-out transaction is aborted and redone exactly once, no crash
+//! transaction), C07 (a member joining while a transactional offset commit is pending waits
+//! for it), C08 (a timed-out transaction is aborted and redone exactly once, no crash
 //! loop), C09 (a zombie is fenced at its offset commit; nothing of it becomes visible), C10 (a transaction that dies between the state write and the commit — here
 //! the handler fails with the transaction open; the `kill -9` variant belongs to the fault
 //! injection suite), C11 (a recreated topic does not inherit its old offsets) and C12
@@ -356,5 +357,87 @@ fn c09_a_zombie_is_fenced_at_its_offset_commit_and_nothing_of_it_becomes_visible
         group_offset(&group, &input.name, 0),
         None,
         "offsets unchanged"
+    );
+}
+
+/// Waits until consumer group `group` is stable with one member: the stage has joined and its
+/// assignment is being handled.
+fn wait_group_stable(group: &str) {
+    let probe: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap())
+        .create()
+        .unwrap();
+    let started = std::time::Instant::now();
+    loop {
+        let list = probe
+            .client()
+            .fetch_group_list(Some(group), DEADLINE)
+            .unwrap();
+        if list
+            .groups()
+            .iter()
+            .any(|g| g.state() == "Stable" && g.members().len() == 1)
+        {
+            return;
+        }
+        assert!(
+            started.elapsed() < DEADLINE,
+            "group {group} never became stable"
+        );
+        // Group state is only observable by asking again.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// C07: a transaction of P holds offsets {in-0: 10} for the stage's group, open, while the
+/// stage joins; `commit` decides how it ends. Returns what the stage forwarded.
+fn c07(commit: bool) -> Vec<String> {
+    let input = create_topic("c07-in", 1);
+    let output = create_topic("c07-out", 1);
+    send_values(&input, (0..15).map(|i| format!("r{i:02}")));
+    let app = unique_topic("c07");
+    let group = format!("{app}.forward");
+    parsley_testkit::fixtures::commit_group_offsets(&group, &[(&input.name, 0, 3)]);
+    let member: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap())
+        .set("group.id", &group)
+        .create()
+        .unwrap();
+    let p = raw_producer(Some(&unique_topic("c07-p")));
+    let mut offsets = TopicPartitionList::new();
+    offsets
+        .add_partition_offset(&input.name, 0, Offset::Offset(10))
+        .unwrap();
+    p.begin_transaction().unwrap();
+    p.send_offsets_to_transaction(&offsets, &member.group_metadata().unwrap(), DEADLINE)
+        .unwrap();
+
+    let topology = forward_topology(&app, &[&input.name], &output.name, ImpossiblePolicy::Fail);
+    let running = Runtime::new(topology, RuntimeConfig::new(bootstrap()))
+        .start()
+        .unwrap();
+    wait_group_stable(&group);
+    if commit {
+        p.commit_transaction(DEADLINE).unwrap();
+    } else {
+        p.abort_transaction(DEADLINE).unwrap();
+    }
+    let expected = if commit { 5 } else { 12 };
+    wait_committed(&running, "forward", expected);
+    running.stop().unwrap();
+    values(&output)
+}
+
+#[test]
+fn c07_a_member_joining_while_an_offset_commit_is_pending_waits_for_it() {
+    let committed = c07(true);
+    assert_eq!(
+        committed,
+        (10..15).map(|i| format!("r{i:02}")).collect::<Vec<_>>()
+    );
+    let aborted = c07(false);
+    assert_eq!(
+        aborted,
+        (3..15).map(|i| format!("r{i:02}")).collect::<Vec<_>>()
     );
 }
