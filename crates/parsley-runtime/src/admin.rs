@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use futures::executor::block_on;
 use parsley_clock::TopicId;
 use rdkafka::ClientConfig;
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::admin::{AdminClient, AdminOptions, NewPartitions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka_sys as rdsys;
@@ -408,6 +408,37 @@ impl Admin {
                         "not described with all partitions within {:?}",
                         self.timeout
                     ),
+                });
+            }
+        }
+    }
+
+    /// Raises the partition count of `topic` to `total` and waits until the cluster's metadata
+    /// shows it.
+    ///
+    /// # Errors
+    /// [`Error::Admin`] naming the topic when the broker refuses or the change does not show.
+    pub fn add_partitions(&self, topic: &str, total: i32) -> Result<()> {
+        let request = NewPartitions::new(topic, total as usize);
+        let results = block_on(self.client.create_partitions([&request], &self.options()))
+            .map_err(|e| Error::kafka(format!("adding partitions to {topic}"), e))?;
+        for r in results {
+            if let Err((t, code)) = r {
+                return Err(Error::Admin {
+                    operation: format!("adding partitions to {t}"),
+                    message: code.to_string(),
+                });
+            }
+        }
+        let deadline = Instant::now() + self.timeout;
+        loop {
+            if self.describe_topics(&[topic])?[0].partitions == total {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(Error::Admin {
+                    operation: format!("adding partitions to {topic}"),
+                    message: format!("{total} partitions not shown after {:?}", self.timeout),
                 });
             }
         }

@@ -177,6 +177,24 @@ pub enum Error {
         /// The partition's log start offset: the first record still there.
         log_start: i64,
     },
+    /// A source topic of a running stage changed under it: its partition count (keys would
+    /// move between tasks), or its identity (deleted and recreated).
+    #[error(
+        "stage {stage}: source topic {topic} changed while the stage runs: partitions {} -> {}{}",
+        partitions.0,
+        partitions.1,
+        if *recreated { ", and it was recreated (new topic id)" } else { "" }
+    )]
+    SourceChanged {
+        /// The stage.
+        stage: String,
+        /// The topic.
+        topic: String,
+        /// Partition counts when the stage started and now.
+        partitions: (i32, i32),
+        /// The topic id changed.
+        recreated: bool,
+    },
     /// Something did not happen within its deadline.
     #[error("{what} did not complete within {timeout:?}")]
     Timeout {

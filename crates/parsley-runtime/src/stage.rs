@@ -342,6 +342,9 @@ impl StageRunner {
             // Positions are always explicit; a fetch position that falls out of range (retention
             // overtook a lagging task) is an error, never a silent reset.
             .set("auto.offset.reset", "error")
+            // Notice a source's partition count changing within seconds, not librdkafka's
+            // default five minutes: the rebalance it causes is checked and stops the stage.
+            .set("topic.metadata.refresh.interval.ms", "5000")
             .set("partition.assignment.strategy", "range")
             .set("enable.partition.eof", "false")
             .set("fetch.wait.max.ms", "50");
@@ -808,6 +811,7 @@ impl StageRunner {
                             .or_default()
                             .push((Channel::new(self.sources[source].id, partition), position));
                     }
+                    self.check_assignment(&by_task)?;
                     for (partition, positions) in by_task {
                         let task = self.restore_task(partition, positions)?;
                         self.tasks.insert(partition, task);
@@ -847,6 +851,48 @@ impl StageRunner {
                         message: why,
                     });
                 }
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks an assignment before any task starts: every task must get partition `p` of every
+    /// source (co-partitioning holds for this member's assignment, not only for the topics'
+    /// partition counts), and no source may have changed its partition count since the stage
+    /// started (keys would move between tasks under the stage's feet).
+    fn check_assignment(&self, by_task: &BTreeMap<i32, Vec<(Channel, i64)>>) -> Result<()> {
+        let names: Vec<&str> = self.sources.iter().map(|t| t.name.as_str()).collect();
+        let now = self.admin.describe_topics(&names)?;
+        for (before, now) in self.sources.iter().zip(&now) {
+            if before.partitions != now.partitions || before.id != now.id {
+                return Err(Error::SourceChanged {
+                    stage: self.spec.name().to_string(),
+                    topic: before.name.clone(),
+                    partitions: (before.partitions, now.partitions),
+                    recreated: before.id != now.id,
+                });
+            }
+        }
+        for (partition, positions) in by_task {
+            if positions.len() != self.sources.len() {
+                return Err(Error::NotCoPartitioned {
+                    stage: self.spec.name().to_string(),
+                    partitions: self
+                        .sources
+                        .iter()
+                        .map(|t| {
+                            let got = positions.iter().any(|(c, _)| c.topic == t.id);
+                            (
+                                format!(
+                                    "{} (partition {partition} {})",
+                                    t.name,
+                                    if got { "assigned" } else { "missing" }
+                                ),
+                                t.partitions,
+                            )
+                        })
+                        .collect(),
+                });
             }
         }
         Ok(())

@@ -441,3 +441,33 @@ fn c07_a_member_joining_while_an_offset_commit_is_pending_waits_for_it() {
         (3..15).map(|i| format!("r{i:02}")).collect::<Vec<_>>()
     );
 }
+
+#[test]
+fn a_source_whose_partition_count_changes_stops_the_stage_with_a_clear_error() {
+    let input = create_topic("grow-in", 1);
+    let output = create_topic("grow-out", 1);
+    send_values(&input, ["a".to_string()]);
+    let topology = forward_topology(
+        &unique_topic("grow"),
+        &[&input.name],
+        &output.name,
+        ImpossiblePolicy::Fail,
+    );
+    let running = Runtime::new(topology, RuntimeConfig::new(bootstrap()))
+        .start()
+        .unwrap();
+    wait_committed(&running, "forward", 1);
+    admin().add_partitions(&input.name, 2).unwrap();
+    let error = loop {
+        match running.next_progress(DEADLINE) {
+            Some(Progress::Failed { error, .. }) => break error,
+            Some(_) => continue,
+            None => panic!("the stage did not fail within {DEADLINE:?}"),
+        }
+    };
+    let _ = running.stop();
+    assert!(
+        error.contains(&input.name) && error.contains("partitions 1 -> 2"),
+        "{error}"
+    );
+}
