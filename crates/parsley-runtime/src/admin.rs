@@ -20,6 +20,8 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka_sys as rdsys;
 
+use tracing::debug;
+
 use crate::error::{Error, Result};
 
 /// A topic as the cluster describes it.
@@ -209,6 +211,34 @@ impl Admin {
     /// # Errors
     /// [`Error::Admin`] for a failed request or a partition that reports an error (named).
     pub fn high_watermarks(&self, partitions: &[(&str, i32)]) -> Result<Vec<i64>> {
+        let deadline = Instant::now() + self.timeout;
+        loop {
+            match self.list_latest(partitions) {
+                Ok(offsets) => return Ok(offsets),
+                // A leader that just moved or restarted (stale leader epoch, not the leader
+                // yet): librdkafka refreshes its metadata; ask again.
+                Err((true, e)) if Instant::now() < deadline => {
+                    // The client's cached leader epochs are stale (a broker restarted): a
+                    // metadata request for the topics refreshes them before asking again.
+                    debug!(error = %e, "listing offsets: retriable, refreshing metadata");
+                    for (topic, _) in partitions {
+                        let _ = self
+                            .client
+                            .inner()
+                            .fetch_metadata(Some(topic), Duration::from_secs(5));
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                Err((_, e)) => return Err(e),
+            }
+        }
+    }
+
+    /// One `ListOffsets` request; the error says whether asking again may succeed.
+    fn list_latest(
+        &self,
+        partitions: &[(&str, i32)],
+    ) -> std::result::Result<Vec<i64>, (bool, Error)> {
         if partitions.is_empty() {
             return Ok(Vec::new());
         }
@@ -220,7 +250,8 @@ impl Admin {
                     message: format!("topic name {t:?} contains a NUL byte"),
                 })
             })
-            .collect::<Result<_>>()?;
+            .collect::<Result<_>>()
+            .map_err(|e| (false, e))?;
         // SAFETY: every pointer passed to librdkafka is valid for the call; every object
         // created here is destroyed by the guards below, after its last use.
         unsafe {
@@ -232,23 +263,25 @@ impl Admin {
                 let tp = rdsys::rd_kafka_topic_partition_list_add(list.0, name.as_ptr(), *p);
                 (*tp).offset = rdsys::rd_kafka_OffsetSpec_t::RD_KAFKA_OFFSET_SPEC_LATEST as i64;
             }
-            let event = self.request(
-                "listing offsets",
-                rdsys::rd_kafka_admin_op_t::RD_KAFKA_ADMIN_OP_LISTOFFSETS,
-                |options| {
-                    let err = rdsys::rd_kafka_AdminOptions_set_isolation_level(
+            let event = self
+                .request(
+                    "listing offsets",
+                    rdsys::rd_kafka_admin_op_t::RD_KAFKA_ADMIN_OP_LISTOFFSETS,
+                    |options| {
+                        let err = rdsys::rd_kafka_AdminOptions_set_isolation_level(
                         options,
                         rdsys::rd_kafka_IsolationLevel_t::RD_KAFKA_ISOLATION_LEVEL_READ_UNCOMMITTED,
                     );
-                    if err.is_null() {
-                        return Ok(());
-                    }
-                    let message = cstr(rdsys::rd_kafka_error_string(err));
-                    rdsys::rd_kafka_error_destroy(err);
-                    Err(message)
-                },
-                |rk, options, queue| rdsys::rd_kafka_ListOffsets(rk, list.0, options, queue),
-            )?;
+                        if err.is_null() {
+                            return Ok(());
+                        }
+                        let message = cstr(rdsys::rd_kafka_error_string(err));
+                        rdsys::rd_kafka_error_destroy(err);
+                        Err(message)
+                    },
+                    |rk, options, queue| rdsys::rd_kafka_ListOffsets(rk, list.0, options, queue),
+                )
+                .map_err(|e| (false, e))?;
             let result = rdsys::rd_kafka_event_ListOffsets_result(event.0);
             let mut count = 0usize;
             let infos = rdsys::rd_kafka_ListOffsets_result_infos(result, &mut count);
@@ -257,23 +290,42 @@ impl Admin {
                 let tp = rdsys::rd_kafka_ListOffsetsResultInfo_topic_partition(*infos.add(i));
                 let topic = cstr((*tp).topic);
                 if (*tp).err != rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
-                    return Err(Error::Admin {
-                        operation: format!("listing the offsets of {topic}/{}", (*tp).partition),
-                        message: RDKafkaErrorCode::from((*tp).err).to_string(),
-                    });
+                    let code = RDKafkaErrorCode::from((*tp).err);
+                    let retriable = matches!(
+                        code,
+                        RDKafkaErrorCode::FencedLeaderEpoch
+                            | RDKafkaErrorCode::UnknownLeaderEpoch
+                            | RDKafkaErrorCode::NotLeaderForPartition
+                            | RDKafkaErrorCode::LeaderNotAvailable
+                            | RDKafkaErrorCode::OffsetNotAvailable
+                            | RDKafkaErrorCode::RequestTimedOut
+                            | RDKafkaErrorCode::NetworkException
+                    );
+                    return Err((
+                        retriable,
+                        Error::Admin {
+                            operation: format!(
+                                "listing the offsets of {topic}/{}",
+                                (*tp).partition
+                            ),
+                            message: code.to_string(),
+                        },
+                    ));
                 }
                 found.insert((topic, (*tp).partition), (*tp).offset);
             }
             partitions
                 .iter()
                 .map(|(t, p)| {
-                    found
-                        .get(&(t.to_string(), *p))
-                        .copied()
-                        .ok_or_else(|| Error::Admin {
-                            operation: format!("listing the offsets of {t}/{p}"),
-                            message: "not in the answer".into(),
-                        })
+                    found.get(&(t.to_string(), *p)).copied().ok_or_else(|| {
+                        (
+                            false,
+                            Error::Admin {
+                                operation: format!("listing the offsets of {t}/{p}"),
+                                message: "not in the answer".into(),
+                            },
+                        )
+                    })
                 })
                 .collect()
         }

@@ -227,6 +227,23 @@ pub fn up() -> Result<Up, BrokerError> {
         "kafka-storage format",
     )?;
 
+    let bootstrap = format!("127.0.0.1:{port}");
+    spawn(&dir, &classpath, &java_log, &props, &bootstrap)?;
+    let bootstrap_file = dir.join("bootstrap");
+    let mut f = fs::File::create(&bootstrap_file).map_err(io(&bootstrap_file))?;
+    writeln!(f, "{bootstrap}").map_err(io(&bootstrap_file))?;
+    Ok(Up::Started(bootstrap))
+}
+
+/// Starts the broker process of `props` and waits until it answers at `bootstrap`; records
+/// its pid.
+fn spawn(
+    dir: &Path,
+    classpath: &str,
+    java_log: &str,
+    props: &Path,
+    bootstrap: &str,
+) -> Result<(), BrokerError> {
     let console = dir.join("console.log");
     let console_file = fs::File::create(&console).map_err(io(&console))?;
     let mut cmd = Command::new("java");
@@ -257,7 +274,6 @@ pub fn up() -> Result<Up, BrokerError> {
     let pid = child.id();
     let pid_file = dir.join("broker.pid");
     fs::write(&pid_file, pid.to_string()).map_err(io(&pid_file))?;
-    let bootstrap = format!("127.0.0.1:{port}");
 
     let timeout = Duration::from_secs(120);
     let started = Instant::now();
@@ -271,17 +287,40 @@ pub fn up() -> Result<Up, BrokerError> {
             });
         }
         // Each attempt waits up to 2 s for the broker's answer: evidence, not a sleep.
-        if answers(&bootstrap, Duration::from_secs(2)) {
+        if answers(bootstrap, Duration::from_secs(2)) {
             break;
         }
         if started.elapsed() > timeout {
             return Err(BrokerError::NotReady(timeout, dir.join("server.log")));
         }
     }
+    Ok(())
+}
+
+/// Restarts the running broker this project started, keeping its data and its port (a broker
+/// restart as a fault: clients reconnect to the same address and find their logs).
+///
+/// # Errors
+/// [`BrokerError::NotReady`] or [`BrokerError::BrokerDied`] when it does not come back; a
+/// missing state directory when no broker was started.
+pub fn restart() -> Result<String, BrokerError> {
+    let dir = state_dir();
+    let bootstrap = bootstrap()?;
+    down()?;
+    let libs = dir.join("libs");
+    let classpath = format!("{}/*", libs.display());
+    let log4j = dir.join("log4j2.yaml");
+    let java_log = format!("-Dlog4j2.configurationFile={}", log4j.display());
+    spawn(
+        &dir,
+        &classpath,
+        &java_log,
+        &dir.join("server.properties"),
+        &bootstrap,
+    )?;
     let bootstrap_file = dir.join("bootstrap");
-    let mut f = fs::File::create(&bootstrap_file).map_err(io(&bootstrap_file))?;
-    writeln!(f, "{bootstrap}").map_err(io(&bootstrap_file))?;
-    Ok(Up::Started(bootstrap))
+    fs::write(&bootstrap_file, format!("{bootstrap}\n")).map_err(io(&bootstrap_file))?;
+    Ok(bootstrap)
 }
 
 /// The state of the broker recorded in the state directory.

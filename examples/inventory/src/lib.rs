@@ -1,7 +1,8 @@
 //! Parsley's inventory demo as a library: the domain and handlers ([`model`]), the workload
-//! generator ([`generator`]) and the ordering check ([`check`]). `main.rs` wires them to a
-//! broker.
+//! generator ([`generator`]), the ordering check ([`check`]) and the topology
+//! ([`pipeline`]). `main.rs` wires them to a broker; `bin/chaos.rs` runs them under faults.
 
 pub mod check;
 pub mod generator;
 pub mod model;
+pub mod pipeline;

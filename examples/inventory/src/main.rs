@@ -13,18 +13,15 @@ use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
-use parsley_inventory::check::{DeliveryLogs, TopicNames, check};
+use parsley_inventory::check::check;
 use parsley_inventory::generator::{GenConfig, generate};
-use parsley_inventory::model::{Event, Ledger, LedgerEntry, SalesFacts};
+use parsley_inventory::pipeline::{names, read_logs, topology};
 use parsley_runtime::{
-    Admin, GateMode, MetricsSnapshot, Progress, Running, Runtime, RuntimeConfig, TopicInfo,
-    TopicSpec,
+    Admin, GateMode, MetricsSnapshot, Progress, Running, Runtime, RuntimeConfig, TopicSpec,
 };
-use parsley_stage::{Topology, Utf8};
-use parsley_testkit::fixtures::read_committed;
 
 #[derive(Parser, Debug)]
 #[command(about = "Parsley's inventory demo: a causally ordered two-stage pipeline")]
@@ -103,12 +100,7 @@ fn run(args: Args) -> Result<bool> {
         }
     );
     let admin = Admin::new(&bootstrap, Duration::from_secs(30))?;
-    let names = TopicNames {
-        stock: format!("{run_id}.stock"),
-        sales: format!("{run_id}.sales"),
-        facts: format!("{run_id}.sale-facts"),
-        ledger: format!("{run_id}.ledger"),
-    };
+    let names = names(&run_id);
     let infos = admin.create_topics(
         &[&names.stock, &names.sales, &names.facts, &names.ledger]
             .map(|n| TopicSpec::new(n.as_str(), args.partitions)),
@@ -134,27 +126,7 @@ fn run(args: Args) -> Result<bool> {
     )?;
     let generate_secs = started.elapsed().as_secs_f64();
 
-    let topology = Topology::builder(run_id.clone())
-        .stage(
-            "sales-facts",
-            SalesFacts {
-                facts_topic: names.facts.clone(),
-            },
-            |s| s.source(&names.sales).sink(&names.facts).key_codec(Utf8),
-        )
-        .stage(
-            "ledger",
-            Ledger {
-                ledger_topic: names.ledger.clone(),
-            },
-            |s| {
-                s.source(&names.stock)
-                    .source(&names.facts)
-                    .sink(&names.ledger)
-                    .key_codec(Utf8)
-            },
-        )
-        .build()?;
+    let topology = topology(&run_id, &names)?;
     let runtime = Runtime::new(
         topology,
         RuntimeConfig::new(&bootstrap)
@@ -287,20 +259,4 @@ fn await_committed(running: &Running, targets: &[(&str, u64)]) -> Result<()> {
             bail!("stage {stage} failed: {error}");
         }
     }
-}
-
-/// Reads the facts and the ledger back, as `read_committed` consumers see them.
-fn read_logs(facts: &TopicInfo, ledger: &TopicInfo) -> Result<DeliveryLogs> {
-    let mut logs = DeliveryLogs::default();
-    for r in read_committed(facts) {
-        let fact: Event = serde_json::from_slice(r.value.as_deref().unwrap_or_default())
-            .with_context(|| format!("fact at {}/{}", r.partition, r.offset))?;
-        logs.facts.push((r.partition, r.offset, fact));
-    }
-    for r in read_committed(ledger) {
-        let entry: LedgerEntry = serde_json::from_slice(r.value.as_deref().unwrap_or_default())
-            .with_context(|| format!("ledger entry at {}/{}", r.partition, r.offset))?;
-        logs.ledger.push((r.partition, entry));
-    }
-    Ok(logs)
 }

@@ -1,0 +1,448 @@
+//! `cargo xtask chaos --runs N --seed S`: the inventory pipeline under faults, checked by the
+//! oracle from ground truth.
+//!
+//! Each run creates fresh topics, writes the workload with the generator (transactional, a
+//! tenth of its transactions aborted: a plain producer injecting aborted transactions into the
+//! inputs) while the two stages run as **separate OS processes** (`chaos worker`), and injects
+//! faults at random moments:
+//! - `kill`: `kill -9` of a stage process, mid-transaction or not, then a restart under the
+//!   same instance id (a restarted process keeps its identity);
+//! - `join`: a second process of a stage joins the group (new instance id) and later leaves
+//!   gracefully;
+//! - `broker`: the broker restarts (same port, same data).
+//!
+//! When the generator is done and every committed output is in, the oracle checks every
+//! delivery of every task (facts and ledger partitions are the tasks' delivery logs) and the
+//! completeness check counts each committed input's contributions: exactly one. Fault times come
+//! from the seed, so a failing run prints its seed and replays with `--seed`.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, Subcommand};
+use indicatif::ProgressBar;
+use parsley_inventory::check::check;
+use parsley_inventory::generator::{GenConfig, generate};
+use parsley_inventory::pipeline::{names, read_logs, topology};
+use parsley_runtime::{Admin, Progress, Runtime, RuntimeConfig, TopicSpec};
+use parsley_testkit::fixtures::read_committed;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+#[derive(Parser, Debug)]
+#[command(about = "The inventory pipeline under faults (kill -9, join/leave, broker restart)")]
+struct Args {
+    #[command(subcommand)]
+    mode: Mode,
+}
+
+#[derive(Subcommand, Debug)]
+enum Mode {
+    /// Run the fault-injection suite.
+    Run {
+        /// Kafka bootstrap servers (default: $PARSLEY_BOOTSTRAP, else the local broker).
+        #[arg(long)]
+        bootstrap: Option<String>,
+        /// Runs, each with its own seed (`seed`, `seed + 1`, …).
+        #[arg(long, default_value_t = 3)]
+        runs: u64,
+        /// Seed of the first run.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Rounds of the generator per partition slice.
+        #[arg(long, default_value_t = 8)]
+        rounds: usize,
+        /// Faults per run (at least one of each kind over the whole suite).
+        #[arg(long, default_value_t = 4)]
+        faults: usize,
+    },
+    /// One stage process (used by `run`; stops when its stdin closes).
+    Worker {
+        #[arg(long)]
+        bootstrap: String,
+        #[arg(long)]
+        run_id: String,
+        #[arg(long)]
+        stage: String,
+        #[arg(long)]
+        instance: String,
+    },
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "warn,librdkafka=error".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let result = match Args::parse().mode {
+        Mode::Worker {
+            bootstrap,
+            run_id,
+            stage,
+            instance,
+        } => worker(&bootstrap, &run_id, &stage, &instance).map(|()| true),
+        Mode::Run {
+            bootstrap,
+            runs,
+            seed,
+            rounds,
+            faults,
+        } => suite(bootstrap, runs, seed, rounds, faults),
+    };
+    match result {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(2),
+        Err(e) => {
+            eprintln!("chaos: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Settings every stage process uses: short session and transaction timeouts, so that a
+/// killed process's membership and open transaction are cleared within seconds.
+fn stage_config(bootstrap: &str, instance: &str) -> RuntimeConfig {
+    let mut c = RuntimeConfig::new(bootstrap)
+        .consumer_property("session.timeout.ms", "6000")
+        .consumer_property("heartbeat.interval.ms", "1000")
+        .producer_property("transaction.timeout.ms", "10000");
+    c.instance_id = instance.to_string();
+    c.timeout = Duration::from_secs(60);
+    c
+}
+
+fn worker(bootstrap: &str, run_id: &str, stage: &str, instance: &str) -> Result<()> {
+    let topology = topology(run_id, &names(run_id))?;
+    let running =
+        Runtime::new(topology, stage_config(bootstrap, instance)).start_stages(&[stage])?;
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut sink = Vec::new();
+        let _ = std::io::stdin().read_to_end(&mut sink);
+        let _ = tx.send(());
+    });
+    loop {
+        if rx.try_recv().is_ok() {
+            running.stop()?;
+            return Ok(());
+        }
+        if let Some(Progress::Failed { stage, error }) =
+            running.next_progress(Duration::from_millis(100))
+        {
+            bail!("stage {stage} failed: {error}");
+        }
+    }
+}
+
+/// A stage process.
+struct Worker {
+    stage: &'static str,
+    instance: String,
+    child: Child,
+}
+
+struct Driver {
+    bootstrap: String,
+    run_id: String,
+    exe: std::path::PathBuf,
+    logs: std::path::PathBuf,
+    spawned: u32,
+}
+
+impl Driver {
+    fn spawn(&mut self, stage: &'static str, instance: &str) -> Result<Worker> {
+        self.spawned += 1;
+        let log = self.logs.join(format!(
+            "{}-{stage}-{instance}-{}.log",
+            self.run_id, self.spawned
+        ));
+        let file = std::fs::File::create(&log).with_context(|| format!("{}", log.display()))?;
+        let child = Command::new(&self.exe)
+            .args([
+                "worker",
+                "--bootstrap",
+                &self.bootstrap,
+                "--run-id",
+                &self.run_id,
+                "--stage",
+                stage,
+                "--instance",
+                instance,
+            ])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(file)
+            .spawn()
+            .context("starting a worker")?;
+        Ok(Worker {
+            stage,
+            instance: instance.to_string(),
+            child,
+        })
+    }
+}
+
+/// Closes a worker's stdin (graceful stop) and waits for it; `Err` if it failed.
+fn stop(mut w: Worker) -> Result<()> {
+    drop(w.child.stdin.take());
+    let status = w.child.wait()?;
+    if !status.success() {
+        bail!("worker {}/{} exited with {status}", w.stage, w.instance);
+    }
+    Ok(())
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Fault {
+    Kill,
+    Join,
+    Broker,
+}
+
+#[derive(Default)]
+struct RunReport {
+    faults: BTreeMap<&'static str, u32>,
+    deliveries: u64,
+    aborted_events: u64,
+    violation: Option<String>,
+    completeness: Vec<String>,
+    oversold: u64,
+    secs: f64,
+}
+
+fn suite(
+    bootstrap: Option<String>,
+    runs: u64,
+    seed: u64,
+    rounds: usize,
+    faults: usize,
+) -> Result<bool> {
+    let bootstrap = match bootstrap {
+        Some(b) => b,
+        None => parsley_testkit::broker::bootstrap()?,
+    };
+    let logs = std::env::temp_dir().join("parsley-chaos");
+    std::fs::create_dir_all(&logs)?;
+    println!(
+        "chaos: {runs} run(s) from seed {seed} on {bootstrap}, {faults} faults each; worker logs in {}",
+        logs.display()
+    );
+    println!(
+        "{:>4} {:>6} {:>5} {:>5} {:>7} {:>10} {:>8} {:>10} {:>10} {:>8}  result",
+        "run",
+        "seed",
+        "kill",
+        "join",
+        "broker",
+        "deliveries",
+        "aborted",
+        "violations",
+        "dup/loss",
+        "seconds"
+    );
+    let mut all_ok = true;
+    let mut totals: BTreeMap<&'static str, u32> = BTreeMap::new();
+    for run in 0..runs {
+        let s = seed + run;
+        // Every fault kind at least once over the suite: run r starts with kind r mod 3.
+        let report = one_run(&bootstrap, &logs, s, rounds, faults, run)?;
+        for (k, n) in &report.faults {
+            *totals.entry(k).or_default() += n;
+        }
+        let ok =
+            report.violation.is_none() && report.completeness.is_empty() && report.oversold == 0;
+        all_ok &= ok;
+        println!(
+            "{:>4} {:>6} {:>5} {:>5} {:>7} {:>10} {:>8} {:>10} {:>10} {:>8.1}  {}",
+            run,
+            s,
+            report.faults.get("kill").unwrap_or(&0),
+            report.faults.get("join").unwrap_or(&0),
+            report.faults.get("broker").unwrap_or(&0),
+            report.deliveries,
+            report.aborted_events,
+            u32::from(report.violation.is_some()),
+            report.completeness.len(),
+            report.secs,
+            if ok { "PASS" } else { "FAIL" }
+        );
+        if let Some(v) = &report.violation {
+            println!("  causal violation (replay with --seed {s} --runs 1): {v}");
+        }
+        for c in &report.completeness {
+            println!("  duplicate or loss (replay with --seed {s} --runs 1): {c}");
+        }
+        if report.oversold > 0 {
+            println!("  {} ledger entries oversold", report.oversold);
+        }
+    }
+    println!(
+        "chaos: faults injected: {} kill -9, {} join/leave, {} broker restarts, aborted transactions in every run; {}",
+        totals.get("kill").unwrap_or(&0),
+        totals.get("join").unwrap_or(&0),
+        totals.get("broker").unwrap_or(&0),
+        if all_ok {
+            "0 violations, 0 duplicates, 0 losses"
+        } else {
+            "FAILURES above"
+        }
+    );
+    Ok(all_ok)
+}
+
+fn one_run(
+    bootstrap: &str,
+    logs: &std::path::Path,
+    seed: u64,
+    rounds: usize,
+    faults: usize,
+    run: u64,
+) -> Result<RunReport> {
+    let started = Instant::now();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let run_id = format!("chaos-{seed}-{:06x}", rand::random::<u32>() & 0xff_ffff);
+    let names = names(&run_id);
+    let partitions = 4;
+    let admin = Admin::new(bootstrap, Duration::from_secs(30))?;
+    let infos = admin.create_topics(
+        &[&names.stock, &names.sales, &names.facts, &names.ledger]
+            .map(|n| TopicSpec::new(n.as_str(), partitions)),
+    )?;
+    let (facts, ledger) = (infos[2].clone(), infos[3].clone());
+    let mut driver = Driver {
+        bootstrap: bootstrap.to_string(),
+        run_id: run_id.clone(),
+        exe: std::env::current_exe()?,
+        logs: logs.to_path_buf(),
+        spawned: 0,
+    };
+    let mut workers = vec![
+        driver.spawn("sales-facts", "sf-0")?,
+        driver.spawn("ledger", "lg-0")?,
+    ];
+    let generator = {
+        let (bootstrap, stock, sales, prefix) = (
+            bootstrap.to_string(),
+            names.stock.clone(),
+            names.sales.clone(),
+            format!("{run_id}-generator"),
+        );
+        std::thread::spawn(move || {
+            generate(
+                &bootstrap,
+                &stock,
+                &sales,
+                &GenConfig {
+                    products: 400,
+                    rounds,
+                    partitions,
+                    seed,
+                    note_bytes: 100,
+                    abort_ratio: 0.1,
+                    transactional_prefix: prefix,
+                },
+                &ProgressBar::hidden(),
+            )
+        })
+    };
+
+    let mut report = RunReport::default();
+    let kinds = [Fault::Kill, Fault::Join, Fault::Broker];
+    for i in 0..faults {
+        let fault = if i == 0 {
+            kinds[(run % 3) as usize]
+        } else {
+            kinds[rng.random_range(0..kinds.len())]
+        };
+        // The fault's moment: random, from the seed (fault timing, not synchronisation).
+        std::thread::sleep(Duration::from_millis(rng.random_range(300..2_500)));
+        match fault {
+            Fault::Kill => {
+                let i = rng.random_range(0..workers.len());
+                let mut w = workers.remove(i);
+                w.child.kill()?; // SIGKILL
+                w.child.wait()?;
+                let again = driver.spawn(w.stage, &w.instance)?;
+                workers.insert(i, again);
+                *report.faults.entry("kill").or_default() += 1;
+            }
+            Fault::Join => {
+                let stage = if rng.random_bool(0.5) {
+                    "sales-facts"
+                } else {
+                    "ledger"
+                };
+                let extra = driver.spawn(stage, &format!("extra-{i}"))?;
+                std::thread::sleep(Duration::from_millis(rng.random_range(2_000..5_000)));
+                stop(extra)?;
+                *report.faults.entry("join").or_default() += 1;
+            }
+            Fault::Broker => {
+                parsley_testkit::broker::restart()?;
+                *report.faults.entry("broker").or_default() += 1;
+            }
+        }
+        for w in &mut workers {
+            if let Some(status) = w.child.try_wait()? {
+                bail!(
+                    "run {run} (seed {seed}): worker {}/{} exited with {status} (log in {})",
+                    w.stage,
+                    w.instance,
+                    logs.display()
+                );
+            }
+        }
+    }
+    let truth = generator
+        .join()
+        .map_err(|_| anyhow::anyhow!("the generator panicked"))??;
+    report.aborted_events = truth.aborted_events;
+
+    // Done when every committed output is in: one fact per sale, one ledger entry per stock
+    // event and fact (counted from the output topics, not from any process's counters).
+    let expected = (
+        truth.sales as usize,
+        (truth.stock_events + truth.sales) as usize,
+    );
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
+        let have = (read_committed(&facts).len(), read_committed(&ledger).len());
+        if have.0 >= expected.0 && have.1 >= expected.1 {
+            break;
+        }
+        for w in &mut workers {
+            if let Some(status) = w.child.try_wait()? {
+                bail!(
+                    "run {run} (seed {seed}): worker {}/{} exited with {status}",
+                    w.stage,
+                    w.instance
+                );
+            }
+        }
+        if Instant::now() > deadline {
+            bail!("run {run} (seed {seed}): outputs {have:?} of {expected:?} after 300 s");
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    for w in workers {
+        stop(w)?;
+    }
+    let logs = read_logs(&facts, &ledger)?;
+    let outcome = check(&truth, &names, partitions, &logs);
+    report.deliveries = match &outcome.oracle {
+        Ok(r) => r.deliveries,
+        Err(_) => 0,
+    };
+    report.violation = outcome.oracle.err().map(|v| v.to_string());
+    report.completeness = outcome.completeness;
+    report.oversold = outcome.oversold;
+    report.secs = started.elapsed().as_secs_f64();
+    Ok(report)
+}
