@@ -253,7 +253,12 @@ pub(crate) fn restore(
         let Some(m) = consumer.poll(Duration::from_millis(100)) else {
             continue;
         };
-        let m = m.map_err(|e| Error::kafka("reading the changelog", e))?;
+        let m = match m {
+            Ok(m) => m,
+            // librdkafka reconnects by itself (a broker restarting).
+            Err(e) if crate::error::transient(&e) => continue,
+            Err(e) => return Err(Error::kafka("reading the changelog", e)),
+        };
         restored.records += 1;
         let key = m.key().unwrap_or_default();
         let bad = |message: String| Error::Changelog {

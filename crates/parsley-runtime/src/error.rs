@@ -243,6 +243,22 @@ impl Error {
     }
 }
 
+/// Consumer errors that report a connection state, not a lost record: librdkafka recovers
+/// from them on its own.
+pub(crate) fn transient(e: &rdkafka::error::KafkaError) -> bool {
+    use rdkafka::types::RDKafkaErrorCode as C;
+    matches!(
+        e.rdkafka_error_code(),
+        Some(
+            C::AllBrokersDown
+                | C::BrokerTransportFailure
+                | C::OperationTimedOut
+                | C::RequestTimedOut
+                | C::NetworkException
+        )
+    )
+}
+
 fn describe_counts(partitions: &[(String, i32)]) -> String {
     partitions
         .iter()

@@ -57,22 +57,6 @@ pub const DLQ_REASON_HEADER: &str = "parsley.dlq.reason";
 /// Most records taken from the consumer in one poll batch (one evidence epoch).
 const MAX_BATCH: usize = 500;
 
-/// Consumer errors that report a connection state, not a lost record: librdkafka recovers
-/// from them on its own.
-fn transient(e: &rdkafka::error::KafkaError) -> bool {
-    use rdkafka::types::RDKafkaErrorCode as C;
-    matches!(
-        e.rdkafka_error_code(),
-        Some(
-            C::AllBrokersDown
-                | C::BrokerTransportFailure
-                | C::OperationTimedOut
-                | C::RequestTimedOut
-                | C::NetworkException
-        )
-    )
-}
-
 /// A transactional producer for `config`, its transactions initialised.
 fn transactional_outbox(config: &ClientConfig, timeout: Duration) -> Result<Outbox> {
     let outbox = Outbox::new(config)?;
@@ -498,7 +482,7 @@ impl StageRunner {
             let arrival = self.arrivals + 1;
             let fetched = match self.consumer.poll(timeout) {
                 Some(Ok(message)) => Some(self.fetched(&message, arrival)?),
-                Some(Err(e)) if transient(&e) => {
+                Some(Err(e)) if crate::error::transient(&e) => {
                     // librdkafka reconnects by itself (a broker restarting, a network blip).
                     warn!(error = %e, "consumer: transient error, carrying on");
                     None

@@ -252,9 +252,9 @@ fn spawn(
         "-Xmx1g",
         "-XX:+UseG1GC",
         "-Djava.awt.headless=true",
-        &java_log,
+        java_log,
         "-cp",
-        &classpath,
+        classpath,
         "kafka.Kafka",
         &props.to_string_lossy(),
     ])
