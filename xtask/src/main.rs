@@ -50,6 +50,20 @@ enum Cmd {
         #[arg(long)]
         negative_controls: bool,
     },
+    /// Run the inventory pipeline's stages as processes under injected faults (kill -9,
+    /// join/leave, broker restart, aborted input transactions) and check every run with the
+    /// oracle.
+    Chaos {
+        /// Runs (seeds `seed`, `seed + 1`, …).
+        #[arg(long, default_value_t = 20)]
+        runs: u64,
+        /// Seed of the first run; a failing run prints its seed.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Leave a broker this command started running afterwards.
+        #[arg(long)]
+        keep_broker: bool,
+    },
     /// Format check, clippy (warnings denied) and every workspace test on the local broker.
     Test {
         /// Leave a broker this command started running afterwards.
@@ -127,6 +141,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
             seed,
             negative_controls,
         } => soak_gate(histories, seed, negative_controls),
+        Cmd::Chaos {
+            runs,
+            seed,
+            keep_broker,
+        } => with_broker(keep_broker, |bootstrap| chaos(bootstrap, runs, seed)),
         Cmd::Test { keep_broker } => with_broker(keep_broker, |bootstrap| {
             let steps: [(&str, &[&str]); 4] = [
                 ("cargo fmt --check", &["fmt", "--all", "--", "--check"]),
@@ -157,6 +176,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 if status_code(&mut cmd, what)? != ExitCode::SUCCESS {
                     bail!("{what} failed");
                 }
+            }
+            println!(
+                "xtask: fault injection, one seeded run (cargo xtask chaos --runs 1 --seed 1)"
+            );
+            if chaos(bootstrap, 1, 1)? != ExitCode::SUCCESS {
+                bail!("the fault-injection run failed");
             }
             println!("xtask: all checks passed");
             Ok(ExitCode::SUCCESS)
@@ -253,6 +278,28 @@ fn with_broker(keep: bool, f: impl FnOnce(&str) -> Result<ExitCode>) -> Result<E
         println!("xtask: kafka stopped");
     }
     result
+}
+
+/// Runs the fault-injection driver of the inventory example.
+fn chaos(bootstrap: &str, runs: u64, seed: u64) -> Result<ExitCode> {
+    let mut cmd = cargo();
+    cmd.args([
+        "run",
+        "--quiet",
+        "--package",
+        "parsley-inventory",
+        "--bin",
+        "chaos",
+        "--",
+        "run",
+        "--runs",
+        &runs.to_string(),
+        "--seed",
+        &seed.to_string(),
+        "--bootstrap",
+        bootstrap,
+    ]);
+    status_code(&mut cmd, "the fault-injection driver")
 }
 
 fn cargo() -> Command {

@@ -84,13 +84,30 @@ pub fn committed_consumer() -> BaseConsumer {
 /// # Panics
 /// On a broker error.
 pub fn committed_end_offsets(topic: &TopicInfo) -> HashMap<i32, i64> {
+    use rdkafka::types::RDKafkaErrorCode as C;
     let c = committed_consumer();
+    let started = Instant::now();
     (0..topic.partitions)
         .map(|p| {
-            let (_, high) = c
-                .fetch_watermarks(&topic.name, p, DEADLINE)
-                .expect("watermarks");
-            (p, high)
+            loop {
+                match c.fetch_watermarks(&topic.name, p, DEADLINE) {
+                    Ok((_, high)) => return (p, high),
+                    // Right after a broker restart the partition's leader is not elected yet.
+                    Err(e)
+                        if matches!(
+                            e.rdkafka_error_code(),
+                            Some(
+                                C::NotLeaderForPartition
+                                    | C::LeaderNotAvailable
+                                    | C::AllBrokersDown
+                            )
+                        ) && started.elapsed() < DEADLINE =>
+                    {
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
+                    Err(e) => panic!("watermarks of {}/{p}: {e}", topic.name),
+                }
+            }
         })
         .collect()
 }
