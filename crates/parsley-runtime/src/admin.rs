@@ -147,6 +147,7 @@ impl Admin {
             );
             let event = self.request(
                 "describing topics",
+                self.timeout,
                 rdsys::rd_kafka_admin_op_t::RD_KAFKA_ADMIN_OP_DESCRIBETOPICS,
                 |_| Ok(()),
                 |rk, options, queue| {
@@ -266,6 +267,9 @@ impl Admin {
             let event = self
                 .request(
                     "listing offsets",
+                    // Short attempts: while leaders are unknown librdkafka waits out the whole
+                    // request timeout; the caller retries with fresh metadata instead.
+                    self.timeout.min(Duration::from_secs(5)),
                     rdsys::rd_kafka_admin_op_t::RD_KAFKA_ADMIN_OP_LISTOFFSETS,
                     |options| {
                         let err = rdsys::rd_kafka_AdminOptions_set_isolation_level(
@@ -361,7 +365,7 @@ impl Admin {
             .collect())
     }
 
-    /// Runs one native admin request: options for `op` with the request timeout (and whatever
+    /// Runs one native admin request: options for `op` with request timeout `timeout` (and whatever
     /// `configure` sets), `start` on a private queue, then waits for the result event and checks
     /// its error. Returns the event, destroyed when dropped.
     ///
@@ -371,6 +375,7 @@ impl Admin {
     unsafe fn request(
         &self,
         operation: &str,
+        timeout: Duration,
         op: rdsys::rd_kafka_admin_op_t,
         configure: impl FnOnce(*mut rdsys::rd_kafka_AdminOptions_t) -> std::result::Result<(), String>,
         start: impl FnOnce(
@@ -380,7 +385,7 @@ impl Admin {
         ),
     ) -> Result<Guard<rdsys::rd_kafka_event_t>> {
         let rk = self.client.inner().native_ptr();
-        let timeout_ms = self.timeout.as_millis().min(i32::MAX as u128) as i32;
+        let timeout_ms = timeout.as_millis().min(i32::MAX as u128) as i32;
         let fail = |message: String| Error::Admin {
             operation: operation.to_string(),
             message,
@@ -404,7 +409,7 @@ impl Admin {
             start(rk, options.0, queue.0);
             let event = rdsys::rd_kafka_queue_poll(queue.0, timeout_ms.saturating_add(5_000));
             if event.is_null() {
-                return Err(fail(format!("no answer within {:?}", self.timeout)));
+                return Err(fail(format!("no answer within {timeout:?}")));
             }
             let event = Guard(event, rdsys::rd_kafka_event_destroy);
             if rdsys::rd_kafka_event_error(event.0)
