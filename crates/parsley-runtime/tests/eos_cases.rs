@@ -8,22 +8,15 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use parsley_runtime::{Error, Progress, Runtime, RuntimeConfig, TopicInfo};
+use parsley_runtime::{Error, Runtime, RuntimeConfig, TopicInfo};
 use parsley_stage::{Handler, HandlerResult, ImpossiblePolicy, Record, Step, Topology, Utf8};
 use parsley_testkit::fixtures::{
-    DEADLINE, admin, bootstrap, create_topic, forward_topology, group_offset, raw_producer,
-    read_committed, send_stamped, unique_topic, wait_committed,
+    DEADLINE, admin, bootstrap, committed_values, create_topic, forward_topology, group_offset,
+    next_failure, raw_producer, run_until, send_stamped, unique_topic, wait_committed,
 };
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::Producer;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
-
-fn values(topic: &TopicInfo) -> Vec<String> {
-    read_committed(topic)
-        .into_iter()
-        .map(|r| String::from_utf8(r.value.unwrap()).unwrap())
-        .collect()
-}
 
 fn send_values(topic: &TopicInfo, values: impl IntoIterator<Item = String>) {
     let p = raw_producer(None);
@@ -32,30 +25,12 @@ fn send_values(topic: &TopicInfo, values: impl IntoIterator<Item = String>) {
     }
 }
 
-fn run_until(
-    topology: &Topology,
-    stage: &str,
-    deliveries: u64,
-) -> parsley_runtime::MetricsSnapshot {
-    let running = Runtime::new(topology.clone(), RuntimeConfig::new(bootstrap()))
-        .start()
-        .unwrap();
-    wait_committed(&running, stage, deliveries);
-    running.stop().unwrap()[0].1
-}
-
 /// Starts `topology` and returns the error its stage fails with.
 fn failure(topology: &Topology) -> String {
     let running = Runtime::new(topology.clone(), RuntimeConfig::new(bootstrap()))
         .start()
         .unwrap();
-    let error = loop {
-        match running.next_progress(DEADLINE) {
-            Some(Progress::Failed { error, .. }) => break error,
-            Some(_) => continue,
-            None => panic!("the stage did not fail within {DEADLINE:?}"),
-        }
-    };
+    let error = next_failure(&running);
     let _ = running.stop();
     error
 }
@@ -183,13 +158,16 @@ fn c10_a_transaction_that_dies_before_its_commit_leaves_state_and_outputs_as_com
     let error = failure(&build(false));
     assert!(error.contains("dying before the commit"), "{error}");
     assert_eq!(
-        values(&output),
+        committed_values(&output),
         ["k1=1", "k2=1", "k3=1"],
         "nothing of T2 is visible"
     );
     // After the restart the state is k1..k3 as committed; k4 is processed exactly once.
     run_until(&build(true), "count", 2);
-    assert_eq!(values(&output), ["k1=1", "k2=1", "k3=1", "k4=1", "k1=2"]);
+    assert_eq!(
+        committed_values(&output),
+        ["k1=1", "k2=1", "k3=1", "k4=1", "k1=2"]
+    );
 }
 
 #[test]
@@ -219,7 +197,7 @@ fn c11_a_recreated_topic_does_not_inherit_its_old_offsets() {
     send_values(&t2, (0..10).map(|i| format!("new{i}")));
     let m = run_until(&topology, "forward", 10);
     assert_eq!(m.committed_deliveries, 10, "{m:?}");
-    let out = values(&output);
+    let out = committed_values(&output);
     assert_eq!(out.len(), 110);
     assert_eq!(
         out[100..],
@@ -253,7 +231,7 @@ fn c12_retention_below_the_committed_offset_is_an_error_naming_the_lost_range() 
     assert!(error.contains(&expected), "{error}");
     assert!(error.contains("[5, 50)"), "{error}");
     // Nothing was delivered past the gap.
-    assert_eq!(values(&output).len(), 5);
+    assert_eq!(committed_values(&output).len(), 5);
 }
 
 /// Forwards every record; sleeps past the producer's transaction timeout once, on the first
@@ -316,7 +294,7 @@ fn c08_a_timed_out_transaction_is_aborted_and_redone_exactly_once() {
         m.aborts >= 1,
         "the timed-out transaction was aborted: {m:?}"
     );
-    assert_eq!(values(&output), ["a", "stall", "b"], "{m:?}");
+    assert_eq!(committed_values(&output), ["a", "stall", "b"], "{m:?}");
 }
 
 #[test]
@@ -350,7 +328,7 @@ fn c09_a_zombie_is_fenced_at_its_offset_commit_and_nothing_of_it_becomes_visible
     };
     assert!(fatal, "fenced is fatal for the zombie: {err}");
     assert!(
-        values(&output).is_empty(),
+        committed_values(&output).is_empty(),
         "nothing of the zombie is visible"
     );
     assert_eq!(
@@ -425,7 +403,7 @@ fn c07(commit: bool) -> Vec<String> {
     let expected = if commit { 5 } else { 12 };
     wait_committed(&running, "forward", expected);
     running.stop().unwrap();
-    values(&output)
+    committed_values(&output)
 }
 
 #[test]
@@ -458,13 +436,7 @@ fn a_source_whose_partition_count_changes_stops_the_stage_with_a_clear_error() {
         .unwrap();
     wait_committed(&running, "forward", 1);
     admin().add_partitions(&input.name, 2).unwrap();
-    let error = loop {
-        match running.next_progress(DEADLINE) {
-            Some(Progress::Failed { error, .. }) => break error,
-            Some(_) => continue,
-            None => panic!("the stage did not fail within {DEADLINE:?}"),
-        }
-    };
+    let error = next_failure(&running);
     let _ = running.stop();
     assert!(
         error.contains(&input.name) && error.contains("partitions 1 -> 2"),

@@ -7,14 +7,13 @@ use std::time::{Duration, Instant};
 use parsley_clock::{CausalClock, Channel, SenderId, Stamp};
 use parsley_gate::{Arrival, Gate};
 use parsley_runtime::{
-    CausalProducer, CausalProducerConfig, MetricsSnapshot, Progress, Runtime, RuntimeConfig,
-    TopicInfo,
+    CausalProducer, CausalProducerConfig, MetricsSnapshot, Runtime, RuntimeConfig, TopicInfo,
 };
 use parsley_stage::{ImpossiblePolicy, Topology};
 use parsley_testkit::fixtures::{
-    DEADLINE, admin, bootstrap, commit_group_offsets, committed_consumer, create_topic,
-    forward_topology, group_offset, raw_producer, read_committed, send_stamped, unique_topic,
-    wait_committed, wait_metrics,
+    DEADLINE, admin, bootstrap, commit_group_offsets, committed_consumer, committed_values,
+    create_topic, forward_topology, group_offset, next_failure, raw_producer, send_stamped,
+    unique_topic, wait_committed, wait_metrics,
 };
 use rdkafka::consumer::Consumer;
 use rdkafka::message::{Headers, Message};
@@ -43,19 +42,12 @@ impl Run {
             .unwrap();
         wait_committed(&running, "forward", deliveries);
         let metrics = running.stop().unwrap()[0].1;
-        (values(&self.out), metrics)
+        (committed_values(&self.out), metrics)
     }
 
     fn group(&self) -> String {
         format!("{}.forward", self.app)
     }
-}
-
-fn values(topic: &TopicInfo) -> Vec<String> {
-    read_committed(topic)
-        .into_iter()
-        .map(|r| String::from_utf8(r.value.unwrap()).unwrap())
-        .collect()
 }
 
 fn txn_producer() -> CausalProducer {
@@ -284,13 +276,7 @@ fn a_claim_beyond_the_high_watermark_fails_the_task_by_default() {
     let running = Runtime::new(run.topology.clone(), RuntimeConfig::new(bootstrap()))
         .start()
         .unwrap();
-    let error = loop {
-        match running.next_progress(DEADLINE) {
-            Some(Progress::Failed { error, .. }) => break error,
-            Some(_) => {}
-            None => panic!("the stage did not fail"),
-        }
-    };
+    let error = next_failure(&running);
     let _ = running.stop();
     let channel = Channel::new(a.id, 0);
     assert!(
@@ -470,7 +456,7 @@ fn a_full_channel_an_in_flight_claim_needs_spills_and_refetches_what_it_dropped(
     x.commit_transaction(DEADLINE).unwrap();
     wait_committed(&running, "forward", 8);
     let m = running.stop().unwrap()[0].1;
-    let out = values(&run.out);
+    let out = committed_values(&run.out);
     assert_eq!(out, ["r", "r2", "w", "f1", "f2", "f3", "f4", "f5"], "{m:?}");
     assert_eq!((m.spilled, m.refetched), (5, 5), "{m:?}");
     assert!(m.lookahead >= 1, "r is pulled ahead of the stubs: {m:?}");

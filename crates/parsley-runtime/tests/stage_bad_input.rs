@@ -3,10 +3,10 @@
 
 use std::time::Duration;
 
-use parsley_runtime::{Error, Progress, Runtime, RuntimeConfig};
+use parsley_runtime::{Error, Runtime, RuntimeConfig};
 use parsley_stage::ImpossiblePolicy;
 use parsley_testkit::fixtures::{
-    DEADLINE, bootstrap, create_topic, forward_topology, unique_topic,
+    DEADLINE, bootstrap, create_topic, forward_topology, next_failure, unique_topic,
 };
 use rdkafka::ClientConfig;
 use rdkafka::consumer::Consumer;
@@ -41,13 +41,7 @@ fn a_malformed_stamp_stops_the_task_naming_the_record_and_loses_nothing() {
     let running = Runtime::new(topology, RuntimeConfig::new(bootstrap()))
         .start()
         .unwrap();
-    let failure = loop {
-        match running.next_progress(DEADLINE) {
-            Some(Progress::Failed { error, .. }) => break error,
-            Some(_) => {}
-            None => panic!("the stage neither failed nor reported progress"),
-        }
-    };
+    let failure = next_failure(&running);
     assert!(
         failure.contains(&format!("{}/0@1", input.name))
             && failure.contains("unknown stamp version 9"),

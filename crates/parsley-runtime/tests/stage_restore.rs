@@ -3,11 +3,11 @@
 //! a restart; a changelog that disagrees with the group's committed offsets is an error.
 
 use parsley_clock::{CausalClock, Channel, SenderId, Stamp};
-use parsley_runtime::{Progress, Runtime, RuntimeConfig, TopicInfo};
+use parsley_runtime::{Runtime, RuntimeConfig};
 use parsley_stage::{Handler, HandlerResult, ImpossiblePolicy, Record, Step, Topology, Utf8};
 use parsley_testkit::fixtures::{
-    DEADLINE, bootstrap, commit_group_offsets, create_topic, forward_topology, raw_producer,
-    read_committed, send_stamped, unique_topic, wait_committed,
+    DEADLINE, bootstrap, commit_group_offsets, committed_values, create_topic, forward_topology,
+    next_failure, raw_producer, read_committed, run_until, send_stamped, unique_topic,
 };
 use rdkafka::producer::Producer;
 
@@ -43,25 +43,6 @@ fn count_topology(app: &str, input: &str, output: &str) -> Topology {
         })
         .build()
         .unwrap()
-}
-
-fn values(topic: &TopicInfo) -> Vec<String> {
-    read_committed(topic)
-        .into_iter()
-        .map(|r| String::from_utf8(r.value.unwrap()).unwrap())
-        .collect()
-}
-
-fn run_until(
-    topology: &Topology,
-    stage: &str,
-    deliveries: u64,
-) -> parsley_runtime::MetricsSnapshot {
-    let running = Runtime::new(topology.clone(), RuntimeConfig::new(bootstrap()))
-        .start()
-        .unwrap();
-    wait_committed(&running, stage, deliveries);
-    running.stop().unwrap()[0].1
 }
 
 #[test]
@@ -129,12 +110,12 @@ fn a_delivery_ahead_of_partition_order_is_not_delivered_again_after_a_restart() 
     );
     let first = run_until(&topology, "forward", 2);
     assert!(first.lookahead >= 1, "r went ahead of h: {first:?}");
-    assert_eq!(values(&out), ["r", "r2"]);
+    assert_eq!(committed_values(&out), ["r", "r2"]);
 
     y.commit_transaction(DEADLINE).unwrap();
     let second = run_until(&topology, "forward", 2);
     assert_eq!(second.committed_deliveries, 2, "{second:?}");
-    assert_eq!(values(&out), ["r", "r2", "z", "h"]);
+    assert_eq!(committed_values(&out), ["r", "r2", "z", "h"]);
 }
 
 #[test]
@@ -155,13 +136,7 @@ fn a_changelog_that_disagrees_with_the_committed_offsets_is_an_error() {
     let running = Runtime::new(topology, RuntimeConfig::new(bootstrap()))
         .start()
         .unwrap();
-    let failure = loop {
-        match running.next_progress(DEADLINE) {
-            Some(Progress::Failed { error, .. }) => break error,
-            Some(_) => continue,
-            None => panic!("the stage did not fail within {DEADLINE:?}"),
-        }
-    };
+    let failure = next_failure(&running);
     assert!(
         failure.contains("committed with input offsets")
             && failure.contains("@4")

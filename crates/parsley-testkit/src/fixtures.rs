@@ -165,6 +165,54 @@ pub fn read_committed(topic: &TopicInfo) -> Vec<ReadRecord> {
     }
 }
 
+/// The values of every committed record of `topic`, as UTF-8 text, partition by partition in
+/// offset order.
+///
+/// # Panics
+/// On a broker error, a record without a value or a value that is not UTF-8.
+pub fn committed_values(topic: &TopicInfo) -> Vec<String> {
+    read_committed(topic)
+        .into_iter()
+        .map(|r| String::from_utf8(r.value.expect("a value")).expect("UTF-8"))
+        .collect()
+}
+
+/// Runs `topology` on the local broker until stage `stage` has committed `deliveries`, stops
+/// it (a final commit) and returns the stage's counters.
+///
+/// # Panics
+/// As [`wait_committed`], or when the runtime cannot start or stop.
+pub fn run_until(
+    topology: &parsley_stage::Topology,
+    stage: &str,
+    deliveries: u64,
+) -> parsley_runtime::MetricsSnapshot {
+    let running = parsley_runtime::Runtime::new(
+        topology.clone(),
+        parsley_runtime::RuntimeConfig::new(bootstrap()),
+    )
+    .start()
+    .expect("the runtime starts");
+    wait_committed(&running, stage, deliveries);
+    running.stop().expect("the runtime stops")[0].1
+}
+
+/// Waits for the first stage of `running` to fail and returns its error, rendered.
+///
+/// # Panics
+/// When no stage fails within [`DEADLINE`].
+pub fn next_failure(running: &parsley_runtime::Running) -> String {
+    let started = Instant::now();
+    loop {
+        let left = DEADLINE.saturating_sub(started.elapsed());
+        match running.next_progress(left) {
+            Some(parsley_runtime::Progress::Failed { error, .. }) => return error,
+            Some(_) if !left.is_zero() => {}
+            _ => panic!("no stage failed within {DEADLINE:?}"),
+        }
+    }
+}
+
 /// Waits for progress events of `running` until stage `stage` has committed at least
 /// `deliveries` deliveries; returns its counters then.
 ///
