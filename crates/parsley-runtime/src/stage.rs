@@ -94,15 +94,16 @@ enum RebalanceEvent {
     Assigned(Vec<(String, i32, i64)>),
     /// Partitions revoked.
     Revoked(Vec<(String, i32)>),
-    /// The rebalance failed.
-    Failed(String),
-    /// A committed offset lies below its partition's log start offset.
-    RecordsLost {
-        topic: String,
-        partition: i32,
-        committed: i64,
-        log_start: i64,
-    },
+    /// The rebalance failed: the stage stops with this error.
+    Failed(Error),
+}
+
+/// A rebalance failure described by `message`.
+fn rebalance_failed(message: String) -> Error {
+    Error::Admin {
+        operation: "rebalancing".into(),
+        message,
+    }
 }
 
 struct RebalanceContext {
@@ -133,12 +134,12 @@ impl ConsumerContext for RebalanceContext {
                         }
                         match consumer.assign(&assign) {
                             Ok(()) => RebalanceEvent::Assigned(positions),
-                            Err(e) => RebalanceEvent::Failed(format!("assign: {e}")),
+                            Err(e) => RebalanceEvent::Failed(Error::kafka("assigning", e)),
                         }
                     }
                     Err(e) => {
                         let _ = consumer.unassign();
-                        e
+                        RebalanceEvent::Failed(e)
                     }
                 }
             }
@@ -158,7 +159,7 @@ impl ConsumerContext for RebalanceContext {
             }
             other => {
                 let _ = consumer.unassign();
-                RebalanceEvent::Failed(format!("rebalance error {other:?}"))
+                RebalanceEvent::Failed(rebalance_failed(format!("rebalance error {other:?}")))
             }
         };
         self.events.lock().expect("rebalance events").push(event);
@@ -174,25 +175,28 @@ impl RebalanceContext {
         &self,
         consumer: &BaseConsumer<Self>,
         tpl: &TopicPartitionList,
-    ) -> std::result::Result<Vec<(String, i32, i64)>, RebalanceEvent> {
+    ) -> Result<Vec<(String, i32, i64)>> {
         let committed = consumer
             .committed_offsets(tpl.clone(), self.timeout)
-            .map_err(|e| RebalanceEvent::Failed(format!("reading committed offsets: {e}")))?;
+            .map_err(|e| Error::kafka("reading committed offsets", e))?;
         let mut out = Vec::new();
         for e in committed.elements() {
             let (low, _) = consumer
                 .fetch_watermarks(e.topic(), e.partition(), self.timeout)
                 .map_err(|err| {
-                    RebalanceEvent::Failed(format!(
-                        "reading the log start offset of {}/{}: {err}",
-                        e.topic(),
-                        e.partition()
-                    ))
+                    Error::kafka(
+                        format!(
+                            "reading the log start offset of {}/{}",
+                            e.topic(),
+                            e.partition()
+                        ),
+                        err,
+                    )
                 })?;
             let position = match e.offset() {
                 Offset::Offset(o) if o >= 0 => {
                     if o < low {
-                        return Err(RebalanceEvent::RecordsLost {
+                        return Err(Error::RecordsLost {
                             topic: e.topic().to_string(),
                             partition: e.partition(),
                             committed: o,
@@ -550,24 +554,7 @@ impl StageRunner {
         let positions = self
             .consumer
             .context()
-            .start_positions(&self.consumer, &assignment)
-            .map_err(|event| match event {
-                RebalanceEvent::RecordsLost {
-                    topic,
-                    partition,
-                    committed,
-                    log_start,
-                } => Error::RecordsLost {
-                    topic,
-                    partition,
-                    committed,
-                    log_start,
-                },
-                other => Error::Admin {
-                    operation: "reading committed offsets to recover".into(),
-                    message: format!("{other:?}"),
-                },
-            })?;
+            .start_positions(&self.consumer, &assignment)?;
         for &(source, partition) in &self.paused {
             self.set_paused(source, partition, false)?;
         }
@@ -837,25 +824,7 @@ impl StageRunner {
                     self.tasks.clear();
                     self.paused.clear();
                 }
-                RebalanceEvent::RecordsLost {
-                    topic,
-                    partition,
-                    committed,
-                    log_start,
-                } => {
-                    return Err(Error::RecordsLost {
-                        topic,
-                        partition,
-                        committed,
-                        log_start,
-                    });
-                }
-                RebalanceEvent::Failed(why) => {
-                    return Err(Error::Admin {
-                        operation: format!("rebalance of group {}", self.spec.group_id(&self.app)),
-                        message: why,
-                    });
-                }
+                RebalanceEvent::Failed(error) => return Err(error),
             }
         }
         Ok(())
@@ -1137,7 +1106,12 @@ impl StageRunner {
             partition,
             source: Box::new(parsley_gate::GateError::NotSeeded { channel }),
         })?;
-        let refetched = task.gate.metrics().refetched;
+        let refetching = task.gate.refetching(&channel).is_some();
+        let refetched = if refetching {
+            task.gate.metrics().refetched
+        } else {
+            0
+        };
         task.gate
             .offer(channel, arrival)
             .map_err(|refused| Error::Gate {
@@ -1146,8 +1120,10 @@ impl StageRunner {
                 source: Box::new(refused.kind),
             })?;
         self.metrics.fetched();
-        self.metrics
-            .refetched(task.gate.metrics().refetched - refetched);
+        if refetching {
+            self.metrics
+                .refetched(task.gate.metrics().refetched - refetched);
+        }
         if task.gate.held(&channel) > cap {
             // Mid-batch: a channel an in-flight claim needs spills at once; any other is
             // paused after the batch.
