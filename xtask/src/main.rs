@@ -3,8 +3,8 @@
 //! - `kafka up|down|status`: the local single-node Kafka broker (see `parsley_testkit::broker`);
 //! - `demo`: starts the broker if none, runs the inventory demo, stops what it started;
 //! - `test`: starts the broker if none, runs `cargo fmt --check`, clippy with warnings denied,
-//!   and every workspace test (unit, integration, doctests, the book's examples), stops what
-//!   it started.
+//!   every workspace test (unit, integration, doctests, the book's examples), a small run of
+//!   the demo and one seeded fault-injection run, stops what it started.
 //!
 //! Missing Java or Maven are installed from Debian's packages when running as root on a
 //! Debian-like machine; elsewhere the error says what to install.
@@ -124,17 +124,14 @@ fn run(cli: Cli) -> Result<ExitCode> {
         }
         Cmd::Demo { args, .. } if args.iter().any(|a| a == "--help" || a == "-h") => {
             let mut cmd = cargo();
-            cmd.args(["run", "--quiet", "--package", "parsley-inventory", "--"])
+            cmd.args(["run", "--quiet", "--package", "parsley-inventory"])
+                .args(["--bin", "parsley-inventory", "--"])
                 .args(&args);
             status_code(&mut cmd, "the inventory demo")
         }
         Cmd::Demo { keep_broker, args } => with_broker(keep_broker, |bootstrap| {
-            let mut cmd = cargo();
             println!("xtask: building and running the inventory demo");
-            cmd.args(["run", "--package", "parsley-inventory", "--"])
-                .args(&args)
-                .env(broker::BOOTSTRAP_ENV, bootstrap);
-            status_code(&mut cmd, "the inventory demo")
+            demo(bootstrap, &args)
         }),
         Cmd::SoakGate {
             histories,
@@ -180,6 +177,15 @@ fn run(cli: Cli) -> Result<ExitCode> {
             println!(
                 "xtask: fault injection, one seeded run (cargo xtask chaos --runs 1 --seed 1)"
             );
+            // The README's first command, small: it must keep working.
+            println!("xtask: a small run of the demo");
+            if demo(
+                bootstrap,
+                &["--products", "200", "--rounds", "5"].map(String::from),
+            )? != ExitCode::SUCCESS
+            {
+                bail!("the demo failed");
+            }
             if chaos(bootstrap, 1, 1)? != ExitCode::SUCCESS {
                 bail!("the fault-injection run failed");
             }
@@ -281,6 +287,16 @@ fn with_broker(keep: bool, f: impl FnOnce(&str) -> Result<ExitCode>) -> Result<E
 }
 
 /// Runs the fault-injection driver of the inventory example.
+/// Runs the inventory demo with `args` on `bootstrap`.
+fn demo(bootstrap: &str, args: &[String]) -> Result<ExitCode> {
+    let mut cmd = cargo();
+    cmd.args(["run", "--package", "parsley-inventory"])
+        .args(["--bin", "parsley-inventory", "--"])
+        .args(args)
+        .env(broker::BOOTSTRAP_ENV, bootstrap);
+    status_code(&mut cmd, "the inventory demo")
+}
+
 fn chaos(bootstrap: &str, runs: u64, seed: u64) -> Result<ExitCode> {
     let mut cmd = cargo();
     cmd.args([

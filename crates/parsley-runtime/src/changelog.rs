@@ -30,6 +30,7 @@ use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use crate::admin::{Admin, TopicInfo, TopicSpec};
 use crate::error::{Error, Result};
+use tracing::warn;
 
 /// Key prefix of fold-state records.
 pub(crate) const STATE_PREFIX: u8 = 0x00;
@@ -193,9 +194,20 @@ pub(crate) struct Restored {
     pub snapshot: Option<TaskSnapshot>,
     /// Records read.
     pub records: u64,
+    /// Consumers replaced after reading nothing for [`RESTORE_STALL`].
+    pub replaced: u64,
 }
 
-/// Reads partition `partition` of the changelog `topic` (see the module docs).
+/// How long a restore may read nothing (no record, no position move) before its consumer is
+/// replaced by a new one at the next offset to read. A consumer created while the broker
+/// restarts can stay without a fetch session after the broker is back (fault-injection run,
+/// seed 20); a new client is the evidence-neutral way out: it resumes exactly where the old one
+/// stopped.
+pub(crate) const RESTORE_STALL: Duration = Duration::from_secs(10);
+
+/// Reads partition `partition` of the changelog `topic` (see the module docs). `progress` is
+/// called with `(position, end)` — the next offset to read and the high watermark the restore
+/// reads up to (offsets, i64) — when the restore starts and after every record.
 ///
 /// # Errors
 /// [`Error::Changelog`] for a record that does not decode (topic, partition, offset named);
@@ -207,28 +219,37 @@ pub(crate) fn restore(
     topic: &str,
     partition: i32,
     timeout: Duration,
+    progress: &mut dyn FnMut(i64, i64),
 ) -> Result<Restored> {
     let end = admin.high_watermarks(&[(topic, partition)])?[0];
     let mut restored = Restored::default();
+    progress(0, end);
     if end == 0 {
         return Ok(restored);
     }
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("group.id", format!("{topic}.restore"))
-        .set("isolation.level", "read_committed")
-        .set("enable.auto.commit", "false")
-        .set("enable.partition.eof", "false")
-        .set("fetch.wait.max.ms", "50")
-        .create()
-        .map_err(|e| Error::kafka("creating the restore consumer", e))?;
-    let mut tpl = TopicPartitionList::new();
-    tpl.add_partition_offset(topic, partition, Offset::Beginning)
-        .map_err(|e| Error::kafka("building the restore assignment", e))?;
-    consumer
-        .assign(&tpl)
-        .map_err(|e| Error::kafka("assigning the changelog partition", e))?;
+    let open = |from: Offset| -> Result<BaseConsumer> {
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", bootstrap)
+            .set("group.id", format!("{topic}.restore"))
+            .set("isolation.level", "read_committed")
+            .set("enable.auto.commit", "false")
+            .set("enable.partition.eof", "false")
+            .set("fetch.wait.max.ms", "50")
+            .create()
+            .map_err(|e| Error::kafka("creating the restore consumer", e))?;
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset(topic, partition, from)
+            .map_err(|e| Error::kafka("building the restore assignment", e))?;
+        consumer
+            .assign(&tpl)
+            .map_err(|e| Error::kafka("assigning the changelog partition", e))?;
+        Ok(consumer)
+    };
+    let mut consumer = open(Offset::Beginning)?;
     let started = Instant::now();
+    // The next offset to read, once known (a record read or a position reported).
+    let mut next: Option<i64> = None;
+    let mut moved = Instant::now();
     loop {
         let position = consumer
             .position()
@@ -237,18 +258,43 @@ pub(crate) fn restore(
             .and_then(|e| match e.offset() {
                 Offset::Offset(o) => Some(o),
                 _ => None,
-            })
-            .unwrap_or(0);
-        if position >= end {
+            });
+        if let Some(p) = position
+            && next.is_none_or(|n| p > n)
+        {
+            next = Some(p);
+            moved = Instant::now();
+            progress(p, end);
+        }
+        let at = next.unwrap_or(0);
+        if at >= end {
             return Ok(restored);
         }
         if started.elapsed() >= timeout {
             return Err(Error::Timeout {
                 what: format!(
-                    "restoring {topic}/{partition}: position {position} of high watermark {end}"
+                    "restoring {topic}/{partition}: position {at} of high watermark {end} \
+                     ({} consumer(s) replaced after reading nothing for {}s)",
+                    restored.replaced,
+                    RESTORE_STALL.as_secs()
                 ),
                 timeout,
             });
+        }
+        if moved.elapsed() >= RESTORE_STALL {
+            warn!(
+                topic,
+                partition,
+                position = at,
+                end,
+                "the restore read nothing for {}s; replacing its consumer",
+                RESTORE_STALL.as_secs()
+            );
+            drop(consumer);
+            consumer = open(next.map_or(Offset::Beginning, Offset::Offset))?;
+            restored.replaced += 1;
+            moved = Instant::now();
+            continue;
         }
         let Some(m) = consumer.poll(Duration::from_millis(100)) else {
             continue;
@@ -259,6 +305,13 @@ pub(crate) fn restore(
             Err(e) if crate::error::transient(&e) => continue,
             Err(e) => return Err(Error::kafka("reading the changelog", e)),
         };
+        // Records arrive in offset order; one below `next` cannot come from this assignment.
+        if next.is_some_and(|n| m.offset() < n) {
+            continue;
+        }
+        next = Some(m.offset() + 1);
+        moved = Instant::now();
+        progress(m.offset() + 1, end);
         restored.records += 1;
         let key = m.key().unwrap_or_default();
         let bad = |message: String| Error::Changelog {

@@ -41,7 +41,7 @@ pub use causal_producer::{Acked, CausalProducer, CausalProducerConfig};
 pub use changelog::changelog_topic;
 pub use config::{GateMode, RuntimeConfig};
 pub use error::{Error, Result};
-pub use metrics::{MetricsSnapshot, Progress, StageMetrics};
+pub use metrics::{MetricsSnapshot, Progress, StageMetrics, TaskMetrics, TaskPhase};
 pub use outbox::partition_for;
 pub use runtime::{Running, Runtime, Shutdown};
 pub use stage::{DLQ_REASON_HEADER, DLQ_SOURCE_HEADER};

@@ -1,10 +1,17 @@
-//! Per-stage metrics and progress events.
+//! Per-stage and per-task metrics and progress events.
 //!
 //! Counters are updated by the stage's stream thread and read from any thread through
-//! [`StageMetrics::snapshot`]. After every committed transaction the stream thread sends a
-//! [`Progress::Committed`] event with a snapshot, so a caller can wait on committed evidence
-//! ("stage X has committed N deliveries") instead of sleeping.
+//! [`StageMetrics::snapshot`] (the stage's totals) and [`StageMetrics::tasks`] (one
+//! [`TaskMetrics`] per task this instance owns). After every committed transaction the stream
+//! thread sends a [`Progress::Committed`] event with a snapshot, so a caller can wait on
+//! committed evidence ("stage X has committed N deliveries") instead of sleeping.
+//!
+//! Invariants: stage counters only grow (except the `blocked_heads` gauge); a task's entry
+//! exists from the start of its restore until it is revoked, and its counters only grow while
+//! this instance owns it (a task that comes back after a revocation starts again at zero).
 
+use std::collections::BTreeMap;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Live counters of one stage (all tasks of one stream thread).
@@ -27,6 +34,66 @@ pub struct StageMetrics {
     reads_beyond_cap: AtomicU64,
     spilled: AtomicU64,
     refetched: AtomicU64,
+    tasks: Mutex<BTreeMap<i32, TaskMetrics>>,
+}
+
+/// What a task is doing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TaskPhase {
+    /// Reading its changelog partition (DESIGN.md §7); it delivers nothing yet.
+    Restoring,
+    /// Restored; fetching and delivering.
+    Running,
+}
+
+/// The counters of one task (partition `partition` of every source of the stage).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TaskMetrics {
+    /// The task: the partition of each source it consumes.
+    pub partition: i32,
+    /// Restoring or running.
+    pub phase: TaskPhase,
+    /// The next changelog offset the restore reads (i64).
+    pub restore_position: i64,
+    /// The changelog's high watermark when the restore started: the restore is complete when
+    /// `restore_position` reaches it (i64).
+    pub restore_end: i64,
+    /// Records delivered to the handler (committed or not).
+    pub delivered: u64,
+    /// Delivered records that the gate held for a claimed cause.
+    pub held: u64,
+    /// Total time held records waited in the gate, µs.
+    pub gate_wait_us: u64,
+    /// The longest such wait, µs.
+    pub max_gate_wait_us: u64,
+    /// Heads of this task's channels blocked at the last look (a gauge).
+    pub blocked_heads: u64,
+    /// Records of this task with impossible stamps, under any policy.
+    pub impossible_stamps: u64,
+    /// Frontier lag: offsets between the first undelivered offset and the end offset of the
+    /// consumer's last fetch response (librdkafka's cached watermark, a local read), summed
+    /// over the task's channels and updated at every commit interval; `None` until every
+    /// channel has had a fetch response. Commit markers and aborted records count as offsets,
+    /// so a caught-up task can show a lag of a few offsets while its input ends in a marker.
+    pub frontier_lag: Option<i64>,
+}
+
+impl TaskMetrics {
+    fn new(partition: i32) -> Self {
+        TaskMetrics {
+            partition,
+            phase: TaskPhase::Restoring,
+            restore_position: 0,
+            restore_end: 0,
+            delivered: 0,
+            held: 0,
+            gate_wait_us: 0,
+            max_gate_wait_us: 0,
+            blocked_heads: 0,
+            impossible_stamps: 0,
+            frontier_lag: None,
+        }
+    }
 }
 
 /// A copy of a stage's counters at one moment.
@@ -94,6 +161,34 @@ impl StageMetrics {
             spilled: g(&self.spilled),
             refetched: g(&self.refetched),
         }
+    }
+
+    /// The counters of every task this instance owns, by partition.
+    pub fn tasks(&self) -> Vec<TaskMetrics> {
+        self.tasks
+            .lock()
+            .expect("task metrics")
+            .values()
+            .copied()
+            .collect()
+    }
+
+    /// Updates (creating it when new) the entry of task `partition`.
+    pub(crate) fn task(&self, partition: i32, update: impl FnOnce(&mut TaskMetrics)) {
+        let mut tasks = self.tasks.lock().expect("task metrics");
+        update(
+            tasks
+                .entry(partition)
+                .or_insert_with(|| TaskMetrics::new(partition)),
+        );
+    }
+
+    /// Forgets the tasks this instance no longer owns.
+    pub(crate) fn retain_tasks(&self, keep: impl Fn(i32) -> bool) {
+        self.tasks
+            .lock()
+            .expect("task metrics")
+            .retain(|p, _| keep(*p));
     }
 
     pub(crate) fn fetched(&self) {

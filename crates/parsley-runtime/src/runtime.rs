@@ -10,7 +10,7 @@ use parsley_stage::Topology;
 
 use crate::config::RuntimeConfig;
 use crate::error::{Error, Result};
-use crate::metrics::{MetricsSnapshot, Progress, StageMetrics};
+use crate::metrics::{MetricsSnapshot, Progress, StageMetrics, TaskMetrics};
 use crate::stage::StageRunner;
 
 /// A cloneable request to stop: stream threads commit and return at their next loop turn
@@ -170,6 +170,15 @@ impl Running {
         self.stages
             .iter()
             .map(|(n, _, m)| (n.clone(), m.snapshot()))
+            .collect()
+    }
+
+    /// Current counters of every task of every stage this instance owns (tasks restoring
+    /// included), by stage.
+    pub fn task_metrics(&self) -> Vec<(String, Vec<TaskMetrics>)> {
+        self.stages
+            .iter()
+            .map(|(n, _, m)| (n.clone(), m.tasks()))
             .collect()
     }
 

@@ -46,7 +46,7 @@ use crate::admin::{Admin, TopicInfo};
 use crate::changelog::{self, META_KEY, STATE_PREFIX, TaskSnapshot};
 use crate::config::{GateMode, RuntimeConfig};
 use crate::error::{Error, Result};
-use crate::metrics::{Progress, StageMetrics};
+use crate::metrics::{Progress, StageMetrics, TaskPhase};
 use crate::outbox::{Outbox, SendTag, partition_for};
 
 /// Header of a dead-lettered record naming where it came from (`topic/partition@offset`).
@@ -248,6 +248,18 @@ struct Task {
     changed: bool,
     /// The input offsets of the last snapshot written.
     snapshot_offsets: Vec<(Channel, i64)>,
+    /// Deliveries not yet added to the task's metrics.
+    pending: TaskCounts,
+}
+
+/// Per-task deliveries counted by [`StageRunner::deliver_task`], added to the task's
+/// [`crate::TaskMetrics`] after each delivery round (one lock per round, not per record).
+#[derive(Default)]
+struct TaskCounts {
+    delivered: u64,
+    held: u64,
+    gate_wait_us: u64,
+    max_gate_wait_us: u64,
 }
 
 /// Deliveries and sends since the last commit.
@@ -689,6 +701,7 @@ impl StageRunner {
                 .unwrap_or_default();
             for stamp in found {
                 self.metrics.impossible();
+                self.metrics.task(partition, |m| m.impossible_stamps += 1);
                 let topic = self
                     .sources
                     .iter()
@@ -823,6 +836,7 @@ impl StageRunner {
                         .map_err(|e| Error::kafka("unassigning after revocation", e))?;
                     self.tasks.clear();
                     self.paused.clear();
+                    self.metrics.retain_tasks(|_| false);
                 }
                 RebalanceEvent::Failed(error) => return Err(error),
             }
@@ -878,13 +892,22 @@ impl StageRunner {
     /// a fresh incarnation (new sender id, gates seeded at the positions) when none exists.
     fn restore_task(&mut self, partition: i32, mut positions: Vec<(Channel, i64)>) -> Result<Task> {
         let started = Instant::now();
+        let metrics = self.metrics.clone();
+        metrics.task(partition, |m| m.phase = TaskPhase::Restoring);
         let restored = changelog::restore(
             &self.config.bootstrap,
             &self.admin,
             &self.changelog.name,
             partition,
             self.config.timeout,
+            &mut |position, end| {
+                metrics.task(partition, |m| {
+                    m.restore_position = position;
+                    m.restore_end = end;
+                })
+            },
         )?;
+        metrics.task(partition, |m| m.phase = TaskPhase::Running);
         positions.sort();
         let consumed: Vec<Channel> = self
             .sources
@@ -974,6 +997,7 @@ impl StageRunner {
                     dirty: BTreeSet::new(),
                     changed: false,
                     snapshot_offsets: committed_with,
+                    pending: TaskCounts::default(),
                 }
             }
             None => {
@@ -989,12 +1013,14 @@ impl StageRunner {
                     dirty: BTreeSet::new(),
                     changed: false,
                     snapshot_offsets: Vec::new(),
+                    pending: TaskCounts::default(),
                 }
             }
         };
         info!(
             partition,
             records = restored.records,
+            consumers_replaced = restored.replaced,
             keys = task.state.len(),
             sender = %task.clock.sender(),
             next_seq = task.clock.next_seq(),
@@ -1089,6 +1115,7 @@ impl StageRunner {
         } = f;
         if let Some(error) = malformed {
             self.metrics.impossible();
+            self.metrics.task(partition, |m| m.impossible_stamps += 1);
             match self.spec.impossible_policy() {
                 ImpossiblePolicy::Fail => return Err(error),
                 ImpossiblePolicy::DeliverAndCount => {
@@ -1245,6 +1272,15 @@ impl StageRunner {
             return Ok(());
         };
         let result = self.deliver_task(&mut task);
+        let counts = std::mem::take(&mut task.pending);
+        let blocked = task.gate.blocked_count() as u64;
+        self.metrics.task(partition, |m| {
+            m.delivered += counts.delivered;
+            m.held += counts.held;
+            m.gate_wait_us += counts.gate_wait_us;
+            m.max_gate_wait_us = m.max_gate_wait_us.max(counts.max_gate_wait_us);
+            m.blocked_heads = blocked;
+        });
         self.metrics.blocked_heads(
             self.tasks
                 .values()
@@ -1275,6 +1311,7 @@ impl StageRunner {
                 self.dead_letter(task, &payload, d.coordinate, &reason)?;
                 self.uncommitted.deliveries += 1;
                 self.metrics.delivered(None);
+                task.pending.delivered += 1;
                 continue;
             }
             let topic = &self.sources[payload.source].name;
@@ -1309,10 +1346,16 @@ impl StageRunner {
                 self.emit(task, emission)?;
             }
             self.uncommitted.deliveries += 1;
-            self.metrics.delivered(
-                d.waited
-                    .then(|| payload.arrived.elapsed().as_micros() as u64),
-            );
+            let waited_us = d
+                .waited
+                .then(|| payload.arrived.elapsed().as_micros() as u64);
+            self.metrics.delivered(waited_us);
+            task.pending.delivered += 1;
+            if let Some(us) = waited_us {
+                task.pending.held += 1;
+                task.pending.gate_wait_us += us;
+                task.pending.max_gate_wait_us = task.pending.max_gate_wait_us.max(us);
+            }
         }
         Ok(())
     }
@@ -1439,9 +1482,28 @@ impl StageRunner {
         Ok(())
     }
 
+    /// Sets every task's frontier lag from the end offsets of the consumer's last fetch
+    /// responses (a local read, no request).
+    fn publish_frontier_lag(&self) {
+        for task in self.tasks.values() {
+            let mut lag = Some(0);
+            for source in &self.sources {
+                let channel = Channel::new(source.id, task.partition);
+                let end = cached_high_watermark(&self.consumer, &source.name, task.partition);
+                let first = task.gate.first_undelivered(&channel);
+                lag = match (lag, end, first) {
+                    (Some(l), Some(end), Some(first)) => Some(l + (end - first).max(0)),
+                    _ => None,
+                };
+            }
+            self.metrics.task(task.partition, |m| m.frontier_lag = lag);
+        }
+    }
+
     /// Commits the open transaction with the input offsets of every task, then begins the
     /// next one.
     fn commit(&mut self) -> Result<()> {
+        self.publish_frontier_lag();
         if self.uncommitted.deliveries == 0 && self.uncommitted.emissions == 0 {
             self.last_commit = Instant::now();
             return Ok(());
@@ -1490,6 +1552,31 @@ impl StageRunner {
         self.last_commit = Instant::now();
         Ok(())
     }
+}
+
+/// librdkafka's cached high watermark of `topic`/`partition`, from the consumer's last fetch
+/// response (`rd_kafka_get_watermark_offsets`: a local read, no request; the rdkafka crate does
+/// not wrap it); `None` before the first fetch response. For metrics only: it is not evidence
+/// the gate may use (DESIGN.md §4 wants a `READ_UNCOMMITTED` `ListOffsets` after the poll).
+fn cached_high_watermark<C: ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    topic: &str,
+    partition: i32,
+) -> Option<i64> {
+    let topic = std::ffi::CString::new(topic).ok()?;
+    let (mut low, mut high) = (-1_i64, -1_i64);
+    // SAFETY: the client handle is alive for as long as `consumer` is borrowed; `topic` is a
+    // NUL-terminated string that outlives the call; `low` and `high` are valid for writes.
+    let err = unsafe {
+        rdkafka::bindings::rd_kafka_get_watermark_offsets(
+            consumer.client().native_ptr(),
+            topic.as_ptr(),
+            partition,
+            &mut low,
+            &mut high,
+        )
+    };
+    (err == RDKafkaRespErr::RD_KAFKA_RESP_ERR_NO_ERROR && high >= 0).then_some(high)
 }
 
 /// Decodes the `parsley.stamp` header of `m`; `None` when the record has none.

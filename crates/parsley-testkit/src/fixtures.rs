@@ -264,6 +264,38 @@ pub fn wait_metrics(
     }
 }
 
+/// Waits until the per-task metrics of `stage` satisfy `done` and returns them; `what` names
+/// the condition in the failure message.
+///
+/// # Panics
+/// When the stage fails, or the condition does not hold within [`DEADLINE`].
+pub fn wait_tasks(
+    running: &parsley_runtime::Running,
+    stage: &str,
+    what: &str,
+    done: impl Fn(&[parsley_runtime::TaskMetrics]) -> bool,
+) -> Vec<parsley_runtime::TaskMetrics> {
+    let started = Instant::now();
+    loop {
+        if let Some((_, tasks)) = running.task_metrics().into_iter().find(|(n, _)| n == stage)
+            && done(&tasks)
+        {
+            return tasks;
+        }
+        let left = DEADLINE.saturating_sub(started.elapsed());
+        assert!(
+            !left.is_zero(),
+            "stage {stage} did not reach {what} within {DEADLINE:?}: {:?}",
+            running.task_metrics()
+        );
+        if let Some(parsley_runtime::Progress::Failed { stage, error }) =
+            running.next_progress(left.min(Duration::from_millis(20)))
+        {
+            panic!("stage {stage} failed: {error}")
+        }
+    }
+}
+
 /// A plain producer for scripted histories: `transactional_id` makes it transactional
 /// (transactions initialised).
 ///

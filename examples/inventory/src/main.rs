@@ -20,7 +20,8 @@ use parsley_inventory::check::check;
 use parsley_inventory::generator::{GenConfig, generate};
 use parsley_inventory::pipeline::{names, read_logs, topology};
 use parsley_runtime::{
-    Admin, GateMode, MetricsSnapshot, Progress, Running, Runtime, RuntimeConfig, TopicSpec,
+    Admin, GateMode, MetricsSnapshot, Progress, Running, Runtime, RuntimeConfig, TaskMetrics,
+    TaskPhase, TopicSpec,
 };
 
 #[derive(Parser, Debug)]
@@ -226,10 +227,12 @@ fn print_row(name: &str, m: &MetricsSnapshot, secs: f64) {
 fn await_committed(running: &Running, targets: &[(&str, u64)]) -> Result<()> {
     let bar = ProgressBar::new(targets.iter().map(|(_, n)| n).sum());
     bar.set_style(
-        ProgressStyle::with_template("{msg:<24} {bar:30} {pos}/{len} committed deliveries")
-            .expect("template"),
+        ProgressStyle::with_template(
+            "{prefix:<22} {bar:30} {pos}/{len} committed deliveries  {msg}",
+        )
+        .expect("template"),
     );
-    bar.set_message(
+    bar.set_prefix(
         targets
             .iter()
             .map(|(n, _)| *n)
@@ -247,6 +250,7 @@ fn await_committed(running: &Running, targets: &[(&str, u64)]) -> Result<()> {
                 .map_or(0, |(_, m)| m.committed_deliveries)
         };
         bar.set_position(targets.iter().map(|(s, _)| committed(s)).sum());
+        bar.set_message(phase(&running.task_metrics()));
         if targets.iter().all(|(s, n)| committed(s) >= *n) {
             bar.finish();
             return Ok(());
@@ -255,8 +259,33 @@ fn await_committed(running: &Running, targets: &[(&str, u64)]) -> Result<()> {
         if left.is_zero() {
             bail!("the pipeline did not commit the expected deliveries in time: {metrics:?}");
         }
-        if let Some(Progress::Failed { stage, error }) = running.next_progress(left) {
+        // Commits drive the bar; a restore commits nothing, so look again within 200 ms.
+        if let Some(Progress::Failed { stage, error }) =
+            running.next_progress(left.min(Duration::from_millis(200)))
+        {
             bail!("stage {stage} failed: {error}");
         }
+    }
+}
+
+/// What the stages' tasks are doing, for the progress bar: restore progress (changelog offsets
+/// read of those to read) while any task restores, then catch-up (the frontier lag summed over
+/// every task, in offsets).
+fn phase(tasks: &[(String, Vec<TaskMetrics>)]) -> String {
+    let all = || tasks.iter().flat_map(|(_, ts)| ts);
+    let restoring: Vec<&TaskMetrics> = all().filter(|t| t.phase == TaskPhase::Restoring).collect();
+    if !restoring.is_empty() {
+        let read: i64 = restoring.iter().map(|t| t.restore_position).sum();
+        let end: i64 = restoring.iter().map(|t| t.restore_end).sum();
+        return format!(
+            "restoring {} task(s): {read}/{end} changelog offsets",
+            restoring.len()
+        );
+    }
+    let lags: Vec<i64> = all().filter_map(|t| t.frontier_lag).collect();
+    match lags.iter().sum::<i64>() {
+        _ if lags.is_empty() => "starting".to_string(),
+        0 => "caught up".to_string(),
+        lag => format!("catching up: frontier lag {lag} offsets"),
     }
 }
