@@ -428,6 +428,21 @@ impl Admin {
     /// [`Error::Admin`] naming the topic that could not be created (including one that
     /// exists already), or when the topics do not appear within the timeout.
     pub fn create_topics(&self, topics: &[TopicSpec]) -> Result<Vec<TopicInfo>> {
+        self.create(topics, false)
+    }
+
+    /// Creates `topic` unless it exists, and describes it: another process creating it at the
+    /// same moment (two instances of a stage starting together) is not an error. The topic's
+    /// actual partition count is returned, whatever `topic.partitions` asked for.
+    ///
+    /// # Errors
+    /// Admin errors other than "topic already exists"; a topic not described within the
+    /// timeout.
+    pub fn create_topic_if_absent(&self, topic: &TopicSpec) -> Result<TopicInfo> {
+        Ok(self.create(std::slice::from_ref(topic), true)?.remove(0))
+    }
+
+    fn create(&self, topics: &[TopicSpec], tolerate_existing: bool) -> Result<Vec<TopicInfo>> {
         let new: Vec<NewTopic<'_>> = topics
             .iter()
             .map(|t| {
@@ -439,8 +454,13 @@ impl Admin {
             .collect();
         let results = block_on(self.client.create_topics(new.iter(), &self.options()))
             .map_err(|e| Error::kafka("creating topics", e))?;
+        let mut existed = false;
         for r in results {
             if let Err((topic, code)) = r {
+                if tolerate_existing && code == RDKafkaErrorCode::TopicAlreadyExists {
+                    existed = true;
+                    continue;
+                }
                 return Err(Error::Admin {
                     operation: format!("creating topic {topic}"),
                     message: code.to_string(),
@@ -451,11 +471,10 @@ impl Admin {
         let deadline = Instant::now() + self.timeout;
         loop {
             let found = self.describe_raw(&names)?;
-            if found
-                .iter()
-                .zip(topics)
-                .all(|(r, t)| r.as_ref().is_ok_and(|i| i.partitions == t.partitions))
-            {
+            if found.iter().zip(topics).all(|(r, t)| {
+                r.as_ref()
+                    .is_ok_and(|i| i.partitions == t.partitions || existed)
+            }) {
                 return Ok(found.into_iter().map(|r| r.expect("checked")).collect());
             }
             if Instant::now() > deadline {

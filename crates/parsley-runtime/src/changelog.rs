@@ -60,9 +60,10 @@ pub(crate) fn ensure_topic(admin: &Admin, name: &str, partitions: i32) -> Result
     };
     let info = match existing {
         Some(t) => t,
-        None => admin
-            .create_topics(&[TopicSpec::new(name, partitions).config("cleanup.policy", "compact")])?
-            .remove(0),
+        // Another instance of the stage may create it at the same moment.
+        None => admin.create_topic_if_absent(
+            &TopicSpec::new(name, partitions).config("cleanup.policy", "compact"),
+        )?,
     };
     if info.partitions != partitions {
         return Err(Error::ChangelogPartitions {

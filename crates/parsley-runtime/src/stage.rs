@@ -1315,6 +1315,8 @@ impl StageRunner {
                 continue;
             }
             let topic = &self.sources[payload.source].name;
+            trace!(target: DELIVERY_TARGET, topic = %topic, partition = task.partition,
+                offset = d.coordinate.offset, "delivered");
             if d.waited {
                 trace!(topic = %topic, partition = task.partition, offset = d.coordinate.offset,
                     waited_us = payload.arrived.elapsed().as_micros() as u64, "held record delivered");
@@ -1553,6 +1555,12 @@ impl StageRunner {
         Ok(())
     }
 }
+
+/// The `tracing` target of the event sent for every record delivered to the handler, at
+/// `TRACE` level, with fields `topic`, `partition` and `offset` (committed or not): a delivery
+/// journal for audits such as the fault-injection suite's re-read measurement. Off unless a
+/// subscriber enables it (e.g. `RUST_LOG=parsley::delivery=trace`).
+pub const DELIVERY_TARGET: &str = "parsley::delivery";
 
 /// librdkafka's cached high watermark of `topic`/`partition`, from the consumer's last fetch
 /// response (`rd_kafka_get_watermark_offsets`: a local read, no request; the rdkafka crate does

@@ -16,11 +16,12 @@
 //! completeness check counts each committed input's contributions: exactly one. Fault times come
 //! from the seed, so a failing run prints its seed and replays with `--seed`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Read;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
@@ -28,7 +29,7 @@ use indicatif::ProgressBar;
 use parsley_inventory::check::check;
 use parsley_inventory::generator::{GenConfig, generate};
 use parsley_inventory::pipeline::{names, read_logs, topology};
-use parsley_runtime::{Admin, Progress, Runtime, RuntimeConfig, TopicSpec};
+use parsley_runtime::{Admin, DELIVERY_TARGET, Progress, Runtime, RuntimeConfig, TopicSpec};
 use parsley_testkit::fixtures::read_committed;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -74,16 +75,22 @@ enum Mode {
 }
 
 fn main() -> ExitCode {
+    let args = Args::parse();
+    // Workers also journal every delivery (the runtime's `parsley::delivery` events) into
+    // their log files, for the re-read measurement.
+    let default_filter = match args.mode {
+        Mode::Worker { .. } => format!("{QUIET},{DELIVERY_TARGET}=trace"),
+        Mode::Run { .. } => QUIET.to_string(),
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                // Broker restarts are injected on purpose: the clients' connection errors
-                // are expected noise (workers log theirs to their own files).
-                .unwrap_or_else(|_| "warn,librdkafka=off,rdkafka::client=off".into()),
+                .unwrap_or_else(|_| default_filter.into()),
         )
+        .with_ansi(false)
         .with_writer(std::io::stderr)
         .init();
-    let result = match Args::parse().mode {
+    let result = match args.mode {
         Mode::Worker {
             bootstrap,
             run_id,
@@ -108,6 +115,13 @@ fn main() -> ExitCode {
     }
 }
 
+/// Broker restarts are injected on purpose: the clients' connection errors are expected noise
+/// (workers log theirs to their own files).
+const QUIET: &str = "warn,librdkafka=off,rdkafka::client=off";
+
+/// The commit interval of every stage process (the runtime's default), in ms.
+const COMMIT_INTERVAL_MS: u64 = 100;
+
 /// Settings every stage process uses: short session and transaction timeouts, so that a
 /// killed process's membership and open transaction are cleared within seconds.
 fn stage_config(bootstrap: &str, instance: &str) -> RuntimeConfig {
@@ -117,7 +131,7 @@ fn stage_config(bootstrap: &str, instance: &str) -> RuntimeConfig {
         .producer_property("transaction.timeout.ms", "10000");
     c.instance_id = instance.to_string();
     c.timeout = Duration::from_secs(60);
-    c
+    c.commit_interval(Duration::from_millis(COMMIT_INTERVAL_MS))
 }
 
 fn worker(bootstrap: &str, run_id: &str, stage: &str, instance: &str) -> Result<()> {
@@ -148,13 +162,15 @@ struct Worker {
     stage: &'static str,
     instance: String,
     child: Child,
+    /// Its log file (warnings and its delivery journal).
+    log: PathBuf,
 }
 
 struct Driver {
     bootstrap: String,
     run_id: String,
-    exe: std::path::PathBuf,
-    logs: std::path::PathBuf,
+    exe: PathBuf,
+    logs: PathBuf,
     spawned: u32,
 }
 
@@ -187,6 +203,7 @@ impl Driver {
             stage,
             instance: instance.to_string(),
             child,
+            log,
         })
     }
 }
@@ -217,6 +234,11 @@ struct RunReport {
     completeness: Vec<String>,
     oversold: u64,
     secs: f64,
+    /// The most records of one channel that a killed process had delivered and another
+    /// process delivered again (re-read), over the run's kills.
+    reread_max: usize,
+    /// The longest time between a re-read record's first delivery and the kill, ms.
+    reread_window_ms: i64,
 }
 
 fn suite(
@@ -237,7 +259,7 @@ fn suite(
         logs.display()
     );
     println!(
-        "{:>4} {:>6} {:>5} {:>5} {:>7} {:>10} {:>8} {:>10} {:>10} {:>8}  result",
+        "{:>4} {:>6} {:>5} {:>5} {:>7} {:>10} {:>8} {:>10} {:>10} {:>7} {:>10} {:>8}  result",
         "run",
         "seed",
         "kill",
@@ -247,8 +269,11 @@ fn suite(
         "aborted",
         "violations",
         "dup/loss",
+        "re-read",
+        "window ms",
         "seconds"
     );
+    let (mut reread_max, mut window_max) = (0, 0);
     let mut all_ok = true;
     let mut totals: BTreeMap<&'static str, u32> = BTreeMap::new();
     for run in 0..runs {
@@ -261,8 +286,10 @@ fn suite(
         let ok =
             report.violation.is_none() && report.completeness.is_empty() && report.oversold == 0;
         all_ok &= ok;
+        reread_max = reread_max.max(report.reread_max);
+        window_max = window_max.max(report.reread_window_ms);
         println!(
-            "{:>4} {:>6} {:>5} {:>5} {:>7} {:>10} {:>8} {:>10} {:>10} {:>8.1}  {}",
+            "{:>4} {:>6} {:>5} {:>5} {:>7} {:>10} {:>8} {:>10} {:>10} {:>7} {:>10} {:>8.1}  {}",
             run,
             s,
             report.faults.get("kill").unwrap_or(&0),
@@ -272,6 +299,8 @@ fn suite(
             report.aborted_events,
             u32::from(report.violation.is_some()),
             report.completeness.len(),
+            report.reread_max,
+            report.reread_window_ms,
             report.secs,
             if ok { "PASS" } else { "FAIL" }
         );
@@ -295,6 +324,10 @@ fn suite(
         } else {
             "FAILURES above"
         }
+    );
+    println!(
+        "chaos: after a kill -9, at most {reread_max} records of one channel were delivered again, \
+         all first delivered within {window_max} ms before the kill (commit interval {COMMIT_INTERVAL_MS} ms)"
     );
     Ok(all_ok)
 }
@@ -368,6 +401,8 @@ fn one_run(
     };
 
     let mut report = RunReport::default();
+    // Killed workers: their log and the kill's moment (ms since epoch).
+    let mut killed: Vec<(PathBuf, i64)> = Vec::new();
     // Broker restarts only on the broker this project started (never on someone's cluster).
     let own_broker = matches!(
         parsley_testkit::broker::status(),
@@ -390,8 +425,10 @@ fn one_run(
             Fault::Kill => {
                 let i = rng.random_range(0..workers.len());
                 let mut w = workers.remove(i);
+                let at = now_ms();
                 w.child.kill()?; // SIGKILL
                 w.child.wait()?;
+                killed.push((w.log.clone(), at));
                 let again = driver.spawn(w.stage, &w.instance)?;
                 workers.insert(i, again);
                 *report.faults.entry("kill").or_default() += 1;
@@ -466,6 +503,123 @@ fn one_run(
     report.violation = outcome.oracle.err().map(|v| v.to_string());
     report.completeness = outcome.completeness;
     report.oversold = outcome.oversold;
+    (report.reread_max, report.reread_window_ms) = reread(&driver.logs, &run_id, &killed)?;
     report.secs = started.elapsed().as_secs_f64();
     Ok(report)
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// One line of a worker's delivery journal: (ms since epoch, topic, partition, offset).
+fn journal_line(line: &str) -> Option<(i64, String, i32, i64)> {
+    let rest = line.split_once(&format!(" {DELIVERY_TARGET}: delivered "))?;
+    let at = chrono_ms(rest.0.split_whitespace().next()?)?;
+    let field = |name: &str| {
+        rest.1
+            .split_whitespace()
+            .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+    };
+    Some((
+        at,
+        field("topic")?.to_string(),
+        field("partition")?.parse().ok()?,
+        field("offset")?.parse().ok()?,
+    ))
+}
+
+/// Milliseconds since epoch of an RFC 3339 UTC timestamp as `tracing-subscriber` writes it
+/// (`2026-11-30T07:13:31.838893Z`).
+fn chrono_ms(ts: &str) -> Option<i64> {
+    let (date, time) = ts.strip_suffix('Z')?.split_once('T')?;
+    let mut d = date.split('-').map(|x| x.parse::<i64>());
+    let (y, m, day) = (d.next()?.ok()?, d.next()?.ok()?, d.next()?.ok()?);
+    let mut t = time.split(':');
+    let (h, min) = (
+        t.next()?.parse::<i64>().ok()?,
+        t.next()?.parse::<i64>().ok()?,
+    );
+    let sec: f64 = t.next()?.parse().ok()?;
+    // Days since 1970-01-01 (proleptic Gregorian; Howard Hinnant's days_from_civil).
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some(((days * 24 + h) * 60 + min) * 60_000 + (sec * 1000.0) as i64)
+}
+
+/// The re-read after each kill: records the killed process delivered that a process started
+/// later delivered again (its uncommitted work). Returns the most such records on one channel
+/// after one kill, and the longest time from such a record's first delivery to its kill (ms);
+/// with a commit every [`COMMIT_INTERVAL_MS`], that window is one commit interval plus the
+/// time a commit takes.
+fn reread(logs: &Path, run_id: &str, killed: &[(PathBuf, i64)]) -> Result<(usize, i64)> {
+    // Every journal of the run, in spawn order (the file name's last number).
+    let mut journals: Vec<(u32, PathBuf)> = std::fs::read_dir(logs)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(&format!("{run_id}-")))
+        })
+        .filter_map(|p| {
+            let n = p.file_stem()?.to_str()?.rsplit('-').next()?.parse().ok()?;
+            Some((n, p))
+        })
+        .collect();
+    journals.sort();
+    let read = |p: &Path| -> Result<Vec<(i64, String, i32, i64)>> {
+        let text = std::fs::read_to_string(p).with_context(|| format!("{}", p.display()))?;
+        Ok(text.lines().filter_map(journal_line).collect())
+    };
+    let (mut most, mut window) = (0, 0);
+    for (log, at) in killed {
+        let Some(k) = journals.iter().position(|(_, p)| p == log) else {
+            continue;
+        };
+        let later: HashSet<(String, i32, i64)> = journals[k + 1..]
+            .iter()
+            .map(|(_, p)| read(p))
+            .collect::<Result<Vec<_>>>()?
+            .into_iter()
+            .flatten()
+            .map(|(_, t, p, o)| (t, p, o))
+            .collect();
+        let mut per_channel: HashMap<(String, i32), usize> = HashMap::new();
+        for (ts, t, p, o) in read(log)? {
+            if later.contains(&(t.clone(), p, o)) {
+                *per_channel.entry((t, p)).or_default() += 1;
+                window = window.max(at - ts);
+            }
+        }
+        most = most.max(per_channel.into_values().max().unwrap_or(0));
+    }
+    Ok((most, window))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_journal_line_parses_to_its_time_and_coordinate() {
+        let line = "2026-11-30T07:13:31.838893Z TRACE run{stage=\"ledger\"}: parsley::delivery: \
+                    delivered topic=chaos-1-ab.ledger partition=3 offset=1234";
+        assert_eq!(
+            journal_line(line),
+            Some((1_796_022_811_838, "chaos-1-ab.ledger".to_string(), 3, 1234))
+        );
+        assert_eq!(chrono_ms("2000-02-29T00:00:00.000Z"), Some(951_782_400_000));
+        assert_eq!(
+            journal_line("2026-11-30T07:13:31.838893Z  WARN other: x"),
+            None
+        );
+        assert_eq!(chrono_ms("not a time"), None);
+    }
 }
