@@ -212,9 +212,33 @@ impl Admin {
     /// # Errors
     /// [`Error::Admin`] for a failed request or a partition that reports an error (named).
     pub fn high_watermarks(&self, partitions: &[(&str, i32)]) -> Result<Vec<i64>> {
+        self.list_offsets(
+            partitions,
+            rdsys::rd_kafka_OffsetSpec_t::RD_KAFKA_OFFSET_SPEC_LATEST,
+        )
+    }
+
+    /// The log start offset of each of `partitions` (in order): one batched
+    /// `ListOffsets(EARLIEST)` request, asked again with fresh metadata while a leader is
+    /// moving or restarting (within the admin's timeout).
+    ///
+    /// # Errors
+    /// [`Error::Admin`] for a failed request or a partition that reports an error (named).
+    pub fn log_start_offsets(&self, partitions: &[(&str, i32)]) -> Result<Vec<i64>> {
+        self.list_offsets(
+            partitions,
+            rdsys::rd_kafka_OffsetSpec_t::RD_KAFKA_OFFSET_SPEC_EARLIEST,
+        )
+    }
+
+    fn list_offsets(
+        &self,
+        partitions: &[(&str, i32)],
+        spec: rdsys::rd_kafka_OffsetSpec_t,
+    ) -> Result<Vec<i64>> {
         let deadline = Instant::now() + self.timeout;
         loop {
-            match self.list_latest(partitions) {
+            match self.list_once(partitions, spec) {
                 Ok(offsets) => return Ok(offsets),
                 // A leader that just moved or restarted (stale leader epoch, not the leader
                 // yet): librdkafka refreshes its metadata; ask again.
@@ -235,10 +259,12 @@ impl Admin {
         }
     }
 
-    /// One `ListOffsets` request; the error says whether asking again may succeed.
-    fn list_latest(
+    /// One `ListOffsets` request (`READ_UNCOMMITTED`); the error says whether asking again
+    /// may succeed.
+    fn list_once(
         &self,
         partitions: &[(&str, i32)],
+        spec: rdsys::rd_kafka_OffsetSpec_t,
     ) -> std::result::Result<Vec<i64>, (bool, Error)> {
         if partitions.is_empty() {
             return Ok(Vec::new());
@@ -262,7 +288,7 @@ impl Admin {
             );
             for (name, (_, p)) in names.iter().zip(partitions) {
                 let tp = rdsys::rd_kafka_topic_partition_list_add(list.0, name.as_ptr(), *p);
-                (*tp).offset = rdsys::rd_kafka_OffsetSpec_t::RD_KAFKA_OFFSET_SPEC_LATEST as i64;
+                (*tp).offset = spec as i64;
             }
             let event = self
                 .request(
@@ -285,7 +311,9 @@ impl Admin {
                     },
                     |rk, options, queue| rdsys::rd_kafka_ListOffsets(rk, list.0, options, queue),
                 )
-                .map_err(|e| (false, e))?;
+                // No answer, a timeout, a transport failure: the broker may be restarting.
+                // Asked again until the caller's deadline.
+                .map_err(|e| (true, e))?;
             let result = rdsys::rd_kafka_event_ListOffsets_result(event.0);
             let mut count = 0usize;
             let infos = rdsys::rd_kafka_ListOffsets_result_infos(result, &mut count);
@@ -304,6 +332,8 @@ impl Admin {
                             | RDKafkaErrorCode::OffsetNotAvailable
                             | RDKafkaErrorCode::RequestTimedOut
                             | RDKafkaErrorCode::NetworkException
+                            // The client's metadata predates the partition (just added).
+                            | RDKafkaErrorCode::UnknownPartition
                     );
                     return Err((
                         retriable,

@@ -109,6 +109,8 @@ fn rebalance_failed(message: String) -> Error {
 struct RebalanceContext {
     events: Mutex<Vec<RebalanceEvent>>,
     timeout: Duration,
+    /// The stage's admin client (log start offsets, asked again while a leader moves).
+    admin: Arc<Admin>,
     /// Set when the stream thread is done with the consumer: a revocation while closing is
     /// acknowledged at once (nothing is left to commit).
     closing: AtomicBool,
@@ -179,20 +181,14 @@ impl RebalanceContext {
         let committed = consumer
             .committed_offsets(tpl.clone(), self.timeout)
             .map_err(|e| Error::kafka("reading committed offsets", e))?;
+        let elements = committed.elements();
+        let partitions: Vec<(&str, i32)> = elements
+            .iter()
+            .map(|e| (e.topic(), e.partition()))
+            .collect();
+        let starts = self.admin.log_start_offsets(&partitions)?;
         let mut out = Vec::new();
-        for e in committed.elements() {
-            let (low, _) = consumer
-                .fetch_watermarks(e.topic(), e.partition(), self.timeout)
-                .map_err(|err| {
-                    Error::kafka(
-                        format!(
-                            "reading the log start offset of {}/{}",
-                            e.topic(),
-                            e.partition()
-                        ),
-                        err,
-                    )
-                })?;
+        for (e, low) in elements.iter().zip(starts) {
             let position = match e.offset() {
                 Offset::Offset(o) if o >= 0 => {
                     if o < low {
@@ -291,7 +287,7 @@ pub(crate) struct StageRunner {
     epoch: u64,
     /// Records fetched so far (orders deliveries in arrival order under [`GateMode::Off`]).
     arrivals: u64,
-    admin: Admin,
+    admin: Arc<Admin>,
     /// Names of topics by id, for evidence requests (sources, sinks, then resolved on demand).
     topic_names: HashMap<TopicId, String>,
     last_commit: Instant,
@@ -311,7 +307,7 @@ impl StageRunner {
         observer: Option<Sender<Progress>>,
         shutdown: Arc<AtomicBool>,
     ) -> Result<Self> {
-        let admin = Admin::new(&config.bootstrap, config.timeout)?;
+        let admin = Arc::new(Admin::new(&config.bootstrap, config.timeout)?);
         let source_names: Vec<&str> = spec.sources().iter().map(String::as_str).collect();
         let sources = admin.describe_topics(&source_names)?;
         if sources
@@ -372,6 +368,7 @@ impl StageRunner {
                 events: Mutex::new(Vec::new()),
                 closing: AtomicBool::new(false),
                 timeout: config.timeout,
+                admin: admin.clone(),
             })
             .map_err(|e| Error::kafka(format!("creating the consumer of group {group}"), e))?;
 
@@ -1033,10 +1030,9 @@ impl StageRunner {
     /// The log start offset of source channel `channel`.
     fn log_start(&self, channel: Channel) -> Result<i64> {
         let topic = &self.source_of(channel)?.name;
-        self.consumer
-            .fetch_watermarks(topic, channel.partition, self.config.timeout)
-            .map(|(low, _)| low)
-            .map_err(|e| Error::kafka(format!("reading the log start offset of {channel}"), e))
+        Ok(self
+            .admin
+            .log_start_offsets(&[(topic.as_str(), channel.partition)])?[0])
     }
 
     /// Moves the consumer's fetch position of source channel `channel` to `offset`.
