@@ -343,7 +343,7 @@ fn print_table(args: &BenchArgs, results: &[(usize, u64, [Row; 2])]) -> bool {
         let latency_met = p99 <= p99_target;
         all_met &= throughput_met && latency_met;
         verdicts.push(format!(
-            "{}: throughput {ratio:.2}× the raw loop (target ≥ 0.90×): {}; live p99 {p99:.1} ms (target ≤ {p99_target:.0} ms): {}",
+            "{}: throughput {ratio:.3}× the raw loop (target ≥ 0.9×): {}; live p99 {p99:.1} ms (target ≤ {p99_target:.0} ms): {}",
             size(*payload),
             met(throughput_met),
             met(latency_met)
