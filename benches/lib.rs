@@ -1,7 +1,12 @@
-//! Criterion benchmarks of Parsley (no library code; see `benches/`).
+//! Parsley's benchmarks (no library code).
 //!
+//! Criterion benchmarks in `benches/`, run with `cargo bench -p parsley-benches`:
 //! - `clock_codec`: stamp encode and decode time and encoded bytes per entry, for stamps of
 //!   4, 16 and 64 entries;
 //! - `gate_delivery`: gate cost per delivered record for stamps of 4, 16 and 64 entries.
 //!
-//! Run with `cargo bench -p parsley-benches`; figures are recorded in the book.
+//! The end-to-end benchmark, the `e2e` binary in `e2e/`, run with `cargo xtask bench e2e`: a
+//! raw rdkafka transactional loop against a Parsley pass-through stage on a real broker
+//! (throughput, live-record latency, peak memory).
+//!
+//! Figures are recorded in the book ("Benchmarks").

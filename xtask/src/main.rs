@@ -4,7 +4,12 @@
 //! - `demo`: starts the broker if none, runs the inventory demo, stops what it started;
 //! - `test`: starts the broker if none, runs `cargo fmt --check`, clippy with warnings denied,
 //!   every workspace test (unit, integration, doctests, the book's examples), a small run of
-//!   the demo and one seeded fault-injection run, stops what it started.
+//!   the demo and one seeded fault-injection run, stops what it started;
+//! - `soak-gate`: many random simulator histories through the gate and the oracle;
+//! - `chaos`: the inventory stages as processes under injected faults, checked by the oracle;
+//! - `bench e2e`: starts the broker if none, runs the end-to-end benchmark (a raw
+//!   transactional loop against a Parsley pass-through stage, release build) and prints its
+//!   table, stops what it started.
 //!
 //! Missing Java or Maven are installed from Debian's packages when running as root on a
 //! Debian-like machine; elsewhere the error says what to install.
@@ -64,11 +69,41 @@ enum Cmd {
         #[arg(long)]
         keep_broker: bool,
     },
+    /// Benchmarks on the local broker (started if none is running).
+    Bench {
+        #[command(subcommand)]
+        kind: BenchCmd,
+    },
     /// Format check, clippy (warnings denied) and every workspace test on the local broker.
     Test {
         /// Leave a broker this command started running afterwards.
         #[arg(long)]
         keep_broker: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum BenchCmd {
+    /// A raw rdkafka transactional consume→produce loop against a Parsley pass-through stage:
+    /// throughput, live-record latency and peak memory, side by side (release build; the book's
+    /// "Benchmarks" chapter has the figures).
+    E2e {
+        /// Records preloaded per payload size (default: 1,000,000, or 500 MiB of payload
+        /// when that is fewer).
+        #[arg(long)]
+        records: Option<u64>,
+        /// Payload sizes in bytes, comma-separated (default: 100,1024).
+        #[arg(long)]
+        payloads: Option<String>,
+        /// Commit interval of both modes, ms (default: 100).
+        #[arg(long)]
+        commit_interval_ms: Option<u64>,
+        /// Leave a broker this command started running afterwards.
+        #[arg(long)]
+        keep_broker: bool,
+        /// Extra arguments for the benchmark binary (after `--`; `-- --help` lists them).
+        #[arg(last = true)]
+        args: Vec<String>,
     },
 }
 
@@ -143,6 +178,50 @@ fn run(cli: Cli) -> Result<ExitCode> {
             seed,
             keep_broker,
         } => with_broker(keep_broker, |bootstrap| chaos(bootstrap, runs, seed)),
+        Cmd::Bench {
+            kind:
+                BenchCmd::E2e {
+                    records,
+                    payloads,
+                    commit_interval_ms,
+                    keep_broker,
+                    args,
+                },
+        } => {
+            let mut forwarded: Vec<String> = Vec::new();
+            for (flag, value) in [
+                ("--records", records.map(|r| r.to_string())),
+                ("--payloads", payloads),
+                (
+                    "--commit-interval-ms",
+                    commit_interval_ms.map(|c| c.to_string()),
+                ),
+            ] {
+                if let Some(v) = value {
+                    forwarded.extend([flag.to_string(), v]);
+                }
+            }
+            forwarded.extend(args);
+            let mut cmd = cargo();
+            cmd.args([
+                "run",
+                "--release",
+                "--quiet",
+                "--package",
+                "parsley-benches",
+                "--bin",
+                "e2e",
+                "--",
+            ]);
+            if forwarded.iter().any(|a| a == "--help" || a == "-h") {
+                return status_code(cmd.args(&forwarded), "the end-to-end benchmark");
+            }
+            with_broker(keep_broker, |bootstrap| {
+                println!("xtask: building (release) and running the end-to-end benchmark");
+                cmd.args(["--bootstrap", bootstrap]).args(&forwarded);
+                status_code(&mut cmd, "the end-to-end benchmark")
+            })
+        }
         Cmd::Test { keep_broker } => with_broker(keep_broker, |bootstrap| {
             let steps: [(&str, &[&str]); 4] = [
                 ("cargo fmt --check", &["fmt", "--all", "--", "--check"]),

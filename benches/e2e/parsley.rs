@@ -1,0 +1,120 @@
+//! The Parsley case: a topology of one pass-through stage, run by the runtime.
+//!
+//! The handler emits each record's key and value unchanged to the output topic; keys and
+//! values are raw bytes ([`RawBytes`]), so no serialisation cost is added beyond copying.
+//! The stage stamps every output, keeps its gate snapshot in its changelog and commits
+//! outputs, snapshot and input offsets in one transaction per commit interval — everything a
+//! real stage does, with no user logic.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use parsley_runtime::{Progress, Runtime, RuntimeConfig};
+use parsley_stage::{Codec, CodecError, Handler, HandlerResult, Record, Step, Topology};
+
+use crate::worker::{Measured, WorkerArgs, check_deadline};
+
+/// The stage's name (its consumer group is `{application}.pass`).
+pub const STAGE: &str = "pass";
+
+/// Bytes as they are: the identity codec.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RawBytes;
+
+impl Codec<Vec<u8>> for RawBytes {
+    fn encode(&self, value: &Vec<u8>) -> Result<Vec<u8>, CodecError> {
+        Ok(value.clone())
+    }
+
+    fn decode(&self, bytes: &[u8]) -> Result<Vec<u8>, CodecError> {
+        Ok(bytes.to_vec())
+    }
+}
+
+/// Emits its input unchanged to `sink`.
+#[derive(Debug, Clone)]
+pub struct PassThrough {
+    /// The output topic.
+    pub sink: String,
+}
+
+impl Handler for PassThrough {
+    type Key = Vec<u8>;
+    type Value = Vec<u8>;
+    type Output = Vec<u8>;
+    type State = ();
+
+    fn handle(
+        &self,
+        record: Record<'_, Vec<u8>, Vec<u8>>,
+        _state: Option<()>,
+    ) -> HandlerResult<Vec<u8>, Vec<u8>, ()> {
+        Ok(Step::none().emit(self.sink.clone(), record.key, record.value))
+    }
+}
+
+/// The pass-through topology of application `app` from `input` to `output`.
+///
+/// # Errors
+/// When the names are not legal topic names.
+pub fn topology(app: &str, input: &str, output: &str) -> Result<Topology> {
+    let handler = PassThrough {
+        sink: output.to_string(),
+    };
+    Topology::builder(app)
+        .stage(STAGE, handler, |s| {
+            s.source(input)
+                .sink(output)
+                .key_codec(RawBytes)
+                .value_codec(RawBytes)
+                .output_codec(RawBytes)
+        })
+        .build()
+        .context("building the pass-through topology")
+}
+
+/// Runs the stage until it has committed `args.records` deliveries, then stops it.
+///
+/// # Errors
+/// When the stage fails or does not get there within the deadline.
+pub fn run(args: &WorkerArgs) -> Result<Measured> {
+    let runtime = Runtime::new(
+        topology(&args.group, &args.input, &args.output)?,
+        RuntimeConfig::new(&args.bootstrap).commit_interval(args.commit_interval()),
+    );
+    let started = Instant::now();
+    let running = runtime.start().context("starting the stage")?;
+    // The first fetch: the stream thread's fetch counter, looked at every millisecond (the
+    // resolution of this start time; the runtime sends no event before its first commit).
+    let first_fetch = loop {
+        if running.metrics()[0].1.fetched > 0 {
+            break Instant::now();
+        }
+        if let Some(Progress::Failed { error, .. }) =
+            running.next_progress(Duration::from_millis(1))
+        {
+            bail!("the stage failed: {error}");
+        }
+        check_deadline(started, "waiting for the stage's first fetch")?;
+    };
+    // The end: the commit event whose counters cover every record.
+    let (metrics, done) = loop {
+        match running.next_progress(Duration::from_secs(1)) {
+            Some(Progress::Committed { metrics, .. })
+                if metrics.committed_deliveries >= args.records =>
+            {
+                break (metrics, Instant::now());
+            }
+            Some(Progress::Failed { error, .. }) => bail!("the stage failed: {error}"),
+            Some(Progress::Stopped { .. }) => bail!("the stage stopped before the end"),
+            Some(Progress::Committed { .. }) | None => {}
+        }
+        check_deadline(started, "the Parsley stage")?;
+    };
+    running.stop().context("stopping the stage")?;
+    Ok(Measured {
+        records: metrics.committed_deliveries,
+        elapsed: done.duration_since(first_fetch),
+        transactions: metrics.transactions,
+    })
+}

@@ -1,0 +1,202 @@
+//! One measured case in its own process: the raw transactional loop or the Parsley stage,
+//! consuming `records` records from the input topic and committing their copies to the output
+//! topic, then reporting its figures (and its peak memory) on one stdout line.
+
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, ValueEnum};
+
+use crate::{parsley, raw};
+
+/// How long a worker may run before it gives up (a safety net; progress is event-driven).
+pub const DEADLINE: Duration = Duration::from_secs(900);
+
+/// The prefix of the worker's result line on stdout.
+const RESULT_PREFIX: &str = "e2e-result";
+
+/// Which consume→produce loop a worker runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Mode {
+    /// rdkafka's consumer and transactional producer, no stamps.
+    Raw,
+    /// A Parsley topology with one pass-through stage.
+    Parsley,
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Mode::Raw => "raw",
+            Mode::Parsley => "parsley",
+        })
+    }
+}
+
+/// What a worker is told to do.
+#[derive(Debug, Clone, Args)]
+pub struct WorkerArgs {
+    /// The loop to run.
+    #[arg(long, value_enum)]
+    pub mode: Mode,
+    /// Kafka bootstrap servers.
+    #[arg(long)]
+    pub bootstrap: String,
+    /// The input topic.
+    #[arg(long)]
+    pub input: String,
+    /// The output topic.
+    #[arg(long)]
+    pub output: String,
+    /// Consumer group (raw) or application id (Parsley), fresh for each case.
+    #[arg(long)]
+    pub group: String,
+    /// Records to process: the worker stops after the commit that covers this many.
+    #[arg(long)]
+    pub records: u64,
+    /// Commit interval, ms.
+    #[arg(long)]
+    pub commit_interval_ms: u64,
+}
+
+impl WorkerArgs {
+    /// The commit interval.
+    pub fn commit_interval(&self) -> Duration {
+        Duration::from_millis(self.commit_interval_ms)
+    }
+}
+
+/// What one loop measured.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Measured {
+    /// Records committed.
+    pub records: u64,
+    /// From the first record fetched to the end of the commit covering the last one.
+    pub elapsed: Duration,
+    /// Transactions committed.
+    pub transactions: u64,
+}
+
+/// A worker's report: its measurement plus its process figures.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Report {
+    /// The loop's measurement.
+    pub measured: Measured,
+    /// Peak resident set size of the worker process (`VmHWM`), KiB.
+    pub peak_rss_kib: u64,
+    /// User plus system CPU time of the worker process (all threads), ms.
+    pub cpu_ms: u64,
+}
+
+impl Report {
+    /// The stdout line the parent parses.
+    fn line(&self) -> String {
+        format!(
+            "{RESULT_PREFIX} records={} elapsed_us={} transactions={} peak_rss_kib={} cpu_ms={}",
+            self.measured.records,
+            self.measured.elapsed.as_micros(),
+            self.measured.transactions,
+            self.peak_rss_kib,
+            self.cpu_ms
+        )
+    }
+
+    /// Finds and parses the result line in a worker's stdout.
+    ///
+    /// # Errors
+    /// When there is no result line or a field is missing or malformed.
+    pub fn parse(stdout: &str) -> Result<Report> {
+        let line = stdout
+            .lines()
+            .find_map(|l| l.strip_prefix(RESULT_PREFIX))
+            .with_context(|| format!("no {RESULT_PREFIX} line in the worker's output"))?;
+        let field = |name: &str| -> Result<u64> {
+            line.split_whitespace()
+                .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+                .with_context(|| format!("no {name} in {line:?}"))?
+                .parse()
+                .with_context(|| format!("{name} in {line:?}"))
+        };
+        Ok(Report {
+            measured: Measured {
+                records: field("records")?,
+                elapsed: Duration::from_micros(field("elapsed_us")?),
+                transactions: field("transactions")?,
+            },
+            peak_rss_kib: field("peak_rss_kib")?,
+            cpu_ms: field("cpu_ms")?,
+        })
+    }
+}
+
+/// Runs the worker's loop and prints its report.
+///
+/// # Errors
+/// Whatever stopped the loop, or when the process figures cannot be read.
+pub fn run(args: &WorkerArgs) -> Result<()> {
+    let measured = match args.mode {
+        Mode::Raw => raw::run(args),
+        Mode::Parsley => parsley::run(args),
+    }
+    .with_context(|| format!("the {} loop", args.mode))?;
+    if measured.records < args.records {
+        bail!(
+            "the {} loop committed {} of {} records",
+            args.mode,
+            measured.records,
+            args.records
+        );
+    }
+    let report = Report {
+        measured,
+        peak_rss_kib: peak_rss_kib()?,
+        cpu_ms: cpu_ms()?,
+    };
+    println!("{}", report.line());
+    Ok(())
+}
+
+/// `VmHWM` of this process, from `/proc/self/status`, KiB.
+fn peak_rss_kib() -> Result<u64> {
+    let status =
+        std::fs::read_to_string("/proc/self/status").context("reading /proc/self/status")?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().strip_suffix("kB"))
+        .context("no VmHWM in /proc/self/status")?
+        .trim()
+        .parse()
+        .context("parsing VmHWM")
+}
+
+/// User plus system CPU time of this process, from `/proc/self/stat`, ms. The kernel reports
+/// it in clock ticks of `USER_HZ`, which is 100 on every Linux architecture Rust supports.
+fn cpu_ms() -> Result<u64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").context("reading /proc/self/stat")?;
+    // Fields after the command name (which may contain spaces) start at state (field 3);
+    // utime and stime are fields 14 and 15.
+    let rest = stat
+        .rsplit_once(')')
+        .context("malformed /proc/self/stat")?
+        .1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| -> Result<u64> {
+        fields
+            .get(i)
+            .context("short /proc/self/stat")?
+            .parse()
+            .context("parsing /proc/self/stat")
+    };
+    const USER_HZ: u64 = 100;
+    Ok((ticks(11)? + ticks(12)?) * 1000 / USER_HZ)
+}
+
+/// Fails when `started` is more than [`DEADLINE`] ago.
+pub fn check_deadline(started: Instant, what: &str) -> Result<()> {
+    if started.elapsed() > DEADLINE {
+        bail!("{what}: no end after {DEADLINE:?}");
+    }
+    Ok(())
+}
