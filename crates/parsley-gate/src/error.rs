@@ -91,6 +91,36 @@ pub enum GateError {
         /// The record named by the caller.
         record: Coordinate,
     },
+    /// A startup end offset or last stable offset below zero (offsets start at 0; librdkafka
+    /// reports an unknown offset as `-1001`).
+    #[error("end offset {end_offset} of {channel} is negative")]
+    NegativeEndOffset {
+        /// The channel.
+        channel: Channel,
+        /// The rejected end offset.
+        end_offset: i64,
+    },
+    /// A frontier reading below an earlier one: a frontier never decreases.
+    #[error("frontier {frontier} of {channel} is below the previous reading {previous}")]
+    FrontierBehind {
+        /// The channel.
+        channel: Channel,
+        /// The frontier given.
+        frontier: i64,
+        /// The previous reading.
+        previous: i64,
+    },
+    /// [`WatermarkTracker::control`](crate::WatermarkTracker::control) on a tracker built
+    /// without a control stream.
+    #[error("no control stream is configured")]
+    NoControlStream,
+    /// Bytes that do not decode to a timer queue (wrong version, truncated or corrupt), or a
+    /// key or value whose serde implementation failed while encoding.
+    #[error("timer queue codec: {message}")]
+    TimerQueueCodec {
+        /// What the codec reported.
+        message: String,
+    },
 }
 
 impl GateError {

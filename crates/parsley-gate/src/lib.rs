@@ -28,13 +28,54 @@
 //! # Ok::<(), parsley_gate::GateError>(())
 //! ```
 //!
-//! Source: the causal-model seed ("What breaks the textbook algorithms here") and DESIGN.md §4.
+//! # Event-time ordering (DESIGN.md §5)
+//! On top of causal delivery, a stage may order by event time per key. A [`CatchUp`] tracker
+//! says when each input has read the history that existed at task start (its frontier reaches
+//! the high watermark read then); a [`WatermarkTracker`] turns delivered event times, fetch
+//! heads and an optional control clock into a watermark that moves only on that evidence; a
+//! [`TimerQueue`] is the sort: delivered records are parked under their event time (raised to
+//! their parked ancestors') and released in order as the watermark passes them.
+//!
+//! ```
+//! use parsley_clock::{Channel, TopicId};
+//! use parsley_gate::{Control, Parking, TimerQueue, WatermarkTracker};
+//!
+//! let (fast, slow) = (Channel::new(TopicId::from_halves(1, 1), 0), Channel::new(TopicId::from_halves(1, 1), 1));
+//! let mut clock = WatermarkTracker::new([fast, slow], Some(Control { lag_ms: 1_000 }));
+//! let mut sort: TimerQueue<&str, &str> = TimerQueue::new();
+//! clock.start(fast, 1)?; // high watermarks read at task start
+//! clock.start(slow, 1)?;
+//! clock.control(1_000_000)?; // processing time, from an injected clock
+//!
+//! // The fast partition delivers first: its record waits, time does not move.
+//! clock.delivered(fast, 0, 500)?;
+//! clock.frontier(fast, 0)?; // the gate's frontier
+//! assert!(matches!(sort.park("sku-1", 500, [], "sold"), Parking::Parked { .. }));
+//! assert_eq!(clock.watermark(), None);
+//!
+//! // The slow partition delivers its earlier record; both are now caught up and at the head:
+//! // the clock jumps to now minus the lag and both records leave in event-time order.
+//! clock.delivered(slow, 0, 400)?;
+//! clock.frontier(slow, 0)?;
+//! sort.park("sku-1", 400, [], "in stock");
+//! assert_eq!(clock.watermark(), Some(999_000));
+//! let out: Vec<&str> = sort.advance(999_000).into_iter().map(|r| r.value).collect();
+//! assert_eq!(out, ["in stock", "sold"]);
+//! # Ok::<(), parsley_gate::GateError>(())
+//! ```
+//!
+//! Source: the causal-model seed ("What breaks the textbook algorithms here") and DESIGN.md §4;
+//! the silence-problem seed and DESIGN.md §5 for event time.
 #![forbid(unsafe_code)]
 #![doc(test(attr(deny(warnings))))]
 
+mod catchup;
 mod error;
 mod gate;
+mod timers;
+mod watermark;
 
+pub use catchup::{CatchUp, ChannelProgress};
 pub use error::{GateError, ImpossibleReason, Refused};
 #[cfg(feature = "negative-controls")]
 pub use gate::Faults;
@@ -42,3 +83,5 @@ pub use gate::{
     Arrival, Awaiting, BlockedHead, ChannelSnapshot, Delivery, Discarded, Gate, GateMetrics,
     GateSnapshot, ImpossibleStamp, Refetch, Resolution,
 };
+pub use timers::{Parking, Released, TimerMetrics, TimerQueue};
+pub use watermark::{Control, InputSnapshot, InputState, WatermarkSnapshot, WatermarkTracker};
