@@ -1,16 +1,21 @@
 //! Exact restore from the stage's changelog on the real broker (DESIGN.md §7): fold state, the
 //! task's sender incarnation and sequence, and deliveries made ahead of partition order survive
-//! a restart; a changelog that disagrees with the group's committed offsets is an error.
+//! a restart; a changelog that disagrees with the group's committed offsets is an error; a
+//! task restored while the previous owner's last commit is still pending (its changelog
+//! records above the last stable offset, its offsets an unstable commit) waits for it and gets
+//! exactly that commit.
 
 use parsley_clock::{CausalClock, Channel, SenderId, Stamp};
 use parsley_runtime::{Admin, Runtime, RuntimeConfig, TaskPhase, changelog_topic};
 use parsley_stage::{Handler, HandlerResult, ImpossiblePolicy, Record, Step, Topology, Utf8};
 use parsley_testkit::fixtures::{
-    DEADLINE, bootstrap, commit_group_offsets, committed_values, create_topic, forward_topology,
-    next_failure, raw_producer, read_committed, run_until, send_stamped, unique_topic,
-    wait_committed, wait_tasks,
+    DEADLINE, bootstrap, commit_group_offsets, committed_end_offsets, committed_values,
+    create_topic, forward_topology, group_offset, next_failure, raw_producer, read_committed,
+    run_until, send_stamped, unique_topic, wait_committed, wait_tasks,
 };
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::Producer;
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 /// Counts the records of each key and emits the running count.
 struct Count(String);
@@ -200,5 +205,180 @@ fn task_metrics_report_restore_progress_deliveries_and_frontier_lag() {
         delivered,
         [(0, 2), (1, 0)],
         "only the new records, on task 0"
+/// A runtime configuration for instance `instance` whose blocking Kafka calls (the committed
+/// offsets fetch of an assignment and the changelog restore among them) give up after
+/// `timeout`.
+fn instance(instance: &str, timeout: std::time::Duration) -> RuntimeConfig {
+    let mut c = RuntimeConfig::new(bootstrap());
+    c.instance_id = instance.to_string();
+    c.timeout = timeout;
+    c
+}
+
+/// `(key, value)` of every committed record of `topic`, as UTF-8, in offset order.
+fn keyed(topic: &parsley_runtime::TopicInfo) -> Vec<(String, String)> {
+    read_committed(topic)
+        .into_iter()
+        .map(|r| {
+            (
+                String::from_utf8(r.key.unwrap()).unwrap(),
+                String::from_utf8(r.value.unwrap()).unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_task_restored_while_the_last_commit_is_pending_gets_exactly_that_commit() {
+    // While the markers of the previous owner's last commit T_n are being written, a reader
+    // sees: T_n's changelog records in the log but above the last stable offset (LSO), and
+    // T_n's input offsets as a *pending* transactional offset commit, the group's stable
+    // offset still being T_{n-1}'s. EndTxn returns before the markers are written, but on a
+    // single broker they land within milliseconds and nothing outside the broker can hold
+    // them back, so this test holds that picture open with two transactions of its own:
+    // - X1, begun after T_{n-1} and before T_n, writes one record (a poisoned fold state) to
+    //   the changelog partition and stays open: T_n's committed records sit above the LSO;
+    // - the group's stable offset is set back to T_{n-1}'s and X2 holds T_n's offset as a
+    //   pending transactional commit.
+    // It then proves each wait with the failure a reader that waits must hit while the hold
+    // lasts, and restores after the hold ends. How each wrong reader fails:
+    // - offsets read without `require_stable` return T_{n-1}'s offset at once: phase 1 then
+    //   fails in the restore (or, if the restore also stops at the LSO, restores T_{n-1}
+    //   consistently and runs), not in the committed offsets fetch;
+    // - a restore that stops at the LSO (or at an end read before T_n's markers) returns
+    //   T_{n-1}'s snapshot, committed with offset 3, against the group's 6: phase 2 fails
+    //   with a restore mismatch instead of waiting at the held offset;
+    // - a restore reading uncommitted records takes the poisoned count (a=1000): phase 3
+    //   emits a=1001, not 4.
+    let input = create_topic("pending-in", 1);
+    let output = create_topic("pending-out", 1);
+    let app = unique_topic("pending");
+    let group = format!("{app}.count");
+    let changelog = parsley_runtime::changelog_topic(&group);
+    let topology = count_topology(&app, &input.name, &output.name);
+    let plain = raw_producer(None);
+    let send = |keys: &[&str]| {
+        for k in keys {
+            send_stamped(&plain, &input.name, 0, k.as_bytes(), b"x", None);
+        }
+    };
+    let admin = parsley_testkit::fixtures::admin();
+    let changelog_hw = || admin.high_watermarks(&[(&changelog, 0)]).unwrap()[0];
+
+    // Instance a: T_{n-1} covers a, b, a (offset 3; a=2, b=1).
+    let a = Runtime::new(topology.clone(), instance("a", DEADLINE))
+        .start()
+        .unwrap();
+    send(&["a", "b", "a"]);
+    wait_committed(&a, "count", 3);
+    // X1 opens a transaction on the changelog partition, between T_{n-1} and T_n.
+    let x1 = raw_producer(Some(&unique_topic("pending-x1")));
+    x1.begin_transaction().unwrap();
+    send_stamped(&x1, &changelog, 0, b"\x00a", b"1000", None);
+    let held = changelog_hw() - 1;
+    // T_n: b, c, a (offset 6; a=3, b=2, c=1), committed above X1's open record.
+    send(&["b", "c", "a"]);
+    wait_committed(&a, "count", 6);
+    let ma = a.stop().unwrap()[0].1;
+    assert_eq!(ma.committed_deliveries, 6, "{ma:?}");
+    assert_eq!(group_offset(&group, &input.name, 0), Some(6));
+    let end = changelog_hw();
+    let changelog_info = admin.describe_topics(&[&changelog]).unwrap().remove(0);
+    assert_eq!(
+        committed_end_offsets(&changelog_info)[&0],
+        held,
+        "the LSO is held below T_n's changelog records (high watermark {end})"
+    );
+    assert!(end > held + 1, "T_n wrote above the held offset: {end}");
+
+    // The group's stable offset is T_{n-1}'s; X2 holds T_n's as a pending commit.
+    commit_group_offsets(&group, &[(&input.name, 0, 3)]);
+    let x2 = raw_producer(Some(&unique_topic("pending-x2")));
+    let member: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap())
+        .set("group.id", &group)
+        .create()
+        .unwrap();
+    let mut pending = TopicPartitionList::new();
+    pending
+        .add_partition_offset(&input.name, 0, Offset::Offset(6))
+        .unwrap();
+    x2.begin_transaction().unwrap();
+    x2.send_offsets_to_transaction(&pending, &member.group_metadata().unwrap(), DEADLINE)
+        .unwrap();
+
+    // Phase 1: instance b waits on the pending offset commit (until its 5 s deadline)
+    // instead of starting from the stable offset 3.
+    let wait = std::time::Duration::from_secs(5);
+    let b = Runtime::new(topology.clone(), instance("b", wait))
+        .start()
+        .unwrap();
+    let failure = next_failure(&b);
+    let _ = b.stop();
+    assert!(failure.contains("reading committed offsets"), "{failure}");
+
+    // Phase 2: T_n's offset is stable; b's restore aims at the high watermark and waits at
+    // the held offset for T_n's changelog records instead of stopping at the LSO.
+    x2.commit_transaction(DEADLINE).unwrap();
+    assert_eq!(group_offset(&group, &input.name, 0), Some(6));
+    assert_eq!(
+        changelog_hw(),
+        end,
+        "nothing was written to the changelog since T_n"
+    );
+    let b = Runtime::new(topology.clone(), instance("b", wait))
+        .start()
+        .unwrap();
+    let failure = next_failure(&b);
+    let _ = b.stop();
+    assert!(
+        failure.contains(&format!(
+            "restoring {changelog}/0: position {held} of high watermark {end}"
+        )),
+        "{failure}"
+    );
+
+    // Phase 3: X1 ends (aborted: its record is never state); b restores exactly T_n, starts
+    // at offset 6 and continues T_n's counts and T_n's sender sequence.
+    x1.abort_transaction(DEADLINE).unwrap();
+    let b = Runtime::new(topology, instance("b", DEADLINE))
+        .start()
+        .unwrap();
+    send(&["a", "c", "d"]);
+    wait_committed(&b, "count", 3);
+    let mb = b.stop().unwrap()[0].1;
+    assert_eq!(mb.committed_deliveries, 3, "b started at offset 6: {mb:?}");
+    assert_eq!(group_offset(&group, &input.name, 0), Some(9));
+    let pairs = |s: &[(&str, &str)]| -> Vec<(String, String)> {
+        s.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
+    assert_eq!(
+        keyed(&output),
+        pairs(&[
+            ("a", "1"),
+            ("b", "1"),
+            ("a", "2"),
+            ("b", "2"),
+            ("c", "1"),
+            ("a", "3"),
+            // b's first outputs continue T_n's state (a=3, c=1). From T_{n-1}'s state and
+            // offset b would first count b, c, a again (b=2, c=1, a=3 twice); from the poison,
+            // a=1001.
+            ("a", "4"),
+            ("c", "2"),
+            ("d", "1"),
+        ])
+    );
+    let tags: Vec<_> = read_committed(&output)
+        .iter()
+        .map(|r| r.stamp.as_ref().unwrap().sender.unwrap())
+        .collect();
+    assert!(tags.iter().all(|t| t.sender == tags[0].sender), "{tags:?}");
+    assert_eq!(
+        tags.iter().map(|t| t.seq).collect::<Vec<_>>(),
+        (0..9).collect::<Vec<u64>>(),
+        "b continues T_n's send sequence"
     );
 }
