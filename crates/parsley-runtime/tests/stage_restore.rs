@@ -205,6 +205,9 @@ fn task_metrics_report_restore_progress_deliveries_and_frontier_lag() {
         delivered,
         [(0, 2), (1, 0)],
         "only the new records, on task 0"
+    );
+}
+
 /// A runtime configuration for instance `instance` whose blocking Kafka calls (the committed
 /// offsets fetch of an assignment and the changelog restore among them) give up after
 /// `timeout`.
