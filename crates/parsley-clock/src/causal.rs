@@ -36,6 +36,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::channel::{Channel, Coordinate};
 use crate::clock::Clock;
+use crate::codec;
 use crate::error::{Error, Result};
 use crate::sender::{SenderId, SenderTag};
 use crate::stamp::{InFlight, Stamp};
@@ -54,6 +55,8 @@ pub struct CausalClock {
     unacked: BTreeMap<u64, Channel>,
     /// Unacknowledged sequences per channel.
     unacked_by_channel: BTreeMap<Channel, BTreeSet<u64>>,
+    /// Reused by [`CausalClock::stamp_into`] for the in-flight claims of one stamp.
+    scratch: Vec<InFlight>,
 }
 
 impl CausalClock {
@@ -79,6 +82,7 @@ impl CausalClock {
             clock,
             unacked: BTreeMap::new(),
             unacked_by_channel: BTreeMap::new(),
+            scratch: Vec::new(),
         }
     }
 
@@ -178,6 +182,56 @@ impl CausalClock {
             .or_default()
             .insert(seq);
         Ok(stamp)
+    }
+
+    /// As [`CausalClock::stamp`], but appends the stamp's encoding (the `parsley.stamp`
+    /// header value, [`crate::codec`]) to `out` instead of returning a [`Stamp`]: the node's
+    /// clock is encoded in place, not copied. Returns the send's sender tag.
+    ///
+    /// # Errors
+    /// As [`CausalClock::stamp`]; `out` is unchanged on error.
+    pub fn stamp_into(&mut self, target: Channel, out: &mut Vec<u8>) -> Result<SenderTag> {
+        let mut in_flight = std::mem::take(&mut self.scratch);
+        in_flight.clear();
+        in_flight.extend(
+            self.unacked_by_channel
+                .iter()
+                .filter(|(channel, _)| **channel != target)
+                .filter_map(|(channel, seqs)| {
+                    seqs.last().map(|&seq| InFlight {
+                        channel: *channel,
+                        seq,
+                    })
+                }),
+        );
+        if !self.transactional && !in_flight.is_empty() {
+            let first_pending = in_flight[0].channel;
+            self.scratch = in_flight;
+            return Err(Error::UnackedSends {
+                target,
+                pending: self.unacked.values().filter(|c| **c != target).count(),
+                first_pending,
+            });
+        }
+        let tag = SenderTag {
+            sender: self.sender,
+            seq: self.next_seq,
+        };
+        codec::encode_parts(
+            Some(tag),
+            self.acked_through(),
+            self.clock.entries(),
+            &in_flight,
+            out,
+        );
+        self.scratch = in_flight;
+        self.next_seq += 1;
+        self.unacked.insert(tag.seq, target);
+        self.unacked_by_channel
+            .entry(target)
+            .or_default()
+            .insert(tag.seq);
+        Ok(tag)
     }
 
     /// Records the acknowledgement of send `seq`: the node now claims its coordinate.
@@ -308,6 +362,51 @@ mod tests {
             vec![(ch(2, 0), 4), (ch(3, 0), 3), (ch(4, 1), 2)]
         );
         s.validate().unwrap();
+    }
+
+    /// `stamp_into` writes exactly the bytes of `encode(stamp(..))` and changes the sender the
+    /// same way, over a history of sends, acks and failures on both kinds of sender.
+    #[test]
+    fn stamp_into_writes_the_encoding_of_stamp() {
+        for transactional in [true, false] {
+            let id = SenderId::from_bytes([7; 16]);
+            let mut a = if transactional {
+                CausalClock::transactional(id)
+            } else {
+                CausalClock::new(id)
+            };
+            a.observe(ch(1, 0).at(5), None);
+            let mut b = a.clone();
+            let mut buf = vec![0xAA]; // appended to, not overwritten
+            let targets = [ch(2, 0), ch(2, 0), ch(4, 1), ch(3, 0), ch(2, 0)];
+            for (i, &target) in targets.iter().enumerate() {
+                let expected = a.stamp(target).map(|s| crate::codec::encode(&s));
+                buf.truncate(1);
+                let got = b.stamp_into(target, &mut buf);
+                match expected {
+                    Ok(bytes) => {
+                        assert_eq!(
+                            got.unwrap().seq,
+                            i as u64 - u64::from(!transactional && i > 2)
+                        );
+                        assert_eq!(&buf[1..], &bytes[..], "send {i}");
+                    }
+                    Err(e) => {
+                        assert_eq!(got.unwrap_err(), e);
+                        assert_eq!(buf, [0xAA], "nothing written on error");
+                        // The idempotent sender needs its acks before switching channel.
+                        if i == 2 {
+                            for c in [&mut a, &mut b] {
+                                c.acked(0, ch(2, 0).at(10)).unwrap();
+                                c.failed(1, ch(2, 0)).unwrap();
+                            }
+                        }
+                    }
+                }
+                assert_eq!((a.next_seq(), a.unacked()), (b.next_seq(), b.unacked()));
+                assert_eq!(a.acked_through(), b.acked_through());
+            }
+        }
     }
 
     #[test]

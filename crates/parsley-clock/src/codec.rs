@@ -79,35 +79,56 @@ pub fn try_encode(stamp: &Stamp) -> Result<Vec<u8>> {
 /// As [`encode`].
 pub fn encode_into(stamp: &Stamp, out: &mut Vec<u8>) {
     debug_assert!(stamp.validate().is_ok(), "encoding an invalid stamp");
+    encode_parts(
+        stamp.sender,
+        stamp.acked_through,
+        stamp.clock.entries(),
+        &stamp.in_flight,
+        out,
+    );
+}
+
+/// Appends the encoding of the stamp made of these parts to `out`, without building a
+/// [`Stamp`] (a node's clock is not copied per send: [`crate::CausalClock::stamp_into`]).
+/// The parts must satisfy [`Stamp`]'s invariants; `clock` sorted by channel.
+///
+/// # Panics
+/// As [`encode`].
+pub(crate) fn encode_parts(
+    sender: Option<SenderTag>,
+    acked_through: Option<u64>,
+    clock: &[(Channel, i64)],
+    in_flight: &[InFlight],
+    out: &mut Vec<u8>,
+) {
     let start = out.len();
-    out.resize(start + encoded_len_hint(stamp), 0);
+    out.resize(start + len_hint(clock.len() + in_flight.len()), 0);
     let mut w = Writer {
         buf: &mut out[start..],
         at: 0,
     };
     let mut flags = 0;
-    if stamp.sender.is_some() {
+    if sender.is_some() {
         flags |= FLAG_SENDER;
     }
-    if !stamp.in_flight.is_empty() {
+    if !in_flight.is_empty() {
         flags |= FLAG_IN_FLIGHT;
     }
-    if stamp.acked_through.is_some() {
+    if acked_through.is_some() {
         flags |= FLAG_ACKED;
     }
     w.byte(STAMP_VERSION);
     w.byte(flags);
-    if let Some(tag) = stamp.sender {
+    if let Some(tag) = sender {
         w.bytes16(tag.sender.as_bytes());
         w.varint(tag.seq);
     }
-    if let Some(a) = stamp.acked_through {
+    if let Some(a) = acked_through {
         w.varint(a);
     }
-    w.groups(stamp.clock.entries());
-    if !stamp.in_flight.is_empty() {
-        let claims: Vec<(Channel, i64)> = stamp
-            .in_flight
+    w.groups(clock);
+    if !in_flight.is_empty() {
+        let claims: Vec<(Channel, i64)> = in_flight
             .iter()
             .map(|c| {
                 let seq = i64::try_from(c.seq).expect("in-flight sequence beyond i64::MAX");
@@ -257,7 +278,11 @@ pub fn encoded_len_hint(stamp: &Stamp) -> usize {
     // version, flags, sender (16 + 10), acked (10), two group counts (10 each), and per entry
     // at most a topic id (16), a group count (10), a partition (10) and a value (10); plus one
     // twenty-byte window of slack for the writer's checked windows.
-    2 + 26 + 10 + 20 + (stamp.clock.len() + stamp.in_flight.len()) * 46 + 20
+    len_hint(stamp.clock.len() + stamp.in_flight.len())
+}
+
+fn len_hint(entries: usize) -> usize {
+    2 + 26 + 10 + 20 + entries * 46 + 20
 }
 
 /// Decodes a stamp header value.

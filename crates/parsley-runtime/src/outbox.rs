@@ -8,8 +8,11 @@
 //!
 //! Invariant: `outstanding` counts sends handed to librdkafka whose delivery report has not
 //! been recorded yet; it is incremented before a send and decremented exactly once, by the
-//! report or by a synchronous send failure.
+//! report (under the state lock, so a waiter cannot miss it) or by a synchronous send failure.
+//! Callbacks signal the condition variable only while someone waits (`waiters`): a signal
+//! with nobody waiting still costs a system call per delivery report.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -46,15 +49,18 @@ pub struct Ack {
 #[derive(Default)]
 struct AckState {
     acks: Vec<Ack>,
-    outstanding: u64,
     /// Delivery reports recorded since the producer was created.
     reports: u64,
+    /// Threads waiting on `changed`.
+    waiters: u32,
 }
 
 /// Producer context that collects delivery reports.
 pub(crate) struct AckContext {
     state: Mutex<AckState>,
     changed: Condvar,
+    /// Sends without a delivery report yet; decremented under the `state` lock.
+    outstanding: AtomicU64,
 }
 
 impl ClientContext for AckContext {}
@@ -69,9 +75,11 @@ impl ProducerContext for AckContext {
         };
         let mut s = self.state.lock().expect("ack state poisoned");
         s.acks.push(Ack { tag: *tag, result });
-        s.outstanding -= 1;
+        self.outstanding.fetch_sub(1, Ordering::Relaxed);
         s.reports += 1;
-        self.changed.notify_all();
+        if s.waiters > 0 {
+            self.changed.notify_all();
+        }
     }
 }
 
@@ -99,6 +107,7 @@ impl Outbox {
             .create_with_context(AckContext {
                 state: Mutex::new(AckState::default()),
                 changed: Condvar::new(),
+                outstanding: AtomicU64::new(0),
             })
             .map_err(|e| Error::kafka("creating the producer", e))?;
         Ok(Outbox { producer })
@@ -170,36 +179,39 @@ impl Outbox {
         channel: Channel,
         timeout: Duration,
     ) -> Result<()> {
-        let topic = record.topic.to_string();
-        let deadline = Instant::now() + timeout;
+        // Read only once the queue is full: most sends never look at the clock.
+        let mut deadline = None;
         loop {
-            self.ctx().state.lock().expect("ack state").outstanding += 1;
+            self.ctx().outstanding.fetch_add(1, Ordering::Relaxed);
             match self.producer.send(record) {
                 Ok(()) => return Ok(()),
                 Err((e, back)) => {
                     let mut s = self.ctx().state.lock().expect("ack state");
-                    s.outstanding -= 1;
+                    self.ctx().outstanding.fetch_sub(1, Ordering::Relaxed);
                     if e.rdkafka_error_code() != Some(RDKafkaErrorCode::QueueFull) {
                         return Err(Error::Send {
-                            topic,
+                            topic: back.topic.to_string(),
                             channel: Box::new(channel),
                             source: e,
                         });
                     }
                     // Queue full: wait for a delivery report to make room.
+                    let deadline = *deadline.get_or_insert_with(|| Instant::now() + timeout);
                     let remaining = deadline.saturating_duration_since(Instant::now());
                     if remaining.is_zero() {
                         return Err(Error::Timeout {
-                            what: format!("room in the producer queue for {topic}"),
+                            what: format!("room in the producer queue for {}", back.topic),
                             timeout,
                         });
                     }
                     let before = s.reports;
-                    let _ = self
+                    s.waiters += 1;
+                    let (mut s, _) = self
                         .ctx()
                         .changed
                         .wait_timeout_while(s, remaining, |s| s.reports == before)
                         .expect("ack state");
+                    s.waiters -= 1;
                     record = back;
                 }
             }
@@ -208,15 +220,19 @@ impl Outbox {
 
     /// Waits until every send so far has a delivery report.
     pub(crate) fn wait_acked(&self, timeout: Duration) -> Result<()> {
-        let s = self.ctx().state.lock().expect("ack state");
-        let (s, _) = self
+        let outstanding = &self.ctx().outstanding;
+        let mut s = self.ctx().state.lock().expect("ack state");
+        s.waiters += 1;
+        let (mut s, _) = self
             .ctx()
             .changed
-            .wait_timeout_while(s, timeout, |s| s.outstanding > 0)
+            .wait_timeout_while(s, timeout, |_| outstanding.load(Ordering::Relaxed) > 0)
             .expect("ack state");
-        if s.outstanding > 0 {
+        s.waiters -= 1;
+        let left = outstanding.load(Ordering::Relaxed);
+        if left > 0 {
             return Err(Error::Timeout {
-                what: format!("acknowledgement of {} send(s)", s.outstanding),
+                what: format!("acknowledgement of {left} send(s)"),
                 timeout,
             });
         }

@@ -287,6 +287,8 @@ pub(crate) struct StageRunner {
     epoch: u64,
     /// Records fetched so far (orders deliveries in arrival order under [`GateMode::Off`]).
     arrivals: u64,
+    /// The stamp encoder's buffer, reused across sends.
+    stamp_buf: Vec<u8>,
     admin: Arc<Admin>,
     /// Names of topics by id, for evidence requests (sources, sinks, then resolved on demand).
     topic_names: HashMap<TopicId, String>,
@@ -412,6 +414,7 @@ impl StageRunner {
             uncommitted: Uncommitted::default(),
             epoch: 0,
             arrivals: 0,
+            stamp_buf: Vec::with_capacity(256),
             topic_names,
             admin,
             last_commit: Instant::now(),
@@ -491,10 +494,16 @@ impl StageRunner {
         // (positions, high watermarks) is read once per batch, after it.
         self.epoch += 1;
         let mut timeout = wait;
+        // The arrival time of every record of the batch (gate-wait metrics; one clock read
+        // per batch, not per record).
+        let mut batch_time = None;
         for _ in 0..MAX_BATCH {
             let arrival = self.arrivals + 1;
             let fetched = match self.consumer.poll(timeout) {
-                Some(Ok(message)) => Some(self.fetched(&message, arrival)?),
+                Some(Ok(message)) => {
+                    let at = *batch_time.get_or_insert_with(Instant::now);
+                    Some(self.fetched(&message, arrival, at)?)
+                }
                 Some(Err(e)) if crate::error::transient(&e) => {
                     // librdkafka reconnects by itself (a broker restarting, a network blip).
                     warn!(error = %e, "consumer: transient error, carrying on");
@@ -1058,7 +1067,7 @@ impl StageRunner {
     }
 
     /// Copies what the task needs out of a polled message and decodes its stamp.
-    fn fetched(&self, m: &BorrowedMessage<'_>, arrival: u64) -> Result<Fetched> {
+    fn fetched(&self, m: &BorrowedMessage<'_>, arrival: u64, arrived: Instant) -> Result<Fetched> {
         let source = *self
             .source_by_name
             .get(m.topic())
@@ -1092,7 +1101,7 @@ impl StageRunner {
                     source,
                     key: m.key().map(<[u8]>::to_vec),
                     value: m.payload().map(<[u8]>::to_vec),
-                    arrived: Instant::now(),
+                    arrived,
                     unchecked_stamp,
                     dead_letter: None,
                 },
@@ -1317,7 +1326,7 @@ impl StageRunner {
                 trace!(topic = %topic, partition = task.partition, offset = d.coordinate.offset,
                     waited_us = payload.arrived.elapsed().as_micros() as u64, "held record delivered");
             }
-            let state_key = payload.key.clone().unwrap_or_default();
+            let state_key = payload.key.as_deref().unwrap_or_default();
             let step = processor.process(
                 RawRecord {
                     topic,
@@ -1327,17 +1336,17 @@ impl StageRunner {
                     key: payload.key.as_deref(),
                     value: payload.value.as_deref(),
                 },
-                task.state.get(&state_key).map(Vec::as_slice),
+                task.state.get(state_key).map(Vec::as_slice),
             )?;
             match step.state {
                 StateChange::Keep => {}
                 StateChange::Set(s) => {
-                    task.state.insert(state_key.clone(), s);
-                    task.dirty.insert(state_key);
+                    task.state.insert(state_key.to_vec(), s);
+                    task.dirty.insert(state_key.to_vec());
                 }
                 StateChange::Delete => {
-                    task.state.remove(&state_key);
-                    task.dirty.insert(state_key);
+                    task.state.remove(state_key);
+                    task.dirty.insert(state_key.to_vec());
                 }
             }
             for emission in step.emit {
@@ -1369,14 +1378,22 @@ impl StageRunner {
         let channel = Channel::new(sink.id, partition_for(&e.key, sink.partitions));
         // A task's clock is transactional: sends not acknowledged yet are claimed in flight,
         // so no send waits for another's acknowledgement.
-        let stamp = task.clock.stamp(channel)?;
+        let mut bytes = std::mem::take(&mut self.stamp_buf);
+        bytes.clear();
+        let sender = task.clock.stamp_into(channel, &mut bytes);
+        let sender = match sender {
+            Ok(s) => s,
+            Err(e) => {
+                self.stamp_buf = bytes;
+                return Err(e.into());
+            }
+        };
         let tag = SendTag {
             task: task.partition,
             channel,
-            seq: stamp.sender.expect("stage stamps carry a sender").seq,
+            seq: sender.seq,
         };
-        let bytes = codec::encode(&stamp);
-        if let Err(err) = self.outbox.send(
+        let sent = self.outbox.send(
             &e.topic,
             tag,
             &e.key,
@@ -1384,7 +1401,9 @@ impl StageRunner {
             &bytes,
             &[],
             self.config.timeout,
-        ) {
+        );
+        self.stamp_buf = bytes;
+        if let Err(err) = sent {
             task.clock.failed(tag.seq, channel)?;
             return Err(err);
         }

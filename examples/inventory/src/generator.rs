@@ -37,6 +37,9 @@ pub struct GenConfig {
     pub abort_ratio: f64,
     /// Prefix of the generator's transactional ids.
     pub transactional_prefix: String,
+    /// A pause after each round: spreads the workload over time (the fault-injection suite
+    /// wants stages busy while it injects faults). Workload shaping, not synchronisation.
+    pub pace: std::time::Duration,
 }
 
 /// One committed send of the generator.
@@ -109,6 +112,9 @@ pub fn generate(
             .expect("template"),
     );
     for round in 0..config.rounds {
+        if round > 0 && !config.pace.is_zero() {
+            std::thread::sleep(config.pace);
+        }
         for (p, products) in slices.iter().enumerate() {
             let producer = &mut producers[p];
             producer.begin()?;

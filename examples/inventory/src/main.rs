@@ -122,6 +122,7 @@ fn run(args: Args) -> Result<bool> {
             note_bytes: args.note_bytes,
             abort_ratio: args.abort_ratio,
             transactional_prefix: format!("{run_id}-generator"),
+            pace: std::time::Duration::ZERO,
         },
         &bar,
     )?;
