@@ -75,6 +75,8 @@ pub fn run(args: &WorkerArgs) -> Result<Measured> {
     let (mut committed, mut uncommitted, mut transactions) = (0u64, 0u64, 0u64);
     let mut first_fetch: Option<Instant> = None;
     let mut last_commit = Instant::now();
+    // The end of the last commit: the run's end.
+    let mut finished = last_commit;
     while committed < args.records {
         let mut timeout = interval
             .saturating_sub(last_commit.elapsed())
@@ -96,6 +98,8 @@ pub fn run(args: &WorkerArgs) -> Result<Measured> {
         }
         producer.poll(Duration::ZERO);
         if last_commit.elapsed() >= interval {
+            // The interval runs from the start of a commit, as in the runtime.
+            let commit_started = Instant::now();
             if uncommitted > 0 {
                 commit(&consumer, &producer, &args.input, &next_offsets)?;
                 committed += uncommitted;
@@ -106,12 +110,13 @@ pub fn run(args: &WorkerArgs) -> Result<Measured> {
                         .begin_transaction()
                         .context("beginning a transaction")?;
                 }
+                finished = Instant::now();
             }
-            last_commit = Instant::now();
+            last_commit = commit_started;
         }
         check_deadline(started, "the raw loop")?;
     }
-    let elapsed = first_fetch.map_or(Duration::ZERO, |t| last_commit.duration_since(t));
+    let elapsed = first_fetch.map_or(Duration::ZERO, |t| finished.duration_since(t));
     Ok(Measured {
         records: committed,
         elapsed,

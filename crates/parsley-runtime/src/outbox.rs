@@ -218,6 +218,23 @@ impl Outbox {
         }
     }
 
+    /// Sends everything queued now, without waiting out `linger.ms`, and waits until every
+    /// send so far has a delivery report. `rd_kafka_flush` makes librdkafka ignore the linger
+    /// for what is queued (a commit wants its last batch on the wire at once); it may serve
+    /// delivery callbacks on this thread.
+    pub(crate) fn flush(&self, timeout: Duration) -> Result<()> {
+        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+        // SAFETY: the handle is a live producer for as long as `self` is borrowed.
+        let err = unsafe { rdsys::rd_kafka_flush(self.producer.client().native_ptr(), ms) };
+        if err != rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
+            return Err(Error::Timeout {
+                what: "flushing the producer".into(),
+                timeout,
+            });
+        }
+        self.wait_acked(timeout)
+    }
+
     /// Waits until every send so far has a delivery report.
     pub(crate) fn wait_acked(&self, timeout: Duration) -> Result<()> {
         let outstanding = &self.ctx().outstanding;
@@ -252,7 +269,7 @@ impl Outbox {
     /// `rd_kafka_commit_transaction` (whose own flush waits on librdkafka's message count,
     /// served by the polling thread) is called directly.
     pub(crate) fn commit_transaction(&self, timeout: Duration) -> Result<()> {
-        self.wait_acked(timeout)?;
+        self.flush(timeout)?;
         let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
         // SAFETY: the handle is a live producer; the returned error object (if any) is
         // consumed and destroyed by `transaction_result`.

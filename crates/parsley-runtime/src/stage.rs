@@ -1520,13 +1520,17 @@ impl StageRunner {
     /// Commits the open transaction with the input offsets of every task, then begins the
     /// next one.
     fn commit(&mut self) -> Result<()> {
+        // The interval runs from the start of a commit, as Kafka Streams counts
+        // `commit.interval.ms`: a record that arrives during a commit waits for that commit and
+        // at most one interval after its start, not a whole interval after its end.
+        let commit_started = Instant::now();
         self.publish_frontier_lag();
         if self.uncommitted.deliveries == 0 && self.uncommitted.emissions == 0 {
-            self.last_commit = Instant::now();
+            self.last_commit = commit_started;
             return Ok(());
         }
         // Every output of the transaction acknowledged: the clocks claim coordinates only.
-        self.outbox.wait_acked(self.config.timeout)?;
+        self.outbox.flush(self.config.timeout)?;
         self.settle_acks(None)?;
         let mut offsets = TopicPartitionList::new();
         let mut tasks = std::mem::take(&mut self.tasks);
@@ -1564,9 +1568,7 @@ impl StageRunner {
         if !self.shutdown.load(Ordering::Relaxed) {
             self.begin()?;
         }
-        // The interval runs from the end of a commit, so a slow commit is not followed at
-        // once by another one with a single delivery in it.
-        self.last_commit = Instant::now();
+        self.last_commit = commit_started;
         Ok(())
     }
 }
