@@ -17,6 +17,7 @@ chapter!(Gate, "src/gate.md");
 chapter!(Stage, "src/stage.md");
 chapter!(Runtime, "src/runtime.md");
 chapter!(Recovery, "src/recovery.md");
+chapter!(Ordering, "src/ordering.md");
 chapter!(Operations, "src/operations.md");
 chapter!(Testkit, "src/testkit.md");
 chapter!(Verification, "src/verification.md");

@@ -40,7 +40,7 @@ use rdkafka::message::{BorrowedMessage, Headers, Message};
 use rdkafka::producer::Producer;
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
-use tracing::{debug, info, info_span, trace, warn};
+use tracing::{debug, debug_span, info, info_span, trace, trace_span, warn};
 
 use crate::admin::{Admin, TopicInfo};
 use crate::changelog::{self, META_KEY, STATE_PREFIX, TaskSnapshot};
@@ -897,6 +897,7 @@ impl StageRunner {
     /// (DESIGN.md §7) when a snapshot exists and was committed with exactly these offsets,
     /// a fresh incarnation (new sender id, gates seeded at the positions) when none exists.
     fn restore_task(&mut self, partition: i32, mut positions: Vec<(Channel, i64)>) -> Result<Task> {
+        let _span = info_span!("restore", partition).entered();
         let started = Instant::now();
         let metrics = self.metrics.clone();
         metrics.task(partition, |m| m.phase = TaskPhase::Restoring);
@@ -1276,6 +1277,7 @@ impl StageRunner {
         let Some(mut task) = self.tasks.remove(&partition) else {
             return Ok(());
         };
+        let _span = trace_span!("deliver", partition).entered();
         let result = self.deliver_task(&mut task);
         let counts = std::mem::take(&mut task.pending);
         let blocked = task.gate.blocked_count() as u64;
@@ -1524,6 +1526,7 @@ impl StageRunner {
         // `commit.interval.ms`: a record that arrives during a commit waits for that commit and
         // at most one interval after its start, not a whole interval after its end.
         let commit_started = Instant::now();
+        let _span = debug_span!("commit").entered();
         self.publish_frontier_lag();
         if self.uncommitted.deliveries == 0 && self.uncommitted.emissions == 0 {
             self.last_commit = commit_started;
