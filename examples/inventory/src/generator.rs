@@ -37,8 +37,9 @@ pub struct GenConfig {
     pub abort_ratio: f64,
     /// Prefix of the generator's transactional ids.
     pub transactional_prefix: String,
-    /// A pause after each round: spreads the workload over time (the fault-injection suite
-    /// wants stages busy while it injects faults). Workload shaping, not synchronisation.
+    /// A pause before each transaction but the first: spreads the workload over time (the
+    /// fault-injection suite wants stages busy while it injects faults). Workload shaping, not
+    /// synchronisation.
     pub pace: std::time::Duration,
 }
 
@@ -112,10 +113,10 @@ pub fn generate(
             .expect("template"),
     );
     for round in 0..config.rounds {
-        if round > 0 && !config.pace.is_zero() {
-            std::thread::sleep(config.pace);
-        }
         for (p, products) in slices.iter().enumerate() {
+            if (round, p) != (0, 0) && !config.pace.is_zero() {
+                std::thread::sleep(config.pace);
+            }
             let producer = &mut producers[p];
             producer.begin()?;
             let (saved_level, saved_stocked) = (level.clone(), stocked.clone());
