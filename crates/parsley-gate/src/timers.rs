@@ -229,6 +229,13 @@ impl<K: Ord + Clone, V> TimerQueue<K, V> {
         self.parked.is_empty()
     }
 
+    /// The parked records in release order: `(park time ms, key, value)`. For a caller that
+    /// indexes what is parked (for example by source coordinate, to find a record's parked
+    /// ancestors after [`from_bytes`](Self::from_bytes)).
+    pub fn parked(&self) -> impl Iterator<Item = (i64, &K, &V)> + '_ {
+        self.parked.iter().map(|((t, _), e)| (*t, &e.key, &e.value))
+    }
+
     /// The smallest park time, ms: the watermark the next release needs.
     pub fn next_release(&self) -> Option<i64> {
         self.parked.keys().next().map(|(t, _)| *t)

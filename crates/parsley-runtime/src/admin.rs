@@ -24,6 +24,13 @@ use tracing::debug;
 
 use crate::error::{Error, Result};
 
+/// The isolation level of a `ListOffsets(LATEST)` request: the high watermark or the LSO.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Isolation {
+    ReadUncommitted,
+    ReadCommitted,
+}
+
 /// A topic as the cluster describes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TopicInfo {
@@ -215,6 +222,28 @@ impl Admin {
         self.list_offsets(
             partitions,
             rdsys::rd_kafka_OffsetSpec_t::RD_KAFKA_OFFSET_SPEC_LATEST,
+            Isolation::ReadUncommitted,
+        )
+    }
+
+    /// The last stable offset (LSO: the first offset of the oldest open transaction, or the
+    /// high watermark when none is open) of each partition, from one batched
+    /// `ListOffsets(LATEST)` request with `READ_COMMITTED` isolation, answered by the partition
+    /// leaders.
+    ///
+    /// The live-head evidence of event-time ordering (DESIGN.md §5). librdkafka keeps the LSO
+    /// of each fetch response (`rktp_ls_offset`) but exposes it only in its statistics JSON;
+    /// `rd_kafka_get_watermark_offsets` returns the fetch response's high watermark. A reading
+    /// taken after a poll is at or above the LSO of the responses that poll returned, so a
+    /// channel judged at its head by it is at least as far as by the fetch response's.
+    ///
+    /// # Errors
+    /// [`Error::Admin`] for a failed request or a partition that reports an error (named).
+    pub fn last_stable_offsets(&self, partitions: &[(&str, i32)]) -> Result<Vec<i64>> {
+        self.list_offsets(
+            partitions,
+            rdsys::rd_kafka_OffsetSpec_t::RD_KAFKA_OFFSET_SPEC_LATEST,
+            Isolation::ReadCommitted,
         )
     }
 
@@ -228,6 +257,7 @@ impl Admin {
         self.list_offsets(
             partitions,
             rdsys::rd_kafka_OffsetSpec_t::RD_KAFKA_OFFSET_SPEC_EARLIEST,
+            Isolation::ReadUncommitted,
         )
     }
 
@@ -235,10 +265,11 @@ impl Admin {
         &self,
         partitions: &[(&str, i32)],
         spec: rdsys::rd_kafka_OffsetSpec_t,
+        isolation: Isolation,
     ) -> Result<Vec<i64>> {
         let deadline = Instant::now() + self.timeout;
         loop {
-            match self.list_once(partitions, spec) {
+            match self.list_once(partitions, spec, isolation) {
                 Ok(offsets) => return Ok(offsets),
                 // A leader that just moved or restarted (stale leader epoch, not the leader
                 // yet): librdkafka refreshes its metadata; ask again.
@@ -259,12 +290,12 @@ impl Admin {
         }
     }
 
-    /// One `ListOffsets` request (`READ_UNCOMMITTED`); the error says whether asking again
-    /// may succeed.
+    /// One `ListOffsets` request; the error says whether asking again may succeed.
     fn list_once(
         &self,
         partitions: &[(&str, i32)],
         spec: rdsys::rd_kafka_OffsetSpec_t,
+        isolation: Isolation,
     ) -> std::result::Result<Vec<i64>, (bool, Error)> {
         if partitions.is_empty() {
             return Ok(Vec::new());
@@ -298,10 +329,15 @@ impl Admin {
                     self.timeout.min(Duration::from_secs(5)),
                     rdsys::rd_kafka_admin_op_t::RD_KAFKA_ADMIN_OP_LISTOFFSETS,
                     |options| {
-                        let err = rdsys::rd_kafka_AdminOptions_set_isolation_level(
-                        options,
-                        rdsys::rd_kafka_IsolationLevel_t::RD_KAFKA_ISOLATION_LEVEL_READ_UNCOMMITTED,
-                    );
+                        let level = match isolation {
+                            Isolation::ReadUncommitted => {
+                                rdsys::rd_kafka_IsolationLevel_t::RD_KAFKA_ISOLATION_LEVEL_READ_UNCOMMITTED
+                            }
+                            Isolation::ReadCommitted => {
+                                rdsys::rd_kafka_IsolationLevel_t::RD_KAFKA_ISOLATION_LEVEL_READ_COMMITTED
+                            }
+                        };
+                        let err = rdsys::rd_kafka_AdminOptions_set_isolation_level(options, level);
                         if err.is_null() {
                             return Ok(());
                         }

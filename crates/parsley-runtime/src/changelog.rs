@@ -6,7 +6,10 @@
 //! - key `0x00 ++ k`, value `v`: the fold state of key `k` (a tombstone deletes it);
 //! - key [`META_KEY`], value a [`TaskSnapshot`]: the task's sender id and next send sequence,
 //!   its node clock, its gate snapshot (baselines, frontiers, look-ahead sets, delivered
-//!   sequences) and the input offsets committed with it.
+//!   sequences) and the input offsets committed with it;
+//! - key [`EVENT_TIME_KEY`], value the task's event-time state (watermark snapshot and the
+//!   whole timer queue, one record per task), for a stage that orders by event time: written
+//!   in the same transaction as every task snapshot, so both describe the same moment.
 //!
 //! Invariants:
 //! - the runtime writes the changelog only inside the stage's transaction, after every output
@@ -36,6 +39,9 @@ use tracing::warn;
 pub(crate) const STATE_PREFIX: u8 = 0x00;
 /// Key of the task snapshot record.
 pub(crate) const META_KEY: &[u8] = b"\x01parsley.task";
+/// Key of the event-time record of a stage that orders by event time (`event_time`'s
+/// encoding: watermark snapshot and timer queue), always written with the task snapshot.
+pub(crate) const EVENT_TIME_KEY: &[u8] = b"\x01parsley.event_time";
 
 /// Version of the snapshot encoding.
 const SNAPSHOT_VERSION: u8 = 1;
@@ -193,6 +199,8 @@ pub(crate) struct Restored {
     pub state: HashMap<Vec<u8>, Vec<u8>>,
     /// The latest task snapshot, if the task ever committed.
     pub snapshot: Option<TaskSnapshot>,
+    /// The latest event-time record (undecoded), if one was ever written.
+    pub event_time: Option<Vec<u8>>,
     /// Records read.
     pub records: u64,
     /// Consumers replaced after reading nothing for [`RESTORE_STALL`].
@@ -326,6 +334,11 @@ pub(crate) fn restore(
                 .payload()
                 .ok_or_else(|| bad("task snapshot without a value".into()))?;
             restored.snapshot = Some(TaskSnapshot::decode(value).map_err(bad)?);
+        } else if key == EVENT_TIME_KEY {
+            let value = m
+                .payload()
+                .ok_or_else(|| bad("event-time record without a value".into()))?;
+            restored.event_time = Some(value.to_vec());
         } else if let Some((&STATE_PREFIX, k)) = key.split_first() {
             match m.payload() {
                 Some(v) => restored.state.insert(k.to_vec(), v.to_vec()),

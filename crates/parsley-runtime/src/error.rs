@@ -195,6 +195,33 @@ pub enum Error {
         /// The topic id changed.
         recreated: bool,
     },
+    /// A stage that orders by event time received a record without a timestamp (its event
+    /// time); it is not delivered, and its offset is not committed.
+    #[error(
+        "stage {stage}: record {topic}/{partition}@{offset} has no timestamp, so no event time"
+    )]
+    NoEventTime {
+        /// Stage name.
+        stage: String,
+        /// Source topic.
+        topic: String,
+        /// Partition.
+        partition: i32,
+        /// Offset.
+        offset: i64,
+    },
+    /// The event-time state of a task (watermark or timer queue) is inconsistent, does not
+    /// decode, or holds parked records that the stage's configuration would lose (a stage that
+    /// stopped ordering by event time while records were parked).
+    #[error("stage {stage}, task {partition}: event-time state: {message}")]
+    EventTime {
+        /// Stage name.
+        stage: String,
+        /// The task.
+        partition: i32,
+        /// What is wrong.
+        message: String,
+    },
     /// Something did not happen within its deadline.
     #[error("{what} did not complete within {timeout:?}")]
     Timeout {

@@ -31,6 +31,7 @@ mod causal_producer;
 mod changelog;
 mod config;
 mod error;
+mod event_time;
 mod metrics;
 mod outbox;
 mod runtime;

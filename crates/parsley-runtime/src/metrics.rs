@@ -34,6 +34,8 @@ pub struct StageMetrics {
     reads_beyond_cap: AtomicU64,
     spilled: AtomicU64,
     refetched: AtomicU64,
+    late: AtomicU64,
+    parked: AtomicU64,
     tasks: Mutex<BTreeMap<i32, TaskMetrics>>,
 }
 
@@ -76,6 +78,20 @@ pub struct TaskMetrics {
     /// channel has had a fetch response. Commit markers and aborted records count as offsets,
     /// so a caught-up task can show a lag of a few offsets while its input ends in a marker.
     pub frontier_lag: Option<i64>,
+    /// Event-time stages: records parked in the task's timer queue now (a gauge; restored
+    /// records included). `0` for other stages.
+    pub parked: u64,
+    /// Event-time stages: records taken by this instance's timer queue with an event time
+    /// below the watermark (the violation counter, DESIGN.md §5): released at once, or behind a
+    /// parked causal ancestor. `0` for other stages.
+    pub late: u64,
+    /// Event-time stages: the task's event-time watermark, ms since the epoch; `None` while an
+    /// input has no evidence yet (nothing is released) and for other stages.
+    pub watermark_ms: Option<i64>,
+    /// Event-time stages: input channels not caught up yet with the end offset read at task
+    /// start (a gauge; one that stays above zero with nothing fetched waits for an open
+    /// transaction). `0` for other stages.
+    pub catching_up: u64,
 }
 
 impl TaskMetrics {
@@ -92,6 +108,10 @@ impl TaskMetrics {
             blocked_heads: 0,
             impossible_stamps: 0,
             frontier_lag: None,
+            parked: 0,
+            late: 0,
+            watermark_ms: None,
+            catching_up: 0,
         }
     }
 }
@@ -136,6 +156,11 @@ pub struct MetricsSnapshot {
     pub spilled: u64,
     /// Spilled records re-fetched by seeking back.
     pub refetched: u64,
+    /// Event-time stages: records that arrived with an event time below their task's
+    /// watermark (the violation counter, summed over tasks).
+    pub late: u64,
+    /// Event-time stages: records parked in the tasks' timer queues at the last look (a gauge).
+    pub parked: u64,
 }
 
 impl StageMetrics {
@@ -160,6 +185,8 @@ impl StageMetrics {
             reads_beyond_cap: g(&self.reads_beyond_cap),
             spilled: g(&self.spilled),
             refetched: g(&self.refetched),
+            late: g(&self.late),
+            parked: g(&self.parked),
         }
     }
 
@@ -195,13 +222,23 @@ impl StageMetrics {
         self.fetched.fetch_add(1, Ordering::Relaxed);
     }
 
-    pub(crate) fn delivered(&self, waited_us: Option<u64>) {
+    pub(crate) fn delivered(&self) {
         self.delivered.fetch_add(1, Ordering::Relaxed);
-        if let Some(us) = waited_us {
-            self.held.fetch_add(1, Ordering::Relaxed);
-            self.gate_wait_us.fetch_add(us, Ordering::Relaxed);
-            self.max_gate_wait_us.fetch_max(us, Ordering::Relaxed);
-        }
+    }
+
+    /// A delivery the gate held for `us` µs.
+    pub(crate) fn held(&self, us: u64) {
+        self.held.fetch_add(1, Ordering::Relaxed);
+        self.gate_wait_us.fetch_add(us, Ordering::Relaxed);
+        self.max_gate_wait_us.fetch_max(us, Ordering::Relaxed);
+    }
+
+    pub(crate) fn late(&self) {
+        self.late.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn parked(&self, n: u64) {
+        self.parked.store(n, Ordering::Relaxed);
     }
 
     pub(crate) fn blocked_heads(&self, n: u64) {

@@ -43,9 +43,10 @@ use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use tracing::{debug, debug_span, info, info_span, trace, trace_span, warn};
 
 use crate::admin::{Admin, TopicInfo};
-use crate::changelog::{self, META_KEY, STATE_PREFIX, TaskSnapshot};
+use crate::changelog::{self, EVENT_TIME_KEY, META_KEY, STATE_PREFIX, TaskSnapshot};
 use crate::config::{GateMode, RuntimeConfig};
 use crate::error::{Error, Result};
+use crate::event_time::{Delivered, EventTime, HandOver, ParkedRecord};
 use crate::metrics::{Progress, StageMetrics, TaskPhase};
 use crate::outbox::{Outbox, SendTag, partition_for};
 
@@ -216,6 +217,9 @@ struct Payload {
     key: Option<Vec<u8>>,
     value: Option<Vec<u8>>,
     arrived: Instant,
+    /// The Kafka record timestamp, ms since the epoch (the event time of an event-time stage);
+    /// `None` when the record has none.
+    record_timestamp: Option<i64>,
     /// The stamp, when the gate does not check it ([`GateMode::Off`]): still merged into the
     /// node clock on delivery.
     unchecked_stamp: Option<Stamp>,
@@ -246,6 +250,8 @@ struct Task {
     snapshot_offsets: Vec<(Channel, i64)>,
     /// Deliveries not yet added to the task's metrics.
     pending: TaskCounts,
+    /// Event-time order (watermark and timer queue), when the stage orders by event time.
+    event_time: Option<EventTime>,
 }
 
 /// Per-task deliveries counted by [`StageRunner::deliver_task`], added to the task's
@@ -256,6 +262,7 @@ struct TaskCounts {
     held: u64,
     gate_wait_us: u64,
     max_gate_wait_us: u64,
+    late: u64,
 }
 
 /// Deliveries and sends since the last commit.
@@ -263,6 +270,8 @@ struct TaskCounts {
 struct Uncommitted {
     deliveries: u64,
     emissions: u64,
+    /// Gate deliveries parked in an event-time queue (the queue changed: commit it).
+    parked: u64,
 }
 
 pub(crate) struct StageRunner {
@@ -523,8 +532,15 @@ impl StageRunner {
         self.read_evidence()?;
         self.resolve_impossible()?;
         let partitions: Vec<i32> = self.tasks.keys().copied().collect();
-        for partition in partitions {
+        for &partition in &partitions {
             self.deliver(partition)?;
+        }
+        if self.spec.event_time().is_some() {
+            // The live heads of the caught-up channels, then what the watermark now releases.
+            self.read_heads()?;
+            for &partition in &partitions {
+                self.deliver(partition)?;
+            }
         }
         self.apply_backpressure()?;
         self.settle_acks(None)?;
@@ -926,6 +942,12 @@ impl StageRunner {
             partition,
             source: Box::new(source),
         };
+        // The event-time record belongs to the snapshot it was committed with.
+        let event_bytes = restored
+            .snapshot
+            .as_ref()
+            .and(restored.event_time.as_ref())
+            .cloned();
         let task = match restored.snapshot {
             Some(mut snapshot) => {
                 // Channels the snapshot names that this task no longer consumes belong to a
@@ -1005,6 +1027,7 @@ impl StageRunner {
                     changed: false,
                     snapshot_offsets: committed_with,
                     pending: TaskCounts::default(),
+                    event_time: None,
                 }
             }
             None => {
@@ -1021,9 +1044,12 @@ impl StageRunner {
                     changed: false,
                     snapshot_offsets: Vec::new(),
                     pending: TaskCounts::default(),
+                    event_time: None,
                 }
             }
         };
+        let mut task = task;
+        task.event_time = self.start_event_time(&task, event_bytes.as_deref())?;
         info!(
             partition,
             records = restored.records,
@@ -1035,6 +1061,115 @@ impl StageRunner {
             "task restored"
         );
         Ok(task)
+    }
+
+    /// The event-time state of a task just restored, when the stage orders by event time:
+    /// restored from `bytes` (the changelog's event-time record committed with the task's
+    /// snapshot) or fresh, then started with the task's startup ends — one batched
+    /// `ListOffsets(LATEST, READ_UNCOMMITTED)` for its event-time inputs — and the restored
+    /// gate's frontiers (DESIGN.md §5).
+    ///
+    /// # Errors
+    /// [`Error::EventTime`] for a record that does not decode, or for parked records in the
+    /// changelog of a stage that no longer orders by event time (they would be lost); admin
+    /// errors.
+    fn start_event_time(&self, task: &Task, bytes: Option<&[u8]>) -> Result<Option<EventTime>> {
+        let partition = task.partition;
+        let event_error = |message: String| Error::EventTime {
+            stage: self.spec.name().to_string(),
+            partition,
+            message,
+        };
+        let Some(order) = self.spec.event_time() else {
+            if let Some(b) = bytes
+                && EventTime::holds_parked(b).map_err(event_error)?
+            {
+                return Err(event_error(
+                    "the changelog holds parked records but the stage no longer orders by event time; they would be lost".into(),
+                ));
+            }
+            return Ok(None);
+        };
+        let control = match &order.control {
+            Some(c) => {
+                let source =
+                    self.source_by_name
+                        .get(&c.topic)
+                        .ok_or_else(|| Error::UnknownTopic {
+                            topic: c.topic.clone(),
+                        })?;
+                Some((self.sources[*source].id, c.lag_ms))
+            }
+            None => None,
+        };
+        let inputs: Vec<Channel> = self
+            .sources
+            .iter()
+            .filter(|t| Some(t.id) != control.map(|(id, _)| id))
+            .map(|t| Channel::new(t.id, partition))
+            .collect();
+        let mut et = match bytes {
+            Some(b) => EventTime::decode(inputs, control, b).map_err(event_error)?,
+            None => EventTime::new(inputs, control),
+        };
+        let inputs = et.inputs();
+        let mut request = Vec::with_capacity(inputs.len());
+        for c in &inputs {
+            request.push((self.source_of(*c)?.name.as_str(), c.partition));
+        }
+        let ends = self.admin.high_watermarks(&request)?;
+        let gate_error = |source| Error::Gate {
+            stage: self.spec.name().to_string(),
+            partition,
+            source: Box::new(source),
+        };
+        for (c, end) in inputs.iter().zip(ends) {
+            et.start(*c, end).map_err(gate_error)?;
+        }
+        et.follow(&task.gate).map_err(gate_error)?;
+        info!(
+            partition,
+            parked = et.parked(),
+            watermark = ?et.watermark(),
+            catching_up = et.catching_up(),
+            "event-time order started"
+        );
+        Ok(Some(et))
+    }
+
+    /// Reads the last stable offsets of every caught-up event-time input of every task (one
+    /// batched `ListOffsets(LATEST, READ_COMMITTED)`, after the batch's polls and deliveries)
+    /// and hands them to the trackers as the channels' live heads.
+    fn read_heads(&mut self) -> Result<()> {
+        let mut wanted: BTreeSet<Channel> = BTreeSet::new();
+        for task in self.tasks.values() {
+            if let Some(et) = &task.event_time {
+                wanted.extend(et.caught_up_inputs());
+            }
+        }
+        if wanted.is_empty() {
+            return Ok(());
+        }
+        let mut request = Vec::with_capacity(wanted.len());
+        for c in &wanted {
+            request.push((self.source_of(*c)?.name.as_str(), c.partition));
+        }
+        let heads = self.admin.last_stable_offsets(&request)?;
+        let stage = self.spec.name().to_string();
+        for (c, lso) in wanted.iter().zip(heads) {
+            if let Some(et) = self
+                .tasks
+                .get_mut(&c.partition)
+                .and_then(|t| t.event_time.as_mut())
+            {
+                et.fetched_head(*c, lso).map_err(|source| Error::Gate {
+                    stage: stage.clone(),
+                    partition: c.partition,
+                    source: Box::new(source),
+                })?;
+            }
+        }
+        Ok(())
     }
 
     /// The log start offset of source channel `channel`.
@@ -1080,8 +1215,9 @@ impl StageRunner {
             Ok(stamp) => (stamp, None),
             Err(e) => (None, Some(e)),
         };
+        let record_timestamp = m.timestamp().to_millis();
         // Kafka's v2 record format always has a timestamp; it only orders deliverable records.
-        let mut timestamp = m.timestamp().to_millis().unwrap_or(i64::MIN);
+        let mut timestamp = record_timestamp.unwrap_or(i64::MIN);
         let (stamp, unchecked_stamp) = match self.config.gate {
             GateMode::Causal => (stamp, None),
             GateMode::Off => {
@@ -1103,6 +1239,7 @@ impl StageRunner {
                     key: m.key().map(<[u8]>::to_vec),
                     value: m.payload().map(<[u8]>::to_vec),
                     arrived,
+                    record_timestamp,
                     unchecked_stamp,
                     dead_letter: None,
                 },
@@ -1281,12 +1418,22 @@ impl StageRunner {
         let result = self.deliver_task(&mut task);
         let counts = std::mem::take(&mut task.pending);
         let blocked = task.gate.blocked_count() as u64;
+        let event_time = task
+            .event_time
+            .as_ref()
+            .map(|et| (et.parked() as u64, et.watermark(), et.catching_up() as u64));
         self.metrics.task(partition, |m| {
             m.delivered += counts.delivered;
             m.held += counts.held;
             m.gate_wait_us += counts.gate_wait_us;
             m.max_gate_wait_us = m.max_gate_wait_us.max(counts.max_gate_wait_us);
             m.blocked_heads = blocked;
+            m.late += counts.late;
+            if let Some((parked, watermark, catching_up)) = event_time {
+                m.parked = parked;
+                m.watermark_ms = watermark;
+                m.catching_up = catching_up;
+            }
         });
         self.metrics.blocked_heads(
             self.tasks
@@ -1296,18 +1443,28 @@ impl StageRunner {
                 + task.gate.blocked_count() as u64,
         );
         self.tasks.insert(partition, task);
+        if self.spec.event_time().is_some() {
+            self.metrics.parked(
+                self.tasks
+                    .values()
+                    .filter_map(|t| t.event_time.as_ref())
+                    .map(|et| et.parked() as u64)
+                    .sum(),
+            );
+        }
         result
     }
 
+    /// Delivers what the gate releases; for an event-time stage, parks each delivery in the
+    /// task's timer queue and hands over what the watermark releases (module docs of
+    /// `event_time`).
     fn deliver_task(&mut self, task: &mut Task) -> Result<()> {
         let processor = self.spec.processor().clone();
         while let Some(d) = task.gate.next_delivery() {
             task.changed = true;
             let payload = d.payload;
-            task.clock.observe(
-                d.coordinate,
-                d.stamp.as_ref().or(payload.unchecked_stamp.as_ref()),
-            );
+            let stamp = d.stamp.as_ref().or(payload.unchecked_stamp.as_ref());
+            task.clock.observe(d.coordinate, stamp);
             for r in &d.replacements {
                 task.clock.learn(*r)?;
             }
@@ -1317,55 +1474,165 @@ impl StageRunner {
             if let Some(reason) = payload.dead_letter.clone() {
                 self.dead_letter(task, &payload, d.coordinate, &reason)?;
                 self.uncommitted.deliveries += 1;
-                self.metrics.delivered(None);
+                self.metrics.delivered();
                 task.pending.delivered += 1;
                 continue;
             }
             let topic = &self.sources[payload.source].name;
             trace!(target: DELIVERY_TARGET, topic = %topic, partition = task.partition,
                 offset = d.coordinate.offset, "delivered");
-            if d.waited {
-                trace!(topic = %topic, partition = task.partition, offset = d.coordinate.offset,
-                    waited_us = payload.arrived.elapsed().as_micros() as u64, "held record delivered");
-            }
-            let state_key = payload.key.as_deref().unwrap_or_default();
-            let step = processor.process(
-                RawRecord {
-                    topic,
-                    partition: task.partition,
-                    offset: d.coordinate.offset,
-                    timestamp: d.timestamp,
-                    key: payload.key.as_deref(),
-                    value: payload.value.as_deref(),
-                },
-                task.state.get(state_key).map(Vec::as_slice),
-            )?;
-            match step.state {
-                StateChange::Keep => {}
-                StateChange::Set(s) => {
-                    task.state.insert(state_key.to_vec(), s);
-                    task.dirty.insert(state_key.to_vec());
-                }
-                StateChange::Delete => {
-                    task.state.remove(state_key);
-                    task.dirty.insert(state_key.to_vec());
-                }
-            }
-            for emission in step.emit {
-                self.emit(task, emission)?;
-            }
-            self.uncommitted.deliveries += 1;
             let waited_us = d
                 .waited
                 .then(|| payload.arrived.elapsed().as_micros() as u64);
-            self.metrics.delivered(waited_us);
-            task.pending.delivered += 1;
             if let Some(us) = waited_us {
+                trace!(topic = %topic, partition = task.partition, offset = d.coordinate.offset,
+                    waited_us = us, "held record delivered");
+                self.metrics.held(us);
                 task.pending.held += 1;
                 task.pending.gate_wait_us += us;
                 task.pending.max_gate_wait_us = task.pending.max_gate_wait_us.max(us);
             }
+            let Some(et) = task.event_time.as_mut() else {
+                self.handle(
+                    &processor,
+                    task,
+                    payload.source,
+                    d.coordinate.offset,
+                    d.timestamp,
+                    payload.key.as_deref(),
+                    payload.value.as_deref(),
+                )?;
+                continue;
+            };
+            let timestamp = payload.record_timestamp.ok_or_else(|| Error::NoEventTime {
+                stage: self.spec.name().to_string(),
+                topic: topic.clone(),
+                partition: task.partition,
+                offset: d.coordinate.offset,
+            })?;
+            let record = ParkedRecord {
+                topic: topic.clone(),
+                channel: (
+                    d.coordinate.channel.topic.to_bytes(),
+                    d.coordinate.channel.partition,
+                ),
+                offset: d.coordinate.offset,
+                timestamp,
+                key: payload.key,
+                value: payload.value,
+                sender: stamp
+                    .and_then(|s| s.sender)
+                    .map(|t| (*t.sender.as_bytes(), t.seq)),
+            };
+            let delivered = et
+                .deliver(stamp, &d.replacements, record)
+                .map_err(|source| Error::Gate {
+                    stage: self.spec.name().to_string(),
+                    partition: task.partition,
+                    source: Box::new(source),
+                })?;
+            self.uncommitted.parked += 1;
+            match delivered {
+                Delivered::Parked { late } => {
+                    if late {
+                        task.pending.late += 1;
+                        self.metrics.late();
+                    }
+                }
+                Delivered::Now(h) => {
+                    if h.late {
+                        task.pending.late += 1;
+                        self.metrics.late();
+                    }
+                    self.hand_over(&processor, task, h)?;
+                }
+            }
         }
+        if let Some(et) = task.event_time.as_mut() {
+            et.follow(&task.gate).map_err(|source| Error::Gate {
+                stage: self.spec.name().to_string(),
+                partition: task.partition,
+                source: Box::new(source),
+            })?;
+            let released = et.release();
+            if !released.is_empty() {
+                task.changed = true;
+            }
+            for h in released {
+                self.hand_over(&processor, task, h)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Hands a record released by the task's timer queue to the handler (late records are
+    /// counted when the queue takes them, not here).
+    fn hand_over(
+        &mut self,
+        processor: &Arc<dyn parsley_stage::Processor>,
+        task: &mut Task,
+        h: HandOver,
+    ) -> Result<()> {
+        let record = h.record;
+        let source =
+            *self
+                .source_by_name
+                .get(&record.topic)
+                .ok_or_else(|| Error::UnknownTopic {
+                    topic: record.topic.clone(),
+                })?;
+        self.handle(
+            processor,
+            task,
+            source,
+            record.offset,
+            record.timestamp,
+            record.key.as_deref(),
+            record.value.as_deref(),
+        )
+    }
+
+    /// Runs the handler on one record of `task`: fold state, emissions, counts.
+    #[allow(clippy::too_many_arguments)]
+    fn handle(
+        &mut self,
+        processor: &Arc<dyn parsley_stage::Processor>,
+        task: &mut Task,
+        source: usize,
+        offset: i64,
+        timestamp: i64,
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+    ) -> Result<()> {
+        let state_key = key.unwrap_or_default();
+        let step = processor.process(
+            RawRecord {
+                topic: &self.sources[source].name,
+                partition: task.partition,
+                offset,
+                timestamp,
+                key,
+                value,
+            },
+            task.state.get(state_key).map(Vec::as_slice),
+        )?;
+        match step.state {
+            StateChange::Keep => {}
+            StateChange::Set(s) => {
+                task.state.insert(state_key.to_vec(), s);
+                task.dirty.insert(state_key.to_vec());
+            }
+            StateChange::Delete => {
+                task.state.remove(state_key);
+                task.dirty.insert(state_key.to_vec());
+            }
+        }
+        for emission in step.emit {
+            self.emit(task, emission)?;
+        }
+        self.uncommitted.deliveries += 1;
+        self.metrics.delivered();
+        task.pending.delivered += 1;
         Ok(())
     }
 
@@ -1495,6 +1762,21 @@ impl StageRunner {
                 Some(&snapshot.encode()),
                 self.config.timeout,
             )?;
+            if let Some(et) = &task.event_time {
+                // Written with the snapshot, in the same transaction: restored together.
+                let bytes = et.encode().map_err(|source| Error::Gate {
+                    stage: self.spec.name().to_string(),
+                    partition: task.partition,
+                    source: Box::new(source),
+                })?;
+                self.outbox.send_changelog(
+                    channel,
+                    topic,
+                    EVENT_TIME_KEY,
+                    Some(&bytes),
+                    self.config.timeout,
+                )?;
+            }
             task.changed = false;
             task.snapshot_offsets = committed;
         }
@@ -1528,7 +1810,10 @@ impl StageRunner {
         let commit_started = Instant::now();
         let _span = debug_span!("commit").entered();
         self.publish_frontier_lag();
-        if self.uncommitted.deliveries == 0 && self.uncommitted.emissions == 0 {
+        if self.uncommitted.deliveries == 0
+            && self.uncommitted.emissions == 0
+            && self.uncommitted.parked == 0
+        {
             self.last_commit = commit_started;
             return Ok(());
         }

@@ -22,4 +22,7 @@ pub use error::{Error, Result};
 pub use handler::{Emission, Handler, HandlerError, HandlerResult, Record, StateChange, Step};
 pub use parsley_clock::CausalClock;
 pub use processor::{Part, Processor, RawEmission, RawRecord, RawStep};
-pub use topology::{ImpossiblePolicy, StageBuilder, StageSpec, Topology, TopologyBuilder};
+pub use topology::{
+    ControlStream, EventTimeOrder, ImpossiblePolicy, StageBuilder, StageSpec, Topology,
+    TopologyBuilder,
+};

@@ -27,7 +27,9 @@
 //! Validation (all problems are reported together in [`Error::InvalidTopology`]): a valid
 //! application id and stage names, at least one stage, unique stage names, every stage has at
 //! least one source and no duplicate source or sink, topic names are legal Kafka names, and no
-//! stage writes a topic it reads (a task would wait on its own open transaction; issue 4).
+//! stage writes a topic it reads (a task would wait on its own open transaction; issue 4); an
+//! [`EventTimeOrder`]'s control topic is one of the stage's sources, not its only one, with a
+//! lag `>= 0`.
 //! Sources of one stage must be co-partitioned (same partition count, same key hashing); that
 //! is checked against the broker when the runtime starts.
 
@@ -90,6 +92,60 @@ pub struct StageSpec {
     sinks: Vec<String>,
     processor: Arc<dyn Processor>,
     impossible: ImpossiblePolicy,
+    event_time: Option<EventTimeOrder>,
+}
+
+/// Orders a stage's deliveries by event time per task (DESIGN.md §5; the book's chapter
+/// "Ordering by event time").
+///
+/// The **event time** of a record is its Kafka record timestamp, ms since the Unix epoch
+/// (`CreateTime` as the producer set it, or `LogAppendTime` when the topic says so); there is
+/// no extractor. Each task parks every record the causal gate delivers in a timer queue and
+/// hands it to the handler when the task's watermark reaches it, in ascending event time
+/// (ties in delivery order). The watermark is moved only by Kafka's evidence: the end offsets
+/// read at task start, the gate's frontiers and the last stable offsets read after each poll
+/// batch, and, with a [`ControlStream`], processing time minus a lag. A record that arrives
+/// with an event time below the watermark is handed over at once and counted as late.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct EventTimeOrder {
+    /// The optional control stream; `None`: the watermark follows the inputs alone.
+    pub control: Option<ControlStream>,
+}
+
+impl EventTimeOrder {
+    /// Event-time order with no control stream: once every input is caught up and at its live
+    /// head, records are released on arrival (late ones counted).
+    pub fn new() -> Self {
+        EventTimeOrder::default()
+    }
+
+    /// Adds a control stream: `topic` (one of the stage's sources, with no event time of its
+    /// own) contributes processing time minus `lag_ms` milliseconds.
+    pub fn control(mut self, topic: impl Into<String>, lag_ms: i64) -> Self {
+        self.control = Some(ControlStream {
+            topic: topic.into(),
+            lag_ms,
+        });
+        self
+    }
+}
+
+/// The control stream of an [`EventTimeOrder`]: a source topic with no event time whose
+/// records tick the task's processing-time clock.
+///
+/// Its records are not parked: each is handed to the handler when the gate delivers it (after
+/// its parked causal ancestors, if any), and its **record timestamp** (ms since the epoch) is
+/// the processing time it contributes. The clock therefore moves only when control records
+/// arrive — nothing is released on silence — and replays the same way after a restart.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ControlStream {
+    /// The control topic: must also be a source of the stage (co-partitioned: task `p` reads
+    /// its partition `p` through the same gate).
+    pub topic: String,
+    /// How far the control clock runs behind the control records' timestamps, ms (`>= 0`):
+    /// the longest a live record is held, and the producer delay beyond which it is late.
+    pub lag_ms: i64,
 }
 
 /// What a stage does with a record whose stamp no truthful sender can produce (DESIGN.md §4:
@@ -119,6 +175,7 @@ impl fmt::Debug for StageSpec {
             .field("sources", &self.sources)
             .field("sinks", &self.sinks)
             .field("impossible", &self.impossible)
+            .field("event_time", &self.event_time)
             .finish_non_exhaustive()
     }
 }
@@ -147,6 +204,11 @@ impl StageSpec {
     /// What the stage does with an impossible stamp.
     pub fn impossible_policy(&self) -> &ImpossiblePolicy {
         &self.impossible
+    }
+
+    /// The stage's event-time order, if it orders by event time.
+    pub fn event_time(&self) -> Option<&EventTimeOrder> {
+        self.event_time.as_ref()
     }
 
     /// The consumer group of this stage: `{application_id}.{stage}`.
@@ -180,6 +242,7 @@ impl TopologyBuilder {
             sources: Vec::new(),
             sinks: Vec::new(),
             impossible: ImpossiblePolicy::Fail,
+            event_time: None,
             codecs: Codecs {
                 key: Arc::new(Json),
                 value: Arc::new(Json),
@@ -193,6 +256,7 @@ impl TopologyBuilder {
             sinks,
             codecs,
             impossible,
+            event_time,
             ..
         } = builder;
         let processor: Arc<dyn Processor> = Arc::new(Typed {
@@ -207,6 +271,7 @@ impl TopologyBuilder {
             sinks,
             processor,
             impossible,
+            event_time,
         });
         self
     }
@@ -258,6 +323,28 @@ impl TopologyBuilder {
                     ));
                 }
             }
+            if let Some(EventTimeOrder {
+                control: Some(control),
+            }) = &stage.event_time
+            {
+                if !stage.sources.contains(&control.topic) {
+                    problems.push(format!(
+                        "stage {name:?}: control topic {:?} is not a source of the stage",
+                        control.topic
+                    ));
+                } else if stage.sources.len() == 1 {
+                    problems.push(format!(
+                        "stage {name:?}: control topic {:?} is the only source: nothing has an event time",
+                        control.topic
+                    ));
+                }
+                if control.lag_ms < 0 {
+                    problems.push(format!(
+                        "stage {name:?}: control lag {} ms is negative",
+                        control.lag_ms
+                    ));
+                }
+            }
             for topic in &stage.sinks {
                 if stage.sources.contains(topic) {
                     problems.push(format!(
@@ -284,6 +371,7 @@ pub struct StageBuilder<H: Handler> {
     sinks: Vec<String>,
     codecs: Codecs<H>,
     impossible: ImpossiblePolicy,
+    event_time: Option<EventTimeOrder>,
 }
 
 impl<H: Handler> StageBuilder<H> {
@@ -320,6 +408,14 @@ impl<H: Handler> StageBuilder<H> {
     /// What to do with records whose stamps are impossible (default: fail the task).
     pub fn on_impossible_stamp(mut self, policy: ImpossiblePolicy) -> Self {
         self.impossible = policy;
+        self
+    }
+
+    /// Orders the stage's deliveries by event time (the Kafka record timestamp) per task; see
+    /// [`EventTimeOrder`]. Checked by [`TopologyBuilder::build`]: a control topic must be a
+    /// source of the stage, not its only one, with a lag `>= 0`.
+    pub fn order_by_event_time(mut self, order: EventTimeOrder) -> Self {
+        self.event_time = Some(order);
         self
     }
 
@@ -406,6 +502,51 @@ mod tests {
             Topology::builder("x").build(),
             Err(Error::InvalidTopology { .. })
         ));
+    }
+
+    #[test]
+    fn event_time_order_is_validated_at_build_time() {
+        let ok = Topology::builder("app")
+            .stage("a", Echo, |s| {
+                s.source("in")
+                    .source("ticks")
+                    .sink("out")
+                    .order_by_event_time(EventTimeOrder::new().control("ticks", 500))
+            })
+            .build()
+            .unwrap();
+        let order = ok.stages()[0].event_time().unwrap();
+        assert_eq!(
+            order.control,
+            Some(ControlStream {
+                topic: "ticks".into(),
+                lag_ms: 500
+            })
+        );
+        let err = Topology::builder("app")
+            .stage("a", Echo, |s| {
+                s.source("in")
+                    .sink("out")
+                    .order_by_event_time(EventTimeOrder::new().control("ticks", -1))
+            })
+            .stage("b", Echo, |s| {
+                s.source("ticks")
+                    .sink("out")
+                    .order_by_event_time(EventTimeOrder::new().control("ticks", 0))
+            })
+            .build()
+            .unwrap_err();
+        let Error::InvalidTopology { problems } = err else {
+            panic!("{err}")
+        };
+        assert_eq!(
+            problems,
+            [
+                "stage \"a\": control topic \"ticks\" is not a source of the stage",
+                "stage \"a\": control lag -1 ms is negative",
+                "stage \"b\": control topic \"ticks\" is the only source: nothing has an event time",
+            ]
+        );
     }
 
     #[test]

@@ -1,0 +1,481 @@
+//! Event-time ordering of one task: the runtime side of [`WatermarkTracker`] and
+//! [`TimerQueue`] (DESIGN.md §5; the rules themselves live in `parsley-gate`).
+//!
+//! # What the stream thread does, per task
+//! - **At task start**, after the restore: one batched `ListOffsets(LATEST, READ_UNCOMMITTED)`
+//!   for the task's event-time inputs gives each its startup end ([`EventTime::start`]), and
+//!   the tracker reads the restored gate's frontiers: a channel whose committed frontier
+//!   already reaches the fresh end is caught up at once, one mid-history waits only for the
+//!   offsets above its frontier.
+//! - **Per gate delivery** ([`EventTime::deliver`]): the record's event time (its Kafka record
+//!   timestamp, ms) goes to the tracker, and the record is parked in the timer queue under
+//!   `max(event time, park times of its parked ancestors)`; one released at once (its park time
+//!   is at or below the watermark) is handed back to the caller.
+//! - **After each poll batch**: the tracker reads the gate's frontiers ([`EventTime::follow`]);
+//!   the last stable offsets of the caught-up channels are read with one batched
+//!   `ListOffsets(LATEST, READ_COMMITTED)` ([`EventTime::fetched_head`]; see
+//!   [`Admin::last_stable_offsets`](crate::Admin::last_stable_offsets) for why not librdkafka's
+//!   cached values), and the queue releases everything at or below the watermark
+//!   ([`EventTime::release`]).
+//!
+//! # Parked ancestors
+//! A delivery's ancestors in the queue are the parked records of the same task that its stamp
+//! claims:
+//! - on each channel `c` of its clock, the parked records of `c` at offsets `<= clock[c]`;
+//! - for each in-flight claim `(c, seq)`, the parked records of `c` sent by the stamp's sender
+//!   with a sequence `<= seq`;
+//! - for each replacement coordinate the gate hands over, the parked records of its channel at
+//!   offsets `<=` it.
+//!
+//! Records the task already released may be claimed too; they change nothing (their park time
+//! is at or below the watermark). Cost: each claim scans the parked records of its channel
+//! below it (`O(k)`), so a stamped delivery during a long catch-up pays for what is parked.
+//!
+//! Same-key order is event-time order: two records of one key leave in ascending event time,
+//! ties in delivery order (and the gate delivers each channel in offset order).
+//!
+//! # The control stream
+//! A [`ControlStream`](parsley_stage::ControlStream) topic is one of the stage's sources; its
+//! channel is not an event-time input. Each control record the gate delivers feeds
+//! [`WatermarkTracker::control`] with its record timestamp and is handed to the handler at
+//! once, or, if it claims parked records, parked at their highest park time (so it still
+//! follows its causes; never counted late).
+//!
+//! # State
+//! [`EventTime::encode`] holds the watermark snapshot and the whole timer queue
+//! ([`TimerQueue::to_bytes`]): one changelog record per task, written in the same transaction
+//! as the task snapshot. A queue holding days of history makes that record large: per-key
+//! changelogging is still to be built.
+
+use std::collections::BTreeMap;
+
+use parsley_clock::{Channel, Coordinate, SenderId, SenderTag, Stamp, TopicId};
+use parsley_gate::{
+    Control, Gate, GateError, InputSnapshot, Parking, TimerQueue, WatermarkSnapshot,
+    WatermarkTracker,
+};
+use serde::{Deserialize, Serialize};
+
+/// Version byte of [`EventTime::encode`].
+const CODEC_VERSION: u8 = 1;
+/// Largest event-time record decoded, bytes.
+const DECODE_LIMIT: usize = 1 << 30;
+
+/// A delivered record waiting in the queue: what the handler needs, and its coordinate and
+/// sender for the ancestor rule.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct ParkedRecord {
+    /// Source topic name.
+    pub topic: String,
+    /// Its channel: topic id bytes and partition.
+    pub channel: ([u8; 16], i32),
+    /// Offset in the source partition.
+    pub offset: i64,
+    /// Kafka record timestamp, ms since the epoch (the event time, except for control records).
+    pub timestamp: i64,
+    /// Record key.
+    pub key: Option<Vec<u8>>,
+    /// Record value.
+    pub value: Option<Vec<u8>>,
+    /// Sender id bytes and sequence of its stamp, if stamped.
+    pub sender: Option<([u8; 16], u64)>,
+}
+
+impl ParkedRecord {
+    fn channel(&self) -> Channel {
+        Channel::new(TopicId::from_bytes(self.channel.0), self.channel.1)
+    }
+}
+
+/// One record handed back for the handler.
+#[derive(Debug)]
+pub(crate) struct HandOver {
+    /// The record.
+    pub record: ParkedRecord,
+    /// Its event time was below the watermark when it was parked.
+    pub late: bool,
+}
+
+/// What [`EventTime::deliver`] did.
+#[derive(Debug)]
+pub(crate) enum Delivered {
+    /// Parked; `late` when its event time was below the watermark.
+    Parked {
+        /// Counted as late.
+        late: bool,
+    },
+    /// Released at once.
+    Now(HandOver),
+}
+
+/// Event-time state of one task (module docs).
+#[derive(Debug)]
+pub(crate) struct EventTime {
+    tracker: WatermarkTracker,
+    queue: TimerQueue<Vec<u8>, ParkedRecord>,
+    /// Parked records by channel and offset: `(park time ms, sender tag)`.
+    index: BTreeMap<Channel, BTreeMap<i64, (i64, Option<SenderTag>)>>,
+    /// The control stream's topic, if any.
+    control: Option<TopicId>,
+}
+
+type WireInput = (([u8; 16], i32), Option<i64>, Vec<(i64, i64)>);
+type Wire = (Option<i64>, Vec<WireInput>, Vec<u8>);
+
+impl EventTime {
+    /// Fresh state for a task whose event-time inputs are `inputs` (the control channel
+    /// excluded), with the control stream `control` (its topic and lag).
+    pub(crate) fn new(inputs: Vec<Channel>, control: Option<(TopicId, i64)>) -> Self {
+        EventTime {
+            tracker: WatermarkTracker::new(inputs, control.map(|(_, lag_ms)| Control { lag_ms })),
+            queue: TimerQueue::new(),
+            index: BTreeMap::new(),
+            control: control.map(|(t, _)| t),
+        }
+    }
+
+    /// State restored from `bytes` ([`EventTime::encode`]); input channels of the snapshot that
+    /// are not in `inputs` any more (a deleted topic) are dropped, their parked records kept.
+    ///
+    /// # Errors
+    /// A message naming what does not decode or breaks an invariant.
+    pub(crate) fn decode(
+        inputs: Vec<Channel>,
+        control: Option<(TopicId, i64)>,
+        bytes: &[u8],
+    ) -> Result<Self, String> {
+        let (&version, body) = bytes.split_first().ok_or("empty event-time record")?;
+        if version != CODEC_VERSION {
+            return Err(format!("unknown event-time record version {version}"));
+        }
+        let config = bincode::config::standard().with_limit::<DECODE_LIMIT>();
+        let ((watermark, wire_inputs, queue), used): (Wire, usize) =
+            bincode::decode_from_slice(body, config).map_err(|e| e.to_string())?;
+        if used != body.len() {
+            return Err(format!("{} trailing bytes", body.len() - used));
+        }
+        let snapshot = WatermarkSnapshot {
+            watermark,
+            inputs: wire_inputs
+                .into_iter()
+                .map(|((t, p), prefix_max, lookahead)| InputSnapshot {
+                    channel: Channel::new(TopicId::from_bytes(t), p),
+                    prefix_max,
+                    lookahead,
+                })
+                .filter(|s| inputs.contains(&s.channel))
+                .collect(),
+        };
+        let tracker = WatermarkTracker::restore(
+            inputs,
+            control.map(|(_, lag_ms)| Control { lag_ms }),
+            &snapshot,
+        )
+        .map_err(|e| e.to_string())?;
+        let queue: TimerQueue<Vec<u8>, ParkedRecord> =
+            TimerQueue::from_bytes(&queue).map_err(|e| e.to_string())?;
+        let mut index: BTreeMap<Channel, BTreeMap<i64, (i64, Option<SenderTag>)>> = BTreeMap::new();
+        for (park_time, _, r) in queue.parked() {
+            let sender = r.sender.map(|(s, seq)| SenderTag {
+                sender: SenderId::from_bytes(s),
+                seq,
+            });
+            index
+                .entry(r.channel())
+                .or_default()
+                .insert(r.offset, (park_time, sender));
+        }
+        Ok(EventTime {
+            tracker,
+            queue,
+            index,
+            control: control.map(|(t, _)| t),
+        })
+    }
+
+    /// `true` when `bytes` ([`EventTime::encode`]) holds parked records (checked when a
+    /// stage that no longer orders by event time restores a task: those records would be lost).
+    pub(crate) fn holds_parked(bytes: &[u8]) -> Result<bool, String> {
+        Ok(!Self::decode(Vec::new(), None, bytes)?.queue.is_empty())
+    }
+
+    /// Version byte, then bincode (standard configuration) of the watermark snapshot and the
+    /// queue's own bytes ([`TimerQueue::to_bytes`]).
+    ///
+    /// # Errors
+    /// The queue's codec error (a value that does not serialise).
+    pub(crate) fn encode(&self) -> Result<Vec<u8>, GateError> {
+        let snapshot = self.tracker.snapshot();
+        let wire: Wire = (
+            snapshot.watermark,
+            snapshot
+                .inputs
+                .into_iter()
+                .map(|s| {
+                    (
+                        (s.channel.topic.to_bytes(), s.channel.partition),
+                        s.prefix_max,
+                        s.lookahead,
+                    )
+                })
+                .collect(),
+            self.queue.to_bytes()?,
+        );
+        let mut out = vec![CODEC_VERSION];
+        out.extend(
+            bincode::encode_to_vec(&wire, bincode::config::standard())
+                .expect("encoding plain values into a vector cannot fail"),
+        );
+        Ok(out)
+    }
+
+    /// The event-time input channels (sorted).
+    pub(crate) fn inputs(&self) -> Vec<Channel> {
+        self.tracker.catch_up().inputs().collect()
+    }
+
+    /// Records the startup end (high watermark at task start) of an input.
+    pub(crate) fn start(&mut self, channel: Channel, end_offset: i64) -> Result<(), GateError> {
+        self.tracker.start(channel, end_offset)
+    }
+
+    /// Reads the gate's frontiers.
+    pub(crate) fn follow<R>(&mut self, gate: &Gate<R>) -> Result<(), GateError> {
+        self.tracker.follow(gate)
+    }
+
+    /// Records the last stable offset read for `channel` after a poll batch.
+    pub(crate) fn fetched_head(&mut self, channel: Channel, lso: i64) -> Result<(), GateError> {
+        self.tracker.fetched_head(channel, lso)
+    }
+
+    /// Input channels caught up with their startup end (their live head matters).
+    pub(crate) fn caught_up_inputs(&self) -> Vec<Channel> {
+        self.tracker
+            .catch_up()
+            .inputs()
+            .filter(|c| self.tracker.caught_up(c))
+            .collect()
+    }
+
+    /// Input channels not caught up yet.
+    pub(crate) fn catching_up(&self) -> usize {
+        self.tracker.catch_up().waiting().count()
+    }
+
+    /// The task's watermark, ms.
+    pub(crate) fn watermark(&self) -> Option<i64> {
+        self.tracker.watermark()
+    }
+
+    /// Records parked now.
+    pub(crate) fn parked(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// The highest park time among the parked records `stamp` and `replacements` claim
+    /// (module docs: the ancestor rule); `None` when none is parked.
+    fn ancestors(&self, stamp: Option<&Stamp>, replacements: &[Coordinate]) -> Option<i64> {
+        let below = |c: &Channel, offset: i64| {
+            self.index
+                .get(c)
+                .and_then(|m| m.range(..=offset).map(|(_, (t, _))| *t).max())
+        };
+        let mut max: Option<i64> = None;
+        let mut take = |t: Option<i64>| max = max.max(t);
+        if let Some(s) = stamp {
+            for (c, o) in s.clock.entries() {
+                take(below(c, *o));
+            }
+            if let Some(tag) = s.sender {
+                for f in &s.in_flight {
+                    take(self.index.get(&f.channel).and_then(|m| {
+                        m.values()
+                            .filter(|(_, s)| {
+                                s.is_some_and(|s| s.sender == tag.sender && s.seq <= f.seq)
+                            })
+                            .map(|(t, _)| *t)
+                            .max()
+                    }));
+                }
+            }
+        }
+        for r in replacements {
+            take(below(&r.channel, r.offset));
+        }
+        max
+    }
+
+    /// A record the gate delivered: its event time (`record.timestamp`) goes to the tracker and
+    /// it is parked under its event time raised to its parked ancestors' park times, or handed
+    /// back at once. A control record ticks the control clock instead and is parked only
+    /// behind parked ancestors.
+    ///
+    /// # Errors
+    /// [`GateError::NotConsumed`] for a record of a channel that is not an input.
+    pub(crate) fn deliver(
+        &mut self,
+        stamp: Option<&Stamp>,
+        replacements: &[Coordinate],
+        record: ParkedRecord,
+    ) -> Result<Delivered, GateError> {
+        let channel = record.channel();
+        let ancestors = self.ancestors(stamp, replacements);
+        let event_time = if Some(channel.topic) == self.control {
+            self.tracker.control(record.timestamp)?;
+            match ancestors {
+                // Parked behind its causes, at their time: never late.
+                Some(t) if self.queue.watermark().is_none_or(|w| t > w) => t,
+                _ => {
+                    return Ok(Delivered::Now(HandOver {
+                        record,
+                        late: false,
+                    }));
+                }
+            }
+        } else {
+            self.tracker
+                .delivered(channel, record.offset, record.timestamp)?;
+            record.timestamp
+        };
+        let sender = record.sender.map(|(s, seq)| SenderTag {
+            sender: SenderId::from_bytes(s),
+            seq,
+        });
+        let offset = record.offset;
+        let key = record.key.clone().unwrap_or_default();
+        Ok(match self.queue.park(key, event_time, ancestors, record) {
+            Parking::Parked {
+                park_time_ms, late, ..
+            } => {
+                self.index
+                    .entry(channel)
+                    .or_default()
+                    .insert(offset, (park_time_ms, sender));
+                Delivered::Parked { late }
+            }
+            Parking::Released(r) => Delivered::Now(HandOver {
+                late: r.late,
+                record: r.value,
+            }),
+        })
+    }
+
+    /// Releases every parked record at or below the tracker's watermark, in release order.
+    pub(crate) fn release(&mut self) -> Vec<HandOver> {
+        let Some(w) = self.tracker.watermark() else {
+            return Vec::new();
+        };
+        let released = self.queue.advance(w);
+        for r in &released {
+            let c = r.value.channel();
+            if let Some(m) = self.index.get_mut(&c) {
+                m.remove(&r.value.offset);
+                if m.is_empty() {
+                    self.index.remove(&c);
+                }
+            }
+        }
+        released
+            .into_iter()
+            .map(|r| HandOver {
+                late: r.late,
+                record: r.value,
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use parsley_clock::Clock;
+
+    use super::*;
+
+    fn ch(t: u8) -> Channel {
+        Channel::new(TopicId::from_bytes([t; 16]), 0)
+    }
+
+    fn rec(c: Channel, offset: i64, t: i64, key: &str) -> ParkedRecord {
+        ParkedRecord {
+            topic: format!("t{}", c.topic.to_bytes()[0]),
+            channel: (c.topic.to_bytes(), c.partition),
+            offset,
+            timestamp: t,
+            key: Some(key.as_bytes().to_vec()),
+            value: None,
+            sender: None,
+        }
+    }
+
+    fn offsets(h: &[HandOver]) -> Vec<(u8, i64)> {
+        h.iter()
+            .map(|h| (h.record.channel.0[0], h.record.offset))
+            .collect()
+    }
+
+    #[test]
+    fn an_effect_stamped_earlier_than_its_parked_cause_waits_for_it_and_survives_a_restart() {
+        let (a, b) = (ch(1), ch(2));
+        let mut et = EventTime::new(vec![a, b], None);
+        et.start(a, 10).unwrap();
+        et.start(b, 10).unwrap();
+        // a@0 at t=500 is parked; b@0 at t=100 claims a@0: parked at 500, not 100.
+        assert!(matches!(
+            et.deliver(None, &[], rec(a, 0, 500, "k")).unwrap(),
+            Delivered::Parked { late: false }
+        ));
+        let claims_a0 = Stamp::new(None, Clock::try_from_sorted(vec![(a, 0)]).unwrap());
+        assert!(matches!(
+            et.deliver(Some(&claims_a0), &[], rec(b, 0, 100, "k"))
+                .unwrap(),
+            Delivered::Parked { late: false }
+        ));
+        // b@1 at t=200 claims nothing parked.
+        et.deliver(None, &[], rec(b, 1, 200, "j")).unwrap();
+        assert_eq!(et.ancestors(Some(&claims_a0), &[]), Some(500));
+        assert_eq!(et.ancestors(None, &[b.at(0)]), Some(500));
+
+        let bytes = et.encode().unwrap();
+        let mut back = EventTime::decode(vec![a, b], None, &bytes).unwrap();
+        assert_eq!(back.parked(), 3);
+        assert_eq!(back.index, et.index);
+        assert!(EventTime::holds_parked(&bytes).unwrap());
+        back.start(a, 1).unwrap();
+        back.start(b, 2).unwrap();
+        let mut gate: Gate<()> = Gate::new([a, b]);
+        gate.seed(a, 1).unwrap();
+        gate.seed(b, 2).unwrap();
+        back.follow(&gate).unwrap();
+        // Both caught up and at the head: everything leaves, the effect after its cause.
+        assert_eq!(back.watermark(), Some(500));
+        assert_eq!(offsets(&back.release()), [(2, 1), (1, 0), (2, 0)]);
+        assert!(back.index.is_empty());
+    }
+
+    #[test]
+    fn a_control_record_ticks_the_clock_and_passes_unless_it_claims_a_parked_record() {
+        let (a, ctl) = (ch(1), ch(9));
+        let mut et = EventTime::new(vec![a], Some((ctl.topic, 100)));
+        et.start(a, 0).unwrap();
+        assert_eq!(et.watermark(), None, "the control stream has not ticked");
+        assert!(matches!(
+            et.deliver(None, &[], rec(ctl, 0, 1_000, "c")).unwrap(),
+            Delivered::Now(HandOver { late: false, .. })
+        ));
+        assert_eq!(et.watermark(), Some(900));
+        assert!(et.release().is_empty());
+        assert!(matches!(
+            et.deliver(None, &[], rec(a, 0, 950, "k")).unwrap(),
+            Delivered::Parked { late: false }
+        ));
+        // A control record claiming a@0 (parked at 950) waits for it.
+        let claims = Stamp::new(None, Clock::try_from_sorted(vec![(a, 0)]).unwrap());
+        assert!(matches!(
+            et.deliver(Some(&claims), &[], rec(ctl, 1, 1_100, "c"))
+                .unwrap(),
+            Delivered::Parked { late: false }
+        ));
+        assert_eq!(offsets(&et.release()), [(1, 0), (9, 1)]);
+    }
+}

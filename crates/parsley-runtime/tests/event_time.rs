@@ -1,0 +1,305 @@
+//! Ordering by event time on the real broker (DESIGN.md §5, issue 5): catch-up from Kafka's
+//! evidence (an empty partition, a log ending in a commit marker: case C02), a restart in the
+//! middle of history that restores the timer queue and does not wait for processed data, a
+//! late record released at once and counted, per-key event-time order over two inputs of
+//! different lengths, and a control stream whose record timestamps minus the lag move the
+//! watermark.
+//!
+//! The event time of a record is its Kafka record timestamp; the tests write explicit
+//! timestamps relative to a base one hour in the past (time-based retention never sees them
+//! as old). Every stage forwards `key@t` values unchanged, so its output topic is its release
+//! order.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use parsley_runtime::{Runtime, RuntimeConfig, TaskMetrics};
+use parsley_stage::{EventTimeOrder, Topology, Utf8};
+use parsley_testkit::fixtures::{
+    DEADLINE, Forward, bootstrap, committed_values, create_topic, raw_producer, run_until,
+    unique_topic, wait_committed, wait_tasks,
+};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+
+/// An hour ago, ms since the epoch: the tests' time zero.
+fn base() -> i64 {
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+    now.as_millis() as i64 - 3_600_000
+}
+
+/// Sends `key@t` to partition 0 of `topic` with record timestamp `base + t` and waits for its
+/// acknowledgement (in the producer's open transaction, if any).
+fn send_at(producer: &BaseProducer, topic: &str, base: i64, key: &str, t: i64) {
+    let value = format!("{key}@{t}");
+    producer
+        .send(
+            BaseRecord::to(topic)
+                .partition(0)
+                .key(key)
+                .payload(&value)
+                .timestamp(base + t),
+        )
+        .map_err(|(e, _)| e)
+        .expect("send");
+    producer.flush(DEADLINE).expect("flush");
+}
+
+/// One stage, `forward`, reading `sources` in event-time order and forwarding to `sink`.
+fn ordered(app: &str, sources: &[&str], sink: &str) -> Topology {
+    Topology::builder(app)
+        .stage("forward", Forward(sink.to_string()), |s| {
+            sources
+                .iter()
+                .fold(s, |s, t| s.source(*t))
+                .sink(sink)
+                .key_codec(Utf8)
+                .value_codec(Utf8)
+                .output_codec(Utf8)
+                .order_by_event_time(EventTimeOrder::new())
+        })
+        .build()
+        .expect("a valid topology")
+}
+
+fn only_task(tasks: &[TaskMetrics]) -> TaskMetrics {
+    assert_eq!(tasks.len(), 1, "{tasks:?}");
+    tasks[0]
+}
+
+#[test]
+fn a_partition_empty_at_startup_is_caught_up_at_once() {
+    let base = base();
+    let empty = create_topic("evt-empty", 1);
+    let full = create_topic("evt-full", 1);
+    let out = create_topic("evt-empty-out", 1);
+    let p = raw_producer(None);
+    for t in [100, 150, 200] {
+        send_at(&p, &full.name, base, "k", t);
+    }
+    let topology = ordered(
+        &unique_topic("evt-empty"),
+        &[&empty.name, &full.name],
+        &out.name,
+    );
+    let running = Runtime::new(topology, RuntimeConfig::new(bootstrap()))
+        .start()
+        .unwrap();
+    // Without the empty partition caught up, it would hold the watermark with no evidence and
+    // nothing would be released.
+    wait_committed(&running, "forward", 3);
+    let task = only_task(&wait_tasks(&running, "forward", "nothing parked", |t| {
+        t.len() == 1 && t[0].parked == 0 && t[0].delivered == 3
+    }));
+    assert_eq!(task.catching_up, 0, "{task:?}");
+    assert_eq!(task.watermark_ms, Some(base + 200), "{task:?}");
+    assert_eq!(task.late, 0, "{task:?}");
+    running.stop().unwrap();
+    assert_eq!(committed_values(&out), ["k@100", "k@150", "k@200"]);
+}
+
+/// Case C02: `a` is `T(100, 200) + C`, its end offset 3 is reached only by the frontier moving
+/// over the commit marker. Until `a` is caught up it stays in the minimum at 200 and `b@300`
+/// stays parked.
+#[test]
+fn c02_a_transactional_partition_ending_in_a_commit_marker_is_caught_up() {
+    let base = base();
+    let a = create_topic("evt-c02-a", 1);
+    let b = create_topic("evt-c02-b", 1);
+    let out = create_topic("evt-c02-out", 1);
+    let tx = raw_producer(Some(&unique_topic("evt-c02-tx")));
+    tx.begin_transaction().unwrap();
+    send_at(&tx, &a.name, base, "k", 100);
+    send_at(&tx, &a.name, base, "k", 200);
+    tx.commit_transaction(DEADLINE).unwrap();
+    let p = raw_producer(None);
+    send_at(&p, &b.name, base, "k", 150);
+    send_at(&p, &b.name, base, "k", 300);
+    let topology = ordered(&unique_topic("evt-c02"), &[&a.name, &b.name], &out.name);
+    let running = Runtime::new(topology, RuntimeConfig::new(bootstrap()))
+        .start()
+        .unwrap();
+    wait_committed(&running, "forward", 4);
+    let task = only_task(&wait_tasks(&running, "forward", "all released", |t| {
+        t.len() == 1 && t[0].parked == 0 && t[0].delivered == 4
+    }));
+    assert_eq!(task.catching_up, 0, "{task:?}");
+    assert_eq!(task.watermark_ms, Some(base + 300), "{task:?}");
+    assert_eq!(task.late, 0, "{task:?}");
+    running.stop().unwrap();
+    assert_eq!(committed_values(&out), ["k@100", "k@150", "k@200", "k@300"]);
+}
+
+/// `b` ends in an open transaction at startup, so it cannot be caught up: the first run
+/// releases up to `b`'s delivered 20 and commits 30 and 50 parked. After the transaction
+/// commits, the restarted task restores the queue and the watermark, finds `a` caught up at
+/// once (its committed frontier reaches its end) and reads only `b`'s new record.
+#[test]
+fn a_restart_mid_history_restores_the_queue_and_does_not_wait_for_processed_data() {
+    let base = base();
+    let a = create_topic("evt-restart-a", 1);
+    let b = create_topic("evt-restart-b", 1);
+    let out = create_topic("evt-restart-out", 1);
+    let p = raw_producer(None);
+    for t in [10, 30, 50] {
+        send_at(&p, &a.name, base, "k", t);
+    }
+    send_at(&p, &b.name, base, "k", 20);
+    let tx = raw_producer(Some(&unique_topic("evt-restart-tx")));
+    tx.begin_transaction().unwrap();
+    send_at(&tx, &b.name, base, "k", 40);
+
+    let topology = ordered(&unique_topic("evt-restart"), &[&a.name, &b.name], &out.name);
+    let running = Runtime::new(topology.clone(), RuntimeConfig::new(bootstrap()))
+        .start()
+        .unwrap();
+    wait_committed(&running, "forward", 2);
+    let task = only_task(&wait_tasks(&running, "forward", "30 and 50 parked", |t| {
+        t.len() == 1 && t[0].parked == 2 && t[0].delivered == 2
+    }));
+    assert_eq!(
+        task.catching_up, 1,
+        "b waits for its open transaction: {task:?}"
+    );
+    assert_eq!(task.watermark_ms, Some(base + 20), "{task:?}");
+    let first = running.stop().unwrap()[0].1;
+    assert_eq!(first.fetched, 4, "{first:?}");
+    assert_eq!(first.committed_deliveries, 2, "{first:?}");
+    assert_eq!(first.parked, 2, "{first:?}");
+    assert_eq!(committed_values(&out), ["k@10", "k@20"]);
+
+    tx.commit_transaction(DEADLINE).unwrap();
+    let second = run_until(&topology, "forward", 3);
+    assert_eq!(second.fetched, 1, "only b's new record is read: {second:?}");
+    assert_eq!(second.committed_deliveries, 3, "{second:?}");
+    assert_eq!(second.parked, 0, "{second:?}");
+    assert_eq!(second.late, 0, "{second:?}");
+    assert_eq!(
+        committed_values(&out),
+        ["k@10", "k@20", "k@30", "k@40", "k@50"]
+    );
+}
+
+/// With no control stream, once every input is caught up and at its head the watermark is the
+/// highest delivered event time: a record produced later with an earlier event time is
+/// released at once and counted late; a later one is released on arrival.
+#[test]
+fn a_record_behind_the_watermark_is_released_at_once_and_counted_late() {
+    let base = base();
+    let a = create_topic("evt-late", 1);
+    let out = create_topic("evt-late-out", 1);
+    let p = raw_producer(None);
+    send_at(&p, &a.name, base, "k", 100);
+    send_at(&p, &a.name, base, "k", 200);
+    let topology = ordered(&unique_topic("evt-late"), &[&a.name], &out.name);
+    let running = Runtime::new(topology, RuntimeConfig::new(bootstrap()))
+        .start()
+        .unwrap();
+    wait_committed(&running, "forward", 2);
+    wait_tasks(&running, "forward", "watermark at 200", |t| {
+        t.len() == 1 && t[0].watermark_ms == Some(base + 200)
+    });
+    send_at(&p, &a.name, base, "k", 150);
+    let m = wait_committed(&running, "forward", 3);
+    assert_eq!(m.late, 1, "{m:?}");
+    send_at(&p, &a.name, base, "k", 300);
+    let m = wait_committed(&running, "forward", 4);
+    assert_eq!(m.late, 1, "{m:?}");
+    let task = only_task(&wait_tasks(&running, "forward", "all released", |t| {
+        t.len() == 1 && t[0].delivered == 4
+    }));
+    assert_eq!(task.late, 1, "{task:?}");
+    assert_eq!(task.parked, 0, "{task:?}");
+    assert_eq!(task.watermark_ms, Some(base + 300), "{task:?}");
+    running.stop().unwrap();
+    assert_eq!(committed_values(&out), ["k@100", "k@200", "k@150", "k@300"]);
+}
+
+/// Two inputs of one task with histories of different lengths (5 and 2 records), two keys:
+/// whatever the fetches return first, the records leave in event-time order.
+#[test]
+fn history_on_two_partitions_of_different_lengths_is_released_in_event_time_order() {
+    let base = base();
+    let a = create_topic("evt-order-a", 1);
+    let b = create_topic("evt-order-b", 1);
+    let out = create_topic("evt-order-out", 1);
+    let p = raw_producer(None);
+    for (key, t) in [("k1", 10), ("k2", 30), ("k1", 50), ("k2", 70), ("k1", 90)] {
+        send_at(&p, &a.name, base, key, t);
+    }
+    for (key, t) in [("k2", 20), ("k1", 40)] {
+        send_at(&p, &b.name, base, key, t);
+    }
+    let topology = ordered(&unique_topic("evt-order"), &[&a.name, &b.name], &out.name);
+    let m = run_until(&topology, "forward", 7);
+    assert_eq!(m.late, 0, "{m:?}");
+    assert_eq!(m.parked, 0, "{m:?}");
+    let values = committed_values(&out);
+    assert_eq!(
+        values,
+        [
+            "k1@10", "k2@20", "k2@30", "k1@40", "k1@50", "k2@70", "k1@90"
+        ]
+    );
+    let of = |key: &str| -> Vec<&str> {
+        values
+            .iter()
+            .map(String::as_str)
+            .filter(|v| v.starts_with(key))
+            .collect()
+    };
+    assert_eq!(of("k1@"), ["k1@10", "k1@40", "k1@50", "k1@90"]);
+    assert_eq!(of("k2@"), ["k2@20", "k2@30", "k2@70"]);
+}
+
+/// A control stream (a source with no event time, lag 500 ms): nothing is released before its
+/// first record; each control record moves the watermark to its timestamp minus the lag and
+/// is forwarded at once; a live record waits for the control clock.
+#[test]
+fn a_control_stream_moves_the_watermark_to_its_timestamps_minus_the_lag() {
+    let base = base();
+    let a = create_topic("evt-ctl-a", 1);
+    let ctl = create_topic("evt-ctl-c", 1);
+    let out = create_topic("evt-ctl-out", 1);
+    let p = raw_producer(None);
+    send_at(&p, &a.name, base, "k", 100);
+    send_at(&p, &a.name, base, "k", 200);
+    let topology = Topology::builder(unique_topic("evt-ctl"))
+        .stage("forward", Forward(out.name.clone()), |s| {
+            s.source(&a.name)
+                .source(&ctl.name)
+                .sink(&out.name)
+                .key_codec(Utf8)
+                .value_codec(Utf8)
+                .output_codec(Utf8)
+                .order_by_event_time(EventTimeOrder::new().control(&ctl.name, 500))
+        })
+        .build()
+        .unwrap();
+    let running = Runtime::new(topology, RuntimeConfig::new(bootstrap()))
+        .start()
+        .unwrap();
+    let task = only_task(&wait_tasks(&running, "forward", "both parked", |t| {
+        t.len() == 1 && t[0].parked == 2 && t[0].catching_up == 0
+    }));
+    assert_eq!(task.watermark_ms, None, "no control tick yet: {task:?}");
+    assert_eq!(task.delivered, 0, "{task:?}");
+
+    send_at(&p, &ctl.name, base, "c", 1_000);
+    wait_committed(&running, "forward", 3);
+    send_at(&p, &a.name, base, "k", 700);
+    let task = only_task(&wait_tasks(&running, "forward", "700 parked", |t| {
+        t.len() == 1 && t[0].parked == 1
+    }));
+    assert_eq!(task.watermark_ms, Some(base + 500), "{task:?}");
+    send_at(&p, &ctl.name, base, "c", 1_300);
+    let m = wait_committed(&running, "forward", 5);
+    assert_eq!(m.late, 0, "{m:?}");
+    let task = only_task(&wait_tasks(&running, "forward", "all released", |t| {
+        t.len() == 1 && t[0].parked == 0 && t[0].delivered == 5
+    }));
+    assert_eq!(task.watermark_ms, Some(base + 800), "{task:?}");
+    running.stop().unwrap();
+    assert_eq!(
+        committed_values(&out),
+        ["c@1000", "k@100", "k@200", "c@1300", "k@700"]
+    );
+}
