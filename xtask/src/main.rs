@@ -253,9 +253,6 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     bail!("{what} failed");
                 }
             }
-            println!(
-                "xtask: fault injection, one seeded run (cargo xtask chaos --runs 1 --seed 1)"
-            );
             // The README's first command, small: it must keep working.
             println!("xtask: a small run of the demo");
             if demo(
@@ -265,6 +262,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
             {
                 bail!("the demo failed");
             }
+            println!(
+                "xtask: fault injection, one seeded run (cargo xtask chaos --runs 1 --seed 1)"
+            );
             if chaos(bootstrap, 1, 1)? != ExitCode::SUCCESS {
                 bail!("the fault-injection run failed");
             }
