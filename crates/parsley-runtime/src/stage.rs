@@ -1723,20 +1723,43 @@ impl StageRunner {
         Ok(())
     }
 
+    /// The input offsets `task` would commit now: the first undelivered offset of each of its
+    /// channels, sorted by channel.
+    fn input_offsets(&self, task: &Task) -> Vec<(Channel, i64)> {
+        let mut committed: Vec<(Channel, i64)> = self
+            .sources
+            .iter()
+            .filter_map(|source| {
+                let channel = Channel::new(source.id, task.partition);
+                task.gate
+                    .first_undelivered(&channel)
+                    .map(|next| (channel, next))
+            })
+            .collect();
+        committed.sort();
+        committed
+    }
+
+    /// `true` when a task that has committed before would now commit other input offsets
+    /// with no delivery in between: its position moved over commit markers or aborted
+    /// records (case C01 — the committed position after a trailing marker is the end). Such
+    /// a move is committed at the next interval in an offsets-only transaction (case C06).
+    fn positions_moved(&self) -> bool {
+        self.tasks.values().any(|task| {
+            !task.snapshot_offsets.is_empty() && self.input_offsets(task) != task.snapshot_offsets
+        })
+    }
+
     /// Adds the input offsets of `task` to `offsets` and writes its changed state and, when
     /// anything changed, its snapshot to the changelog, in the open transaction.
     fn write_changelog(&self, task: &mut Task, offsets: &mut TopicPartitionList) -> Result<()> {
-        let mut committed = Vec::new();
-        for source in &self.sources {
-            let channel = Channel::new(source.id, task.partition);
-            if let Some(next) = task.gate.first_undelivered(&channel) {
-                offsets
-                    .add_partition_offset(&source.name, task.partition, Offset::Offset(next))
-                    .map_err(|e| Error::kafka("building the offsets to commit", e))?;
-                committed.push((channel, next));
-            }
+        let committed = self.input_offsets(task);
+        for &(channel, next) in &committed {
+            let topic = &self.source_of(channel)?.name;
+            offsets
+                .add_partition_offset(topic, task.partition, Offset::Offset(next))
+                .map_err(|e| Error::kafka("building the offsets to commit", e))?;
         }
-        committed.sort();
         let channel = Channel::new(self.changelog.id, task.partition);
         let topic = &self.changelog.name;
         let mut key = vec![STATE_PREFIX];
@@ -1813,6 +1836,7 @@ impl StageRunner {
         if self.uncommitted.deliveries == 0
             && self.uncommitted.emissions == 0
             && self.uncommitted.parked == 0
+            && !self.positions_moved()
         {
             self.last_commit = commit_started;
             return Ok(());
