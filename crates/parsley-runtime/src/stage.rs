@@ -1118,13 +1118,26 @@ impl StageRunner {
             request.push((self.source_of(*c)?.name.as_str(), c.partition));
         }
         let ends = self.admin.high_watermarks(&request)?;
+        let stable = self.admin.last_stable_offsets(&request)?;
         let gate_error = |source| Error::Gate {
             stage: self.spec.name().to_string(),
             partition,
             source: Box::new(source),
         };
-        for (c, end) in inputs.iter().zip(ends) {
+        for ((c, end), lso) in inputs.iter().zip(ends).zip(stable) {
             et.start(*c, end).map_err(gate_error)?;
+            // Completeness waits for an open transaction to resolve (DESIGN.md §5): say which
+            // channel waits and for what, rather than guess.
+            if lso < end && task.gate.first_undelivered(c).is_some_and(|f| f < end) {
+                info!(
+                    topic = %self.source_of(*c)?.name,
+                    partition = c.partition,
+                    last_stable_offset = lso,
+                    startup_end = end,
+                    "event-time catch-up waits for an open transaction: history ends at the \
+                     high watermark, above the last stable offset, until it commits or aborts"
+                );
+            }
         }
         et.follow(&task.gate).map_err(gate_error)?;
         info!(
