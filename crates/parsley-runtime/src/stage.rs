@@ -32,7 +32,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use parsley_clock::{CausalClock, Channel, SenderId, Stamp, TopicId, codec};
-use parsley_gate::{Arrival, Gate, Resolution};
+use parsley_gate::{Arrival, Gate, Part, Resolution};
 use parsley_stage::{ImpossiblePolicy, RawEmission, RawRecord, StageSpec, StateChange};
 use rdkafka::client::ClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
@@ -917,7 +917,7 @@ impl StageRunner {
         let started = Instant::now();
         let metrics = self.metrics.clone();
         metrics.task(partition, |m| m.phase = TaskPhase::Restoring);
-        let restored = changelog::restore(
+        let mut restored = changelog::restore(
             &self.config.bootstrap,
             &self.admin,
             &self.changelog.name,
@@ -948,6 +948,7 @@ impl StageRunner {
             .as_ref()
             .and(restored.event_time.as_ref())
             .cloned();
+        let timers = std::mem::take(&mut restored.timers);
         let task = match restored.snapshot {
             Some(mut snapshot) => {
                 // Channels the snapshot names that this task no longer consumes belong to a
@@ -1049,7 +1050,7 @@ impl StageRunner {
             }
         };
         let mut task = task;
-        task.event_time = self.start_event_time(&task, event_bytes.as_deref())?;
+        task.event_time = self.start_event_time(&task, event_bytes.as_deref(), &timers)?;
         info!(
             partition,
             records = restored.records,
@@ -1073,7 +1074,12 @@ impl StageRunner {
     /// [`Error::EventTime`] for a record that does not decode, or for parked records in the
     /// changelog of a stage that no longer orders by event time (they would be lost); admin
     /// errors.
-    fn start_event_time(&self, task: &Task, bytes: Option<&[u8]>) -> Result<Option<EventTime>> {
+    fn start_event_time(
+        &self,
+        task: &Task,
+        bytes: Option<&[u8]>,
+        timers: &BTreeMap<Part<Vec<u8>>, Vec<u8>>,
+    ) -> Result<Option<EventTime>> {
         let partition = task.partition;
         let event_error = |message: String| Error::EventTime {
             stage: self.spec.name().to_string(),
@@ -1081,9 +1087,7 @@ impl StageRunner {
             message,
         };
         let Some(order) = self.spec.event_time() else {
-            if let Some(b) = bytes
-                && EventTime::holds_parked(b).map_err(event_error)?
-            {
+            if timers.keys().any(|p| matches!(p, Part::Timer { .. })) {
                 return Err(event_error(
                     "the changelog holds parked records but the stage no longer orders by event time; they would be lost".into(),
                 ));
@@ -1109,7 +1113,7 @@ impl StageRunner {
             .map(|t| Channel::new(t.id, partition))
             .collect();
         let mut et = match bytes {
-            Some(b) => EventTime::decode(inputs, control, b).map_err(event_error)?,
+            Some(b) => EventTime::decode(inputs, control, b, timers).map_err(event_error)?,
             None => EventTime::new(inputs, control),
         };
         let inputs = et.inputs();
@@ -1783,6 +1787,25 @@ impl StageRunner {
             self.outbox
                 .send_changelog(channel, topic, &key, value, self.config.timeout)?;
         }
+        // The timer queue's changes (records parked and released since the last commit): they
+        // change only with deliveries and releases, which also write the snapshot below.
+        let event_time = match task.event_time.as_mut() {
+            Some(et) => Some(et.take_changes().map_err(|source| Error::Gate {
+                stage: self.spec.name().to_string(),
+                partition: task.partition,
+                source: Box::new(source),
+            })?),
+            None => None,
+        };
+        for (key, record) in event_time.iter().flat_map(|c| &c.parts) {
+            self.outbox.send_changelog(
+                channel,
+                topic,
+                key,
+                record.as_deref(),
+                self.config.timeout,
+            )?;
+        }
         if task.changed || committed != task.snapshot_offsets {
             let snapshot = TaskSnapshot {
                 sender: task.clock.sender(),
@@ -1798,18 +1821,13 @@ impl StageRunner {
                 Some(&snapshot.encode()),
                 self.config.timeout,
             )?;
-            if let Some(et) = &task.event_time {
+            if let Some(changes) = &event_time {
                 // Written with the snapshot, in the same transaction: restored together.
-                let bytes = et.encode().map_err(|source| Error::Gate {
-                    stage: self.spec.name().to_string(),
-                    partition: task.partition,
-                    source: Box::new(source),
-                })?;
                 self.outbox.send_changelog(
                     channel,
                     topic,
                     EVENT_TIME_KEY,
-                    Some(&bytes),
+                    Some(&changes.record),
                     self.config.timeout,
                 )?;
             }

@@ -1,6 +1,7 @@
 //! Ordering by event time on the real broker (DESIGN.md §5, issue 5): catch-up from Kafka's
 //! evidence (an empty partition, a log ending in a commit marker: case C02), a restart in the
-//! middle of history that restores the timer queue and does not wait for processed data, a
+//! middle of history that restores the timer queue (changelogged record by record) and does
+//! not wait for processed data, a
 //! late record released at once and counted, per-key event-time order over two inputs of
 //! different lengths, and a control stream whose record timestamps minus the lag move the
 //! watermark.
@@ -10,13 +11,14 @@
 //! as old). Every stage forwards `key@t` values unchanged, so its output topic is its release
 //! order.
 
+use std::collections::BTreeMap;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use parsley_runtime::{Runtime, RuntimeConfig, TaskMetrics};
+use parsley_runtime::{Runtime, RuntimeConfig, TaskMetrics, changelog_topic};
 use parsley_stage::{EventTimeOrder, Topology, Utf8};
 use parsley_testkit::fixtures::{
-    DEADLINE, Forward, bootstrap, committed_values, create_topic, raw_producer, run_until,
-    unique_topic, wait_committed, wait_tasks,
+    DEADLINE, Forward, admin, bootstrap, committed_values, create_topic, raw_producer,
+    read_committed, run_until, unique_topic, wait_committed, wait_tasks,
 };
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 
@@ -147,7 +149,8 @@ fn a_restart_mid_history_restores_the_queue_and_does_not_wait_for_processed_data
     tx.begin_transaction().unwrap();
     send_at(&tx, &b.name, base, "k", 40);
 
-    let topology = ordered(&unique_topic("evt-restart"), &[&a.name, &b.name], &out.name);
+    let app = unique_topic("evt-restart");
+    let topology = ordered(&app, &[&a.name, &b.name], &out.name);
     let running = Runtime::new(topology.clone(), RuntimeConfig::new(bootstrap()))
         .start()
         .unwrap();
@@ -165,6 +168,11 @@ fn a_restart_mid_history_restores_the_queue_and_does_not_wait_for_processed_data
     assert_eq!(first.committed_deliveries, 2, "{first:?}");
     assert_eq!(first.parked, 2, "{first:?}");
     assert_eq!(committed_values(&out), ["k@10", "k@20"]);
+    assert_eq!(
+        parked_in_changelog(&app, &topology),
+        [base + 30, base + 50],
+        "the changelog holds one record per parked record"
+    );
 
     tx.commit_transaction(DEADLINE).unwrap();
     let second = run_until(&topology, "forward", 3);
@@ -176,6 +184,31 @@ fn a_restart_mid_history_restores_the_queue_and_does_not_wait_for_processed_data
         committed_values(&out),
         ["k@10", "k@20", "k@30", "k@40", "k@50"]
     );
+    assert_eq!(
+        parked_in_changelog(&app, &topology),
+        [] as [i64; 0],
+        "released records are tombstoned"
+    );
+}
+
+/// The park times of the parked records that the stage's changelog holds after compaction
+/// (the latest record of each timer key, tombstones removed), ascending: timer keys are
+/// `0x02 ++ park time (big-endian, sign bit flipped) ++ arrival`.
+fn parked_in_changelog(app: &str, topology: &Topology) -> Vec<i64> {
+    let name = changelog_topic(&topology.stages()[0].group_id(app));
+    let topic = admin().describe_topics(&[name.as_str()]).unwrap().remove(0);
+    let mut latest = BTreeMap::new();
+    for r in read_committed(&topic) {
+        latest.insert(r.key.expect("changelog records have keys"), r.value);
+    }
+    latest
+        .into_iter()
+        .filter(|(k, v)| k.first() == Some(&0x02) && v.is_some())
+        .map(|(k, _)| {
+            assert_eq!(k.len(), 17, "{k:?}");
+            (u64::from_be_bytes(k[1..9].try_into().unwrap()) ^ (1 << 63)) as i64
+        })
+        .collect()
 }
 
 /// With no control stream, once every input is caught up and at its head the watermark is the
