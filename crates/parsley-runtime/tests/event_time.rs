@@ -1,9 +1,8 @@
 //! Ordering by event time on the real broker (DESIGN.md §5, issue 5): catch-up from Kafka's
 //! evidence (an empty partition, a log ending in a commit marker: case C02), a restart in the
 //! middle of history that restores the timer queue (changelogged record by record) and does
-//! not wait for processed data, a
-//! late record released at once and counted, per-key event-time order over two inputs of
-//! different lengths, a control stream whose record timestamps minus the lag move the
+//! not wait for processed data, a late record released at once and counted, per-key event-time
+//! order over two inputs of different lengths, a control stream whose record timestamps minus the lag move the
 //! watermark, cases C13 (the first fetch must not move the watermark) and C14 (an empty
 //! partition adds no bound and no infinity), and an effect stamped with an earlier event time
 //! than its cause (a skewed upstream clock) that still leaves after it.
