@@ -121,7 +121,8 @@ impl Outbox {
         self.producer.context()
     }
 
-    /// Sends one record to an explicit partition with the stamp header (and `extra` headers).
+    /// Sends one record to an explicit partition with the stamp header (and `extra` headers)
+    /// and record timestamp `timestamp` (ms since the epoch; `None`: the producer's clock).
     /// When librdkafka's queue is full it waits for acknowledgements to make room.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn send(
@@ -132,6 +133,7 @@ impl Outbox {
         value: &[u8],
         stamp: &[u8],
         extra: &[(&str, &[u8])],
+        timestamp: Option<i64>,
         timeout: Duration,
     ) -> Result<()> {
         let headers = extra.iter().fold(
@@ -146,11 +148,14 @@ impl Outbox {
                 })
             },
         );
-        let record = BaseRecord::with_opaque_to(topic, Box::new(Some(tag)))
+        let mut record = BaseRecord::with_opaque_to(topic, Box::new(Some(tag)))
             .partition(tag.channel.partition)
             .key(key)
             .payload(value)
             .headers(headers);
+        if let Some(t) = timestamp {
+            record = record.timestamp(t);
+        }
         self.enqueue(record, tag.channel, timeout)
     }
 

@@ -237,6 +237,10 @@ struct Fetched {
 }
 
 /// One task: partition `p` of every source.
+/// The timestamp a handler sees for a record without one (a message format before v1), and
+/// the emission timestamp that leaves the choice to the producer's clock.
+pub const NO_TIMESTAMP: i64 = -1;
+
 struct Task {
     partition: i32,
     gate: Gate<Payload>,
@@ -803,6 +807,7 @@ impl StageRunner {
                 (DLQ_SOURCE_HEADER, source.as_bytes()),
                 (DLQ_REASON_HEADER, reason.as_bytes()),
             ],
+            payload.record_timestamp,
             self.config.timeout,
         ) {
             task.clock.failed(tag.seq, channel)?;
@@ -1515,7 +1520,7 @@ impl StageRunner {
                     task,
                     payload.source,
                     d.coordinate.offset,
-                    d.timestamp,
+                    payload.record_timestamp.unwrap_or(NO_TIMESTAMP),
                     payload.key.as_deref(),
                     payload.value.as_deref(),
                 )?;
@@ -1609,7 +1614,11 @@ impl StageRunner {
         )
     }
 
-    /// Runs the handler on one record of `task`: fold state, emissions, counts.
+    /// Runs the handler on one record of `task`: fold state, emissions, counts. `timestamp` is
+    /// the record's Kafka timestamp (ms since the epoch, [`NO_TIMESTAMP`] when it has none): the
+    /// handler sees it, and every emission carries it (timestamp propagation, as in Kafka
+    /// Streams), so a downstream stage that orders by event time sees the event time of the
+    /// record that caused each output, not the moment it was produced.
     #[allow(clippy::too_many_arguments)]
     fn handle(
         &mut self,
@@ -1645,7 +1654,7 @@ impl StageRunner {
             }
         }
         for emission in step.emit {
-            self.emit(task, emission)?;
+            self.emit(task, emission, timestamp)?;
         }
         self.uncommitted.deliveries += 1;
         self.metrics.delivered();
@@ -1653,8 +1662,9 @@ impl StageRunner {
         Ok(())
     }
 
-    /// Stamps and sends one emission of `task`.
-    fn emit(&mut self, task: &mut Task, e: RawEmission) -> Result<()> {
+    /// Stamps and sends one emission of `task` with record timestamp `timestamp` (ms since the
+    /// epoch; [`NO_TIMESTAMP`]: the producer's clock).
+    fn emit(&mut self, task: &mut Task, e: RawEmission, timestamp: i64) -> Result<()> {
         let sink = self
             .sinks
             .get(&e.topic)
@@ -1686,6 +1696,7 @@ impl StageRunner {
             &e.value,
             &bytes,
             &[],
+            (timestamp != NO_TIMESTAMP).then_some(timestamp),
             self.config.timeout,
         );
         self.stamp_buf = bytes;

@@ -304,6 +304,14 @@ fn history_on_two_partitions_of_different_lengths_is_released_in_event_time_orde
     };
     assert_eq!(of("k1@"), ["k1@10", "k1@40", "k1@50", "k1@90"]);
     assert_eq!(of("k2@"), ["k2@20", "k2@30", "k2@70"]);
+    // Each output carries the event time of the record that caused it (timestamp
+    // propagation), not the moment it was produced.
+    let times: Vec<Option<i64>> = read_committed(&out).iter().map(|r| r.timestamp).collect();
+    let expected: Vec<Option<i64>> = [10, 20, 30, 40, 50, 70, 90]
+        .iter()
+        .map(|t| Some(base + t))
+        .collect();
+    assert_eq!(times, expected);
 }
 
 /// A control stream (a source with no event time, lag 500 ms): nothing is released before its
