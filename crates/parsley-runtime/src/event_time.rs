@@ -109,6 +109,8 @@ pub(crate) enum Delivered {
     Parked {
         /// Counted as late.
         late: bool,
+        /// Parked above its own event time, behind a parked causal ancestor.
+        raised: bool,
     },
     /// Released at once.
     Now(HandOver),
@@ -375,7 +377,10 @@ impl EventTime {
                     .entry(channel)
                     .or_default()
                     .insert(offset, (park_time_ms, sender));
-                Delivered::Parked { late }
+                Delivered::Parked {
+                    late,
+                    raised: park_time_ms > event_time,
+                }
             }
             Parking::Released(r) => Delivered::Now(HandOver {
                 late: r.late,
@@ -446,13 +451,13 @@ mod tests {
         // a@0 at t=500 is parked; b@0 at t=100 claims a@0: parked at 500, not 100.
         assert!(matches!(
             et.deliver(None, &[], rec(a, 0, 500, "k")).unwrap(),
-            Delivered::Parked { late: false }
+            Delivered::Parked { late: false, .. }
         ));
         let claims_a0 = Stamp::new(None, Clock::try_from_sorted(vec![(a, 0)]).unwrap());
         assert!(matches!(
             et.deliver(Some(&claims_a0), &[], rec(b, 0, 100, "k"))
                 .unwrap(),
-            Delivered::Parked { late: false }
+            Delivered::Parked { late: false, .. }
         ));
         // b@1 at t=200 claims nothing parked.
         et.deliver(None, &[], rec(b, 1, 200, "j")).unwrap();
@@ -498,14 +503,14 @@ mod tests {
         assert!(et.release().is_empty());
         assert!(matches!(
             et.deliver(None, &[], rec(a, 0, 950, "k")).unwrap(),
-            Delivered::Parked { late: false }
+            Delivered::Parked { late: false, .. }
         ));
         // A control record claiming a@0 (parked at 950) waits for it.
         let claims = Stamp::new(None, Clock::try_from_sorted(vec![(a, 0)]).unwrap());
         assert!(matches!(
             et.deliver(Some(&claims), &[], rec(ctl, 1, 1_100, "c"))
                 .unwrap(),
-            Delivered::Parked { late: false }
+            Delivered::Parked { late: false, .. }
         ));
         assert_eq!(offsets(&et.release()), [(1, 0), (9, 1)]);
     }

@@ -267,6 +267,7 @@ struct TaskCounts {
     gate_wait_us: u64,
     max_gate_wait_us: u64,
     late: u64,
+    raised: u64,
 }
 
 /// Deliveries and sends since the last commit.
@@ -1451,6 +1452,7 @@ impl StageRunner {
             m.max_gate_wait_us = m.max_gate_wait_us.max(counts.max_gate_wait_us);
             m.blocked_heads = blocked;
             m.late += counts.late;
+            m.raised += counts.raised;
             if let Some((parked, watermark, catching_up)) = event_time {
                 m.parked = parked;
                 m.watermark_ms = watermark;
@@ -1555,10 +1557,14 @@ impl StageRunner {
                 })?;
             self.uncommitted.parked += 1;
             match delivered {
-                Delivered::Parked { late } => {
+                Delivered::Parked { late, raised } => {
                     if late {
                         task.pending.late += 1;
                         self.metrics.late();
+                    }
+                    if raised {
+                        task.pending.raised += 1;
+                        self.metrics.raised();
                     }
                 }
                 Delivered::Now(h) => {

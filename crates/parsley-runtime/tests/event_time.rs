@@ -480,5 +480,9 @@ fn an_effect_stamped_earlier_than_its_cause_is_never_released_before_the_cause()
     let topology = ordered(&unique_topic("evt-skew"), &[&a.name, &b.name], &out.name);
     let m = run_until(&topology, "forward", 3);
     assert_eq!(m.late, 0, "{m:?}");
+    assert_eq!(
+        m.raised, 1,
+        "the effect was parked at its cause's time: {m:?}"
+    );
     assert_eq!(committed_values(&out), ["j@300", "k@500", "k@100"]);
 }
