@@ -162,9 +162,12 @@ fn put_varint(buf: &mut [u8], at: usize, v: u64) -> usize {
 /// position after them. Each group's entry count is known before it is written (the run of
 /// entries with its topic); the topic count gets one byte up front, patched at the end (and
 /// widened in place in the rare case it needs more).
-fn put_groups(buf: &mut [u8], mut at: usize, entries: &[(Channel, i64)]) -> usize {
-    let topics_at = at;
-    at += 1;
+fn put_groups(buf: &mut [u8], at: usize, entries: &[(Channel, i64)]) -> usize {
+    let len = buf.len();
+    // The unwritten rest of the buffer: one bounds check per window, none per byte.
+    let mut out = buf
+        .get_mut(at + 1..)
+        .expect("the buffer is sized by len_hint");
     let mut topics = 0u64;
     let mut rest = entries;
     while let Some((&(first, first_value), others)) = rest.split_first() {
@@ -175,38 +178,78 @@ fn put_groups(buf: &mut [u8], mut at: usize, entries: &[(Channel, i64)]) -> usiz
         let (group, tail) = rest.split_at(n);
         rest = tail;
         topics += 1;
-        *window::<16>(buf, at) = first.topic.to_bytes();
-        at = put_varint(buf, at + 16, n as u64);
-        // The first entry: plain partition and value.
-        at = put_varint(buf, at, first.partition as u64);
-        at = put_varint(buf, at, first_value as u64);
+        let partition = first.partition as u64;
+        let value = first_value as u64;
+        if n < 0x80 && partition < 0x80 && value < 1 << 56 {
+            // The common head in one window: topic id, a one-byte count and partition, and a
+            // value of up to eight bytes written as one word.
+            let w = out
+                .first_chunk_mut::<26>()
+                .expect("the buffer is sized by len_hint");
+            let (word, value_len) = word_varint_bytes(value);
+            w[..16].copy_from_slice(&first.topic.to_bytes());
+            w[16] = n as u8;
+            w[17] = partition as u8;
+            w[18..].copy_from_slice(&word.to_le_bytes());
+            skip(&mut out, 18 + value_len);
+        } else {
+            *window::<16>(out, 0) = first.topic.to_bytes();
+            let mut at = put_varint(out, 16, n as u64);
+            at = put_varint(out, at, partition);
+            at = put_varint(out, at, value);
+            skip(&mut out, at);
+        }
         // Further entries: partition gap and zigzag value delta, one window for both.
         for pair in group.windows(2) {
             let ((p, pv), (c, v)) = (pair[0], pair[1]);
-            let w = window::<20>(buf, at);
+            let w = out
+                .first_chunk_mut::<20>()
+                .expect("the buffer is sized by len_hint");
             let gap = (c.partition - p.partition - 1) as u64;
             let delta = zigzag(v - pv);
-            if (gap >> 7) | (delta >> 14) == 0 {
+            let written = if (gap >> 7) | (delta >> 14) == 0 {
                 // The common case, one store and no branch on the delta's length: a one-byte
                 // gap, a one- or two-byte delta (the bytes written past a one-byte delta are
                 // overwritten or truncated).
                 let two = u64::from(delta >= 0x80);
                 let word = gap | ((delta & 0x7f) | (two << 7)) << 8 | (delta >> 7) << 16;
                 *w.first_chunk_mut::<4>().expect("four bytes") = (word as u32).to_le_bytes();
-                at += 2 + two as usize;
+                2 + two as usize
             } else {
                 let n = varint_into(w.first_chunk_mut::<10>().expect("ten bytes"), gap);
                 let value = w[n..].first_chunk_mut::<10>().expect("ten bytes");
-                at += n + varint_into(value, delta);
-            }
+                n + varint_into(value, delta)
+            };
+            skip(&mut out, written);
         }
     }
+    let end = len - out.len();
     if topics < 0x80 {
-        buf[topics_at] = topics as u8;
-        at
+        buf[at] = topics as u8;
+        end
     } else {
-        widen_count(buf, topics_at, at, topics)
+        widen_count(buf, at, end, topics)
     }
+}
+
+/// Moves the start of `out` on by `n` bytes.
+#[inline(always)]
+fn skip(out: &mut &mut [u8], n: usize) {
+    *out = &mut std::mem::take(out)[n..];
+}
+
+/// The LEB128 bytes of `v < 2^56` as a little-endian word, and their number (1..=8).
+#[inline(always)]
+fn word_varint_bytes(v: u64) -> (u64, usize) {
+    debug_assert!(v < 1 << 56);
+    // Spread the 7-bit groups a byte apart: halves of 28 bits, then of 14, then of 7.
+    let mut w = (v & 0x0fff_ffff) | ((v & 0x00ff_ffff_f000_0000) << 4);
+    w = (w & 0x0000_3fff_0000_3fff) | ((w & 0x0fff_c000_0fff_c000) << 2);
+    w = (w & 0x007f_007f_007f_007f) | ((w & 0x3f80_3f80_3f80_3f80) << 1);
+    let len = (63 - (v | 1).leading_zeros()) as usize / 7 + 1;
+    // A continuation bit on every byte but the last.
+    let more = 0x8080_8080_8080_8080 & ((1u64 << (8 * (len - 1))) - 1);
+    (w | more, len)
 }
 
 /// Writes `n` as a varint into the one byte reserved at `count_at`, moving what was written
