@@ -159,8 +159,7 @@ fn put_varint(buf: &mut [u8], at: usize, v: u64) -> usize {
 }
 
 /// Writes `(channel, value)` entries, sorted by channel, as topic groups at `at`; returns the
-/// position after them. Each group's entry count is known before it is written (the run of
-/// entries with its topic); the topic count gets one byte up front, patched at the end (and
+/// position after them. The topic count gets one byte up front, patched at the end (and
 /// widened in place in the rare case it needs more).
 fn put_groups(buf: &mut [u8], at: usize, entries: &[(Channel, i64)]) -> usize {
     let len = buf.len();
@@ -171,56 +170,49 @@ fn put_groups(buf: &mut [u8], at: usize, entries: &[(Channel, i64)]) -> usize {
     let mut topics = 0u64;
     let mut rest = entries;
     while let Some((&(first, first_value), others)) = rest.split_first() {
-        let n = 1 + others
-            .iter()
-            .position(|(c, _)| c.topic != first.topic)
-            .unwrap_or(others.len());
-        let (group, tail) = rest.split_at(n);
-        rest = tail;
         topics += 1;
         let partition = first.partition as u64;
         let value = first_value as u64;
-        if n < 0x80 && partition < 0x80 && value < 1 << 56 {
-            // The common head in one window: topic id, a one-byte count and partition, and a
+        if partition < 0x80 && value < 1 << 56 && others.len() < 0x7f {
+            // The common head in one window: topic id, a one-byte count (at most `others`
+            // and the first entry), written after the group, a one-byte partition, and a
             // value of up to eight bytes written as one word.
             let w = out
                 .first_chunk_mut::<26>()
                 .expect("the buffer is sized by len_hint");
             let (word, value_len) = word_varint_bytes(value);
             w[..16].copy_from_slice(&first.topic.to_bytes());
-            w[16] = n as u8;
             w[17] = partition as u8;
             w[18..].copy_from_slice(&word.to_le_bytes());
-            skip(&mut out, 18 + value_len);
+            let (head, tail) = std::mem::take(&mut out).split_at_mut(18 + value_len);
+            out = tail;
+            let mut n = 1u8;
+            let mut prev = (first, first_value);
+            rest = others;
+            while let Some((&entry, more)) = rest.split_first()
+                && entry.0.topic == first.topic
+            {
+                put_entry(&mut out, prev, entry);
+                prev = entry;
+                n += 1;
+                rest = more;
+            }
+            head[16] = n;
         } else {
+            let n = 1 + others
+                .iter()
+                .position(|(c, _)| c.topic != first.topic)
+                .unwrap_or(others.len());
+            let (group, tail) = rest.split_at(n);
+            rest = tail;
             *window::<16>(out, 0) = first.topic.to_bytes();
             let mut at = put_varint(out, 16, n as u64);
             at = put_varint(out, at, partition);
             at = put_varint(out, at, value);
             skip(&mut out, at);
-        }
-        // Further entries: partition gap and zigzag value delta, one window for both.
-        for pair in group.windows(2) {
-            let ((p, pv), (c, v)) = (pair[0], pair[1]);
-            let w = out
-                .first_chunk_mut::<20>()
-                .expect("the buffer is sized by len_hint");
-            let gap = (c.partition - p.partition - 1) as u64;
-            let delta = zigzag(v - pv);
-            let written = if (gap >> 7) | (delta >> 14) == 0 {
-                // The common case, one store and no branch on the delta's length: a one-byte
-                // gap, a one- or two-byte delta (the bytes written past a one-byte delta are
-                // overwritten or truncated).
-                let two = u64::from(delta >= 0x80);
-                let word = gap | ((delta & 0x7f) | (two << 7)) << 8 | (delta >> 7) << 16;
-                *w.first_chunk_mut::<4>().expect("four bytes") = (word as u32).to_le_bytes();
-                2 + two as usize
-            } else {
-                let n = varint_into(w.first_chunk_mut::<10>().expect("ten bytes"), gap);
-                let value = w[n..].first_chunk_mut::<10>().expect("ten bytes");
-                n + varint_into(value, delta)
-            };
-            skip(&mut out, written);
+            for pair in group.windows(2) {
+                put_entry(&mut out, pair[0], pair[1]);
+            }
         }
     }
     let end = len - out.len();
@@ -230,6 +222,31 @@ fn put_groups(buf: &mut [u8], at: usize, entries: &[(Channel, i64)]) -> usize {
     } else {
         widen_count(buf, at, end, topics)
     }
+}
+
+/// Writes the entry `(c, v)` of a group after `(p, pv)`: the partition gap and the zigzag
+/// value delta, in one window for both.
+#[inline(always)]
+fn put_entry(out: &mut &mut [u8], (p, pv): (Channel, i64), (c, v): (Channel, i64)) {
+    let w = out
+        .first_chunk_mut::<20>()
+        .expect("the buffer is sized by len_hint");
+    let gap = (c.partition - p.partition - 1) as u64;
+    let delta = zigzag(v - pv);
+    let written = if (gap >> 7) | (delta >> 14) == 0 {
+        // The common case, one store and no branch on the delta's length: a one-byte gap, a
+        // one- or two-byte delta (the bytes written past a one-byte delta are overwritten or
+        // truncated).
+        let two = u64::from(delta >= 0x80);
+        let word = gap | ((delta & 0x7f) | (two << 7)) << 8 | (delta >> 7) << 16;
+        *w.first_chunk_mut::<4>().expect("four bytes") = (word as u32).to_le_bytes();
+        2 + two as usize
+    } else {
+        let n = varint_into(w.first_chunk_mut::<10>().expect("ten bytes"), gap);
+        let value = w[n..].first_chunk_mut::<10>().expect("ten bytes");
+        n + varint_into(value, delta)
+    };
+    skip(out, written);
 }
 
 /// Moves the start of `out` on by `n` bytes.
@@ -548,7 +565,7 @@ impl<'a> Reader<'a> {
             // partitions and values, with no capacity check per entry (the slots are dropped
             // with the vector when an entry turns out malformed).
             let first = entries.len();
-            entries.resize(first + n, (Channel::new(topic, 0), 0));
+            entries.extend(std::iter::repeat_n((Channel::new(topic, 0), 0), n));
             let (head, others) = entries[first..]
                 .split_first_mut()
                 .expect("a group has an entry");
