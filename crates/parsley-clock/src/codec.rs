@@ -237,10 +237,12 @@ fn put_entry(out: &mut &mut [u8], (p, pv): (Channel, i64), (c, v): (Channel, i64
         // The common case, one store and no branch on the delta's length: a one-byte gap, a
         // one- or two-byte delta (the bytes written past a one-byte delta are overwritten or
         // truncated).
-        let two = u64::from(delta >= 0x80);
-        let word = gap | ((delta & 0x7f) | (two << 7)) << 8 | (delta >> 7) << 16;
+        // `delta + (delta & 0x3f80)` spreads its two 7-bit groups a byte apart; bit 14 of
+        // `delta + 0x3f80` is set when it needs the second byte (its continuation bit).
+        let more = (delta + 0x3f80) & 0x4000;
+        let word = gap | (delta + (delta & 0x3f80)) << 8 | more << 1;
         *w.first_chunk_mut::<4>().expect("four bytes") = (word as u32).to_le_bytes();
-        2 + two as usize
+        2 + (more >> 14) as usize
     } else {
         let n = varint_into(w.first_chunk_mut::<10>().expect("ten bytes"), gap);
         let value = w[n..].first_chunk_mut::<10>().expect("ten bytes");
@@ -377,6 +379,10 @@ pub fn decode(bytes: &[u8]) -> Result<Stamp> {
         in_flight,
         acked_through,
     };
+    // Without in-flight claims and acked-through there is nothing to contradict.
+    if flags & (FLAG_IN_FLIGHT | FLAG_ACKED) == 0 {
+        return Ok(stamp);
+    }
     stamp.validate().map_err(|e| match e {
         Error::Decode { kind, .. } => Error::Decode {
             at: if kind == DecodeErrorKind::ClaimsWithoutSender || flags & FLAG_IN_FLIGHT == 0 {
