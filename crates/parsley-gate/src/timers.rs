@@ -412,21 +412,31 @@ impl<K: Ord + Clone + Serialize, V: Serialize> TimerQueue<K, V> {
     /// # Errors
     /// [`GateError::TimerQueueCodec`] when a key's or value's serde implementation fails.
     pub fn to_parts(&self) -> Result<QueueParts<K>, GateError> {
-        let timers = self
-            .parked
-            .keys()
-            .map(|&(park_time_ms, arrival)| Part::Timer {
-                park_time_ms,
-                arrival,
-            });
-        let late = self.late.keys().map(|k| Part::Late(k.clone()));
+        self.parts_of(self.parked.keys(), self.late.keys())
+    }
+
+    /// The header and the record of the parked records `timers` and of the late counts of
+    /// `late`, in that order.
+    fn parts_of<'a>(
+        &self,
+        timers: impl Iterator<Item = &'a (i64, u64)>,
+        late: impl Iterator<Item = &'a K>,
+    ) -> Result<QueueParts<K>, GateError>
+    where
+        K: 'a,
+    {
+        let timers = timers.map(|&(park_time_ms, arrival)| Part::Timer {
+            park_time_ms,
+            arrival,
+        });
+        let mut parts = Vec::new();
+        for p in timers.chain(late.map(|k| Part::Late(k.clone()))) {
+            let record = self.part(&p)?;
+            parts.push((p, record));
+        }
         Ok(QueueParts {
             header: self.header()?,
-            parts: timers
-                .chain(late)
-                .map(|p| Ok((self.part(&p)?, p)))
-                .map(|r: Result<_, GateError>| r.map(|(record, p)| (p, record)))
-                .collect::<Result<_, _>>()?,
+            parts,
         })
     }
 
@@ -441,23 +451,7 @@ impl<K: Ord + Clone + Serialize, V: Serialize> TimerQueue<K, V> {
     /// [`GateError::TimerQueueCodec`] when a key's or value's serde implementation fails; the
     /// changes are kept then.
     pub fn take_changes(&mut self) -> Result<QueueParts<K>, GateError> {
-        let timers = self
-            .changed_timers
-            .keys()
-            .map(|&(park_time_ms, arrival)| Part::Timer {
-                park_time_ms,
-                arrival,
-            });
-        let late = self.changed_late.iter().map(|k| Part::Late(k.clone()));
-        let mut parts = Vec::with_capacity(self.changed_timers.len() + self.changed_late.len());
-        for p in timers.chain(late) {
-            let record = self.part(&p)?;
-            parts.push((p, record));
-        }
-        let parts = QueueParts {
-            header: self.header()?,
-            parts,
-        };
+        let parts = self.parts_of(self.changed_timers.keys(), self.changed_late.iter())?;
         self.changed_timers.clear();
         self.changed_late.clear();
         Ok(parts)
