@@ -26,7 +26,7 @@ pub struct WorkloadArgs {
     #[arg(long, default_value_t = 500)]
     pub live_rate: u32,
     /// Seconds of live events.
-    #[arg(long, default_value_t = 20.0)]
+    #[arg(long, default_value_t = 30.0)]
     pub live_secs: f64,
     /// A control record per control partition every this many ms.
     #[arg(long, default_value_t = 20)]

@@ -155,7 +155,14 @@ mod tests {
         start + Duration::from_millis(ms)
     }
 
-    fn r(start: Instant, product: u32, seq: u64, phase: Phase, arrived: u64, released: u64) -> Release {
+    fn r(
+        start: Instant,
+        product: u32,
+        seq: u64,
+        phase: Phase,
+        arrived: u64,
+        released: u64,
+    ) -> Release {
         Release {
             product,
             seq,

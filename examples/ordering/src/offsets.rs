@@ -18,9 +18,7 @@ use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use parsley_runtime::{DELIVERY_TARGET, Running, Runtime, RuntimeConfig};
-use parsley_stage::{
-    EventTimeOrder, Handler, HandlerResult, Record, Step, Topology, Utf8,
-};
+use parsley_stage::{EventTimeOrder, Handler, HandlerResult, Record, Step, Topology, Utf8};
 use tracing::field::{Field, Visit};
 use tracing::{Event, Subscriber};
 use tracing_subscriber::Layer;
@@ -39,6 +37,13 @@ type Journal = Mutex<HashMap<(String, i32, i64), Instant>>;
 fn journal() -> &'static Journal {
     static JOURNAL: OnceLock<Journal> = OnceLock::new();
     JOURNAL.get_or_init(Default::default)
+}
+
+/// Forgets every recorded delivery (call between runs).
+pub fn clear_journal() {
+    if let Ok(mut j) = journal().lock() {
+        j.clear();
+    }
 }
 
 /// A `tracing` layer that records the instant of every `parsley::delivery` event. Add it to
@@ -118,15 +123,24 @@ impl Handler for Tap {
     type Output = String;
     type State = ();
 
-    fn handle(&self, r: Record<'_, String, String>, _: Option<()>) -> HandlerResult<String, String, ()> {
+    fn handle(
+        &self,
+        r: Record<'_, String, String>,
+        _: Option<()>,
+    ) -> HandlerResult<String, String, ()> {
         let released = Instant::now();
-        let arrived = journal()
+        let coordinate = (r.topic.to_string(), r.partition, r.offset);
+        let mut j = journal()
             .lock()
-            .map_err(|_| "the delivery journal is poisoned")?
-            .remove(&(r.topic.to_string(), r.partition, r.offset));
+            .map_err(|_| "the delivery journal is poisoned")?;
         if r.topic == self.control {
+            j.remove(&coordinate);
             return Ok(Step::none());
         }
+        // Kept, not removed: a record released in a transaction that aborts is restored
+        // parked and released again without a new delivery (counted as a duplicate).
+        let arrived = j.get(&coordinate).copied();
+        drop(j);
         let arrived = arrived.ok_or_else(|| {
             format!(
                 "no delivery event for {}/{} at {}: install the delivery capture \

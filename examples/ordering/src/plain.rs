@@ -68,7 +68,10 @@ pub fn drain(
     while !waiting.is_empty() {
         if started.elapsed() > DRAIN_DEADLINE {
             return Err(Error::Deadline {
-                what: format!("the plain consumer's end offsets ({} partitions left)", waiting.len()),
+                what: format!(
+                    "the plain consumer's end offsets ({} partitions left)",
+                    waiting.len()
+                ),
                 deadline: DRAIN_DEADLINE,
             });
         }

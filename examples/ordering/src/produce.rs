@@ -8,9 +8,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use indicatif::ProgressBar;
 use parsley_runtime::{Admin, TopicInfo, TopicSpec};
+use rand::Rng;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
-use rand::Rng;
 use rdkafka::ClientConfig;
 use rdkafka::client::ClientContext;
 use rdkafka::error::KafkaError;
@@ -323,8 +323,8 @@ fn live(
                 if products.is_empty() {
                     continue;
                 }
-                let product = products[(summary.control_records as usize / per_partition.len())
-                    % products.len()];
+                let product = products
+                    [(summary.control_records as usize / per_partition.len()) % products.len()];
                 // The key decides the partition; checked, so a tick never lands elsewhere.
                 debug_assert_eq!(workload.partition_of(product), p as i32);
                 writer.send(&control, &product_key(product), "valid", t)?;

@@ -11,7 +11,9 @@ use crate::measure::Hold;
 use crate::run::{RunOutcome, Strategy};
 
 fn secs(d: Option<Duration>) -> String {
-    d.map_or("not drained".to_string(), |d| format!("{:.1} s", d.as_secs_f64()))
+    d.map_or("not drained".to_string(), |d| {
+        format!("{:.1} s", d.as_secs_f64())
+    })
 }
 
 fn hold(h: &Hold) -> String {
@@ -60,10 +62,9 @@ pub fn markdown(outcomes: &[RunOutcome], lag_ms: i64, commit_interval: Duration)
         );
         for o in plain {
             let p = o.plain.as_ref().map_or(Duration::ZERO, |p| p.elapsed);
-            let ratio = o
-                .summary
-                .history_drain
-                .map_or("—".into(), |d| format!("{:.2}", d.as_secs_f64() / p.as_secs_f64()));
+            let ratio = o.summary.history_drain.map_or("—".into(), |d| {
+                format!("{:.2}", d.as_secs_f64() / p.as_secs_f64())
+            });
             let _ = writeln!(
                 s,
                 "| {} | {:.1} s | {} | {ratio} |",
@@ -81,11 +82,23 @@ pub fn markdown(outcomes: &[RunOutcome], lag_ms: i64, commit_interval: Duration)
             "\nSeed {}, offset completeness, steady live: hold avg {:.0} ms (target < 100 ms: {}), p99 {:.0} ms (target ≤ lag + commit interval = {budget:.0} ms: {}); out of order {} (target 0: {}).",
             o.seed,
             l.avg_ms,
-            if l.records > 0 && l.avg_ms < 100.0 { "met" } else { "not met" },
+            if l.records > 0 && l.avg_ms < 100.0 {
+                "met"
+            } else {
+                "not met"
+            },
             l.p99_ms,
-            if l.records > 0 && l.p99_ms <= budget { "met" } else { "not met" },
+            if l.records > 0 && l.p99_ms <= budget {
+                "met"
+            } else {
+                "not met"
+            },
             o.summary.out_of_order,
-            if o.summary.out_of_order == 0 { "met" } else { "not met" },
+            if o.summary.out_of_order == 0 {
+                "met"
+            } else {
+                "not met"
+            },
         );
     }
     s
@@ -149,7 +162,10 @@ fn draw(outcomes: &[RunOutcome], path: &Path) -> DrawResult {
         .draw()?;
     for (si, s) in strategies.iter().enumerate() {
         for (ki, seed) in seeds.iter().enumerate() {
-            if let Some(o) = outcomes.iter().find(|o| o.strategy == *s && o.seed == *seed) {
+            if let Some(o) = outcomes
+                .iter()
+                .find(|o| o.strategy == *s && o.seed == *seed)
+            {
                 let (x0, x1) = bar_of(si, ki);
                 let colour = colours[ki % colours.len()];
                 c.draw_series(std::iter::once(Rectangle::new(
@@ -181,7 +197,10 @@ fn draw(outcomes: &[RunOutcome], path: &Path) -> DrawResult {
         .draw()?;
     for (si, s) in strategies.iter().enumerate() {
         for (ki, seed) in seeds.iter().enumerate() {
-            if let Some(o) = outcomes.iter().find(|o| o.strategy == *s && o.seed == *seed) {
+            if let Some(o) = outcomes
+                .iter()
+                .find(|o| o.strategy == *s && o.seed == *seed)
+            {
                 let (x0, x1) = bar_of(si, ki);
                 let mid = (x0 + x1) / 2.0;
                 let colour = colours[ki % colours.len()];
@@ -204,7 +223,9 @@ fn draw(outcomes: &[RunOutcome], path: &Path) -> DrawResult {
         root.draw(&Text::new(
             format!("seed {seed}"),
             (20 + 90 * ki as i32, 462),
-            ("sans-serif", 14).into_font().color(&colours[ki % colours.len()]),
+            ("sans-serif", 14)
+                .into_font()
+                .color(&colours[ki % colours.len()]),
         ))?;
     }
     root.present()?;

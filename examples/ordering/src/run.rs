@@ -91,9 +91,12 @@ pub struct StrategySettings {
     pub idle: Duration,
     /// (a)–(c): how often the watermark is emitted.
     pub watermark_interval: Duration,
-    /// (a)–(c): the longest start delay of a topic's consumer; each topic's is drawn from
-    /// `[0, max_start_delay]` by the seed.
-    pub max_start_delay: Duration,
+    /// (a)–(c): every topic's consumer starts after a delay drawn from `[0, start_spread]`
+    /// by the seed ([`start_delays`]).
+    pub start_spread: Duration,
+    /// (a)–(c): one event topic per seed is slow to start: its delay is drawn from
+    /// `[0, slow_start]`.
+    pub slow_start: Duration,
     /// (b)–(d): the control stream's lag, ms.
     pub control_lag_ms: i64,
     /// (d): the runtime's commit interval.
@@ -105,17 +108,18 @@ pub struct StrategySettings {
 }
 
 impl Default for StrategySettings {
-    /// Window 10 s; idleness 1 s per partition (one layer and the two-layer source), 300 ms
-    /// per topic at the union; watermarks every 200 ms (Flink's default); start delays up to
-    /// 2 s; control lag 100 ms; commit interval 100 ms.
+    /// Window 5 s; idleness 1 s per partition (one layer and the two-layer source), 500 ms
+    /// per topic at the union; watermarks every 200 ms (Flink's default); consumers start
+    /// within 300 ms, one slow topic within 2 s; control lag 100 ms; commit interval 100 ms.
     fn default() -> Self {
         StrategySettings {
-            window_ms: 10_000,
+            window_ms: 5_000,
             source_idle: Duration::from_millis(1_000),
-            union_idle: Duration::from_millis(300),
+            union_idle: Duration::from_millis(500),
             idle: Duration::from_millis(1_000),
             watermark_interval: Duration::from_millis(200),
-            max_start_delay: Duration::from_millis(2_000),
+            start_spread: Duration::from_millis(300),
+            slow_start: Duration::from_millis(2_000),
             control_lag_ms: 100,
             commit_interval: Duration::from_millis(100),
             output: false,
@@ -148,12 +152,22 @@ pub struct RunOutcome {
     pub releases: Vec<Release>,
 }
 
-/// The per-topic start delays of seed `seed`: one per topic, in `[0, max]`.
-pub fn start_delays(seed: u64, topics: usize, max: Duration) -> Vec<Duration> {
-    let mut rng = StdRng::seed_from_u64(seed ^ 0xde1a_75);
-    (0..topics)
-        .map(|_| Duration::from_millis(rng.random_range(0..=max.as_millis() as u64)))
-        .collect()
+/// The per-topic start delays of seed `seed`, in [`Workload::topics`] order: every consumer
+/// connects after a delay in `[0, spread]`, and one event topic, chosen by the seed, is slow:
+/// its delay is drawn from `[0, slow]` instead (if that is longer).
+pub fn start_delays(
+    seed: u64,
+    workload: &Workload,
+    spread: Duration,
+    slow: Duration,
+) -> Vec<Duration> {
+    let mut rng = StdRng::seed_from_u64(seed ^ 0x00de_1a75);
+    let mut draw =
+        |max: Duration| Duration::from_millis(rng.random_range(0..=max.as_millis() as u64));
+    let mut delays: Vec<Duration> = workload.topics().iter().map(|_| draw(spread)).collect();
+    let slow_topic = (seed as usize) % workload.config().event_topics;
+    delays[slow_topic] = delays[slow_topic].max(draw(slow));
+    delays
 }
 
 /// Runs `strategy` on a fresh copy of the workload `config` (its `prefix` gets a unique
@@ -186,7 +200,16 @@ pub fn run(
     })?;
     produce::create_topics(&admin, &workload)?;
     let mut cleanup: Vec<String> = workload.topics();
-    let result = measure(bootstrap, &admin, &workload, strategy, settings, grace, bar, &mut cleanup);
+    let result = measure(
+        bootstrap,
+        &admin,
+        &workload,
+        strategy,
+        settings,
+        grace,
+        bar,
+        &mut cleanup,
+    );
     let keep = result.as_ref().ok().and_then(|r| r.output.clone());
     cleanup.retain(|t| Some(t) != keep.as_ref());
     let names: Vec<&str> = cleanup.iter().map(String::as_str).collect();
@@ -211,11 +234,18 @@ fn measure(
     let history = workload.history(produce::now_ms());
     bar.set_length(history.events.len() as u64);
     bar.set_position(0);
-    bar.set_message(format!("seed {}: {}: writing history", c.seed, strategy.name()));
+    bar.set_message(format!(
+        "seed {}: {}: writing history",
+        c.seed,
+        strategy.name()
+    ));
     produce::write_history(bootstrap, workload, &history, bar)?;
     let mut plain = None;
     if strategy == Strategy::Offsets && settings.plain_reference {
-        bar.set_message(format!("seed {}: plain consumer reading the history", c.seed));
+        bar.set_message(format!(
+            "seed {}: plain consumer reading the history",
+            c.seed
+        ));
         let p = plain::drain(
             bootstrap,
             admin,
@@ -228,7 +258,7 @@ fn measure(
     }
     bar.set_message(format!("seed {}: {}: running", c.seed, strategy.name()));
     let (tx, rx) = std::sync::mpsc::channel();
-    let delays = start_delays(c.seed, workload.topics().len(), settings.max_start_delay);
+    let delays = start_delays(c.seed, workload, settings.start_spread, settings.slow_start);
     let mut output = None;
     let start = Instant::now();
     let (releases, live) = match strategy {
@@ -246,13 +276,16 @@ fn measure(
                 commit_interval: settings.commit_interval,
                 output: out_topic.clone(),
             };
+            offsets::clear_journal();
             let topology = offsets::topology(&application, workload, &o, tx)?;
             if let Some(stage) = topology.stage(offsets::STAGE) {
                 cleanup.push(changelog_topic(&stage.group_id(&application)));
             }
             let running = offsets::start(bootstrap, topology, &o)?;
             let live = LiveTraffic::start(bootstrap, workload, &history)?;
-            let collected = collect(&rx, &history, &live, grace, bar, || offsets::check(&running));
+            let collected = collect(&rx, &history, &live, grace, bar, || {
+                offsets::check(&running)
+            });
             let stopped = running
                 .stop()
                 .map_err(|e| Error::runtime("stopping the offset-completeness stage", e));

@@ -78,7 +78,7 @@ pub struct Silent {
 impl Default for WorkloadConfig {
     /// The source's shape at a size that generates in seconds on two cores: 12 event topics
     /// and the control topic, 3 partitions, 2,000 products, 240,000 history events over 7
-    /// days, then 500 live events/s for 20 s; partition 0 of the first topic silent for 5 s.
+    /// days, then 500 live events/s for 30 s; partition 0 of the first topic silent for 5 s.
     fn default() -> Self {
         WorkloadConfig {
             prefix: "ordering".to_string(),
@@ -88,7 +88,7 @@ impl Default for WorkloadConfig {
             history_records: 240_000,
             history_span_ms: 7 * DAY_MS,
             live_rate: 500,
-            live_ms: 20_000,
+            live_ms: 30_000,
             control_interval_ms: 20,
             silent: Some(Silent {
                 topic: 0,
@@ -161,7 +161,12 @@ pub fn parse_product(key: &[u8]) -> std::result::Result<u32, String> {
         .ok()
         .and_then(|k| k.strip_prefix('p'))
         .and_then(|d| d.parse().ok())
-        .ok_or_else(|| format!("key {:?} is not a product key", String::from_utf8_lossy(key)))
+        .ok_or_else(|| {
+            format!(
+                "key {:?} is not a product key",
+                String::from_utf8_lossy(key)
+            )
+        })
 }
 
 /// One history event.
@@ -242,7 +247,7 @@ impl Workload {
         let partition_of = (0..config.products)
             .map(|i| parsley_runtime::partition_for(product_key(i).as_bytes(), config.partitions))
             .collect();
-        let mut rng = StdRng::seed_from_u64(config.seed ^ 0x5eed_0f_7091c5);
+        let mut rng = StdRng::seed_from_u64(config.seed ^ 0x5eed_0f70_91c5);
         let weights = (0..config.event_topics)
             .map(|_| {
                 (0..config.partitions)
@@ -415,7 +420,12 @@ mod tests {
         let w = small(3);
         let lengths = w.partition_lengths(&w.history(1_000_000_000_000));
         assert_eq!(lengths[0][0], 0);
-        let mut all: Vec<u64> = lengths.iter().flatten().copied().filter(|&n| n > 0).collect();
+        let mut all: Vec<u64> = lengths
+            .iter()
+            .flatten()
+            .copied()
+            .filter(|&n| n > 0)
+            .collect();
         all.sort_unstable();
         assert!(all[0] < all[all.len() - 1], "{lengths:?}");
     }

@@ -29,18 +29,22 @@ struct Cli {
     #[arg(long, value_delimiter = ',', default_value = "1,2,3")]
     seeds: Vec<u64>,
     /// Strategies, comma-separated (window, two-layer, one-layer, offsets).
-    #[arg(long, value_delimiter = ',', default_value = "window,two-layer,one-layer,offsets")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "window,two-layer,one-layer,offsets"
+    )]
     strategies: Vec<String>,
     #[command(flatten)]
     workload: WorkloadArgs,
     /// (a) the fixed window, ms of event time.
-    #[arg(long, default_value_t = 10_000)]
+    #[arg(long, default_value_t = 5_000)]
     window_ms: i64,
     /// (b) idleness per partition at the source, ms.
     #[arg(long, default_value_t = 1_000)]
     source_idle_ms: u64,
     /// (b) idleness per topic at the union, ms.
-    #[arg(long, default_value_t = 300)]
+    #[arg(long, default_value_t = 500)]
     union_idle_ms: u64,
     /// (c) idleness per partition, ms.
     #[arg(long, default_value_t = 1_000)]
@@ -48,9 +52,12 @@ struct Cli {
     /// (a)–(c) watermark emission interval, ms (Flink's default: 200).
     #[arg(long, default_value_t = 200)]
     watermark_interval_ms: u64,
-    /// (a)–(c) longest start delay of a topic's consumer, ms (each topic's is drawn by seed).
+    /// (a)–(c) every topic's consumer starts within this many ms (drawn by seed).
+    #[arg(long, default_value_t = 300)]
+    start_spread_ms: u64,
+    /// (a)–(c) one event topic per seed is slow: its consumer starts within this many ms.
     #[arg(long, default_value_t = 2_000)]
-    max_start_delay_ms: u64,
+    slow_start_ms: u64,
     /// (b)–(d) control stream lag, ms.
     #[arg(long, default_value_t = 100)]
     lag_ms: i64,
@@ -87,8 +94,9 @@ fn main() -> ExitCode {
 }
 
 fn experiment(cli: Cli) -> Result<()> {
-    let bootstrap = bootstrap(cli.bootstrap.clone())
-        .context("no broker: pass --bootstrap, set PARSLEY_BOOTSTRAP or run `cargo xtask experiment`")?;
+    let bootstrap = bootstrap(cli.bootstrap.clone()).context(
+        "no broker: pass --bootstrap, set PARSLEY_BOOTSTRAP or run `cargo xtask experiment`",
+    )?;
     let strategies = cli
         .strategies
         .iter()
@@ -100,7 +108,8 @@ fn experiment(cli: Cli) -> Result<()> {
         union_idle: Duration::from_millis(cli.union_idle_ms),
         idle: Duration::from_millis(cli.idle_ms),
         watermark_interval: Duration::from_millis(cli.watermark_interval_ms),
-        max_start_delay: Duration::from_millis(cli.max_start_delay_ms),
+        start_spread: Duration::from_millis(cli.start_spread_ms),
+        slow_start: Duration::from_millis(cli.slow_start_ms),
         control_lag_ms: cli.lag_ms,
         commit_interval: Duration::from_millis(cli.commit_interval_ms),
         output: false,
@@ -109,7 +118,7 @@ fn experiment(cli: Cli) -> Result<()> {
     let command = std::env::args().collect::<Vec<_>>().join(" ");
     let w = &cli.workload;
     println!(
-        "Event-time ordering experiment on {bootstrap}: seeds {:?}; {} topics × {} partitions, {} products, {} history events over {} days, live {} events/s for {} s, silent partition {} ms; window {} ms; idleness {} ms (one layer), {} ms source / {} ms union (two layers), watermarks every {} ms, consumer start delays up to {} ms; control lag {} ms, commit interval {} ms",
+        "Event-time ordering experiment on {bootstrap}: seeds {:?}; {} topics × {} partitions, {} products, {} history events over {} days, live {} events/s for {} s, silent partition {} ms; window {} ms; idleness {} ms (one layer), {} ms source / {} ms union (two layers), watermarks every {} ms, consumers start within {} ms, one slow topic within {} ms; control lag {} ms, commit interval {} ms",
         cli.seeds,
         w.topics,
         w.partitions,
@@ -124,7 +133,8 @@ fn experiment(cli: Cli) -> Result<()> {
         cli.source_idle_ms,
         cli.union_idle_ms,
         cli.watermark_interval_ms,
-        cli.max_start_delay_ms,
+        cli.start_spread_ms,
+        cli.slow_start_ms,
         cli.lag_ms,
         cli.commit_interval_ms
     );
@@ -153,8 +163,10 @@ fn experiment(cli: Cli) -> Result<()> {
                     o.summary.records,
                     o.summary.out_of_order_pct(),
                     o.summary.history_drain,
-                    o.plain
-                        .map_or(String::new(), |p| format!(" (plain consumer {:?})", p.elapsed))
+                    o.plain.map_or(String::new(), |p| format!(
+                        " (plain consumer {:?})",
+                        p.elapsed
+                    ))
                 )
             });
             outcomes.push(o);
@@ -170,7 +182,10 @@ fn experiment(cli: Cli) -> Result<()> {
     std::fs::create_dir_all(&cli.out).with_context(|| format!("creating {}", cli.out.display()))?;
     let md = cli.out.join("results.md");
     let mut f = std::fs::File::create(&md).with_context(|| format!("creating {}", md.display()))?;
-    writeln!(f, "# Event-time ordering experiment\n\n`{command}`\n\n{table}")?;
+    writeln!(
+        f,
+        "# Event-time ordering experiment\n\n`{command}`\n\n{table}"
+    )?;
     let svg = cli.out.join("results.svg");
     report::chart(&outcomes, &svg)?;
     println!("wrote {} and {}", md.display(), svg.display());

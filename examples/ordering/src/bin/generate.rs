@@ -52,7 +52,8 @@ fn main() -> ExitCode {
 }
 
 fn generate(cli: Cli) -> Result<()> {
-    let bootstrap = bootstrap(cli.bootstrap).context("no broker: pass --bootstrap or set PARSLEY_BOOTSTRAP")?;
+    let bootstrap =
+        bootstrap(cli.bootstrap).context("no broker: pass --bootstrap or set PARSLEY_BOOTSTRAP")?;
     let workload = Workload::new(cli.workload.config(&cli.prefix, cli.seed))?;
     let c = workload.config().clone();
     let admin = Admin::new(&bootstrap, Duration::from_secs(60))?;
@@ -99,7 +100,10 @@ fn generate(cli: Cli) -> Result<()> {
     while !live.wait_done(Duration::from_millis(200)) {
         bar.set_message(format!("live traffic: {} events", live.records_written()));
         bar.tick();
-        anyhow::ensure!(started.elapsed() < deadline, "live traffic did not finish in {deadline:?}");
+        anyhow::ensure!(
+            started.elapsed() < deadline,
+            "live traffic did not finish in {deadline:?}"
+        );
     }
     let summary = live.stop()?;
     bar.finish_and_clear();
