@@ -68,6 +68,8 @@ pub struct Summary {
     pub duplicates: u64,
     /// Releases below the highest sequence already released for their product.
     pub out_of_order: u64,
+    /// Of those, history records.
+    pub out_of_order_history: u64,
     /// History events never released before the run stopped.
     pub unreleased_history: u64,
     /// Live events written but not released when the run stopped.
@@ -107,7 +109,12 @@ impl Summary {
             }
             s.records += 1;
             match highest.get(&r.product) {
-                Some(&h) if r.seq < h => s.out_of_order += 1,
+                Some(&h) if r.seq < h => {
+                    s.out_of_order += 1;
+                    if r.phase == Phase::History {
+                        s.out_of_order_history += 1;
+                    }
+                }
                 _ => {
                     highest.insert(r.product, r.seq);
                 }
@@ -189,6 +196,7 @@ mod tests {
         assert_eq!(s.records, 6);
         assert_eq!(s.duplicates, 1);
         assert_eq!(s.out_of_order, 1);
+        assert_eq!(s.out_of_order_history, 1);
         assert_eq!(s.unreleased_history, 0);
         assert_eq!(s.unreleased_live, 1);
         assert_eq!(s.history_drain, Some(Duration::from_millis(40)));

@@ -41,12 +41,13 @@ pub fn markdown(outcomes: &[RunOutcome], lag_ms: i64, commit_interval: Duration)
         let m = &o.summary;
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {:.2} % ({}) | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {:.2} % ({} history, {} live) | {} | {} | {} | {} | {} |",
             o.strategy.name(),
             o.seed,
             m.records,
             m.out_of_order_pct(),
-            m.out_of_order,
+            m.out_of_order_history,
+            m.out_of_order - m.out_of_order_history,
             hold(&m.catch_up),
             hold(&m.live),
             secs(m.history_drain),
@@ -79,7 +80,7 @@ pub fn markdown(outcomes: &[RunOutcome], lag_ms: i64, commit_interval: Duration)
         let l = &o.summary.live;
         let _ = writeln!(
             s,
-            "\nSeed {}, offset completeness, steady live: hold avg {:.0} ms (target < 100 ms: {}), p99 {:.0} ms (target ≤ lag + commit interval = {budget:.0} ms: {}); out of order {} (target 0: {}).",
+            "\nSeed {}, offset completeness, steady live: hold avg {:.0} ms (target < 100 ms: {}), p99 {:.0} ms (target ≤ lag + commit interval = {budget:.0} ms: {}); history out of order {} (target 0: {}); the runtime counted {} late records (arrived below the watermark).",
             o.seed,
             l.avg_ms,
             if l.records > 0 && l.avg_ms < 100.0 {
@@ -93,12 +94,13 @@ pub fn markdown(outcomes: &[RunOutcome], lag_ms: i64, commit_interval: Duration)
             } else {
                 "not met"
             },
-            o.summary.out_of_order,
-            if o.summary.out_of_order == 0 {
+            o.summary.out_of_order_history,
+            if o.summary.out_of_order_history == 0 {
                 "met"
             } else {
                 "not met"
             },
+            o.late.map_or("?".into(), |l| l.to_string()),
         );
     }
     s
@@ -138,11 +140,17 @@ fn draw(outcomes: &[RunOutcome], path: &Path) -> DrawResult {
             String::new()
         }
     };
-    let bar_of = |strategy_index: usize, seed_index: usize| {
-        let width = 0.8 / seeds.len().max(1) as f64;
-        let x0 = strategy_index as f64 - 0.4 + seed_index as f64 * width;
-        (x0, x0 + width * 0.9)
-    };
+    // Each run's bar: its x range and its seed's colour.
+    let width = 0.8 / seeds.len().max(1) as f64;
+    let placed: Vec<(f64, f64, RGBColor, &RunOutcome)> = outcomes
+        .iter()
+        .filter_map(|o| {
+            let si = strategies.iter().position(|s| *s == o.strategy)?;
+            let ki = seeds.iter().position(|k| *k == o.seed)?;
+            let x0 = si as f64 - 0.4 + ki as f64 * width;
+            Some((x0, x0 + width * 0.9, colours[ki % colours.len()], o))
+        })
+        .collect();
     // Out of order, %.
     let max_pct = outcomes
         .iter()
@@ -160,21 +168,12 @@ fn draw(outcomes: &[RunOutcome], path: &Path) -> DrawResult {
         .x_label_formatter(&label)
         .disable_x_mesh()
         .draw()?;
-    for (si, s) in strategies.iter().enumerate() {
-        for (ki, seed) in seeds.iter().enumerate() {
-            if let Some(o) = outcomes
-                .iter()
-                .find(|o| o.strategy == *s && o.seed == *seed)
-            {
-                let (x0, x1) = bar_of(si, ki);
-                let colour = colours[ki % colours.len()];
-                c.draw_series(std::iter::once(Rectangle::new(
-                    [(x0, 0.0), (x1, o.summary.out_of_order_pct())],
-                    colour.filled(),
-                )))?;
-            }
-        }
-    }
+    c.draw_series(placed.iter().map(|(x0, x1, colour, o)| {
+        Rectangle::new(
+            [(*x0, 0.0), (*x1, o.summary.out_of_order_pct())],
+            colour.filled(),
+        )
+    }))?;
     // Hold, ms, log scale: catch-up (light) and steady live (solid) averages.
     let max_hold = outcomes
         .iter()
@@ -195,29 +194,20 @@ fn draw(outcomes: &[RunOutcome], path: &Path) -> DrawResult {
         .x_label_formatter(&label)
         .disable_x_mesh()
         .draw()?;
-    for (si, s) in strategies.iter().enumerate() {
-        for (ki, seed) in seeds.iter().enumerate() {
-            if let Some(o) = outcomes
-                .iter()
-                .find(|o| o.strategy == *s && o.seed == *seed)
-            {
-                let (x0, x1) = bar_of(si, ki);
-                let mid = (x0 + x1) / 2.0;
-                let colour = colours[ki % colours.len()];
-                let floor = |v: f64| v.max(1.0);
-                c.draw_series([
-                    Rectangle::new(
-                        [(x0, 1.0), (mid, floor(o.summary.catch_up.avg_ms))],
-                        colour.mix(0.35).filled(),
-                    ),
-                    Rectangle::new(
-                        [(mid, 1.0), (x1, floor(o.summary.live.avg_ms))],
-                        colour.filled(),
-                    ),
-                ])?;
-            }
-        }
-    }
+    let floor = |v: f64| v.max(1.0);
+    c.draw_series(placed.iter().flat_map(|(x0, x1, colour, o)| {
+        let mid = (x0 + x1) / 2.0;
+        [
+            Rectangle::new(
+                [(*x0, 1.0), (mid, floor(o.summary.catch_up.avg_ms))],
+                colour.mix(0.35).filled(),
+            ),
+            Rectangle::new(
+                [(mid, 1.0), (*x1, floor(o.summary.live.avg_ms))],
+                colour.filled(),
+            ),
+        ]
+    }))?;
     // Legend: one colour per seed.
     for (ki, seed) in seeds.iter().enumerate() {
         root.draw(&Text::new(

@@ -150,6 +150,9 @@ pub struct RunOutcome {
     pub output: Option<String>,
     /// Every release, in the order reported.
     pub releases: Vec<Release>,
+    /// Offset completeness: the runtime's violation counter (records that arrived with an
+    /// event time below their task's watermark).
+    pub late: Option<u64>,
 }
 
 /// The per-topic start delays of seed `seed`, in [`Workload::topics`] order: every consumer
@@ -261,6 +264,7 @@ fn measure(
     let delays = start_delays(c.seed, workload, settings.start_spread, settings.slow_start);
     let mut output = None;
     let start = Instant::now();
+    let mut late = None;
     let (releases, live) = match strategy {
         Strategy::Offsets => {
             let out_topic = settings.output.then(|| format!("{}.released", c.prefix));
@@ -291,7 +295,7 @@ fn measure(
                 .map_err(|e| Error::runtime("stopping the offset-completeness stage", e));
             let summary = live.stop()?;
             let mut releases = collected?;
-            stopped?;
+            late = stopped?.iter().map(|(_, m)| m.late).reduce(|a, b| a + b);
             releases.extend(rx.try_iter());
             output = out_topic;
             (releases, summary)
@@ -342,6 +346,7 @@ fn measure(
         },
         output,
         releases,
+        late,
     })
 }
 
