@@ -59,19 +59,29 @@ pub fn markdown(outcomes: &[RunOutcome], lag_ms: i64, commit_interval: Duration)
     let plain: Vec<&RunOutcome> = outcomes.iter().filter(|o| o.plain.is_some()).collect();
     if !plain.is_empty() {
         s.push_str(
-            "\n| seed | plain consumer drain | offset completeness drain | ratio (target ≤ 1.2) |\n|---:|---:|---:|---:|\n",
+            "\n| seed | plain consumer drain | offset completeness drain | ratio (target ≤ 1.2) | Parsley arrival-order drain | ratio to it |\n|---:|---:|---:|---:|---:|---:|\n",
         );
+        let ratio = |a: Option<Duration>, b: Option<Duration>| match (a, b) {
+            (Some(a), Some(b)) if !b.is_zero() => {
+                format!("{:.2}", a.as_secs_f64() / b.as_secs_f64())
+            }
+            _ => "—".into(),
+        };
         for o in plain {
-            let p = o.plain.as_ref().map_or(Duration::ZERO, |p| p.elapsed);
-            let ratio = o.summary.history_drain.map_or("—".into(), |d| {
-                format!("{:.2}", d.as_secs_f64() / p.as_secs_f64())
-            });
+            let p = o.plain.as_ref().map(|p| p.elapsed);
+            let arrival = outcomes
+                .iter()
+                .find(|a| a.strategy == Strategy::Arrival && a.seed == o.seed)
+                .and_then(|a| a.summary.history_drain);
             let _ = writeln!(
                 s,
-                "| {} | {:.1} s | {} | {ratio} |",
+                "| {} | {} | {} | {} | {} | {} |",
                 o.seed,
-                p.as_secs_f64(),
-                secs(o.summary.history_drain)
+                secs(p),
+                secs(o.summary.history_drain),
+                ratio(o.summary.history_drain, p),
+                secs(arrival),
+                ratio(o.summary.history_drain, arrival),
             );
         }
     }

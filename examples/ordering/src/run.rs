@@ -30,15 +30,19 @@ pub enum Strategy {
     OneLayer,
     /// (d) offset completeness: the Parsley stage.
     Offsets,
+    /// Reference: the same Parsley stage without event-time ordering (arrival order, the
+    /// causal gate only): what ordering costs.
+    Arrival,
 }
 
 impl Strategy {
-    /// All four, in the table's order.
-    pub const ALL: [Strategy; 4] = [
+    /// All five, in the table's order.
+    pub const ALL: [Strategy; 5] = [
         Strategy::Window,
         Strategy::TwoLayer,
         Strategy::OneLayer,
         Strategy::Offsets,
+        Strategy::Arrival,
     ];
 
     /// The table's name for it.
@@ -48,6 +52,7 @@ impl Strategy {
             Strategy::TwoLayer => "timeout, two layers",
             Strategy::OneLayer => "timeout, one layer",
             Strategy::Offsets => "offset completeness",
+            Strategy::Arrival => "Parsley, arrival order",
         }
     }
 
@@ -58,6 +63,7 @@ impl Strategy {
             Strategy::TwoLayer => "two-layer",
             Strategy::OneLayer => "one-layer",
             Strategy::Offsets => "offsets",
+            Strategy::Arrival => "arrival",
         }
     }
 
@@ -72,7 +78,9 @@ impl Strategy {
             .ok_or_else(|| {
                 Error::config(
                     "strategies",
-                    format!("unknown strategy {s:?} (window, two-layer, one-layer, offsets)"),
+                    format!(
+                        "unknown strategy {s:?} (window, two-layer, one-layer, offsets, arrival)"
+                    ),
                 )
             })
     }
@@ -266,7 +274,7 @@ fn measure(
     let start = Instant::now();
     let mut late = None;
     let (releases, live) = match strategy {
-        Strategy::Offsets => {
+        Strategy::Offsets | Strategy::Arrival => {
             let out_topic = settings.output.then(|| format!("{}.released", c.prefix));
             if let Some(o) = &out_topic {
                 admin
@@ -276,6 +284,7 @@ fn measure(
             }
             let application = format!("{}-app", c.prefix);
             let o = OffsetsSettings {
+                event_time: strategy == Strategy::Offsets,
                 lag_ms: settings.control_lag_ms,
                 commit_interval: settings.commit_interval,
                 output: out_topic.clone(),
@@ -339,7 +348,7 @@ fn measure(
         live_records: live.records,
         summary,
         plain,
-        start_delays: if strategy == Strategy::Offsets {
+        start_delays: if matches!(strategy, Strategy::Offsets | Strategy::Arrival) {
             Vec::new()
         } else {
             delays

@@ -28,11 +28,12 @@ struct Cli {
     /// Generator seeds, comma-separated: one run per strategy and seed.
     #[arg(long, value_delimiter = ',', default_value = "1,2,3")]
     seeds: Vec<u64>,
-    /// Strategies, comma-separated (window, two-layer, one-layer, offsets).
+    /// Strategies, comma-separated (window, two-layer, one-layer, offsets, and arrival: the
+    /// Parsley stage without event-time ordering, as a reference).
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "window,two-layer,one-layer,offsets"
+        default_value = "window,two-layer,one-layer,offsets,arrival"
     )]
     strategies: Vec<String>,
     #[command(flatten)]
