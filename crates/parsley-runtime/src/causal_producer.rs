@@ -285,7 +285,7 @@ impl CausalProducer {
             .abort_transaction(self.timeout)
             .map_err(|e| Error::kafka("aborting a transaction", e))?;
         self.outbox.wait_acked(self.timeout)?;
-        self.outbox.drain();
+        self.outbox.discard();
         self.acked.clear();
         if let Some(s) = self.snapshot.take() {
             self.clock = s;

@@ -1,17 +1,25 @@
 //! The producing side shared by stage tasks and plain causal producers: a librdkafka producer
 //! whose acknowledgements are collected as evidence.
 //!
-//! Every send carries a [`SendTag`] (task, channel, send sequence) as its delivery opaque; the
-//! delivery callback (on the producer's polling thread) records an [`Ack`] and wakes whoever
-//! waits for acknowledgements. Waiting is on a condition variable signalled by the callbacks,
-//! never a sleep.
+//! Every stamped send is identified by a send id, a plain `usize` handed to librdkafka as its
+//! delivery opaque (no allocation per send); the outbox keeps the [`SendTag`] (task, channel,
+//! send sequence) of each id in a queue of sends awaiting their report, in id order. The
+//! delivery callback (on the producer's polling thread) records the id and the result and
+//! wakes whoever waits for acknowledgements; [`Outbox::drain`] turns them into [`Ack`]s.
+//! Waiting is on a condition variable signalled by the callbacks, never a sleep.
 //!
 //! Invariant: `outstanding` counts sends handed to librdkafka whose delivery report has not
 //! been recorded yet; it is incremented before a send and decremented exactly once, by the
 //! report (under the state lock, so a waiter cannot miss it) or by a synchronous send failure.
 //! Callbacks signal the condition variable only while someone waits (`waiters`): a signal
 //! with nobody waiting still costs a system call per delivery report.
+//!
+//! Invariant of the id queue: `tags[i]` belongs to send id `first_id + i`; an entry becomes
+//! `None` when its report is drained, and leading `None`s are popped, so the queue holds the
+//! sends from the oldest unreported one on (reports of different partitions arrive out of
+//! order). Id 0 marks an untagged send (a changelog write).
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -46,9 +54,18 @@ pub struct Ack {
     pub result: std::result::Result<i64, KafkaError>,
 }
 
+/// A delivery report as the callback records it: the send id and the result.
+struct Report {
+    id: usize,
+    result: std::result::Result<i64, KafkaError>,
+}
+
+/// The delivery opaque of an untagged send (a changelog write).
+const UNTAGGED: usize = 0;
+
 #[derive(Default)]
 struct AckState {
-    acks: Vec<Ack>,
+    acks: Vec<Report>,
     /// Delivery reports recorded since the producer was created.
     reports: u64,
     /// Threads waiting on `changed`.
@@ -66,15 +83,15 @@ pub(crate) struct AckContext {
 impl ClientContext for AckContext {}
 
 impl ProducerContext for AckContext {
-    type DeliveryOpaque = Box<Option<SendTag>>;
+    type DeliveryOpaque = usize;
 
-    fn delivery(&self, result: &DeliveryResult<'_>, tag: Box<Option<SendTag>>) {
+    fn delivery(&self, result: &DeliveryResult<'_>, id: usize) {
         let result = match result {
             Ok(m) => Ok(m.offset()),
             Err((e, _)) => Err(e.clone()),
         };
         let mut s = self.state.lock().expect("ack state poisoned");
-        s.acks.push(Ack { tag: *tag, result });
+        s.acks.push(Report { id, result });
         self.outstanding.fetch_sub(1, Ordering::Relaxed);
         s.reports += 1;
         if s.waiters > 0 {
@@ -86,6 +103,10 @@ impl ProducerContext for AckContext {
 /// A producer plus its collected acknowledgements.
 pub(crate) struct Outbox {
     producer: ThreadedProducer<AckContext>,
+    /// The tag of each stamped send from the oldest unreported one on (module docs).
+    tags: VecDeque<Option<SendTag>>,
+    /// The send id of `tags[0]`; ids start at 1.
+    first_id: u64,
 }
 
 impl Outbox {
@@ -110,7 +131,11 @@ impl Outbox {
                 outstanding: AtomicU64::new(0),
             })
             .map_err(|e| Error::kafka("creating the producer", e))?;
-        Ok(Outbox { producer })
+        Ok(Outbox {
+            producer,
+            tags: VecDeque::new(),
+            first_id: 1,
+        })
     }
 
     pub(crate) fn producer(&self) -> &ThreadedProducer<AckContext> {
@@ -125,7 +150,7 @@ impl Outbox {
     /// When librdkafka's queue is full it waits for acknowledgements to make room.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn send(
-        &self,
+        &mut self,
         topic: &str,
         tag: SendTag,
         key: &[u8],
@@ -146,12 +171,25 @@ impl Outbox {
                 })
             },
         );
-        let record = BaseRecord::with_opaque_to(topic, Box::new(Some(tag)))
+        let mut id = self.first_id + self.tags.len() as u64;
+        if id as usize == UNTAGGED {
+            // Only where `usize` is narrower than the ids: skip the id that would read as
+            // untagged.
+            self.tags.push_back(None);
+            id += 1;
+        }
+        self.tags.push_back(Some(tag));
+        let record = BaseRecord::with_opaque_to(topic, id as usize)
             .partition(tag.channel.partition)
             .key(key)
             .payload(value)
             .headers(headers);
-        self.enqueue(record, tag.channel, timeout)
+        let sent = self.enqueue(record, tag.channel, timeout);
+        if sent.is_err() {
+            // Not handed to librdkafka: no report will come.
+            self.tags.pop_back();
+        }
+        sent
     }
 
     /// Sends a changelog record (no stamp; `None` is a tombstone) in the open transaction.
@@ -163,7 +201,7 @@ impl Outbox {
         value: Option<&[u8]>,
         timeout: Duration,
     ) -> Result<()> {
-        let mut record = BaseRecord::with_opaque_to(topic, Box::new(None))
+        let mut record = BaseRecord::with_opaque_to(topic, UNTAGGED)
             .partition(channel.partition)
             .key(key);
         if let Some(v) = value {
@@ -175,7 +213,7 @@ impl Outbox {
     /// Hands `record` to the producer, waiting for room while its queue is full.
     fn enqueue(
         &self,
-        mut record: BaseRecord<'_, [u8], [u8], Box<Option<SendTag>>>,
+        mut record: BaseRecord<'_, [u8], [u8], usize>,
         channel: Channel,
         timeout: Duration,
     ) -> Result<()> {
@@ -256,9 +294,36 @@ impl Outbox {
         Ok(())
     }
 
-    /// Takes the delivery reports recorded so far.
-    pub(crate) fn drain(&self) -> Vec<Ack> {
-        std::mem::take(&mut self.ctx().state.lock().expect("ack state").acks)
+    /// Takes the delivery reports recorded so far, each with the tag of its send.
+    pub(crate) fn drain(&mut self) -> Vec<Ack> {
+        let reports = std::mem::take(&mut self.ctx().state.lock().expect("ack state").acks);
+        let acks = reports
+            .into_iter()
+            .map(|Report { id, result }| {
+                let tag = if id == UNTAGGED {
+                    None
+                } else {
+                    let index = id.wrapping_sub(self.first_id as usize);
+                    let tag = self.tags.get_mut(index).and_then(Option::take);
+                    debug_assert!(tag.is_some(), "a report for send id {id} without a send");
+                    tag
+                };
+                Ack { tag, result }
+            })
+            .collect();
+        while self.tags.front().is_some_and(Option::is_none) {
+            self.tags.pop_front();
+            self.first_id += 1;
+        }
+        acks
+    }
+
+    /// Drops the delivery reports recorded so far and forgets every send: after an abort,
+    /// once every send is reported.
+    pub(crate) fn discard(&mut self) {
+        self.ctx().state.lock().expect("ack state").acks.clear();
+        self.first_id += self.tags.len() as u64;
+        self.tags.clear();
     }
 
     /// Commits the open transaction once every send of it is acknowledged.

@@ -565,7 +565,7 @@ impl StageRunner {
         {
             Ok(()) => {
                 self.outbox.wait_acked(self.config.timeout)?;
-                self.outbox.drain();
+                self.outbox.discard();
             }
             Err(rdkafka::error::KafkaError::Transaction(t)) if t.is_fatal() => {
                 // Fenced: the coordinator bumped the epoch (it aborted a timed-out transaction,
