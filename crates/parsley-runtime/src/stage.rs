@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 
 use parsley_clock::{CausalClock, Channel, SenderId, Stamp, TopicId, codec};
 use parsley_gate::{Arrival, Gate, Resolution};
-use parsley_stage::{ImpossiblePolicy, RawEmission, RawRecord, StageSpec, StateChange};
+use parsley_stage::{ImpossiblePolicy, RawDelivery, RawEmission, StageSpec, StateChange};
 use rdkafka::client::ClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::message::{BorrowedMessage, Headers, Message};
@@ -1506,7 +1506,7 @@ impl StageRunner {
                     d.coordinate.offset,
                     d.timestamp,
                     payload.key.as_deref(),
-                    payload.value.as_deref(),
+                    payload.value,
                 )?;
                 continue;
             };
@@ -1594,7 +1594,7 @@ impl StageRunner {
             record.offset,
             record.timestamp,
             record.key.as_deref(),
-            record.value.as_deref(),
+            record.value,
         )
     }
 
@@ -1608,11 +1608,11 @@ impl StageRunner {
         offset: i64,
         timestamp: i64,
         key: Option<&[u8]>,
-        value: Option<&[u8]>,
+        value: Option<Vec<u8>>,
     ) -> Result<()> {
         let state_key = key.unwrap_or_default();
-        let step = processor.process(
-            RawRecord {
+        let step = processor.process_delivery(
+            RawDelivery {
                 topic: &self.sources[source].name,
                 partition: task.partition,
                 offset,
