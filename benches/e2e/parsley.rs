@@ -1,7 +1,8 @@
 //! The Parsley case: a topology of one pass-through stage, run by the runtime.
 //!
 //! The handler emits each record's key and value unchanged to the output topic; keys and
-//! values are raw bytes ([`RawBytes`]), so no serialisation cost is added beyond copying.
+//! values are raw bytes (`parsley_stage::Bytes`, the identity codec), so no serialisation cost
+//! is added: the value the runtime copied out of the consumer is what it sends.
 //! The stage stamps every output, keeps its gate snapshot in its changelog and commits
 //! outputs, snapshot and input offsets in one transaction per commit interval — everything a
 //! real stage does, with no user logic.
@@ -10,26 +11,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use parsley_runtime::{Progress, Runtime, RuntimeConfig};
-use parsley_stage::{Codec, CodecError, Handler, HandlerResult, Record, Step, Topology};
+use parsley_stage::{Bytes, Handler, HandlerResult, Record, Step, Topology};
 
 use crate::worker::{Measured, WorkerArgs, check_deadline};
 
 /// The stage's name (its consumer group is `{application}.pass`).
 pub const STAGE: &str = "pass";
-
-/// Bytes as they are: the identity codec.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct RawBytes;
-
-impl Codec<Vec<u8>> for RawBytes {
-    fn encode(&self, value: &Vec<u8>) -> Result<Vec<u8>, CodecError> {
-        Ok(value.clone())
-    }
-
-    fn decode(&self, bytes: &[u8]) -> Result<Vec<u8>, CodecError> {
-        Ok(bytes.to_vec())
-    }
-}
 
 /// Emits its input unchanged to `sink`.
 #[derive(Debug, Clone)]
@@ -65,9 +52,9 @@ pub fn topology(app: &str, input: &str, output: &str) -> Result<Topology> {
         .stage(STAGE, handler, |s| {
             s.source(input)
                 .sink(output)
-                .key_codec(RawBytes)
-                .value_codec(RawBytes)
-                .output_codec(RawBytes)
+                .key_codec(Bytes)
+                .value_codec(Bytes)
+                .output_codec(Bytes)
         })
         .build()
         .context("building the pass-through topology")

@@ -5,9 +5,9 @@
 //! topic, and every commit interval the consumed offsets are added to the transaction, which
 //! commits, and the next one begins. The client settings and the pacing are the runtime's own
 //! (see `parsley-runtime`'s `stage.rs`): poll batches of at most 500 records, the first poll of
-//! a batch waiting at most until the next commit is due, the interval counted from the end of
-//! the previous commit, `fetch.wait.max.ms=50`, `linger.ms=5`, `retry.backoff.ms=10` — so the
-//! difference to the Parsley case is Parsley's own work.
+//! a batch waiting at most until the next commit is due, the interval counted from the start of
+//! the previous commit, `fetch.wait.max.ms=50`, `fetch.queue.backoff.ms=10`, `linger.ms=5`,
+//! `retry.backoff.ms=10` — so the difference to the Parsley case is Parsley's own work.
 //!
 //! One trap for a hand-written loop: rdkafka 0.39's `commit_transaction` first calls `flush`,
 //! which serves delivery reports with `BaseProducer::poll` in steps of up to 100 ms, and that
@@ -49,6 +49,7 @@ pub fn run(args: &WorkerArgs) -> Result<Measured> {
         .set("partition.assignment.strategy", "range")
         .set("enable.partition.eof", "false")
         .set("fetch.wait.max.ms", "50")
+        .set("fetch.queue.backoff.ms", "10")
         .create()
         .context("creating the consumer")?;
     let producer: BaseProducer = ClientConfig::new()

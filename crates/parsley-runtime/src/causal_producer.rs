@@ -281,11 +281,10 @@ impl CausalProducer {
     /// [`Error::Kafka`] from the client.
     pub fn abort(&mut self) -> Result<()> {
         self.outbox
-            .producer()
             .abort_transaction(self.timeout)
             .map_err(|e| Error::kafka("aborting a transaction", e))?;
         self.outbox.wait_acked(self.timeout)?;
-        self.outbox.drain();
+        self.outbox.discard();
         self.acked.clear();
         if let Some(s) = self.snapshot.take() {
             self.clock = s;

@@ -1,19 +1,34 @@
 //! The producing side shared by stage tasks and plain causal producers: a librdkafka producer
 //! whose acknowledgements are collected as evidence.
 //!
-//! Every send carries a [`SendTag`] (task, channel, send sequence) as its delivery opaque; the
-//! delivery callback (on the producer's polling thread) records an [`Ack`] and wakes whoever
-//! waits for acknowledgements. Waiting is on a condition variable signalled by the callbacks,
-//! never a sleep.
+//! Every stamped send is identified by a send id, a plain `usize` handed to librdkafka as its
+//! delivery opaque (no allocation per send); the outbox keeps the [`SendTag`] (task, channel,
+//! send sequence) of each id in a queue of sends awaiting their report, in id order.
+//! [`Outbox::drain`] turns the recorded reports into [`Ack`]s.
+//!
+//! Delivery reports are served by the thread that owns the outbox — the stream thread — not by
+//! a polling thread: [`Outbox::serve`] records what librdkafka has ready without blocking, and
+//! every wait ([`Outbox::wait_acked`], [`Outbox::flush`], a full queue) serves reports while it
+//! waits.
+//! So a produced record is allocated and freed on the same thread (librdkafka frees a message
+//! when its report is served; a free on another thread defeats the allocator's per-thread
+//! cache), and no report wakes another thread. The two blocking librdkafka calls that need
+//! reports served *while* they run get a helper thread for their duration: the flush before a
+//! commit ([`Outbox::flush`]) and `rd_kafka_abort_transaction`
+//! ([`Outbox::abort_transaction`]).
 //!
 //! Invariant: `outstanding` counts sends handed to librdkafka whose delivery report has not
 //! been recorded yet; it is incremented before a send and decremented exactly once, by the
-//! report (under the state lock, so a waiter cannot miss it) or by a synchronous send failure.
-//! Callbacks signal the condition variable only while someone waits (`waiters`): a signal
-//! with nobody waiting still costs a system call per delivery report.
+//! report or by a synchronous send failure.
+//!
+//! Invariant of the id queue: `tags[i]` belongs to send id `first_id + i`; an entry becomes
+//! `None` when its report is drained, and leading `None`s are popped, so the queue holds the
+//! sends from the oldest unreported one on (reports of different partitions arrive out of
+//! order). Id 0 marks an untagged send (a changelog write).
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Condvar, Mutex};
+use std::collections::VecDeque;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use parsley_clock::Channel;
@@ -21,7 +36,7 @@ use rdkafka::ClientConfig;
 use rdkafka::client::ClientContext;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, Message, OwnedHeaders};
-use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
 use rdkafka_sys as rdsys;
 
 use crate::error::{Error, Result};
@@ -46,46 +61,55 @@ pub struct Ack {
     pub result: std::result::Result<i64, KafkaError>,
 }
 
-#[derive(Default)]
-struct AckState {
-    acks: Vec<Ack>,
-    /// Delivery reports recorded since the producer was created.
-    reports: u64,
-    /// Threads waiting on `changed`.
-    waiters: u32,
+/// A delivery report as the callback records it: the send id and the result.
+struct Report {
+    id: usize,
+    result: std::result::Result<i64, KafkaError>,
 }
+
+/// The delivery opaque of an untagged send (a changelog write).
+const UNTAGGED: usize = 0;
+
+/// The longest a wait for delivery reports blocks before it serves them again.
+const WAIT_STEP_MS: i32 = 1;
 
 /// Producer context that collects delivery reports.
 pub(crate) struct AckContext {
-    state: Mutex<AckState>,
-    changed: Condvar,
-    /// Sends without a delivery report yet; decremented under the `state` lock.
+    /// Reports recorded and not drained yet. Only the owning thread (or the abort's helper,
+    /// while the owner waits for the abort) serves reports: the lock is never contended.
+    reports: Mutex<Vec<Report>>,
+    /// Delivery reports recorded since the producer was created.
+    reported: AtomicU64,
+    /// Sends without a delivery report yet.
     outstanding: AtomicU64,
 }
 
 impl ClientContext for AckContext {}
 
 impl ProducerContext for AckContext {
-    type DeliveryOpaque = Box<Option<SendTag>>;
+    type DeliveryOpaque = usize;
 
-    fn delivery(&self, result: &DeliveryResult<'_>, tag: Box<Option<SendTag>>) {
+    fn delivery(&self, result: &DeliveryResult<'_>, id: usize) {
         let result = match result {
             Ok(m) => Ok(m.offset()),
             Err((e, _)) => Err(e.clone()),
         };
-        let mut s = self.state.lock().expect("ack state poisoned");
-        s.acks.push(Ack { tag: *tag, result });
+        self.reports
+            .lock()
+            .expect("ack state poisoned")
+            .push(Report { id, result });
+        self.reported.fetch_add(1, Ordering::Relaxed);
         self.outstanding.fetch_sub(1, Ordering::Relaxed);
-        s.reports += 1;
-        if s.waiters > 0 {
-            self.changed.notify_all();
-        }
     }
 }
 
 /// A producer plus its collected acknowledgements.
 pub(crate) struct Outbox {
-    producer: ThreadedProducer<AckContext>,
+    producer: BaseProducer<AckContext>,
+    /// The tag of each stamped send from the oldest unreported one on (module docs).
+    tags: VecDeque<Option<SendTag>>,
+    /// The send id of `tags[0]`; ids start at 1.
+    first_id: u64,
 }
 
 impl Outbox {
@@ -105,15 +129,19 @@ impl Outbox {
         }
         let producer = config
             .create_with_context(AckContext {
-                state: Mutex::new(AckState::default()),
-                changed: Condvar::new(),
+                reports: Mutex::new(Vec::new()),
+                reported: AtomicU64::new(0),
                 outstanding: AtomicU64::new(0),
             })
             .map_err(|e| Error::kafka("creating the producer", e))?;
-        Ok(Outbox { producer })
+        Ok(Outbox {
+            producer,
+            tags: VecDeque::new(),
+            first_id: 1,
+        })
     }
 
-    pub(crate) fn producer(&self) -> &ThreadedProducer<AckContext> {
+    pub(crate) fn producer(&self) -> &BaseProducer<AckContext> {
         &self.producer
     }
 
@@ -123,10 +151,10 @@ impl Outbox {
 
     /// Sends one record to an explicit partition with the stamp header (and `extra` headers)
     /// and record timestamp `timestamp` (ms since the epoch; `None`: the producer's clock).
-    /// When librdkafka's queue is full it waits for acknowledgements to make room.
+    /// When librdkafka's queue is full it serves delivery reports until there is room.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn send(
-        &self,
+        &mut self,
         topic: &str,
         tag: SendTag,
         key: &[u8],
@@ -148,7 +176,15 @@ impl Outbox {
                 })
             },
         );
-        let mut record = BaseRecord::with_opaque_to(topic, Box::new(Some(tag)))
+        let mut id = self.first_id + self.tags.len() as u64;
+        if id as usize == UNTAGGED {
+            // Only where `usize` is narrower than the ids: skip the id that would read as
+            // untagged.
+            self.tags.push_back(None);
+            id += 1;
+        }
+        self.tags.push_back(Some(tag));
+        let mut record = BaseRecord::with_opaque_to(topic, id as usize)
             .partition(tag.channel.partition)
             .key(key)
             .payload(value)
@@ -156,7 +192,12 @@ impl Outbox {
         if let Some(t) = timestamp {
             record = record.timestamp(t);
         }
-        self.enqueue(record, tag.channel, timeout)
+        let sent = self.enqueue(record, tag.channel, timeout);
+        if sent.is_err() {
+            // Not handed to librdkafka: no report will come.
+            self.tags.pop_back();
+        }
+        sent
     }
 
     /// Sends a changelog record (no stamp; `None` is a tombstone) in the open transaction.
@@ -168,7 +209,7 @@ impl Outbox {
         value: Option<&[u8]>,
         timeout: Duration,
     ) -> Result<()> {
-        let mut record = BaseRecord::with_opaque_to(topic, Box::new(None))
+        let mut record = BaseRecord::with_opaque_to(topic, UNTAGGED)
             .partition(channel.partition)
             .key(key);
         if let Some(v) = value {
@@ -177,10 +218,10 @@ impl Outbox {
         self.enqueue(record, channel, timeout)
     }
 
-    /// Hands `record` to the producer, waiting for room while its queue is full.
+    /// Hands `record` to the producer, serving delivery reports while its queue is full.
     fn enqueue(
         &self,
-        mut record: BaseRecord<'_, [u8], [u8], Box<Option<SendTag>>>,
+        mut record: BaseRecord<'_, [u8], [u8], usize>,
         channel: Channel,
         timeout: Duration,
     ) -> Result<()> {
@@ -191,7 +232,6 @@ impl Outbox {
             match self.producer.send(record) {
                 Ok(()) => return Ok(()),
                 Err((e, back)) => {
-                    let mut s = self.ctx().state.lock().expect("ack state");
                     self.ctx().outstanding.fetch_sub(1, Ordering::Relaxed);
                     if e.rdkafka_error_code() != Some(RDKafkaErrorCode::QueueFull) {
                         return Err(Error::Send {
@@ -200,79 +240,133 @@ impl Outbox {
                             source: e,
                         });
                     }
-                    // Queue full: wait for a delivery report to make room.
+                    // Queue full: serve delivery reports (which free their messages) until one
+                    // comes.
                     let deadline = *deadline.get_or_insert_with(|| Instant::now() + timeout);
-                    let remaining = deadline.saturating_duration_since(Instant::now());
-                    if remaining.is_zero() {
-                        return Err(Error::Timeout {
-                            what: format!("room in the producer queue for {}", back.topic),
-                            timeout,
-                        });
+                    let before = self.ctx().reported.load(Ordering::Relaxed);
+                    while self.serve() == 0 && self.ctx().reported.load(Ordering::Relaxed) == before
+                    {
+                        if Instant::now() >= deadline {
+                            return Err(Error::Timeout {
+                                what: format!("room in the producer queue for {}", back.topic),
+                                timeout,
+                            });
+                        }
+                        self.wait_step();
                     }
-                    let before = s.reports;
-                    s.waiters += 1;
-                    let (mut s, _) = self
-                        .ctx()
-                        .changed
-                        .wait_timeout_while(s, remaining, |s| s.reports == before)
-                        .expect("ack state");
-                    s.waiters -= 1;
                     record = back;
                 }
             }
         }
     }
 
-    /// Sends everything queued now, without waiting out `linger.ms`, and waits until every
-    /// send so far has a delivery report. `rd_kafka_flush` makes librdkafka ignore the linger
-    /// for what is queued (a commit wants its last batch on the wire at once); it may serve
-    /// delivery callbacks on this thread.
-    pub(crate) fn flush(&self, timeout: Duration) -> Result<()> {
-        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
-        // SAFETY: the handle is a live producer for as long as `self` is borrowed.
-        let err = unsafe { rdsys::rd_kafka_flush(self.producer.client().native_ptr(), ms) };
-        if err != rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
-            return Err(Error::Timeout {
-                what: "flushing the producer".into(),
-                timeout,
-            });
+    /// Records every delivery report librdkafka has ready, without blocking; returns how many.
+    pub(crate) fn serve(&self) -> u64 {
+        let before = self.ctx().reported.load(Ordering::Relaxed);
+        loop {
+            let reported = self.ctx().reported.load(Ordering::Relaxed);
+            // A zero timeout serves at most one event (one produce response's reports).
+            self.producer.poll(Duration::ZERO);
+            if self.ctx().reported.load(Ordering::Relaxed) == reported {
+                return reported - before;
+            }
         }
-        self.wait_acked(timeout)
     }
 
-    /// Waits until every send so far has a delivery report.
+    /// Serves delivery reports as they arrive for a millisecond.
+    fn wait_step(&self) {
+        self.producer
+            .poll(Duration::from_millis(WAIT_STEP_MS as u64));
+    }
+
+    /// Sends everything queued now, without waiting out `linger.ms` (a commit wants its last
+    /// batch on the wire at once), and waits until every send so far has a delivery report.
+    ///
+    /// librdkafka treats `linger.ms` as elapsed only while an `rd_kafka_flush` call runs (it
+    /// sets the producer's flushing flag for the duration of the call and wakes the broker
+    /// threads), and that call, with reports delivered as events, waits for the message count
+    /// to fall to zero without serving them. So a helper thread holds the flush open while this
+    /// thread serves the reports; the helper returns once the last report is served (or at the
+    /// timeout). A flush that ended after a millisecond and was called again would leave a
+    /// broker thread that woke up late (a busy machine) seeing no flush and waiting out the
+    /// linger.
+    pub(crate) fn flush(&self, timeout: Duration) -> Result<()> {
+        self.serve();
+        if self.ctx().outstanding.load(Ordering::Relaxed) == 0 {
+            return Ok(());
+        }
+        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+        let client = self.producer.client();
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                // SAFETY: the handle is a live producer while `self` is borrowed, which outlives
+                // the scope. The result is ignored: `wait_acked` below decides.
+                unsafe { rdsys::rd_kafka_flush(client.native_ptr(), ms) };
+            });
+            self.wait_acked(timeout)
+        })
+    }
+
+    /// Waits until every send so far has a delivery report, serving reports meanwhile.
     pub(crate) fn wait_acked(&self, timeout: Duration) -> Result<()> {
         let outstanding = &self.ctx().outstanding;
-        let mut s = self.ctx().state.lock().expect("ack state");
-        s.waiters += 1;
-        let (mut s, _) = self
-            .ctx()
-            .changed
-            .wait_timeout_while(s, timeout, |_| outstanding.load(Ordering::Relaxed) > 0)
-            .expect("ack state");
-        s.waiters -= 1;
-        let left = outstanding.load(Ordering::Relaxed);
-        if left > 0 {
-            return Err(Error::Timeout {
-                what: format!("acknowledgement of {left} send(s)"),
-                timeout,
-            });
+        let mut deadline = None;
+        loop {
+            self.serve();
+            let left = outstanding.load(Ordering::Relaxed);
+            if left == 0 {
+                return Ok(());
+            }
+            let deadline = *deadline.get_or_insert_with(|| Instant::now() + timeout);
+            if Instant::now() >= deadline {
+                return Err(Error::Timeout {
+                    what: format!("acknowledgement of {left} send(s)"),
+                    timeout,
+                });
+            }
+            self.wait_step();
         }
-        Ok(())
     }
 
-    /// Takes the delivery reports recorded so far.
-    pub(crate) fn drain(&self) -> Vec<Ack> {
-        std::mem::take(&mut self.ctx().state.lock().expect("ack state").acks)
+    /// Takes the delivery reports recorded so far, each with the tag of its send.
+    pub(crate) fn drain(&mut self) -> Vec<Ack> {
+        let reports = std::mem::take(&mut *self.ctx().reports.lock().expect("ack state"));
+        let acks = reports
+            .into_iter()
+            .map(|Report { id, result }| {
+                let tag = if id == UNTAGGED {
+                    None
+                } else {
+                    let index = id.wrapping_sub(self.first_id as usize);
+                    let tag = self.tags.get_mut(index).and_then(Option::take);
+                    debug_assert!(tag.is_some(), "a report for send id {id} without a send");
+                    tag
+                };
+                Ack { tag, result }
+            })
+            .collect();
+        while self.tags.front().is_some_and(Option::is_none) {
+            self.tags.pop_front();
+            self.first_id += 1;
+        }
+        acks
+    }
+
+    /// Drops the delivery reports recorded so far and forgets every send: after an abort,
+    /// once every send is reported.
+    pub(crate) fn discard(&mut self) {
+        self.ctx().reports.lock().expect("ack state").clear();
+        self.first_id += self.tags.len() as u64;
+        self.tags.clear();
     }
 
     /// Commits the open transaction once every send of it is acknowledged.
     ///
     /// `rdkafka`'s `commit_transaction` first calls its `flush`, which polls the producer's
     /// queue in 100 ms steps and so adds up to 100 ms to every commit with sends still in
-    /// flight. Here the acknowledgements are awaited on the delivery callbacks instead, and
-    /// `rd_kafka_commit_transaction` (whose own flush waits on librdkafka's message count,
-    /// served by the polling thread) is called directly.
+    /// flight. Here the acknowledgements are awaited first ([`Outbox::flush`]), so that
+    /// `rd_kafka_commit_transaction` (whose own flush only waits for librdkafka's message
+    /// count to reach zero, which takes served reports) finds nothing left to flush.
     pub(crate) fn commit_transaction(&self, timeout: Duration) -> Result<()> {
         self.flush(timeout)?;
         let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
@@ -284,6 +378,32 @@ impl Outbox {
                 rdsys::rd_kafka_commit_transaction(self.producer.client().native_ptr(), ms),
             )
         }
+    }
+
+    /// Aborts the open transaction. `rd_kafka_abort_transaction` purges what is queued and
+    /// waits until librdkafka's message count reaches zero, which takes served delivery
+    /// reports: a helper thread serves them for the duration of the call (the reports are
+    /// recorded as usual, and taken or discarded by the caller afterwards).
+    ///
+    /// # Errors
+    /// The client's error ([`KafkaError::Transaction`]); a fatal one means the producer is
+    /// fenced and cannot be used any more.
+    pub(crate) fn abort_transaction(
+        &self,
+        timeout: Duration,
+    ) -> std::result::Result<(), KafkaError> {
+        let done = AtomicBool::new(false);
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                while !done.load(Ordering::Relaxed) {
+                    self.producer
+                        .poll(Duration::from_millis(WAIT_STEP_MS as u64));
+                }
+            });
+            let aborted = self.producer.abort_transaction(timeout);
+            done.store(true, Ordering::Relaxed);
+            aborted
+        })
     }
 }
 

@@ -3,8 +3,8 @@
 //! A [`Codec<T>`] turns a typed value into the bytes of a Kafka key or value (or of a state
 //! entry) and back. [`Json`] is readable on the wire and the default; [`Bincode`] is compact;
 //! [`Utf8`] writes a `String` as its bytes, the common choice for keys shared with other
-//! clients. Keys of co-partitioned topics must be encoded the same way by every writer: the
-//! partition is a hash of the key's bytes.
+//! clients; [`Bytes`] passes `Vec<u8>` through unchanged. Keys of co-partitioned topics must be
+//! encoded the same way by every writer: the partition is a hash of the key's bytes.
 //!
 //! Decoding untrusted bytes never panics: it returns [`CodecError`].
 
@@ -45,6 +45,27 @@ pub trait Codec<T>: Send + Sync {
     /// # Errors
     /// When the bytes are not a valid encoding of a `T`.
     fn decode(&self, bytes: &[u8]) -> Result<T, CodecError>;
+
+    /// The bytes of `value`, consuming it. A codec whose values own their encoding (a
+    /// `String`'s UTF-8, a `Vec<u8>`'s bytes) returns it without a copy; the default encodes
+    /// by reference. The runtime encodes emissions with this method.
+    ///
+    /// # Errors
+    /// As [`Codec::encode`].
+    fn encode_owned(&self, value: T) -> Result<Vec<u8>, CodecError> {
+        self.encode(&value)
+    }
+
+    /// The value in `bytes`, which the codec may keep. A codec whose values own their encoding
+    /// takes the buffer without a copy; the default decodes by reference. The runtime decodes
+    /// delivered values with this method (the bytes were copied out of the consumer once
+    /// already).
+    ///
+    /// # Errors
+    /// As [`Codec::decode`].
+    fn decode_owned(&self, bytes: Vec<u8>) -> Result<T, CodecError> {
+        self.decode(&bytes)
+    }
 }
 
 /// JSON via `serde_json`.
@@ -94,6 +115,38 @@ impl Codec<String> for Utf8 {
     fn decode(&self, bytes: &[u8]) -> Result<String, CodecError> {
         Ok(String::from_utf8(bytes.to_vec())?)
     }
+
+    fn encode_owned(&self, value: String) -> Result<Vec<u8>, CodecError> {
+        Ok(value.into_bytes())
+    }
+
+    fn decode_owned(&self, bytes: Vec<u8>) -> Result<String, CodecError> {
+        Ok(String::from_utf8(bytes)?)
+    }
+}
+
+/// Bytes as they are (`Vec<u8>`): the identity codec, for stages that route or copy records
+/// without reading them. With [`Codec::encode_owned`] and [`Codec::decode_owned`] a delivered
+/// value reaches the emission without a copy.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Bytes;
+
+impl Codec<Vec<u8>> for Bytes {
+    fn encode(&self, value: &Vec<u8>) -> Result<Vec<u8>, CodecError> {
+        Ok(value.clone())
+    }
+
+    fn decode(&self, bytes: &[u8]) -> Result<Vec<u8>, CodecError> {
+        Ok(bytes.to_vec())
+    }
+
+    fn encode_owned(&self, value: Vec<u8>) -> Result<Vec<u8>, CodecError> {
+        Ok(value)
+    }
+
+    fn decode_owned(&self, bytes: Vec<u8>) -> Result<Vec<u8>, CodecError> {
+        Ok(bytes)
+    }
 }
 
 #[cfg(test)]
@@ -116,6 +169,15 @@ mod tests {
         let s = "sku-1".to_string();
         assert_eq!(Utf8.encode(&s).unwrap(), b"sku-1");
         assert_eq!(Utf8.decode(b"sku-1").unwrap(), s);
+        assert_eq!(Utf8.encode_owned(s.clone()).unwrap(), b"sku-1");
+        assert_eq!(Utf8.decode_owned(b"sku-1".to_vec()).unwrap(), s);
+        let raw = vec![0, 159, 146, 150];
+        assert_eq!(Bytes.decode(&Bytes.encode(&raw).unwrap()).unwrap(), raw);
+        assert_eq!(Bytes.decode_owned(raw.clone()).unwrap(), raw);
+        assert_eq!(Bytes.encode_owned(raw.clone()).unwrap(), raw);
+        // The defaults go through the borrowing methods.
+        let owned: Event = Json.decode_owned(Json.encode_owned(e).unwrap()).unwrap();
+        assert_eq!(owned, Event::Sold { qty: 3 });
     }
 
     #[test]
@@ -129,5 +191,6 @@ mod tests {
             Err(CodecError::TrailingBytes(1))
         ));
         assert!(Utf8.decode(&[0xff]).is_err());
+        assert!(Utf8.decode_owned(vec![0xff]).is_err());
     }
 }

@@ -27,6 +27,39 @@ pub struct RawRecord<'a> {
     pub value: Option<&'a [u8]>,
 }
 
+/// A delivered record as bytes, its value handed over: what the runtime passes to
+/// [`Processor::process_delivery`].
+#[derive(Debug, Clone)]
+pub struct RawDelivery<'a> {
+    /// Source topic name.
+    pub topic: &'a str,
+    /// Partition (the task's partition).
+    pub partition: i32,
+    /// Offset of the record.
+    pub offset: i64,
+    /// Record timestamp, ms since the epoch.
+    pub timestamp: i64,
+    /// Key bytes, `None` for a record without a key (borrowed: the runtime keys the fold
+    /// state by them).
+    pub key: Option<&'a [u8]>,
+    /// Value bytes, `None` for a tombstone.
+    pub value: Option<Vec<u8>>,
+}
+
+impl RawDelivery<'_> {
+    /// The record with its value borrowed.
+    pub fn as_record(&self) -> RawRecord<'_> {
+        RawRecord {
+            topic: self.topic,
+            partition: self.partition,
+            offset: self.offset,
+            timestamp: self.timestamp,
+            key: self.key,
+            value: self.value.as_deref(),
+        }
+    }
+}
+
 /// One record to produce, encoded.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RawEmission {
@@ -57,6 +90,20 @@ pub trait Processor: Send + Sync {
     /// handler fails; [`Error::Encode`] when an emission or the state cannot be encoded;
     /// [`Error::UndeclaredSink`] for an emission to a topic the stage did not declare.
     fn process(&self, record: RawRecord<'_>, state: Option<&[u8]>) -> Result<RawStep, Error>;
+
+    /// [`Processor::process`] with the record's value handed over, so that a value codec that
+    /// keeps its bytes ([`Codec::decode_owned`]) takes them without a copy. The runtime calls
+    /// this method; the default borrows the value and calls [`Processor::process`].
+    ///
+    /// # Errors
+    /// As [`Processor::process`].
+    fn process_delivery(
+        &self,
+        delivery: RawDelivery<'_>,
+        state: Option<&[u8]>,
+    ) -> Result<RawStep, Error> {
+        self.process(delivery.as_record(), state)
+    }
 }
 
 /// Where a decoding failure happened.
@@ -96,6 +143,49 @@ pub(crate) struct Typed<H: Handler> {
 
 impl<H: Handler> Processor for Typed<H> {
     fn process(&self, record: RawRecord<'_>, state: Option<&[u8]>) -> Result<RawStep, Error> {
+        self.run(record, Value::Borrowed(record.value), state)
+    }
+
+    fn process_delivery(
+        &self,
+        delivery: RawDelivery<'_>,
+        state: Option<&[u8]>,
+    ) -> Result<RawStep, Error> {
+        let RawDelivery {
+            topic,
+            partition,
+            offset,
+            timestamp,
+            key,
+            value,
+        } = delivery;
+        let record = RawRecord {
+            topic,
+            partition,
+            offset,
+            timestamp,
+            key,
+            value: None,
+        };
+        self.run(record, Value::Owned(value), state)
+    }
+}
+
+/// A record's value bytes as the runtime or a caller hands them to [`Typed::run`].
+enum Value<'a> {
+    Borrowed(Option<&'a [u8]>),
+    Owned(Option<Vec<u8>>),
+}
+
+impl<H: Handler> Typed<H> {
+    /// Decodes, handles and encodes one record; its value comes as `value` (the `value` field
+    /// of `record` is not read).
+    fn run(
+        &self,
+        record: RawRecord<'_>,
+        value: Value<'_>,
+        state: Option<&[u8]>,
+    ) -> Result<RawStep, Error> {
         let decode_err = |part: Part, source| Error::Decode {
             stage: self.stage.clone(),
             topic: record.topic.to_string(),
@@ -116,11 +206,17 @@ impl<H: Handler> Processor for Typed<H> {
             .key
             .decode(record.key.ok_or_else(|| missing(Part::Key))?)
             .map_err(|e| decode_err(Part::Key, e))?;
-        let value = self
-            .codecs
-            .value
-            .decode(record.value.ok_or_else(|| missing(Part::Value))?)
-            .map_err(|e| decode_err(Part::Value, e))?;
+        let value = match value {
+            Value::Borrowed(v) => self
+                .codecs
+                .value
+                .decode(v.ok_or_else(|| missing(Part::Value))?),
+            Value::Owned(v) => self
+                .codecs
+                .value
+                .decode_owned(v.ok_or_else(|| missing(Part::Value))?),
+        }
+        .map_err(|e| decode_err(Part::Value, e))?;
         let state = state
             .map(|s| self.codecs.state.decode(s))
             .transpose()
@@ -162,12 +258,12 @@ impl<H: Handler> Processor for Typed<H> {
                 key: self
                     .codecs
                     .key
-                    .encode(&e.key)
+                    .encode_owned(e.key)
                     .map_err(|x| encode_err("emission key", x))?,
                 value: self
                     .codecs
                     .output
-                    .encode(&e.value)
+                    .encode_owned(e.value)
                     .map_err(|x| encode_err("emission value", x))?,
                 topic: e.topic,
             });
@@ -178,7 +274,7 @@ impl<H: Handler> Processor for Typed<H> {
             StateChange::Set(s) => StateChange::Set(
                 self.codecs
                     .state
-                    .encode(&s)
+                    .encode_owned(s)
                     .map_err(|x| encode_err("state", x))?,
             ),
         };

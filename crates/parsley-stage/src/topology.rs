@@ -455,7 +455,7 @@ fn legal_name(name: &str) -> std::result::Result<(), &'static str> {
 mod tests {
     use super::*;
     use crate::handler::{HandlerError, Record, Step};
-    use crate::processor::RawRecord;
+    use crate::processor::{RawDelivery, RawRecord};
     use crate::{Bincode, StateChange, Utf8};
 
     struct Echo;
@@ -592,6 +592,31 @@ mod tests {
             .process(raw(b"1"), Some(b"\xff\xff\xff\xff\xff\xff"))
             .unwrap_err();
         assert!(err.to_string().contains("cannot decode the state"), "{err}");
+
+        // The runtime's entry point hands the value over; the outcome is the same.
+        let delivery = |value: Option<&[u8]>| RawDelivery {
+            topic: "in",
+            partition: 2,
+            offset: 7,
+            timestamp: 0,
+            key: Some(b"k"),
+            value: value.map(<[u8]>::to_vec),
+        };
+        assert_eq!(
+            p.process_delivery(delivery(Some(b"3")), Some(&state))
+                .unwrap(),
+            step
+        );
+        let err = p.process_delivery(delivery(None), None).unwrap_err();
+        assert!(err.to_string().contains("value"), "{err}");
+        let err = p
+            .process_delivery(delivery(Some(b"nope")), None)
+            .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("cannot decode the value of in/2@7"),
+            "{err}"
+        );
     }
 
     #[test]
