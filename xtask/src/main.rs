@@ -7,6 +7,10 @@
 //!   the demo and one seeded fault-injection run, stops what it started;
 //! - `soak-gate`: many random simulator histories through the gate and the oracle;
 //! - `chaos`: the inventory stages as processes under injected faults, checked by the oracle;
+//! - `experiment`: starts the broker if none, runs the event-time ordering experiment (a fixed
+//!   window, timeout idleness in two layers and in one, offset completeness, on the same
+//!   generated input per seed; release build), prints its table and writes it with a chart
+//!   under `target/experiment/`, stops what it started;
 //! - `bench e2e`: starts the broker if none, runs the end-to-end benchmark (a raw
 //!   transactional loop against a Parsley pass-through stage, release build) and prints its
 //!   table, stops what it started.
@@ -68,6 +72,29 @@ enum Cmd {
         /// Leave a broker this command started running afterwards.
         #[arg(long)]
         keep_broker: bool,
+    },
+    /// The event-time ordering experiment (DESIGN.md §5) on the local broker (started if none
+    /// is running): the same generated input through a fixed window, timeout idleness in two
+    /// layers and in one, and offset completeness; table and chart under `target/experiment/`.
+    Experiment {
+        /// Generator seeds, comma-separated (default: 1,2,3).
+        #[arg(long)]
+        seeds: Option<String>,
+        /// History events (default: 240,000).
+        #[arg(long)]
+        history_records: Option<u64>,
+        /// Products (default: 2,000).
+        #[arg(long)]
+        products: Option<u32>,
+        /// Seconds of live traffic (default: 30).
+        #[arg(long)]
+        live_secs: Option<f64>,
+        /// Leave a broker this command started running afterwards.
+        #[arg(long)]
+        keep_broker: bool,
+        /// Extra arguments for the experiment binary (after `--`; `-- --help` lists them).
+        #[arg(last = true)]
+        args: Vec<String>,
     },
     /// Benchmarks on the local broker (started if none is running).
     Bench {
@@ -178,6 +205,35 @@ fn run(cli: Cli) -> Result<ExitCode> {
             seed,
             keep_broker,
         } => with_broker(keep_broker, |bootstrap| chaos(bootstrap, runs, seed)),
+        Cmd::Experiment {
+            seeds,
+            history_records,
+            products,
+            live_secs,
+            keep_broker,
+            mut args,
+        } => {
+            if !args.iter().any(|a| a == "--out" || a.starts_with("--out=")) {
+                let out =
+                    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/experiment");
+                args.extend(["--out".to_string(), out.display().to_string()]);
+            }
+            release_bin(
+                (
+                    "parsley-ordering",
+                    "experiment",
+                    "the event-time ordering experiment",
+                ),
+                [
+                    ("--seeds", seeds),
+                    ("--history-records", history_records.map(|r| r.to_string())),
+                    ("--products", products.map(|p| p.to_string())),
+                    ("--live-secs", live_secs.map(|s| s.to_string())),
+                ],
+                args,
+                keep_broker,
+            )
+        }
         Cmd::Bench {
             kind:
                 BenchCmd::E2e {
@@ -187,41 +243,19 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     keep_broker,
                     args,
                 },
-        } => {
-            let mut forwarded: Vec<String> = Vec::new();
-            for (flag, value) in [
+        } => release_bin(
+            ("parsley-benches", "e2e", "the end-to-end benchmark"),
+            [
                 ("--records", records.map(|r| r.to_string())),
                 ("--payloads", payloads),
                 (
                     "--commit-interval-ms",
                     commit_interval_ms.map(|c| c.to_string()),
                 ),
-            ] {
-                if let Some(v) = value {
-                    forwarded.extend([flag.to_string(), v]);
-                }
-            }
-            forwarded.extend(args);
-            let mut cmd = cargo();
-            cmd.args([
-                "run",
-                "--release",
-                "--quiet",
-                "--package",
-                "parsley-benches",
-                "--bin",
-                "e2e",
-                "--",
-            ]);
-            if forwarded.iter().any(|a| a == "--help" || a == "-h") {
-                return status_code(cmd.args(&forwarded), "the end-to-end benchmark");
-            }
-            with_broker(keep_broker, |bootstrap| {
-                println!("xtask: building (release) and running the end-to-end benchmark");
-                cmd.args(["--bootstrap", bootstrap]).args(&forwarded);
-                status_code(&mut cmd, "the end-to-end benchmark")
-            })
-        }
+            ],
+            args,
+            keep_broker,
+        ),
         Cmd::Test { keep_broker } => with_broker(keep_broker, |bootstrap| {
             let steps: [(&str, &[&str]); 4] = [
                 ("cargo fmt --check", &["fmt", "--all", "--", "--check"]),
@@ -328,6 +362,43 @@ fn soak_gate(histories: u64, first: u64, negative_controls: bool) -> Result<Exit
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Builds (release) and runs binary `bin` of `package` (described as `what`) on a broker,
+/// with the `flags` that have a value, then `args`; `--help` among them prints the binary's
+/// help without a broker.
+fn release_bin<const N: usize>(
+    (package, bin, what): (&str, &str, &str),
+    flags: [(&str, Option<String>); N],
+    args: Vec<String>,
+    keep_broker: bool,
+) -> Result<ExitCode> {
+    let mut forwarded: Vec<String> = Vec::new();
+    for (flag, value) in flags {
+        if let Some(v) = value {
+            forwarded.extend([flag.to_string(), v]);
+        }
+    }
+    forwarded.extend(args);
+    let mut cmd = cargo();
+    cmd.args([
+        "run",
+        "--release",
+        "--quiet",
+        "--package",
+        package,
+        "--bin",
+        bin,
+        "--",
+    ]);
+    if forwarded.iter().any(|a| a == "--help" || a == "-h") {
+        return status_code(cmd.args(&forwarded), what);
+    }
+    with_broker(keep_broker, |bootstrap| {
+        println!("xtask: building (release) and running {what}");
+        cmd.args(["--bootstrap", bootstrap]).args(&forwarded);
+        status_code(&mut cmd, what)
+    })
 }
 
 /// Runs `f` with a broker: `$PARSLEY_BOOTSTRAP` if set, else the local one (started if

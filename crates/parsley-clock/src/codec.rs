@@ -103,10 +103,10 @@ pub(crate) fn encode_parts(
 ) {
     let start = out.len();
     out.resize(start + len_hint(clock.len() + in_flight.len()), 0);
-    let mut w = Writer {
-        buf: &mut out[start..],
-        at: 0,
-    };
+    // The buffer leaves room for a whole ten-byte varint window at every write (see
+    // `len_hint`): each write checks its window once and writes inside it without further
+    // checks.
+    let buf = &mut out[start..];
     let mut flags = 0;
     if sender.is_some() {
         flags |= FLAG_SENDER;
@@ -117,16 +117,17 @@ pub(crate) fn encode_parts(
     if acked_through.is_some() {
         flags |= FLAG_ACKED;
     }
-    w.byte(STAMP_VERSION);
-    w.byte(flags);
+    buf[0] = STAMP_VERSION;
+    buf[1] = flags;
+    let mut at = 2;
     if let Some(tag) = sender {
-        w.bytes16(tag.sender.as_bytes());
-        w.varint(tag.seq);
+        *window::<16>(buf, at) = *tag.sender.as_bytes();
+        at = put_varint(buf, at + 16, tag.seq);
     }
     if let Some(a) = acked_through {
-        w.varint(a);
+        at = put_varint(buf, at, a);
     }
-    w.groups(clock);
+    at = put_groups(buf, at, clock);
     if !in_flight.is_empty() {
         let claims: Vec<(Channel, i64)> = in_flight
             .iter()
@@ -135,123 +136,156 @@ pub(crate) fn encode_parts(
                 (c.channel, seq)
             })
             .collect();
-        w.groups(&claims);
+        at = put_groups(buf, at, &claims);
     }
-    let written = w.at;
-    out.truncate(start + written);
+    out.truncate(start + at);
 }
 
-/// Writes into a buffer sized by [`encoded_len_hint`], which leaves room for a whole
-/// ten-byte varint window at every write: each write checks its window once and the bytes
-/// inside it are written without further checks.
-struct Writer<'a> {
-    buf: &'a mut [u8],
-    at: usize,
+/// The `N` bytes of `buf` from `at` on: one bounds check for all of them.
+///
+/// # Panics
+/// When `buf` is shorter, which `len_hint` rules out.
+#[inline(always)]
+fn window<const N: usize>(buf: &mut [u8], at: usize) -> &mut [u8; N] {
+    buf.get_mut(at..)
+        .and_then(|rest| rest.first_chunk_mut::<N>())
+        .expect("the buffer is sized by len_hint")
 }
 
-impl Writer<'_> {
-    #[inline]
-    fn byte(&mut self, b: u8) {
-        self.buf[self.at] = b;
-        self.at += 1;
-    }
+/// Writes `v` as a varint at `at`; returns the position after it.
+#[inline(always)]
+fn put_varint(buf: &mut [u8], at: usize, v: u64) -> usize {
+    at + varint_into(window(buf, at), v)
+}
 
-    #[inline]
-    fn bytes16(&mut self, b: &[u8; 16]) {
-        self.buf[self.at..self.at + 16].copy_from_slice(b);
-        self.at += 16;
-    }
-
-    #[inline(always)]
-    fn varint(&mut self, v: u64) {
-        let window: &mut [u8; 10] = (&mut self.buf[self.at..self.at + 10])
-            .try_into()
-            .expect("a ten-byte window");
-        self.at += put_varint(window, v);
-    }
-
-    /// Writes `(channel, value)` entries, sorted by channel, as topic groups, in one pass:
-    /// the topic count and each group's entry count get one byte up front, patched once known
-    /// (and widened in place in the rare case they need more).
-    fn groups(&mut self, entries: &[(Channel, i64)]) {
-        let topics_at = self.at;
-        self.at += 1;
-        let mut topics = 0u64;
-        let mut group_at = 0;
-        let mut group_len = 0u64;
-        let mut prev: Option<(Channel, i64)> = None;
-        for &(c, v) in entries {
-            match prev {
-                Some((p, pv)) if p.topic == c.topic => {
-                    // One window check for both varints of the entry.
-                    let window: &mut [u8; 20] = (&mut self.buf[self.at..self.at + 20])
-                        .try_into()
-                        .expect("a twenty-byte window");
-                    let gap = (c.partition - p.partition - 1) as u64;
-                    let delta = zigzag(v - pv);
-                    if gap < 0x80 && delta < 0x4000 {
-                        // The common case without a branch on the delta's length: a one-byte
-                        // gap, a one- or two-byte delta (a third byte written past a one-byte
-                        // delta is overwritten or truncated).
-                        let two = u8::from(delta >= 0x80);
-                        window[0] = gap as u8;
-                        window[1] = (delta as u8 & 0x7f) | (two << 7);
-                        window[2] = (delta >> 7) as u8;
-                        self.at += 2 + usize::from(two);
-                    } else {
-                        let first = window.first_chunk_mut::<10>().expect("ten bytes");
-                        let n = put_varint(first, gap);
-                        let value = window[n..].first_chunk_mut::<10>().expect("ten bytes");
-                        self.at += n + put_varint(value, delta);
-                    }
-                    group_len += 1;
-                }
-                _ => {
-                    if topics > 0 {
-                        self.patch_count(group_at, group_len);
-                    }
-                    topics += 1;
-                    self.bytes16(&c.topic.to_bytes());
-                    group_at = self.at;
-                    self.at += 1;
-                    group_len = 1;
-                    self.varint(c.partition as u64);
-                    self.varint(v as u64);
-                }
+/// Writes `(channel, value)` entries, sorted by channel, as topic groups at `at`; returns the
+/// position after them. The topic count gets one byte up front, patched at the end (and
+/// widened in place in the rare case it needs more).
+fn put_groups(buf: &mut [u8], at: usize, entries: &[(Channel, i64)]) -> usize {
+    let len = buf.len();
+    // The unwritten rest of the buffer: one bounds check per window, none per byte.
+    let mut out = buf
+        .get_mut(at + 1..)
+        .expect("the buffer is sized by len_hint");
+    let mut topics = 0u64;
+    let mut rest = entries;
+    while let Some((&(first, first_value), others)) = rest.split_first() {
+        topics += 1;
+        let partition = first.partition as u64;
+        let value = first_value as u64;
+        if partition < 0x80 && value < 1 << 56 && others.len() < 0x7f {
+            // The common head in one window: topic id, a one-byte count (at most `others`
+            // and the first entry), written after the group, a one-byte partition, and a
+            // value of up to eight bytes written as one word.
+            let w = out
+                .first_chunk_mut::<26>()
+                .expect("the buffer is sized by len_hint");
+            let (word, value_len) = word_varint_bytes(value);
+            w[..16].copy_from_slice(&first.topic.to_bytes());
+            w[17] = partition as u8;
+            w[18..].copy_from_slice(&word.to_le_bytes());
+            let (head, tail) = std::mem::take(&mut out).split_at_mut(18 + value_len);
+            out = tail;
+            let mut n = 1u8;
+            let mut prev = (first, first_value);
+            rest = others;
+            while let Some((&entry, more)) = rest.split_first()
+                && entry.0.topic == first.topic
+            {
+                put_entry(&mut out, prev, entry);
+                prev = entry;
+                n += 1;
+                rest = more;
             }
-            prev = Some((c, v));
-        }
-        if topics > 0 {
-            self.patch_count(group_at, group_len);
-        }
-        self.patch_count(topics_at, topics);
-    }
-
-    /// Writes `n` as a varint into the one byte reserved at `at`, moving what was written
-    /// after it when `n` needs more bytes.
-    #[inline(always)]
-    fn patch_count(&mut self, at: usize, n: u64) {
-        if n < 0x80 {
-            self.buf[at] = n as u8;
+            head[16] = n;
         } else {
-            self.widen_count(at, n);
+            let n = 1 + others
+                .iter()
+                .position(|(c, _)| c.topic != first.topic)
+                .unwrap_or(others.len());
+            let (group, tail) = rest.split_at(n);
+            rest = tail;
+            *window::<16>(out, 0) = first.topic.to_bytes();
+            let mut at = put_varint(out, 16, n as u64);
+            at = put_varint(out, at, partition);
+            at = put_varint(out, at, value);
+            skip(&mut out, at);
+            for pair in group.windows(2) {
+                put_entry(&mut out, pair[0], pair[1]);
+            }
         }
     }
-
-    #[cold]
-    #[inline(never)]
-    fn widen_count(&mut self, at: usize, n: u64) {
-        let mut window = [0u8; 10];
-        let len = put_varint(&mut window, n);
-        self.buf.copy_within(at + 1..self.at, at + len);
-        self.buf[at..at + len].copy_from_slice(&window[..len]);
-        self.at += len - 1;
+    let end = len - out.len();
+    if topics < 0x80 {
+        buf[at] = topics as u8;
+        end
+    } else {
+        widen_count(buf, at, end, topics)
     }
+}
+
+/// Writes the entry `(c, v)` of a group after `(p, pv)`: the partition gap and the zigzag
+/// value delta, in one window for both.
+#[inline(always)]
+fn put_entry(out: &mut &mut [u8], (p, pv): (Channel, i64), (c, v): (Channel, i64)) {
+    let w = out
+        .first_chunk_mut::<20>()
+        .expect("the buffer is sized by len_hint");
+    let gap = (c.partition - p.partition - 1) as u64;
+    let delta = zigzag(v - pv);
+    let written = if (gap >> 7) | (delta >> 14) == 0 {
+        // The common case, one store and no branch on the delta's length: a one-byte gap, a
+        // one- or two-byte delta (the bytes written past a one-byte delta are overwritten or
+        // truncated).
+        // `delta + (delta & 0x3f80)` spreads its two 7-bit groups a byte apart; bit 14 of
+        // `delta + 0x3f80` is set when it needs the second byte (its continuation bit).
+        let more = (delta + 0x3f80) & 0x4000;
+        let word = gap | (delta + (delta & 0x3f80)) << 8 | more << 1;
+        *w.first_chunk_mut::<4>().expect("four bytes") = (word as u32).to_le_bytes();
+        2 + (more >> 14) as usize
+    } else {
+        let n = varint_into(w.first_chunk_mut::<10>().expect("ten bytes"), gap);
+        let value = w[n..].first_chunk_mut::<10>().expect("ten bytes");
+        n + varint_into(value, delta)
+    };
+    skip(out, written);
+}
+
+/// Moves the start of `out` on by `n` bytes.
+#[inline(always)]
+fn skip(out: &mut &mut [u8], n: usize) {
+    *out = &mut std::mem::take(out)[n..];
+}
+
+/// The LEB128 bytes of `v < 2^56` as a little-endian word, and their number (1..=8).
+#[inline(always)]
+fn word_varint_bytes(v: u64) -> (u64, usize) {
+    debug_assert!(v < 1 << 56);
+    // Spread the 7-bit groups a byte apart: halves of 28 bits, then of 14, then of 7.
+    let mut w = (v & 0x0fff_ffff) | ((v & 0x00ff_ffff_f000_0000) << 4);
+    w = (w & 0x0000_3fff_0000_3fff) | ((w & 0x0fff_c000_0fff_c000) << 2);
+    w = (w & 0x007f_007f_007f_007f) | ((w & 0x3f80_3f80_3f80_3f80) << 1);
+    let len = (63 - (v | 1).leading_zeros()) as usize / 7 + 1;
+    // A continuation bit on every byte but the last.
+    let more = 0x8080_8080_8080_8080 & ((1u64 << (8 * (len - 1))) - 1);
+    (w | more, len)
+}
+
+/// Writes `n` as a varint into the one byte reserved at `count_at`, moving what was written
+/// after it, up to `end`; returns the new end.
+#[cold]
+#[inline(never)]
+fn widen_count(buf: &mut [u8], count_at: usize, end: usize, n: u64) -> usize {
+    let mut varint = [0u8; 10];
+    let len = varint_into(&mut varint, n);
+    buf.copy_within(count_at + 1..end, count_at + len);
+    buf[count_at..count_at + len].copy_from_slice(&varint[..len]);
+    end + len - 1
 }
 
 /// Writes `v` as LEB128 into `window`; returns the number of bytes written (1..=10).
 #[inline(always)]
-fn put_varint(window: &mut [u8; 10], mut v: u64) -> usize {
+fn varint_into(window: &mut [u8; 10], mut v: u64) -> usize {
     // Fast paths: partition gaps and offset deltas mostly take one or two bytes.
     if v < 0x80 {
         window[0] = v as u8;
@@ -291,7 +325,7 @@ fn len_hint(entries: usize) -> usize {
 /// [`Error::Decode`] with the byte position and the [`DecodeErrorKind`] when the bytes are not
 /// the canonical encoding of a valid stamp of a version this codec knows.
 pub fn decode(bytes: &[u8]) -> Result<Stamp> {
-    let mut r = Reader { bytes, at: 0 };
+    let mut r = Reader::new(bytes);
     let version = r.byte()?;
     if version != STAMP_VERSION {
         return Err(r
@@ -303,13 +337,13 @@ pub fn decode(bytes: &[u8]) -> Result<Stamp> {
         return Err(r.fail_at(1, DecodeErrorKind::UnknownFlags(flags)).into());
     }
     let sender = if flags & FLAG_SENDER != 0 {
-        let id = SenderId::from_bytes(r.array16()?);
+        let id = SenderId::from_bytes(*r.array16()?);
         let seq = r.varint()?;
         Some(SenderTag { sender: id, seq })
     } else {
         None
     };
-    let acked_at = r.at;
+    let acked_at = r.at();
     let acked_through = if flags & FLAG_ACKED != 0 {
         Some(r.varint()?)
     } else {
@@ -317,7 +351,7 @@ pub fn decode(bytes: &[u8]) -> Result<Stamp> {
     };
     // Sorted by construction: topics ascend, partitions ascend within a topic, offsets >= 0.
     let clock = Clock::from_sorted_unchecked(r.groups(false)?);
-    let in_flight_at = r.at;
+    let in_flight_at = r.at();
     let in_flight = if flags & FLAG_IN_FLIGHT != 0 {
         let claims = r.groups(true)?;
         if claims.is_empty() {
@@ -345,6 +379,10 @@ pub fn decode(bytes: &[u8]) -> Result<Stamp> {
         in_flight,
         acked_through,
     };
+    // Without in-flight claims and acked-through there is nothing to contradict.
+    if flags & (FLAG_IN_FLIGHT | FLAG_ACKED) == 0 {
+        return Ok(stamp);
+    }
     stamp.validate().map_err(|e| match e {
         Error::Decode { kind, .. } => Error::Decode {
             at: if kind == DecodeErrorKind::ClaimsWithoutSender || flags & FLAG_IN_FLIGHT == 0 {
@@ -386,18 +424,37 @@ impl From<Fault> for Error {
 
 type Parse<T> = std::result::Result<T, Fault>;
 
+/// Reads from the front of `rest`; positions (for errors) count from the start of the input,
+/// `len` bytes long, and are computed only when something fails.
+#[derive(Clone, Copy)]
 struct Reader<'a> {
-    bytes: &'a [u8],
-    at: usize,
+    rest: &'a [u8],
+    len: usize,
 }
 
-impl Reader<'_> {
+impl<'a> Reader<'a> {
+    fn new(bytes: &'a [u8]) -> Self {
+        Reader {
+            rest: bytes,
+            len: bytes.len(),
+        }
+    }
+
+    /// The position of the next byte.
+    #[inline(always)]
+    fn at(&self) -> usize {
+        self.len - self.rest.len()
+    }
+
     fn remaining(&self) -> usize {
-        self.bytes.len() - self.at
+        self.rest.len()
     }
 
     fn fail(&self, kind: DecodeErrorKind) -> Fault {
-        Fault { at: self.at, kind }
+        Fault {
+            at: self.at(),
+            kind,
+        }
     }
 
     fn fail_at(&self, at: usize, kind: DecodeErrorKind) -> Fault {
@@ -405,105 +462,75 @@ impl Reader<'_> {
     }
 
     fn byte(&mut self) -> Parse<u8> {
-        let b = *self
-            .bytes
-            .get(self.at)
+        let (&b, rest) = self
+            .rest
+            .split_first()
             .ok_or_else(|| self.fail(DecodeErrorKind::Truncated))?;
-        self.at += 1;
+        self.rest = rest;
         Ok(b)
+    }
+
+    #[inline(always)]
+    fn array16(&mut self) -> Parse<&'a [u8; 16]> {
+        let (a, rest) = self
+            .rest
+            .split_first_chunk::<16>()
+            .ok_or_else(|| self.fail(DecodeErrorKind::Truncated))?;
+        self.rest = rest;
+        Ok(a)
     }
 
     /// Reads a topic id as two big-endian words straight from the input (going through a
     /// 16-byte array costs a store-forwarding stall per topic).
-    #[inline]
+    #[inline(always)]
     fn topic(&mut self) -> Parse<TopicId> {
-        let (hi, lo) = self
-            .bytes
-            .get(self.at..)
-            .and_then(|rest| rest.first_chunk::<16>())
-            .map(|b| {
-                let (hi, lo) = b.split_at(8);
-                (
-                    u64::from_be_bytes(hi.try_into().expect("eight bytes")),
-                    u64::from_be_bytes(lo.try_into().expect("eight bytes")),
-                )
-            })
-            .ok_or_else(|| self.fail(DecodeErrorKind::Truncated))?;
-        self.at += 16;
-        Ok(TopicId::from_halves(hi as i64, lo as i64))
+        let a = self.array16()?;
+        let (hi, lo) = a.split_at(8);
+        Ok(TopicId::from_halves(
+            i64::from_be_bytes(hi.try_into().expect("eight bytes")),
+            i64::from_be_bytes(lo.try_into().expect("eight bytes")),
+        ))
     }
 
-    #[inline]
-    fn array16(&mut self) -> Parse<[u8; 16]> {
-        let slice = self
-            .bytes
-            .get(self.at..self.at + 16)
-            .ok_or_else(|| self.fail(DecodeErrorKind::Truncated))?;
-        self.at += 16;
-        let mut a = [0u8; 16];
-        a.copy_from_slice(slice);
-        Ok(a)
-    }
-
-    /// Reads a varint; one- and two-byte values (most partition gaps and offset deltas) take
-    /// the inlined fast path.
+    /// Reads a varint: a one-byte value inline, up to eight bytes from one word (offsets near
+    /// 10^9 take five), anything else out of line.
     #[inline(always)]
     fn varint(&mut self) -> Parse<u64> {
-        match self.bytes.get(self.at..) {
-            Some([b0, ..]) if *b0 < 0x80 => {
-                self.at += 1;
-                Ok(u64::from(*b0))
-            }
-            // A canonical second byte is non-zero.
-            Some([b0, b1, ..]) if *b1 < 0x80 && *b1 != 0 => {
-                self.at += 2;
-                Ok(u64::from(b0 & 0x7f) | (u64::from(*b1) << 7))
-            }
-            _ => self.varint_long(),
+        if let Some((&b0, rest)) = self.rest.split_first()
+            && b0 < 0x80
+        {
+            self.rest = rest;
+            return Ok(u64::from(b0));
         }
+        if let Some(word) = self.rest.first_chunk::<8>()
+            && let Some((v, len)) = word_varint(u64::from_le_bytes(*word))
+        {
+            self.rest = &self.rest[len..];
+            return Ok(v);
+        }
+        self.varint_slow()
     }
 
-    #[inline(never)]
-    fn varint_long(&mut self) -> Parse<u64> {
-        let start = self.at;
-        let rest = &self.bytes[start..];
-        let mut v: u64 = 0;
-        if let Some(window) = rest.first_chunk::<10>() {
-            // Ten bytes at hand: no bounds checks inside the loop.
-            for (i, &b) in window.iter().enumerate() {
-                v |= u64::from(b & 0x7f) << (7 * i);
-                if b < 0x80 {
-                    return self.varint_end(start, i, b, v);
-                }
-            }
-            return Err(self.fail_at(start, DecodeErrorKind::VarintOverflow));
-        }
-        for (i, &b) in rest.iter().enumerate() {
-            v |= u64::from(b & 0x7f) << (7 * i);
-            if b < 0x80 {
-                return self.varint_end(start, i, b, v);
-            }
-        }
-        self.at = self.bytes.len();
-        Err(self.fail(DecodeErrorKind::Truncated))
-    }
-
-    /// Finishes a varint whose last byte `b` is at `start + i`: canonical (no redundant zero
-    /// group), at most 64 bits.
+    /// A varint near the end of the input, of nine or ten bytes, or malformed. The reader is
+    /// passed by value to a function out of line, so that it stays in registers elsewhere.
     #[inline(always)]
-    fn varint_end(&mut self, start: usize, i: usize, b: u8, v: u64) -> Parse<u64> {
-        if b == 0 && i > 0 {
-            return Err(self.fail_at(start, DecodeErrorKind::NonCanonicalVarint));
-        }
-        if i == 9 && b > 1 {
-            return Err(self.fail_at(start, DecodeErrorKind::VarintOverflow));
-        }
-        self.at = start + i + 1;
+    fn varint_slow(&mut self) -> Parse<u64> {
+        let (v, rest) = varint_slow(*self)?;
+        self.rest = rest;
         Ok(v)
     }
 
     /// Reads a `groups` section; values are offsets, or sequences when `sequences`.
     fn groups(&mut self, sequences: bool) -> Parse<Vec<(Channel, i64)>> {
+        // A copy in registers: the caller's reader lives in memory.
+        let mut r = *self;
+        let entries = r.groups_here(sequences)?;
+        *self = r;
+        Ok(entries)
+    }
+
+    #[inline(always)]
+    fn groups_here(&mut self, sequences: bool) -> Parse<Vec<(Channel, i64)>> {
         let out_of_range = if sequences {
             DecodeErrorKind::SequenceOutOfRange
         } else {
@@ -520,60 +547,71 @@ impl Reader<'_> {
         let mut entries: Vec<(Channel, i64)> = Vec::with_capacity(bound);
         let mut prev_topic: Option<TopicId> = None;
         for _ in 0..topics {
-            let topic_at = self.at;
-            let topic = self.topic()?;
-            if prev_topic.is_some_and(|p| p >= topic) {
-                return Err(self.fail_at(topic_at, DecodeErrorKind::UnsortedTopics));
-            }
+            let topic_at = self.at();
+            let (topic, n, mut partition, mut value) = match group_head_fast(self.rest) {
+                Some((head, len)) => {
+                    // What the general path checks after reading the topic and the count.
+                    if prev_topic.is_some_and(|p| p >= head.0) {
+                        return Err(self.fail_at(topic_at, DecodeErrorKind::UnsortedTopics));
+                    }
+                    if head.1 > (self.remaining() - 17) / 2 {
+                        return Err(self.fail_at(topic_at + 17, DecodeErrorKind::Truncated));
+                    }
+                    self.rest = &self.rest[len..];
+                    head
+                }
+                None => {
+                    let (head, rest) = group_head(*self, prev_topic, out_of_range)?;
+                    self.rest = rest;
+                    head
+                }
+            };
             prev_topic = Some(topic);
-            let n_at = self.at;
-            let n = self.varint()?;
-            if n == 0 {
-                return Err(self.fail_at(n_at, DecodeErrorKind::EmptyTopicGroup));
-            }
-            if n > (self.remaining() / 2) as u64 {
-                return Err(self.fail(DecodeErrorKind::Truncated));
-            }
+            // The group's slots, its topic written once for all: the loop below fills in the
+            // partitions and values, with no capacity check per entry (the slots are dropped
+            // with the vector when an entry turns out malformed).
+            let first = entries.len();
+            entries.extend(std::iter::repeat_n((Channel::new(topic, 0), 0), n));
+            let (head, others) = entries[first..]
+                .split_first_mut()
+                .expect("a group has an entry");
             // The first entry: plain partition and value.
-            let p_at = self.at;
-            let mut partition = i32::try_from(self.varint()?)
-                .map_err(|_| self.fail_at(p_at, DecodeErrorKind::PartitionOutOfRange))?;
-            let v_at = self.at;
-            let mut value =
-                i64::try_from(self.varint()?).map_err(|_| self.fail_at(v_at, out_of_range))?;
-            entries.push((Channel::new(topic, partition), value));
+            head.0.partition = partition as i32;
+            head.1 = value;
             // Further entries: partition gaps and zigzag value deltas.
-            for _ in 1..n {
-                let p_at = self.at;
-                let (gap, v_at, zig) = match self.bytes.get(p_at..) {
-                    // Fast path: a one-byte gap and a one- or two-byte delta (canonical: a
+            for slot in others {
+                // (gap, zigzag delta, length of the gap's varint, length of the entry)
+                let (gap, zig, gap_len, len) = match *self.rest {
+                    // Fast paths: a one-byte gap and a one- or two-byte delta (canonical: a
                     // final byte of a longer varint is non-zero).
-                    Some(&[g, d0, ..]) if g < 0x80 && d0 < 0x80 => {
-                        self.at += 2;
-                        (u64::from(g), p_at + 1, u64::from(d0))
+                    [g, d0, d1, ..] => {
+                        if g | d0 < 0x80 {
+                            (u32::from(g), u64::from(d0), 1, 2)
+                        } else if g < 0x80 && d1.wrapping_sub(1) < 0x7f {
+                            let zig = u64::from(d0 & 0x7f) | (u64::from(d1) << 7);
+                            (u32::from(g), zig, 1, 3)
+                        } else {
+                            entry_slow(*self)?
+                        }
                     }
-                    Some(&[g, d0, d1, ..]) if g < 0x80 && d1 < 0x80 && d1 != 0 => {
-                        self.at += 3;
-                        (
-                            u64::from(g),
-                            p_at + 1,
-                            u64::from(d0 & 0x7f) | (u64::from(d1) << 7),
-                        )
-                    }
-                    _ => {
-                        let gap = self.varint()?;
-                        let v_at = self.at;
-                        (gap, v_at, self.varint()?)
-                    }
+                    [g, d0] if g | d0 < 0x80 => (u32::from(g), u64::from(d0), 1, 2),
+                    _ => entry_slow(*self)?,
                 };
-                let next = i64::from(partition) + 1 + gap.min(u64::from(u32::MAX)) as i64;
-                partition = i32::try_from(next)
-                    .map_err(|_| self.fail_at(p_at, DecodeErrorKind::PartitionOutOfRange))?;
-                value = value
-                    .checked_add(unzigzag(zig))
-                    .filter(|v| *v >= 0)
-                    .ok_or_else(|| self.fail_at(v_at, out_of_range))?;
-                entries.push((Channel::new(topic, partition), value));
+                let p_at = self.at();
+                self.rest = &self.rest[len..];
+                // At most `i32::MAX + 1 + i32::MAX`: no overflow.
+                partition += 1 + gap;
+                if partition > i32::MAX as u32 {
+                    return Err(self.fail_at(p_at, DecodeErrorKind::PartitionOutOfRange));
+                }
+                // `value >= 0`, so the sum leaves the range of offsets exactly when the
+                // wrapping sum is negative.
+                value = value.wrapping_add(unzigzag(zig));
+                if value < 0 {
+                    return Err(self.fail_at(p_at + gap_len, out_of_range));
+                }
+                slot.0.partition = partition as i32;
+                slot.1 = value;
             }
         }
         if entries.capacity() > 2 * entries.len() + 4 {
@@ -582,6 +620,132 @@ impl Reader<'_> {
         Ok(entries)
     }
 }
+
+/// The head of a topic group: topic id, entry count (`>= 1`), and the first entry's partition
+/// (`<= i32::MAX`) and value (`>= 0`).
+type GroupHead = (TopicId, usize, u32, i64);
+
+/// The head of a group in one bounds check, when its count and partition take a byte each
+/// and its value at most eight: the head and its length. `None` for anything else, which
+/// [`group_head`] reads.
+#[inline(always)]
+fn group_head_fast(rest: &[u8]) -> Option<(GroupHead, usize)> {
+    let (topic, rest) = rest.split_first_chunk::<16>()?;
+    let &[n, partition, ref value @ ..] = rest.first_chunk::<10>()?;
+    if n | partition >= 0x80 || n == 0 {
+        return None;
+    }
+    let (value, len) = word_varint(u64::from_le_bytes(*value.first_chunk::<8>()?))?;
+    let (hi, lo) = topic.split_at(8);
+    let topic = TopicId::from_halves(
+        i64::from_be_bytes(hi.try_into().expect("eight bytes")),
+        i64::from_be_bytes(lo.try_into().expect("eight bytes")),
+    );
+    let head = (topic, usize::from(n), u32::from(partition), value as i64);
+    Some((head, 18 + len))
+}
+
+/// Reads the head of a group, checking it in order: the topic follows `prev_topic`, the
+/// count is not zero and fits the input, the partition and the value are in range.
+#[inline(never)]
+fn group_head(
+    mut r: Reader<'_>,
+    prev_topic: Option<TopicId>,
+    out_of_range: DecodeErrorKind,
+) -> Parse<(GroupHead, &[u8])> {
+    let topic_at = r.at();
+    let topic = r.topic()?;
+    if prev_topic.is_some_and(|p| p >= topic) {
+        return Err(r.fail_at(topic_at, DecodeErrorKind::UnsortedTopics));
+    }
+    let n_at = r.at();
+    let n = r.varint()?;
+    if n == 0 {
+        return Err(r.fail_at(n_at, DecodeErrorKind::EmptyTopicGroup));
+    }
+    if n > (r.remaining() / 2) as u64 {
+        return Err(r.fail(DecodeErrorKind::Truncated));
+    }
+    let p_at = r.at();
+    let partition = u32::try_from(r.varint()?)
+        .ok()
+        .filter(|p| *p <= i32::MAX as u32)
+        .ok_or_else(|| r.fail_at(p_at, DecodeErrorKind::PartitionOutOfRange))?;
+    let v_at = r.at();
+    let value = i64::try_from(r.varint()?).map_err(|_| r.fail_at(v_at, out_of_range))?;
+    Ok(((topic, n as usize, partition, value), r.rest))
+}
+
+/// Decodes a varint of at most eight bytes from the little-endian word `w` of the input's next
+/// bytes: its value and length, or `None` when it is longer or not canonical.
+#[inline(always)]
+fn word_varint(w: u64) -> Option<(u64, usize)> {
+    let stops = !w & 0x8080_8080_8080_8080;
+    if stops == 0 {
+        return None;
+    }
+    // The last byte is the first without its continuation bit; canonical when it is not zero
+    // or the only byte.
+    let end = stops.trailing_zeros(); // 8 * (length - 1) + 7
+    if end > 7 && (w >> (end - 7)) as u8 == 0 {
+        return None;
+    }
+    let mut v = w & (u64::MAX >> (63 - end)) & 0x7f7f_7f7f_7f7f_7f7f;
+    // Gather the 7-bit groups: pairs of bytes, then pairs of 14 bits, then of 28.
+    v = (v & 0x007f_007f_007f_007f) | ((v & 0x7f00_7f00_7f00_7f00) >> 1);
+    v = (v & 0x0000_3fff_0000_3fff) | ((v & 0x3fff_0000_3fff_0000) >> 2);
+    v = (v & 0x0000_0000_0fff_ffff) | ((v & 0x0fff_ffff_0000_0000) >> 4);
+    Some((v, (end / 8 + 1) as usize))
+}
+
+/// A further entry of a group that the fast paths do not take: its partition gap (clamped to
+/// `i32::MAX`, which is out of range anyway), its zigzag delta, the length of the gap's varint
+/// and of the entry.
+#[inline(never)]
+fn entry_slow(mut r: Reader<'_>) -> Parse<(u32, u64, usize, usize)> {
+    let start = r.rest.len();
+    let (gap, rest) = varint_slow(r)?;
+    r.rest = rest;
+    let (zig, rest) = varint_slow(r)?;
+    let gap = gap.min(i32::MAX as u64) as u32;
+    Ok((gap, zig, start - r.rest.len(), start - rest.len()))
+}
+
+#[inline(never)]
+fn varint_slow(r: Reader<'_>) -> Parse<(u64, &[u8])> {
+    match varint_bytes(r.rest) {
+        Ok((v, len)) => Ok((v, &r.rest[len..])),
+        Err(DecodeErrorKind::Truncated) => Err(r.fail_at(r.len, DecodeErrorKind::Truncated)),
+        Err(kind) => Err(r.fail(kind)),
+    }
+}
+
+/// Decodes the varint at the start of `bytes`: its value and length, or what is wrong
+/// (truncated: the input ends inside it).
+fn varint_bytes(bytes: &[u8]) -> std::result::Result<(u64, usize), DecodeErrorKind> {
+    let mut v: u64 = 0;
+    for (i, &b) in bytes.iter().take(10).enumerate() {
+        v |= u64::from(b & 0x7f) << (7 * i);
+        if b < 0x80 {
+            return if b == 0 && i > 0 {
+                Err(DecodeErrorKind::NonCanonicalVarint)
+            } else if i == 9 && b > 1 {
+                Err(DecodeErrorKind::VarintOverflow)
+            } else {
+                Ok((v, i + 1))
+            };
+        }
+    }
+    if bytes.len() >= 10 {
+        Err(DecodeErrorKind::VarintOverflow)
+    } else {
+        Err(DecodeErrorKind::Truncated)
+    }
+}
+
+#[cfg(test)]
+#[path = "codec_reference.rs"]
+mod reference;
 
 #[cfg(test)]
 mod tests {
@@ -710,6 +874,60 @@ mod tests {
     }
 
     #[test]
+    fn long_varints_at_the_end_of_the_input() {
+        // (bytes, expected): the topic count is the varint at byte 2.
+        let ff = |n: usize| [vec![1, 0], vec![0xff; n]].concat();
+        let cases: Vec<(Vec<u8>, Result<Stamp>)> = vec![
+            // Ten bytes, all with a continuation bit: too long, though the input ends there.
+            (
+                ff(10),
+                Err(Error::Decode {
+                    at: 2,
+                    kind: DecodeErrorKind::VarintOverflow,
+                }),
+            ),
+            (
+                ff(9),
+                Err(Error::Decode {
+                    at: 11,
+                    kind: DecodeErrorKind::Truncated,
+                }),
+            ),
+            // A nine-byte count of 2^56: read out of line, then too large for the input.
+            (
+                [vec![1, 0], vec![0x80; 8], vec![1]].concat(),
+                Err(Error::Decode {
+                    at: 11,
+                    kind: DecodeErrorKind::Truncated,
+                }),
+            ),
+            // A zero count in two bytes: not canonical, near the end and with room to spare.
+            (
+                vec![1, 0, 0x80, 0],
+                Err(Error::Decode {
+                    at: 2,
+                    kind: DecodeErrorKind::NonCanonicalVarint,
+                }),
+            ),
+            (
+                [vec![1, 0, 0x80, 0], vec![0; 8]].concat(),
+                Err(Error::Decode {
+                    at: 2,
+                    kind: DecodeErrorKind::NonCanonicalVarint,
+                }),
+            ),
+        ];
+        for (bytes, expected) in cases {
+            assert_eq!(decode(&bytes), expected, "for {bytes:?}");
+            assert_eq!(
+                reference::decode(&bytes),
+                expected,
+                "reference, for {bytes:?}"
+            );
+        }
+    }
+
+    #[test]
     fn unsorted_topics_and_empty_groups_are_rejected() {
         let mut bytes = vec![1, 0, 2];
         bytes.extend_from_slice(&[2; 16]);
@@ -822,8 +1040,59 @@ mod tests {
             })
     }
 
+    /// Stamps with every section: sender, acked-through, in-flight claims, and offsets and
+    /// sequences of every varint length (deltas of both signs and of every size).
+    fn arb_stamp_with_claims() -> impl Strategy<Value = Stamp> {
+        let value = prop_oneof![
+            0i64..200,
+            0i64..20_000,
+            0i64..i64::MAX,
+            (0u32..63).prop_map(|b| (1i64 << b) - 1)
+        ];
+        let entries = proptest::collection::vec((0u8..4, 0i32..300, value.clone()), 0..30);
+        let claims = proptest::collection::btree_map((0u8..4, 0i32..4), 0u64..1_000, 0..4);
+        (
+            any::<[u8; 16]>(),
+            2_001u64..u64::MAX,
+            proptest::option::of(Just(1_000u64)),
+            entries,
+            claims,
+        )
+            .prop_map(|(id, seq, acked, entries, claims)| {
+                let clock: Clock = entries
+                    .into_iter()
+                    .map(|(t, p, o)| Channel::new(topic(t), p).at(o))
+                    .collect();
+                let mut s = Stamp::new(
+                    Some(SenderTag {
+                        sender: SenderId::from_bytes(id),
+                        seq,
+                    }),
+                    clock,
+                );
+                s.acked_through = acked;
+                let base = acked.map_or(0, |a| a + 1);
+                s.in_flight = claims
+                    .into_iter()
+                    .map(|((t, p), q)| InFlight {
+                        channel: Channel::new(topic(t), p),
+                        seq: base + q,
+                    })
+                    .collect();
+                s
+            })
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(2_000))]
+
+        #[test]
+        fn stamps_with_claims_round_trip(s in arb_stamp_with_claims()) {
+            let bytes = encode(&s);
+            prop_assert!(bytes.len() <= encoded_len_hint(&s));
+            prop_assert_eq!(reference::decode(&bytes).unwrap(), s.clone());
+            prop_assert_eq!(decode(&bytes).unwrap(), s);
+        }
 
         #[test]
         fn decode_inverts_encode(s in arb_stamp()) {
@@ -839,6 +1108,30 @@ mod tests {
             if let Ok(s) = decode(&bytes) {
                 prop_assert_eq!(encode(&s), bytes);
             }
+        }
+
+        #[test]
+        fn arbitrary_bytes_decode_as_the_reference_decoder_does(
+            bytes in proptest::collection::vec(any::<u8>(), 0..200)
+        ) {
+            prop_assert_eq!(decode(&bytes), reference::decode(&bytes));
+        }
+
+        #[test]
+        fn mutated_encodings_decode_as_the_reference_decoder_does(
+            s in arb_stamp_with_claims(),
+            flips in proptest::collection::vec((any::<usize>(), any::<u8>()), 1..4),
+            cut in any::<usize>(),
+        ) {
+            let mut bytes = encode(&s);
+            for (i, b) in flips {
+                let n = bytes.len();
+                bytes[i % n] ^= b;
+            }
+            prop_assert_eq!(decode(&bytes), reference::decode(&bytes));
+            // Truncated anywhere, and with every varint near the end of the input.
+            let cut = &bytes[..cut % (bytes.len() + 1)];
+            prop_assert_eq!(decode(cut), reference::decode(cut));
         }
 
         #[test]

@@ -83,5 +83,5 @@ pub use gate::{
     Arrival, Awaiting, BlockedHead, ChannelSnapshot, Delivery, Discarded, Gate, GateMetrics,
     GateSnapshot, ImpossibleStamp, Refetch, Resolution,
 };
-pub use timers::{Parking, Released, TimerMetrics, TimerQueue};
+pub use timers::{Parking, Part, QueueParts, Released, TimerMetrics, TimerQueue};
 pub use watermark::{Control, InputSnapshot, InputState, WatermarkSnapshot, WatermarkTracker};

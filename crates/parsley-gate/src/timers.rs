@@ -21,27 +21,39 @@
 //! - every parked record has `park time > watermark` (releases are eager);
 //! - `park time >= event time`;
 //! - arrivals are unique and increase in parking order;
-//! - the watermark never decreases.
+//! - the watermark never decreases;
+//! - every part whose record differs from the one last returned by
+//!   [`TimerQueue::take_changes`] (or rebuilt by [`TimerQueue::from_parts`]) is in the
+//!   changed sets.
 //!
-//! # Changelogging
-//! [`TimerQueue::to_bytes`] / [`TimerQueue::from_bytes`]: a version byte, then bincode 2
-//! (standard configuration) of the parked records, the watermark, the next arrival, the
-//! counters and the per-key late counts. Decoding checks every invariant above and never
-//! panics on corrupt bytes.
+//! # Changelogging, per record
+//! A queue holding days of history is large, so it is never written whole. Its changelog form
+//! ([`QueueParts`]) is a small **header** (watermark, next arrival, counters), one record per
+//! **parked record** ([`Part::Timer`], identified by its `(park time, arrival)`: the timer of
+//! Flink's keyed timer service) holding its key, event time, late flag and value, and one
+//! record per **key with late records** ([`Part::Late`]) holding its count.
+//! [`TimerQueue::take_changes`] returns what changed since the last call: a parked record is
+//! written once, a released one becomes a tombstone, and one parked and released between two
+//! calls (the steady live case, released within the lag) is never written at all. A compacted
+//! changelog therefore holds one record per parked record and per late key.
+//! [`TimerQueue::from_parts`] rebuilds the queue from the header and the latest record of each
+//! part. Each record is a version byte, then bincode 2 (standard configuration). Decoding
+//! checks every invariant below across all parts and never panics on corrupt bytes.
 //!
-//! Cost: parking and releasing one record are `O(log n)` for `n` parked records.
+//! Cost: parking and releasing one record are `O(log n)` for `n` parked records; each
+//! changelog write is one record per change.
 //!
 //! Source: the silence-problem seed (§04 "One: the timer queue is the sort", §06 "What it
 //! doesn't promise") and DESIGN.md §5.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::error::GateError;
 
-/// Version byte of [`TimerQueue::to_bytes`].
+/// Version byte of every changelog record ([`TimerQueue::to_parts`]).
 const CODEC_VERSION: u8 = 1;
 /// Upper bound on what a decode may allocate (bincode's claim check), bytes.
 const DECODE_LIMIT: usize = 1 << 30;
@@ -105,7 +117,7 @@ struct Entry<K, V> {
 /// The event-time sort of one task (module docs: the release rule and the late count).
 ///
 /// `K` is the record key (late records are counted per key), `V` what the caller needs back.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct TimerQueue<K, V> {
     /// Parked records by `(park time, arrival)`; every park time is above `watermark`.
     parked: BTreeMap<(i64, u64), Entry<K, V>>,
@@ -115,7 +127,27 @@ pub struct TimerQueue<K, V> {
     /// Late records per key (keys with at least one).
     late: BTreeMap<K, u64>,
     metrics: TimerMetrics,
+    /// Parked records changed since the last [`take_changes`](TimerQueue::take_changes):
+    /// `false` for one parked since (not in the changelog yet), `true` for one released since
+    /// that is in the changelog (a tombstone is due).
+    changed_timers: BTreeMap<(i64, u64), bool>,
+    /// Keys whose late count grew since the last [`take_changes`](TimerQueue::take_changes).
+    changed_late: BTreeSet<K>,
 }
+
+/// Two queues are equal when they hold the same records, watermark, arrivals, counters and late
+/// counts; which keys changed since the last changelog write is not compared.
+impl<K: PartialEq, V: PartialEq> PartialEq for TimerQueue<K, V> {
+    fn eq(&self, other: &Self) -> bool {
+        self.parked == other.parked
+            && self.watermark == other.watermark
+            && self.next_arrival == other.next_arrival
+            && self.late == other.late
+            && self.metrics == other.metrics
+    }
+}
+
+impl<K: Eq, V: Eq> Eq for TimerQueue<K, V> {}
 
 impl<K, V> Default for TimerQueue<K, V> {
     fn default() -> Self {
@@ -125,6 +157,8 @@ impl<K, V> Default for TimerQueue<K, V> {
             next_arrival: 0,
             late: BTreeMap::new(),
             metrics: TimerMetrics::default(),
+            changed_timers: BTreeMap::new(),
+            changed_late: BTreeSet::new(),
         }
     }
 }
@@ -161,6 +195,9 @@ impl<K: Ord + Clone, V> TimerQueue<K, V> {
         if late {
             self.metrics.late += 1;
             *self.late.entry(key.clone()).or_default() += 1;
+            if !self.changed_late.contains(&key) {
+                self.changed_late.insert(key.clone());
+            }
         }
         if self.watermark.is_some_and(|w| park_time_ms <= w) {
             self.metrics.released += 1;
@@ -173,6 +210,7 @@ impl<K: Ord + Clone, V> TimerQueue<K, V> {
                 value,
             });
         }
+        self.changed_timers.insert((park_time_ms, arrival), false);
         self.parked.insert(
             (park_time_ms, arrival),
             Entry {
@@ -202,6 +240,12 @@ impl<K: Ord + Clone, V> TimerQueue<K, V> {
         };
         let due = std::mem::replace(&mut self.parked, rest);
         self.metrics.released += due.len() as u64;
+        for id in due.keys() {
+            // Parked since the last changes were taken: never written, nothing to delete.
+            if self.changed_timers.remove(id).is_none() {
+                self.changed_timers.insert(*id, true);
+            }
+        }
         due.into_iter()
             .map(|((park_time_ms, arrival), e)| Released {
                 key: e.key,
@@ -231,7 +275,7 @@ impl<K: Ord + Clone, V> TimerQueue<K, V> {
 
     /// The parked records in release order: `(park time ms, key, value)`. For a caller that
     /// indexes what is parked (for example by source coordinate, to find a record's parked
-    /// ancestors after [`from_bytes`](Self::from_bytes)).
+    /// ancestors after [`from_parts`](Self::from_parts)).
     pub fn parked(&self) -> impl Iterator<Item = (i64, &K, &V)> + '_ {
         self.parked.iter().map(|((t, _), e)| (*t, &e.key, &e.value))
     }
@@ -257,103 +301,235 @@ impl<K: Ord + Clone, V> TimerQueue<K, V> {
     }
 }
 
-#[derive(Serialize)]
-struct WireOut<'a, K, V> {
+/// The queue-wide part of the changelog form ([`TimerQueue::to_parts`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+struct Header {
     watermark: Option<i64>,
     next_arrival: u64,
     metrics: TimerMetrics,
-    parked: Vec<(i64, u64, &'a Entry<K, V>)>,
-    late: Vec<(&'a K, u64)>,
+}
+
+/// A parked record's changelog record (its id is its [`Part::Timer`]).
+#[derive(Serialize)]
+struct TimerOut<'a, K, V> {
+    key: &'a K,
+    event_time_ms: i64,
+    late: bool,
+    value: &'a V,
 }
 
 #[derive(Deserialize)]
-struct WireIn<K, V> {
-    watermark: Option<i64>,
-    next_arrival: u64,
-    metrics: TimerMetrics,
-    parked: Vec<(i64, u64, Entry<K, V>)>,
-    late: Vec<(K, u64)>,
+struct TimerIn<K, V> {
+    key: K,
+    event_time_ms: i64,
+    late: bool,
+    value: V,
+}
+
+/// What one changelog record of a queue describes (module docs: changelogging).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Part<K> {
+    /// One parked record, identified by its release position.
+    Timer {
+        /// Its park time, ms since the epoch.
+        park_time_ms: i64,
+        /// Its arrival number.
+        arrival: u64,
+    },
+    /// The late count of one key.
+    Late(K),
+}
+
+/// The changelog form of a queue, or of what changed in it since the last
+/// [`take_changes`](TimerQueue::take_changes).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueParts<K> {
+    /// The queue-wide record: watermark, next arrival, counters.
+    pub header: Vec<u8>,
+    /// Each part's record, or `None` when the part is gone (a released record: a tombstone).
+    pub parts: Vec<(Part<K>, Option<Vec<u8>>)>,
+}
+
+fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, GateError> {
+    let mut out = vec![CODEC_VERSION];
+    bincode::serde::encode_into_std_write(value, &mut out, bincode::config::standard()).map_err(
+        |e| GateError::TimerQueueCodec {
+            message: e.to_string(),
+        },
+    )?;
+    Ok(out)
+}
+
+fn decode<T: DeserializeOwned>(what: &str, bytes: &[u8]) -> Result<T, String> {
+    let (&version, body) = bytes
+        .split_first()
+        .ok_or_else(|| format!("{what}: empty input"))?;
+    if version != CODEC_VERSION {
+        return Err(format!("{what}: unknown version {version}"));
+    }
+    let config = bincode::config::standard().with_limit::<DECODE_LIMIT>();
+    let (value, used): (T, usize) =
+        bincode::serde::decode_from_slice(body, config).map_err(|e| format!("{what}: {e}"))?;
+    if used != body.len() {
+        return Err(format!("{what}: {} trailing bytes", body.len() - used));
+    }
+    Ok(value)
 }
 
 impl<K: Ord + Clone + Serialize, V: Serialize> TimerQueue<K, V> {
-    /// Encodes the queue for the changelog (module docs: the format).
-    ///
-    /// # Errors
-    /// [`GateError::TimerQueueCodec`] when a key's or value's serde implementation fails.
-    pub fn to_bytes(&self) -> Result<Vec<u8>, GateError> {
-        let wire = WireOut {
+    fn header(&self) -> Result<Vec<u8>, GateError> {
+        encode(&Header {
             watermark: self.watermark,
             next_arrival: self.next_arrival,
             metrics: self.metrics,
-            parked: self.parked.iter().map(|((t, a), e)| (*t, *a, e)).collect(),
-            late: self.late.iter().map(|(k, n)| (k, *n)).collect(),
-        };
-        let mut out = vec![CODEC_VERSION];
-        bincode::serde::encode_into_std_write(&wire, &mut out, bincode::config::standard())
-            .map_err(|e| GateError::TimerQueueCodec {
-                message: e.to_string(),
-            })?;
-        Ok(out)
+        })
+    }
+
+    fn part(&self, part: &Part<K>) -> Result<Option<Vec<u8>>, GateError> {
+        match part {
+            Part::Timer {
+                park_time_ms,
+                arrival,
+            } => self
+                .parked
+                .get(&(*park_time_ms, *arrival))
+                .map(|e| {
+                    encode(&TimerOut {
+                        key: &e.key,
+                        event_time_ms: e.event_time_ms,
+                        late: e.late,
+                        value: &e.value,
+                    })
+                })
+                .transpose(),
+            Part::Late(key) => self.late.get(key).map(encode).transpose(),
+        }
+    }
+
+    /// The whole queue in its changelog form (module docs): the header and the record of every
+    /// parked record and of every key's late count. Leaves the changes as they are.
+    ///
+    /// # Errors
+    /// [`GateError::TimerQueueCodec`] when a key's or value's serde implementation fails.
+    pub fn to_parts(&self) -> Result<QueueParts<K>, GateError> {
+        self.parts_of(self.parked.keys(), self.late.keys())
+    }
+
+    /// The header and the record of the parked records `timers` and of the late counts of
+    /// `late`, in that order.
+    fn parts_of<'a>(
+        &self,
+        timers: impl Iterator<Item = &'a (i64, u64)>,
+        late: impl Iterator<Item = &'a K>,
+    ) -> Result<QueueParts<K>, GateError>
+    where
+        K: 'a,
+    {
+        let timers = timers.map(|&(park_time_ms, arrival)| Part::Timer {
+            park_time_ms,
+            arrival,
+        });
+        let mut parts = Vec::new();
+        for p in timers.chain(late.map(|k| Part::Late(k.clone()))) {
+            let record = self.part(&p)?;
+            parts.push((p, record));
+        }
+        Ok(QueueParts {
+            header: self.header()?,
+            parts,
+        })
+    }
+
+    /// What changed since the last call (or since the queue was created or rebuilt): the
+    /// header, the record of each record parked since and still parked, a tombstone for each
+    /// record released since that an earlier call returned, and the late count of each key
+    /// whose count grew. A record parked and released between two calls is not mentioned.
+    /// Written in order with the rest of a task's state in one transaction, these keep a
+    /// compacted changelog equal to [`to_parts`](Self::to_parts).
+    ///
+    /// # Errors
+    /// [`GateError::TimerQueueCodec`] when a key's or value's serde implementation fails; the
+    /// changes are kept then.
+    pub fn take_changes(&mut self) -> Result<QueueParts<K>, GateError> {
+        let parts = self.parts_of(self.changed_timers.keys(), self.changed_late.iter())?;
+        self.changed_timers.clear();
+        self.changed_late.clear();
+        Ok(parts)
     }
 }
 
 impl<K: Ord + Clone + DeserializeOwned, V: DeserializeOwned> TimerQueue<K, V> {
-    /// Decodes a queue written by [`to_bytes`](Self::to_bytes).
+    /// Rebuilds a queue from its changelog form: the `header` and the latest record of every
+    /// part that has one (tombstoned parts left out). Nothing counts as changed afterwards.
     ///
     /// # Errors
     /// [`GateError::TimerQueueCodec`] for an unknown version, truncated or trailing bytes,
-    /// bytes that do not decode, or a decoded queue that breaks an invariant (a parked record
-    /// at or below the watermark or below its own event time, an arrival not below the next
-    /// arrival, a duplicate arrival or key).
-    pub fn from_bytes(bytes: &[u8]) -> Result<Self, GateError> {
-        let bad = |message: String| GateError::TimerQueueCodec { message };
-        let (&version, body) = bytes
-            .split_first()
-            .ok_or_else(|| bad("empty input".into()))?;
-        if version != CODEC_VERSION {
-            return Err(bad(format!("unknown version {version}")));
+    /// bytes that do not decode, a part given twice, a late count of 0, or records that break
+    /// an invariant (a parked record at or below the watermark or below its own event time, an
+    /// arrival not below the next arrival, an arrival given twice).
+    pub fn from_parts<'a>(
+        header: &[u8],
+        parts: impl IntoIterator<Item = (Part<K>, &'a [u8])>,
+    ) -> Result<Self, GateError> {
+        Self::decode_parts(header, parts).map_err(|message| GateError::TimerQueueCodec { message })
+    }
+
+    fn decode_parts<'a>(
+        header: &[u8],
+        parts: impl IntoIterator<Item = (Part<K>, &'a [u8])>,
+    ) -> Result<Self, String> {
+        let h: Header = decode("header", header)?;
+        let mut q = TimerQueue {
+            watermark: h.watermark,
+            next_arrival: h.next_arrival,
+            metrics: h.metrics,
+            ..TimerQueue::default()
+        };
+        let mut arrivals = BTreeSet::new();
+        for (part, bytes) in parts {
+            match part {
+                Part::Timer {
+                    park_time_ms: t,
+                    arrival: a,
+                } => {
+                    let e: TimerIn<K, V> = decode("parked record", bytes)?;
+                    if q.watermark.is_some_and(|w| t <= w) {
+                        return Err(format!("record parked at {t} is at or below the watermark"));
+                    }
+                    if t < e.event_time_ms {
+                        return Err(format!(
+                            "park time {t} is below the event time {}",
+                            e.event_time_ms
+                        ));
+                    }
+                    if a >= q.next_arrival {
+                        return Err(format!("arrival {a} is not below the next arrival"));
+                    }
+                    if !arrivals.insert(a) {
+                        return Err(format!("arrival {a} appears twice"));
+                    }
+                    q.parked.insert(
+                        (t, a),
+                        Entry {
+                            key: e.key,
+                            event_time_ms: e.event_time_ms,
+                            late: e.late,
+                            value: e.value,
+                        },
+                    );
+                }
+                Part::Late(key) => {
+                    let n: u64 = decode("late count", bytes)?;
+                    if n == 0 {
+                        return Err("a late count of 0".into());
+                    }
+                    if q.late.insert(key, n).is_some() {
+                        return Err("a key's late count appears twice".into());
+                    }
+                }
+            }
         }
-        let config = bincode::config::standard().with_limit::<DECODE_LIMIT>();
-        let (wire, used): (WireIn<K, V>, usize) =
-            bincode::serde::decode_from_slice(body, config).map_err(|e| bad(e.to_string()))?;
-        if used != body.len() {
-            return Err(bad(format!("{} trailing bytes", body.len() - used)));
-        }
-        let mut parked = BTreeMap::new();
-        let mut arrivals = std::collections::BTreeSet::new();
-        for (t, a, e) in wire.parked {
-            if wire.watermark.is_some_and(|w| t <= w) {
-                return Err(bad(format!(
-                    "record parked at {t} is at or below the watermark"
-                )));
-            }
-            if t < e.event_time_ms {
-                return Err(bad(format!(
-                    "park time {t} is below the event time {}",
-                    e.event_time_ms
-                )));
-            }
-            if a >= wire.next_arrival {
-                return Err(bad(format!("arrival {a} is not below the next arrival")));
-            }
-            if !arrivals.insert(a) {
-                return Err(bad(format!("arrival {a} appears twice")));
-            }
-            parked.insert((t, a), e);
-        }
-        let mut late = BTreeMap::new();
-        for (k, n) in wire.late {
-            if late.insert(k, n).is_some() {
-                return Err(bad("a key's late count appears twice".into()));
-            }
-        }
-        Ok(TimerQueue {
-            parked,
-            watermark: wire.watermark,
-            next_arrival: wire.next_arrival,
-            late,
-            metrics: wire.metrics,
-        })
+        Ok(q)
     }
 }
 
@@ -488,16 +664,60 @@ mod tests {
         assert!(q.is_empty());
     }
 
+    /// A compacted changelog: the latest header and the latest record of each part.
+    #[derive(Default)]
+    struct Log<K> {
+        header: Vec<u8>,
+        parts: BTreeMap<Part<K>, Vec<u8>>,
+        /// Records written, tombstones included.
+        writes: usize,
+    }
+
+    impl<K: Ord + Clone> Log<K> {
+        fn apply(&mut self, changes: QueueParts<K>) {
+            self.header = changes.header;
+            for (p, record) in changes.parts {
+                self.writes += 1;
+                match record {
+                    Some(r) => self.parts.insert(p, r),
+                    None => self.parts.remove(&p),
+                };
+            }
+        }
+
+        fn rebuild<V: DeserializeOwned>(&self) -> Result<TimerQueue<K, V>, GateError>
+        where
+            K: DeserializeOwned,
+        {
+            TimerQueue::from_parts(
+                &self.header,
+                self.parts.iter().map(|(p, r)| (p.clone(), r.as_slice())),
+            )
+        }
+    }
+
+    fn whole<K: Ord + Clone + Serialize + DeserializeOwned, V: Serialize + DeserializeOwned>(
+        q: &TimerQueue<K, V>,
+    ) -> Result<TimerQueue<K, V>, GateError> {
+        let parts = q.to_parts()?;
+        TimerQueue::from_parts(
+            &parts.header,
+            parts
+                .parts
+                .iter()
+                .map(|(p, r)| (p.clone(), r.as_deref().expect("to_parts has no tombstones"))),
+        )
+    }
+
     #[test]
-    fn bytes_round_trip_and_the_decoded_queue_behaves_the_same() {
+    fn parts_round_trip_and_the_rebuilt_queue_behaves_the_same() {
         let mut q: TimerQueue<String, Vec<u8>> = TimerQueue::new();
         q.park("a".into(), 30, [], vec![1]);
         q.park("b".into(), 10, [20], vec![2]);
         q.advance(15);
         q.park("c".into(), 5, [], vec![3]); // late, released at once
         q.park("d".into(), 25, [], vec![4]);
-        let bytes = q.to_bytes().unwrap();
-        let mut back: TimerQueue<String, Vec<u8>> = TimerQueue::from_bytes(&bytes).unwrap();
+        let mut back = whole(&q).unwrap();
         assert_eq!(back, q);
         assert_eq!(back.late_for(&"c".to_string()), 1);
         let expected = q.advance(100);
@@ -513,74 +733,136 @@ mod tests {
     }
 
     #[test]
-    fn corrupt_bytes_are_refused_without_panicking() {
-        let mut q: TimerQueue<u32, u32> = TimerQueue::new();
-        q.park(1, 10, [], 1);
-        q.park(2, 20, [], 2);
-        let bytes = q.to_bytes().unwrap();
-        let decode = |b: &[u8]| TimerQueue::<u32, u32>::from_bytes(b);
-        assert!(matches!(
-            decode(&[]),
-            Err(GateError::TimerQueueCodec { .. })
-        ));
-        let mut wrong_version = bytes.clone();
-        wrong_version[0] = 9;
-        assert!(matches!(
-            decode(&wrong_version),
-            Err(GateError::TimerQueueCodec { .. })
-        ));
-        for cut in 1..bytes.len() {
-            assert!(decode(&bytes[..cut]).is_err(), "truncated at {cut}");
+    fn changes_keep_a_compacted_changelog_equal_to_the_queue_and_write_each_record_once() {
+        let mut q: TimerQueue<u8, u32> = TimerQueue::new();
+        let mut log = Log::default();
+        log.apply(q.take_changes().unwrap());
+        assert_eq!(log.rebuild::<u32>().unwrap(), q);
+        for i in 0..100u32 {
+            q.park((i % 7) as u8, 1_000 + i64::from(i), [], i);
         }
-        let mut trailing = bytes.clone();
-        trailing.push(0);
-        assert!(decode(&trailing).is_err());
-        // Every single-byte corruption either decodes to a queue that keeps the invariants
-        // or is refused; none panics.
-        for i in 1..bytes.len() {
-            for v in [0u8, 1, 0x7f, 0xfb, 0xff] {
-                let mut b = bytes.clone();
-                b[i] = v;
-                if let Ok(mut d) = decode(&b) {
-                    let w = d.watermark();
-                    let released = d.advance(i64::MAX);
-                    assert!(released.iter().all(|r| r.park_time_ms >= r.event_time_ms));
-                    assert!(
-                        released
-                            .iter()
-                            .all(|r| w.is_none_or(|w| r.park_time_ms > w))
-                    );
-                }
-            }
-        }
+        log.apply(q.take_changes().unwrap());
+        assert_eq!(log.writes, 100, "one record per parked record");
+        assert_eq!(log.rebuild::<u32>().unwrap(), q);
+        // Nothing changed: only the header is written.
+        log.apply(q.take_changes().unwrap());
+        assert_eq!(log.writes, 100);
+        // 30 released: 30 tombstones; one late record: one late count.
+        assert_eq!(q.advance(1_029).len(), 30);
+        q.park(3, 1_000, [], 1_000);
+        log.apply(q.take_changes().unwrap());
+        assert_eq!(log.writes, 131);
+        assert_eq!(log.parts.len(), 71, "70 parked, 1 late count");
+        assert_eq!(log.rebuild::<u32>().unwrap(), q);
+        // Parked and released between two writes: never written.
+        q.park(1, 5_000, [], 1);
+        q.park(2, 2_000, [], 2);
+        q.advance(1_500);
+        assert_eq!(q.len(), 2);
+        log.apply(q.take_changes().unwrap());
+        assert_eq!(log.rebuild::<u32>().unwrap(), q);
+        let before = log.writes;
+        q.park(4, 1_600, [], 4);
+        q.advance(1_700);
+        log.apply(q.take_changes().unwrap());
+        assert_eq!(
+            log.writes, before,
+            "the record at 1600 left before any write"
+        );
+        assert_eq!(log.rebuild::<u32>().unwrap(), q);
+        q.advance(i64::MAX);
+        log.apply(q.take_changes().unwrap());
+        assert_eq!(log.parts.len(), 1, "only the late count is left");
+        assert_eq!(log.rebuild::<u32>().unwrap(), q);
     }
 
     #[test]
-    fn a_decoded_queue_that_breaks_an_invariant_is_refused() {
-        // Built by hand: a record parked at or below the watermark.
-        let wire = WireOut::<u8, u8> {
-            watermark: Some(50),
-            next_arrival: 1,
-            metrics: TimerMetrics::default(),
-            parked: vec![(
-                40,
-                0,
-                &Entry {
-                    key: 1,
-                    event_time_ms: 40,
-                    late: false,
-                    value: 0,
-                },
-            )],
-            late: vec![],
+    fn corrupt_parts_are_refused_without_panicking() {
+        let mut q: TimerQueue<u32, u32> = TimerQueue::new();
+        q.park(1, 10, [], 1);
+        q.park(2, 20, [], 2);
+        q.advance(15);
+        q.park(2, 5, [], 3); // late
+        let parts = q.to_parts().unwrap();
+        let rebuild = |header: &[u8], parts: &[(Part<u32>, Vec<u8>)]| {
+            TimerQueue::<u32, u32>::from_parts(
+                header,
+                parts.iter().map(|(p, r)| (p.clone(), r.as_slice())),
+            )
         };
-        let mut bytes = vec![CODEC_VERSION];
-        bincode::serde::encode_into_std_write(&wire, &mut bytes, bincode::config::standard())
-            .unwrap();
-        let err = TimerQueue::<u8, u8>::from_bytes(&bytes).unwrap_err();
-        assert!(
-            err.to_string().contains("at or below the watermark"),
-            "{err}"
-        );
+        let good: Vec<(Part<u32>, Vec<u8>)> = parts
+            .parts
+            .iter()
+            .map(|(p, r)| (p.clone(), r.clone().unwrap()))
+            .collect();
+        assert_eq!(good.len(), 2);
+        assert_eq!(rebuild(&parts.header, &good).unwrap(), q);
+        let refused = |header: &[u8], parts: &[(Part<u32>, Vec<u8>)], why: &str| {
+            let err = rebuild(header, parts).unwrap_err();
+            assert!(matches!(err, GateError::TimerQueueCodec { .. }));
+            assert!(err.to_string().contains(why), "{err} does not say {why}");
+        };
+        refused(&[], &good, "header: empty input");
+        let mut wrong_version = parts.header.clone();
+        wrong_version[0] = 9;
+        refused(&wrong_version, &good, "unknown version 9");
+        let mut trailing = parts.header.clone();
+        trailing.push(0);
+        refused(&trailing, &good, "trailing bytes");
+        let twice = [good.clone(), good.clone()].concat();
+        refused(&parts.header, &twice, "twice");
+        // A record parked at or below the watermark (15).
+        let (Part::Timer { arrival, .. }, record) = &good[0] else {
+            panic!("{good:?}")
+        };
+        let low = [(
+            Part::Timer {
+                park_time_ms: 15,
+                arrival: *arrival,
+            },
+            record.clone(),
+        )];
+        refused(&parts.header, &low, "at or below the watermark");
+        let future = [(
+            Part::Timer {
+                park_time_ms: 20,
+                arrival: 9,
+            },
+            record.clone(),
+        )];
+        refused(&parts.header, &future, "not below the next arrival");
+        let zero = [(Part::Late(7), encode(&0u64).unwrap())];
+        refused(&parts.header, &zero, "late count of 0");
+        // Every truncation and single-byte corruption of every record either rebuilds a queue
+        // that keeps the invariants or is refused; none panics.
+        for (i, (_, record)) in good.iter().enumerate() {
+            for cut in 0..record.len() {
+                let mut bad = good.clone();
+                bad[i].1.truncate(cut);
+                assert!(
+                    rebuild(&parts.header, &bad).is_err(),
+                    "record {i} cut at {cut}"
+                );
+            }
+            for at in 1..record.len() {
+                for v in [0u8, 1, 0x7f, 0xfb, 0xff] {
+                    let mut bad = good.clone();
+                    bad[i].1[at] = v;
+                    if let Ok(mut d) = rebuild(&parts.header, &bad) {
+                        let w = d.watermark();
+                        let released = d.advance(i64::MAX);
+                        assert!(released.iter().all(|r| r.park_time_ms >= r.event_time_ms));
+                        assert!(
+                            released
+                                .iter()
+                                .all(|r| w.is_none_or(|w| r.park_time_ms > w))
+                        );
+                    }
+                }
+            }
+        }
+        for cut in 0..parts.header.len() {
+            assert!(rebuild(&parts.header[..cut], &good).is_err());
+        }
     }
 }

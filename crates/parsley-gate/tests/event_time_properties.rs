@@ -1,10 +1,10 @@
 //! Properties of the catch-up tracker, the event-time watermark and the timer queue
 //! (DESIGN.md §5), over random evidence sequences.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use parsley_clock::{Channel, TopicId};
-use parsley_gate::{CatchUp, Control, InputState, Parking, TimerQueue, WatermarkTracker};
+use parsley_gate::{CatchUp, Control, InputState, Parking, Part, TimerQueue, WatermarkTracker};
 use proptest::prelude::*;
 
 fn channels() -> [Channel; 3] {
@@ -231,6 +231,7 @@ enum QueueOp {
     /// Park with this event time, key, and ancestors chosen among earlier parks by index.
     Park(i64, u8, Vec<prop::sample::Index>),
     Advance(i64),
+    /// Write the changes to a compacted changelog and continue with the queue rebuilt from it.
     RoundTrip,
 }
 
@@ -248,12 +249,15 @@ proptest! {
 
     /// A released record is never released before any of its causal ancestors; each advance
     /// releases in ascending (park time, arrival) order, exactly the records at or below the
-    /// watermark; every record comes out once; changelogging at any point changes nothing.
+    /// watermark; every record comes out once; writing the changes to a compacted changelog at
+    /// any point and rebuilding from it changes nothing, and the changelog then holds exactly
+    /// the queue's whole changelog form.
     #[test]
     fn the_timer_queue_keeps_causal_order_and_releases_everything(
         ops in prop::collection::vec(queue_op(), 0..100),
     ) {
         let mut q: TimerQueue<u8, usize> = TimerQueue::new();
+        let mut log: BTreeMap<Part<u8>, Vec<u8>> = BTreeMap::new();
         // Per parked record (by arrival): its park time and ancestors.
         let mut park_times: Vec<i64> = Vec::new();
         let mut ancestors: Vec<Vec<usize>> = Vec::new();
@@ -302,7 +306,27 @@ proptest! {
                     }
                 }
                 QueueOp::RoundTrip => {
-                    let back = TimerQueue::from_bytes(&q.to_bytes().unwrap()).unwrap();
+                    let changes = q.take_changes().unwrap();
+                    let log_header = changes.header;
+                    for (part, record) in changes.parts {
+                        match record {
+                            Some(r) => log.insert(part, r),
+                            None => log.remove(&part),
+                        };
+                    }
+                    let whole = q.to_parts().unwrap();
+                    prop_assert_eq!(&whole.header, &log_header);
+                    let whole: BTreeMap<Part<u8>, Vec<u8>> = whole
+                        .parts
+                        .into_iter()
+                        .map(|(p, r)| (p, r.expect("no tombstones in the whole form")))
+                        .collect();
+                    prop_assert_eq!(&whole, &log);
+                    let back = TimerQueue::from_parts(
+                        &log_header,
+                        log.iter().map(|(p, r)| (p.clone(), r.as_slice())),
+                    )
+                    .unwrap();
                     prop_assert_eq!(&back, &q);
                     q = back;
                 }

@@ -7,9 +7,15 @@
 //! - key [`META_KEY`], value a [`TaskSnapshot`]: the task's sender id and next send sequence,
 //!   its node clock, its gate snapshot (baselines, frontiers, look-ahead sets, delivered
 //!   sequences) and the input offsets committed with it;
-//! - key [`EVENT_TIME_KEY`], value the task's event-time state (watermark snapshot and the
-//!   whole timer queue, one record per task), for a stage that orders by event time: written
-//!   in the same transaction as every task snapshot, so both describe the same moment.
+//! - for a stage that orders by event time (the timer queue's changelog form, see
+//!   `parsley_gate::TimerQueue`):
+//!   - key [`EVENT_TIME_KEY`], value the task's watermark snapshot and the queue's header,
+//!     written in the same transaction as every task snapshot, so both describe the same
+//!     moment;
+//!   - key `0x02 ++ park time (8 bytes) ++ arrival (8 bytes)`, value one parked record (a
+//!     tombstone once it is released); the park time is big-endian with its sign bit flipped,
+//!     so the keys sort in release order;
+//!   - key `0x03 ++ k`, value the late count of key `k`.
 //!
 //! Invariants:
 //! - the runtime writes the changelog only inside the stage's transaction, after every output
@@ -22,11 +28,11 @@
 //! - a snapshot is used only when its input offsets equal the group's committed offsets; fetch
 //!   evidence (queues, positions, high watermarks) is never restored, it is fetched again.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
 use parsley_clock::{Channel, Clock, SenderId, TopicId};
-use parsley_gate::{ChannelSnapshot, GateSnapshot};
+use parsley_gate::{ChannelSnapshot, GateSnapshot, Part};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
@@ -42,6 +48,53 @@ pub(crate) const META_KEY: &[u8] = b"\x01parsley.task";
 /// Key of the event-time record of a stage that orders by event time (`event_time`'s
 /// encoding: watermark snapshot and timer queue), always written with the task snapshot.
 pub(crate) const EVENT_TIME_KEY: &[u8] = b"\x01parsley.event_time";
+
+/// Key prefix of a parked record of the timer queue.
+const TIMER_PREFIX: u8 = 0x02;
+/// Key prefix of a key's late count.
+const LATE_PREFIX: u8 = 0x03;
+
+/// The changelog key of a part of a task's timer queue (module docs: the layout).
+pub(crate) fn timer_part_key(part: &Part<Vec<u8>>) -> Vec<u8> {
+    match part {
+        Part::Timer {
+            park_time_ms,
+            arrival,
+        } => {
+            let mut key = Vec::with_capacity(17);
+            key.push(TIMER_PREFIX);
+            key.extend_from_slice(&((*park_time_ms as u64) ^ (1 << 63)).to_be_bytes());
+            key.extend_from_slice(&arrival.to_be_bytes());
+            key
+        }
+        Part::Late(k) => {
+            let mut key = Vec::with_capacity(1 + k.len());
+            key.push(LATE_PREFIX);
+            key.extend_from_slice(k);
+            key
+        }
+    }
+}
+
+/// The part of a timer queue that changelog key `key` names; `None` for a key that is not a
+/// timer-queue key, an error message for a timer key of the wrong length.
+fn timer_part_of(key: &[u8]) -> Option<std::result::Result<Part<Vec<u8>>, String>> {
+    match key.split_first() {
+        Some((&TIMER_PREFIX, rest)) => Some(match <[u8; 16]>::try_from(rest) {
+            Ok(b) => {
+                let (t, a) = b.split_at(8);
+                let t = u64::from_be_bytes(t.try_into().expect("8 bytes")) ^ (1 << 63);
+                Ok(Part::Timer {
+                    park_time_ms: t as i64,
+                    arrival: u64::from_be_bytes(a.try_into().expect("8 bytes")),
+                })
+            }
+            Err(_) => Err(format!("a timer key of {} bytes instead of 17", key.len())),
+        }),
+        Some((&LATE_PREFIX, k)) => Some(Ok(Part::Late(k.to_vec()))),
+        _ => None,
+    }
+}
 
 /// Version of the snapshot encoding.
 const SNAPSHOT_VERSION: u8 = 1;
@@ -201,6 +254,8 @@ pub(crate) struct Restored {
     pub snapshot: Option<TaskSnapshot>,
     /// The latest event-time record (undecoded), if one was ever written.
     pub event_time: Option<Vec<u8>>,
+    /// The latest record of every part of the timer queue that has one (undecoded).
+    pub timers: BTreeMap<Part<Vec<u8>>, Vec<u8>>,
     /// Records read.
     pub records: u64,
     /// Consumers replaced after reading nothing for [`RESTORE_STALL`].
@@ -344,6 +399,12 @@ pub(crate) fn restore(
                 Some(v) => restored.state.insert(k.to_vec(), v.to_vec()),
                 None => restored.state.remove(k),
             };
+        } else if let Some(part) = timer_part_of(key) {
+            let part = part.map_err(bad)?;
+            match m.payload() {
+                Some(v) => restored.timers.insert(part, v.to_vec()),
+                None => restored.timers.remove(&part),
+            };
         } else {
             return Err(bad(format!("unknown key {key:?}")));
         }
@@ -353,6 +414,46 @@ pub(crate) fn restore(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn timer_keys_round_trip_and_sort_in_release_order() {
+        let parts = [
+            Part::Timer {
+                park_time_ms: i64::MIN,
+                arrival: 7,
+            },
+            Part::Timer {
+                park_time_ms: -1,
+                arrival: u64::MAX,
+            },
+            Part::Timer {
+                park_time_ms: 0,
+                arrival: 0,
+            },
+            Part::Timer {
+                park_time_ms: 0,
+                arrival: 1,
+            },
+            Part::Timer {
+                park_time_ms: i64::MAX,
+                arrival: 0,
+            },
+            Part::Late(Vec::new()),
+            Part::Late(b"product-1".to_vec()),
+        ];
+        let keys: Vec<Vec<u8>> = parts.iter().map(timer_part_key).collect();
+        assert!(keys.is_sorted(), "keys sort like the parts: {keys:?}");
+        for (p, k) in parts.iter().zip(&keys) {
+            assert_eq!(timer_part_of(k), Some(Ok(p.clone())));
+        }
+        assert_eq!(
+            timer_part_of(&keys[0][..16]),
+            Some(Err("a timer key of 16 bytes instead of 17".into()))
+        );
+        assert_eq!(timer_part_of(META_KEY), None);
+        assert_eq!(timer_part_of(EVENT_TIME_KEY), None);
+        assert_eq!(timer_part_of(&[STATE_PREFIX, 1]), None);
+    }
 
     #[test]
     fn snapshots_round_trip_and_bad_bytes_are_named() {

@@ -42,22 +42,28 @@
 //! follows its causes; never counted late).
 //!
 //! # State
-//! [`EventTime::encode`] holds the watermark snapshot and the whole timer queue
-//! ([`TimerQueue::to_bytes`]): one changelog record per task, written in the same transaction
-//! as the task snapshot. A queue holding days of history makes that record large: per-key
-//! changelogging is still to be built.
+//! [`EventTime::take_changes`] gives the task's event-time record (the watermark snapshot and
+//! the timer queue's header), written with the task snapshot in the same transaction, and the
+//! changes of the timer queue since the last commit: one changelog record per record parked
+//! since, a tombstone per record released since, one per key whose late count grew
+//! ([`TimerQueue::take_changes`]; the key layout is in `changelog`). A commit therefore writes
+//! what changed, not the queue: a queue holding days of history is written once, record by
+//! record, and a live record parked and released within one commit interval is not written
+//! at all. [`EventTime::decode`] rebuilds the state from the record and the latest record of
+//! every part.
 
 use std::collections::BTreeMap;
 
 use parsley_clock::{Channel, Coordinate, SenderId, SenderTag, Stamp, TopicId};
 use parsley_gate::{
-    Control, Gate, GateError, InputSnapshot, Parking, TimerQueue, WatermarkSnapshot,
+    Control, Gate, GateError, InputSnapshot, Parking, Part, TimerQueue, WatermarkSnapshot,
     WatermarkTracker,
 };
 use serde::{Deserialize, Serialize};
 
-/// Version byte of [`EventTime::encode`].
-const CODEC_VERSION: u8 = 1;
+/// Version byte of the event-time record ([`EventTime::take_changes`]); 1 held the whole
+/// queue.
+const CODEC_VERSION: u8 = 2;
 /// Largest event-time record decoded, bytes.
 const DECODE_LIMIT: usize = 1 << 30;
 
@@ -103,6 +109,8 @@ pub(crate) enum Delivered {
     Parked {
         /// Counted as late.
         late: bool,
+        /// Parked above its own event time, behind a parked causal ancestor.
+        raised: bool,
     },
     /// Released at once.
     Now(HandOver),
@@ -117,6 +125,16 @@ pub(crate) struct EventTime {
     index: BTreeMap<Channel, BTreeMap<i64, (i64, Option<SenderTag>)>>,
     /// The control stream's topic, if any.
     control: Option<TopicId>,
+}
+
+/// What [`EventTime::take_changes`] returns for the changelog.
+#[derive(Debug)]
+pub(crate) struct EventTimeChanges {
+    /// The event-time record (written under `changelog::EVENT_TIME_KEY`).
+    pub record: Vec<u8>,
+    /// Changelog keys of the timer queue's changed parts, with their records or `None`
+    /// (tombstones).
+    pub parts: Vec<(Vec<u8>, Option<Vec<u8>>)>,
 }
 
 type WireInput = (([u8; 16], i32), Option<i64>, Vec<(i64, i64)>);
@@ -134,8 +152,10 @@ impl EventTime {
         }
     }
 
-    /// State restored from `bytes` ([`EventTime::encode`]); input channels of the snapshot that
-    /// are not in `inputs` any more (a deleted topic) are dropped, their parked records kept.
+    /// State restored from the event-time record `bytes` and the latest record of every part of
+    /// the timer queue, `parts` ([`EventTime::take_changes`]); input channels of the snapshot
+    /// that are not in `inputs` any more (a deleted topic) are dropped, their parked records
+    /// kept.
     ///
     /// # Errors
     /// A message naming what does not decode or breaks an invariant.
@@ -143,6 +163,7 @@ impl EventTime {
         inputs: Vec<Channel>,
         control: Option<(TopicId, i64)>,
         bytes: &[u8],
+        parts: &BTreeMap<Part<Vec<u8>>, Vec<u8>>,
     ) -> Result<Self, String> {
         let (&version, body) = bytes.split_first().ok_or("empty event-time record")?;
         if version != CODEC_VERSION {
@@ -173,7 +194,8 @@ impl EventTime {
         )
         .map_err(|e| e.to_string())?;
         let queue: TimerQueue<Vec<u8>, ParkedRecord> =
-            TimerQueue::from_bytes(&queue).map_err(|e| e.to_string())?;
+            TimerQueue::from_parts(&queue, parts.iter().map(|(p, r)| (p.clone(), r.as_slice())))
+                .map_err(|e| e.to_string())?;
         let mut index: BTreeMap<Channel, BTreeMap<i64, (i64, Option<SenderTag>)>> = BTreeMap::new();
         for (park_time, _, r) in queue.parked() {
             let sender = r.sender.map(|(s, seq)| SenderTag {
@@ -193,18 +215,14 @@ impl EventTime {
         })
     }
 
-    /// `true` when `bytes` ([`EventTime::encode`]) holds parked records (checked when a
-    /// stage that no longer orders by event time restores a task: those records would be lost).
-    pub(crate) fn holds_parked(bytes: &[u8]) -> Result<bool, String> {
-        Ok(!Self::decode(Vec::new(), None, bytes)?.queue.is_empty())
-    }
-
-    /// Version byte, then bincode (standard configuration) of the watermark snapshot and the
-    /// queue's own bytes ([`TimerQueue::to_bytes`]).
+    /// The task's event-time record (version byte, then bincode (standard configuration) of
+    /// the watermark snapshot and the timer queue's header) and the changes of the queue since
+    /// the last call, as changelog `(key, record or tombstone)` pairs (module docs: state).
     ///
     /// # Errors
-    /// The queue's codec error (a value that does not serialise).
-    pub(crate) fn encode(&self) -> Result<Vec<u8>, GateError> {
+    /// The queue's codec error (a value that does not serialise); the changes are kept then.
+    pub(crate) fn take_changes(&mut self) -> Result<EventTimeChanges, GateError> {
+        let changes = self.queue.take_changes()?;
         let snapshot = self.tracker.snapshot();
         let wire: Wire = (
             snapshot.watermark,
@@ -219,14 +237,21 @@ impl EventTime {
                     )
                 })
                 .collect(),
-            self.queue.to_bytes()?,
+            changes.header,
         );
-        let mut out = vec![CODEC_VERSION];
-        out.extend(
+        let mut record = vec![CODEC_VERSION];
+        record.extend(
             bincode::encode_to_vec(&wire, bincode::config::standard())
                 .expect("encoding plain values into a vector cannot fail"),
         );
-        Ok(out)
+        Ok(EventTimeChanges {
+            record,
+            parts: changes
+                .parts
+                .into_iter()
+                .map(|(p, r)| (crate::changelog::timer_part_key(&p), r))
+                .collect(),
+        })
     }
 
     /// The event-time input channels (sorted).
@@ -352,7 +377,10 @@ impl EventTime {
                     .entry(channel)
                     .or_default()
                     .insert(offset, (park_time_ms, sender));
-                Delivered::Parked { late }
+                Delivered::Parked {
+                    late,
+                    raised: park_time_ms > event_time,
+                }
             }
             Parking::Released(r) => Delivered::Now(HandOver {
                 late: r.late,
@@ -423,24 +451,32 @@ mod tests {
         // a@0 at t=500 is parked; b@0 at t=100 claims a@0: parked at 500, not 100.
         assert!(matches!(
             et.deliver(None, &[], rec(a, 0, 500, "k")).unwrap(),
-            Delivered::Parked { late: false }
+            Delivered::Parked { late: false, .. }
         ));
         let claims_a0 = Stamp::new(None, Clock::try_from_sorted(vec![(a, 0)]).unwrap());
         assert!(matches!(
             et.deliver(Some(&claims_a0), &[], rec(b, 0, 100, "k"))
                 .unwrap(),
-            Delivered::Parked { late: false }
+            Delivered::Parked { late: false, .. }
         ));
         // b@1 at t=200 claims nothing parked.
         et.deliver(None, &[], rec(b, 1, 200, "j")).unwrap();
         assert_eq!(et.ancestors(Some(&claims_a0), &[]), Some(500));
         assert_eq!(et.ancestors(None, &[b.at(0)]), Some(500));
 
-        let bytes = et.encode().unwrap();
-        let mut back = EventTime::decode(vec![a, b], None, &bytes).unwrap();
+        let changes = et.take_changes().unwrap();
+        assert_eq!(changes.parts.len(), 3, "one record per parked record");
+        let parts: BTreeMap<Part<Vec<u8>>, Vec<u8>> = et
+            .queue
+            .to_parts()
+            .unwrap()
+            .parts
+            .into_iter()
+            .map(|(p, r)| (p, r.unwrap()))
+            .collect();
+        let mut back = EventTime::decode(vec![a, b], None, &changes.record, &parts).unwrap();
         assert_eq!(back.parked(), 3);
         assert_eq!(back.index, et.index);
-        assert!(EventTime::holds_parked(&bytes).unwrap());
         back.start(a, 1).unwrap();
         back.start(b, 2).unwrap();
         let mut gate: Gate<()> = Gate::new([a, b]);
@@ -467,14 +503,14 @@ mod tests {
         assert!(et.release().is_empty());
         assert!(matches!(
             et.deliver(None, &[], rec(a, 0, 950, "k")).unwrap(),
-            Delivered::Parked { late: false }
+            Delivered::Parked { late: false, .. }
         ));
         // A control record claiming a@0 (parked at 950) waits for it.
         let claims = Stamp::new(None, Clock::try_from_sorted(vec![(a, 0)]).unwrap());
         assert!(matches!(
             et.deliver(Some(&claims), &[], rec(ctl, 1, 1_100, "c"))
                 .unwrap(),
-            Delivered::Parked { late: false }
+            Delivered::Parked { late: false, .. }
         ));
         assert_eq!(offsets(&et.release()), [(1, 0), (9, 1)]);
     }

@@ -45,4 +45,4 @@ pub use error::{Error, Result};
 pub use metrics::{MetricsSnapshot, Progress, StageMetrics, TaskMetrics, TaskPhase};
 pub use outbox::partition_for;
 pub use runtime::{Running, Runtime, Shutdown};
-pub use stage::{DELIVERY_TARGET, DLQ_REASON_HEADER, DLQ_SOURCE_HEADER};
+pub use stage::{DELIVERY_TARGET, DLQ_REASON_HEADER, DLQ_SOURCE_HEADER, NO_TIMESTAMP};

@@ -35,6 +35,7 @@ pub struct StageMetrics {
     spilled: AtomicU64,
     refetched: AtomicU64,
     late: AtomicU64,
+    raised: AtomicU64,
     parked: AtomicU64,
     tasks: Mutex<BTreeMap<i32, TaskMetrics>>,
 }
@@ -85,6 +86,12 @@ pub struct TaskMetrics {
     /// below the watermark (the violation counter, DESIGN.md §5): released at once, or behind a
     /// parked causal ancestor. `0` for other stages.
     pub late: u64,
+    /// Event-time stages: records this instance's timer queue parked above their own event
+    /// time, behind a parked causal ancestor with a later one (DESIGN.md §5): they leave after
+    /// records with later event times — out of event-time order, but never before their
+    /// cause. A skewed upstream clock, or a claim coarser than the true cause (an in-flight
+    /// claim replaced by the end offset), makes them. `0` for other stages.
+    pub raised: u64,
     /// Event-time stages: the task's event-time watermark, ms since the epoch; `None` while an
     /// input has no evidence yet (nothing is released) and for other stages.
     pub watermark_ms: Option<i64>,
@@ -110,6 +117,7 @@ impl TaskMetrics {
             frontier_lag: None,
             parked: 0,
             late: 0,
+            raised: 0,
             watermark_ms: None,
             catching_up: 0,
         }
@@ -159,6 +167,9 @@ pub struct MetricsSnapshot {
     /// Event-time stages: records that arrived with an event time below their task's
     /// watermark (the violation counter, summed over tasks).
     pub late: u64,
+    /// Event-time stages: records parked above their own event time behind a parked causal
+    /// ancestor (summed over tasks; see [`TaskMetrics::raised`]).
+    pub raised: u64,
     /// Event-time stages: records parked in the tasks' timer queues at the last look (a gauge).
     pub parked: u64,
 }
@@ -186,6 +197,7 @@ impl StageMetrics {
             spilled: g(&self.spilled),
             refetched: g(&self.refetched),
             late: g(&self.late),
+            raised: g(&self.raised),
             parked: g(&self.parked),
         }
     }
@@ -235,6 +247,10 @@ impl StageMetrics {
 
     pub(crate) fn late(&self) {
         self.late.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn raised(&self) {
+        self.raised.fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn parked(&self, n: u64) {

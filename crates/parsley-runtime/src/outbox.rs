@@ -146,7 +146,8 @@ impl Outbox {
         self.producer.context()
     }
 
-    /// Sends one record to an explicit partition with the stamp header (and `extra` headers).
+    /// Sends one record to an explicit partition with the stamp header (and `extra` headers)
+    /// and record timestamp `timestamp` (ms since the epoch; `None`: the producer's clock).
     /// When librdkafka's queue is full it waits for acknowledgements to make room.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn send(
@@ -157,6 +158,7 @@ impl Outbox {
         value: &[u8],
         stamp: &[u8],
         extra: &[(&str, &[u8])],
+        timestamp: Option<i64>,
         timeout: Duration,
     ) -> Result<()> {
         let headers = extra.iter().fold(
@@ -179,11 +181,14 @@ impl Outbox {
             id += 1;
         }
         self.tags.push_back(Some(tag));
-        let record = BaseRecord::with_opaque_to(topic, id as usize)
+        let mut record = BaseRecord::with_opaque_to(topic, id as usize)
             .partition(tag.channel.partition)
             .key(key)
             .payload(value)
             .headers(headers);
+        if let Some(t) = timestamp {
+            record = record.timestamp(t);
+        }
         let sent = self.enqueue(record, tag.channel, timeout);
         if sent.is_err() {
             // Not handed to librdkafka: no report will come.

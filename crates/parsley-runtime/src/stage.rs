@@ -32,7 +32,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use parsley_clock::{CausalClock, Channel, SenderId, Stamp, TopicId, codec};
-use parsley_gate::{Arrival, Gate, Resolution};
+use parsley_gate::{Arrival, Gate, Part, Resolution};
 use parsley_stage::{ImpossiblePolicy, RawDelivery, RawEmission, StageSpec, StateChange};
 use rdkafka::client::ClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
@@ -237,6 +237,10 @@ struct Fetched {
 }
 
 /// One task: partition `p` of every source.
+/// The timestamp a handler sees for a record without one (a message format before v1), and
+/// the emission timestamp that leaves the choice to the producer's clock.
+pub const NO_TIMESTAMP: i64 = -1;
+
 struct Task {
     partition: i32,
     gate: Gate<Payload>,
@@ -263,6 +267,7 @@ struct TaskCounts {
     gate_wait_us: u64,
     max_gate_wait_us: u64,
     late: u64,
+    raised: u64,
 }
 
 /// Deliveries and sends since the last commit.
@@ -809,6 +814,7 @@ impl StageRunner {
                 (DLQ_SOURCE_HEADER, source.as_bytes()),
                 (DLQ_REASON_HEADER, reason.as_bytes()),
             ],
+            payload.record_timestamp,
             self.config.timeout,
         ) {
             task.clock.failed(tag.seq, channel)?;
@@ -923,7 +929,7 @@ impl StageRunner {
         let started = Instant::now();
         let metrics = self.metrics.clone();
         metrics.task(partition, |m| m.phase = TaskPhase::Restoring);
-        let restored = changelog::restore(
+        let mut restored = changelog::restore(
             &self.config.bootstrap,
             &self.admin,
             &self.changelog.name,
@@ -954,6 +960,7 @@ impl StageRunner {
             .as_ref()
             .and(restored.event_time.as_ref())
             .cloned();
+        let timers = std::mem::take(&mut restored.timers);
         let task = match restored.snapshot {
             Some(mut snapshot) => {
                 // Channels the snapshot names that this task no longer consumes belong to a
@@ -1055,7 +1062,7 @@ impl StageRunner {
             }
         };
         let mut task = task;
-        task.event_time = self.start_event_time(&task, event_bytes.as_deref())?;
+        task.event_time = self.start_event_time(&task, event_bytes.as_deref(), &timers)?;
         info!(
             partition,
             records = restored.records,
@@ -1079,7 +1086,12 @@ impl StageRunner {
     /// [`Error::EventTime`] for a record that does not decode, or for parked records in the
     /// changelog of a stage that no longer orders by event time (they would be lost); admin
     /// errors.
-    fn start_event_time(&self, task: &Task, bytes: Option<&[u8]>) -> Result<Option<EventTime>> {
+    fn start_event_time(
+        &self,
+        task: &Task,
+        bytes: Option<&[u8]>,
+        timers: &BTreeMap<Part<Vec<u8>>, Vec<u8>>,
+    ) -> Result<Option<EventTime>> {
         let partition = task.partition;
         let event_error = |message: String| Error::EventTime {
             stage: self.spec.name().to_string(),
@@ -1087,9 +1099,7 @@ impl StageRunner {
             message,
         };
         let Some(order) = self.spec.event_time() else {
-            if let Some(b) = bytes
-                && EventTime::holds_parked(b).map_err(event_error)?
-            {
+            if timers.keys().any(|p| matches!(p, Part::Timer { .. })) {
                 return Err(event_error(
                     "the changelog holds parked records but the stage no longer orders by event time; they would be lost".into(),
                 ));
@@ -1115,7 +1125,7 @@ impl StageRunner {
             .map(|t| Channel::new(t.id, partition))
             .collect();
         let mut et = match bytes {
-            Some(b) => EventTime::decode(inputs, control, b).map_err(event_error)?,
+            Some(b) => EventTime::decode(inputs, control, b, timers).map_err(event_error)?,
             None => EventTime::new(inputs, control),
         };
         let inputs = et.inputs();
@@ -1448,6 +1458,7 @@ impl StageRunner {
             m.max_gate_wait_us = m.max_gate_wait_us.max(counts.max_gate_wait_us);
             m.blocked_heads = blocked;
             m.late += counts.late;
+            m.raised += counts.raised;
             if let Some((parked, watermark, catching_up)) = event_time {
                 m.parked = parked;
                 m.watermark_ms = watermark;
@@ -1517,7 +1528,7 @@ impl StageRunner {
                     task,
                     payload.source,
                     d.coordinate.offset,
-                    d.timestamp,
+                    payload.record_timestamp.unwrap_or(NO_TIMESTAMP),
                     payload.key.as_deref(),
                     payload.value,
                 )?;
@@ -1552,10 +1563,14 @@ impl StageRunner {
                 })?;
             self.uncommitted.parked += 1;
             match delivered {
-                Delivered::Parked { late } => {
+                Delivered::Parked { late, raised } => {
                     if late {
                         task.pending.late += 1;
                         self.metrics.late();
+                    }
+                    if raised {
+                        task.pending.raised += 1;
+                        self.metrics.raised();
                     }
                 }
                 Delivered::Now(h) => {
@@ -1611,7 +1626,11 @@ impl StageRunner {
         )
     }
 
-    /// Runs the handler on one record of `task`: fold state, emissions, counts.
+    /// Runs the handler on one record of `task`: fold state, emissions, counts. `timestamp` is
+    /// the record's Kafka timestamp (ms since the epoch, [`NO_TIMESTAMP`] when it has none): the
+    /// handler sees it, and every emission carries it (timestamp propagation, as in Kafka
+    /// Streams), so a downstream stage that orders by event time sees the event time of the
+    /// record that caused each output, not the moment it was produced.
     #[allow(clippy::too_many_arguments)]
     fn handle(
         &mut self,
@@ -1647,7 +1666,7 @@ impl StageRunner {
             }
         }
         for emission in step.emit {
-            self.emit(task, emission)?;
+            self.emit(task, emission, timestamp)?;
         }
         self.uncommitted.deliveries += 1;
         self.metrics.delivered();
@@ -1655,8 +1674,9 @@ impl StageRunner {
         Ok(())
     }
 
-    /// Stamps and sends one emission of `task`.
-    fn emit(&mut self, task: &mut Task, e: RawEmission) -> Result<()> {
+    /// Stamps and sends one emission of `task` with record timestamp `timestamp` (ms since the
+    /// epoch; [`NO_TIMESTAMP`]: the producer's clock).
+    fn emit(&mut self, task: &mut Task, e: RawEmission, timestamp: i64) -> Result<()> {
         let sink = self
             .sinks
             .get(&e.topic)
@@ -1688,6 +1708,7 @@ impl StageRunner {
             &e.value,
             &bytes,
             &[],
+            (timestamp != NO_TIMESTAMP).then_some(timestamp),
             self.config.timeout,
         );
         self.stamp_buf = bytes;
@@ -1789,6 +1810,25 @@ impl StageRunner {
             self.outbox
                 .send_changelog(channel, topic, &key, value, self.config.timeout)?;
         }
+        // The timer queue's changes (records parked and released since the last commit): they
+        // change only with deliveries and releases, which also write the snapshot below.
+        let event_time = match task.event_time.as_mut() {
+            Some(et) => Some(et.take_changes().map_err(|source| Error::Gate {
+                stage: self.spec.name().to_string(),
+                partition: task.partition,
+                source: Box::new(source),
+            })?),
+            None => None,
+        };
+        for (key, record) in event_time.iter().flat_map(|c| &c.parts) {
+            self.outbox.send_changelog(
+                channel,
+                topic,
+                key,
+                record.as_deref(),
+                self.config.timeout,
+            )?;
+        }
         if task.changed || committed != task.snapshot_offsets {
             let snapshot = TaskSnapshot {
                 sender: task.clock.sender(),
@@ -1804,18 +1844,13 @@ impl StageRunner {
                 Some(&snapshot.encode()),
                 self.config.timeout,
             )?;
-            if let Some(et) = &task.event_time {
+            if let Some(changes) = &event_time {
                 // Written with the snapshot, in the same transaction: restored together.
-                let bytes = et.encode().map_err(|source| Error::Gate {
-                    stage: self.spec.name().to_string(),
-                    partition: task.partition,
-                    source: Box::new(source),
-                })?;
                 self.outbox.send_changelog(
                     channel,
                     topic,
                     EVENT_TIME_KEY,
-                    Some(&bytes),
+                    Some(&changes.record),
                     self.config.timeout,
                 )?;
             }

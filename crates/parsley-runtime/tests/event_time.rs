@@ -1,23 +1,33 @@
 //! Ordering by event time on the real broker (DESIGN.md §5, issue 5): catch-up from Kafka's
 //! evidence (an empty partition, a log ending in a commit marker: case C02), a restart in the
-//! middle of history that restores the timer queue and does not wait for processed data, a
-//! late record released at once and counted, per-key event-time order over two inputs of
-//! different lengths, and a control stream whose record timestamps minus the lag move the
-//! watermark.
+//! middle of history that restores the timer queue (changelogged record by record) and does
+//! not wait for processed data, a late record released at once and counted, per-key event-time
+//! order over two inputs of different lengths, a control stream whose record timestamps minus the lag move the
+//! watermark, cases C13 (the first fetch must not move the watermark) and C14 (an empty
+//! partition adds no bound and no infinity), and an effect stamped with an earlier event time
+//! than its cause (a skewed upstream clock) that still leaves after it.
+//!
+//! Mutation checks run by hand (each made the named test fail): parking without the ancestors'
+//! park times (the skew test: `k@100` came out first); an input with nothing delivered left out
+//! of the minimum (C13: `a`'s records were released before `b` committed); the minimum of an
+//! empty set taken as +infinity (C14: a watermark of `i64::MAX`).
 //!
 //! The event time of a record is its Kafka record timestamp; the tests write explicit
 //! timestamps relative to a base one hour in the past (time-based retention never sees them
 //! as old). Every stage forwards `key@t` values unchanged, so its output topic is its release
 //! order.
 
+use std::collections::BTreeMap;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use parsley_runtime::{Runtime, RuntimeConfig, TaskMetrics};
+use parsley_clock::{Channel, Clock, STAMP_HEADER, Stamp, codec};
+use parsley_runtime::{Runtime, RuntimeConfig, TaskMetrics, changelog_topic};
 use parsley_stage::{EventTimeOrder, Topology, Utf8};
 use parsley_testkit::fixtures::{
-    DEADLINE, Forward, bootstrap, committed_values, create_topic, raw_producer, run_until,
-    unique_topic, wait_committed, wait_tasks,
+    DEADLINE, Forward, admin, bootstrap, committed_values, create_topic, raw_producer,
+    read_committed, run_until, unique_topic, wait_committed, wait_tasks,
 };
+use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 
 /// An hour ago, ms since the epoch: the tests' time zero.
@@ -29,17 +39,32 @@ fn base() -> i64 {
 /// Sends `key@t` to partition 0 of `topic` with record timestamp `base + t` and waits for its
 /// acknowledgement (in the producer's open transaction, if any).
 fn send_at(producer: &BaseProducer, topic: &str, base: i64, key: &str, t: i64) {
+    send_stamped_at(producer, topic, base, key, t, None);
+}
+
+/// [`send_at`] with `stamp` in the `parsley.stamp` header.
+fn send_stamped_at(
+    producer: &BaseProducer,
+    topic: &str,
+    base: i64,
+    key: &str,
+    t: i64,
+    stamp: Option<&Stamp>,
+) {
     let value = format!("{key}@{t}");
-    producer
-        .send(
-            BaseRecord::to(topic)
-                .partition(0)
-                .key(key)
-                .payload(&value)
-                .timestamp(base + t),
-        )
-        .map_err(|(e, _)| e)
-        .expect("send");
+    let stamp = stamp.map(codec::encode);
+    let mut record = BaseRecord::to(topic)
+        .partition(0)
+        .key(key)
+        .payload(&value)
+        .timestamp(base + t);
+    if let Some(b) = &stamp {
+        record = record.headers(OwnedHeaders::new().insert(Header {
+            key: STAMP_HEADER,
+            value: Some(b.as_slice()),
+        }));
+    }
+    producer.send(record).map_err(|(e, _)| e).expect("send");
     producer.flush(DEADLINE).expect("flush");
 }
 
@@ -147,7 +172,8 @@ fn a_restart_mid_history_restores_the_queue_and_does_not_wait_for_processed_data
     tx.begin_transaction().unwrap();
     send_at(&tx, &b.name, base, "k", 40);
 
-    let topology = ordered(&unique_topic("evt-restart"), &[&a.name, &b.name], &out.name);
+    let app = unique_topic("evt-restart");
+    let topology = ordered(&app, &[&a.name, &b.name], &out.name);
     let running = Runtime::new(topology.clone(), RuntimeConfig::new(bootstrap()))
         .start()
         .unwrap();
@@ -165,6 +191,11 @@ fn a_restart_mid_history_restores_the_queue_and_does_not_wait_for_processed_data
     assert_eq!(first.committed_deliveries, 2, "{first:?}");
     assert_eq!(first.parked, 2, "{first:?}");
     assert_eq!(committed_values(&out), ["k@10", "k@20"]);
+    assert_eq!(
+        parked_in_changelog(&app, &topology),
+        [base + 30, base + 50],
+        "the changelog holds one record per parked record"
+    );
 
     tx.commit_transaction(DEADLINE).unwrap();
     let second = run_until(&topology, "forward", 3);
@@ -176,6 +207,31 @@ fn a_restart_mid_history_restores_the_queue_and_does_not_wait_for_processed_data
         committed_values(&out),
         ["k@10", "k@20", "k@30", "k@40", "k@50"]
     );
+    assert_eq!(
+        parked_in_changelog(&app, &topology),
+        [] as [i64; 0],
+        "released records are tombstoned"
+    );
+}
+
+/// The park times of the parked records that the stage's changelog holds after compaction
+/// (the latest record of each timer key, tombstones removed), ascending: timer keys are
+/// `0x02 ++ park time (big-endian, sign bit flipped) ++ arrival`.
+fn parked_in_changelog(app: &str, topology: &Topology) -> Vec<i64> {
+    let name = changelog_topic(&topology.stages()[0].group_id(app));
+    let topic = admin().describe_topics(&[name.as_str()]).unwrap().remove(0);
+    let mut latest = BTreeMap::new();
+    for r in read_committed(&topic) {
+        latest.insert(r.key.expect("changelog records have keys"), r.value);
+    }
+    latest
+        .into_iter()
+        .filter(|(k, v)| k.first() == Some(&0x02) && v.is_some())
+        .map(|(k, _)| {
+            assert_eq!(k.len(), 17, "{k:?}");
+            (u64::from_be_bytes(k[1..9].try_into().unwrap()) ^ (1 << 63)) as i64
+        })
+        .collect()
 }
 
 /// With no control stream, once every input is caught up and at its head the watermark is the
@@ -248,6 +304,14 @@ fn history_on_two_partitions_of_different_lengths_is_released_in_event_time_orde
     };
     assert_eq!(of("k1@"), ["k1@10", "k1@40", "k1@50", "k1@90"]);
     assert_eq!(of("k2@"), ["k2@20", "k2@30", "k2@70"]);
+    // Each output carries the event time of the record that caused it (timestamp
+    // propagation), not the moment it was produced.
+    let times: Vec<Option<i64>> = read_committed(&out).iter().map(|r| r.timestamp).collect();
+    let expected: Vec<Option<i64>> = [10, 20, 30, 40, 50, 70, 90]
+        .iter()
+        .map(|t| Some(base + t))
+        .collect();
+    assert_eq!(times, expected);
 }
 
 /// A control stream (a source with no event time, lag 500 ms): nothing is released before its
@@ -302,4 +366,123 @@ fn a_control_stream_moves_the_watermark_to_its_timestamps_minus_the_lag() {
         committed_values(&out),
         ["c@1000", "k@100", "k@200", "c@1300", "k@700"]
     );
+}
+
+/// Case C13 (FLINK-26018): one task, two inputs; `a` holds event times 100–200, `b` holds
+/// 0–50, no lateness allowed. To make "the first fetches return only `a`" certain rather than
+/// likely, `b`'s history sits in a transaction that is still open at startup: its records are
+/// in the log (the startup end counts them) but a `read_committed` fetch returns none of them.
+/// While `b` has delivered nothing it holds the watermark at its lowest value, so every record
+/// of `a` stays parked; after the commit every record leaves in event-time order, none late.
+#[test]
+fn c13_the_first_fetch_does_not_move_the_watermark_past_a_partition_still_reading_history() {
+    let base = base();
+    let a = create_topic("evt-c13-a", 1);
+    let b = create_topic("evt-c13-b", 1);
+    let out = create_topic("evt-c13-out", 1);
+    let p = raw_producer(None);
+    let a_times: Vec<i64> = (100..=200).step_by(2).collect();
+    let b_times: Vec<i64> = (0..=50).collect();
+    for &t in &a_times {
+        send_at(&p, &a.name, base, "k", t);
+    }
+    let tx = raw_producer(Some(&unique_topic("evt-c13-tx")));
+    tx.begin_transaction().unwrap();
+    for &t in &b_times {
+        send_at(&tx, &b.name, base, "k", t);
+    }
+    let topology = ordered(&unique_topic("evt-c13"), &[&a.name, &b.name], &out.name);
+    let running = Runtime::new(topology, RuntimeConfig::new(bootstrap()))
+        .start()
+        .unwrap();
+    let na = a_times.len() as u64;
+    // `delivered` counts hand-overs to the handler: none while the queue holds everything.
+    let task = only_task(&wait_tasks(&running, "forward", "a parked", |t| {
+        t.len() == 1 && t[0].parked == na
+    }));
+    assert_eq!(task.delivered, 0, "all of a stays parked: {task:?}");
+    assert_eq!(task.watermark_ms, None, "{task:?}");
+    assert_eq!(task.catching_up, 1, "b is still reading history: {task:?}");
+    tx.commit_transaction(DEADLINE).unwrap();
+    let n = na + b_times.len() as u64;
+    wait_committed(&running, "forward", n);
+    let task = only_task(&wait_tasks(&running, "forward", "all released", |t| {
+        t.len() == 1 && t[0].delivered == n && t[0].parked == 0
+    }));
+    assert_eq!(task.late, 0, "{task:?}");
+    running.stop().unwrap();
+    let expected: Vec<String> = b_times
+        .iter()
+        .chain(&a_times)
+        .map(|t| format!("k@{t}"))
+        .collect();
+    assert_eq!(committed_values(&out), expected);
+}
+
+/// Case C14 (FLINK-8001): `empty` has never been written (end offset 0), `a` holds event times
+/// 0–100. The empty input is caught up at once and does not hold the watermark; nor does it
+/// push the watermark to +infinity: after 150 arrives on `a`, the watermark is 150 (at most
+/// the highest delivered time) and no record is late.
+#[test]
+fn c14_an_empty_partition_adds_no_bound_and_no_infinity() {
+    let base = base();
+    let empty = create_topic("evt-c14-empty", 1);
+    let a = create_topic("evt-c14-a", 1);
+    let out = create_topic("evt-c14-out", 1);
+    let p = raw_producer(None);
+    for t in (0..=100).step_by(10) {
+        send_at(&p, &a.name, base, "k", t);
+    }
+    let topology = ordered(&unique_topic("evt-c14"), &[&empty.name, &a.name], &out.name);
+    let running = Runtime::new(topology, RuntimeConfig::new(bootstrap()))
+        .start()
+        .unwrap();
+    wait_committed(&running, "forward", 11);
+    let task = only_task(&wait_tasks(&running, "forward", "history released", |t| {
+        t.len() == 1 && t[0].delivered == 11 && t[0].parked == 0
+    }));
+    assert_eq!(task.watermark_ms, Some(base + 100), "{task:?}");
+    send_at(&p, &a.name, base, "k", 150);
+    wait_committed(&running, "forward", 12);
+    let task = only_task(&wait_tasks(&running, "forward", "150 released", |t| {
+        t.len() == 1 && t[0].delivered == 12 && t[0].parked == 0
+    }));
+    assert_eq!(task.catching_up, 0, "{task:?}");
+    assert_eq!(task.watermark_ms, Some(base + 150), "{task:?}");
+    assert_eq!(task.late, 0, "{task:?}");
+    running.stop().unwrap();
+    let expected: Vec<String> = (0..=100)
+        .step_by(10)
+        .chain([150])
+        .map(|t| format!("k@{t}"))
+        .collect();
+    assert_eq!(committed_values(&out), expected);
+}
+
+/// An effect whose upstream clock is skewed: `b@100` is stamped as caused by `a@500` (its
+/// stamp claims `a`'s offset 0). The gate holds it until the cause is delivered; the timer
+/// queue parks it at its cause's park time, 500, not at 100, so it leaves after the cause —
+/// and after the unrelated `j@300`, which the gate held behind it on `b`. Sorting by event time
+/// alone would release the effect first.
+#[test]
+fn an_effect_stamped_earlier_than_its_cause_is_never_released_before_the_cause() {
+    let base = base();
+    let a = create_topic("evt-skew-a", 1);
+    let b = create_topic("evt-skew-b", 1);
+    let out = create_topic("evt-skew-out", 1);
+    let p = raw_producer(None);
+    // The effect is appended first, so the gate sees it before its cause whatever the fetch
+    // order.
+    let cause = Clock::try_from_sorted(vec![(Channel::new(a.id, 0), 0)]).unwrap();
+    send_stamped_at(&p, &b.name, base, "k", 100, Some(&Stamp::new(None, cause)));
+    send_at(&p, &b.name, base, "j", 300);
+    send_at(&p, &a.name, base, "k", 500);
+    let topology = ordered(&unique_topic("evt-skew"), &[&a.name, &b.name], &out.name);
+    let m = run_until(&topology, "forward", 3);
+    assert_eq!(m.late, 0, "{m:?}");
+    assert_eq!(
+        m.raised, 1,
+        "the effect was parked at its cause's time: {m:?}"
+    );
+    assert_eq!(committed_values(&out), ["j@300", "k@500", "k@100"]);
 }

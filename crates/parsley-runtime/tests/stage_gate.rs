@@ -113,3 +113,78 @@ fn an_effect_fetched_before_its_cause_is_held_and_without_the_gate_it_is_not() {
     );
     assert_eq!(metrics.held, 0);
 }
+
+/// Emits the record timestamp the handler sees.
+struct Timestamps(String);
+
+impl Handler for Timestamps {
+    type Key = String;
+    type Value = String;
+    type Output = String;
+    type State = ();
+
+    fn handle(
+        &self,
+        r: Record<'_, String, String>,
+        _: Option<()>,
+    ) -> Result<Step<String, String, ()>, HandlerError> {
+        Ok(Step::none().emit(&self.0, r.key, r.timestamp.to_string()))
+    }
+}
+
+/// With the gate on and off, the handler sees each record's Kafka timestamp (ms since the
+/// epoch; with the gate off it once saw an arrival counter) and each output carries the
+/// timestamp of the record that caused it (timestamp propagation, as in Kafka Streams).
+#[test]
+fn the_handler_sees_the_record_timestamp_and_outputs_carry_it() {
+    use rdkafka::producer::{BaseRecord, Producer};
+    let input = create_topic("ts-in", 1);
+    let producer = parsley_testkit::fixtures::raw_producer(None);
+    // Out of order and in the past, but within retention (time-based retention never deletes
+    // them).
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let times = [now - 3_600_000, now - 7_200_000, now - 1_234];
+    for t in times {
+        producer
+            .send(
+                BaseRecord::to(&input.name)
+                    .partition(0)
+                    .key("k")
+                    .payload("v")
+                    .timestamp(t),
+            )
+            .map_err(|(e, _)| e)
+            .unwrap();
+    }
+    producer.flush(parsley_testkit::fixtures::DEADLINE).unwrap();
+    for gate in [GateMode::Causal, GateMode::Off] {
+        let out = create_topic("ts-out", 1);
+        let topology = Topology::builder(unique_topic("ts"))
+            .stage("ts", Timestamps(out.name.clone()), |s| {
+                s.source(&input.name)
+                    .sink(&out.name)
+                    .key_codec(Utf8)
+                    .value_codec(Utf8)
+                    .output_codec(Utf8)
+            })
+            .build()
+            .unwrap();
+        let running = Runtime::new(topology, RuntimeConfig::new(bootstrap()).gate(gate))
+            .start()
+            .unwrap();
+        wait_committed(&running, "ts", times.len() as u64);
+        running.stop().unwrap();
+        let records = read_committed(&out);
+        let seen: Vec<String> = records
+            .iter()
+            .map(|r| String::from_utf8(r.value.clone().unwrap()).unwrap())
+            .collect();
+        let expected: Vec<String> = times.iter().map(i64::to_string).collect();
+        assert_eq!(seen, expected, "{gate:?}");
+        let carried: Vec<Option<i64>> = records.iter().map(|r| r.timestamp).collect();
+        assert_eq!(carried, times.map(Some), "{gate:?}");
+    }
+}

@@ -21,7 +21,9 @@ pub struct Record<'a, K, V> {
     pub partition: i32,
     /// The record's offset.
     pub offset: i64,
-    /// The record's timestamp, ms since the epoch.
+    /// The record's Kafka timestamp, ms since the epoch (`-1` for a record without one). Every
+    /// record the handler emits for it carries the same timestamp (timestamp propagation, as
+    /// in Kafka Streams), so event time flows through a pipeline of stages.
     pub timestamp: i64,
     /// The decoded key.
     pub key: K,

@@ -60,6 +60,8 @@ pub struct ReadRecord {
     pub key: Option<Vec<u8>>,
     /// Value bytes.
     pub value: Option<Vec<u8>>,
+    /// The record timestamp, ms since the epoch, if it has one.
+    pub timestamp: Option<i64>,
     /// The decoded `parsley.stamp` header, if present.
     pub stamp: Option<Stamp>,
 }
@@ -159,6 +161,7 @@ pub fn read_committed(topic: &TopicInfo) -> Vec<ReadRecord> {
                 offset: m.offset(),
                 key: m.key().map(<[u8]>::to_vec),
                 value: m.payload().map(<[u8]>::to_vec),
+                timestamp: m.timestamp().to_millis(),
                 stamp,
             });
         }

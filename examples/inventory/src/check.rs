@@ -52,6 +52,10 @@ pub struct Outcome {
     /// Records that should have been delivered and were not (per stage), or were delivered
     /// more than once.
     pub completeness: Vec<String>,
+    /// Ledger entries whose event time (`at`) is below an earlier entry's of the same product:
+    /// out of event-time order. Not part of [`Outcome::passed`]: a ledger in arrival order has
+    /// them by design; an event-time ledger may have them only for records it counted late.
+    pub event_time_disorder: u64,
 }
 
 impl Outcome {
@@ -144,10 +148,21 @@ pub fn check(
         ));
     }
     let oversold = logs.ledger.iter().filter(|(_, e)| e.level < 0).count() as u64;
+    // A product's entries are in one partition, in delivery order.
+    let mut latest: HashMap<&str, i64> = HashMap::new();
+    let mut event_time_disorder = 0;
+    for (_, e) in &logs.ledger {
+        let seen = latest.entry(e.product.as_str()).or_insert(e.at);
+        if e.at < *seen {
+            event_time_disorder += 1;
+        }
+        *seen = (*seen).max(e.at);
+    }
     Outcome {
         oracle,
         oversold,
         completeness,
+        event_time_disorder,
     }
 }
 
@@ -190,6 +205,8 @@ mod tests {
     }
 
     fn logs(ledger_order: &[u64], levels: &[i64]) -> DeliveryLogs {
+        // Event time: stock event 1 at 10, the sale (and its fact) at 20.
+        let at = |id: u64| if id == 1 { 10 } else { 20 };
         DeliveryLogs {
             facts: vec![(
                 0,
@@ -212,6 +229,7 @@ mod tests {
                             delivered,
                             product: "p".into(),
                             level,
+                            at: at(delivered),
                         },
                     )
                 })
@@ -223,6 +241,7 @@ mod tests {
     fn the_causal_delivery_log_passes() {
         let outcome = check(&truth(), &topics(), 1, &logs(&[1, 2 | FACT_BIT], &[5, 4]));
         assert!(outcome.passed(), "{outcome:?}");
+        assert_eq!(outcome.event_time_disorder, 0);
         assert_eq!(outcome.oracle.unwrap().deliveries, 3);
     }
 
@@ -244,6 +263,10 @@ mod tests {
             ref other => panic!("expected a causal-order violation, got {other:?}"),
         }
         assert_eq!(outcome.oversold, 1);
+        assert_eq!(
+            outcome.event_time_disorder, 1,
+            "the stock event at 10 after the fact at 20"
+        );
     }
 
     #[test]

@@ -153,7 +153,12 @@ pub fn generate(
                     producer.send(stock, keys[i].as_bytes(), &serde_json::to_vec(&event)?)?;
                 pending.push((seq, id, stock));
             }
-            // The shop sells only what the warehouse's acknowledged events put on the shelf.
+            // The shop sells only what the warehouse's acknowledged events put on the shelf: it
+            // waits for the acknowledgements, so each sale claims exact stock coordinates, not
+            // sends in flight (which a stage that does not read stock would have to replace by
+            // the partition's end offset at the time: a true but coarser claim, under which an
+            // event-time ledger parks a fact behind later stock events).
+            let mut acked = producer.flush()?;
             for &i in products {
                 if level[i] <= 0 || !rng.random_bool(0.6) {
                     continue;
@@ -177,11 +182,9 @@ pub fn generate(
                 level = saved_level;
                 stocked = saved_stocked;
             } else {
-                let acked: HashMap<u64, parsley_clock::Coordinate> = producer
-                    .commit()?
-                    .into_iter()
-                    .map(|a| (a.seq, a.coordinate))
-                    .collect();
+                acked.extend(producer.commit()?);
+                let acked: HashMap<u64, parsley_clock::Coordinate> =
+                    acked.into_iter().map(|a| (a.seq, a.coordinate)).collect();
                 truth.transactions += 1;
                 pending.sort_by_key(|(seq, _, _)| *seq);
                 for (seq, id, topic) in pending {

@@ -9,7 +9,9 @@
 //! - stage two (`ledger`) consumes the facts together with the original `stock` topic and keeps
 //!   each product's stock level; it writes one ledger entry per delivered record. A fact
 //!   delivered before the stock it depends on drives the level below zero: the business
-//!   symptom of a causal violation.
+//!   symptom of a causal violation. In the demo it orders its deliveries by event time, so each
+//!   product's ledger is its timeline: entries in the order the movements happened (the stock
+//!   events' timestamps and, carried through stage one, the sales').
 //!
 //! All topics are keyed by product and have the same partition count (co-partitioned).
 
@@ -90,6 +92,9 @@ pub struct LedgerEntry {
     pub product: String,
     /// Stock level after the record.
     pub level: i64,
+    /// When the movement happened: the delivered record's event time (its Kafka timestamp,
+    /// carried from the sale to its fact), ms since the epoch.
+    pub at: i64,
 }
 
 /// Stage one: a sale becomes a fact with the product's running total.
@@ -159,6 +164,7 @@ impl Handler for Ledger {
             delivered,
             product: r.key.clone(),
             level,
+            at: r.timestamp,
         };
         Ok(Step::none()
             .emit(&self.ledger_topic, r.key, entry)

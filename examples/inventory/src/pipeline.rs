@@ -2,7 +2,7 @@
 
 use anyhow::{Context, Result};
 use parsley_runtime::TopicInfo;
-use parsley_stage::{Topology, Utf8};
+use parsley_stage::{EventTimeOrder, Topology, Utf8};
 use parsley_testkit::fixtures::read_committed;
 
 use crate::check::{DeliveryLogs, TopicNames};
@@ -19,11 +19,13 @@ pub fn names(run_id: &str) -> TopicNames {
 }
 
 /// Application `run_id`: stage `sales-facts` (sales → facts) and stage `ledger` (stock + facts
-/// → ledger).
+/// → ledger), which orders its deliveries by event time when `event_time` is set (no control
+/// stream: what is history at start leaves in event-time order; a record arriving after the
+/// watermark passed its time is released at once and counted late).
 ///
 /// # Errors
 /// When the builder rejects it (it does not).
-pub fn topology(run_id: &str, names: &TopicNames) -> Result<Topology> {
+pub fn topology(run_id: &str, names: &TopicNames, event_time: bool) -> Result<Topology> {
     Ok(Topology::builder(run_id)
         .stage(
             "sales-facts",
@@ -38,10 +40,16 @@ pub fn topology(run_id: &str, names: &TopicNames) -> Result<Topology> {
                 ledger_topic: names.ledger.clone(),
             },
             |s| {
-                s.source(&names.stock)
+                let s = s
+                    .source(&names.stock)
                     .source(&names.facts)
                     .sink(&names.ledger)
-                    .key_codec(Utf8)
+                    .key_codec(Utf8);
+                if event_time {
+                    s.order_by_event_time(EventTimeOrder::new())
+                } else {
+                    s
+                }
             },
         )
         .build()?)

@@ -144,7 +144,9 @@ fn stage_config(bootstrap: &str, instance: &str) -> RuntimeConfig {
 }
 
 fn worker(bootstrap: &str, run_id: &str, stage: &str, instance: &str) -> Result<()> {
-    let topology = topology(run_id, &names(run_id))?;
+    // Arrival (causal) order: live traffic under faults without a control stream would make
+    // the event-time ledger count late records rather than test the guarantee.
+    let topology = topology(run_id, &names(run_id), false)?;
     let running =
         Runtime::new(topology, stage_config(bootstrap, instance)).start_stages(&[stage])?;
     let (tx, rx) = mpsc::channel();

@@ -1,0 +1,194 @@
+//! `experiment` (run by `cargo xtask experiment`): the same generated input through four
+//! ordering strategies on a real broker, per seed; prints the table and writes it with a
+//! chart under `target/experiment/`.
+
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::Parser;
+use indicatif::{ProgressBar, ProgressStyle};
+use parsley_ordering::cli::{WorkloadArgs, bootstrap};
+use parsley_ordering::run::{self, Strategy, StrategySettings};
+use parsley_ordering::{offsets, report};
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::util::SubscriberInitExt as _;
+use tracing_subscriber::{EnvFilter, Layer as _};
+
+/// Run the event-time ordering experiment: a fixed window, timeout idleness in two layers and
+/// in one, and offset completeness, on the same generated input.
+#[derive(Parser, Debug)]
+#[command(name = "experiment")]
+struct Cli {
+    /// Kafka bootstrap servers (default: $PARSLEY_BOOTSTRAP).
+    #[arg(long)]
+    bootstrap: Option<String>,
+    /// Generator seeds, comma-separated: one run per strategy and seed.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,3")]
+    seeds: Vec<u64>,
+    /// Strategies, comma-separated (window, two-layer, one-layer, offsets, and arrival: the
+    /// Parsley stage without event-time ordering, as a reference).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "window,two-layer,one-layer,offsets,arrival"
+    )]
+    strategies: Vec<String>,
+    #[command(flatten)]
+    workload: WorkloadArgs,
+    /// (a) the fixed window, ms of event time.
+    #[arg(long, default_value_t = 5_000)]
+    window_ms: i64,
+    /// (b) idleness per partition at the source, ms.
+    #[arg(long, default_value_t = 1_000)]
+    source_idle_ms: u64,
+    /// (b) idleness per topic at the union, ms.
+    #[arg(long, default_value_t = 500)]
+    union_idle_ms: u64,
+    /// (c) idleness per partition, ms.
+    #[arg(long, default_value_t = 1_000)]
+    idle_ms: u64,
+    /// (a)–(c) watermark emission interval, ms (Flink's default: 200).
+    #[arg(long, default_value_t = 200)]
+    watermark_interval_ms: u64,
+    /// (a)–(c) every topic's consumer starts within this many ms (drawn by seed).
+    #[arg(long, default_value_t = 300)]
+    start_spread_ms: u64,
+    /// (a)–(c) one event topic per seed is slow: its consumer starts within this many ms.
+    #[arg(long, default_value_t = 2_000)]
+    slow_start_ms: u64,
+    /// (b)–(d) control stream lag, ms.
+    #[arg(long, default_value_t = 100)]
+    lag_ms: i64,
+    /// (d) the runtime's commit interval, ms.
+    #[arg(long, default_value_t = 100)]
+    commit_interval_ms: u64,
+    /// How long a run waits for held records after the live events end, ms.
+    #[arg(long, default_value_t = 3_000)]
+    grace_ms: u64,
+    /// Where the table and the chart go.
+    #[arg(long, default_value = "target/experiment")]
+    out: PathBuf,
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::registry()
+        .with(offsets::delivery_capture())
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_filter(
+                    EnvFilter::try_from_default_env()
+                        .unwrap_or_else(|_| "warn,librdkafka=error".into()),
+                ),
+        )
+        .init();
+    match experiment(Cli::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("experiment: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn experiment(cli: Cli) -> Result<()> {
+    let bootstrap = bootstrap(cli.bootstrap.clone()).context(
+        "no broker: pass --bootstrap, set PARSLEY_BOOTSTRAP or run `cargo xtask experiment`",
+    )?;
+    let strategies = cli
+        .strategies
+        .iter()
+        .map(|s| Strategy::from_slug(s))
+        .collect::<parsley_ordering::Result<Vec<_>>>()?;
+    let settings = StrategySettings {
+        window_ms: cli.window_ms,
+        source_idle: Duration::from_millis(cli.source_idle_ms),
+        union_idle: Duration::from_millis(cli.union_idle_ms),
+        idle: Duration::from_millis(cli.idle_ms),
+        watermark_interval: Duration::from_millis(cli.watermark_interval_ms),
+        start_spread: Duration::from_millis(cli.start_spread_ms),
+        slow_start: Duration::from_millis(cli.slow_start_ms),
+        control_lag_ms: cli.lag_ms,
+        commit_interval: Duration::from_millis(cli.commit_interval_ms),
+        output: false,
+        plain_reference: true,
+    };
+    let command = std::env::args().collect::<Vec<_>>().join(" ");
+    let w = &cli.workload;
+    println!(
+        "Event-time ordering experiment on {bootstrap}: seeds {:?}; {} topics × {} partitions, {} products, {} history events over {} days, live {} events/s for {} s, silent partition {} ms; window {} ms; idleness {} ms (one layer), {} ms source / {} ms union (two layers), watermarks every {} ms, consumers start within {} ms, one slow topic within {} ms; control lag {} ms, commit interval {} ms",
+        cli.seeds,
+        w.topics,
+        w.partitions,
+        w.products,
+        w.history_records,
+        w.history_days,
+        w.live_rate,
+        w.live_secs,
+        w.silent_ms,
+        cli.window_ms,
+        cli.idle_ms,
+        cli.source_idle_ms,
+        cli.union_idle_ms,
+        cli.watermark_interval_ms,
+        cli.start_spread_ms,
+        cli.slow_start_ms,
+        cli.lag_ms,
+        cli.commit_interval_ms
+    );
+    let bar = ProgressBar::new(0);
+    bar.set_style(
+        ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} ({per_sec})")?
+            .progress_chars("=> "),
+    );
+    let mut outcomes = Vec::new();
+    for &seed in &cli.seeds {
+        let config = w.config("ordering", seed);
+        for &strategy in &strategies {
+            let o = run::run(
+                &bootstrap,
+                &config,
+                strategy,
+                &settings,
+                Duration::from_millis(cli.grace_ms),
+                &bar,
+            )
+            .with_context(|| format!("seed {seed}, {}", strategy.name()))?;
+            bar.suspend(|| {
+                println!(
+                    "seed {seed} {}: {} released, {:.2} % out of order, drain {:?}{}",
+                    strategy.name(),
+                    o.summary.records,
+                    o.summary.out_of_order_pct(),
+                    o.summary.history_drain,
+                    o.plain.map_or(String::new(), |p| format!(
+                        " (plain consumer {:?})",
+                        p.elapsed
+                    ))
+                )
+            });
+            outcomes.push(o);
+        }
+    }
+    bar.finish_and_clear();
+    let table = report::markdown(
+        &outcomes,
+        cli.lag_ms,
+        Duration::from_millis(cli.commit_interval_ms),
+    );
+    println!("\n{table}");
+    std::fs::create_dir_all(&cli.out).with_context(|| format!("creating {}", cli.out.display()))?;
+    let md = cli.out.join("results.md");
+    let mut f = std::fs::File::create(&md).with_context(|| format!("creating {}", md.display()))?;
+    writeln!(
+        f,
+        "# Event-time ordering experiment\n\n`{command}`\n\n{table}"
+    )?;
+    let svg = cli.out.join("results.svg");
+    report::chart(&outcomes, &svg)?;
+    println!("wrote {} and {}", md.display(), svg.display());
+    Ok(())
+}

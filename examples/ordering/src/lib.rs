@@ -1,0 +1,37 @@
+//! The event-time ordering experiment of DESIGN.md §5: the silence-problem workload and four
+//! ways of ordering it by event time, measured on a real broker.
+//!
+//! - [`workload`]: the source's workload as data — 12 topics with event time and one without
+//!   (valid products, the control stream), 3 partitions each, keyed by product, strict
+//!   per-key event-time order, days of history then live traffic, partitions of different
+//!   lengths and one silent at startup; deterministic by seed.
+//! - [`produce`]: writes it (`generate` binary: `cargo run -p parsley-ordering --bin generate`).
+//! - [`baseline`]: (a) a fixed event-time window, (b) timeout idleness in two layers, (c) in
+//!   one layer — honest Flink-like jobs on one rdkafka consumer per topic.
+//! - [`offsets`]: (d) offset completeness, the Parsley stage ordered by event time with the
+//!   control stream.
+//! - [`run`], [`measure`], [`report`]: one measured run per strategy and seed, the figures, the
+//!   table and the chart (`cargo xtask experiment`).
+//!
+//! ```
+//! use parsley_ordering::workload::{Workload, WorkloadConfig};
+//!
+//! let w = Workload::new(WorkloadConfig { history_records: 1_000, ..WorkloadConfig::default() })?;
+//! let history = w.history(1_700_000_000_000);
+//! assert_eq!(history.events.len(), 1_000);
+//! assert_eq!(w.topics().len(), 13);
+//! # Ok::<(), parsley_ordering::Error>(())
+//! ```
+
+pub mod baseline;
+pub mod cli;
+mod error;
+pub mod measure;
+pub mod offsets;
+pub mod plain;
+pub mod produce;
+pub mod report;
+pub mod run;
+pub mod workload;
+
+pub use error::{Error, Result};

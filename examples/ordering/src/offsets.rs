@@ -1,0 +1,242 @@
+//! Offset completeness: the Parsley runtime stage with
+//! [`order_by_event_time`](parsley_stage::StageBuilder::order_by_event_time) and the control
+//! stream (DESIGN.md §5), measured without touching the runtime.
+//!
+//! - **Release** is the handler call: the stage's handler, [`Tap`], reports each event it is
+//!   handed (and, for tests, forwards it to an output topic, so the committed output is the
+//!   release log).
+//! - **Arrival** is the runtime's delivery journal: the `parsley::delivery` trace event
+//!   ([`DELIVERY_TARGET`]) that the stream thread emits when the gate delivers a record into
+//!   the task's timer queue. [`install_delivery_capture`] installs a `tracing` layer that keeps
+//!   the instant of each such event until the handler is handed the record. The records of
+//!   this workload carry no stamps, so the gate delivers each record in the poll that fetched
+//!   it: the hold measured is the timer queue's, from delivery to release.
+
+use std::collections::HashMap;
+use std::sync::mpsc::Sender;
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use parsley_runtime::{DELIVERY_TARGET, Running, Runtime, RuntimeConfig};
+use parsley_stage::{EventTimeOrder, Handler, HandlerResult, Record, Step, Topology, Utf8};
+use tracing::field::{Field, Visit};
+use tracing::{Event, Subscriber};
+use tracing_subscriber::Layer;
+use tracing_subscriber::layer::Context;
+
+use crate::error::{Error, Result};
+use crate::measure::Release;
+use crate::workload::{EventValue, Workload, parse_product};
+
+/// Name of the stage.
+pub const STAGE: &str = "order";
+
+/// Delivery instants by `(topic, partition, offset)`, while the capture is installed.
+type Journal = Mutex<HashMap<(String, i32, i64), Instant>>;
+
+fn journal() -> &'static Journal {
+    static JOURNAL: OnceLock<Journal> = OnceLock::new();
+    JOURNAL.get_or_init(Default::default)
+}
+
+/// Forgets every recorded delivery (call between runs).
+pub fn clear_journal() {
+    if let Ok(mut j) = journal().lock() {
+        j.clear();
+    }
+}
+
+/// A `tracing` layer that records the instant of every `parsley::delivery` event. Add it to
+/// the process's subscriber with a filter that enables [`DELIVERY_TARGET`] at `TRACE`
+/// ([`delivery_capture`] builds both); [`Tap`] reads what it records.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct DeliveryCapture;
+
+#[derive(Default)]
+struct Coordinate {
+    topic: Option<String>,
+    partition: Option<i64>,
+    offset: Option<i64>,
+}
+
+impl Visit for Coordinate {
+    fn record_i64(&mut self, field: &Field, value: i64) {
+        match field.name() {
+            "partition" => self.partition = Some(value),
+            "offset" => self.offset = Some(value),
+            _ => {}
+        }
+    }
+
+    fn record_str(&mut self, field: &Field, value: &str) {
+        if field.name() == "topic" {
+            self.topic = Some(value.to_string());
+        }
+    }
+
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        if field.name() == "topic" {
+            // `topic = %name`: a Display value, rendered without quotes by `{:?}`.
+            self.topic = Some(format!("{value:?}"));
+        }
+    }
+}
+
+impl<S: Subscriber> Layer<S> for DeliveryCapture {
+    fn on_event(&self, event: &Event<'_>, _: Context<'_, S>) {
+        if event.metadata().target() != DELIVERY_TARGET {
+            return;
+        }
+        let now = Instant::now();
+        let mut c = Coordinate::default();
+        event.record(&mut c);
+        if let (Some(topic), Some(partition), Some(offset)) = (c.topic, c.partition, c.offset)
+            && let Ok(mut j) = journal().lock()
+        {
+            j.insert((topic, partition as i32, offset), now);
+        }
+    }
+}
+
+/// The capture layer with its filter: add it to a subscriber, e.g.
+/// `tracing_subscriber::registry().with(delivery_capture()).with(fmt_layer).init()`.
+pub fn delivery_capture<S>() -> impl Layer<S> + Send + Sync
+where
+    S: Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+{
+    use tracing_subscriber::filter::{LevelFilter, Targets};
+    DeliveryCapture.with_filter(Targets::new().with_target(DELIVERY_TARGET, LevelFilter::TRACE))
+}
+
+/// The stage's handler: reports each released event to the run and, if `output` is set,
+/// forwards it there unchanged. Control records are passed by.
+#[derive(Debug)]
+pub struct Tap {
+    control: String,
+    output: Option<String>,
+    out: Sender<Release>,
+}
+
+impl Handler for Tap {
+    type Key = String;
+    type Value = String;
+    type Output = String;
+    type State = ();
+
+    fn handle(
+        &self,
+        r: Record<'_, String, String>,
+        _: Option<()>,
+    ) -> HandlerResult<String, String, ()> {
+        let released = Instant::now();
+        let coordinate = (r.topic.to_string(), r.partition, r.offset);
+        let mut j = journal()
+            .lock()
+            .map_err(|_| "the delivery journal is poisoned")?;
+        if r.topic == self.control {
+            j.remove(&coordinate);
+            return Ok(Step::none());
+        }
+        // Kept, not removed: a record released in a transaction that aborts is restored
+        // parked and released again without a new delivery (counted as a duplicate).
+        let arrived = j.get(&coordinate).copied();
+        drop(j);
+        let arrived = arrived.ok_or_else(|| {
+            format!(
+                "no delivery event for {}/{} at {}: install the delivery capture \
+                 (offsets::delivery_capture) in the process's tracing subscriber",
+                r.topic, r.partition, r.offset
+            )
+        })?;
+        let product = parse_product(r.key.as_bytes())?;
+        let value = EventValue::decode(r.value.as_bytes())?;
+        // The receiver is gone only when the run is over.
+        let _ = self.out.send(Release {
+            product,
+            seq: value.seq,
+            phase: value.phase,
+            event_time_ms: r.timestamp,
+            arrived,
+            released,
+        });
+        Ok(match &self.output {
+            Some(topic) => Step::none().emit(topic, r.key, r.value),
+            None => Step::none(),
+        })
+    }
+}
+
+/// Settings of the offset-completeness run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OffsetsSettings {
+    /// Order by event time (offset completeness); `false`: the same stage in arrival order,
+    /// the reference row that shows what ordering costs.
+    pub event_time: bool,
+    /// The control stream's lag, ms.
+    pub lag_ms: i64,
+    /// The runtime's commit interval.
+    pub commit_interval: Duration,
+    /// Forward every released event to this topic (must exist), for tests.
+    pub output: Option<String>,
+}
+
+/// The topology: one stage reading every topic of `workload`, ordered by event time with the
+/// control topic as control stream (or, with `settings.event_time` off, in arrival order).
+///
+/// # Errors
+/// [`Error::Config`] when the topology does not validate.
+pub fn topology(
+    application: &str,
+    workload: &Workload,
+    settings: &OffsetsSettings,
+    out: Sender<Release>,
+) -> Result<Topology> {
+    let control = workload.control_topic();
+    let tap = Tap {
+        control: control.clone(),
+        output: settings.output.clone(),
+        out,
+    };
+    Topology::builder(application)
+        .stage(STAGE, tap, |s| {
+            let s = workload.topics().iter().fold(s, |s, t| s.source(t));
+            let s = match &settings.output {
+                Some(o) => s.sink(o),
+                None => s,
+            };
+            let s = s.key_codec(Utf8).value_codec(Utf8).output_codec(Utf8);
+            if settings.event_time {
+                s.order_by_event_time(EventTimeOrder::new().control(&control, settings.lag_ms))
+            } else {
+                s
+            }
+        })
+        .build()
+        .map_err(|e| Error::config("topology", e.to_string()))
+}
+
+/// Starts the runtime on `topology`.
+///
+/// # Errors
+/// [`Error::Runtime`] when it does not start.
+pub fn start(bootstrap: &str, topology: Topology, settings: &OffsetsSettings) -> Result<Running> {
+    Runtime::new(
+        topology,
+        RuntimeConfig::new(bootstrap).commit_interval(settings.commit_interval),
+    )
+    .start()
+    .map_err(|e| Error::runtime("starting the offset-completeness stage", e))
+}
+
+/// Reads the runtime's pending progress events; fails with the stage's error if one failed.
+///
+/// # Errors
+/// [`Error::StageFailed`].
+pub fn check(running: &Running) -> Result<()> {
+    while let Some(p) = running.next_progress(Duration::ZERO) {
+        if let parsley_runtime::Progress::Failed { stage, error } = p {
+            return Err(Error::StageFailed { stage, error });
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,233 @@
+//! The experiment's table (Markdown) and chart (SVG).
+
+use std::fmt::Write as _;
+use std::path::Path;
+use std::time::Duration;
+
+use plotters::prelude::*;
+
+use crate::error::{Error, Result};
+use crate::measure::Hold;
+use crate::run::{RunOutcome, Strategy};
+
+fn secs(d: Option<Duration>) -> String {
+    d.map_or("not drained".to_string(), |d| {
+        format!("{:.1} s", d.as_secs_f64())
+    })
+}
+
+fn hold(h: &Hold) -> String {
+    if h.records == 0 {
+        return "—".to_string();
+    }
+    let f = |ms: f64| {
+        if ms >= 10_000.0 {
+            format!("{:.1} s", ms / 1000.0)
+        } else {
+            format!("{ms:.0} ms")
+        }
+    };
+    format!("{} / {}", f(h.avg_ms), f(h.p99_ms))
+}
+
+/// The table: one row per run, then the plain-consumer reference and the targets.
+pub fn markdown(outcomes: &[RunOutcome], lag_ms: i64, commit_interval: Duration) -> String {
+    let mut s = String::new();
+    s.push_str(
+        "| strategy | seed | records | out of order | catch-up hold avg / p99 | steady live hold avg / p99 | history drain | first live output | held at stop |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    for o in outcomes {
+        let m = &o.summary;
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {:.2} % ({} history, {} live) | {} | {} | {} | {} | {} |",
+            o.strategy.name(),
+            o.seed,
+            m.records,
+            m.out_of_order_pct(),
+            m.out_of_order_history,
+            m.out_of_order - m.out_of_order_history,
+            hold(&m.catch_up),
+            hold(&m.live),
+            secs(m.history_drain),
+            m.first_live
+                .map_or("—".into(), |d| format!("{:.1} s", d.as_secs_f64())),
+            m.unreleased_history + m.unreleased_live,
+        );
+    }
+    let plain: Vec<&RunOutcome> = outcomes.iter().filter(|o| o.plain.is_some()).collect();
+    if !plain.is_empty() {
+        s.push_str(
+            "\n| seed | plain consumer drain | offset completeness drain | ratio (target ≤ 1.2) | Parsley arrival-order drain | ratio to it |\n|---:|---:|---:|---:|---:|---:|\n",
+        );
+        let ratio = |a: Option<Duration>, b: Option<Duration>| match (a, b) {
+            (Some(a), Some(b)) if !b.is_zero() => {
+                format!("{:.2}", a.as_secs_f64() / b.as_secs_f64())
+            }
+            _ => "—".into(),
+        };
+        for o in plain {
+            let p = o.plain.as_ref().map(|p| p.elapsed);
+            let arrival = outcomes
+                .iter()
+                .find(|a| a.strategy == Strategy::Arrival && a.seed == o.seed)
+                .and_then(|a| a.summary.history_drain);
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {} | {} | {} |",
+                o.seed,
+                secs(p),
+                secs(o.summary.history_drain),
+                ratio(o.summary.history_drain, p),
+                secs(arrival),
+                ratio(o.summary.history_drain, arrival),
+            );
+        }
+    }
+    let budget = lag_ms as f64 + commit_interval.as_secs_f64() * 1000.0;
+    for o in outcomes.iter().filter(|o| o.strategy == Strategy::Offsets) {
+        let l = &o.summary.live;
+        let _ = writeln!(
+            s,
+            "\nSeed {}, offset completeness, steady live: hold avg {:.0} ms (target < 100 ms: {}), p99 {:.0} ms (target ≤ lag + commit interval = {budget:.0} ms: {}); history out of order {} (target 0: {}); the runtime counted {} late records (arrived below the watermark).",
+            o.seed,
+            l.avg_ms,
+            if l.records > 0 && l.avg_ms < 100.0 {
+                "met"
+            } else {
+                "not met"
+            },
+            l.p99_ms,
+            if l.records > 0 && l.p99_ms <= budget {
+                "met"
+            } else {
+                "not met"
+            },
+            o.summary.out_of_order_history,
+            if o.summary.out_of_order_history == 0 {
+                "met"
+            } else {
+                "not met"
+            },
+            o.late.map_or("?".into(), |l| l.to_string()),
+        );
+    }
+    s
+}
+
+/// Writes a chart of out-of-order % and hold averages per strategy and seed to `path`.
+///
+/// # Errors
+/// [`Error::Output`] when the file cannot be drawn or written.
+pub fn chart(outcomes: &[RunOutcome], path: &Path) -> Result<()> {
+    draw(outcomes, path).map_err(|e| Error::Output {
+        path: path.display().to_string(),
+        why: e.to_string(),
+    })
+}
+
+type DrawResult = std::result::Result<(), Box<dyn std::error::Error>>;
+
+fn draw(outcomes: &[RunOutcome], path: &Path) -> DrawResult {
+    let root = SVGBackend::new(path, (1100, 480)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let (left, right) = root.split_horizontally(550);
+    let strategies: Vec<Strategy> = Strategy::ALL
+        .into_iter()
+        .filter(|s| outcomes.iter().any(|o| o.strategy == *s))
+        .collect();
+    let mut seeds: Vec<u64> = outcomes.iter().map(|o| o.seed).collect();
+    seeds.sort_unstable();
+    seeds.dedup();
+    let colours = [BLUE, RED, GREEN, MAGENTA, CYAN, BLACK];
+    let n = strategies.len().max(1) as f64;
+    let label = |x: &f64| {
+        let i = x.round();
+        if (x - i).abs() < 1e-6 && i >= 0.0 && (i as usize) < strategies.len() {
+            strategies[i as usize].slug().to_string()
+        } else {
+            String::new()
+        }
+    };
+    // Each run's bar: its x range and its seed's colour.
+    let width = 0.8 / seeds.len().max(1) as f64;
+    let placed: Vec<(f64, f64, RGBColor, &RunOutcome)> = outcomes
+        .iter()
+        .filter_map(|o| {
+            let si = strategies.iter().position(|s| *s == o.strategy)?;
+            let ki = seeds.iter().position(|k| *k == o.seed)?;
+            let x0 = si as f64 - 0.4 + ki as f64 * width;
+            Some((x0, x0 + width * 0.9, colours[ki % colours.len()], o))
+        })
+        .collect();
+    // Out of order, %.
+    let max_pct = outcomes
+        .iter()
+        .map(|o| o.summary.out_of_order_pct())
+        .fold(1.0, f64::max)
+        * 1.1;
+    let mut c = ChartBuilder::on(&left)
+        .caption("records out of order per key, %", ("sans-serif", 18))
+        .margin(15)
+        .x_label_area_size(30)
+        .y_label_area_size(50)
+        .build_cartesian_2d(-0.5..n - 0.5, 0.0..max_pct)?;
+    c.configure_mesh()
+        .x_labels(strategies.len().max(1) * 2 + 1)
+        .x_label_formatter(&label)
+        .disable_x_mesh()
+        .draw()?;
+    c.draw_series(placed.iter().map(|(x0, x1, colour, o)| {
+        Rectangle::new(
+            [(*x0, 0.0), (*x1, o.summary.out_of_order_pct())],
+            colour.filled(),
+        )
+    }))?;
+    // Hold, ms, log scale: catch-up (light) and steady live (solid) averages.
+    let max_hold = outcomes
+        .iter()
+        .flat_map(|o| [o.summary.catch_up.avg_ms, o.summary.live.avg_ms])
+        .fold(10.0, f64::max)
+        * 2.0;
+    let mut c = ChartBuilder::on(&right)
+        .caption(
+            "hold avg, ms (light: catch-up, solid: steady live)",
+            ("sans-serif", 18),
+        )
+        .margin(15)
+        .x_label_area_size(30)
+        .y_label_area_size(60)
+        .build_cartesian_2d(-0.5..n - 0.5, (1.0..max_hold).log_scale())?;
+    c.configure_mesh()
+        .x_labels(strategies.len().max(1) * 2 + 1)
+        .x_label_formatter(&label)
+        .disable_x_mesh()
+        .draw()?;
+    let floor = |v: f64| v.max(1.0);
+    c.draw_series(placed.iter().flat_map(|(x0, x1, colour, o)| {
+        let mid = (x0 + x1) / 2.0;
+        [
+            Rectangle::new(
+                [(*x0, 1.0), (mid, floor(o.summary.catch_up.avg_ms))],
+                colour.mix(0.35).filled(),
+            ),
+            Rectangle::new(
+                [(mid, 1.0), (*x1, floor(o.summary.live.avg_ms))],
+                colour.filled(),
+            ),
+        ]
+    }))?;
+    // Legend: one colour per seed.
+    for (ki, seed) in seeds.iter().enumerate() {
+        root.draw(&Text::new(
+            format!("seed {seed}"),
+            (20 + 90 * ki as i32, 462),
+            ("sans-serif", 14)
+                .into_font()
+                .color(&colours[ki % colours.len()]),
+        ))?;
+    }
+    root.present()?;
+    Ok(())
+}
