@@ -3,23 +3,16 @@
 //!
 //! Every stamped send is identified by a send id, a plain `usize` handed to librdkafka as its
 //! delivery opaque (no allocation per send); the outbox keeps the [`SendTag`] (task, channel,
-//! send sequence) of each id in a queue of sends awaiting their report, in id order.
-//! [`Outbox::drain`] turns the recorded reports into [`Ack`]s.
-//!
-//! Delivery reports are served by the thread that owns the outbox — the stream thread — not by
-//! a polling thread: [`Outbox::serve`] records what librdkafka has ready without blocking, and
-//! every wait ([`Outbox::wait_acked`], [`Outbox::flush`], a full queue) serves reports while it
-//! waits.
-//! So a produced record is allocated and freed on the same thread (librdkafka frees a message
-//! when its report is served; a free on another thread defeats the allocator's per-thread
-//! cache), and no report wakes another thread. The two blocking librdkafka calls that need
-//! reports served *while* they run get a helper thread for their duration: the flush before a
-//! commit ([`Outbox::flush`]) and `rd_kafka_abort_transaction`
-//! ([`Outbox::abort_transaction`]).
+//! send sequence) of each id in a queue of sends awaiting their report, in id order. The
+//! delivery callback (on the producer's polling thread) records the id and the result and
+//! wakes whoever waits for acknowledgements; [`Outbox::drain`] turns them into [`Ack`]s.
+//! Waiting is on a condition variable signalled by the callbacks, never a sleep.
 //!
 //! Invariant: `outstanding` counts sends handed to librdkafka whose delivery report has not
 //! been recorded yet; it is incremented before a send and decremented exactly once, by the
-//! report or by a synchronous send failure.
+//! report (under the state lock, so a waiter cannot miss it) or by a synchronous send failure.
+//! Callbacks signal the condition variable only while someone waits (`waiters`): a signal
+//! with nobody waiting still costs a system call per delivery report.
 //!
 //! Invariant of the id queue: `tags[i]` belongs to send id `first_id + i`; an entry becomes
 //! `None` when its report is drained, and leading `None`s are popped, so the queue holds the
@@ -27,8 +20,8 @@
 //! order). Id 0 marks an untagged send (a changelog write).
 
 use std::collections::VecDeque;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use parsley_clock::Channel;
@@ -36,7 +29,7 @@ use rdkafka::ClientConfig;
 use rdkafka::client::ClientContext;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, Message, OwnedHeaders};
-use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
+use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka_sys as rdsys;
 
 use crate::error::{Error, Result};
@@ -70,17 +63,20 @@ struct Report {
 /// The delivery opaque of an untagged send (a changelog write).
 const UNTAGGED: usize = 0;
 
-/// The longest a wait for delivery reports blocks before it serves them again.
-const WAIT_STEP_MS: i32 = 1;
+#[derive(Default)]
+struct AckState {
+    acks: Vec<Report>,
+    /// Delivery reports recorded since the producer was created.
+    reports: u64,
+    /// Threads waiting on `changed`.
+    waiters: u32,
+}
 
 /// Producer context that collects delivery reports.
 pub(crate) struct AckContext {
-    /// Reports recorded and not drained yet. Only the owning thread (or the abort's helper,
-    /// while the owner waits for the abort) serves reports: the lock is never contended.
-    reports: Mutex<Vec<Report>>,
-    /// Delivery reports recorded since the producer was created.
-    reported: AtomicU64,
-    /// Sends without a delivery report yet.
+    state: Mutex<AckState>,
+    changed: Condvar,
+    /// Sends without a delivery report yet; decremented under the `state` lock.
     outstanding: AtomicU64,
 }
 
@@ -94,18 +90,19 @@ impl ProducerContext for AckContext {
             Ok(m) => Ok(m.offset()),
             Err((e, _)) => Err(e.clone()),
         };
-        self.reports
-            .lock()
-            .expect("ack state poisoned")
-            .push(Report { id, result });
-        self.reported.fetch_add(1, Ordering::Relaxed);
+        let mut s = self.state.lock().expect("ack state poisoned");
+        s.acks.push(Report { id, result });
         self.outstanding.fetch_sub(1, Ordering::Relaxed);
+        s.reports += 1;
+        if s.waiters > 0 {
+            self.changed.notify_all();
+        }
     }
 }
 
 /// A producer plus its collected acknowledgements.
 pub(crate) struct Outbox {
-    producer: BaseProducer<AckContext>,
+    producer: ThreadedProducer<AckContext>,
     /// The tag of each stamped send from the oldest unreported one on (module docs).
     tags: VecDeque<Option<SendTag>>,
     /// The send id of `tags[0]`; ids start at 1.
@@ -129,8 +126,8 @@ impl Outbox {
         }
         let producer = config
             .create_with_context(AckContext {
-                reports: Mutex::new(Vec::new()),
-                reported: AtomicU64::new(0),
+                state: Mutex::new(AckState::default()),
+                changed: Condvar::new(),
                 outstanding: AtomicU64::new(0),
             })
             .map_err(|e| Error::kafka("creating the producer", e))?;
@@ -141,7 +138,7 @@ impl Outbox {
         })
     }
 
-    pub(crate) fn producer(&self) -> &BaseProducer<AckContext> {
+    pub(crate) fn producer(&self) -> &ThreadedProducer<AckContext> {
         &self.producer
     }
 
@@ -151,7 +148,7 @@ impl Outbox {
 
     /// Sends one record to an explicit partition with the stamp header (and `extra` headers)
     /// and record timestamp `timestamp` (ms since the epoch; `None`: the producer's clock).
-    /// When librdkafka's queue is full it serves delivery reports until there is room.
+    /// When librdkafka's queue is full it waits for acknowledgements to make room.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn send(
         &mut self,
@@ -218,7 +215,7 @@ impl Outbox {
         self.enqueue(record, channel, timeout)
     }
 
-    /// Hands `record` to the producer, serving delivery reports while its queue is full.
+    /// Hands `record` to the producer, waiting for room while its queue is full.
     fn enqueue(
         &self,
         mut record: BaseRecord<'_, [u8], [u8], usize>,
@@ -232,6 +229,7 @@ impl Outbox {
             match self.producer.send(record) {
                 Ok(()) => return Ok(()),
                 Err((e, back)) => {
+                    let mut s = self.ctx().state.lock().expect("ack state");
                     self.ctx().outstanding.fetch_sub(1, Ordering::Relaxed);
                     if e.rdkafka_error_code() != Some(RDKafkaErrorCode::QueueFull) {
                         return Err(Error::Send {
@@ -240,97 +238,70 @@ impl Outbox {
                             source: e,
                         });
                     }
-                    // Queue full: serve delivery reports (which free their messages) until one
-                    // comes.
+                    // Queue full: wait for a delivery report to make room.
                     let deadline = *deadline.get_or_insert_with(|| Instant::now() + timeout);
-                    let before = self.ctx().reported.load(Ordering::Relaxed);
-                    while self.serve() == 0 && self.ctx().reported.load(Ordering::Relaxed) == before
-                    {
-                        if Instant::now() >= deadline {
-                            return Err(Error::Timeout {
-                                what: format!("room in the producer queue for {}", back.topic),
-                                timeout,
-                            });
-                        }
-                        self.wait_step();
+                    let remaining = deadline.saturating_duration_since(Instant::now());
+                    if remaining.is_zero() {
+                        return Err(Error::Timeout {
+                            what: format!("room in the producer queue for {}", back.topic),
+                            timeout,
+                        });
                     }
+                    let before = s.reports;
+                    s.waiters += 1;
+                    let (mut s, _) = self
+                        .ctx()
+                        .changed
+                        .wait_timeout_while(s, remaining, |s| s.reports == before)
+                        .expect("ack state");
+                    s.waiters -= 1;
                     record = back;
                 }
             }
         }
     }
 
-    /// Records every delivery report librdkafka has ready, without blocking; returns how many.
-    pub(crate) fn serve(&self) -> u64 {
-        let before = self.ctx().reported.load(Ordering::Relaxed);
-        loop {
-            let reported = self.ctx().reported.load(Ordering::Relaxed);
-            // A zero timeout serves at most one event (one produce response's reports).
-            self.producer.poll(Duration::ZERO);
-            if self.ctx().reported.load(Ordering::Relaxed) == reported {
-                return reported - before;
-            }
-        }
-    }
-
-    /// Serves delivery reports as they arrive for a millisecond.
-    fn wait_step(&self) {
-        self.producer
-            .poll(Duration::from_millis(WAIT_STEP_MS as u64));
-    }
-
-    /// Sends everything queued now, without waiting out `linger.ms` (a commit wants its last
-    /// batch on the wire at once), and waits until every send so far has a delivery report.
-    ///
-    /// librdkafka treats `linger.ms` as elapsed only while an `rd_kafka_flush` call runs (it
-    /// sets the producer's flushing flag for the duration of the call and wakes the broker
-    /// threads), and that call, with reports delivered as events, waits for the message count
-    /// to fall to zero without serving them. So a helper thread holds the flush open while this
-    /// thread serves the reports; the helper returns once the last report is served (or at the
-    /// timeout). A flush that ended after a millisecond and was called again would leave a
-    /// broker thread that woke up late (a busy machine) seeing no flush and waiting out the
-    /// linger.
+    /// Sends everything queued now, without waiting out `linger.ms`, and waits until every
+    /// send so far has a delivery report. `rd_kafka_flush` makes librdkafka ignore the linger
+    /// for what is queued (a commit wants its last batch on the wire at once); it may serve
+    /// delivery callbacks on this thread.
     pub(crate) fn flush(&self, timeout: Duration) -> Result<()> {
-        self.serve();
-        if self.ctx().outstanding.load(Ordering::Relaxed) == 0 {
-            return Ok(());
-        }
         let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
-        let client = self.producer.client();
-        std::thread::scope(|scope| {
-            scope.spawn(|| {
-                // SAFETY: the handle is a live producer while `self` is borrowed, which outlives
-                // the scope. The result is ignored: `wait_acked` below decides.
-                unsafe { rdsys::rd_kafka_flush(client.native_ptr(), ms) };
+        // SAFETY: the handle is a live producer for as long as `self` is borrowed.
+        let err = unsafe { rdsys::rd_kafka_flush(self.producer.client().native_ptr(), ms) };
+        if err != rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
+            return Err(Error::Timeout {
+                what: "flushing the producer".into(),
+                timeout,
             });
-            self.wait_acked(timeout)
-        })
+        }
+        self.wait_acked(timeout)
     }
 
-    /// Waits until every send so far has a delivery report, serving reports meanwhile.
+    /// Waits until every send so far has a delivery report.
     pub(crate) fn wait_acked(&self, timeout: Duration) -> Result<()> {
         let outstanding = &self.ctx().outstanding;
-        let mut deadline = None;
-        loop {
-            self.serve();
-            let left = outstanding.load(Ordering::Relaxed);
-            if left == 0 {
-                return Ok(());
-            }
-            let deadline = *deadline.get_or_insert_with(|| Instant::now() + timeout);
-            if Instant::now() >= deadline {
-                return Err(Error::Timeout {
-                    what: format!("acknowledgement of {left} send(s)"),
-                    timeout,
-                });
-            }
-            self.wait_step();
+        let mut s = self.ctx().state.lock().expect("ack state");
+        s.waiters += 1;
+        let (mut s, _) = self
+            .ctx()
+            .changed
+            .wait_timeout_while(s, timeout, |_| outstanding.load(Ordering::Relaxed) > 0)
+            .expect("ack state");
+        s.waiters -= 1;
+        let left = outstanding.load(Ordering::Relaxed);
+        if left > 0 {
+            return Err(Error::Timeout {
+                what: format!("acknowledgement of {left} send(s)"),
+                timeout,
+            });
         }
+        Ok(())
     }
 
     /// Takes the delivery reports recorded so far, each with the tag of its send.
     pub(crate) fn drain(&mut self) -> Vec<Ack> {
-        let reports = std::mem::take(&mut *self.ctx().reports.lock().expect("ack state"));
+        let reports = std::mem::take(&mut self.ctx().state.lock().expect("ack state").acks);
         let acks = reports
             .into_iter()
             .map(|Report { id, result }| {
@@ -355,7 +326,7 @@ impl Outbox {
     /// Drops the delivery reports recorded so far and forgets every send: after an abort,
     /// once every send is reported.
     pub(crate) fn discard(&mut self) {
-        self.ctx().reports.lock().expect("ack state").clear();
+        self.ctx().state.lock().expect("ack state").acks.clear();
         self.first_id += self.tags.len() as u64;
         self.tags.clear();
     }
@@ -364,9 +335,9 @@ impl Outbox {
     ///
     /// `rdkafka`'s `commit_transaction` first calls its `flush`, which polls the producer's
     /// queue in 100 ms steps and so adds up to 100 ms to every commit with sends still in
-    /// flight. Here the acknowledgements are awaited first ([`Outbox::flush`]), so that
-    /// `rd_kafka_commit_transaction` (whose own flush only waits for librdkafka's message
-    /// count to reach zero, which takes served reports) finds nothing left to flush.
+    /// flight. Here the acknowledgements are awaited on the delivery callbacks instead, and
+    /// `rd_kafka_commit_transaction` (whose own flush waits on librdkafka's message count,
+    /// served by the polling thread) is called directly.
     pub(crate) fn commit_transaction(&self, timeout: Duration) -> Result<()> {
         self.flush(timeout)?;
         let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
@@ -378,32 +349,6 @@ impl Outbox {
                 rdsys::rd_kafka_commit_transaction(self.producer.client().native_ptr(), ms),
             )
         }
-    }
-
-    /// Aborts the open transaction. `rd_kafka_abort_transaction` purges what is queued and
-    /// waits until librdkafka's message count reaches zero, which takes served delivery
-    /// reports: a helper thread serves them for the duration of the call (the reports are
-    /// recorded as usual, and taken or discarded by the caller afterwards).
-    ///
-    /// # Errors
-    /// The client's error ([`KafkaError::Transaction`]); a fatal one means the producer is
-    /// fenced and cannot be used any more.
-    pub(crate) fn abort_transaction(
-        &self,
-        timeout: Duration,
-    ) -> std::result::Result<(), KafkaError> {
-        let done = AtomicBool::new(false);
-        std::thread::scope(|scope| {
-            scope.spawn(|| {
-                while !done.load(Ordering::Relaxed) {
-                    self.producer
-                        .poll(Duration::from_millis(WAIT_STEP_MS as u64));
-                }
-            });
-            let aborted = self.producer.abort_transaction(timeout);
-            done.store(true, Ordering::Relaxed);
-            aborted
-        })
     }
 }
 

@@ -463,7 +463,10 @@ impl StageRunner {
             Ok(()) => info!("stopped"),
             Err(e) => {
                 warn!(error = %e, "failed; aborting the open transaction");
-                let _ = self.outbox.abort_transaction(self.config.timeout);
+                let _ = self
+                    .outbox
+                    .producer()
+                    .abort_transaction(self.config.timeout);
                 self.metrics.aborted();
             }
         }
@@ -566,7 +569,11 @@ impl StageRunner {
     /// The abort's own error when the producer cannot abort (fatal): the stage ends.
     fn recover(&mut self, cause: &Error) -> Result<()> {
         warn!(error = %cause, "aborting the transaction; every task returns to its last commit");
-        match self.outbox.abort_transaction(self.config.timeout) {
+        match self
+            .outbox
+            .producer()
+            .abort_transaction(self.config.timeout)
+        {
             Ok(()) => {
                 self.outbox.wait_acked(self.config.timeout)?;
                 self.outbox.discard();
@@ -1717,7 +1724,6 @@ impl StageRunner {
     /// Applies the delivery reports recorded so far to the tasks' clocks; `current` is a task
     /// taken out of the map while it delivers.
     fn settle_acks(&mut self, mut current: Option<&mut Task>) -> Result<()> {
-        self.outbox.serve();
         for ack in self.outbox.drain() {
             let Some(tag) = ack.tag else {
                 // A changelog write: only its failure matters.
