@@ -382,6 +382,26 @@ impl Admin {
                         },
                     ));
                 }
+                if (*tp).offset < 0 {
+                    // An answer without an error but without an offset either (librdkafka's
+                    // "invalid", -1001): seen during a broker restart in fault injection (seed
+                    // 31), where it reached the gate as a high watermark and made a valid
+                    // claim look impossible. An offset asked for here is never negative: ask
+                    // again.
+                    return Err((
+                        true,
+                        Error::Admin {
+                            operation: format!(
+                                "listing the offsets of {topic}/{}",
+                                (*tp).partition
+                            ),
+                            message: format!(
+                                "offset {} in an answer without an error",
+                                (*tp).offset
+                            ),
+                        },
+                    ));
+                }
                 found.insert((topic, (*tp).partition), (*tp).offset);
             }
             partitions
