@@ -22,10 +22,10 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use parsley_clock::{Channel, Clock, STAMP_HEADER, Stamp, codec};
 use parsley_runtime::{Runtime, RuntimeConfig, TaskMetrics, changelog_topic};
-use parsley_stage::{EventTimeOrder, Topology, Utf8};
+use parsley_stage::{EventTimeOrder, Topology};
 use parsley_testkit::fixtures::{
-    DEADLINE, Forward, admin, bootstrap, committed_values, create_topic, raw_producer,
-    read_committed, run_until, unique_topic, wait_committed, wait_tasks,
+    DEADLINE, admin, bootstrap, committed_values, create_topic, forward_topology_with,
+    raw_producer, read_committed, run_until, unique_topic, wait_committed, wait_tasks,
 };
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
@@ -70,19 +70,9 @@ fn send_stamped_at(
 
 /// One stage, `forward`, reading `sources` in event-time order and forwarding to `sink`.
 fn ordered(app: &str, sources: &[&str], sink: &str) -> Topology {
-    Topology::builder(app)
-        .stage("forward", Forward(sink.to_string()), |s| {
-            sources
-                .iter()
-                .fold(s, |s, t| s.source(*t))
-                .sink(sink)
-                .key_codec(Utf8)
-                .value_codec(Utf8)
-                .output_codec(Utf8)
-                .order_by_event_time(EventTimeOrder::new())
-        })
-        .build()
-        .expect("a valid topology")
+    forward_topology_with(app, sources, sink, |s| {
+        s.order_by_event_time(EventTimeOrder::new())
+    })
 }
 
 fn only_task(tasks: &[TaskMetrics]) -> TaskMetrics {
@@ -326,18 +316,12 @@ fn a_control_stream_moves_the_watermark_to_its_timestamps_minus_the_lag() {
     let p = raw_producer(None);
     send_at(&p, &a.name, base, "k", 100);
     send_at(&p, &a.name, base, "k", 200);
-    let topology = Topology::builder(unique_topic("evt-ctl"))
-        .stage("forward", Forward(out.name.clone()), |s| {
-            s.source(&a.name)
-                .source(&ctl.name)
-                .sink(&out.name)
-                .key_codec(Utf8)
-                .value_codec(Utf8)
-                .output_codec(Utf8)
-                .order_by_event_time(EventTimeOrder::new().control(&ctl.name, 500))
-        })
-        .build()
-        .unwrap();
+    let topology = forward_topology_with(
+        &unique_topic("evt-ctl"),
+        &[&a.name, &ctl.name],
+        &out.name,
+        |s| s.order_by_event_time(EventTimeOrder::new().control(&ctl.name, 500)),
+    );
     let running = Runtime::new(topology, RuntimeConfig::new(bootstrap()))
         .start()
         .unwrap();

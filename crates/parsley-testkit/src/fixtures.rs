@@ -430,17 +430,32 @@ pub fn forward_topology(
     sink: &str,
     policy: parsley_stage::ImpossiblePolicy,
 ) -> parsley_stage::Topology {
+    forward_topology_with(app, sources, sink, |s| s.on_impossible_stamp(policy))
+}
+
+/// [`forward_topology`]'s stage (UTF-8 codecs throughout), further configured by `configure`
+/// (for example `|s| s.order_by_event_time(EventTimeOrder::new())`).
+///
+/// # Panics
+/// When the topology is invalid.
+pub fn forward_topology_with(
+    app: &str,
+    sources: &[&str],
+    sink: &str,
+    configure: impl FnOnce(parsley_stage::StageBuilder<Forward>) -> parsley_stage::StageBuilder<Forward>,
+) -> parsley_stage::Topology {
     use parsley_stage::Utf8;
     parsley_stage::Topology::builder(app)
         .stage("forward", Forward(sink.to_string()), |s| {
-            sources
-                .iter()
-                .fold(s, |s, t| s.source(*t))
-                .sink(sink)
-                .key_codec(Utf8)
-                .value_codec(Utf8)
-                .output_codec(Utf8)
-                .on_impossible_stamp(policy)
+            configure(
+                sources
+                    .iter()
+                    .fold(s, |s, t| s.source(*t))
+                    .sink(sink)
+                    .key_codec(Utf8)
+                    .value_codec(Utf8)
+                    .output_codec(Utf8),
+            )
         })
         .build()
         .expect("a valid topology")
