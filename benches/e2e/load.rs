@@ -13,7 +13,7 @@ use anyhow::{Context, Result, bail};
 use parsley_runtime::partition_for;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::Message;
+use rdkafka::message::{Headers, Message};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
@@ -245,4 +245,61 @@ pub fn measure_latency(
             .map_err(|_| anyhow::anyhow!("the paced producer panicked"))??;
     }
     Ok(latencies)
+}
+
+/// The `parsley.stamp` header lengths of the first records of an output topic.
+#[derive(Debug, Clone, Copy)]
+pub struct StampLengths {
+    /// Records read.
+    pub records: u64,
+    /// Mean header value length, bytes.
+    pub mean: f64,
+    /// Shortest, bytes.
+    pub min: usize,
+    /// Longest, bytes.
+    pub max: usize,
+}
+
+/// Reads the first `records` records of `topic` (committed ones, from every partition in
+/// turn) and measures their `parsley.stamp` header values.
+///
+/// # Errors
+/// When the topic cannot be read, a record has no stamp header, or fewer than `records`
+/// records come back within the timeout.
+pub fn stamp_lengths(
+    bootstrap: &str,
+    topic: &str,
+    partitions: i32,
+    records: u64,
+) -> Result<StampLengths> {
+    let reader = output_reader(bootstrap, topic, partitions)?;
+    let (mut n, mut sum, mut min, mut max) = (0u64, 0u64, usize::MAX, 0usize);
+    let started = Instant::now();
+    while n < records {
+        let Some(m) = reader.poll(Duration::from_millis(100)) else {
+            if started.elapsed() > TIMEOUT {
+                bail!("{n} of {records} records of {topic} read within {TIMEOUT:?}");
+            }
+            continue;
+        };
+        let m = m.with_context(|| format!("reading {topic}"))?;
+        let len = m
+            .headers()
+            .and_then(|h| {
+                h.iter()
+                    .find(|h| h.key == parsley_clock::STAMP_HEADER)
+                    .map(|h| h.value.map_or(0, <[u8]>::len))
+            })
+            .with_context(|| format!("a record of {topic} without a stamp header"))?;
+        n += 1;
+        sum += len as u64;
+        min = min.min(len);
+        max = max.max(len);
+    }
+    Ok(StampLengths {
+        records: n,
+        mean: sum as f64 / n.max(1) as f64,
+        min,
+        max,
+    })
 }

@@ -3,16 +3,19 @@
 //! Side by side in one run, for each payload size, over the same topics and the same commit
 //! interval:
 //! - **raw**: a plain rdkafka transactional consume→produce loop, no stamps ([`raw`]);
-//! - **parsley**: a topology of one pass-through stage run by the runtime ([`parsley`]).
+//! - **parsley**: a topology of one pass-through stage run by the runtime ([`parsley`]);
+//! - **raw-stamped**, a reference: the raw loop with a `parsley.stamp` header on every output,
+//!   of the mean length the Parsley run's outputs carry (measured from its output topic, or
+//!   `--stamp-bytes`): the cost of the wire format alone, apart from Parsley's own work.
 //!
 //! *Throughput phase*: a fresh 4-partition input topic is preloaded with `--records` records;
 //! each mode then copies all of them to a fresh output topic, in its own process, with a fresh
-//! consumer group, in the order raw, parsley, parsley, raw (the machine is noisy, so each mode
-//! runs twice and the order alternates). Throughput is records divided by the time from the
+//! consumer group, in the order raw, parsley, raw-stamped, then reversed (the machine is
+//! noisy, so each mode runs twice and the order alternates). Throughput is records divided by the time from the
 //! first record fetched to the end of the commit that covers the last one; the table compares
 //! each mode's best run (other work on the machine only ever slows a run down).
 //!
-//! *Latency phase*: per mode, fresh topics; once one warm-up record per partition has come
+//! *Latency phase* (raw and parsley; `--skip-live` skips it): per mode, fresh topics; once one warm-up record per partition has come
 //! back (the loop has joined its group and committed), a producer writes records at `--rate`
 //! per second with their send time in the value, and a `read_committed` reader of the output
 //! takes each record's latency: receive time minus send time, what a downstream user sees.
@@ -86,6 +89,22 @@ struct BenchArgs {
     /// Throughput runs per mode (the order alternates: raw, parsley, parsley, raw, …).
     #[arg(long, default_value_t = 2)]
     repeats: u32,
+    /// Modes to run, comma-separated (raw-stamped needs `--stamp-bytes` unless parsley runs
+    /// before it).
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "raw,parsley,raw-stamped"
+    )]
+    modes: Vec<Mode>,
+    /// Length of the `parsley.stamp` header of the raw-stamped mode, bytes (default: the
+    /// mean length in the first Parsley run's output).
+    #[arg(long)]
+    stamp_bytes: Option<usize>,
+    /// Skip the latency phase (throughput runs only).
+    #[arg(long)]
+    skip_live: bool,
     /// Write each latency run's latencies (µs, one per line, in arrival order) to
     /// `DIR/<case>.txt`.
     #[arg(long, value_name = "DIR")]
@@ -190,26 +209,39 @@ fn bench(args: &BenchArgs) -> Result<bool> {
     let mut results = Vec::new();
     for &payload in &args.payloads {
         let records = args.records(payload);
-        let mut rows = [Row::default(), Row::default()];
+        let mut rows = [Row::default(), Row::default(), Row::default()];
+        let mut stamp_bytes = args.stamp_bytes;
         let prefix = format!("{run_id}-{payload}");
         let input = format!("{prefix}-in");
         create(&admin, &[&input], args.partitions)?;
         println!("{payload} B: preloading {records} records into {input}");
         load::preload(&bootstrap, &input, args.partitions, records, payload)?;
 
+        // raw, parsley, raw-stamped, then reversed: the first raw-stamped run comes after a
+        // Parsley run whose stamp length it copies.
+        let once: Vec<Mode> = [Mode::Raw, Mode::Parsley, Mode::RawStamped]
+            .into_iter()
+            .filter(|m| args.modes.contains(m))
+            .collect();
         let order: Vec<Mode> = (0..args.repeats)
             .flat_map(|i| {
-                if i % 2 == 0 {
-                    [Mode::Raw, Mode::Parsley]
-                } else {
-                    [Mode::Parsley, Mode::Raw]
+                let mut round = once.clone();
+                if i % 2 == 1 {
+                    round.reverse();
                 }
+                round
             })
             .collect();
         for (i, mode) in order.into_iter().enumerate() {
             let case = format!("{prefix}-{mode}-{i}");
             let output = format!("{case}-out");
             create(&admin, &[&output], args.partitions)?;
+            let stamp = match (mode, stamp_bytes) {
+                (Mode::RawStamped, None) => {
+                    bail!("raw-stamped needs --stamp-bytes when no Parsley run precedes it")
+                }
+                (_, s) => s.unwrap_or(0),
+            };
             let child = spawn(&WorkerArgs {
                 mode,
                 bootstrap: bootstrap.clone(),
@@ -218,6 +250,7 @@ fn bench(args: &BenchArgs) -> Result<bool> {
                 group: case.clone(),
                 records,
                 commit_interval_ms: args.commit_interval_ms,
+                stamp_bytes: stamp,
             })?;
             let report = finish(child, &case)?;
             let m = report.measured;
@@ -237,10 +270,28 @@ fn bench(args: &BenchArgs) -> Result<bool> {
             row.cpu_us_per_record
                 .push(report.cpu_ms as f64 * 1000.0 / m.records as f64);
             row.absorb(&report);
+            if mode == Mode::RawStamped {
+                println!(
+                    "{payload} B: raw-stamped: each output carried a {stamp} B parsley.stamp header"
+                );
+            }
+            if mode == Mode::Parsley {
+                let s = load::stamp_lengths(&bootstrap, &output, args.partitions, 4_000)?;
+                println!(
+                    "{payload} B: parsley.stamp header of the output: mean {:.1} B (min {}, max {}) over its first {} records",
+                    s.mean, s.min, s.max, s.records
+                );
+                stamp_bytes.get_or_insert(s.mean.round() as usize);
+            }
             delete(&admin, mode, &case, &[&output])?;
         }
 
-        for mode in [Mode::Raw, Mode::Parsley] {
+        let live: &[Mode] = if args.skip_live {
+            &[]
+        } else {
+            &[Mode::Raw, Mode::Parsley]
+        };
+        for &mode in live.iter().filter(|m| args.modes.contains(m)) {
             let case = format!("{prefix}-{mode}-live");
             let (live_in, live_out) = (format!("{case}-in"), format!("{case}-out"));
             create(&admin, &[&live_in, &live_out], args.partitions)?;
@@ -253,6 +304,7 @@ fn bench(args: &BenchArgs) -> Result<bool> {
                 group: case.clone(),
                 records: latency_records + args.partitions as u64,
                 commit_interval_ms: args.commit_interval_ms,
+                stamp_bytes: 0,
             })?;
             let producer = load::producer(&bootstrap, 0)?;
             let measured = load::warm_up(&producer, &live_in, &reader, args.partitions, payload)
@@ -306,7 +358,7 @@ fn bench(args: &BenchArgs) -> Result<bool> {
 }
 
 /// Prints the table and the verdict; `true` when every target is met.
-fn print_table(args: &BenchArgs, results: &[(usize, u64, [Row; 2])]) -> bool {
+fn print_table(args: &BenchArgs, results: &[(usize, u64, [Row; 3])]) -> bool {
     let interval_ms = args.commit_interval_ms as f64;
     let p99_target = 1.5 * interval_ms;
     println!();
@@ -318,28 +370,43 @@ fn print_table(args: &BenchArgs, results: &[(usize, u64, [Row; 2])]) -> bool {
     let mut all_met = true;
     for (payload, records, rows) in results {
         let raw_mean = rows[Mode::Raw as usize].best_throughput();
-        for mode in [Mode::Raw, Mode::Parsley] {
+        for mode in Mode::ALL {
             let row = &rows[mode as usize];
+            if row.throughput.is_empty() && row.latencies.is_empty() {
+                continue;
+            }
             let runs: Vec<String> = row.throughput.iter().map(|t| thousands(*t)).collect();
             let cpu = row.cpu_us_per_record.iter().sum::<f64>()
                 / row.cpu_us_per_record.len().max(1) as f64;
+            // A figure not measured (no raw run, no live phase) shows as a dash.
+            let ms = |q: f64| match row.latency_ms(q) {
+                l if l.is_nan() => "–".to_string(),
+                l => format!("{l:.1}"),
+            };
+            let ratio = match row.best_throughput() / raw_mean {
+                r if r.is_finite() => format!("{r:.2}×"),
+                _ => "–".to_string(),
+            };
             println!(
-                "| {} | {mode} | {} | {} ({}) | {:.2}× | {cpu:.1} | {:.1} | {:.1} | {:.1} | {:.0} |",
+                "| {} | {mode} | {} | {} ({}) | {ratio} | {cpu:.1} | {} | {} | {} | {:.0} |",
                 size(*payload),
                 thousands(*records as f64),
                 thousands(row.best_throughput()),
                 runs.join(", "),
-                row.best_throughput() / raw_mean,
-                row.latency_ms(0.5),
-                row.latency_ms(0.99),
-                row.latency_ms(1.0),
+                ms(0.5),
+                ms(0.99),
+                ms(1.0),
                 row.peak_rss_kib as f64 / 1024.0
             );
         }
         let parsley = &rows[Mode::Parsley as usize];
+        if parsley.throughput.is_empty() {
+            continue;
+        }
         let ratio = parsley.best_throughput() / raw_mean;
         let throughput_met = ratio >= 0.9;
         let p99 = parsley.latency_ms(0.99);
+        // Not measured (`--skip-live`) counts as not met.
         let latency_met = p99 <= p99_target;
         all_met &= throughput_met && latency_met;
         verdicts.push(format!(
@@ -416,6 +483,7 @@ fn spawn(args: &WorkerArgs) -> Result<std::process::Child> {
         .args(["--group", &args.group])
         .args(["--records", &args.records.to_string()])
         .args(["--commit-interval-ms", &args.commit_interval_ms.to_string()])
+        .args(["--stamp-bytes", &args.stamp_bytes.to_string()])
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()

@@ -9,6 +9,13 @@
 //! the previous commit, `fetch.wait.max.ms=50`, `fetch.queue.backoff.ms=10`, `linger.ms=5`,
 //! `retry.backoff.ms=10` — so the difference to the Parsley case is Parsley's own work.
 //!
+//! With a stamp length (`raw-stamped`, a reference mode) each output also carries a
+//! `parsley.stamp` header of that many filler bytes, built per record as a client must (one
+//! `OwnedHeaders` per send): what Parsley's wire format alone costs — librdkafka's header
+//! allocation and copy, bigger batches for the broker — without Parsley's own work (gate,
+//! clock, stamp encoding, changelog). The benchmark sets the length to the mean length of the
+//! headers a Parsley run of the same workload wrote.
+//!
 //! One trap for a hand-written loop: rdkafka 0.39's `commit_transaction` first calls `flush`,
 //! which serves delivery reports with `BaseProducer::poll` in steps of up to 100 ms, and that
 //! `poll` returns only when its timeout has passed. With sends still unacknowledged, every
@@ -23,7 +30,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::Message;
+use rdkafka::message::{Header, Message, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
@@ -34,11 +41,12 @@ const MAX_BATCH: usize = 500;
 /// Deadline of each blocking Kafka call (the runtime's default).
 const TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Runs the loop until the commit that covers `args.records` records.
+/// Runs the loop until the commit that covers `args.records` records; with `stamp_bytes`,
+/// every output carries a `parsley.stamp` header of that many bytes (module docs).
 ///
 /// # Errors
 /// Any consumer, producer or transaction error: the benchmark stops.
-pub fn run(args: &WorkerArgs) -> Result<Measured> {
+pub fn run(args: &WorkerArgs, stamp_bytes: Option<usize>) -> Result<Measured> {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", &args.bootstrap)
         .set("group.id", &args.group)
@@ -70,6 +78,7 @@ pub fn run(args: &WorkerArgs) -> Result<Measured> {
         .begin_transaction()
         .context("beginning a transaction")?;
 
+    let stamp = stamp_bytes.map(|n| vec![0x5a_u8; n]);
     let interval = args.commit_interval();
     let started = Instant::now();
     let mut next_offsets: BTreeMap<i32, i64> = BTreeMap::new();
@@ -88,10 +97,16 @@ pub fn run(args: &WorkerArgs) -> Result<Measured> {
             };
             let m = polled.context("polling the input")?;
             first_fetch.get_or_insert_with(Instant::now);
-            let record = BaseRecord::to(&args.output)
+            let mut record = BaseRecord::to(&args.output)
                 .partition(m.partition())
                 .key(m.key().unwrap_or_default())
                 .payload(m.payload().unwrap_or_default());
+            if let Some(stamp) = &stamp {
+                record = record.headers(OwnedHeaders::new_with_capacity(1).insert(Header {
+                    key: parsley_clock::STAMP_HEADER,
+                    value: Some(stamp.as_slice()),
+                }));
+            }
             send(&producer, record)?;
             next_offsets.insert(m.partition(), m.offset() + 1);
             uncommitted += 1;

@@ -23,6 +23,14 @@ pub enum Mode {
     Raw,
     /// A Parsley topology with one pass-through stage.
     Parsley,
+    /// The raw loop, each output also carrying a `parsley.stamp` header of `--stamp-bytes`
+    /// filler bytes (a reference: what the wire format alone costs, without Parsley's work).
+    RawStamped,
+}
+
+impl Mode {
+    /// Every mode, in the table's order.
+    pub const ALL: [Mode; 3] = [Mode::Raw, Mode::RawStamped, Mode::Parsley];
 }
 
 impl fmt::Display for Mode {
@@ -30,6 +38,7 @@ impl fmt::Display for Mode {
         f.write_str(match self {
             Mode::Raw => "raw",
             Mode::Parsley => "parsley",
+            Mode::RawStamped => "raw-stamped",
         })
     }
 }
@@ -58,6 +67,9 @@ pub struct WorkerArgs {
     /// Commit interval, ms.
     #[arg(long)]
     pub commit_interval_ms: u64,
+    /// Length of the `parsley.stamp` header value of [`Mode::RawStamped`], bytes.
+    #[arg(long, default_value_t = 0)]
+    pub stamp_bytes: usize,
 }
 
 impl WorkerArgs {
@@ -136,7 +148,8 @@ impl Report {
 /// Whatever stopped the loop, or when the process figures cannot be read.
 pub fn run(args: &WorkerArgs) -> Result<()> {
     let measured = match args.mode {
-        Mode::Raw => raw::run(args),
+        Mode::Raw => raw::run(args, None),
+        Mode::RawStamped => raw::run(args, Some(args.stamp_bytes)),
         Mode::Parsley => parsley::run(args),
     }
     .with_context(|| format!("the {} loop", args.mode))?;
