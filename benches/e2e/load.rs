@@ -260,8 +260,9 @@ pub struct StampLengths {
     pub max: usize,
 }
 
-/// Reads the first `records` records of `topic` (committed ones, from every partition in
-/// turn) and measures their `parsley.stamp` header values.
+/// Reads `records` records of `topic` from the middle of its partitions (a run's start, with
+/// nothing acknowledged yet, writes shorter stamps than its steady state) and measures their
+/// `parsley.stamp` header values.
 ///
 /// # Errors
 /// When the topic cannot be read, a record has no stamp header, or fewer than `records`
@@ -273,6 +274,15 @@ pub fn stamp_lengths(
     records: u64,
 ) -> Result<StampLengths> {
     let reader = output_reader(bootstrap, topic, partitions)?;
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..partitions {
+        let (low, high) = reader
+            .fetch_watermarks(topic, p, TIMEOUT)
+            .with_context(|| format!("reading the end offsets of {topic}"))?;
+        tpl.add_partition_offset(topic, p, Offset::Offset(low + (high - low) / 2))
+            .context("building the reader's assignment")?;
+    }
+    reader.assign(&tpl).context("assigning the output")?;
     let (mut n, mut sum, mut min, mut max) = (0u64, 0u64, usize::MAX, 0usize);
     let started = Instant::now();
     while n < records {

@@ -59,6 +59,46 @@ enum Sub {
     /// One measured case (run by the benchmark itself, one process per case).
     #[command(hide = true)]
     Worker(WorkerArgs),
+    /// Creates topics and optionally preloads the first one, for running workers by hand
+    /// (interleaved A/B runs of two builds on one input).
+    #[command(hide = true)]
+    Topics(TopicsArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+struct TopicsArgs {
+    /// Kafka bootstrap servers.
+    #[arg(long)]
+    bootstrap: String,
+    /// Topics to create, comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    create: Vec<String>,
+    /// Partitions of each topic.
+    #[arg(long, default_value_t = 4)]
+    partitions: i32,
+    /// Records to preload into the first topic.
+    #[arg(long, default_value_t = 0)]
+    preload: u64,
+    /// Payload of the preloaded records, bytes (at least 8).
+    #[arg(long, default_value_t = 100)]
+    payload: usize,
+}
+
+/// The `topics` subcommand.
+fn topics(args: &TopicsArgs) -> Result<()> {
+    let admin = Admin::new(&args.bootstrap, Duration::from_secs(60))?;
+    let names: Vec<&str> = args.create.iter().map(String::as_str).collect();
+    create(&admin, &names, args.partitions)?;
+    if let (Some(first), true) = (names.first(), args.preload > 0) {
+        load::preload(
+            &args.bootstrap,
+            first,
+            args.partitions,
+            args.preload,
+            args.payload.max(8),
+        )?;
+    }
+    Ok(())
 }
 
 #[derive(Args, Debug, Clone)]
@@ -123,6 +163,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.worker {
         Some(Sub::Worker(args)) => worker::run(&args).map(|()| true),
+        Some(Sub::Topics(args)) => topics(&args).map(|()| true),
         None => bench(&cli.bench),
     };
     match result {

@@ -281,7 +281,6 @@ impl CausalProducer {
     /// [`Error::Kafka`] from the client.
     pub fn abort(&mut self) -> Result<()> {
         self.outbox
-            .producer()
             .abort_transaction(self.timeout)
             .map_err(|e| Error::kafka("aborting a transaction", e))?;
         self.outbox.wait_acked(self.timeout)?;

@@ -3,16 +3,30 @@
 //!
 //! Every stamped send is identified by a send id, a plain `usize` handed to librdkafka as its
 //! delivery opaque (no allocation per send); the outbox keeps the [`SendTag`] (task, channel,
-//! send sequence) of each id in a queue of sends awaiting their report, in id order. The
-//! delivery callback (on the producer's polling thread) records the id and the result and
-//! wakes whoever waits for acknowledgements; [`Outbox::drain`] turns them into [`Ack`]s.
-//! Waiting is on a condition variable signalled by the callbacks, never a sleep.
+//! send sequence) of each id in a queue of sends awaiting their report, in id order.
+//!
+//! # Delivery reports are served by the outbox's own thread
+//! There is no polling thread: librdkafka's delivery reports wait in the producer's main
+//! queue until the thread that owns the outbox serves them — without blocking in
+//! [`Outbox::drain`] (once per poll batch of a stage), and with a blocking wait whenever it
+//! needs reports to go on (a full producer queue, [`Outbox::flush`], [`Outbox::wait_acked`]).
+//! A message is then allocated, reported and freed on one thread, and no lock is contended
+//! per report. The blocking wait sleeps until a report arrives, not in fixed steps: librdkafka
+//! calls [`queue_nonempty`] (`rd_kafka_queue_cb_event_enable`) whenever the main queue goes
+//! from empty to non-empty, which sets a flag and wakes the waiter on a condition variable
+//! with the remaining time to the deadline (no rounding of the timeout to whole milliseconds,
+//! so no spinning, and never a sleep). A waiter serves everything queued, checks its
+//! condition, and blocks only when the queue is empty: any report after that makes the queue
+//! non-empty again and wakes it.
+//!
+//! librdkafka calls that themselves wait for reports to be served — `rd_kafka_flush` (which
+//! also makes librdkafka ignore `linger.ms` while it runs) and `rd_kafka_abort_transaction`
+//! (which purges and waits for the purged sends' reports) — run on a short-lived helper
+//! thread while the owning thread serves reports until the call returns.
 //!
 //! Invariant: `outstanding` counts sends handed to librdkafka whose delivery report has not
 //! been recorded yet; it is incremented before a send and decremented exactly once, by the
-//! report (under the state lock, so a waiter cannot miss it) or by a synchronous send failure.
-//! Callbacks signal the condition variable only while someone waits (`waiters`): a signal
-//! with nobody waiting still costs a system call per delivery report.
+//! report or by a synchronous send failure.
 //!
 //! Invariant of the id queue: `tags[i]` belongs to send id `first_id + i`; an entry becomes
 //! `None` when its report is drained, and leading `None`s are popped, so the queue holds the
@@ -20,16 +34,17 @@
 //! order). Id 0 marks an untagged send (a changelog write).
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use parsley_clock::Channel;
 use rdkafka::ClientConfig;
 use rdkafka::client::ClientContext;
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::error::{KafkaError, KafkaResult, RDKafkaErrorCode};
 use rdkafka::message::{Header, Message, OwnedHeaders};
-use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
 use rdkafka_sys as rdsys;
 
 use crate::error::{Error, Result};
@@ -63,21 +78,67 @@ struct Report {
 /// The delivery opaque of an untagged send (a changelog write).
 const UNTAGGED: usize = 0;
 
-#[derive(Default)]
-struct AckState {
-    acks: Vec<Report>,
-    /// Delivery reports recorded since the producer was created.
-    reports: u64,
-    /// Threads waiting on `changed`.
-    waiters: u32,
-}
-
 /// Producer context that collects delivery reports.
 pub(crate) struct AckContext {
-    state: Mutex<AckState>,
-    changed: Condvar,
-    /// Sends without a delivery report yet; decremented under the `state` lock.
+    /// Reports recorded and not drained yet. Recorded by whichever thread serves the queue
+    /// (the outbox's owner, or rdkafka's own flush when the producer is dropped).
+    acks: Mutex<Vec<Report>>,
+    /// Delivery reports recorded since the producer was created.
+    reports: AtomicU64,
+    /// Sends without a delivery report yet.
     outstanding: AtomicU64,
+    /// Set by [`queue_nonempty`] (and by a helper thread that is done); cleared by the waiter.
+    wake: Mutex<Wake>,
+    woken: Condvar,
+}
+
+#[derive(Default)]
+struct Wake {
+    /// Something happened since the waiter last looked.
+    pending: bool,
+    /// A thread waits on `woken`: only then is a signal worth a system call.
+    waiting: bool,
+}
+
+impl AckContext {
+    /// Wakes the thread waiting in [`Outbox::wait_until`], or makes its next wait return at
+    /// once.
+    fn signal(&self) {
+        let mut w = self.wake.lock().expect("wake state");
+        w.pending = true;
+        if w.waiting {
+            self.woken.notify_one();
+        }
+    }
+
+    /// Blocks until [`AckContext::signal`] or `deadline`; `false` on the deadline.
+    fn wait_signal(&self, deadline: Instant) -> bool {
+        let mut w = self.wake.lock().expect("wake state");
+        while !w.pending {
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            if remaining.is_zero() {
+                return false;
+            }
+            w.waiting = true;
+            w = self.woken.wait_timeout(w, remaining).expect("wake state").0;
+            w.waiting = false;
+        }
+        w.pending = false;
+        true
+    }
+}
+
+/// Called by librdkafka (on one of its threads, with the queue's lock held) when the
+/// producer's main queue goes from empty to non-empty: wakes the outbox's waiter. It calls
+/// no librdkafka function, as librdkafka requires.
+///
+/// # Safety
+/// `opaque` is the `AckContext` of the producer whose queue calls this; the outbox disables
+/// the callback before the producer (and with it the context) is dropped.
+unsafe extern "C" fn queue_nonempty(_rk: *mut rdsys::rd_kafka_t, opaque: *mut c_void) {
+    // SAFETY: see the function's contract.
+    let ctx = unsafe { &*(opaque as *const AckContext) };
+    ctx.signal();
 }
 
 impl ClientContext for AckContext {}
@@ -90,23 +151,43 @@ impl ProducerContext for AckContext {
             Ok(m) => Ok(m.offset()),
             Err((e, _)) => Err(e.clone()),
         };
-        let mut s = self.state.lock().expect("ack state poisoned");
-        s.acks.push(Report { id, result });
+        self.acks
+            .lock()
+            .expect("ack state")
+            .push(Report { id, result });
         self.outstanding.fetch_sub(1, Ordering::Relaxed);
-        s.reports += 1;
-        if s.waiters > 0 {
-            self.changed.notify_all();
-        }
+        self.reports.fetch_add(1, Ordering::Relaxed);
     }
 }
 
+/// The producer's main queue (delivery reports, errors, logs), as a handle of its own.
+struct MainQueue(*mut rdsys::rd_kafka_queue_t);
+
+// SAFETY: librdkafka's queue handles may be used from any thread.
+unsafe impl Send for MainQueue {}
+// SAFETY: as above; the handle is only read (length, callbacks), never moved out.
+unsafe impl Sync for MainQueue {}
+
 /// A producer plus its collected acknowledgements.
 pub(crate) struct Outbox {
-    producer: ThreadedProducer<AckContext>,
+    producer: BaseProducer<AckContext>,
+    queue: MainQueue,
     /// The tag of each stamped send from the oldest unreported one on (module docs).
     tags: VecDeque<Option<SendTag>>,
     /// The send id of `tags[0]`; ids start at 1.
     first_id: u64,
+}
+
+impl Drop for Outbox {
+    fn drop(&mut self) {
+        // SAFETY: the queue handle is live; after this call returns librdkafka calls no
+        // callback any more (it calls it under the queue's lock, which this call takes), so
+        // the context may be dropped with the producer. The handle is destroyed exactly once.
+        unsafe {
+            rdsys::rd_kafka_queue_cb_event_enable(self.queue.0, None, std::ptr::null_mut());
+            rdsys::rd_kafka_queue_destroy(self.queue.0);
+        }
+    }
 }
 
 impl Outbox {
@@ -124,26 +205,103 @@ impl Outbox {
         if config.get("transactional.id").is_some() && config.get("retry.backoff.ms").is_none() {
             config.set("retry.backoff.ms", "10");
         }
-        let producer = config
+        let producer: BaseProducer<AckContext> = config
             .create_with_context(AckContext {
-                state: Mutex::new(AckState::default()),
-                changed: Condvar::new(),
+                acks: Mutex::new(Vec::new()),
+                reports: AtomicU64::new(0),
                 outstanding: AtomicU64::new(0),
+                wake: Mutex::new(Wake::default()),
+                woken: Condvar::new(),
             })
             .map_err(|e| Error::kafka("creating the producer", e))?;
+        let ctx: *const AckContext = &**producer.context();
+        // SAFETY: the client handle is live; `rd_kafka_queue_get_main` returns a new handle,
+        // destroyed in `Drop`. The context lives in an `Arc` held by the client, so its
+        // address is stable for the producer's life, and the callback is disabled in `Drop`
+        // before the producer goes.
+        let queue = unsafe {
+            let q = rdsys::rd_kafka_queue_get_main(producer.client().native_ptr());
+            rdsys::rd_kafka_queue_cb_event_enable(q, Some(queue_nonempty), ctx as *mut c_void);
+            MainQueue(q)
+        };
         Ok(Outbox {
             producer,
+            queue,
             tags: VecDeque::new(),
             first_id: 1,
         })
     }
 
-    pub(crate) fn producer(&self) -> &ThreadedProducer<AckContext> {
+    pub(crate) fn producer(&self) -> &BaseProducer<AckContext> {
         &self.producer
     }
 
     fn ctx(&self) -> &AckContext {
         self.producer.context()
+    }
+
+    /// Events waiting in the producer's main queue.
+    fn queued(&self) -> usize {
+        // SAFETY: the queue handle is live for as long as `self`.
+        unsafe { rdsys::rd_kafka_queue_length(self.queue.0) }
+    }
+
+    /// Serves what waits in the producer's main queue now, without blocking: delivery
+    /// reports go to the context's callback on this thread, errors and logs to rdkafka's
+    /// handlers.
+    fn serve(&self) {
+        for _ in 0..self.queued() {
+            self.producer.poll(Duration::ZERO);
+        }
+    }
+
+    /// Serves the main queue until `done` holds or `timeout` passes, blocking while the
+    /// queue is empty (module docs); `false` on the timeout.
+    fn wait_until(&self, timeout: Duration, done: impl Fn(&Self) -> bool) -> bool {
+        let deadline = Instant::now() + timeout;
+        loop {
+            self.serve();
+            if done(self) {
+                return true;
+            }
+            if self.queued() > 0 {
+                // More arrived while serving: the queue did not go empty, so no wake-up
+                // would come for it.
+                if Instant::now() >= deadline {
+                    return false;
+                }
+                continue;
+            }
+            if !self.ctx().wait_signal(deadline) {
+                self.serve();
+                return done(self);
+            }
+        }
+    }
+
+    /// Runs `call` (a librdkafka call that waits for delivery reports to be served) on a
+    /// helper thread while this thread serves the reports, and returns its result.
+    fn serving_while<T: Send>(
+        &self,
+        call: impl FnOnce(&BaseProducer<AckContext>) -> T + Send,
+    ) -> T {
+        let finished = AtomicBool::new(false);
+        std::thread::scope(|scope| {
+            let helper = scope.spawn(|| {
+                let result = call(&self.producer);
+                finished.store(true, Ordering::Release);
+                self.ctx().signal();
+                result
+            });
+            // The call has its own timeout; serve until it returns.
+            while !self.wait_until(Duration::from_secs(3600), |_| {
+                finished.load(Ordering::Acquire)
+            }) {}
+            match helper.join() {
+                Ok(result) => result,
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        })
     }
 
     /// Sends one record to an explicit partition with the stamp header (and `extra` headers)
@@ -162,7 +320,7 @@ impl Outbox {
         timeout: Duration,
     ) -> Result<()> {
         let headers = extra.iter().fold(
-            OwnedHeaders::new().insert(Header {
+            OwnedHeaders::new_with_capacity(1 + extra.len()).insert(Header {
                 key: parsley_clock::STAMP_HEADER,
                 value: Some(stamp),
             }),
@@ -215,7 +373,7 @@ impl Outbox {
         self.enqueue(record, channel, timeout)
     }
 
-    /// Hands `record` to the producer, waiting for room while its queue is full.
+    /// Hands `record` to the producer, serving delivery reports while its queue is full.
     fn enqueue(
         &self,
         mut record: BaseRecord<'_, [u8], [u8], usize>,
@@ -229,7 +387,6 @@ impl Outbox {
             match self.producer.send(record) {
                 Ok(()) => return Ok(()),
                 Err((e, back)) => {
-                    let mut s = self.ctx().state.lock().expect("ack state");
                     self.ctx().outstanding.fetch_sub(1, Ordering::Relaxed);
                     if e.rdkafka_error_code() != Some(RDKafkaErrorCode::QueueFull) {
                         return Err(Error::Send {
@@ -238,23 +395,20 @@ impl Outbox {
                             source: e,
                         });
                     }
-                    // Queue full: wait for a delivery report to make room.
+                    // Queue full: serve delivery reports until one makes room.
                     let deadline = *deadline.get_or_insert_with(|| Instant::now() + timeout);
                     let remaining = deadline.saturating_duration_since(Instant::now());
-                    if remaining.is_zero() {
+                    let before = self.ctx().reports.load(Ordering::Relaxed);
+                    if remaining.is_zero()
+                        || !self.wait_until(remaining, |o| {
+                            o.ctx().reports.load(Ordering::Relaxed) != before
+                        })
+                    {
                         return Err(Error::Timeout {
                             what: format!("room in the producer queue for {}", back.topic),
                             timeout,
                         });
                     }
-                    let before = s.reports;
-                    s.waiters += 1;
-                    let (mut s, _) = self
-                        .ctx()
-                        .changed
-                        .wait_timeout_while(s, remaining, |s| s.reports == before)
-                        .expect("ack state");
-                    s.waiters -= 1;
                     record = back;
                 }
             }
@@ -263,12 +417,14 @@ impl Outbox {
 
     /// Sends everything queued now, without waiting out `linger.ms`, and waits until every
     /// send so far has a delivery report. `rd_kafka_flush` makes librdkafka ignore the linger
-    /// for what is queued (a commit wants its last batch on the wire at once); it may serve
-    /// delivery callbacks on this thread.
+    /// while it runs (a commit wants its last batch on the wire at once); it waits for the
+    /// reports to be served, which this thread does meanwhile (module docs).
     pub(crate) fn flush(&self, timeout: Duration) -> Result<()> {
         let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
-        // SAFETY: the handle is a live producer for as long as `self` is borrowed.
-        let err = unsafe { rdsys::rd_kafka_flush(self.producer.client().native_ptr(), ms) };
+        let err = self.serving_while(|producer| {
+            // SAFETY: the handle is a live producer for as long as `producer` is borrowed.
+            unsafe { rdsys::rd_kafka_flush(producer.client().native_ptr(), ms) }
+        });
         if err != rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
             return Err(Error::Timeout {
                 what: "flushing the producer".into(),
@@ -278,30 +434,29 @@ impl Outbox {
         self.wait_acked(timeout)
     }
 
-    /// Waits until every send so far has a delivery report.
+    /// Waits until every send so far has a delivery report, serving the reports.
     pub(crate) fn wait_acked(&self, timeout: Duration) -> Result<()> {
-        let outstanding = &self.ctx().outstanding;
-        let mut s = self.ctx().state.lock().expect("ack state");
-        s.waiters += 1;
-        let (mut s, _) = self
-            .ctx()
-            .changed
-            .wait_timeout_while(s, timeout, |_| outstanding.load(Ordering::Relaxed) > 0)
-            .expect("ack state");
-        s.waiters -= 1;
-        let left = outstanding.load(Ordering::Relaxed);
-        if left > 0 {
+        let outstanding = |o: &Self| o.ctx().outstanding.load(Ordering::Relaxed);
+        if !self.wait_until(timeout, |o| outstanding(o) == 0) {
             return Err(Error::Timeout {
-                what: format!("acknowledgement of {left} send(s)"),
+                what: format!("acknowledgement of {} send(s)", outstanding(self)),
                 timeout,
             });
         }
         Ok(())
     }
 
-    /// Takes the delivery reports recorded so far, each with the tag of its send.
+    /// Aborts the open transaction (librdkafka purges what is queued and waits for the
+    /// reports of the purged sends, which this thread serves meanwhile).
+    pub(crate) fn abort_transaction(&self, timeout: Duration) -> KafkaResult<()> {
+        self.serving_while(|producer| producer.abort_transaction(timeout))
+    }
+
+    /// Serves the delivery reports waiting now (without blocking) and takes every report
+    /// recorded so far, each with the tag of its send.
     pub(crate) fn drain(&mut self) -> Vec<Ack> {
-        let reports = std::mem::take(&mut self.ctx().state.lock().expect("ack state").acks);
+        self.serve();
+        let reports = std::mem::take(&mut *self.ctx().acks.lock().expect("ack state"));
         let acks = reports
             .into_iter()
             .map(|Report { id, result }| {
@@ -326,7 +481,7 @@ impl Outbox {
     /// Drops the delivery reports recorded so far and forgets every send: after an abort,
     /// once every send is reported.
     pub(crate) fn discard(&mut self) {
-        self.ctx().state.lock().expect("ack state").acks.clear();
+        self.ctx().acks.lock().expect("ack state").clear();
         self.first_id += self.tags.len() as u64;
         self.tags.clear();
     }
@@ -335,9 +490,9 @@ impl Outbox {
     ///
     /// `rdkafka`'s `commit_transaction` first calls its `flush`, which polls the producer's
     /// queue in 100 ms steps and so adds up to 100 ms to every commit with sends still in
-    /// flight. Here the acknowledgements are awaited on the delivery callbacks instead, and
-    /// `rd_kafka_commit_transaction` (whose own flush waits on librdkafka's message count,
-    /// served by the polling thread) is called directly.
+    /// flight. Here the acknowledgements are awaited first ([`Outbox::flush`]), and
+    /// `rd_kafka_commit_transaction` (whose own flush then finds nothing outstanding) is
+    /// called directly.
     pub(crate) fn commit_transaction(&self, timeout: Duration) -> Result<()> {
         self.flush(timeout)?;
         let ms = timeout.as_millis().min(i32::MAX as u128) as i32;

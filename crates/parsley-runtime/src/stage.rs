@@ -463,10 +463,7 @@ impl StageRunner {
             Ok(()) => info!("stopped"),
             Err(e) => {
                 warn!(error = %e, "failed; aborting the open transaction");
-                let _ = self
-                    .outbox
-                    .producer()
-                    .abort_transaction(self.config.timeout);
+                let _ = self.outbox.abort_transaction(self.config.timeout);
                 self.metrics.aborted();
             }
         }
@@ -569,11 +566,7 @@ impl StageRunner {
     /// The abort's own error when the producer cannot abort (fatal): the stage ends.
     fn recover(&mut self, cause: &Error) -> Result<()> {
         warn!(error = %cause, "aborting the transaction; every task returns to its last commit");
-        match self
-            .outbox
-            .producer()
-            .abort_transaction(self.config.timeout)
-        {
+        match self.outbox.abort_transaction(self.config.timeout) {
             Ok(()) => {
                 self.outbox.wait_acked(self.config.timeout)?;
                 self.outbox.discard();
