@@ -32,7 +32,7 @@
 //! says how) and passed to [`CausalClock::learn`] as coordinates — they are never carried
 //! forward.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::VecDeque;
 
 use crate::channel::{Channel, Coordinate};
 use crate::clock::Clock;
@@ -51,10 +51,14 @@ pub struct CausalClock {
     transactional: bool,
     /// Delivered or consumed coordinates, learned stamps and acknowledged own sends.
     clock: Clock,
-    /// Unacknowledged sends: sequence → channel.
-    unacked: BTreeMap<u64, Channel>,
-    /// Unacknowledged sequences per channel.
-    unacked_by_channel: BTreeMap<Channel, BTreeSet<u64>>,
+    /// Unacknowledged sends per channel, sorted by channel; each channel's sequences
+    /// ascending (sequences are allocated in increasing order and appended, and a
+    /// channel's reports usually come in send order, so settling is a `pop_front`). A
+    /// channel whose sends are all settled keeps its (empty) entry: the channels a sender
+    /// writes to are few and come back.
+    unacked: Vec<(Channel, VecDeque<u64>)>,
+    /// Total of the sequences in `unacked`.
+    unacked_count: usize,
     /// Reused by [`CausalClock::stamp_into`] for the in-flight claims of one stamp.
     scratch: Vec<InFlight>,
 }
@@ -80,8 +84,8 @@ impl CausalClock {
             next_seq,
             transactional,
             clock,
-            unacked: BTreeMap::new(),
-            unacked_by_channel: BTreeMap::new(),
+            unacked: Vec::new(),
+            unacked_count: 0,
             scratch: Vec::new(),
         }
     }
@@ -108,13 +112,54 @@ impl CausalClock {
 
     /// Number of sends not acknowledged or failed yet.
     pub fn unacked(&self) -> usize {
-        self.unacked.len()
+        self.unacked_count
     }
 
     /// The highest sequence such that it and every earlier send are acknowledged.
     pub fn acked_through(&self) -> Option<u64> {
-        let first_unacked = self.unacked.keys().next().copied().unwrap_or(self.next_seq);
+        let first_unacked = self
+            .unacked
+            .iter()
+            .filter_map(|(_, seqs)| seqs.front().copied())
+            .min()
+            .unwrap_or(self.next_seq);
         first_unacked.checked_sub(1)
+    }
+
+    /// The last unacknowledged send of every channel other than `target` that has one, in
+    /// channel order: the in-flight claims of a send to `target`.
+    fn claims_besides(&self, target: Channel) -> impl Iterator<Item = InFlight> + '_ {
+        self.unacked
+            .iter()
+            .filter(move |(channel, _)| *channel != target)
+            .filter_map(|(channel, seqs)| {
+                seqs.back().map(|&seq| InFlight {
+                    channel: *channel,
+                    seq,
+                })
+            })
+    }
+
+    /// Unacknowledged sends to channels other than `target`.
+    fn pending_besides(&self, target: Channel) -> usize {
+        self.unacked
+            .iter()
+            .filter(|(channel, _)| *channel != target)
+            .map(|(_, seqs)| seqs.len())
+            .sum()
+    }
+
+    /// Counts send `seq` to `target` as unacknowledged (`seq` is the highest so far).
+    fn add_unacked(&mut self, seq: u64, target: Channel) {
+        let i = match self.unacked.binary_search_by(|(c, _)| c.cmp(&target)) {
+            Ok(i) => i,
+            Err(i) => {
+                self.unacked.insert(i, (target, VecDeque::new()));
+                i
+            }
+        };
+        self.unacked[i].1.push_back(seq);
+        self.unacked_count += 1;
     }
 
     /// Records that the record at `coordinate` was delivered to (or consumed by) this node,
@@ -147,21 +192,11 @@ impl CausalClock {
     /// [`Error::UnackedSends`] for a non-transactional sender with unacknowledged sends to
     /// other channels (see the module docs); nothing changes, flush and call again.
     pub fn stamp(&mut self, target: Channel) -> Result<Stamp> {
-        let mut in_flight = Vec::new();
-        for (channel, seqs) in &self.unacked_by_channel {
-            if *channel == target {
-                continue;
-            }
-            let Some(&seq) = seqs.last() else { continue };
-            in_flight.push(InFlight {
-                channel: *channel,
-                seq,
-            });
-        }
+        let in_flight: Vec<InFlight> = self.claims_besides(target).collect();
         if !self.transactional && !in_flight.is_empty() {
             return Err(Error::UnackedSends {
                 target,
-                pending: self.unacked.values().filter(|c| **c != target).count(),
+                pending: self.pending_besides(target),
                 first_pending: in_flight[0].channel,
             });
         }
@@ -176,11 +211,7 @@ impl CausalClock {
             acked_through: self.acked_through(),
         };
         self.next_seq += 1;
-        self.unacked.insert(seq, target);
-        self.unacked_by_channel
-            .entry(target)
-            .or_default()
-            .insert(seq);
+        self.add_unacked(seq, target);
         Ok(stamp)
     }
 
@@ -193,23 +224,13 @@ impl CausalClock {
     pub fn stamp_into(&mut self, target: Channel, out: &mut Vec<u8>) -> Result<SenderTag> {
         let mut in_flight = std::mem::take(&mut self.scratch);
         in_flight.clear();
-        in_flight.extend(
-            self.unacked_by_channel
-                .iter()
-                .filter(|(channel, _)| **channel != target)
-                .filter_map(|(channel, seqs)| {
-                    seqs.last().map(|&seq| InFlight {
-                        channel: *channel,
-                        seq,
-                    })
-                }),
-        );
+        in_flight.extend(self.claims_besides(target));
         if !self.transactional && !in_flight.is_empty() {
             let first_pending = in_flight[0].channel;
             self.scratch = in_flight;
             return Err(Error::UnackedSends {
                 target,
-                pending: self.unacked.values().filter(|c| **c != target).count(),
+                pending: self.pending_besides(target),
                 first_pending,
             });
         }
@@ -226,11 +247,7 @@ impl CausalClock {
         );
         self.scratch = in_flight;
         self.next_seq += 1;
-        self.unacked.insert(tag.seq, target);
-        self.unacked_by_channel
-            .entry(target)
-            .or_default()
-            .insert(tag.seq);
+        self.add_unacked(tag.seq, target);
         Ok(tag)
     }
 
@@ -246,12 +263,11 @@ impl CausalClock {
                 offset: coordinate.offset,
             });
         }
-        if self.unacked.get(&seq) != Some(&coordinate.channel) {
+        if !self.settle(seq, coordinate.channel) {
             return Err(Error::NoSendOutstanding {
                 channel: coordinate.channel,
             });
         }
-        self.settle(seq);
         self.clock.observe(coordinate);
         Ok(())
     }
@@ -261,22 +277,30 @@ impl CausalClock {
     /// # Errors
     /// [`Error::NoSendOutstanding`] when `seq` is not outstanding.
     pub fn failed(&mut self, seq: u64, channel: Channel) -> Result<()> {
-        if self.unacked.get(&seq) != Some(&channel) {
+        if !self.settle(seq, channel) {
             return Err(Error::NoSendOutstanding { channel });
         }
-        self.settle(seq);
         Ok(())
     }
 
-    fn settle(&mut self, seq: u64) {
-        if let Some(channel) = self.unacked.remove(&seq)
-            && let Some(set) = self.unacked_by_channel.get_mut(&channel)
-        {
-            set.remove(&seq);
-            if set.is_empty() {
-                self.unacked_by_channel.remove(&channel);
-            }
+    /// Removes send `seq` to `channel` from the unacknowledged sends; `false` (nothing
+    /// changes) when it is not one.
+    fn settle(&mut self, seq: u64, channel: Channel) -> bool {
+        let Ok(i) = self.unacked.binary_search_by(|(c, _)| c.cmp(&channel)) else {
+            return false;
+        };
+        let seqs = &mut self.unacked[i].1;
+        if seqs.front() == Some(&seq) {
+            seqs.pop_front();
+        } else {
+            // A report out of send order (a failed send settled early, say).
+            let Ok(at) = seqs.binary_search(&seq) else {
+                return false;
+            };
+            seqs.remove(at);
         }
+        self.unacked_count -= 1;
+        true
     }
 }
 
@@ -405,6 +429,77 @@ mod tests {
                 }
                 assert_eq!((a.next_seq(), a.unacked()), (b.next_seq(), b.unacked()));
                 assert_eq!(a.acked_through(), b.acked_through());
+            }
+        }
+    }
+
+    /// What a sender's unacknowledged sends are, kept the plain way: sequence → channel.
+    #[derive(Default)]
+    struct Model {
+        unacked: std::collections::BTreeMap<u64, Channel>,
+        next_seq: u64,
+    }
+
+    impl Model {
+        fn claims(&self, target: Channel) -> Vec<InFlight> {
+            let mut last: std::collections::BTreeMap<Channel, u64> = Default::default();
+            for (&seq, &c) in &self.unacked {
+                if c != target {
+                    last.insert(c, seq);
+                }
+            }
+            last.into_iter()
+                .map(|(channel, seq)| InFlight { channel, seq })
+                .collect()
+        }
+    }
+
+    proptest::proptest! {
+        /// Over random sends, acknowledgements (in or out of send order, of existing and
+        /// unknown sends) and failures, a transactional sender's in-flight claims, its
+        /// acknowledged-through sequence, its count of unacknowledged sends and its answers
+        /// to reports are those of the plain model.
+        #[test]
+        fn unacked_sends_follow_the_model(
+            ops in proptest::collection::vec((0u8..4, 0u8..3, 0usize..8), 1..200)
+        ) {
+            let mut cc = CausalClock::transactional(SenderId::from_bytes([7; 16]));
+            let mut model = Model::default();
+            for (op, c, pick) in ops {
+                let channel = ch(2 + c % 2, i32::from(c));
+                match op {
+                    0 | 1 => {
+                        let expected = model.claims(channel);
+                        let s = cc.stamp(channel).unwrap();
+                        proptest::prop_assert_eq!(&s.in_flight, &expected);
+                        proptest::prop_assert_eq!(s.sender.unwrap().seq, model.next_seq);
+                        model.unacked.insert(model.next_seq, channel);
+                        model.next_seq += 1;
+                    }
+                    _ => {
+                        // An outstanding send (any of them, not only the oldest), or a
+                        // sequence that is not one.
+                        let seq = model
+                            .unacked
+                            .keys()
+                            .nth(pick)
+                            .copied()
+                            .unwrap_or(model.next_seq + pick as u64);
+                        let outstanding = model.unacked.get(&seq) == Some(&channel);
+                        let answer = if op == 2 {
+                            cc.acked(seq, channel.at(seq as i64))
+                        } else {
+                            cc.failed(seq, channel)
+                        };
+                        proptest::prop_assert_eq!(answer.is_ok(), outstanding);
+                        if outstanding {
+                            model.unacked.remove(&seq);
+                        }
+                    }
+                }
+                proptest::prop_assert_eq!(cc.unacked(), model.unacked.len());
+                let first = model.unacked.keys().next().copied().unwrap_or(model.next_seq);
+                proptest::prop_assert_eq!(cc.acked_through(), first.checked_sub(1));
             }
         }
     }
