@@ -289,7 +289,9 @@ pub(crate) struct StageRunner {
     producer_config: ClientConfig,
     sources: Vec<TopicInfo>,
     source_by_name: HashMap<String, usize>,
-    sinks: HashMap<String, TopicInfo>,
+    /// The declared sinks. Looked up by name per emission with a linear scan: a stage has
+    /// few sinks, and comparing a name is cheaper than hashing it.
+    sinks: Vec<TopicInfo>,
     /// The dead-letter topic of [`ImpossiblePolicy::DeadLetter`].
     dead_letter_topic: Option<TopicInfo>,
     /// The stage's changelog: task state and Parsley's own state.
@@ -340,13 +342,9 @@ impl StageRunner {
         }
         let sink_names: Vec<&str> = spec.sinks().iter().map(String::as_str).collect();
         let sinks = if sink_names.is_empty() {
-            HashMap::new()
+            Vec::new()
         } else {
-            admin
-                .describe_topics(&sink_names)?
-                .into_iter()
-                .map(|t| (t.name.clone(), t))
-                .collect()
+            admin.describe_topics(&sink_names)?
         };
         let dead_letter_topic = match spec.impossible_policy() {
             ImpossiblePolicy::DeadLetter { topic } => {
@@ -414,7 +412,7 @@ impl StageRunner {
             .collect();
         let topic_names = sources
             .iter()
-            .chain(sinks.values())
+            .chain(sinks.iter())
             .map(|t| (t.id, t.name.clone()))
             .collect();
         Ok(StageRunner {
@@ -1215,6 +1213,12 @@ impl StageRunner {
             .map_err(|e| Error::kafka(format!("seeking {channel} to {offset}"), e))
     }
 
+    /// The index of source `topic`, per record: a linear scan (a stage has few sources, and
+    /// comparing a name is cheaper than hashing it).
+    fn source_index(&self, topic: &str) -> Option<usize> {
+        self.sources.iter().position(|t| t.name == topic)
+    }
+
     fn source_of(&self, channel: Channel) -> Result<&TopicInfo> {
         self.sources
             .iter()
@@ -1226,11 +1230,11 @@ impl StageRunner {
 
     /// Copies what the task needs out of a polled message and decodes its stamp.
     fn fetched(&self, m: &BorrowedMessage<'_>, arrival: u64, arrived: Instant) -> Result<Fetched> {
-        let source = *self
-            .source_by_name
-            .get(m.topic())
+        let topic = m.topic();
+        let source = self
+            .source_index(topic)
             .ok_or_else(|| Error::UnknownTopic {
-                topic: m.topic().to_string(),
+                topic: topic.to_string(),
             })?;
         let channel = Channel::new(self.sources[source].id, m.partition());
         let (stamp, malformed) = match decode_stamp(m, channel) {
@@ -1601,13 +1605,11 @@ impl StageRunner {
         h: HandOver,
     ) -> Result<()> {
         let record = h.record;
-        let source =
-            *self
-                .source_by_name
-                .get(&record.topic)
-                .ok_or_else(|| Error::UnknownTopic {
-                    topic: record.topic.clone(),
-                })?;
+        let source = self
+            .source_index(&record.topic)
+            .ok_or_else(|| Error::UnknownTopic {
+                topic: record.topic.clone(),
+            })?;
         self.handle(
             processor,
             task,
@@ -1672,7 +1674,8 @@ impl StageRunner {
     fn emit(&mut self, task: &mut Task, e: RawEmission, timestamp: i64) -> Result<()> {
         let sink = self
             .sinks
-            .get(&e.topic)
+            .iter()
+            .find(|t| t.name == e.topic)
             .ok_or_else(|| Error::UnknownTopic {
                 topic: e.topic.clone(),
             })?;
@@ -1742,7 +1745,7 @@ impl StageRunner {
                 Err(source) => {
                     let topic = self
                         .sinks
-                        .values()
+                        .iter()
                         .find(|t| t.id == tag.channel.topic)
                         .map_or_else(String::new, |t| t.name.clone());
                     return Err(Error::Send {
