@@ -20,6 +20,10 @@
 //! per second with their send time in the value, and a `read_committed` reader of the output
 //! takes each record's latency: receive time minus send time, what a downstream user sees.
 //!
+//! *Broker CPU*: with `--broker-pid` (or `$PARSLEY_BROKER_PID`, which `cargo xtask bench e2e`
+//! sets for the local broker), the broker process's CPU time over each throughput run, per
+//! record: on a machine the broker shares, throughput follows client plus broker CPU.
+//!
 //! *Memory*: each case runs in its own child process (`e2e worker …`), which reports its peak
 //! resident set (`VmHWM`) and CPU time; the table shows the largest peak of each mode.
 //!
@@ -142,6 +146,10 @@ struct BenchArgs {
     /// mean length in the first Parsley run's output).
     #[arg(long)]
     stamp_bytes: Option<usize>,
+    /// Process id of the broker (default: $PARSLEY_BROKER_PID): its CPU time per record is
+    /// measured over each throughput run.
+    #[arg(long)]
+    broker_pid: Option<u32>,
     /// Skip the latency phase (throughput runs only).
     #[arg(long)]
     skip_live: bool,
@@ -185,6 +193,8 @@ struct Row {
     transactions: Vec<u64>,
     /// CPU time per record over the throughput runs, µs.
     cpu_us_per_record: Vec<f64>,
+    /// The broker's CPU time per record over the throughput runs, µs.
+    broker_us_per_record: Vec<f64>,
     /// Latencies of the live records, µs, sorted.
     latencies: Vec<u64>,
     /// Largest peak RSS of this mode's processes, KiB.
@@ -246,6 +256,16 @@ fn bench(args: &BenchArgs) -> Result<bool> {
         "Parsley end-to-end benchmark — run {run_id} on {bootstrap}: {} runs per mode, payloads {:?} B, {} partitions, commit interval {} ms, latency phase {latency_records} records at {}/s",
         args.repeats, args.payloads, args.partitions, args.commit_interval_ms, args.rate
     );
+    let broker_pid = args.broker_pid.or_else(|| {
+        std::env::var("PARSLEY_BROKER_PID")
+            .ok()
+            .and_then(|p| p.trim().parse().ok())
+    });
+    if let Some(pid) = broker_pid
+        && process_cpu_ms(pid).is_none()
+    {
+        bail!("cannot read the CPU time of broker process {pid}");
+    }
     let admin = Admin::new(&bootstrap, Duration::from_secs(60))?;
     let mut results = Vec::new();
     for &payload in &args.payloads {
@@ -283,6 +303,7 @@ fn bench(args: &BenchArgs) -> Result<bool> {
                 }
                 (_, s) => s.unwrap_or(0),
             };
+            let broker_before = broker_pid.and_then(process_cpu_ms);
             let child = spawn(&WorkerArgs {
                 mode,
                 bootstrap: bootstrap.clone(),
@@ -294,15 +315,21 @@ fn bench(args: &BenchArgs) -> Result<bool> {
                 stamp_bytes: stamp,
             })?;
             let report = finish(child, &case)?;
+            let broker_ms = broker_pid
+                .and_then(process_cpu_ms)
+                .zip(broker_before)
+                .map(|(after, before)| after.saturating_sub(before));
             let m = report.measured;
             let throughput = m.records as f64 / m.elapsed.as_secs_f64();
+            let broker_us = broker_ms.map(|ms| ms as f64 * 1000.0 / m.records as f64);
             println!(
-                "{payload} B: {mode:<7} run {}: {} records in {:.2} s = {throughput:.0} records/s, {} transactions, {:.1} µs CPU per record, peak RSS {:.0} MiB",
+                "{payload} B: {mode:<7} run {}: {} records in {:.2} s = {throughput:.0} records/s, {} transactions, {:.1} µs CPU per record{}, peak RSS {:.0} MiB",
                 i + 1,
                 m.records,
                 m.elapsed.as_secs_f64(),
                 m.transactions,
                 report.cpu_ms as f64 * 1000.0 / m.records as f64,
+                broker_us.map_or_else(String::new, |b| format!(" (broker {b:.1})")),
                 report.peak_rss_kib as f64 / 1024.0
             );
             let row = &mut rows[mode as usize];
@@ -310,6 +337,7 @@ fn bench(args: &BenchArgs) -> Result<bool> {
             row.transactions.push(m.transactions);
             row.cpu_us_per_record
                 .push(report.cpu_ms as f64 * 1000.0 / m.records as f64);
+            row.broker_us_per_record.extend(broker_us);
             row.absorb(&report);
             if mode == Mode::RawStamped {
                 println!(
@@ -404,9 +432,9 @@ fn print_table(args: &BenchArgs, results: &[(usize, u64, [Row; 3])]) -> bool {
     let p99_target = 1.5 * interval_ms;
     println!();
     println!(
-        "| payload | mode | records | best records/s (all runs) | ratio of best | CPU µs/record | p50 ms | p99 ms | max ms | peak RSS MiB |"
+        "| payload | mode | records | best records/s (all runs) | ratio of best | CPU µs/record | broker CPU µs/record | p50 ms | p99 ms | max ms | peak RSS MiB |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
     let mut verdicts = Vec::new();
     let mut all_met = true;
     for (payload, records, rows) in results {
@@ -428,8 +456,12 @@ fn print_table(args: &BenchArgs, results: &[(usize, u64, [Row; 3])]) -> bool {
                 r if r.is_finite() => format!("{r:.2}×"),
                 _ => "–".to_string(),
             };
+            let broker = match row.broker_us_per_record.as_slice() {
+                [] => "–".to_string(),
+                b => format!("{:.1}", b.iter().sum::<f64>() / b.len() as f64),
+            };
             println!(
-                "| {} | {mode} | {} | {} ({}) | {ratio} | {cpu:.1} | {} | {} | {} | {:.0} |",
+                "| {} | {mode} | {} | {} ({}) | {ratio} | {cpu:.1} | {broker} | {} | {} | {} | {:.0} |",
                 size(*payload),
                 thousands(*records as f64),
                 thousands(row.best_throughput()),
@@ -510,6 +542,13 @@ fn delete(admin: &Admin, mode: Mode, case: &str, names: &[&str]) -> Result<()> {
     admin
         .delete_topics(&doomed)
         .with_context(|| format!("deleting {doomed:?}"))
+}
+
+/// User plus system CPU time of process `pid` (all its threads), from `/proc/PID/stat`, ms;
+/// `None` when it cannot be read.
+fn process_cpu_ms(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    worker::cpu_ms_of_stat(&stat).ok()
 }
 
 /// Starts a worker process for one case.

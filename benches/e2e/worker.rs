@@ -188,19 +188,24 @@ fn peak_rss_kib() -> Result<u64> {
 /// it in clock ticks of `USER_HZ`, which is 100 on every Linux architecture Rust supports.
 fn cpu_ms() -> Result<u64> {
     let stat = std::fs::read_to_string("/proc/self/stat").context("reading /proc/self/stat")?;
+    cpu_ms_of_stat(&stat)
+}
+
+/// User plus system CPU time in a process's `/proc/PID/stat` line, ms.
+///
+/// # Errors
+/// When the line is malformed.
+pub fn cpu_ms_of_stat(stat: &str) -> Result<u64> {
     // Fields after the command name (which may contain spaces) start at state (field 3);
     // utime and stime are fields 14 and 15.
-    let rest = stat
-        .rsplit_once(')')
-        .context("malformed /proc/self/stat")?
-        .1;
+    let rest = stat.rsplit_once(')').context("malformed /proc/PID/stat")?.1;
     let fields: Vec<&str> = rest.split_whitespace().collect();
     let ticks = |i: usize| -> Result<u64> {
         fields
             .get(i)
-            .context("short /proc/self/stat")?
+            .context("short /proc/PID/stat")?
             .parse()
-            .context("parsing /proc/self/stat")
+            .context("parsing /proc/PID/stat")
     };
     const USER_HZ: u64 = 100;
     Ok((ticks(11)? + ticks(12)?) * 1000 / USER_HZ)

@@ -396,6 +396,12 @@ fn release_bin<const N: usize>(
     }
     with_broker(keep_broker, |bootstrap| {
         println!("xtask: building (release) and running {what}");
+        // The local broker's process id, for benchmarks that measure its CPU time.
+        if std::env::var(broker::BOOTSTRAP_ENV).map_or(true, |b| b.trim().is_empty())
+            && let Status::Running { pid, .. } = broker::status()
+        {
+            cmd.env("PARSLEY_BROKER_PID", pid.to_string());
+        }
         cmd.args(["--bootstrap", bootstrap]).args(&forwarded);
         status_code(&mut cmd, what)
     })
