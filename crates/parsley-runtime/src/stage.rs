@@ -1922,6 +1922,7 @@ impl StageRunner {
             emissions = done.emissions,
             took_us = started.elapsed().as_micros() as u64,
             flush_us,
+            poll_batches = self.epoch,
             "committed"
         );
         if let Some(o) = &self.observer {
