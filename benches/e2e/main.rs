@@ -347,7 +347,7 @@ fn bench(args: &BenchArgs) -> Result<bool> {
             if mode == Mode::Parsley {
                 let s = load::stamp_lengths(&bootstrap, &output, args.partitions, 4_000)?;
                 println!(
-                    "{payload} B: parsley.stamp header of the output: mean {:.1} B (min {}, max {}) over its first {} records",
+                    "{payload} B: parsley.stamp header of the output: mean {:.1} B (min {}, max {}) over {} records from the middle of the output",
                     s.mean, s.min, s.max, s.records
                 );
                 stamp_bytes.get_or_insert(s.mean.round() as usize);
