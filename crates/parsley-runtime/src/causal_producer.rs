@@ -11,6 +11,10 @@
 //!
 //! A transactional producer restores its clock when it aborts: the aborted coordinates are
 //! never claimed afterwards.
+//!
+//! It has no background thread: librdkafka's delivery reports (and its error and log events)
+//! are served by the calling thread when it waits for them — a flush, a commit or abort, a
+//! send that must flush first or finds librdkafka's queue full.
 
 use std::collections::HashMap;
 use std::time::Duration;
