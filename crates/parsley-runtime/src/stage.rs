@@ -46,7 +46,9 @@ use crate::admin::{Admin, TopicInfo};
 use crate::changelog::{self, EVENT_TIME_KEY, META_KEY, STATE_PREFIX, TaskSnapshot};
 use crate::config::{GateMode, RuntimeConfig};
 use crate::error::{Error, Result};
-use crate::event_time::{Delivered, EventTime, HandOver, ParkedRecord};
+use crate::event_time::{
+    Delivered, EventTime, HandOver, HeadEvidence, ParkedRecord, head_evidence,
+};
 use crate::metrics::{Progress, StageMetrics, TaskPhase};
 use crate::outbox::{Outbox, SendTag, partition_for};
 
@@ -1166,36 +1168,65 @@ impl StageRunner {
         Ok(Some(et))
     }
 
-    /// Reads the last stable offsets of every caught-up event-time input of every task (one
-    /// batched `ListOffsets(LATEST, READ_COMMITTED)`, after the batch's polls and deliveries)
-    /// and hands them to the trackers as the channels' live heads.
+    /// Hands the trackers the live-head evidence of every caught-up event-time input of every
+    /// task, after the batch's polls and deliveries (DESIGN.md §5; `event_time::head_evidence`):
+    /// the high watermark of the channel's latest fetch response when the frontier has reached
+    /// it (a local read), an earlier LSO reading when the frontier has not reached that, and
+    /// otherwise the LSO read from the leaders, with one batched
+    /// `ListOffsets(LATEST, READ_COMMITTED)` for every channel that needs it.
     fn read_heads(&mut self) -> Result<()> {
-        let mut wanted: BTreeSet<Channel> = BTreeSet::new();
-        for task in self.tasks.values() {
-            if let Some(et) = &task.event_time {
-                wanted.extend(et.caught_up_inputs());
+        let stage = self.spec.name().to_string();
+        let gate_error = |partition: i32, source| Error::Gate {
+            stage: stage.clone(),
+            partition,
+            source: Box::new(source),
+        };
+        let mut ask: Vec<Channel> = Vec::new();
+        for task in self.tasks.values_mut() {
+            let Some(et) = task.event_time.as_mut() else {
+                continue;
+            };
+            for c in et.caught_up_inputs() {
+                let Some(frontier) = task.gate.frontier(&c) else {
+                    ask.push(c);
+                    continue;
+                };
+                let topic = &self
+                    .sources
+                    .iter()
+                    .find(|t| t.id == c.topic)
+                    .ok_or_else(|| Error::UnknownTopic {
+                        topic: c.topic.to_string(),
+                    })?
+                    .name;
+                let fetched = cached_high_watermark(&self.consumer, topic, c.partition);
+                match head_evidence(frontier + 1, fetched, et.last_stable(&c)) {
+                    HeadEvidence::Fetched(hw) => et
+                        .fetched_head(c, hw, false)
+                        .map_err(|e| gate_error(c.partition, e))?,
+                    HeadEvidence::Behind(lso) => et
+                        .fetched_head(c, lso, false)
+                        .map_err(|e| gate_error(c.partition, e))?,
+                    HeadEvidence::Ask => ask.push(c),
+                }
             }
         }
-        if wanted.is_empty() {
+        if ask.is_empty() {
             return Ok(());
         }
-        let mut request = Vec::with_capacity(wanted.len());
-        for c in &wanted {
+        let mut request = Vec::with_capacity(ask.len());
+        for c in &ask {
             request.push((self.source_of(*c)?.name.as_str(), c.partition));
         }
         let heads = self.admin.last_stable_offsets(&request)?;
-        let stage = self.spec.name().to_string();
-        for (c, lso) in wanted.iter().zip(heads) {
+        for (c, lso) in ask.iter().zip(heads) {
             if let Some(et) = self
                 .tasks
                 .get_mut(&c.partition)
                 .and_then(|t| t.event_time.as_mut())
             {
-                et.fetched_head(*c, lso).map_err(|source| Error::Gate {
-                    stage: stage.clone(),
-                    partition: c.partition,
-                    source: Box::new(source),
-                })?;
+                et.fetched_head(*c, lso, true)
+                    .map_err(|e| gate_error(c.partition, e))?;
             }
         }
         Ok(())
@@ -1950,8 +1981,11 @@ pub const DELIVERY_TARGET: &str = "parsley::delivery";
 
 /// librdkafka's cached high watermark of `topic`/`partition`, from the consumer's last fetch
 /// response (`rd_kafka_get_watermark_offsets`: a local read, no request; the rdkafka crate does
-/// not wrap it); `None` before the first fetch response. For metrics only: it is not evidence
-/// the gate may use (DESIGN.md §4 wants a `READ_UNCOMMITTED` `ListOffsets` after the poll).
+/// not wrap it); `None` before the first fetch response. Not evidence for the causal gate
+/// (DESIGN.md §4 wants a `READ_UNCOMMITTED` `ListOffsets` after the poll: a claim on another
+/// channel can name a record appended after that channel's last fetch response); used for the
+/// frontier-lag metric and, when the frontier has reached it, as the live-head evidence of
+/// event-time ordering (DESIGN.md §5: the latest fetch response, whose LSO is at or below it).
 fn cached_high_watermark<C: ConsumerContext>(
     consumer: &BaseConsumer<C>,
     topic: &str,
