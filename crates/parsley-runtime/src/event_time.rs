@@ -58,12 +58,15 @@
 //!
 //! # State
 //! [`EventTime::take_changes`] gives the task's event-time record (the watermark snapshot and
-//! the timer queue's header), written with the task snapshot in the same transaction, and the
-//! changes of the timer queue since the last commit: one changelog record per record parked
-//! since, a tombstone per record released since, one per key whose late count grew
-//! ([`TimerQueue::take_changes`]; the key layout is in `changelog`). A commit therefore writes
-//! what changed, not the queue: a queue holding days of history is written once, record by
-//! record, and a live record parked and released within one commit interval is not written
+//! the timer queue's header: its watermark, next arrival and segment numbers, counters),
+//! written with the task snapshot in the same transaction, and the changes of the timer queue
+//! since the last commit ([`TimerQueue::take_changes`]; the key layout is in `changelog`): the
+//! records parked since and still parked as one **segment** record (split when large), a
+//! tombstone per segment none of whose records is parked any more, the parked records of
+//! segments carried forward, and one record per key whose late count grew. Releases write
+//! nothing: an entry is parked iff its park time is above the watermark committed with it. A
+//! queue holding days of history is therefore written once, about one record per commit
+//! interval, and a live record parked and released within one commit interval is not written
 //! at all. [`EventTime::decode`] rebuilds the state from the record and the latest record of
 //! every part.
 
@@ -77,8 +80,8 @@ use parsley_gate::{
 use serde::{Deserialize, Serialize};
 
 /// Version byte of the event-time record ([`EventTime::take_changes`]); 1 held the whole
-/// queue.
-const CODEC_VERSION: u8 = 2;
+/// queue, 2 the header of a queue changelogged record by record.
+const CODEC_VERSION: u8 = 3;
 /// Largest event-time record decoded, bytes.
 const DECODE_LIMIT: usize = 1 << 30;
 
@@ -559,14 +562,18 @@ mod tests {
         assert_eq!(et.ancestors(None, &[b.at(0)]), Some(500));
 
         let changes = et.take_changes().unwrap();
-        assert_eq!(changes.parts.len(), 3, "one record per parked record");
-        let parts: BTreeMap<Part<Vec<u8>>, Vec<u8>> = et
-            .queue
-            .to_parts()
-            .unwrap()
+        assert_eq!(
+            changes.parts.len(),
+            1,
+            "one segment for the three parked records"
+        );
+        let parts: BTreeMap<Part<Vec<u8>>, Vec<u8>> = changes
             .parts
-            .into_iter()
-            .map(|(p, r)| (p, r.unwrap()))
+            .iter()
+            .map(|(k, r)| {
+                assert_eq!(k, &crate::changelog::timer_part_key(&Part::Segment(0)));
+                (Part::Segment(0), r.clone().unwrap())
+            })
             .collect();
         let mut back = EventTime::decode(vec![a, b], None, &changes.record, &parts).unwrap();
         assert_eq!(back.parked(), 3);

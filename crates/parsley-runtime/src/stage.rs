@@ -1101,7 +1101,7 @@ impl StageRunner {
             message,
         };
         let Some(order) = self.spec.event_time() else {
-            if timers.keys().any(|p| matches!(p, Part::Timer { .. })) {
+            if timers.keys().any(|p| matches!(p, Part::Segment(_))) {
                 return Err(event_error(
                     "the changelog holds parked records but the stage no longer orders by event time; they would be lost".into(),
                 ));
@@ -1860,7 +1860,10 @@ impl StageRunner {
                 self.config.timeout,
             )?;
         }
-        if task.changed || committed != task.snapshot_offsets {
+        // A timer-queue change needs its header (watermark, segment numbers) in the same
+        // transaction.
+        let queue_changed = event_time.as_ref().is_some_and(|c| !c.parts.is_empty());
+        if task.changed || committed != task.snapshot_offsets || queue_changed {
             let snapshot = TaskSnapshot {
                 sender: task.clock.sender(),
                 next_seq: task.clock.next_seq(),

@@ -1,6 +1,6 @@
 //! Ordering by event time on the real broker (DESIGN.md §5, issue 5): catch-up from Kafka's
 //! evidence (an empty partition, a log ending in a commit marker: case C02), a restart in the
-//! middle of history that restores the timer queue (changelogged record by record) and does
+//! middle of history that restores the timer queue (changelogged in segments) and does
 //! not wait for processed data, a late record released at once and counted, per-key event-time
 //! order over two inputs of different lengths, a control stream whose record timestamps minus the lag move the
 //! watermark, cases C13 (the first fetch must not move the watermark) and C14 (an empty
@@ -181,11 +181,14 @@ fn a_restart_mid_history_restores_the_queue_and_does_not_wait_for_processed_data
     assert_eq!(first.committed_deliveries, 2, "{first:?}");
     assert_eq!(first.parked, 2, "{first:?}");
     assert_eq!(committed_values(&out), ["k@10", "k@20"]);
+    let (parked, segments) = parked_in_changelog(&app, &topology, Some(base + 20));
     assert_eq!(
-        parked_in_changelog(&app, &topology),
+        parked,
         [base + 30, base + 50],
-        "the changelog holds one record per parked record"
+        "the changelog's segments hold the two parked records"
     );
+    // Parked in one poll batch, so in one segment, unless a commit fell between them.
+    assert!((1..=2).contains(&segments), "{segments} segments");
 
     tx.commit_transaction(DEADLINE).unwrap();
     let second = run_until(&topology, "forward", 3);
@@ -198,30 +201,52 @@ fn a_restart_mid_history_restores_the_queue_and_does_not_wait_for_processed_data
         ["k@10", "k@20", "k@30", "k@40", "k@50"]
     );
     assert_eq!(
-        parked_in_changelog(&app, &topology),
-        [] as [i64; 0],
-        "released records are tombstoned"
+        parked_in_changelog(&app, &topology, Some(base + 50)),
+        (Vec::new(), 0),
+        "the segment of released records is tombstoned"
     );
 }
 
-/// The park times of the parked records that the stage's changelog holds after compaction
-/// (the latest record of each timer key, tombstones removed), ascending: timer keys are
-/// `0x02 ++ park time (big-endian, sign bit flipped) ++ arrival`.
-fn parked_in_changelog(app: &str, topology: &Topology) -> Vec<i64> {
+/// The park times of the records that the live segments of the stage's changelog hold after
+/// compaction (the latest record of each segment key `0x04 ++ number`, tombstones removed),
+/// ascending, and the number of live segments. Every entry must be above `watermark` (the
+/// task's committed watermark): a segment whose entries are all released is tombstoned.
+fn parked_in_changelog(
+    app: &str,
+    topology: &Topology,
+    watermark: Option<i64>,
+) -> (Vec<i64>, usize) {
     let name = changelog_topic(&topology.stages()[0].group_id(app));
     let topic = admin().describe_topics(&[name.as_str()]).unwrap().remove(0);
     let mut latest = BTreeMap::new();
     for r in read_committed(&topic) {
-        latest.insert(r.key.expect("changelog records have keys"), r.value);
+        let key = r.key.expect("changelog records have keys");
+        assert_ne!(
+            key.first(),
+            Some(&0x02),
+            "no per-record timer keys: {key:?}"
+        );
+        latest.insert(key, r.value);
     }
-    latest
+    let segments: Vec<Vec<u8>> = latest
         .into_iter()
-        .filter(|(k, v)| k.first() == Some(&0x02) && v.is_some())
-        .map(|(k, _)| {
-            assert_eq!(k.len(), 17, "{k:?}");
-            (u64::from_be_bytes(k[1..9].try_into().unwrap()) ^ (1 << 63)) as i64
+        .filter(|(k, v)| k.first() == Some(&0x04) && v.is_some())
+        .map(|(k, v)| {
+            assert_eq!(k.len(), 9, "{k:?}");
+            v.unwrap()
         })
-        .collect()
+        .collect();
+    let mut times: Vec<i64> = segments
+        .iter()
+        .flat_map(|v| parsley_gate::segment_ids(v).unwrap())
+        .map(|(t, _)| t)
+        .collect();
+    times.sort();
+    assert!(
+        times.iter().any(|t| watermark.is_none_or(|w| *t > w)) || segments.is_empty(),
+        "a live segment holds a parked record: {times:?} above {watermark:?}"
+    );
+    (times, segments.len())
 }
 
 /// With no control stream, once every input is caught up and at its head the watermark is the
