@@ -325,6 +325,7 @@ impl StageRunner {
         observer: Option<Sender<Progress>>,
         shutdown: Arc<AtomicBool>,
     ) -> Result<Self> {
+        let started = Instant::now();
         let admin = Arc::new(Admin::new(&config.bootstrap, config.timeout)?);
         let source_names: Vec<&str> = spec.sources().iter().map(String::as_str).collect();
         let sources = admin.describe_topics(&source_names)?;
@@ -357,11 +358,19 @@ impl StageRunner {
             _ => None,
         };
         let group = spec.group_id(app);
+        debug!(
+            took_ms = started.elapsed().as_millis() as u64,
+            "startup: topics described"
+        );
         let changelog = changelog::ensure_topic(
             &admin,
             &changelog::changelog_topic(&group),
             sources[0].partitions,
         )?;
+        debug!(
+            took_ms = started.elapsed().as_millis() as u64,
+            "startup: changelog ready"
+        );
         let mut cc = ClientConfig::new();
         cc.set("bootstrap.servers", &config.bootstrap)
             .set("group.id", &group)
@@ -409,6 +418,10 @@ impl StageRunner {
             pc.set(k, v);
         }
         let outbox = transactional_outbox(&pc, config.timeout)?;
+        debug!(
+            took_ms = started.elapsed().as_millis() as u64,
+            "startup: transactions initialised"
+        );
         let source_by_name = sources
             .iter()
             .enumerate()
@@ -455,6 +468,7 @@ impl StageRunner {
         self.consumer
             .subscribe(&topics)
             .map_err(|e| Error::kafka("subscribing", e))?;
+        debug!("subscribed: joining the group");
         self.begin()?;
         let result = self.run_loop();
         self.consumer
