@@ -536,6 +536,74 @@ fn decode_segment<K: DeserializeOwned, V: DeserializeOwned>(
     Ok(ids.into_iter().zip(entries).collect())
 }
 
+/// Packs encoded entries into segment records of at most `limit` bytes each (one entry larger
+/// than that alone), in the order pushed.
+struct Segments {
+    limit: usize,
+    /// The open segment: its ids and its entries' bytes.
+    ids: Vec<Id>,
+    bodies: Vec<u8>,
+    /// One entry's bytes.
+    scratch: Vec<u8>,
+    done: EncodedSegments,
+}
+
+impl Segments {
+    fn new(limit: usize) -> Self {
+        Segments {
+            limit,
+            ids: Vec::new(),
+            bodies: Vec::new(),
+            scratch: Vec::new(),
+            done: Vec::new(),
+        }
+    }
+
+    /// Adds an entry; returns the index of the segment that holds it (0 for the first).
+    fn push<K: Serialize, V: Serialize>(
+        &mut self,
+        id: Id,
+        e: &Entry<K, V>,
+    ) -> Result<u64, GateError> {
+        self.scratch.clear();
+        encode_into(
+            &EntryOut {
+                key: &e.key,
+                event_time_ms: e.event_time_ms,
+                late: e.late,
+                value: &e.value,
+            },
+            &mut self.scratch,
+        )?;
+        // A version byte, two lengths (at most 9 bytes each), an id at most 18 bytes.
+        let size = 19 + 18 * (self.ids.len() + 1) + self.bodies.len() + self.scratch.len();
+        if !self.ids.is_empty() && size > self.limit {
+            self.close()?;
+        }
+        self.ids.push(id);
+        self.bodies.extend_from_slice(&self.scratch);
+        Ok(self.done.len() as u64)
+    }
+
+    fn close(&mut self) -> Result<(), GateError> {
+        let mut record = Vec::with_capacity(19 + 18 * self.ids.len() + self.bodies.len());
+        record.push(CODEC_VERSION);
+        encode_into(&self.ids, &mut record)?;
+        encode_into(&(self.ids.len() as u64), &mut record)?;
+        record.extend_from_slice(&self.bodies);
+        self.done.push((std::mem::take(&mut self.ids), record));
+        self.bodies.clear();
+        Ok(())
+    }
+
+    fn finish(mut self) -> Result<EncodedSegments, GateError> {
+        if !self.ids.is_empty() {
+            self.close()?;
+        }
+        Ok(self.done)
+    }
+}
+
 impl<K: Ord + Clone + Serialize, V: Serialize> TimerQueue<K, V> {
     fn header(&self, next_segment: u64) -> Result<Vec<u8>, GateError> {
         encode(&Header {
@@ -546,55 +614,6 @@ impl<K: Ord + Clone + Serialize, V: Serialize> TimerQueue<K, V> {
         })
     }
 
-    /// Encodes the parked records `ids` into segment records of at most the segment size
-    /// each (one entry larger than that alone), in the order given: `(ids, record)` per
-    /// segment. Changes nothing.
-    fn encode_segments(&self, ids: &[(i64, u64)]) -> Result<EncodedSegments, GateError> {
-        // Every entry's bytes, back to back, and where each ends.
-        let mut bodies = Vec::new();
-        let mut ends = Vec::with_capacity(ids.len());
-        for id in ids {
-            let e = self
-                .parked
-                .get(id)
-                .ok_or_else(|| GateError::TimerQueueCodec {
-                    message: format!("writing {id:?}: not parked"),
-                })?;
-            encode_into(
-                &EntryOut {
-                    key: &e.key,
-                    event_time_ms: e.event_time_ms,
-                    late: e.late,
-                    value: &e.value,
-                },
-                &mut bodies,
-            )?;
-            ends.push(bodies.len());
-        }
-        // An id is at most 20 bytes (two varints), a count at most 9.
-        const ID_BYTES: usize = 20;
-        let mut out = Vec::new();
-        let (mut first, mut start) = (0, 0);
-        while first < ids.len() {
-            let mut last = first + 1;
-            while last < ids.len()
-                && 1 + 18 + ID_BYTES * (last + 1 - first) + (ends[last] - start)
-                    <= self.segment_bytes
-            {
-                last += 1;
-            }
-            let seg_ids = ids[first..last].to_vec();
-            let mut record = vec![CODEC_VERSION];
-            encode_into(&seg_ids, &mut record)?;
-            encode_into(&((last - first) as u64), &mut record)?;
-            record.extend_from_slice(&bodies[start..ends[last - 1]]);
-            out.push((seg_ids, record));
-            start = ends[last - 1];
-            first = last;
-        }
-        Ok(out)
-    }
-
     /// The whole queue in its changelog form (module docs), as a fresh changelog would hold
     /// it: the header, every parked record in segments numbered from 0, and every key's late
     /// count. Leaves the queue and its changes as they are.
@@ -602,8 +621,11 @@ impl<K: Ord + Clone + Serialize, V: Serialize> TimerQueue<K, V> {
     /// # Errors
     /// [`GateError::TimerQueueCodec`] when a key's or value's serde implementation fails.
     pub fn to_parts(&self) -> Result<QueueParts<K>, GateError> {
-        let ids: Vec<(i64, u64)> = self.parked.keys().copied().collect();
-        let segments = self.encode_segments(&ids)?;
+        let mut packer = Segments::new(self.segment_bytes);
+        for (id, e) in &self.parked {
+            packer.push(*id, e)?;
+        }
+        let segments = packer.finish()?;
         let mut parts = Vec::with_capacity(segments.len() + self.late.len());
         let n = segments.len() as u64;
         for (i, (_, record)) in segments.into_iter().enumerate() {
@@ -663,28 +685,72 @@ impl<K: Ord + Clone + Serialize, V: Serialize> TimerQueue<K, V> {
     /// queue and its changes are left as they were then.
     pub fn take_changes(&mut self) -> Result<QueueParts<K>, GateError> {
         let carry = self.to_carry();
-        let mut ids: Vec<(i64, u64)> = self
-            .pending
-            .iter()
-            .filter(|id| self.parked.get(id).is_some_and(|e| e.segment.is_none()))
-            .copied()
-            .collect();
-        if !carry.is_empty() {
+        let first = self.next_segment;
+        // One pass: each written entry is looked up once, encoded and given its segment; on an
+        // encoding error the entries given one get their old segment back.
+        let mut packer = Segments::new(self.segment_bytes);
+        let mut assigned: Vec<(Id, Option<u64>)> = Vec::new();
+        let mut failed = None;
+        for id in &self.pending {
+            let Some(e) = self.parked.get_mut(id) else {
+                continue; // released since it was parked
+            };
+            if e.segment.is_some() {
+                continue;
+            }
+            match packer.push(*id, e) {
+                Ok(n) => {
+                    assigned.push((*id, None));
+                    e.segment = Some(first + n);
+                }
+                Err(err) => {
+                    failed = Some(err);
+                    break;
+                }
+            }
+        }
+        if failed.is_none() && !carry.is_empty() {
             let carried: BTreeSet<u64> = carry.iter().copied().collect();
-            ids.extend(
-                self.parked
-                    .iter()
-                    .filter(|(_, e)| e.segment.is_some_and(|s| carried.contains(&s)))
-                    .map(|(id, _)| *id),
-            );
+            for (id, e) in self.parked.iter_mut() {
+                let Some(old) = e.segment.filter(|s| carried.contains(s)) else {
+                    continue;
+                };
+                match packer.push(*id, e) {
+                    Ok(n) => {
+                        assigned.push((*id, Some(old)));
+                        e.segment = Some(first + n);
+                    }
+                    Err(err) => {
+                        failed = Some(err);
+                        break;
+                    }
+                }
+            }
         }
-        let segments = self.encode_segments(&ids)?;
-        let mut late = Vec::with_capacity(self.changed_late.len());
-        for k in &self.changed_late {
-            let count = self.late.get(k).copied().unwrap_or(0);
-            late.push((Part::Late(k.clone()), Some(encode(&count)?)));
-        }
-        let header = self.header(self.next_segment + segments.len() as u64)?;
+        let encoded = match failed {
+            Some(err) => Err(err),
+            None => packer.finish(),
+        };
+        let late = encoded.and_then(|segments| {
+            let mut late = Vec::with_capacity(self.changed_late.len());
+            for k in &self.changed_late {
+                let count = self.late.get(k).copied().unwrap_or(0);
+                late.push((Part::Late(k.clone()), Some(encode(&count)?)));
+            }
+            let header = self.header(first + segments.len() as u64)?;
+            Ok((segments, late, header))
+        });
+        let (segments, late, header) = match late {
+            Ok(x) => x,
+            Err(err) => {
+                for (id, old) in assigned {
+                    if let Some(e) = self.parked.get_mut(&id) {
+                        e.segment = old;
+                    }
+                }
+                return Err(err);
+            }
+        };
         // Nothing fails from here on.
         let mut parts = Vec::with_capacity(segments.len() + carry.len() + self.dead.len());
         for n in &carry {
@@ -696,11 +762,6 @@ impl<K: Ord + Clone + Serialize, V: Serialize> TimerQueue<K, V> {
         for (seg_ids, record) in segments {
             let n = self.next_segment;
             self.next_segment += 1;
-            for id in &seg_ids {
-                if let Some(e) = self.parked.get_mut(id) {
-                    e.segment = Some(n);
-                }
-            }
             let count = seg_ids.len() as u64;
             self.segments.insert(
                 n,
