@@ -33,6 +33,13 @@
 //!   watermark. Every decision rests on a fetch response or a leader's answer, never on
 //!   silence; the readings are fetch-time evidence and are not persisted.
 //!
+//! The cached value is only as fresh as the consumer's fetching. A partition paused by
+//! backpressure is not fetched, so its cached value is not used (the leader is asked). A
+//! partition whose fetches stall (its leader moving) keeps its last response: a channel at its
+//! head by that response stays there until fetching resumes, as with Kafka Streams' KIP-695
+//! lag, and a record appended meanwhile whose event time the control clock passes by more
+//! than the lag is counted late, not reordered silently.
+//!
 //! # Parked ancestors
 //! A delivery's ancestors in the queue are the parked records of the same task that its stamp
 //! claims:

@@ -1205,15 +1205,20 @@ impl StageRunner {
                     ask.push(c);
                     continue;
                 };
-                let topic = &self
+                let source = self
                     .sources
                     .iter()
-                    .find(|t| t.id == c.topic)
+                    .position(|t| t.id == c.topic)
                     .ok_or_else(|| Error::UnknownTopic {
                         topic: c.topic.to_string(),
-                    })?
-                    .name;
-                let fetched = cached_high_watermark(&self.consumer, topic, c.partition);
+                    })?;
+                // A paused partition is not fetched: its last response says nothing about
+                // what was appended since.
+                let fetched = if self.paused.contains(&(source, c.partition)) {
+                    None
+                } else {
+                    cached_high_watermark(&self.consumer, &self.sources[source].name, c.partition)
+                };
                 match head_evidence(frontier + 1, fetched, et.last_stable(&c)) {
                     HeadEvidence::Fetched(hw) => et
                         .fetched_head(c, hw, false)
