@@ -83,5 +83,8 @@ pub use gate::{
     Arrival, Awaiting, BlockedHead, ChannelSnapshot, Delivery, Discarded, Gate, GateMetrics,
     GateSnapshot, ImpossibleStamp, Refetch, Resolution,
 };
-pub use timers::{Parking, Part, QueueParts, Released, TimerMetrics, TimerQueue};
+pub use timers::{
+    CARRY_FACTOR, CARRY_SLACK, Parking, Part, QueueParts, Released, SEGMENT_BYTES, TimerMetrics,
+    TimerQueue, segment_ids,
+};
 pub use watermark::{Control, InputSnapshot, InputState, WatermarkSnapshot, WatermarkTracker};

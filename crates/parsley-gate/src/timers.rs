@@ -22,26 +22,46 @@
 //! - `park time >= event time`;
 //! - arrivals are unique and increase in parking order;
 //! - the watermark never decreases;
-//! - every part whose record differs from the one last returned by
-//!   [`TimerQueue::take_changes`] (or rebuilt by [`TimerQueue::from_parts`]) is in the
-//!   changed sets.
+//! - every parked record is either *pending* (parked since the last
+//!   [`TimerQueue::take_changes`], not written yet) or in exactly one *live segment*; a live
+//!   segment holds at least one parked record;
+//! - the entries of the live segments number at most [`CARRY_FACTOR`] times the parked records
+//!   in them plus the queue's carry slack, after every [`TimerQueue::take_changes`].
 //!
-//! # Changelogging, per record
-//! A queue holding days of history is large, so it is never written whole. Its changelog form
-//! ([`QueueParts`]) is a small **header** (watermark, next arrival, counters), one record per
-//! **parked record** ([`Part::Timer`], identified by its `(park time, arrival)`: the timer of
-//! Flink's keyed timer service) holding its key, event time, late flag and value, and one
-//! record per **key with late records** ([`Part::Late`]) holding its count.
-//! [`TimerQueue::take_changes`] returns what changed since the last call: a parked record is
-//! written once, a released one becomes a tombstone, and one parked and released between two
-//! calls (the steady live case, released within the lag) is never written at all. A compacted
-//! changelog therefore holds one record per parked record and per late key.
-//! [`TimerQueue::from_parts`] rebuilds the queue from the header and the latest record of each
-//! part. Each record is a version byte, then bincode 2 (standard configuration). Decoding
-//! checks every invariant below across all parts and never panics on corrupt bytes.
+//! # Changelogging, by segment
+//! A queue holding days of history is large, so it is never written whole, and it is not
+//! written record by record either. Its changelog form ([`QueueParts`]) is a small **header**
+//! (watermark, next arrival, next segment number, counters), **segments** ([`Part::Segment`],
+//! numbered in writing order) and one record per **key with late records** ([`Part::Late`])
+//! holding its count.
 //!
-//! Cost: parking and releasing one record are `O(log n)` for `n` parked records; each
-//! changelog write is one record per change.
+//! - [`TimerQueue::take_changes`] writes the records parked since the previous call that are
+//!   still parked as **one segment record** (several when they exceed the segment size, so a
+//!   record stays below the changelog's maximum message size): each entry is its
+//!   `(park time, arrival)`, key, event time, late flag and value. A record parked and released
+//!   between two calls (the steady live case, released within the lag) is never written.
+//! - **Releases are not written.** The queue releases exactly the records whose park time is at
+//!   or below its watermark (every parked record's park time is above it; the watermark never
+//!   decreases), and the header written in the same transaction holds that watermark. So an
+//!   entry of a live segment is still parked iff its park time is above the header's
+//!   watermark: [`TimerQueue::from_parts`] keeps exactly those.
+//! - A segment all of whose entries are released gets a **tombstone**.
+//! - A segment kept alive by a few entries (typically far-future ones) would keep the log
+//!   long: when the live segments hold more than [`CARRY_FACTOR`] entries per parked record
+//!   (plus a slack), the sparsest segments' parked entries are **carried** into the new
+//!   segment and the old ones tombstoned, in the same call. Each carried entry is paid for by
+//!   at least `CARRY_FACTOR - 1` released ones, so carrying at most adds a third to the
+//!   entries written.
+//!
+//! Restore rebuilds exactly the queue: the same entries in the same `(park time, arrival)`
+//! order, the same watermark, arrivals, counters and late counts. Each record is a version
+//! byte, then bincode 2 (standard configuration); a segment record is its ids
+//! (`Vec<(park time, arrival)>`, readable alone with [`segment_ids`]) followed by its entries.
+//! Decoding checks every invariant across all parts and never panics on corrupt bytes.
+//!
+//! Cost: parking and releasing one record are `O(log n)` for `n` parked records; a changelog
+//! write is one record per segment (about one per commit interval) and per changed late
+//! count, plus one tombstone per emptied segment; carrying scans the parked records once.
 //!
 //! Source: the silence-problem seed (§04 "One: the timer queue is the sort", §06 "What it
 //! doesn't promise") and DESIGN.md §5.
@@ -53,8 +73,17 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::GateError;
 
-/// Version byte of every changelog record ([`TimerQueue::to_parts`]).
-const CODEC_VERSION: u8 = 1;
+/// Version byte of every changelog record ([`TimerQueue::to_parts`]); 1 wrote one record per
+/// parked record.
+const CODEC_VERSION: u8 = 2;
+/// Default largest size of one segment record's value, bytes (below the broker's default
+/// maximum message size of 1 MiB, with room for the key and the batch overhead).
+pub const SEGMENT_BYTES: usize = 512 << 10;
+/// Live segments may hold this many entries per parked record in them (plus the slack) before
+/// the sparsest are carried forward (module docs).
+pub const CARRY_FACTOR: u64 = 4;
+/// Default carry slack, entries: below this many dead entries nothing is carried.
+pub const CARRY_SLACK: u64 = 4_096;
 /// Upper bound on what a decode may allocate (bincode's claim check), bytes.
 const DECODE_LIMIT: usize = 1 << 30;
 
@@ -106,12 +135,33 @@ pub struct TimerMetrics {
     pub raised: u64,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone)]
 struct Entry<K, V> {
     key: K,
     event_time_ms: i64,
     late: bool,
     value: V,
+    /// The live segment that holds it; `None` while pending (not written yet).
+    segment: Option<u64>,
+}
+
+impl<K: PartialEq, V: PartialEq> Entry<K, V> {
+    /// Same record (where it is written is bookkeeping, not content).
+    fn same(&self, other: &Self) -> bool {
+        self.key == other.key
+            && self.event_time_ms == other.event_time_ms
+            && self.late == other.late
+            && self.value == other.value
+    }
+}
+
+/// A written segment still holding parked records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Segment {
+    /// Entries written in it.
+    total: u64,
+    /// Of those, still parked.
+    live: u64,
 }
 
 /// The event-time sort of one task (module docs: the release rule and the late count).
@@ -127,19 +177,37 @@ pub struct TimerQueue<K, V> {
     /// Late records per key (keys with at least one).
     late: BTreeMap<K, u64>,
     metrics: TimerMetrics,
-    /// Parked records changed since the last [`take_changes`](TimerQueue::take_changes):
-    /// `false` for one parked since (not in the changelog yet), `true` for one released since
-    /// that is in the changelog (a tombstone is due).
-    changed_timers: BTreeMap<(i64, u64), bool>,
+    /// Live segments by number.
+    segments: BTreeMap<u64, Segment>,
+    /// The number of the next segment written.
+    next_segment: u64,
+    /// Ids parked since the last [`take_changes`](TimerQueue::take_changes), in arrival
+    /// order (some may be released since).
+    pending: Vec<(i64, u64)>,
+    /// Segments emptied since the last [`take_changes`](TimerQueue::take_changes): a
+    /// tombstone is due.
+    dead: Vec<u64>,
+    /// Entries of the live segments, and of those the parked ones.
+    log_entries: u64,
+    written_parked: u64,
     /// Keys whose late count grew since the last [`take_changes`](TimerQueue::take_changes).
     changed_late: BTreeSet<K>,
+    /// Largest segment record value, bytes.
+    segment_bytes: usize,
+    /// Dead entries tolerated in live segments before carrying.
+    carry_slack: u64,
 }
 
 /// Two queues are equal when they hold the same records, watermark, arrivals, counters and late
 /// counts; which keys changed since the last changelog write is not compared.
 impl<K: PartialEq, V: PartialEq> PartialEq for TimerQueue<K, V> {
     fn eq(&self, other: &Self) -> bool {
-        self.parked == other.parked
+        self.parked.len() == other.parked.len()
+            && self
+                .parked
+                .iter()
+                .zip(&other.parked)
+                .all(|((a, x), (b, y))| a == b && x.same(y))
             && self.watermark == other.watermark
             && self.next_arrival == other.next_arrival
             && self.late == other.late
@@ -157,8 +225,15 @@ impl<K, V> Default for TimerQueue<K, V> {
             next_arrival: 0,
             late: BTreeMap::new(),
             metrics: TimerMetrics::default(),
-            changed_timers: BTreeMap::new(),
+            segments: BTreeMap::new(),
+            next_segment: 0,
+            pending: Vec::new(),
+            dead: Vec::new(),
+            log_entries: 0,
+            written_parked: 0,
             changed_late: BTreeSet::new(),
+            segment_bytes: SEGMENT_BYTES,
+            carry_slack: CARRY_SLACK,
         }
     }
 }
@@ -168,6 +243,16 @@ impl<K: Ord + Clone, V> TimerQueue<K, V> {
     /// [`advance`](Self::advance).
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Sets the changelog limits (module docs): the largest segment record value,
+    /// `segment_bytes` (a single entry larger than that gets a segment of its own), and the
+    /// dead entries tolerated before carrying, `carry_slack`. Not part of the changelog: set
+    /// them again on a rebuilt queue. Defaults: [`SEGMENT_BYTES`], [`CARRY_SLACK`].
+    pub fn with_changelog_limits(mut self, segment_bytes: usize, carry_slack: u64) -> Self {
+        self.segment_bytes = segment_bytes.max(1);
+        self.carry_slack = carry_slack;
+        self
     }
 
     /// Parks a delivered record of `key` with its own `event_time_ms` (ms since the epoch)
@@ -210,7 +295,7 @@ impl<K: Ord + Clone, V> TimerQueue<K, V> {
                 value,
             });
         }
-        self.changed_timers.insert((park_time_ms, arrival), false);
+        self.pending.push((park_time_ms, arrival));
         self.parked.insert(
             (park_time_ms, arrival),
             Entry {
@@ -218,6 +303,7 @@ impl<K: Ord + Clone, V> TimerQueue<K, V> {
                 event_time_ms,
                 late,
                 value,
+                segment: None,
             },
         );
         Parking::Parked {
@@ -240,11 +326,24 @@ impl<K: Ord + Clone, V> TimerQueue<K, V> {
         };
         let due = std::mem::replace(&mut self.parked, rest);
         self.metrics.released += due.len() as u64;
-        for id in due.keys() {
-            // Parked since the last changes were taken: never written, nothing to delete.
-            if self.changed_timers.remove(id).is_none() {
-                self.changed_timers.insert(*id, true);
+        for e in due.values() {
+            // Pending ones were never written: nothing to do.
+            if let Some(s) = e.segment
+                && let Some(seg) = self.segments.get_mut(&s)
+            {
+                seg.live -= 1;
+                self.written_parked -= 1;
+                if seg.live == 0 {
+                    self.log_entries -= seg.total;
+                    self.segments.remove(&s);
+                    self.dead.push(s);
+                }
             }
+        }
+        // A queue whose changes are never taken keeps only the pending ids still parked.
+        if self.pending.len() > 2 * self.parked.len() + 1_024 {
+            let parked = &self.parked;
+            self.pending.retain(|id| parked.contains_key(id));
         }
         due.into_iter()
             .map(|((park_time_ms, arrival), e)| Released {
@@ -306,12 +405,13 @@ impl<K: Ord + Clone, V> TimerQueue<K, V> {
 struct Header {
     watermark: Option<i64>,
     next_arrival: u64,
+    next_segment: u64,
     metrics: TimerMetrics,
 }
 
-/// A parked record's changelog record (its id is its [`Part::Timer`]).
+/// One entry of a segment record, after its id (module docs: changelogging).
 #[derive(Serialize)]
-struct TimerOut<'a, K, V> {
+struct EntryOut<'a, K, V> {
     key: &'a K,
     event_time_ms: i64,
     late: bool,
@@ -319,7 +419,7 @@ struct TimerOut<'a, K, V> {
 }
 
 #[derive(Deserialize)]
-struct TimerIn<K, V> {
+struct EntryIn<K, V> {
     key: K,
     event_time_ms: i64,
     late: bool,
@@ -329,13 +429,8 @@ struct TimerIn<K, V> {
 /// What one changelog record of a queue describes (module docs: changelogging).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Part<K> {
-    /// One parked record, identified by its release position.
-    Timer {
-        /// Its park time, ms since the epoch.
-        park_time_ms: i64,
-        /// Its arrival number.
-        arrival: u64,
-    },
+    /// A segment: parked records written together, by segment number.
+    Segment(u64),
     /// The late count of one key.
     Late(K),
 }
@@ -344,129 +439,364 @@ pub enum Part<K> {
 /// [`take_changes`](TimerQueue::take_changes).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QueueParts<K> {
-    /// The queue-wide record: watermark, next arrival, counters.
+    /// The queue-wide record: watermark, next arrival, next segment, counters.
     pub header: Vec<u8>,
-    /// Each part's record, or `None` when the part is gone (a released record: a tombstone).
+    /// Each part's record, or `None` when the part is gone (an emptied or carried segment: a
+    /// tombstone).
     pub parts: Vec<(Part<K>, Option<Vec<u8>>)>,
+}
+
+fn codec_error(e: impl std::fmt::Display) -> GateError {
+    GateError::TimerQueueCodec {
+        message: e.to_string(),
+    }
+}
+
+fn encode_into<T: Serialize>(value: &T, out: &mut Vec<u8>) -> Result<(), GateError> {
+    bincode::serde::encode_into_std_write(value, out, bincode::config::standard())
+        .map(|_| ())
+        .map_err(codec_error)
 }
 
 fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, GateError> {
     let mut out = vec![CODEC_VERSION];
-    bincode::serde::encode_into_std_write(value, &mut out, bincode::config::standard()).map_err(
-        |e| GateError::TimerQueueCodec {
-            message: e.to_string(),
-        },
-    )?;
+    encode_into(value, &mut out)?;
     Ok(out)
 }
 
-fn decode<T: DeserializeOwned>(what: &str, bytes: &[u8]) -> Result<T, String> {
+fn split_version<'a>(what: &str, bytes: &'a [u8]) -> Result<&'a [u8], String> {
     let (&version, body) = bytes
         .split_first()
         .ok_or_else(|| format!("{what}: empty input"))?;
     if version != CODEC_VERSION {
         return Err(format!("{what}: unknown version {version}"));
     }
+    Ok(body)
+}
+
+/// Decodes one value from the front of `body`; returns it and the rest.
+fn decode_front<'a, T: DeserializeOwned>(
+    what: &str,
+    body: &'a [u8],
+) -> Result<(T, &'a [u8]), String> {
     let config = bincode::config::standard().with_limit::<DECODE_LIMIT>();
     let (value, used): (T, usize) =
         bincode::serde::decode_from_slice(body, config).map_err(|e| format!("{what}: {e}"))?;
-    if used != body.len() {
-        return Err(format!("{what}: {} trailing bytes", body.len() - used));
+    Ok((value, &body[used..]))
+}
+
+fn decode<T: DeserializeOwned>(what: &str, bytes: &[u8]) -> Result<T, String> {
+    let (value, rest) = decode_front(what, split_version(what, bytes)?)?;
+    if !rest.is_empty() {
+        return Err(format!("{what}: {} trailing bytes", rest.len()));
     }
     Ok(value)
 }
 
+/// The ids `(park time, arrival)` of the entries of a segment record, in the record's order,
+/// without decoding the entries (for tools and tests that inspect a changelog; an entry is
+/// still parked iff its park time is above the watermark of the header committed with it).
+///
+/// # Errors
+/// [`GateError::TimerQueueCodec`] for an unknown version or ids that do not decode.
+pub fn segment_ids(bytes: &[u8]) -> Result<Vec<(i64, u64)>, GateError> {
+    let body = split_version("segment", bytes).map_err(codec_error)?;
+    decode_front("segment ids", body)
+        .map(|(ids, _)| ids)
+        .map_err(codec_error)
+}
+
+/// A parked record's id: `(park time, arrival)`.
+type Id = (i64, u64);
+/// A decoded segment record: each entry with its id.
+type DecodedSegment<K, V> = Vec<(Id, EntryIn<K, V>)>;
+/// Encoded segment records: each with the ids it holds.
+type EncodedSegments = Vec<(Vec<Id>, Vec<u8>)>;
+
+/// Decodes a segment record: its ids and entries, as many of one as of the other.
+fn decode_segment<K: DeserializeOwned, V: DeserializeOwned>(
+    bytes: &[u8],
+) -> Result<DecodedSegment<K, V>, String> {
+    let body = split_version("segment", bytes)?;
+    let (ids, rest): (Vec<(i64, u64)>, _) = decode_front("segment ids", body)?;
+    let (entries, rest): (Vec<EntryIn<K, V>>, _) = decode_front("segment entries", rest)?;
+    if !rest.is_empty() {
+        return Err(format!("segment: {} trailing bytes", rest.len()));
+    }
+    if ids.len() != entries.len() {
+        return Err(format!(
+            "segment: {} ids for {} entries",
+            ids.len(),
+            entries.len()
+        ));
+    }
+    if ids.is_empty() {
+        return Err("segment: no entries".into());
+    }
+    Ok(ids.into_iter().zip(entries).collect())
+}
+
+/// Packs encoded entries into segment records of at most `limit` bytes each (one entry larger
+/// than that alone), in the order pushed.
+struct Segments {
+    limit: usize,
+    /// The open segment: its ids and its entries' bytes.
+    ids: Vec<Id>,
+    bodies: Vec<u8>,
+    /// One entry's bytes.
+    scratch: Vec<u8>,
+    done: EncodedSegments,
+}
+
+impl Segments {
+    fn new(limit: usize) -> Self {
+        Segments {
+            limit,
+            ids: Vec::new(),
+            bodies: Vec::new(),
+            scratch: Vec::new(),
+            done: Vec::new(),
+        }
+    }
+
+    /// Adds an entry; returns the index of the segment that holds it (0 for the first).
+    fn push<K: Serialize, V: Serialize>(
+        &mut self,
+        id: Id,
+        e: &Entry<K, V>,
+    ) -> Result<u64, GateError> {
+        self.scratch.clear();
+        encode_into(
+            &EntryOut {
+                key: &e.key,
+                event_time_ms: e.event_time_ms,
+                late: e.late,
+                value: &e.value,
+            },
+            &mut self.scratch,
+        )?;
+        // A version byte, two lengths (at most 9 bytes each), an id at most 18 bytes.
+        let size = 19 + 18 * (self.ids.len() + 1) + self.bodies.len() + self.scratch.len();
+        if !self.ids.is_empty() && size > self.limit {
+            self.close()?;
+        }
+        self.ids.push(id);
+        self.bodies.extend_from_slice(&self.scratch);
+        Ok(self.done.len() as u64)
+    }
+
+    fn close(&mut self) -> Result<(), GateError> {
+        let mut record = Vec::with_capacity(19 + 18 * self.ids.len() + self.bodies.len());
+        record.push(CODEC_VERSION);
+        encode_into(&self.ids, &mut record)?;
+        encode_into(&(self.ids.len() as u64), &mut record)?;
+        record.extend_from_slice(&self.bodies);
+        self.done.push((std::mem::take(&mut self.ids), record));
+        self.bodies.clear();
+        Ok(())
+    }
+
+    fn finish(mut self) -> Result<EncodedSegments, GateError> {
+        if !self.ids.is_empty() {
+            self.close()?;
+        }
+        Ok(self.done)
+    }
+}
+
 impl<K: Ord + Clone + Serialize, V: Serialize> TimerQueue<K, V> {
-    fn header(&self) -> Result<Vec<u8>, GateError> {
+    fn header(&self, next_segment: u64) -> Result<Vec<u8>, GateError> {
         encode(&Header {
             watermark: self.watermark,
             next_arrival: self.next_arrival,
+            next_segment,
             metrics: self.metrics,
         })
     }
 
-    fn part(&self, part: &Part<K>) -> Result<Option<Vec<u8>>, GateError> {
-        match part {
-            Part::Timer {
-                park_time_ms,
-                arrival,
-            } => self
-                .parked
-                .get(&(*park_time_ms, *arrival))
-                .map(|e| {
-                    encode(&TimerOut {
-                        key: &e.key,
-                        event_time_ms: e.event_time_ms,
-                        late: e.late,
-                        value: &e.value,
-                    })
-                })
-                .transpose(),
-            Part::Late(key) => self.late.get(key).map(encode).transpose(),
-        }
-    }
-
-    /// The whole queue in its changelog form (module docs): the header and the record of every
-    /// parked record and of every key's late count. Leaves the changes as they are.
+    /// The whole queue in its changelog form (module docs), as a fresh changelog would hold
+    /// it: the header, every parked record in segments numbered from 0, and every key's late
+    /// count. Leaves the queue and its changes as they are.
     ///
     /// # Errors
     /// [`GateError::TimerQueueCodec`] when a key's or value's serde implementation fails.
     pub fn to_parts(&self) -> Result<QueueParts<K>, GateError> {
-        self.parts_of(self.parked.keys(), self.late.keys())
-    }
-
-    /// The header and the record of the parked records `timers` and of the late counts of
-    /// `late`, in that order.
-    fn parts_of<'a>(
-        &self,
-        timers: impl Iterator<Item = &'a (i64, u64)>,
-        late: impl Iterator<Item = &'a K>,
-    ) -> Result<QueueParts<K>, GateError>
-    where
-        K: 'a,
-    {
-        let timers = timers.map(|&(park_time_ms, arrival)| Part::Timer {
-            park_time_ms,
-            arrival,
-        });
-        let mut parts = Vec::new();
-        for p in timers.chain(late.map(|k| Part::Late(k.clone()))) {
-            let record = self.part(&p)?;
-            parts.push((p, record));
+        let mut packer = Segments::new(self.segment_bytes);
+        for (id, e) in &self.parked {
+            packer.push(*id, e)?;
+        }
+        let segments = packer.finish()?;
+        let mut parts = Vec::with_capacity(segments.len() + self.late.len());
+        let n = segments.len() as u64;
+        for (i, (_, record)) in segments.into_iter().enumerate() {
+            parts.push((Part::Segment(i as u64), Some(record)));
+        }
+        for (k, count) in &self.late {
+            parts.push((Part::Late(k.clone()), Some(encode(count)?)));
         }
         Ok(QueueParts {
-            header: self.header()?,
+            header: self.header(n)?,
             parts,
         })
     }
 
+    /// The segments to carry forward now (module docs), sparsest first: while the live
+    /// segments hold more than [`CARRY_FACTOR`] entries per parked record plus the slack.
+    fn to_carry(&self) -> Vec<u64> {
+        let (mut entries, parked) = (self.log_entries, self.written_parked);
+        let over = |entries: u64, parked: u64| {
+            entries
+                > CARRY_FACTOR
+                    .saturating_mul(parked)
+                    .saturating_add(self.carry_slack)
+        };
+        if !over(entries, parked) {
+            return Vec::new();
+        }
+        let mut by_density: Vec<(u64, Segment)> =
+            self.segments.iter().map(|(n, s)| (*n, *s)).collect();
+        // live / total ascending, compared without division.
+        by_density.sort_by(|(_, a), (_, b)| {
+            (u128::from(a.live) * u128::from(b.total))
+                .cmp(&(u128::from(b.live) * u128::from(a.total)))
+        });
+        let mut carry = Vec::new();
+        for (n, s) in by_density {
+            if !over(entries, parked) {
+                break;
+            }
+            // Its parked entries are written again in the new segment.
+            entries = entries - s.total + s.live;
+            carry.push(n);
+        }
+        carry
+    }
+
     /// What changed since the last call (or since the queue was created or rebuilt): the
-    /// header, the record of each record parked since and still parked, a tombstone for each
-    /// record released since that an earlier call returned, and the late count of each key
-    /// whose count grew. A record parked and released between two calls is not mentioned.
-    /// Written in order with the rest of a task's state in one transaction, these keep a
-    /// compacted changelog equal to [`to_parts`](Self::to_parts).
+    /// header; the records parked since and still parked, as new segments (with the parked
+    /// records of carried segments); a tombstone for every segment emptied or carried since;
+    /// and the late count of each key whose count grew. A record parked and released between
+    /// two calls is not mentioned. Written in order with the rest of a task's state in one
+    /// transaction, a compacted changelog holding them rebuilds the queue exactly
+    /// ([`from_parts`](Self::from_parts)).
     ///
     /// # Errors
     /// [`GateError::TimerQueueCodec`] when a key's or value's serde implementation fails; the
-    /// changes are kept then.
+    /// queue and its changes are left as they were then.
     pub fn take_changes(&mut self) -> Result<QueueParts<K>, GateError> {
-        let parts = self.parts_of(self.changed_timers.keys(), self.changed_late.iter())?;
-        self.changed_timers.clear();
+        let carry = self.to_carry();
+        let first = self.next_segment;
+        // One pass: each written entry is looked up once, encoded and given its segment; on an
+        // encoding error the entries given one get their old segment back.
+        let mut packer = Segments::new(self.segment_bytes);
+        let mut assigned: Vec<(Id, Option<u64>)> = Vec::new();
+        let mut failed = None;
+        for id in &self.pending {
+            let Some(e) = self.parked.get_mut(id) else {
+                continue; // released since it was parked
+            };
+            if e.segment.is_some() {
+                continue;
+            }
+            match packer.push(*id, e) {
+                Ok(n) => {
+                    assigned.push((*id, None));
+                    e.segment = Some(first + n);
+                }
+                Err(err) => {
+                    failed = Some(err);
+                    break;
+                }
+            }
+        }
+        if failed.is_none() && !carry.is_empty() {
+            let carried: BTreeSet<u64> = carry.iter().copied().collect();
+            for (id, e) in self.parked.iter_mut() {
+                let Some(old) = e.segment.filter(|s| carried.contains(s)) else {
+                    continue;
+                };
+                match packer.push(*id, e) {
+                    Ok(n) => {
+                        assigned.push((*id, Some(old)));
+                        e.segment = Some(first + n);
+                    }
+                    Err(err) => {
+                        failed = Some(err);
+                        break;
+                    }
+                }
+            }
+        }
+        let encoded = match failed {
+            Some(err) => Err(err),
+            None => packer.finish(),
+        };
+        let late = encoded.and_then(|segments| {
+            let mut late = Vec::with_capacity(self.changed_late.len());
+            for k in &self.changed_late {
+                let count = self.late.get(k).copied().unwrap_or(0);
+                late.push((Part::Late(k.clone()), Some(encode(&count)?)));
+            }
+            let header = self.header(first + segments.len() as u64)?;
+            Ok((segments, late, header))
+        });
+        let (segments, late, header) = match late {
+            Ok(x) => x,
+            Err(err) => {
+                for (id, old) in assigned {
+                    if let Some(e) = self.parked.get_mut(&id) {
+                        e.segment = old;
+                    }
+                }
+                return Err(err);
+            }
+        };
+        // Nothing fails from here on.
+        let mut parts = Vec::with_capacity(segments.len() + carry.len() + self.dead.len());
+        for n in &carry {
+            if let Some(s) = self.segments.remove(n) {
+                self.log_entries -= s.total;
+                self.written_parked -= s.live;
+            }
+        }
+        for (seg_ids, record) in segments {
+            let n = self.next_segment;
+            self.next_segment += 1;
+            let count = seg_ids.len() as u64;
+            self.segments.insert(
+                n,
+                Segment {
+                    total: count,
+                    live: count,
+                },
+            );
+            self.log_entries += count;
+            self.written_parked += count;
+            parts.push((Part::Segment(n), Some(record)));
+        }
+        for n in carry.into_iter().chain(self.dead.drain(..)) {
+            parts.push((Part::Segment(n), None));
+        }
+        parts.extend(late);
+        self.pending.clear();
         self.changed_late.clear();
-        Ok(parts)
+        Ok(QueueParts { header, parts })
     }
 }
 
 impl<K: Ord + Clone + DeserializeOwned, V: DeserializeOwned> TimerQueue<K, V> {
     /// Rebuilds a queue from its changelog form: the `header` and the latest record of every
-    /// part that has one (tombstoned parts left out). Nothing counts as changed afterwards.
+    /// part that has one (tombstoned parts left out). An entry of a segment is parked iff its
+    /// park time is above the header's watermark; a segment with none left is tombstoned by
+    /// the next [`take_changes`](Self::take_changes). The changelog limits are the defaults
+    /// ([`with_changelog_limits`](Self::with_changelog_limits)).
     ///
     /// # Errors
     /// [`GateError::TimerQueueCodec`] for an unknown version, truncated or trailing bytes,
-    /// bytes that do not decode, a part given twice, a late count of 0, or records that break
-    /// an invariant (a parked record at or below the watermark or below its own event time, an
-    /// arrival not below the next arrival, an arrival given twice).
+    /// bytes that do not decode, a part given twice, a late count of 0, an empty segment or
+    /// one numbered at or above the header's next segment, or entries that break an invariant
+    /// (a park time below its own event time, an arrival not below the next arrival, an
+    /// arrival given twice).
     pub fn from_parts<'a>(
         header: &[u8],
         parts: impl IntoIterator<Item = (Part<K>, &'a [u8])>,
@@ -482,41 +812,62 @@ impl<K: Ord + Clone + DeserializeOwned, V: DeserializeOwned> TimerQueue<K, V> {
         let mut q = TimerQueue {
             watermark: h.watermark,
             next_arrival: h.next_arrival,
+            next_segment: h.next_segment,
             metrics: h.metrics,
             ..TimerQueue::default()
         };
         let mut arrivals = BTreeSet::new();
         for (part, bytes) in parts {
             match part {
-                Part::Timer {
-                    park_time_ms: t,
-                    arrival: a,
-                } => {
-                    let e: TimerIn<K, V> = decode("parked record", bytes)?;
-                    if q.watermark.is_some_and(|w| t <= w) {
-                        return Err(format!("record parked at {t} is at or below the watermark"));
-                    }
-                    if t < e.event_time_ms {
+                Part::Segment(n) => {
+                    if n >= q.next_segment {
                         return Err(format!(
-                            "park time {t} is below the event time {}",
-                            e.event_time_ms
+                            "segment {n} is not below the next segment {}",
+                            q.next_segment
                         ));
                     }
-                    if a >= q.next_arrival {
-                        return Err(format!("arrival {a} is not below the next arrival"));
+                    if q.segments.contains_key(&n) || q.dead.contains(&n) {
+                        return Err(format!("segment {n} appears twice"));
                     }
-                    if !arrivals.insert(a) {
-                        return Err(format!("arrival {a} appears twice"));
+                    let entries: Vec<((i64, u64), EntryIn<K, V>)> = decode_segment(bytes)?;
+                    let total = entries.len() as u64;
+                    let mut live = 0;
+                    for ((t, a), e) in entries {
+                        if t < e.event_time_ms {
+                            return Err(format!(
+                                "park time {t} is below the event time {}",
+                                e.event_time_ms
+                            ));
+                        }
+                        if a >= q.next_arrival {
+                            return Err(format!("arrival {a} is not below the next arrival"));
+                        }
+                        if !arrivals.insert(a) {
+                            return Err(format!("arrival {a} appears twice"));
+                        }
+                        if q.watermark.is_some_and(|w| t <= w) {
+                            // Released: the watermark committed with it passed it.
+                            continue;
+                        }
+                        live += 1;
+                        q.parked.insert(
+                            (t, a),
+                            Entry {
+                                key: e.key,
+                                event_time_ms: e.event_time_ms,
+                                late: e.late,
+                                value: e.value,
+                                segment: Some(n),
+                            },
+                        );
                     }
-                    q.parked.insert(
-                        (t, a),
-                        Entry {
-                            key: e.key,
-                            event_time_ms: e.event_time_ms,
-                            late: e.late,
-                            value: e.value,
-                        },
-                    );
+                    if live == 0 {
+                        q.dead.push(n);
+                    } else {
+                        q.segments.insert(n, Segment { total, live });
+                        q.log_entries += total;
+                        q.written_parked += live;
+                    }
                 }
                 Part::Late(key) => {
                     let n: u64 = decode("late count", bytes)?;
@@ -671,6 +1022,7 @@ mod tests {
         parts: BTreeMap<Part<K>, Vec<u8>>,
         /// Records written, tombstones included.
         writes: usize,
+        tombstones: usize,
     }
 
     impl<K: Ord + Clone> Log<K> {
@@ -680,7 +1032,10 @@ mod tests {
                 self.writes += 1;
                 match record {
                     Some(r) => self.parts.insert(p, r),
-                    None => self.parts.remove(&p),
+                    None => {
+                        self.tombstones += 1;
+                        self.parts.remove(&p)
+                    }
                 };
             }
         }
@@ -693,6 +1048,22 @@ mod tests {
                 &self.header,
                 self.parts.iter().map(|(p, r)| (p.clone(), r.as_slice())),
             )
+        }
+
+        /// The ids of every entry of every live segment.
+        fn entries(&self) -> Vec<(i64, u64)> {
+            self.parts
+                .iter()
+                .filter(|(p, _)| matches!(p, Part::Segment(_)))
+                .flat_map(|(_, r)| segment_ids(r).unwrap())
+                .collect()
+        }
+
+        fn segments(&self) -> usize {
+            self.parts
+                .keys()
+                .filter(|p| matches!(p, Part::Segment(_)))
+                .count()
         }
     }
 
@@ -733,7 +1104,7 @@ mod tests {
     }
 
     #[test]
-    fn changes_keep_a_compacted_changelog_equal_to_the_queue_and_write_each_record_once() {
+    fn changes_write_one_segment_per_call_and_no_record_per_release() {
         let mut q: TimerQueue<u8, u32> = TimerQueue::new();
         let mut log = Log::default();
         log.apply(q.take_changes().unwrap());
@@ -742,25 +1113,35 @@ mod tests {
             q.park((i % 7) as u8, 1_000 + i64::from(i), [], i);
         }
         log.apply(q.take_changes().unwrap());
-        assert_eq!(log.writes, 100, "one record per parked record");
+        assert_eq!(log.writes, 1, "one segment for 100 parked records");
+        assert_eq!(log.entries().len(), 100);
         assert_eq!(log.rebuild::<u32>().unwrap(), q);
         // Nothing changed: only the header is written.
         log.apply(q.take_changes().unwrap());
-        assert_eq!(log.writes, 100);
-        // 30 released: 30 tombstones; one late record: one late count.
+        assert_eq!(log.writes, 1);
+        // 30 released: nothing but the header (the watermark says which); one late record: one
+        // late count.
         assert_eq!(q.advance(1_029).len(), 30);
         q.park(3, 1_000, [], 1_000);
         log.apply(q.take_changes().unwrap());
-        assert_eq!(log.writes, 131);
-        assert_eq!(log.parts.len(), 71, "70 parked, 1 late count");
-        assert_eq!(log.rebuild::<u32>().unwrap(), q);
-        // Parked and released between two writes: never written.
+        assert_eq!(log.writes, 2, "the late count only");
+        assert_eq!(
+            log.entries().len(),
+            100,
+            "released entries stay in their segment"
+        );
+        let back = log.rebuild::<u32>().unwrap();
+        assert_eq!(back, q);
+        assert_eq!(back.len(), 70);
+        // The first segment empties (a tombstone); the two still parked form a second one.
         q.park(1, 5_000, [], 1);
         q.park(2, 2_000, [], 2);
         q.advance(1_500);
         assert_eq!(q.len(), 2);
         log.apply(q.take_changes().unwrap());
+        assert_eq!((log.writes, log.tombstones, log.segments()), (4, 1, 1));
         assert_eq!(log.rebuild::<u32>().unwrap(), q);
+        // Parked and released between two writes: never written.
         let before = log.writes;
         q.park(4, 1_600, [], 4);
         q.advance(1_700);
@@ -770,10 +1151,111 @@ mod tests {
             "the record at 1600 left before any write"
         );
         assert_eq!(log.rebuild::<u32>().unwrap(), q);
+        // Half of the second segment released: nothing written; then all: a tombstone.
+        q.advance(2_000);
+        log.apply(q.take_changes().unwrap());
+        assert_eq!(log.writes, before);
+        assert_eq!(log.rebuild::<u32>().unwrap(), q);
         q.advance(i64::MAX);
         log.apply(q.take_changes().unwrap());
+        assert_eq!(log.tombstones, 2);
         assert_eq!(log.parts.len(), 1, "only the late count is left");
         assert_eq!(log.rebuild::<u32>().unwrap(), q);
+    }
+
+    #[test]
+    fn a_segment_kept_alive_by_a_far_future_record_is_carried_forward() {
+        let mut q: TimerQueue<u8, u32> = TimerQueue::new().with_changelog_limits(SEGMENT_BYTES, 8);
+        let mut log = Log::default();
+        for i in 0..100u32 {
+            q.park(1, 1_000 + i64::from(i), [], i);
+        }
+        q.park(2, 1_000_000_000, [], 100);
+        log.apply(q.take_changes().unwrap());
+        assert_eq!(log.segments(), 1);
+        // 60 released: 41 of 101 parked, within 4 x 41 + 8: nothing carried.
+        q.advance(1_059);
+        log.apply(q.take_changes().unwrap());
+        assert_eq!((log.writes, log.tombstones), (1, 0));
+        // 99 released: 101 entries for 2 parked (> 4 x 2 + 8): the two are carried into a new
+        // segment and the old one is tombstoned, in the same changes.
+        q.advance(1_098);
+        let changes = q.take_changes().unwrap();
+        assert_eq!(
+            changes
+                .parts
+                .iter()
+                .map(|(p, r)| (p.clone(), r.is_some()))
+                .collect::<Vec<_>>(),
+            vec![(Part::Segment(1), true), (Part::Segment(0), false)]
+        );
+        log.apply(changes);
+        assert_eq!(
+            log.entries(),
+            vec![(1_099, 99), (1_000_000_000, 100)],
+            "only the parked entries are written again"
+        );
+        let back = log.rebuild::<u32>().unwrap();
+        assert_eq!(back, q);
+        assert_eq!(back.len(), 2);
+        // New records go to a new segment; the carried one empties and is tombstoned.
+        q.park(3, 2_000, [], 101);
+        q.advance(1_099);
+        log.apply(q.take_changes().unwrap());
+        assert_eq!(log.rebuild::<u32>().unwrap(), q);
+        assert_eq!(
+            log.entries(),
+            vec![(1_099, 99), (1_000_000_000, 100), (2_000, 101)]
+        );
+        q.advance(2_000);
+        log.apply(q.take_changes().unwrap());
+        // Segment 1 holds the far-future record, segment 2 emptied.
+        assert_eq!(log.entries(), vec![(1_099, 99), (1_000_000_000, 100)]);
+        assert_eq!(log.rebuild::<u32>().unwrap(), q);
+    }
+
+    #[test]
+    fn a_restore_reassembles_the_queue_from_split_segments() {
+        // 100-byte segments: a few entries each, and one entry larger than that alone.
+        let mut q: TimerQueue<u16, Vec<u8>> = TimerQueue::new().with_changelog_limits(100, 0);
+        let mut log = Log::default();
+        for i in 0..40u16 {
+            // Descending times within a call: release order differs from segment order.
+            q.park(i % 3, 10_000 - i64::from(i) * 10, [], vec![i as u8; 12]);
+        }
+        q.park(7, 20_000, [], vec![9; 300]);
+        let changes = q.take_changes().unwrap();
+        let sizes: Vec<usize> = changes
+            .parts
+            .iter()
+            .filter_map(|(_, r)| r.as_ref().map(Vec::len))
+            .collect();
+        assert!(sizes.len() > 5, "split into several segments: {sizes:?}");
+        assert!(
+            sizes[..sizes.len() - 1].iter().all(|&n| n <= 100),
+            "{sizes:?}"
+        );
+        assert!(
+            sizes[sizes.len() - 1] > 300,
+            "the large entry alone: {sizes:?}"
+        );
+        log.apply(changes);
+        let mut back = log.rebuild::<Vec<u8>>().unwrap();
+        assert_eq!(back, q);
+        // Release about half (a segment partly), restore again: exactly the rest, in the same
+        // order.
+        let released = q.advance(9_815);
+        assert_eq!(released.len(), 21);
+        log.apply(q.take_changes().unwrap());
+        let mut again = log.rebuild::<Vec<u8>>().unwrap();
+        assert_eq!(again, q);
+        assert_eq!(back.advance(9_815), released);
+        let rest = q.advance(i64::MAX);
+        assert_eq!(again.advance(i64::MAX), rest);
+        assert_eq!(
+            rest.iter().map(|r| r.arrival).collect::<Vec<_>>(),
+            (0..19).rev().chain([40]).collect::<Vec<u64>>()
+        );
     }
 
     #[test]
@@ -783,6 +1265,7 @@ mod tests {
         q.park(2, 20, [], 2);
         q.advance(15);
         q.park(2, 5, [], 3); // late
+        q.park(3, 30, [], 4);
         let parts = q.to_parts().unwrap();
         let rebuild = |header: &[u8], parts: &[(Part<u32>, Vec<u8>)]| {
             TimerQueue::<u32, u32>::from_parts(
@@ -795,7 +1278,7 @@ mod tests {
             .iter()
             .map(|(p, r)| (p.clone(), r.clone().unwrap()))
             .collect();
-        assert_eq!(good.len(), 2);
+        assert_eq!(good.len(), 2, "one segment, one late count");
         assert_eq!(rebuild(&parts.header, &good).unwrap(), q);
         let refused = |header: &[u8], parts: &[(Part<u32>, Vec<u8>)], why: &str| {
             let err = rebuild(header, parts).unwrap_err();
@@ -811,26 +1294,69 @@ mod tests {
         refused(&trailing, &good, "trailing bytes");
         let twice = [good.clone(), good.clone()].concat();
         refused(&parts.header, &twice, "twice");
-        // A record parked at or below the watermark (15).
-        let (Part::Timer { arrival, .. }, record) = &good[0] else {
-            panic!("{good:?}")
-        };
-        let low = [(
-            Part::Timer {
-                park_time_ms: 15,
-                arrival: *arrival,
-            },
-            record.clone(),
-        )];
-        refused(&parts.header, &low, "at or below the watermark");
-        let future = [(
-            Part::Timer {
-                park_time_ms: 20,
-                arrival: 9,
-            },
-            record.clone(),
-        )];
-        refused(&parts.header, &future, "not below the next arrival");
+        let segment = good[0].1.clone();
+        refused(
+            &parts.header,
+            &[(Part::Segment(1), segment.clone())],
+            "not below the next segment",
+        );
+        // The same entries under another number: arrivals appear twice.
+        let mut header_two = q.clone();
+        header_two.next_segment = 2;
+        let two = header_two.header(2).unwrap();
+        refused(
+            &two,
+            &[
+                (Part::Segment(0), segment.clone()),
+                (Part::Segment(1), segment.clone()),
+            ],
+            "arrival 1 appears twice",
+        );
+        // A header from before the last park: arrivals not below its next arrival.
+        let mut earlier = q.clone();
+        earlier.next_arrival = 2;
+        refused(
+            &earlier.header(1).unwrap(),
+            &good,
+            "not below the next arrival",
+        );
+        // An entry parked below its own event time.
+        let mut low: TimerQueue<u32, u32> = TimerQueue::new();
+        low.park(1, 50, [], 1);
+        let mut low_parts = low.to_parts().unwrap();
+        let low_record = low_parts.parts.remove(0).1.unwrap();
+        let ids = segment_ids(&low_record).unwrap();
+        assert_eq!(ids, vec![(50, 0)]);
+        let mut bad_ids = vec![CODEC_VERSION];
+        encode_into(&vec![(40i64, 0u64)], &mut bad_ids).unwrap();
+        let rest = &low_record[1 + {
+            let mut n = Vec::new();
+            encode_into(&ids, &mut n).unwrap();
+            n.len()
+        }..];
+        bad_ids.extend_from_slice(rest);
+        refused(
+            &low_parts.header,
+            &[(Part::Segment(0), bad_ids)],
+            "below the event time",
+        );
+        // Ids and entries in different numbers; no entries at all.
+        let mut mismatch = vec![CODEC_VERSION];
+        encode_into(&vec![(50i64, 0u64), (60i64, 1u64)], &mut mismatch).unwrap();
+        mismatch.extend_from_slice(rest);
+        refused(
+            &low_parts.header,
+            &[(Part::Segment(0), mismatch)],
+            "2 ids for 1 entries",
+        );
+        let mut empty = vec![CODEC_VERSION];
+        encode_into(&Vec::<(i64, u64)>::new(), &mut empty).unwrap();
+        encode_into(&0u64, &mut empty).unwrap();
+        refused(
+            &low_parts.header,
+            &[(Part::Segment(0), empty)],
+            "no entries",
+        );
         let zero = [(Part::Late(7), encode(&0u64).unwrap())];
         refused(&parts.header, &zero, "late count of 0");
         // Every truncation and single-byte corruption of every record either rebuilds a queue
@@ -864,5 +1390,6 @@ mod tests {
         for cut in 0..parts.header.len() {
             assert!(rebuild(&parts.header[..cut], &good).is_err());
         }
+        let _ = segment;
     }
 }

@@ -4,7 +4,10 @@
 use std::collections::{BTreeMap, HashMap};
 
 use parsley_clock::{Channel, TopicId};
-use parsley_gate::{CatchUp, Control, InputState, Parking, Part, TimerQueue, WatermarkTracker};
+use parsley_gate::{
+    CARRY_FACTOR, CatchUp, Control, InputState, Parking, Part, TimerQueue, WatermarkTracker,
+    segment_ids,
+};
 use proptest::prelude::*;
 
 fn channels() -> [Channel; 3] {
@@ -237,7 +240,7 @@ enum QueueOp {
 
 fn queue_op() -> impl Strategy<Value = QueueOp> {
     prop_oneof![
-        4 => (0..200i64, 0..4u8, prop::collection::vec(any::<prop::sample::Index>(), 0..3))
+        6 => (0..200i64, 0..4u8, prop::collection::vec(any::<prop::sample::Index>(), 0..3))
             .prop_map(|(t, k, a)| QueueOp::Park(t, k, a)),
         2 => (0..220i64).prop_map(QueueOp::Advance),
         1 => Just(QueueOp::RoundTrip),
@@ -249,14 +252,19 @@ proptest! {
 
     /// A released record is never released before any of its causal ancestors; each advance
     /// releases in ascending (park time, arrival) order, exactly the records at or below the
-    /// watermark; every record comes out once; writing the changes to a compacted changelog at
-    /// any point and rebuilding from it changes nothing, and the changelog then holds exactly
-    /// the queue's whole changelog form.
+    /// watermark; every record comes out once. Writing the changes to a model of a compacted
+    /// changelog at any point (small segments, so records split across several, and a small
+    /// carry slack, so segments are carried forward) and rebuilding from it gives the same
+    /// queue; the changelog's live segments hold every parked record exactly once, and no more
+    /// than CARRY_FACTOR entries per parked record plus the slack.
     #[test]
     fn the_timer_queue_keeps_causal_order_and_releases_everything(
-        ops in prop::collection::vec(queue_op(), 0..100),
+        ops in prop::collection::vec(queue_op(), 0..160),
+        segment_bytes in prop_oneof![1usize..120, 120usize..2_000],
+        slack in 0u64..6,
     ) {
-        let mut q: TimerQueue<u8, usize> = TimerQueue::new();
+        let mut q: TimerQueue<u8, usize> =
+            TimerQueue::new().with_changelog_limits(segment_bytes, slack);
         let mut log: BTreeMap<Part<u8>, Vec<u8>> = BTreeMap::new();
         // Per parked record (by arrival): its park time and ancestors.
         let mut park_times: Vec<i64> = Vec::new();
@@ -267,7 +275,7 @@ proptest! {
             prop_assert!(order.insert(id, n).is_none(), "released twice: {id}");
             Ok(())
         };
-        for op in ops.iter().chain([QueueOp::Advance(i64::MAX)].iter()) {
+        for op in ops.iter().chain([QueueOp::Advance(i64::MAX), QueueOp::RoundTrip].iter()) {
             match op {
                 QueueOp::Park(t, k, picks) => {
                     let id = park_times.len();
@@ -307,32 +315,50 @@ proptest! {
                 }
                 QueueOp::RoundTrip => {
                     let changes = q.take_changes().unwrap();
-                    let log_header = changes.header;
+                    let header = changes.header.clone();
                     for (part, record) in changes.parts {
                         match record {
                             Some(r) => log.insert(part, r),
                             None => log.remove(&part),
                         };
                     }
-                    let whole = q.to_parts().unwrap();
-                    prop_assert_eq!(&whole.header, &log_header);
-                    let whole: BTreeMap<Part<u8>, Vec<u8>> = whole
-                        .parts
-                        .into_iter()
-                        .map(|(p, r)| (p, r.expect("no tombstones in the whole form")))
-                        .collect();
-                    prop_assert_eq!(&whole, &log);
-                    let back = TimerQueue::from_parts(
-                        &log_header,
+                    let back: TimerQueue<u8, usize> = TimerQueue::from_parts(
+                        &header,
                         log.iter().map(|(p, r)| (p.clone(), r.as_slice())),
                     )
                     .unwrap();
                     prop_assert_eq!(&back, &q);
-                    q = back;
+                    // The live segments: every parked record exactly once, bounded.
+                    let w = q.watermark();
+                    let mut entries: Vec<(i64, u64)> = log
+                        .iter()
+                        .filter(|(p, _)| matches!(p, Part::Segment(_)))
+                        .flat_map(|(_, r)| segment_ids(r).unwrap())
+                        .collect();
+                    let total = entries.len() as u64;
+                    entries.retain(|(t, _)| w.is_none_or(|w| *t > w));
+                    entries.sort();
+                    let parked: Vec<(i64, u64)> = back_ids(&q);
+                    prop_assert_eq!(&entries, &parked);
+                    prop_assert!(
+                        total <= CARRY_FACTOR * parked.len() as u64 + slack,
+                        "{} entries in the log for {} parked", total, parked.len()
+                    );
+                    // Every live segment still holds a parked record.
+                    for (p, r) in &log {
+                        if matches!(p, Part::Segment(_)) {
+                            prop_assert!(
+                                segment_ids(r).unwrap().iter().any(|(t, _)| w.is_none_or(|w| *t > w)),
+                                "segment {:?} is live but empty", p
+                            );
+                        }
+                    }
+                    q = back.with_changelog_limits(segment_bytes, slack);
                 }
             }
         }
         prop_assert!(q.is_empty());
+        prop_assert!(log.keys().all(|p| !matches!(p, Part::Segment(_))), "every segment tombstoned");
         prop_assert_eq!(release_order.len(), park_times.len());
         for (id, anc) in ancestors.iter().enumerate() {
             for a in anc {
@@ -343,4 +369,11 @@ proptest! {
             }
         }
     }
+}
+
+/// The ids `(park time, arrival)` of the parked records of `q`, ascending.
+fn back_ids(q: &TimerQueue<u8, usize>) -> Vec<(i64, u64)> {
+    let mut ids: Vec<(i64, u64)> = q.parked().map(|(t, _, v)| (t, *v as u64)).collect();
+    ids.sort();
+    ids
 }

@@ -12,10 +12,16 @@
 //!   - key [`EVENT_TIME_KEY`], value the task's watermark snapshot and the queue's header,
 //!     written in the same transaction as every task snapshot, so both describe the same
 //!     moment;
-//!   - key `0x02 ++ park time (8 bytes) ++ arrival (8 bytes)`, value one parked record (a
-//!     tombstone once it is released); the park time is big-endian with its sign bit flipped,
-//!     so the keys sort in release order;
+//!   - key `0x04 ++ segment number (8 bytes, big-endian)`, value one segment of the timer
+//!     queue: the records parked during one commit interval that were still parked at its
+//!     commit (several segments when they exceed the segment size), or carried forward from an
+//!     older segment; a tombstone once none of its records is parked. A released record is not
+//!     written: an entry is parked iff its park time is above the watermark of the event-time
+//!     record committed with it;
 //!   - key `0x03 ++ k`, value the late count of key `k`.
+//!
+//!   Key `0x02` held one parked record per key in an earlier form (no longer read: a restore
+//!   that meets one fails, naming it).
 //!
 //! Invariants:
 //! - the runtime writes the changelog only inside the stage's transaction, after every output
@@ -49,22 +55,20 @@ pub(crate) const META_KEY: &[u8] = b"\x01parsley.task";
 /// encoding: watermark snapshot and timer queue), always written with the task snapshot.
 pub(crate) const EVENT_TIME_KEY: &[u8] = b"\x01parsley.event_time";
 
-/// Key prefix of a parked record of the timer queue.
-const TIMER_PREFIX: u8 = 0x02;
+/// Key prefix of a parked record of the timer queue in the earlier, per-record form.
+const OLD_TIMER_PREFIX: u8 = 0x02;
 /// Key prefix of a key's late count.
 const LATE_PREFIX: u8 = 0x03;
+/// Key prefix of a segment of the timer queue.
+const SEGMENT_PREFIX: u8 = 0x04;
 
 /// The changelog key of a part of a task's timer queue (module docs: the layout).
 pub(crate) fn timer_part_key(part: &Part<Vec<u8>>) -> Vec<u8> {
     match part {
-        Part::Timer {
-            park_time_ms,
-            arrival,
-        } => {
-            let mut key = Vec::with_capacity(17);
-            key.push(TIMER_PREFIX);
-            key.extend_from_slice(&((*park_time_ms as u64) ^ (1 << 63)).to_be_bytes());
-            key.extend_from_slice(&arrival.to_be_bytes());
+        Part::Segment(n) => {
+            let mut key = Vec::with_capacity(9);
+            key.push(SEGMENT_PREFIX);
+            key.extend_from_slice(&n.to_be_bytes());
             key
         }
         Part::Late(k) => {
@@ -77,21 +81,20 @@ pub(crate) fn timer_part_key(part: &Part<Vec<u8>>) -> Vec<u8> {
 }
 
 /// The part of a timer queue that changelog key `key` names; `None` for a key that is not a
-/// timer-queue key, an error message for a timer key of the wrong length.
+/// timer-queue key, an error message for a segment key of the wrong length or a key of the
+/// earlier per-record form.
 fn timer_part_of(key: &[u8]) -> Option<std::result::Result<Part<Vec<u8>>, String>> {
     match key.split_first() {
-        Some((&TIMER_PREFIX, rest)) => Some(match <[u8; 16]>::try_from(rest) {
-            Ok(b) => {
-                let (t, a) = b.split_at(8);
-                let t = u64::from_be_bytes(t.try_into().expect("8 bytes")) ^ (1 << 63);
-                Ok(Part::Timer {
-                    park_time_ms: t as i64,
-                    arrival: u64::from_be_bytes(a.try_into().expect("8 bytes")),
-                })
-            }
-            Err(_) => Err(format!("a timer key of {} bytes instead of 17", key.len())),
+        Some((&SEGMENT_PREFIX, rest)) => Some(match <[u8; 8]>::try_from(rest) {
+            Ok(b) => Ok(Part::Segment(u64::from_be_bytes(b))),
+            Err(_) => Err(format!("a segment key of {} bytes instead of 9", key.len())),
         }),
         Some((&LATE_PREFIX, k)) => Some(Ok(Part::Late(k.to_vec()))),
+        Some((&OLD_TIMER_PREFIX, _)) => Some(Err(
+            "a parked record in the earlier per-record form of the timer queue's changelog \
+             (written by an older Parsley; not read by this one)"
+                .into(),
+        )),
         _ => None,
     }
 }
@@ -416,39 +419,27 @@ mod tests {
     use super::*;
 
     #[test]
-    fn timer_keys_round_trip_and_sort_in_release_order() {
+    fn timer_keys_round_trip_and_old_keys_are_refused() {
         let parts = [
-            Part::Timer {
-                park_time_ms: i64::MIN,
-                arrival: 7,
-            },
-            Part::Timer {
-                park_time_ms: -1,
-                arrival: u64::MAX,
-            },
-            Part::Timer {
-                park_time_ms: 0,
-                arrival: 0,
-            },
-            Part::Timer {
-                park_time_ms: 0,
-                arrival: 1,
-            },
-            Part::Timer {
-                park_time_ms: i64::MAX,
-                arrival: 0,
-            },
             Part::Late(Vec::new()),
             Part::Late(b"product-1".to_vec()),
+            Part::Segment(0),
+            Part::Segment(1),
+            Part::Segment(u64::MAX),
         ];
         let keys: Vec<Vec<u8>> = parts.iter().map(timer_part_key).collect();
-        assert!(keys.is_sorted(), "keys sort like the parts: {keys:?}");
+        assert!(keys.is_sorted(), "segments sort by number: {keys:?}");
         for (p, k) in parts.iter().zip(&keys) {
             assert_eq!(timer_part_of(k), Some(Ok(p.clone())));
         }
         assert_eq!(
-            timer_part_of(&keys[0][..16]),
-            Some(Err("a timer key of 16 bytes instead of 17".into()))
+            timer_part_of(&keys[3][..8]),
+            Some(Err("a segment key of 8 bytes instead of 9".into()))
+        );
+        let mut old = vec![OLD_TIMER_PREFIX];
+        old.extend_from_slice(&[0; 16]);
+        assert!(
+            matches!(timer_part_of(&old), Some(Err(m)) if m.contains("earlier per-record form"))
         );
         assert_eq!(timer_part_of(META_KEY), None);
         assert_eq!(timer_part_of(EVENT_TIME_KEY), None);

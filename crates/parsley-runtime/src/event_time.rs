@@ -12,11 +12,33 @@
 //!   `max(event time, park times of its parked ancestors)`; one released at once (its park time
 //!   is at or below the watermark) is handed back to the caller.
 //! - **After each poll batch**: the tracker reads the gate's frontiers ([`EventTime::follow`]);
-//!   the last stable offsets of the caught-up channels are read with one batched
-//!   `ListOffsets(LATEST, READ_COMMITTED)` ([`EventTime::fetched_head`]; see
-//!   [`Admin::last_stable_offsets`](crate::Admin::last_stable_offsets) for why not librdkafka's
-//!   cached values), and the queue releases everything at or below the watermark
-//!   ([`EventTime::release`]).
+//!   each caught-up channel gets its live-head evidence ([`EventTime::fetched_head`], below),
+//!   and the queue releases everything at or below the watermark ([`EventTime::release`]).
+//!
+//! # Live-head evidence
+//! DESIGN.md §5 judges a caught-up channel at its live head when `F + 1` reaches the LSO
+//! returned with its latest fetch response. librdkafka keeps that LSO but does not expose it;
+//! it exposes the same response's high watermark, which is at or above it. Per channel and
+//! poll batch, [`head_evidence`] picks, without a request when it can:
+//! - `F + 1 >=` the **high watermark of the latest fetch response** (librdkafka's cached value,
+//!   a local read): at the head by that response, whose LSO is at or below it;
+//! - `F + 1 <` an **earlier LSO reading** from the leader: behind (an LSO never decreases, so a
+//!   fresh reading could only confirm it; staying in the minimum is the safe side anyway);
+//! - otherwise (an open transaction may sit between the LSO and the high watermark, fetched
+//!   records are not delivered yet, or no response arrived yet): the **LSO read from the
+//!   leader**, one batched `ListOffsets(LATEST, READ_COMMITTED)` for all such channels
+//!   ([`Admin::last_stable_offsets`](crate::Admin::last_stable_offsets)); a reading taken
+//!   after the poll is at or above the LSO of the responses that poll returned. A producer that
+//!   holds a transaction open therefore costs a request per batch but cannot stall the
+//!   watermark. Every decision rests on a fetch response or a leader's answer, never on
+//!   silence; the readings are fetch-time evidence and are not persisted.
+//!
+//! The cached value is only as fresh as the consumer's fetching. A partition paused by
+//! backpressure is not fetched, so its cached value is not used (the leader is asked). A
+//! partition whose fetches stall (its leader moving) keeps its last response: a channel at its
+//! head by that response stays there until fetching resumes, as with Kafka Streams' KIP-695
+//! lag, and a record appended meanwhile whose event time the control clock passes by more
+//! than the lag is counted late, not reordered silently.
 //!
 //! # Parked ancestors
 //! A delivery's ancestors in the queue are the parked records of the same task that its stamp
@@ -43,12 +65,15 @@
 //!
 //! # State
 //! [`EventTime::take_changes`] gives the task's event-time record (the watermark snapshot and
-//! the timer queue's header), written with the task snapshot in the same transaction, and the
-//! changes of the timer queue since the last commit: one changelog record per record parked
-//! since, a tombstone per record released since, one per key whose late count grew
-//! ([`TimerQueue::take_changes`]; the key layout is in `changelog`). A commit therefore writes
-//! what changed, not the queue: a queue holding days of history is written once, record by
-//! record, and a live record parked and released within one commit interval is not written
+//! the timer queue's header: its watermark, next arrival and segment numbers, counters),
+//! written with the task snapshot in the same transaction, and the changes of the timer queue
+//! since the last commit ([`TimerQueue::take_changes`]; the key layout is in `changelog`): the
+//! records parked since and still parked as one **segment** record (split when large), a
+//! tombstone per segment none of whose records is parked any more, the parked records of
+//! segments carried forward, and one record per key whose late count grew. Releases write
+//! nothing: an entry is parked iff its park time is above the watermark committed with it. A
+//! queue holding days of history is therefore written once, about one record per commit
+//! interval, and a live record parked and released within one commit interval is not written
 //! at all. [`EventTime::decode`] rebuilds the state from the record and the latest record of
 //! every part.
 
@@ -62,8 +87,8 @@ use parsley_gate::{
 use serde::{Deserialize, Serialize};
 
 /// Version byte of the event-time record ([`EventTime::take_changes`]); 1 held the whole
-/// queue.
-const CODEC_VERSION: u8 = 2;
+/// queue, 2 the header of a queue changelogged record by record.
+const CODEC_VERSION: u8 = 3;
 /// Largest event-time record decoded, bytes.
 const DECODE_LIMIT: usize = 1 << 30;
 
@@ -116,10 +141,42 @@ pub(crate) enum Delivered {
     Now(HandOver),
 }
 
+/// The live-head evidence of one caught-up channel after a poll batch
+/// ([`head_evidence`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HeadEvidence {
+    /// The high watermark of the channel's latest fetch response, which the frontier has
+    /// reached: at the head by that response (its LSO is at or below it).
+    Fetched(i64),
+    /// An earlier LSO reading the frontier has not reached: behind (an LSO never decreases, so
+    /// a fresh reading could only be higher).
+    Behind(i64),
+    /// Neither decides: ask the leader for the LSO.
+    Ask,
+}
+
+/// Which evidence decides whether a caught-up channel is at its live head (module docs: live
+/// head), given `next = F + 1` (the gate's frontier plus one), the high watermark of its
+/// latest fetch response `fetched_high_watermark` (librdkafka's cached value, `None` or
+/// negative before the first response) and the channel's last LSO reading `last_stable`.
+pub(crate) fn head_evidence(
+    next: i64,
+    fetched_high_watermark: Option<i64>,
+    last_stable: Option<i64>,
+) -> HeadEvidence {
+    match (fetched_high_watermark, last_stable) {
+        (Some(hw), _) if hw >= 0 && next >= hw => HeadEvidence::Fetched(hw),
+        (_, Some(lso)) if next < lso => HeadEvidence::Behind(lso),
+        _ => HeadEvidence::Ask,
+    }
+}
+
 /// Event-time state of one task (module docs).
 #[derive(Debug)]
 pub(crate) struct EventTime {
     tracker: WatermarkTracker,
+    /// The last LSO read from the leader per input channel (fetch-time evidence, not state).
+    last_stable: BTreeMap<Channel, i64>,
     queue: TimerQueue<Vec<u8>, ParkedRecord>,
     /// Parked records by channel and offset: `(park time ms, sender tag)`.
     index: BTreeMap<Channel, BTreeMap<i64, (i64, Option<SenderTag>)>>,
@@ -146,6 +203,7 @@ impl EventTime {
     pub(crate) fn new(inputs: Vec<Channel>, control: Option<(TopicId, i64)>) -> Self {
         EventTime {
             tracker: WatermarkTracker::new(inputs, control.map(|(_, lag_ms)| Control { lag_ms })),
+            last_stable: BTreeMap::new(),
             queue: TimerQueue::new(),
             index: BTreeMap::new(),
             control: control.map(|(t, _)| t),
@@ -209,6 +267,7 @@ impl EventTime {
         }
         Ok(EventTime {
             tracker,
+            last_stable: BTreeMap::new(),
             queue,
             index,
             control: control.map(|(t, _)| t),
@@ -269,9 +328,26 @@ impl EventTime {
         self.tracker.follow(gate)
     }
 
-    /// Records the last stable offset read for `channel` after a poll batch.
-    pub(crate) fn fetched_head(&mut self, channel: Channel, lso: i64) -> Result<(), GateError> {
-        self.tracker.fetched_head(channel, lso)
+    /// Records the head evidence of `channel` after a poll batch ([`head_evidence`]): an LSO
+    /// read from the leader (kept for the next batch's [`head_evidence`]), the high watermark
+    /// of its latest fetch response that the frontier reached, or an earlier LSO reading it has
+    /// not reached.
+    pub(crate) fn fetched_head(
+        &mut self,
+        channel: Channel,
+        head: i64,
+        read_from_leader: bool,
+    ) -> Result<(), GateError> {
+        self.tracker.fetched_head(channel, head)?;
+        if read_from_leader {
+            self.last_stable.insert(channel, head);
+        }
+        Ok(())
+    }
+
+    /// The last LSO read from the leader for `channel` ([`EventTime::fetched_head`]).
+    pub(crate) fn last_stable(&self, channel: &Channel) -> Option<i64> {
+        self.last_stable.get(channel).copied()
     }
 
     /// Input channels caught up with their startup end (their live head matters).
@@ -443,6 +519,34 @@ mod tests {
     }
 
     #[test]
+    fn head_evidence_asks_the_leader_only_when_neither_the_fetch_response_nor_a_reading_decides() {
+        use HeadEvidence::*;
+        // The frontier reached the fetch response's high watermark: at the head, no request.
+        assert_eq!(head_evidence(10, Some(10), None), Fetched(10));
+        assert_eq!(head_evidence(11, Some(10), Some(4)), Fetched(10));
+        // Below an earlier LSO reading: behind, no request.
+        assert_eq!(head_evidence(7, Some(12), Some(8)), Behind(8));
+        assert_eq!(head_evidence(7, None, Some(8)), Behind(8));
+        // Fetched records not delivered, or an open transaction between LSO and high
+        // watermark, with no reading above the frontier: ask.
+        assert_eq!(head_evidence(8, Some(12), Some(8)), Ask);
+        assert_eq!(head_evidence(8, Some(12), None), Ask);
+        // No fetch response yet (librdkafka's -1001), no reading: ask.
+        assert_eq!(head_evidence(0, Some(-1001), None), Ask);
+        assert_eq!(head_evidence(0, None, None), Ask);
+    }
+
+    #[test]
+    fn a_leader_reading_is_kept_and_a_fetch_response_value_is_not() {
+        let a = ch(1);
+        let mut et = EventTime::new(vec![a], None);
+        et.fetched_head(a, 7, false).unwrap();
+        assert_eq!(et.last_stable(&a), None);
+        et.fetched_head(a, 9, true).unwrap();
+        assert_eq!(et.last_stable(&a), Some(9));
+    }
+
+    #[test]
     fn an_effect_stamped_earlier_than_its_parked_cause_waits_for_it_and_survives_a_restart() {
         let (a, b) = (ch(1), ch(2));
         let mut et = EventTime::new(vec![a, b], None);
@@ -465,14 +569,18 @@ mod tests {
         assert_eq!(et.ancestors(None, &[b.at(0)]), Some(500));
 
         let changes = et.take_changes().unwrap();
-        assert_eq!(changes.parts.len(), 3, "one record per parked record");
-        let parts: BTreeMap<Part<Vec<u8>>, Vec<u8>> = et
-            .queue
-            .to_parts()
-            .unwrap()
+        assert_eq!(
+            changes.parts.len(),
+            1,
+            "one segment for the three parked records"
+        );
+        let parts: BTreeMap<Part<Vec<u8>>, Vec<u8>> = changes
             .parts
-            .into_iter()
-            .map(|(p, r)| (p, r.unwrap()))
+            .iter()
+            .map(|(k, r)| {
+                assert_eq!(k, &crate::changelog::timer_part_key(&Part::Segment(0)));
+                (Part::Segment(0), r.clone().unwrap())
+            })
             .collect();
         let mut back = EventTime::decode(vec![a, b], None, &changes.record, &parts).unwrap();
         assert_eq!(back.parked(), 3);

@@ -46,7 +46,9 @@ use crate::admin::{Admin, TopicInfo};
 use crate::changelog::{self, EVENT_TIME_KEY, META_KEY, STATE_PREFIX, TaskSnapshot};
 use crate::config::{GateMode, RuntimeConfig};
 use crate::error::{Error, Result};
-use crate::event_time::{Delivered, EventTime, HandOver, ParkedRecord};
+use crate::event_time::{
+    Delivered, EventTime, HandOver, HeadEvidence, ParkedRecord, head_evidence,
+};
 use crate::metrics::{Progress, StageMetrics, TaskPhase};
 use crate::outbox::{Outbox, SendTag, partition_for};
 
@@ -325,6 +327,7 @@ impl StageRunner {
         observer: Option<Sender<Progress>>,
         shutdown: Arc<AtomicBool>,
     ) -> Result<Self> {
+        let started = Instant::now();
         let admin = Arc::new(Admin::new(&config.bootstrap, config.timeout)?);
         let source_names: Vec<&str> = spec.sources().iter().map(String::as_str).collect();
         let sources = admin.describe_topics(&source_names)?;
@@ -353,11 +356,19 @@ impl StageRunner {
             _ => None,
         };
         let group = spec.group_id(app);
+        debug!(
+            took_ms = started.elapsed().as_millis() as u64,
+            "startup: topics described"
+        );
         let changelog = changelog::ensure_topic(
             &admin,
             &changelog::changelog_topic(&group),
             sources[0].partitions,
         )?;
+        debug!(
+            took_ms = started.elapsed().as_millis() as u64,
+            "startup: changelog ready"
+        );
         let mut cc = ClientConfig::new();
         cc.set("bootstrap.servers", &config.bootstrap)
             .set("group.id", &group)
@@ -405,6 +416,10 @@ impl StageRunner {
             pc.set(k, v);
         }
         let outbox = transactional_outbox(&pc, config.timeout)?;
+        debug!(
+            took_ms = started.elapsed().as_millis() as u64,
+            "startup: transactions initialised"
+        );
         let source_by_name = sources
             .iter()
             .enumerate()
@@ -451,6 +466,7 @@ impl StageRunner {
         self.consumer
             .subscribe(&topics)
             .map_err(|e| Error::kafka("subscribing", e))?;
+        debug!("subscribed: joining the group");
         self.begin()?;
         let result = self.run_loop();
         self.consumer
@@ -1090,7 +1106,7 @@ impl StageRunner {
             message,
         };
         let Some(order) = self.spec.event_time() else {
-            if timers.keys().any(|p| matches!(p, Part::Timer { .. })) {
+            if timers.keys().any(|p| matches!(p, Part::Segment(_))) {
                 return Err(event_error(
                     "the changelog holds parked records but the stage no longer orders by event time; they would be lost".into(),
                 ));
@@ -1157,36 +1173,70 @@ impl StageRunner {
         Ok(Some(et))
     }
 
-    /// Reads the last stable offsets of every caught-up event-time input of every task (one
-    /// batched `ListOffsets(LATEST, READ_COMMITTED)`, after the batch's polls and deliveries)
-    /// and hands them to the trackers as the channels' live heads.
+    /// Hands the trackers the live-head evidence of every caught-up event-time input of every
+    /// task, after the batch's polls and deliveries (DESIGN.md §5; `event_time::head_evidence`):
+    /// the high watermark of the channel's latest fetch response when the frontier has reached
+    /// it (a local read), an earlier LSO reading when the frontier has not reached that, and
+    /// otherwise the LSO read from the leaders, with one batched
+    /// `ListOffsets(LATEST, READ_COMMITTED)` for every channel that needs it.
     fn read_heads(&mut self) -> Result<()> {
-        let mut wanted: BTreeSet<Channel> = BTreeSet::new();
-        for task in self.tasks.values() {
-            if let Some(et) = &task.event_time {
-                wanted.extend(et.caught_up_inputs());
+        let stage = self.spec.name().to_string();
+        let gate_error = |partition: i32, source| Error::Gate {
+            stage: stage.clone(),
+            partition,
+            source: Box::new(source),
+        };
+        let mut ask: Vec<Channel> = Vec::new();
+        for task in self.tasks.values_mut() {
+            let Some(et) = task.event_time.as_mut() else {
+                continue;
+            };
+            for c in et.caught_up_inputs() {
+                let Some(frontier) = task.gate.frontier(&c) else {
+                    ask.push(c);
+                    continue;
+                };
+                let source = self
+                    .sources
+                    .iter()
+                    .position(|t| t.id == c.topic)
+                    .ok_or_else(|| Error::UnknownTopic {
+                        topic: c.topic.to_string(),
+                    })?;
+                // A paused partition is not fetched: its last response says nothing about
+                // what was appended since.
+                let fetched = if self.paused.contains(&(source, c.partition)) {
+                    None
+                } else {
+                    cached_high_watermark(&self.consumer, &self.sources[source].name, c.partition)
+                };
+                match head_evidence(frontier + 1, fetched, et.last_stable(&c)) {
+                    HeadEvidence::Fetched(hw) => et
+                        .fetched_head(c, hw, false)
+                        .map_err(|e| gate_error(c.partition, e))?,
+                    HeadEvidence::Behind(lso) => et
+                        .fetched_head(c, lso, false)
+                        .map_err(|e| gate_error(c.partition, e))?,
+                    HeadEvidence::Ask => ask.push(c),
+                }
             }
         }
-        if wanted.is_empty() {
+        if ask.is_empty() {
             return Ok(());
         }
-        let mut request = Vec::with_capacity(wanted.len());
-        for c in &wanted {
+        let mut request = Vec::with_capacity(ask.len());
+        for c in &ask {
             request.push((self.source_of(*c)?.name.as_str(), c.partition));
         }
         let heads = self.admin.last_stable_offsets(&request)?;
-        let stage = self.spec.name().to_string();
-        for (c, lso) in wanted.iter().zip(heads) {
+        for (c, lso) in ask.iter().zip(heads) {
             if let Some(et) = self
                 .tasks
                 .get_mut(&c.partition)
                 .and_then(|t| t.event_time.as_mut())
             {
-                et.fetched_head(*c, lso).map_err(|source| Error::Gate {
-                    stage: stage.clone(),
-                    partition: c.partition,
-                    source: Box::new(source),
-                })?;
+                et.fetched_head(*c, lso, true)
+                    .map_err(|e| gate_error(c.partition, e))?;
             }
         }
         Ok(())
@@ -1825,7 +1875,10 @@ impl StageRunner {
                 self.config.timeout,
             )?;
         }
-        if task.changed || committed != task.snapshot_offsets {
+        // A timer-queue change needs its header (watermark, segment numbers) in the same
+        // transaction.
+        let queue_changed = event_time.as_ref().is_some_and(|c| !c.parts.is_empty());
+        if task.changed || committed != task.snapshot_offsets || queue_changed {
             let snapshot = TaskSnapshot {
                 sender: task.clock.sender(),
                 next_seq: task.clock.next_seq(),
@@ -1947,8 +2000,11 @@ pub const DELIVERY_TARGET: &str = "parsley::delivery";
 
 /// librdkafka's cached high watermark of `topic`/`partition`, from the consumer's last fetch
 /// response (`rd_kafka_get_watermark_offsets`: a local read, no request; the rdkafka crate does
-/// not wrap it); `None` before the first fetch response. For metrics only: it is not evidence
-/// the gate may use (DESIGN.md §4 wants a `READ_UNCOMMITTED` `ListOffsets` after the poll).
+/// not wrap it); `None` before the first fetch response. Not evidence for the causal gate
+/// (DESIGN.md §4 wants a `READ_UNCOMMITTED` `ListOffsets` after the poll: a claim on another
+/// channel can name a record appended after that channel's last fetch response); used for the
+/// frontier-lag metric and, when the frontier has reached it, as the live-head evidence of
+/// event-time ordering (DESIGN.md §5: the latest fetch response, whose LSO is at or below it).
 fn cached_high_watermark<C: ConsumerContext>(
     consumer: &BaseConsumer<C>,
     topic: &str,

@@ -1,6 +1,6 @@
 //! Ordering by event time on the real broker (DESIGN.md §5, issue 5): catch-up from Kafka's
 //! evidence (an empty partition, a log ending in a commit marker: case C02), a restart in the
-//! middle of history that restores the timer queue (changelogged record by record) and does
+//! middle of history that restores the timer queue (changelogged in segments) and does
 //! not wait for processed data, a late record released at once and counted, per-key event-time
 //! order over two inputs of different lengths, a control stream whose record timestamps minus the lag move the
 //! watermark, cases C13 (the first fetch must not move the watermark) and C14 (an empty
@@ -10,7 +10,8 @@
 //! Mutation checks run by hand (each made the named test fail): parking without the ancestors'
 //! park times (the skew test: `k@100` came out first); an input with nothing delivered left out
 //! of the minimum (C13: `a`'s records were released before `b` committed); the minimum of an
-//! empty set taken as +infinity (C14: a watermark of `i64::MAX`).
+//! empty set taken as +infinity (C14: a watermark of `i64::MAX`); segments not split (the
+//! several-segment restart: the broker refused the 2 MB changelog record, `MessageSizeTooLarge`).
 //!
 //! The event time of a record is its Kafka record timestamp; the tests write explicit
 //! timestamps relative to a base one hour in the past (time-based retention never sees them
@@ -181,11 +182,14 @@ fn a_restart_mid_history_restores_the_queue_and_does_not_wait_for_processed_data
     assert_eq!(first.committed_deliveries, 2, "{first:?}");
     assert_eq!(first.parked, 2, "{first:?}");
     assert_eq!(committed_values(&out), ["k@10", "k@20"]);
+    let (parked, segments) = parked_in_changelog(&app, &topology, Some(base + 20));
     assert_eq!(
-        parked_in_changelog(&app, &topology),
+        parked,
         [base + 30, base + 50],
-        "the changelog holds one record per parked record"
+        "the changelog's segments hold the two parked records"
     );
+    // Parked in one poll batch, so in one segment, unless a commit fell between them.
+    assert!((1..=2).contains(&segments), "{segments} segments");
 
     tx.commit_transaction(DEADLINE).unwrap();
     let second = run_until(&topology, "forward", 3);
@@ -198,30 +202,127 @@ fn a_restart_mid_history_restores_the_queue_and_does_not_wait_for_processed_data
         ["k@10", "k@20", "k@30", "k@40", "k@50"]
     );
     assert_eq!(
-        parked_in_changelog(&app, &topology),
-        [] as [i64; 0],
-        "released records are tombstoned"
+        parked_in_changelog(&app, &topology, Some(base + 50)),
+        (Vec::new(), 0),
+        "the segment of released records is tombstoned"
     );
 }
 
-/// The park times of the parked records that the stage's changelog holds after compaction
-/// (the latest record of each timer key, tombstones removed), ascending: timer keys are
-/// `0x02 ++ park time (big-endian, sign bit flipped) ++ arrival`.
-fn parked_in_changelog(app: &str, topology: &Topology) -> Vec<i64> {
+/// A queue larger than one changelog segment (512 KiB): 4,000 records of about 500 bytes on
+/// `a` stay parked while `b` waits for an open transaction, and are committed in several
+/// segments. The restarted task restores all of them from the changelog (it reads only `b`'s
+/// new record) and, once `b` commits, releases everything in event-time order, none late;
+/// then no segment is left.
+#[test]
+fn a_restart_restores_a_queue_written_in_several_segments() {
+    const N: i64 = 4_000;
+    let base = base();
+    let a = create_topic("evt-big-a", 1);
+    let b = create_topic("evt-big-b", 1);
+    let out = create_topic("evt-big-out", 1);
+    let p = raw_producer(None);
+    let pad = "x".repeat(450);
+    for i in 0..N {
+        let t = 10 + i;
+        let value = format!("k{}@{t}:{pad}", i % 50);
+        let key = format!("k{}", i % 50);
+        p.send(
+            BaseRecord::to(&a.name)
+                .partition(0)
+                .key(&key)
+                .payload(&value)
+                .timestamp(base + t),
+        )
+        .map_err(|(e, _)| e)
+        .expect("send");
+        if i % 1_000 == 999 {
+            p.flush(DEADLINE).expect("flush");
+        }
+    }
+    p.flush(DEADLINE).expect("flush");
+    send_at(&p, &b.name, base, "k", 1);
+    let tx = raw_producer(Some(&unique_topic("evt-big-tx")));
+    tx.begin_transaction().unwrap();
+    send_at(&tx, &b.name, base, "k", 2);
+
+    let app = unique_topic("evt-big");
+    let topology = ordered(&app, &[&a.name, &b.name], &out.name);
+    let running = Runtime::new(topology.clone(), RuntimeConfig::new(bootstrap()))
+        .start()
+        .unwrap();
+    wait_committed(&running, "forward", 1);
+    wait_tasks(&running, "forward", "all of a parked", |t| {
+        t.len() == 1 && t[0].parked == N as u64
+    });
+    let first = running.stop().unwrap()[0].1;
+    assert_eq!(first.committed_deliveries, 1, "only b@1: {first:?}");
+    assert_eq!(first.parked, N as u64, "{first:?}");
+    let (parked, segments) = parked_in_changelog(&app, &topology, Some(base + 1));
+    assert_eq!(parked, (10..10 + N).map(|t| base + t).collect::<Vec<_>>());
+    assert!(segments >= 3, "{segments} segments for about 2 MB");
+
+    tx.commit_transaction(DEADLINE).unwrap();
+    let second = run_until(&topology, "forward", N as u64 + 1);
+    assert_eq!(second.fetched, 1, "only b's new record is read: {second:?}");
+    assert_eq!(second.committed_deliveries, N as u64 + 1, "{second:?}");
+    assert_eq!(second.parked, 0, "{second:?}");
+    assert_eq!(second.late, 0, "{second:?}");
+    let times: Vec<i64> = committed_values(&out)
+        .iter()
+        .map(|v| {
+            let t = v.split_once('@').expect("key@t").1;
+            t.split(':').next().unwrap().parse().expect("a time")
+        })
+        .collect();
+    let expected: Vec<i64> = [1, 2].into_iter().chain(10..10 + N).collect();
+    assert_eq!(times, expected, "event-time order, each record once");
+    assert_eq!(
+        parked_in_changelog(&app, &topology, Some(base + 9 + N)),
+        (Vec::new(), 0),
+        "every segment tombstoned"
+    );
+}
+
+/// The park times of the records that the live segments of the stage's changelog hold after
+/// compaction (the latest record of each segment key `0x04 ++ number`, tombstones removed),
+/// ascending, and the number of live segments. Every entry must be above `watermark` (the
+/// task's committed watermark): a segment whose entries are all released is tombstoned.
+fn parked_in_changelog(
+    app: &str,
+    topology: &Topology,
+    watermark: Option<i64>,
+) -> (Vec<i64>, usize) {
     let name = changelog_topic(&topology.stages()[0].group_id(app));
     let topic = admin().describe_topics(&[name.as_str()]).unwrap().remove(0);
     let mut latest = BTreeMap::new();
     for r in read_committed(&topic) {
-        latest.insert(r.key.expect("changelog records have keys"), r.value);
+        let key = r.key.expect("changelog records have keys");
+        assert_ne!(
+            key.first(),
+            Some(&0x02),
+            "no per-record timer keys: {key:?}"
+        );
+        latest.insert(key, r.value);
     }
-    latest
+    let segments: Vec<Vec<u8>> = latest
         .into_iter()
-        .filter(|(k, v)| k.first() == Some(&0x02) && v.is_some())
-        .map(|(k, _)| {
-            assert_eq!(k.len(), 17, "{k:?}");
-            (u64::from_be_bytes(k[1..9].try_into().unwrap()) ^ (1 << 63)) as i64
+        .filter(|(k, v)| k.first() == Some(&0x04) && v.is_some())
+        .map(|(k, v)| {
+            assert_eq!(k.len(), 9, "{k:?}");
+            v.unwrap()
         })
-        .collect()
+        .collect();
+    let mut times: Vec<i64> = segments
+        .iter()
+        .flat_map(|v| parsley_gate::segment_ids(v).unwrap())
+        .map(|(t, _)| t)
+        .collect();
+    times.sort();
+    assert!(
+        times.iter().any(|t| watermark.is_none_or(|w| *t > w)) || segments.is_empty(),
+        "a live segment holds a parked record: {times:?} above {watermark:?}"
+    );
+    (times, segments.len())
 }
 
 /// With no control stream, once every input is caught up and at its head the watermark is the

@@ -12,7 +12,6 @@
 //!   this workload carry no stamps, so the gate delivers each record in the poll that fetched
 //!   it: the hold measured is the timer queue's, from delivery to release.
 
-use std::collections::HashMap;
 use std::sync::mpsc::Sender;
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -31,18 +30,77 @@ use crate::workload::{EventValue, Workload, parse_product};
 /// Name of the stage.
 pub const STAGE: &str = "order";
 
-/// Delivery instants by `(topic, partition, offset)`, while the capture is installed.
-type Journal = Mutex<HashMap<(String, i32, i64), Instant>>;
+/// Delivery instants by topic, partition and offset, while the capture is installed. Cheap per
+/// record, since it runs on the stage's thread for every delivery (it is measurement, not the
+/// runtime's work): topics are interned once, and each `(topic, partition)` keeps its instants
+/// in a vector indexed by offset (the workload's partitions are dense from offset 0).
+#[derive(Default)]
+struct Journal {
+    /// Interned `(topic, partition)` pairs.
+    channels: Vec<(String, i32)>,
+    /// Per interned channel: the delivery instant of each offset recorded so far.
+    instants: Vec<Vec<Option<Instant>>>,
+}
 
-fn journal() -> &'static Journal {
-    static JOURNAL: OnceLock<Journal> = OnceLock::new();
+impl Journal {
+    fn channel(&mut self, topic: &str, partition: i32) -> usize {
+        match self
+            .channels
+            .iter()
+            .position(|(t, p)| *p == partition && t == topic)
+        {
+            Some(i) => i,
+            None => {
+                self.channels.push((topic.to_string(), partition));
+                self.instants.push(Vec::new());
+                self.channels.len() - 1
+            }
+        }
+    }
+
+    fn insert(&mut self, topic: &str, partition: i32, offset: i64, at: Instant) {
+        let Ok(offset) = usize::try_from(offset) else {
+            return;
+        };
+        let c = self.channel(topic, partition);
+        let v = &mut self.instants[c];
+        if v.len() <= offset {
+            v.resize(offset + 1, None);
+        }
+        v[offset] = Some(at);
+    }
+
+    fn get(&self, topic: &str, partition: i32, offset: i64) -> Option<Instant> {
+        let c = self
+            .channels
+            .iter()
+            .position(|(t, p)| *p == partition && t == topic)?;
+        *self.instants[c].get(usize::try_from(offset).ok()?)?
+    }
+
+    fn remove(&mut self, topic: &str, partition: i32, offset: i64) {
+        if let Some(c) = self
+            .channels
+            .iter()
+            .position(|(t, p)| *p == partition && t == topic)
+            && let Some(slot) = usize::try_from(offset)
+                .ok()
+                .and_then(|o| self.instants[c].get_mut(o))
+        {
+            *slot = None;
+        }
+    }
+}
+
+fn journal() -> &'static Mutex<Journal> {
+    static JOURNAL: OnceLock<Mutex<Journal>> = OnceLock::new();
     JOURNAL.get_or_init(Default::default)
 }
 
 /// Forgets every recorded delivery (call between runs).
 pub fn clear_journal() {
     if let Ok(mut j) = journal().lock() {
-        j.clear();
+        *j = Journal::default();
     }
 }
 
@@ -54,7 +112,9 @@ pub struct DeliveryCapture;
 
 #[derive(Default)]
 struct Coordinate {
-    topic: Option<String>,
+    /// The topic, formatted into a buffer reused across events.
+    topic: String,
+    has_topic: bool,
     partition: Option<i64>,
     offset: Option<i64>,
 }
@@ -70,14 +130,19 @@ impl Visit for Coordinate {
 
     fn record_str(&mut self, field: &Field, value: &str) {
         if field.name() == "topic" {
-            self.topic = Some(value.to_string());
+            self.topic.clear();
+            self.topic.push_str(value);
+            self.has_topic = true;
         }
     }
 
     fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
         if field.name() == "topic" {
             // `topic = %name`: a Display value, rendered without quotes by `{:?}`.
-            self.topic = Some(format!("{value:?}"));
+            use std::fmt::Write as _;
+            self.topic.clear();
+            let _ = write!(self.topic, "{value:?}");
+            self.has_topic = true;
         }
     }
 }
@@ -88,13 +153,20 @@ impl<S: Subscriber> Layer<S> for DeliveryCapture {
             return;
         }
         let now = Instant::now();
-        let mut c = Coordinate::default();
-        event.record(&mut c);
-        if let (Some(topic), Some(partition), Some(offset)) = (c.topic, c.partition, c.offset)
-            && let Ok(mut j) = journal().lock()
-        {
-            j.insert((topic, partition as i32, offset), now);
+        thread_local! {
+            static BUFFER: std::cell::RefCell<Coordinate> = Default::default();
         }
+        BUFFER.with_borrow_mut(|c| {
+            c.has_topic = false;
+            c.partition = None;
+            c.offset = None;
+            event.record(c);
+            if let (true, Some(partition), Some(offset)) = (c.has_topic, c.partition, c.offset)
+                && let Ok(mut j) = journal().lock()
+            {
+                j.insert(&c.topic, partition as i32, offset, now);
+            }
+        });
     }
 }
 
@@ -129,17 +201,16 @@ impl Handler for Tap {
         _: Option<()>,
     ) -> HandlerResult<String, String, ()> {
         let released = Instant::now();
-        let coordinate = (r.topic.to_string(), r.partition, r.offset);
         let mut j = journal()
             .lock()
             .map_err(|_| "the delivery journal is poisoned")?;
         if r.topic == self.control {
-            j.remove(&coordinate);
+            j.remove(r.topic, r.partition, r.offset);
             return Ok(Step::none());
         }
         // Kept, not removed: a record released in a transaction that aborts is restored
         // parked and released again without a new delivery (counted as a duplicate).
-        let arrived = j.get(&coordinate).copied();
+        let arrived = j.get(r.topic, r.partition, r.offset);
         drop(j);
         let arrived = arrived.ok_or_else(|| {
             format!(

@@ -157,9 +157,10 @@ fn experiment(cli: Cli) -> Result<()> {
                 &bar,
             )
             .with_context(|| format!("seed {seed}, {}", strategy.name()))?;
+            let latency = steady_live_latency(&o.releases);
             bar.suspend(|| {
                 println!(
-                    "seed {seed} {}: {} released, {:.2} % out of order, drain {:?}{}",
+                    "seed {seed} {}: {} released, {:.2} % out of order, drain {:?}{}{}",
                     strategy.name(),
                     o.summary.records,
                     o.summary.out_of_order_pct(),
@@ -167,6 +168,9 @@ fn experiment(cli: Cli) -> Result<()> {
                     o.plain.map_or(String::new(), |p| format!(
                         " (plain consumer {:?})",
                         p.elapsed
+                    )),
+                    latency.map_or(String::new(), |(avg, p99)| format!(
+                        "; steady live end to end (release minus event time) avg {avg:.0} ms, p99 {p99} ms"
                     ))
                 )
             });
@@ -191,4 +195,37 @@ fn experiment(cli: Cli) -> Result<()> {
     report::chart(&outcomes, &svg)?;
     println!("wrote {} and {}", md.display(), svg.display());
     Ok(())
+}
+
+/// Release wall-clock time minus event time (the record's creation: live events are stamped
+/// with the time they are produced) of the live records produced after the last history record
+/// was released, ms: average and 99th percentile (nearest rank). Unlike the hold, it does not
+/// start when the record reached the job, so it includes the time spent getting there (and
+/// it leaves out records written during catch-up).
+fn steady_live_latency(releases: &[parsley_ordering::measure::Release]) -> Option<(f64, i64)> {
+    use parsley_ordering::workload::Phase;
+    let now = std::time::Instant::now();
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()?
+        .as_millis() as i64;
+    let drained = releases
+        .iter()
+        .filter(|r| r.phase == Phase::History)
+        .map(|r| r.released)
+        .max()?;
+    let wall = |t: std::time::Instant| now_ms - now.saturating_duration_since(t).as_millis() as i64;
+    let drained_ms = wall(drained);
+    let mut ms: Vec<i64> = releases
+        .iter()
+        .filter(|r| r.phase == Phase::Live && r.event_time_ms >= drained_ms)
+        .map(|r| wall(r.released) - r.event_time_ms)
+        .collect();
+    if ms.is_empty() {
+        return None;
+    }
+    ms.sort_unstable();
+    let avg = ms.iter().sum::<i64>() as f64 / ms.len() as f64;
+    let rank = ((0.99 * ms.len() as f64).ceil() as usize).clamp(1, ms.len());
+    Some((avg, ms[rank - 1]))
 }
