@@ -290,7 +290,6 @@ pub(crate) struct StageRunner {
     /// The producer's configuration, to make a new one after a fatal producer error.
     producer_config: ClientConfig,
     sources: Vec<TopicInfo>,
-    source_by_name: HashMap<String, usize>,
     /// The declared sinks. Looked up by name per emission with a linear scan: a stage has
     /// few sinks, and comparing a name is cheaper than hashing it.
     sinks: Vec<TopicInfo>,
@@ -420,11 +419,6 @@ impl StageRunner {
             took_ms = started.elapsed().as_millis() as u64,
             "startup: transactions initialised"
         );
-        let source_by_name = sources
-            .iter()
-            .enumerate()
-            .map(|(i, t)| (t.name.clone(), i))
-            .collect();
         let topic_names = sources
             .iter()
             .chain(sinks.iter())
@@ -438,7 +432,6 @@ impl StageRunner {
             outbox,
             producer_config: pc,
             sources,
-            source_by_name,
             sinks,
             dead_letter_topic,
             changelog,
@@ -614,12 +607,7 @@ impl StageRunner {
         self.tasks.clear();
         let mut by_task: BTreeMap<i32, Vec<(Channel, i64)>> = BTreeMap::new();
         for (topic, partition, position) in positions {
-            let source = *self
-                .source_by_name
-                .get(&topic)
-                .ok_or_else(|| Error::UnknownTopic {
-                    topic: topic.clone(),
-                })?;
+            let source = self.source_index(&topic)?;
             let channel = Channel::new(self.sources[source].id, partition);
             self.seek(channel, position)?;
             by_task
@@ -650,7 +638,7 @@ impl StageRunner {
             let Offset::Offset(position) = e.offset() else {
                 continue;
             };
-            let Some(&source) = self.source_by_name.get(e.topic()) else {
+            let Ok(source) = self.source_index(e.topic()) else {
                 continue;
             };
             let channel = Channel::new(self.sources[source].id, e.partition());
@@ -847,11 +835,7 @@ impl StageRunner {
                     info!(?positions, "assigned");
                     let mut by_task: BTreeMap<i32, Vec<(Channel, i64)>> = BTreeMap::new();
                     for (topic, partition, position) in positions {
-                        let source = *self.source_by_name.get(&topic).ok_or_else(|| {
-                            Error::UnknownTopic {
-                                topic: topic.clone(),
-                            }
-                        })?;
+                        let source = self.source_index(&topic)?;
                         by_task
                             .entry(partition)
                             .or_default()
@@ -1115,13 +1099,8 @@ impl StageRunner {
         };
         let control = match &order.control {
             Some(c) => {
-                let source =
-                    self.source_by_name
-                        .get(&c.topic)
-                        .ok_or_else(|| Error::UnknownTopic {
-                            topic: c.topic.clone(),
-                        })?;
-                Some((self.sources[*source].id, c.lag_ms))
+                let source = self.source_index(&c.topic)?;
+                Some((self.sources[source].id, c.lag_ms))
             }
             None => None,
         };
@@ -1196,13 +1175,7 @@ impl StageRunner {
                     ask.push(c);
                     continue;
                 };
-                let source = self
-                    .sources
-                    .iter()
-                    .position(|t| t.id == c.topic)
-                    .ok_or_else(|| Error::UnknownTopic {
-                        topic: c.topic.to_string(),
-                    })?;
+                let source = source_position(&self.sources, c)?;
                 // A paused partition is not fetched: its last response says nothing about
                 // what was appended since.
                 let fetched = if self.paused.contains(&(source, c.partition)) {
@@ -1263,29 +1236,27 @@ impl StageRunner {
             .map_err(|e| Error::kafka(format!("seeking {channel} to {offset}"), e))
     }
 
-    /// The index of source `topic`, per record: a linear scan (a stage has few sources, and
-    /// comparing a name is cheaper than hashing it).
-    fn source_index(&self, topic: &str) -> Option<usize> {
-        self.sources.iter().position(|t| t.name == topic)
+    /// The index of source `topic` in `sources`, looked up per record: a linear scan (a stage
+    /// has few sources, and comparing a name is cheaper than hashing it).
+    ///
+    /// # Errors
+    /// [`Error::UnknownTopic`] when `topic` is not a source of the stage.
+    fn source_index(&self, topic: &str) -> Result<usize> {
+        self.sources
+            .iter()
+            .position(|t| t.name == topic)
+            .ok_or_else(|| Error::UnknownTopic {
+                topic: topic.to_string(),
+            })
     }
 
     fn source_of(&self, channel: Channel) -> Result<&TopicInfo> {
-        self.sources
-            .iter()
-            .find(|t| t.id == channel.topic)
-            .ok_or_else(|| Error::UnknownTopic {
-                topic: channel.topic.to_string(),
-            })
+        Ok(&self.sources[source_position(&self.sources, channel)?])
     }
 
     /// Copies what the task needs out of a polled message and decodes its stamp.
     fn fetched(&self, m: &BorrowedMessage<'_>, arrival: u64, arrived: Instant) -> Result<Fetched> {
-        let topic = m.topic();
-        let source = self
-            .source_index(topic)
-            .ok_or_else(|| Error::UnknownTopic {
-                topic: topic.to_string(),
-            })?;
+        let source = self.source_index(m.topic())?;
         let channel = Channel::new(self.sources[source].id, m.partition());
         let (stamp, malformed) = match decode_stamp(m, channel) {
             Ok(stamp) => (stamp, None),
@@ -1655,11 +1626,7 @@ impl StageRunner {
         h: HandOver,
     ) -> Result<()> {
         let record = h.record;
-        let source = self
-            .source_index(&record.topic)
-            .ok_or_else(|| Error::UnknownTopic {
-                topic: record.topic.clone(),
-            })?;
+        let source = self.source_index(&record.topic)?;
         self.handle(
             processor,
             task,
@@ -2024,6 +1991,19 @@ fn cached_high_watermark<C: ConsumerContext>(
         )
     };
     (err == RDKafkaRespErr::RD_KAFKA_RESP_ERR_NO_ERROR && high >= 0).then_some(high)
+}
+
+/// The index in `sources` (a stage's source topics) of the topic of `channel`.
+///
+/// # Errors
+/// [`Error::UnknownTopic`] (naming the topic id) when it is not a source of the stage.
+fn source_position(sources: &[TopicInfo], channel: Channel) -> Result<usize> {
+    sources
+        .iter()
+        .position(|t| t.id == channel.topic)
+        .ok_or_else(|| Error::UnknownTopic {
+            topic: channel.topic.to_string(),
+        })
 }
 
 /// Decodes the `parsley.stamp` header of `m`; `None` when the record has none.

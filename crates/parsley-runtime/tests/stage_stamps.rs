@@ -52,3 +52,41 @@ fn the_output_stamp_claims_the_consumed_coordinate_and_the_inputs_claims() {
         "carries the input's claims forward"
     );
 }
+
+/// The outbox serves delivery reports on the sending thread: a producer queue far smaller
+/// than the sends must block until reports make room (never spin out its timeout), and the
+/// commit's flush and the abort, which librdkafka runs on a helper thread, must end once the
+/// reports are served. Every send of the committed transaction is acknowledged in order, and
+/// nothing of the aborted one is visible.
+#[test]
+fn a_full_producer_queue_waits_for_reports_and_commit_and_abort_complete() {
+    let topic = create_topic("stamps-queue-full", 1);
+    let mut p = CausalProducer::new(
+        CausalProducerConfig::new(bootstrap())
+            .transactional(unique_topic("stamps-queue-full-tx"))
+            .property("queue.buffering.max.messages", "4")
+            .property("linger.ms", "20"),
+    )
+    .unwrap();
+    p.begin().unwrap();
+    for i in 0..300u32 {
+        p.send(&topic.name, b"k", format!("v{i}").as_bytes())
+            .unwrap();
+    }
+    let acked = p.commit().unwrap();
+    assert_eq!(acked.len(), 300);
+    let offsets: Vec<i64> = acked.iter().map(|a| a.coordinate.offset).collect();
+    assert_eq!(offsets, (0..300).collect::<Vec<i64>>());
+    p.begin().unwrap();
+    for i in 300..350u32 {
+        p.send(&topic.name, b"k", format!("v{i}").as_bytes())
+            .unwrap();
+    }
+    p.abort().unwrap();
+    let values: Vec<Vec<u8>> = read_committed(&topic)
+        .into_iter()
+        .map(|r| r.value.unwrap())
+        .collect();
+    let expected: Vec<Vec<u8>> = (0..300u32).map(|i| format!("v{i}").into_bytes()).collect();
+    assert_eq!(values, expected);
+}
