@@ -37,6 +37,7 @@ pub struct StageMetrics {
     late: AtomicU64,
     raised: AtomicU64,
     parked: AtomicU64,
+    overlapped: AtomicU64,
     tasks: Mutex<BTreeMap<i32, TaskMetrics>>,
 }
 
@@ -172,6 +173,9 @@ pub struct MetricsSnapshot {
     pub raised: u64,
     /// Event-time stages: records parked in the tasks' timer queues at the last look (a gauge).
     pub parked: u64,
+    /// Records polled and offered to the gates while a transaction committed (the commit's
+    /// round trips overlapped with fetching and, for event-time stages, parking).
+    pub overlapped: u64,
 }
 
 impl StageMetrics {
@@ -199,6 +203,7 @@ impl StageMetrics {
             late: g(&self.late),
             raised: g(&self.raised),
             parked: g(&self.parked),
+            overlapped: g(&self.overlapped),
         }
     }
 
@@ -243,6 +248,11 @@ impl StageMetrics {
         self.held.fetch_add(1, Ordering::Relaxed);
         self.gate_wait_us.fetch_add(us, Ordering::Relaxed);
         self.max_gate_wait_us.fetch_max(us, Ordering::Relaxed);
+    }
+
+    /// `n` records polled while a transaction committed.
+    pub(crate) fn overlapped(&self, n: u64) {
+        self.overlapped.fetch_add(n, Ordering::Relaxed);
     }
 
     pub(crate) fn late(&self) {

@@ -36,7 +36,7 @@
 use std::collections::VecDeque;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use parsley_clock::Channel;
@@ -170,7 +170,9 @@ unsafe impl Sync for MainQueue {}
 
 /// A producer plus its collected acknowledgements.
 pub(crate) struct Outbox {
-    producer: BaseProducer<AckContext>,
+    /// Shared only with the helper thread of an overlapped commit
+    /// ([`Outbox::commit_flushed`]), for the length of that commit.
+    producer: Arc<BaseProducer<AckContext>>,
     queue: MainQueue,
     /// The tag of each stamped send from the oldest unreported one on (module docs).
     tags: VecDeque<Option<SendTag>>,
@@ -225,7 +227,7 @@ impl Outbox {
             MainQueue(q)
         };
         Ok(Outbox {
-            producer,
+            producer: Arc::new(producer),
             queue,
             tags: VecDeque::new(),
             first_id: 1,
@@ -234,6 +236,12 @@ impl Outbox {
 
     pub(crate) fn producer(&self) -> &BaseProducer<AckContext> {
         &self.producer
+    }
+
+    /// The producer, for a helper thread that commits while the stream thread goes on
+    /// ([`Outbox::commit_flushed`]). Nothing may be sent until that commit returns.
+    pub(crate) fn shared_producer(&self) -> Arc<BaseProducer<AckContext>> {
+        Arc::clone(&self.producer)
     }
 
     fn ctx(&self) -> &AckContext {
@@ -495,13 +503,23 @@ impl Outbox {
     /// called directly.
     pub(crate) fn commit_transaction(&self, timeout: Duration) -> Result<()> {
         self.flush(timeout)?;
+        Self::commit_flushed(&self.producer, timeout)
+    }
+
+    /// Commits the open transaction of `producer`, every send of which is already acknowledged
+    /// ([`Outbox::flush`]): `rd_kafka_commit_transaction`, whose own flush then finds nothing
+    /// outstanding and so needs no report served. Callable from any thread.
+    pub(crate) fn commit_flushed(
+        producer: &BaseProducer<AckContext>,
+        timeout: Duration,
+    ) -> Result<()> {
         let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
         // SAFETY: the handle is a live producer; the returned error object (if any) is
         // consumed and destroyed by `transaction_result`.
         unsafe {
             transaction_result(
                 "committing the transaction",
-                rdsys::rd_kafka_commit_transaction(self.producer.client().native_ptr(), ms),
+                rdsys::rd_kafka_commit_transaction(producer.client().native_ptr(), ms),
             )
         }
     }

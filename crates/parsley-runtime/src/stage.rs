@@ -22,10 +22,18 @@
 //! (with the group generation that is still its own), then unassigns and drops its tasks; the
 //! next owner restores exactly that commit.
 //!
+//! Commit overlap: once a transaction's outputs, changelog records and offsets are fixed, its
+//! round trips (`AddOffsetsToTxn`, `TxnOffsetCommit`, `EndTxn`) run on a helper thread while
+//! the stream thread goes on polling and gating, and an event-time task goes on parking
+//! (history catch-up is mostly parking). Nothing reaches a handler and nothing is sent until
+//! the commit returns; deliveries that need either wait in the task's ready list and are
+//! handed over first, in the next transaction. A failed commit is recovered like any other:
+//! the tasks return to their last commit and the records taken meanwhile are read again.
+//!
 //! Invariant: a task's committed offsets and its last committed snapshot describe the same
 //! moment — both are written in the same transaction, after its outputs are acknowledged.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex};
@@ -57,8 +65,11 @@ pub const DLQ_SOURCE_HEADER: &str = "parsley.dlq.source";
 /// Header of a dead-lettered record saying why it was dead-lettered.
 pub const DLQ_REASON_HEADER: &str = "parsley.dlq.reason";
 
-/// Most records taken from the consumer in one poll batch (one evidence epoch).
-const MAX_BATCH: usize = 500;
+/// Most records taken from the consumer in one poll batch (one evidence epoch). Positions,
+/// high watermarks and deliveries are read once per batch, so a larger batch spreads that work
+/// over more records during catch-up (500 spent about a tenth of a history drain on it); a live
+/// batch holds only what is ready.
+const MAX_BATCH: usize = 2000;
 
 /// A transactional producer for `config`, its transactions initialised.
 fn transactional_outbox(config: &ClientConfig, timeout: Duration) -> Result<Outbox> {
@@ -258,6 +269,22 @@ struct Task {
     pending: TaskCounts,
     /// Event-time order (watermark and timer queue), when the stage orders by event time.
     event_time: Option<EventTime>,
+    /// Deliveries taken while a commit was in flight that need the handler or the producer,
+    /// in the order taken: handed over first once that commit is done
+    /// ([`StageRunner::overlap_batch`]).
+    ready: VecDeque<Ready>,
+}
+
+/// A delivery taken while the previous transaction committed, waiting for the next one.
+enum Ready {
+    /// Released by the timer queue at once (at or below its watermark).
+    HandOver(HandOver),
+    /// Routed to the dead-letter topic.
+    DeadLetter {
+        payload: Payload,
+        coordinate: parsley_clock::Coordinate,
+        reason: String,
+    },
 }
 
 /// Per-task deliveries counted by [`StageRunner::deliver_task`], added to the task's
@@ -300,6 +327,12 @@ pub(crate) struct StageRunner {
     tasks: BTreeMap<i32, Task>,
     paused: HashSet<(usize, i32)>,
     uncommitted: Uncommitted,
+    /// Set while a commit runs on a helper thread and the stream thread takes records that
+    /// need neither the handler nor the producer ([`StageRunner::overlap_batch`]).
+    committing: bool,
+    /// A record polled while a commit was in flight, behind a rebalance event: offered after
+    /// that event is handled.
+    deferred: Option<Fetched>,
     /// Poll batches so far: the epoch of the records of the current batch.
     epoch: u64,
     /// Records fetched so far (orders deliveries in arrival order under [`GateMode::Off`]).
@@ -438,6 +471,8 @@ impl StageRunner {
             tasks: BTreeMap::new(),
             paused: HashSet::new(),
             uncommitted: Uncommitted::default(),
+            committing: false,
+            deferred: None,
             epoch: 0,
             arrivals: 0,
             stamp_buf: Vec::with_capacity(256),
@@ -506,8 +541,14 @@ impl StageRunner {
     /// final commit of a shutdown.
     fn run_batch(&mut self) -> Result<bool> {
         if self.shutdown.load(Ordering::Relaxed) {
-            self.commit()?;
+            self.commit(false)?;
             return Ok(true);
+        }
+        if let Some(f) = self.deferred.take() {
+            // Polled while the last commit was in flight, behind a rebalance event: the event
+            // first, as for any polled record.
+            self.handle_rebalance()?;
+            self.accept(f)?;
         }
         let wait = self
             .config
@@ -560,9 +601,107 @@ impl StageRunner {
         self.apply_backpressure()?;
         self.settle_acks(None)?;
         if self.last_commit.elapsed() >= self.config.commit_interval {
-            self.commit()?;
+            self.commit(true)?;
         }
         Ok(false)
+    }
+
+    /// One poll batch while the transaction commits on a helper thread (see
+    /// [`StageRunner::commit`]): the records the consumer has ready now (it never waits for
+    /// more) are offered to the gates, the positions and high watermarks read, and an
+    /// event-time task's deliveries are parked; a delivery its timer queue releases at once, or
+    /// one for the dead-letter topic, waits in the task's ready list. Nothing reaches a handler
+    /// and nothing is sent: the work belongs to the next transaction, and an abort of the
+    /// committing one returns the tasks to their last commit like any other.
+    ///
+    /// `Ok(false)` when nothing was ready, or when a rebalance event arrived (the record
+    /// polled with it waits in `deferred`, unoffered, so no position passes it).
+    fn overlap_batch(&mut self) -> Result<bool> {
+        let events_pending = |s: &Self| {
+            !s.consumer
+                .context()
+                .events
+                .lock()
+                .expect("events")
+                .is_empty()
+        };
+        if self.deferred.is_some() || events_pending(self) {
+            return Ok(false);
+        }
+        self.epoch += 1;
+        let mut batch_time = None;
+        let mut took = 0;
+        for _ in 0..MAX_BATCH {
+            let arrival = self.arrivals + 1;
+            let f = match self.consumer.poll(Duration::ZERO) {
+                Some(Ok(message)) => {
+                    let at = *batch_time.get_or_insert_with(Instant::now);
+                    self.fetched(&message, arrival, at)?
+                }
+                Some(Err(e)) if crate::error::transient(&e) => {
+                    warn!(error = %e, "consumer: transient error, carrying on");
+                    break;
+                }
+                Some(Err(e)) => return Err(Error::kafka("polling", e)),
+                None => break,
+            };
+            self.arrivals = arrival;
+            took += 1;
+            if events_pending(self) {
+                self.deferred = Some(f);
+                return Ok(false);
+            }
+            self.accept(f)?;
+        }
+        if took == 0 {
+            return Ok(false);
+        }
+        self.metrics.overlapped(took);
+        self.read_positions()?;
+        self.read_evidence()?;
+        let partitions: Vec<i32> = self.tasks.keys().copied().collect();
+        for partition in partitions {
+            self.deliver(partition)?;
+        }
+        Ok(true)
+    }
+
+    /// Hands over what every task took while the last commit was in flight.
+    fn hand_over_ready(&mut self) -> Result<()> {
+        let partitions: Vec<i32> = self
+            .tasks
+            .iter()
+            .filter(|(_, t)| !t.ready.is_empty())
+            .map(|(p, _)| *p)
+            .collect();
+        for partition in partitions {
+            let mut task = self.tasks.remove(&partition).expect("task exists");
+            let result = self.hand_over_task_ready(&mut task);
+            self.tasks.insert(partition, task);
+            result?;
+        }
+        Ok(())
+    }
+
+    fn hand_over_task_ready(&mut self, task: &mut Task) -> Result<()> {
+        let processor = self.spec.processor().clone();
+        while let Some(ready) = task.ready.pop_front() {
+            task.changed = true;
+            match ready {
+                Ready::HandOver(h) => self.hand_over(&processor, task, h)?,
+                Ready::DeadLetter {
+                    payload,
+                    coordinate,
+                    reason,
+                } => {
+                    self.dead_letter(task, &payload, coordinate, &reason)?;
+                    self.uncommitted.deliveries += 1;
+                    self.metrics.delivered();
+                    task.pending.delivered += 1;
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Aborts the open transaction and returns every task to its last commit: restored from
@@ -592,6 +731,8 @@ impl StageRunner {
         }
         self.metrics.aborted();
         self.uncommitted = Uncommitted::default();
+        // A record held behind a rebalance event is read again from the committed offsets.
+        self.deferred = None;
         let assignment = self
             .consumer
             .assignment()
@@ -855,7 +996,7 @@ impl StageRunner {
                         ?partitions,
                         "revoked: committing, then handing the tasks over"
                     );
-                    self.commit()?;
+                    self.commit(false)?;
                     self.consumer
                         .unassign()
                         .map_err(|e| Error::kafka("unassigning after revocation", e))?;
@@ -1032,6 +1173,7 @@ impl StageRunner {
                     snapshot_offsets: committed_with,
                     pending: TaskCounts::default(),
                     event_time: None,
+                    ready: VecDeque::new(),
                 }
             }
             None => {
@@ -1049,6 +1191,7 @@ impl StageRunner {
                     snapshot_offsets: Vec::new(),
                     pending: TaskCounts::default(),
                     event_time: None,
+                    ready: VecDeque::new(),
                 }
             }
         };
@@ -1507,6 +1650,13 @@ impl StageRunner {
     /// task's timer queue and hands over what the watermark releases (module docs of
     /// `event_time`).
     fn deliver_task(&mut self, task: &mut Task) -> Result<()> {
+        if self.committing && task.event_time.is_none() {
+            // Every delivery of this task goes to the handler: after the commit.
+            return Ok(());
+        }
+        if !self.committing {
+            self.hand_over_task_ready(task)?;
+        }
         let processor = self.spec.processor().clone();
         while let Some(d) = task.gate.next_delivery() {
             task.changed = true;
@@ -1520,6 +1670,14 @@ impl StageRunner {
                 self.metrics.lookahead();
             }
             if let Some(reason) = payload.dead_letter.clone() {
+                if self.committing {
+                    task.ready.push_back(Ready::DeadLetter {
+                        payload,
+                        coordinate: d.coordinate,
+                        reason,
+                    });
+                    continue;
+                }
                 self.dead_letter(task, &payload, d.coordinate, &reason)?;
                 self.uncommitted.deliveries += 1;
                 self.metrics.delivered();
@@ -1596,7 +1754,11 @@ impl StageRunner {
                         task.pending.late += 1;
                         self.metrics.late();
                     }
-                    self.hand_over(&processor, task, h)?;
+                    if self.committing {
+                        task.ready.push_back(Ready::HandOver(h));
+                    } else {
+                        self.hand_over(&processor, task, h)?;
+                    }
                 }
             }
         }
@@ -1606,6 +1768,11 @@ impl StageRunner {
                 partition: task.partition,
                 source: Box::new(source),
             })?;
+            if self.committing {
+                // The queue releases after the commit: what it would release now stays
+                // parked and leaves in order then.
+                return Ok(());
+            }
             let released = et.release();
             if !released.is_empty() {
                 task.changed = true;
@@ -1896,12 +2063,21 @@ impl StageRunner {
 
     /// Commits the open transaction with the input offsets of every task, then begins the
     /// next one.
-    fn commit(&mut self) -> Result<()> {
+    ///
+    /// With `overlap`, the commit's round trips (`AddOffsetsToTxn`, `TxnOffsetCommit`,
+    /// `EndTxn`) run on a helper thread while this thread takes the records the consumer has
+    /// ready ([`StageRunner::overlap_batch`]): fetching, gating and, for event-time stages,
+    /// parking go on during the commit; handler calls and sends wait for the next
+    /// transaction. Everything the transaction holds — outputs, changelog, offsets — is
+    /// fixed before the helper starts.
+    fn commit(&mut self, overlap: bool) -> Result<()> {
         // The interval runs from the start of a commit, as Kafka Streams counts
         // `commit.interval.ms`: a record that arrives during a commit waits for that commit and
         // at most one interval after its start, not a whole interval after its end.
         let commit_started = Instant::now();
         let _span = debug_span!("commit").entered();
+        // What the tasks took while the last commit was in flight belongs to this transaction.
+        self.hand_over_ready()?;
         self.publish_frontier_lag();
         if self.uncommitted.deliveries == 0
             && self.uncommitted.emissions == 0
@@ -1927,15 +2103,26 @@ impl StageRunner {
             operation: "committing".into(),
             message: "the consumer has no group metadata".into(),
         })?;
-        let producer = self.outbox.producer();
         let started = Instant::now();
-        producer
-            .send_offsets_to_transaction(&offsets, &metadata, self.config.timeout)
-            .map_err(|e| Error::kafka("sending offsets to the transaction", e))?;
-        self.outbox.commit_transaction(self.config.timeout)?;
+        // Counted from here: what an overlapped commit takes belongs to the next transaction.
+        let done = std::mem::take(&mut self.uncommitted);
+        let mut overlapped = Ok(());
+        if overlap && !self.shutdown.load(Ordering::Relaxed) {
+            // The changelog's sends acknowledged here, so the helper's commit has no delivery
+            // report to wait for and this thread need not serve any meanwhile.
+            self.outbox.flush(self.config.timeout)?;
+            let (committed, taken) = self.commit_overlapped(&offsets, &metadata);
+            committed?;
+            overlapped = taken;
+        } else {
+            self.outbox
+                .producer()
+                .send_offsets_to_transaction(&offsets, &metadata, self.config.timeout)
+                .map_err(|e| Error::kafka("sending offsets to the transaction", e))?;
+            self.outbox.commit_transaction(self.config.timeout)?;
+        }
         self.outbox.wait_acked(self.config.timeout)?;
         self.settle_acks(None)?;
-        let done = std::mem::take(&mut self.uncommitted);
         self.metrics.committed(done.deliveries, done.emissions);
         debug!(
             deliveries = done.deliveries,
@@ -1955,7 +2142,47 @@ impl StageRunner {
             self.begin()?;
         }
         self.last_commit = commit_started;
-        Ok(())
+        // An error of the work done during the commit surfaces now, with the next transaction
+        // open: the recovery aborts it and returns the tasks to the commit just made.
+        overlapped
+    }
+
+    /// Sends the offsets and commits on a helper thread while this thread runs
+    /// [`StageRunner::overlap_batch`] until the commit returns or nothing is ready; returns
+    /// the commit's result and the overlapped work's.
+    fn commit_overlapped(
+        &mut self,
+        offsets: &TopicPartitionList,
+        metadata: &rdkafka::consumer::ConsumerGroupMetadata,
+    ) -> (Result<()>, Result<()>) {
+        let producer = self.outbox.shared_producer();
+        let timeout = self.config.timeout;
+        std::thread::scope(|scope| {
+            let helper = scope.spawn(move || {
+                producer
+                    .send_offsets_to_transaction(offsets, metadata, timeout)
+                    .map_err(|e| Error::kafka("sending offsets to the transaction", e))?;
+                Outbox::commit_flushed(&producer, timeout)
+            });
+            self.committing = true;
+            let mut taken = Ok(());
+            while !helper.is_finished() {
+                match self.overlap_batch() {
+                    Ok(true) => {}
+                    Ok(false) => break,
+                    Err(e) => {
+                        taken = Err(e);
+                        break;
+                    }
+                }
+            }
+            self.committing = false;
+            let committed = match helper.join() {
+                Ok(result) => result,
+                Err(panic) => std::panic::resume_unwind(panic),
+            };
+            (committed, taken)
+        })
     }
 }
 
