@@ -3,9 +3,8 @@
 //! middle of history that restores the timer queue (changelogged in segments) and does
 //! not wait for processed data, a late record released at once and counted, per-key event-time
 //! order over two inputs of different lengths, a control stream whose record timestamps minus
-//! the lag move the
-//! watermark, cases C13 (the first fetch must not move the watermark) and C14 (an empty
-//! partition adds no bound and no infinity), and an effect stamped with an earlier event time
+//! the lag move the watermark, cases C13 (the first fetch must not move the watermark) and C14
+//! (an empty partition adds no bound and no infinity), and an effect stamped with an earlier event time
 //! than its cause (a skewed upstream clock) that still leaves after it, and history parked
 //! while transactions commit (commit overlap).
 //!
