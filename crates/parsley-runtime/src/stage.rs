@@ -24,16 +24,16 @@
 //!
 //! Commit overlap: once a transaction's outputs, changelog records and offsets are fixed, its
 //! round trips (`AddOffsetsToTxn`, `TxnOffsetCommit`, `EndTxn`) run on a helper thread while
-//! the stream thread goes on polling and gating, and an event-time task goes on parking
-//! (history catch-up is mostly parking). Nothing reaches a handler and nothing is sent until
-//! the commit returns; deliveries that need either wait in the task's ready list and are
-//! handed over first, in the next transaction. A failed commit is recovered like any other:
-//! the tasks return to their last commit and the records taken meanwhile are read again.
+//! the stream thread goes on polling, gating and delivering: handlers run and event-time tasks
+//! park and release, but each send is only stamped and kept until the commit returns; then
+//! the next transaction begins and the kept sends go first, in the order made. A failed
+//! commit is recovered like any other: the tasks return to their last commit, the kept sends
+//! are dropped and the records taken meanwhile are read again.
 //!
 //! Invariant: a task's committed offsets and its last committed snapshot describe the same
 //! moment — both are written in the same transaction, after its outputs are acknowledged.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex};
@@ -269,22 +269,18 @@ struct Task {
     pending: TaskCounts,
     /// Event-time order (watermark and timer queue), when the stage orders by event time.
     event_time: Option<EventTime>,
-    /// Deliveries taken while a commit was in flight that need the handler or the producer,
-    /// in the order taken: handed over first once that commit is done
-    /// ([`StageRunner::overlap_batch`]).
-    ready: VecDeque<Ready>,
 }
 
-/// A delivery taken while the previous transaction committed, waiting for the next one.
-enum Ready {
-    /// Released by the timer queue at once (at or below its watermark).
-    HandOver(HandOver),
-    /// Routed to the dead-letter topic.
-    DeadLetter {
-        payload: Payload,
-        coordinate: parsley_clock::Coordinate,
-        reason: String,
-    },
+/// A send made while the previous transaction committed: stamped when the handler emitted it,
+/// sent once the next transaction is open ([`StageRunner::overlap_batch`]).
+struct Unsent {
+    topic: String,
+    tag: SendTag,
+    key: Vec<u8>,
+    value: Vec<u8>,
+    stamp: Vec<u8>,
+    extra: Vec<(&'static str, Vec<u8>)>,
+    timestamp: Option<i64>,
 }
 
 /// Per-task deliveries counted by [`StageRunner::deliver_task`], added to the task's
@@ -327,9 +323,11 @@ pub(crate) struct StageRunner {
     tasks: BTreeMap<i32, Task>,
     paused: HashSet<(usize, i32)>,
     uncommitted: Uncommitted,
-    /// Set while a commit runs on a helper thread and the stream thread takes records that
-    /// need neither the handler nor the producer ([`StageRunner::overlap_batch`]).
+    /// Set while a commit runs on a helper thread and the stream thread goes on
+    /// ([`StageRunner::overlap_batch`]): sends wait in `unsent`.
     committing: bool,
+    /// Sends made while the last commit was in flight, in the order made.
+    unsent: Vec<Unsent>,
     /// A record polled while a commit was in flight, behind a rebalance event: offered after
     /// that event is handled.
     deferred: Option<Fetched>,
@@ -472,6 +470,7 @@ impl StageRunner {
             paused: HashSet::new(),
             uncommitted: Uncommitted::default(),
             committing: false,
+            unsent: Vec::new(),
             deferred: None,
             epoch: 0,
             arrivals: 0,
@@ -608,11 +607,11 @@ impl StageRunner {
 
     /// One poll batch while the transaction commits on a helper thread (see
     /// [`StageRunner::commit`]): the records the consumer has ready now (it never waits for
-    /// more) are offered to the gates, the positions and high watermarks read, and an
-    /// event-time task's deliveries are parked; a delivery its timer queue releases at once, or
-    /// one for the dead-letter topic, waits in the task's ready list. Nothing reaches a handler
-    /// and nothing is sent: the work belongs to the next transaction, and an abort of the
-    /// committing one returns the tasks to their last commit like any other.
+    /// more) are offered to the gates, the positions and high watermarks read, and the tasks
+    /// deliver — handlers run, event-time tasks park and release — but every send waits in
+    /// `unsent`, stamped, until the next transaction is open. The work belongs to that
+    /// transaction, and an abort of the committing one returns the tasks to their last commit
+    /// like any other. Live-head readings (a request to the leaders) wait for the next batch.
     ///
     /// `Ok(false)` when nothing was ready, or when a rebalance event arrived (the record
     /// polled with it waits in `deferred`, unoffered, so no position passes it).
@@ -663,43 +662,57 @@ impl StageRunner {
         for partition in partitions {
             self.deliver(partition)?;
         }
+        self.apply_backpressure()?;
         Ok(true)
     }
 
-    /// Hands over what every task took while the last commit was in flight.
-    fn hand_over_ready(&mut self) -> Result<()> {
-        let partitions: Vec<i32> = self
-            .tasks
+    /// Sends `record` in the open transaction, or, while a commit is in flight, keeps it for
+    /// [`StageRunner::send_unsent`]. A send the producer refuses releases its claim in
+    /// `task`'s clock.
+    fn send(&mut self, task: &mut Task, record: Unsent) -> Result<()> {
+        if self.committing {
+            self.unsent.push(record);
+            return Ok(());
+        }
+        let extra: Vec<(&str, &[u8])> = record
+            .extra
             .iter()
-            .filter(|(_, t)| !t.ready.is_empty())
-            .map(|(p, _)| *p)
+            .map(|(k, v)| (*k, v.as_slice()))
             .collect();
-        for partition in partitions {
-            let mut task = self.tasks.remove(&partition).expect("task exists");
-            let result = self.hand_over_task_ready(&mut task);
-            self.tasks.insert(partition, task);
-            result?;
+        let sent = self.outbox.send(
+            &record.topic,
+            record.tag,
+            &record.key,
+            &record.value,
+            &record.stamp,
+            &extra,
+            record.timestamp,
+            self.config.timeout,
+        );
+        if let Err(err) = sent {
+            task.clock.failed(record.tag.seq, record.tag.channel)?;
+            return Err(err);
         }
         Ok(())
     }
 
-    fn hand_over_task_ready(&mut self, task: &mut Task) -> Result<()> {
-        let processor = self.spec.processor().clone();
-        while let Some(ready) = task.ready.pop_front() {
-            task.changed = true;
-            match ready {
-                Ready::HandOver(h) => self.hand_over(&processor, task, h)?,
-                Ready::DeadLetter {
-                    payload,
-                    coordinate,
-                    reason,
-                } => {
-                    self.dead_letter(task, &payload, coordinate, &reason)?;
-                    self.uncommitted.deliveries += 1;
-                    self.metrics.delivered();
-                    task.pending.delivered += 1;
-                }
-            }
+    /// Sends, in the order made, what the tasks sent while the last commit was in flight.
+    fn send_unsent(&mut self) -> Result<()> {
+        for record in std::mem::take(&mut self.unsent) {
+            let partition = record.tag.task;
+            let Some(mut task) = self.tasks.remove(&partition) else {
+                // Not possible: tasks change only between batches, after this.
+                return Err(Error::Gate {
+                    stage: self.spec.name().to_string(),
+                    partition,
+                    source: Box::new(parsley_gate::GateError::NotSeeded {
+                        channel: record.tag.channel,
+                    }),
+                });
+            };
+            let sent = self.send(&mut task, record);
+            self.tasks.insert(partition, task);
+            sent?;
         }
         Ok(())
     }
@@ -733,6 +746,7 @@ impl StageRunner {
         self.uncommitted = Uncommitted::default();
         // A record held behind a rebalance event is read again from the committed offsets.
         self.deferred = None;
+        self.unsent.clear();
         let assignment = self
             .consumer
             .assignment()
@@ -940,22 +954,21 @@ impl StageRunner {
             self.sources[payload.source].name, record.channel.partition, record.offset
         );
         warn!(%source, reason, topic = %dlq.name, "dead-lettered");
-        if let Err(err) = self.outbox.send(
-            &dlq.name,
-            tag,
-            &key,
-            payload.value.as_deref().unwrap_or_default(),
-            &codec::encode(&stamp),
-            &[
-                (DLQ_SOURCE_HEADER, source.as_bytes()),
-                (DLQ_REASON_HEADER, reason.as_bytes()),
-            ],
-            payload.record_timestamp,
-            self.config.timeout,
-        ) {
-            task.clock.failed(tag.seq, channel)?;
-            return Err(err);
-        }
+        self.send(
+            task,
+            Unsent {
+                topic: dlq.name.clone(),
+                tag,
+                key,
+                value: payload.value.clone().unwrap_or_default(),
+                stamp: codec::encode(&stamp),
+                extra: vec![
+                    (DLQ_SOURCE_HEADER, source.into_bytes()),
+                    (DLQ_REASON_HEADER, reason.as_bytes().to_vec()),
+                ],
+                timestamp: payload.record_timestamp,
+            },
+        )?;
         self.uncommitted.emissions += 1;
         self.metrics.dead_lettered();
         Ok(())
@@ -1173,7 +1186,6 @@ impl StageRunner {
                     snapshot_offsets: committed_with,
                     pending: TaskCounts::default(),
                     event_time: None,
-                    ready: VecDeque::new(),
                 }
             }
             None => {
@@ -1191,7 +1203,6 @@ impl StageRunner {
                     snapshot_offsets: Vec::new(),
                     pending: TaskCounts::default(),
                     event_time: None,
-                    ready: VecDeque::new(),
                 }
             }
         };
@@ -1650,13 +1661,6 @@ impl StageRunner {
     /// task's timer queue and hands over what the watermark releases (module docs of
     /// `event_time`).
     fn deliver_task(&mut self, task: &mut Task) -> Result<()> {
-        if self.committing && task.event_time.is_none() {
-            // Every delivery of this task goes to the handler: after the commit.
-            return Ok(());
-        }
-        if !self.committing {
-            self.hand_over_task_ready(task)?;
-        }
         let processor = self.spec.processor().clone();
         while let Some(d) = task.gate.next_delivery() {
             task.changed = true;
@@ -1670,14 +1674,6 @@ impl StageRunner {
                 self.metrics.lookahead();
             }
             if let Some(reason) = payload.dead_letter.clone() {
-                if self.committing {
-                    task.ready.push_back(Ready::DeadLetter {
-                        payload,
-                        coordinate: d.coordinate,
-                        reason,
-                    });
-                    continue;
-                }
                 self.dead_letter(task, &payload, d.coordinate, &reason)?;
                 self.uncommitted.deliveries += 1;
                 self.metrics.delivered();
@@ -1754,11 +1750,7 @@ impl StageRunner {
                         task.pending.late += 1;
                         self.metrics.late();
                     }
-                    if self.committing {
-                        task.ready.push_back(Ready::HandOver(h));
-                    } else {
-                        self.hand_over(&processor, task, h)?;
-                    }
+                    self.hand_over(&processor, task, h)?;
                 }
             }
         }
@@ -1768,11 +1760,6 @@ impl StageRunner {
                 partition: task.partition,
                 source: Box::new(source),
             })?;
-            if self.committing {
-                // The queue releases after the commit: what it would release now stays
-                // parked and leaves in order then.
-                return Ok(());
-            }
             let released = et.release();
             if !released.is_empty() {
                 task.changed = true;
@@ -1881,20 +1868,34 @@ impl StageRunner {
             channel,
             seq: sender.seq,
         };
-        let sent = self.outbox.send(
-            &e.topic,
-            tag,
-            &e.key,
-            &e.value,
-            &bytes,
-            &[],
-            (timestamp != NO_TIMESTAMP).then_some(timestamp),
-            self.config.timeout,
-        );
-        self.stamp_buf = bytes;
-        if let Err(err) = sent {
-            task.clock.failed(tag.seq, channel)?;
-            return Err(err);
+        let timestamp = (timestamp != NO_TIMESTAMP).then_some(timestamp);
+        if self.committing {
+            self.stamp_buf = Vec::with_capacity(bytes.len());
+            self.unsent.push(Unsent {
+                topic: e.topic,
+                tag,
+                key: e.key,
+                value: e.value,
+                stamp: bytes,
+                extra: Vec::new(),
+                timestamp,
+            });
+        } else {
+            let sent = self.outbox.send(
+                &e.topic,
+                tag,
+                &e.key,
+                &e.value,
+                &bytes,
+                &[],
+                timestamp,
+                self.config.timeout,
+            );
+            self.stamp_buf = bytes;
+            if let Err(err) = sent {
+                task.clock.failed(tag.seq, channel)?;
+                return Err(err);
+            }
         }
         self.uncommitted.emissions += 1;
         self.metrics.emitted();
@@ -2064,20 +2065,17 @@ impl StageRunner {
     /// Commits the open transaction with the input offsets of every task, then begins the
     /// next one.
     ///
-    /// With `overlap`, the commit's round trips (`AddOffsetsToTxn`, `TxnOffsetCommit`,
-    /// `EndTxn`) run on a helper thread while this thread takes the records the consumer has
-    /// ready ([`StageRunner::overlap_batch`]): fetching, gating and, for event-time stages,
-    /// parking go on during the commit; handler calls and sends wait for the next
-    /// transaction. Everything the transaction holds — outputs, changelog, offsets — is
-    /// fixed before the helper starts.
+    /// With `overlap` (and no shutdown pending), the commit's round trips (`AddOffsetsToTxn`,
+    /// `TxnOffsetCommit`, `EndTxn`) run on a helper thread while this thread takes the records
+    /// the consumer has ready ([`StageRunner::overlap_batch`]); their sends wait for the next
+    /// transaction. Everything the committing transaction holds — outputs, changelog, offsets
+    /// — is fixed before the helper starts.
     fn commit(&mut self, overlap: bool) -> Result<()> {
         // The interval runs from the start of a commit, as Kafka Streams counts
         // `commit.interval.ms`: a record that arrives during a commit waits for that commit and
         // at most one interval after its start, not a whole interval after its end.
         let commit_started = Instant::now();
         let _span = debug_span!("commit").entered();
-        // What the tasks took while the last commit was in flight belongs to this transaction.
-        self.hand_over_ready()?;
         self.publish_frontier_lag();
         if self.uncommitted.deliveries == 0
             && self.uncommitted.emissions == 0
@@ -2107,7 +2105,8 @@ impl StageRunner {
         // Counted from here: what an overlapped commit takes belongs to the next transaction.
         let done = std::mem::take(&mut self.uncommitted);
         let mut overlapped = Ok(());
-        if overlap && !self.shutdown.load(Ordering::Relaxed) {
+        let overlap = overlap && !self.shutdown.load(Ordering::Relaxed);
+        if overlap {
             // The changelog's sends acknowledged here, so the helper's commit has no delivery
             // report to wait for and this thread need not serve any meanwhile.
             self.outbox.flush(self.config.timeout)?;
@@ -2138,13 +2137,16 @@ impl StageRunner {
                 metrics: self.metrics.snapshot(),
             });
         }
-        if !self.shutdown.load(Ordering::Relaxed) {
+        // After an overlapped commit a transaction opens even if a shutdown arrived meanwhile:
+        // the work done during the commit goes into it, and the shutdown commits it.
+        if overlap || !self.shutdown.load(Ordering::Relaxed) {
             self.begin()?;
         }
         self.last_commit = commit_started;
         // An error of the work done during the commit surfaces now, with the next transaction
         // open: the recovery aborts it and returns the tasks to the commit just made.
-        overlapped
+        overlapped?;
+        self.send_unsent()
     }
 
     /// Sends the offsets and commits on a helper thread while this thread runs

@@ -4,9 +4,9 @@
 //! not wait for processed data, a late record released at once and counted, per-key event-time
 //! order over two inputs of different lengths, a control stream whose record timestamps minus
 //! the lag move the watermark, cases C13 (the first fetch must not move the watermark) and C14
-//! (an empty partition adds no bound and no infinity), and an effect stamped with an earlier event time
-//! than its cause (a skewed upstream clock) that still leaves after it, and history parked
-//! while transactions commit (commit overlap).
+//! (an empty partition adds no bound and no infinity), an effect stamped with an earlier event
+//! time than its cause (a skewed upstream clock) that still leaves after it, and history
+//! parked and released while transactions commit (commit overlap).
 //!
 //! Mutation checks run by hand (each made the named test fail): parking without the ancestors'
 //! park times (the skew test: `k@100` came out first); an input with nothing delivered left out
@@ -14,8 +14,8 @@
 //! empty set taken as +infinity (C14: a watermark of `i64::MAX`); segments not split (the
 //! several-segment restart: the broker refused the 2 MB changelog record, `MessageSizeTooLarge`).
 //!
-//! The overlap test failed with the queue releasing during a commit (a send while the
-//! transaction committed: librdkafka refused it and the stage stopped).
+//! The overlap test failed when a send made during a commit was sent at once instead of kept
+//! (the commit's flush found 45,008 messages outstanding and the stage stopped).
 //!
 //! The event time of a record is its Kafka record timestamp; the tests write explicit
 //! timestamps relative to a base one hour in the past (time-based retention never sees them
