@@ -178,11 +178,16 @@ pub(crate) struct EventTime {
     /// The last LSO read from the leader per input channel (fetch-time evidence, not state).
     last_stable: BTreeMap<Channel, i64>,
     queue: TimerQueue<Vec<u8>, ParkedRecord>,
-    /// Parked records by channel and offset: `(park time ms, sender tag)`.
-    index: BTreeMap<Channel, BTreeMap<i64, (i64, Option<SenderTag>)>>,
+    /// Parked records by channel and offset: `(park time ms, sender tag)`. Built from the queue
+    /// when the first delivery with a stamp or a replacement asks for its ancestors, and kept
+    /// from then on: a task that only ever delivers unstamped records never pays for it.
+    index: Option<AncestorIndex>,
     /// The control stream's topic, if any.
     control: Option<TopicId>,
 }
+
+/// Parked records by channel and offset: `(park time ms, sender tag)`.
+type AncestorIndex = BTreeMap<Channel, BTreeMap<i64, (i64, Option<SenderTag>)>>;
 
 /// What [`EventTime::take_changes`] returns for the changelog.
 #[derive(Debug)]
@@ -205,7 +210,7 @@ impl EventTime {
             tracker: WatermarkTracker::new(inputs, control.map(|(_, lag_ms)| Control { lag_ms })),
             last_stable: BTreeMap::new(),
             queue: TimerQueue::new(),
-            index: BTreeMap::new(),
+            index: None,
             control: control.map(|(t, _)| t),
         }
     }
@@ -254,22 +259,11 @@ impl EventTime {
         let queue: TimerQueue<Vec<u8>, ParkedRecord> =
             TimerQueue::from_parts(&queue, parts.iter().map(|(p, r)| (p.clone(), r.as_slice())))
                 .map_err(|e| e.to_string())?;
-        let mut index: BTreeMap<Channel, BTreeMap<i64, (i64, Option<SenderTag>)>> = BTreeMap::new();
-        for (park_time, _, r) in queue.parked() {
-            let sender = r.sender.map(|(s, seq)| SenderTag {
-                sender: SenderId::from_bytes(s),
-                seq,
-            });
-            index
-                .entry(r.channel())
-                .or_default()
-                .insert(r.offset, (park_time, sender));
-        }
         Ok(EventTime {
             tracker,
             last_stable: BTreeMap::new(),
             queue,
-            index,
+            index: None,
             control: control.map(|(t, _)| t),
         })
     }
@@ -374,11 +368,33 @@ impl EventTime {
         self.queue.len()
     }
 
+    /// The ancestor index, built from the parked records on first use.
+    fn index(&mut self) -> &AncestorIndex {
+        self.index.get_or_insert_with(|| {
+            let mut index = AncestorIndex::new();
+            for (park_time, _, r) in self.queue.parked() {
+                let sender = r.sender.map(|(s, seq)| SenderTag {
+                    sender: SenderId::from_bytes(s),
+                    seq,
+                });
+                index
+                    .entry(r.channel())
+                    .or_default()
+                    .insert(r.offset, (park_time, sender));
+            }
+            index
+        })
+    }
+
     /// The highest park time among the parked records `stamp` and `replacements` claim
     /// (module docs: the ancestor rule); `None` when none is parked.
-    fn ancestors(&self, stamp: Option<&Stamp>, replacements: &[Coordinate]) -> Option<i64> {
+    fn ancestors(&mut self, stamp: Option<&Stamp>, replacements: &[Coordinate]) -> Option<i64> {
+        if stamp.is_none() && replacements.is_empty() {
+            return None;
+        }
+        let index = self.index();
         let below = |c: &Channel, offset: i64| {
-            self.index
+            index
                 .get(c)
                 .and_then(|m| m.range(..=offset).map(|(_, (t, _))| *t).max())
         };
@@ -390,7 +406,7 @@ impl EventTime {
             }
             if let Some(tag) = s.sender {
                 for f in &s.in_flight {
-                    take(self.index.get(&f.channel).and_then(|m| {
+                    take(index.get(&f.channel).and_then(|m| {
                         m.values()
                             .filter(|(_, s)| {
                                 s.is_some_and(|s| s.sender == tag.sender && s.seq <= f.seq)
@@ -449,10 +465,12 @@ impl EventTime {
             Parking::Parked {
                 park_time_ms, late, ..
             } => {
-                self.index
-                    .entry(channel)
-                    .or_default()
-                    .insert(offset, (park_time_ms, sender));
+                if let Some(index) = &mut self.index {
+                    index
+                        .entry(channel)
+                        .or_default()
+                        .insert(offset, (park_time_ms, sender));
+                }
                 Delivered::Parked {
                     late,
                     raised: park_time_ms > event_time,
@@ -471,12 +489,14 @@ impl EventTime {
             return Vec::new();
         };
         let released = self.queue.advance(w);
-        for r in &released {
-            let c = r.value.channel();
-            if let Some(m) = self.index.get_mut(&c) {
-                m.remove(&r.value.offset);
-                if m.is_empty() {
-                    self.index.remove(&c);
+        if let Some(index) = &mut self.index {
+            for r in &released {
+                let c = r.value.channel();
+                if let Some(m) = index.get_mut(&c) {
+                    m.remove(&r.value.offset);
+                    if m.is_empty() {
+                        index.remove(&c);
+                    }
                 }
             }
         }
@@ -584,7 +604,12 @@ mod tests {
             .collect();
         let mut back = EventTime::decode(vec![a, b], None, &changes.record, &parts).unwrap();
         assert_eq!(back.parked(), 3);
-        assert_eq!(back.index, et.index);
+        assert_eq!(back.index, None, "built on first use");
+        assert_eq!(
+            back.index(),
+            et.index(),
+            "the same as the one kept while parking"
+        );
         back.start(a, 1).unwrap();
         back.start(b, 2).unwrap();
         let mut gate: Gate<()> = Gate::new([a, b]);
@@ -594,7 +619,7 @@ mod tests {
         // Both caught up and at the head: everything leaves, the effect after its cause.
         assert_eq!(back.watermark(), Some(500));
         assert_eq!(offsets(&back.release()), [(2, 1), (1, 0), (2, 0)]);
-        assert!(back.index.is_empty());
+        assert!(back.index().is_empty());
     }
 
     #[test]
