@@ -59,9 +59,12 @@
 //! (`Vec<(park time, arrival)>`, readable alone with [`segment_ids`]) followed by its entries.
 //! Decoding checks every invariant across all parts and never panics on corrupt bytes.
 //!
-//! Cost: parking and releasing one record are `O(log n)` for `n` parked records; a changelog
-//! write is one record per segment (about one per commit interval) and per changed late
-//! count, plus one tombstone per emptied segment; carrying scans the parked records once.
+//! Cost: parking and releasing one record are `O(log n)` for `n` parked records (the order is
+//! a B-tree of ids pointing into a slab of entries, so it moves small pairs, and a record
+//! parked since the last changelog write is found again through its slot, without a search);
+//! a changelog write is one record per segment (about one per commit interval) and per
+//! changed late count, plus one tombstone per emptied segment; carrying scans the parked
+//! records once.
 //!
 //! Source: the silence-problem seed (§04 "One: the timer queue is the sort", §06 "What it
 //! doesn't promise") and DESIGN.md §5.
@@ -155,6 +158,105 @@ impl<K: PartialEq, V: PartialEq> Entry<K, V> {
     }
 }
 
+/// The parked entries: their ids in release order, each pointing into a slab of entries. The
+/// B-tree moves small `(id, slot)` pairs, not entries, and a pending id reaches its entry
+/// through its slot without a search (a slot is reused once freed, so the id is checked).
+#[derive(Debug, Clone)]
+struct Parked<K, V> {
+    order: BTreeMap<Id, usize>,
+    slots: Vec<Option<(Id, Entry<K, V>)>>,
+    free: Vec<usize>,
+}
+
+impl<K, V> Default for Parked<K, V> {
+    fn default() -> Self {
+        Parked {
+            order: BTreeMap::new(),
+            slots: Vec::new(),
+            free: Vec::new(),
+        }
+    }
+}
+
+impl<K, V> Parked<K, V> {
+    fn len(&self) -> usize {
+        self.order.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.order.is_empty()
+    }
+
+    /// Parks `e` under a new `id`; returns its slot.
+    fn insert(&mut self, id: Id, e: Entry<K, V>) -> usize {
+        let slot = match self.free.pop() {
+            Some(slot) => {
+                self.slots[slot] = Some((id, e));
+                slot
+            }
+            None => {
+                self.slots.push(Some((id, e)));
+                self.slots.len() - 1
+            }
+        };
+        self.order.insert(id, slot);
+        slot
+    }
+
+    /// The entry `id`, if it is still parked in `slot`.
+    fn at_mut(&mut self, id: Id, slot: usize) -> Option<&mut Entry<K, V>> {
+        match self.slots.get_mut(slot) {
+            Some(Some((i, e))) if *i == id => Some(e),
+            _ => None,
+        }
+    }
+
+    fn holds(&self, id: Id, slot: usize) -> bool {
+        matches!(self.slots.get(slot), Some(Some((i, _))) if *i == id)
+    }
+
+    /// Removes every entry whose id is below `bound` (all of them for `None`), in id order.
+    fn take_below(&mut self, bound: Option<Id>) -> Vec<(Id, Entry<K, V>)> {
+        let rest = match bound {
+            Some(b) => self.order.split_off(&b),
+            None => BTreeMap::new(),
+        };
+        let due = std::mem::replace(&mut self.order, rest);
+        let taken = due
+            .into_values()
+            .map(|slot| {
+                self.free.push(slot);
+                self.slots[slot].take().expect("an ordered id has its slot")
+            })
+            .collect();
+        if self.order.is_empty() {
+            // Nothing parked: give the slab back (pending ids then find nothing, as they should).
+            self.slots = Vec::new();
+            self.free = Vec::new();
+        }
+        taken
+    }
+
+    /// The entries in release order.
+    fn iter(&self) -> impl Iterator<Item = (Id, &Entry<K, V>)> + '_ {
+        self.order.iter().map(|(id, slot)| {
+            let (_, e) = self.slots[*slot]
+                .as_ref()
+                .expect("an ordered id has its slot");
+            (*id, e)
+        })
+    }
+
+    /// `(id, slot)` of every entry in release order.
+    fn ids(&self) -> impl Iterator<Item = (Id, usize)> + '_ {
+        self.order.iter().map(|(id, slot)| (*id, *slot))
+    }
+
+    fn first_id(&self) -> Option<Id> {
+        self.order.keys().next().copied()
+    }
+}
+
 /// A written segment still holding parked records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Segment {
@@ -170,7 +272,7 @@ struct Segment {
 #[derive(Debug, Clone)]
 pub struct TimerQueue<K, V> {
     /// Parked records by `(park time, arrival)`; every park time is above `watermark`.
-    parked: BTreeMap<(i64, u64), Entry<K, V>>,
+    parked: Parked<K, V>,
     /// The latest watermark passed to [`TimerQueue::advance`]; never decreases.
     watermark: Option<i64>,
     next_arrival: u64,
@@ -181,9 +283,10 @@ pub struct TimerQueue<K, V> {
     segments: BTreeMap<u64, Segment>,
     /// The number of the next segment written.
     next_segment: u64,
-    /// Ids parked since the last [`take_changes`](TimerQueue::take_changes), in arrival
-    /// order (some may be released since).
-    pending: Vec<(i64, u64)>,
+    /// Ids (with their slots) parked since the last
+    /// [`take_changes`](TimerQueue::take_changes), in arrival order (some may be released
+    /// since).
+    pending: Vec<(Id, usize)>,
     /// Segments emptied since the last [`take_changes`](TimerQueue::take_changes): a
     /// tombstone is due.
     dead: Vec<u64>,
@@ -206,7 +309,7 @@ impl<K: PartialEq, V: PartialEq> PartialEq for TimerQueue<K, V> {
             && self
                 .parked
                 .iter()
-                .zip(&other.parked)
+                .zip(other.parked.iter())
                 .all(|((a, x), (b, y))| a == b && x.same(y))
             && self.watermark == other.watermark
             && self.next_arrival == other.next_arrival
@@ -220,7 +323,7 @@ impl<K: Eq, V: Eq> Eq for TimerQueue<K, V> {}
 impl<K, V> Default for TimerQueue<K, V> {
     fn default() -> Self {
         TimerQueue {
-            parked: BTreeMap::new(),
+            parked: Parked::default(),
             watermark: None,
             next_arrival: 0,
             late: BTreeMap::new(),
@@ -295,9 +398,9 @@ impl<K: Ord + Clone, V> TimerQueue<K, V> {
                 value,
             });
         }
-        self.pending.push((park_time_ms, arrival));
-        self.parked.insert(
-            (park_time_ms, arrival),
+        let id = (park_time_ms, arrival);
+        let slot = self.parked.insert(
+            id,
             Entry {
                 key,
                 event_time_ms,
@@ -306,6 +409,7 @@ impl<K: Ord + Clone, V> TimerQueue<K, V> {
                 segment: None,
             },
         );
+        self.pending.push((id, slot));
         Parking::Parked {
             park_time_ms,
             arrival,
@@ -320,13 +424,11 @@ impl<K: Ord + Clone, V> TimerQueue<K, V> {
     pub fn advance(&mut self, watermark_ms: i64) -> Vec<Released<K, V>> {
         let w = self.watermark.map_or(watermark_ms, |w| w.max(watermark_ms));
         self.watermark = Some(w);
-        let rest = match w.checked_add(1) {
-            Some(next) => self.parked.split_off(&(next, 0)),
-            None => BTreeMap::new(),
-        };
-        let due = std::mem::replace(&mut self.parked, rest);
+        let due = self
+            .parked
+            .take_below(w.checked_add(1).map(|next| (next, 0)));
         self.metrics.released += due.len() as u64;
-        for e in due.values() {
+        for (_, e) in &due {
             // Pending ones were never written: nothing to do.
             if let Some(s) = e.segment
                 && let Some(seg) = self.segments.get_mut(&s)
@@ -343,7 +445,7 @@ impl<K: Ord + Clone, V> TimerQueue<K, V> {
         // A queue whose changes are never taken keeps only the pending ids still parked.
         if self.pending.len() > 2 * self.parked.len() + 1_024 {
             let parked = &self.parked;
-            self.pending.retain(|id| parked.contains_key(id));
+            self.pending.retain(|(id, slot)| parked.holds(*id, *slot));
         }
         due.into_iter()
             .map(|((park_time_ms, arrival), e)| Released {
@@ -376,12 +478,12 @@ impl<K: Ord + Clone, V> TimerQueue<K, V> {
     /// indexes what is parked (for example by source coordinate, to find a record's parked
     /// ancestors after [`from_parts`](Self::from_parts)).
     pub fn parked(&self) -> impl Iterator<Item = (i64, &K, &V)> + '_ {
-        self.parked.iter().map(|((t, _), e)| (*t, &e.key, &e.value))
+        self.parked.iter().map(|((t, _), e)| (t, &e.key, &e.value))
     }
 
     /// The smallest park time, ms: the watermark the next release needs.
     pub fn next_release(&self) -> Option<i64> {
-        self.parked.keys().next().map(|(t, _)| *t)
+        self.parked.first_id().map(|(t, _)| t)
     }
 
     /// Counters since the queue was created (they survive changelogging).
@@ -622,8 +724,8 @@ impl<K: Ord + Clone + Serialize, V: Serialize> TimerQueue<K, V> {
     /// [`GateError::TimerQueueCodec`] when a key's or value's serde implementation fails.
     pub fn to_parts(&self) -> Result<QueueParts<K>, GateError> {
         let mut packer = Segments::new(self.segment_bytes);
-        for (id, e) in &self.parked {
-            packer.push(*id, e)?;
+        for (id, e) in self.parked.iter() {
+            packer.push(id, e)?;
         }
         let segments = packer.finish()?;
         let mut parts = Vec::with_capacity(segments.len() + self.late.len());
@@ -689,18 +791,18 @@ impl<K: Ord + Clone + Serialize, V: Serialize> TimerQueue<K, V> {
         // One pass: each written entry is looked up once, encoded and given its segment; on an
         // encoding error the entries given one get their old segment back.
         let mut packer = Segments::new(self.segment_bytes);
-        let mut assigned: Vec<(Id, Option<u64>)> = Vec::new();
+        let mut assigned: Vec<((Id, usize), Option<u64>)> = Vec::new();
         let mut failed = None;
-        for id in &self.pending {
-            let Some(e) = self.parked.get_mut(id) else {
+        for &(id, slot) in &self.pending {
+            let Some(e) = self.parked.at_mut(id, slot) else {
                 continue; // released since it was parked
             };
             if e.segment.is_some() {
                 continue;
             }
-            match packer.push(*id, e) {
+            match packer.push(id, e) {
                 Ok(n) => {
-                    assigned.push((*id, None));
+                    assigned.push(((id, slot), None));
                     e.segment = Some(first + n);
                 }
                 Err(err) => {
@@ -711,13 +813,15 @@ impl<K: Ord + Clone + Serialize, V: Serialize> TimerQueue<K, V> {
         }
         if failed.is_none() && !carry.is_empty() {
             let carried: BTreeSet<u64> = carry.iter().copied().collect();
-            for (id, e) in self.parked.iter_mut() {
+            let ids: Vec<(Id, usize)> = self.parked.ids().collect();
+            for (id, slot) in ids {
+                let e = self.parked.at_mut(id, slot).expect("parked");
                 let Some(old) = e.segment.filter(|s| carried.contains(s)) else {
                     continue;
                 };
-                match packer.push(*id, e) {
+                match packer.push(id, e) {
                     Ok(n) => {
-                        assigned.push((*id, Some(old)));
+                        assigned.push(((id, slot), Some(old)));
                         e.segment = Some(first + n);
                     }
                     Err(err) => {
@@ -743,8 +847,8 @@ impl<K: Ord + Clone + Serialize, V: Serialize> TimerQueue<K, V> {
         let (segments, late, header) = match late {
             Ok(x) => x,
             Err(err) => {
-                for (id, old) in assigned {
-                    if let Some(e) = self.parked.get_mut(&id) {
+                for ((id, slot), old) in assigned {
+                    if let Some(e) = self.parked.at_mut(id, slot) {
                         e.segment = old;
                     }
                 }
@@ -850,6 +954,7 @@ impl<K: Ord + Clone + DeserializeOwned, V: DeserializeOwned> TimerQueue<K, V> {
                             continue;
                         }
                         live += 1;
+                        // The queue is rebuilt with no pending records: every entry is written.
                         q.parked.insert(
                             (t, a),
                             Entry {
