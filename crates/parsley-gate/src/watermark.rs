@@ -147,7 +147,9 @@ pub struct InputSnapshot {
 /// injected processing-time clock.
 ///
 /// Cost: each update is `O(log n)` to find the channel and `O(n)` to recompute the minimum, for
-/// `n` input channels of the task (39 for the source's 13 topics × 3 partitions).
+/// `n` input channels of the task (39 for the source's 13 topics × 3 partitions); a delivery
+/// that raises an input from above the last minimum (the common case while history is read)
+/// or one out of the minimum under a control stream skips the recomputation.
 #[derive(Debug, Clone)]
 pub struct WatermarkTracker {
     catch_up: CatchUp,
@@ -158,6 +160,9 @@ pub struct WatermarkTracker {
     control_time: Option<i64>,
     /// Running maximum of the candidates; never decreases.
     watermark: Option<i64>,
+    /// The minimum of the last full computation ([`WatermarkTracker::advance`]): a delivery
+    /// that raises an input above it cannot move it, and skips the `O(n)` recomputation.
+    last_bound: Bound,
 }
 
 impl WatermarkTracker {
@@ -173,6 +178,7 @@ impl WatermarkTracker {
             control,
             control_time: None,
             watermark: None,
+            last_bound: Bound::Lowest,
         }
     }
 
@@ -279,15 +285,37 @@ impl WatermarkTracker {
     ) -> Result<(), GateError> {
         let i = self.catch_up.index(&channel)?;
         let frontier = self.catch_up.channels[i].frontier;
-        let input = &mut self.inputs[i];
         if offset <= frontier {
-            input.prefix_max = Some(
-                input
-                    .prefix_max
-                    .map_or(event_time_ms, |m| m.max(event_time_ms)),
-            );
-            self.advance();
+            let old = self.inputs[i].prefix_max;
+            if old.is_some_and(|m| m >= event_time_ms) {
+                return Ok(()); // nothing changed
+            }
+            self.inputs[i].prefix_max = Some(event_time_ms);
+            let in_minimum =
+                Self::state_of(&self.catch_up.channels[i], &self.inputs[i]) != InputState::Left;
+            let unmoved = if in_minimum {
+                // Raised from above the minimum (or from a value while another input or the
+                // control clock holds it at its lowest): the minimum stays where it is.
+                match (self.last_bound, old) {
+                    (Bound::Lowest, Some(_)) => true,
+                    (Bound::At(c), Some(o)) => o > c,
+                    _ => false,
+                }
+            } else {
+                // Out of the minimum, it counts only where there is no control stream.
+                self.control.is_some()
+            };
+            if unmoved {
+                debug_assert_eq!(
+                    self.candidate().1,
+                    self.last_bound,
+                    "a skipped recomputation would have moved the minimum"
+                );
+            } else {
+                self.advance();
+            }
         } else {
+            let input = &mut self.inputs[i];
             let t = input.above.entry(offset).or_insert(event_time_ms);
             *t = (*t).max(event_time_ms);
         }
@@ -409,8 +437,8 @@ impl WatermarkTracker {
         }
     }
 
-    /// The candidate of the module docs; `None` = lowest.
-    fn candidate(&self) -> Option<i64> {
+    /// The candidate of the module docs (`None` = lowest) and the minimum it came from.
+    fn candidate(&self) -> (Option<i64>, Bound) {
         let mut bound = Bound::Unbounded;
         for (p, i) in self.catch_up.channels.iter().zip(&self.inputs) {
             if Self::state_of(p, i) != InputState::Left {
@@ -420,16 +448,19 @@ impl WatermarkTracker {
         if self.control.is_some() {
             bound = bound.min(Bound::of(self.control_time));
         }
-        match bound {
+        let candidate = match bound {
             Bound::Lowest => None,
             Bound::At(t) => Some(t),
             // No control stream and no input in the minimum: release on arrival.
             Bound::Unbounded => self.inputs.iter().filter_map(|i| i.prefix_max).max(),
-        }
+        };
+        (candidate, bound)
     }
 
     fn advance(&mut self) {
-        if let Some(c) = self.candidate() {
+        let (candidate, bound) = self.candidate();
+        self.last_bound = bound;
+        if let Some(c) = candidate {
             self.watermark = Some(self.watermark.map_or(c, |w| w.max(c)));
         }
     }
