@@ -44,7 +44,7 @@ use tracing::{debug, debug_span, info, info_span, trace, trace_span, warn};
 
 use crate::admin::{Admin, TopicInfo};
 use crate::changelog::{self, EVENT_TIME_KEY, META_KEY, STATE_PREFIX, TaskSnapshot};
-use crate::config::{GateMode, RuntimeConfig};
+use crate::config::{GateMode, RuntimeConfig, StatisticsSink, forward_statistics};
 use crate::error::{Error, Result};
 use crate::event_time::{
     Delivered, EventTime, HandOver, HeadEvidence, ParkedRecord, head_evidence,
@@ -61,8 +61,12 @@ pub const DLQ_REASON_HEADER: &str = "parsley.dlq.reason";
 const MAX_BATCH: usize = 500;
 
 /// A transactional producer for `config`, its transactions initialised.
-fn transactional_outbox(config: &ClientConfig, timeout: Duration) -> Result<Outbox> {
-    let outbox = Outbox::new(config)?;
+fn transactional_outbox(
+    config: &ClientConfig,
+    statistics: Option<StatisticsSink>,
+    timeout: Duration,
+) -> Result<Outbox> {
+    let outbox = Outbox::new(config, statistics)?;
     outbox
         .producer()
         .init_transactions(timeout)
@@ -117,9 +121,15 @@ struct RebalanceContext {
     /// Set when the stream thread is done with the consumer: a revocation while closing is
     /// acknowledged at once (nothing is left to commit).
     closing: AtomicBool,
+    /// Where librdkafka's statistics go, when the runtime was asked for them.
+    statistics: Option<StatisticsSink>,
 }
 
-impl ClientContext for RebalanceContext {}
+impl ClientContext for RebalanceContext {
+    fn stats_raw(&self, statistics: &[u8]) {
+        forward_statistics(self.statistics.as_ref(), statistics);
+    }
+}
 
 impl ConsumerContext for RebalanceContext {
     fn rebalance(
@@ -390,6 +400,9 @@ impl StageRunner {
             // that and then waits for records (measured: a 0.5-0.7 s stall every half second
             // at 100 B). Looking again after 10 ms keeps the queue from running dry.
             .set("fetch.queue.backoff.ms", "10");
+        if let Some((k, v)) = config.statistics_properties() {
+            cc.set(k, v);
+        }
         for (k, v) in &config.consumer_properties {
             cc.set(k, v);
         }
@@ -399,6 +412,7 @@ impl StageRunner {
                 closing: AtomicBool::new(false),
                 timeout: config.timeout,
                 admin: admin.clone(),
+                statistics: config.statistics_sink(),
             })
             .map_err(|e| Error::kafka(format!("creating the consumer of group {group}"), e))?;
 
@@ -411,10 +425,13 @@ impl StageRunner {
             .set("client.id", format!("{group}-producer"))
             .set("linger.ms", "5")
             .set("partitioner", "murmur2_random");
+        if let Some((k, v)) = config.statistics_properties() {
+            pc.set(k, v);
+        }
         for (k, v) in &config.producer_properties {
             pc.set(k, v);
         }
-        let outbox = transactional_outbox(&pc, config.timeout)?;
+        let outbox = transactional_outbox(&pc, config.statistics_sink(), config.timeout)?;
         debug!(
             took_ms = started.elapsed().as_millis() as u64,
             "startup: transactions initialised"
@@ -586,7 +603,11 @@ impl StageRunner {
                 // commit. If the group moved them elsewhere, the next commit is refused and the
                 // rebalance hands them over.
                 warn!(error = %t, "the producer is fenced: replacing it");
-                self.outbox = transactional_outbox(&self.producer_config, self.config.timeout)?;
+                self.outbox = transactional_outbox(
+                    &self.producer_config,
+                    self.config.statistics_sink(),
+                    self.config.timeout,
+                )?;
             }
             Err(e) => return Err(Error::kafka(format!("aborting after: {cause}"), e)),
         }
