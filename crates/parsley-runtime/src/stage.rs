@@ -647,25 +647,50 @@ impl StageRunner {
 
     /// Hands every task the consumer's application position of its channels (read after the
     /// batch's polls, whose records were all offered): position advance (DESIGN.md §4).
+    ///
+    /// The positions are read for the tasks' own channels with `rd_kafka_position`, a local
+    /// read. rdkafka's `Consumer::position` would first ask librdkafka's main thread for the
+    /// assignment (a request and a reply between threads, once per poll batch); the tasks are
+    /// the assignment's partitions, and a channel the consumer no longer has reads as no
+    /// position.
     fn read_positions(&mut self) -> Result<()> {
         if self.tasks.is_empty() {
             return Ok(());
         }
-        let positions = self
-            .consumer
-            .position()
-            .map_err(|e| Error::kafka("reading positions", e))?;
+        let mut positions =
+            TopicPartitionList::with_capacity(self.tasks.len() * self.sources.len());
+        for (partition, task) in &self.tasks {
+            for source in &self.sources {
+                if task
+                    .gate
+                    .baseline(&Channel::new(source.id, *partition))
+                    .is_some()
+                {
+                    positions.add_partition(&source.name, *partition);
+                }
+            }
+        }
+        // SAFETY: the client handle is alive for as long as `self.consumer` is; the list is a
+        // valid list owned by `positions`, which librdkafka only updates in place.
+        let err = unsafe {
+            rdkafka::bindings::rd_kafka_position(
+                self.consumer.client().native_ptr(),
+                positions.ptr(),
+            )
+        };
+        if err != RDKafkaRespErr::RD_KAFKA_RESP_ERR_NO_ERROR {
+            return Err(Error::kafka(
+                "reading positions",
+                rdkafka::error::KafkaError::MetadataFetch(err.into()),
+            ));
+        }
         for e in positions.elements() {
             let Offset::Offset(position) = e.offset() else {
                 continue;
             };
-            let Ok(source) = self.source_index(e.topic()) else {
-                continue;
-            };
+            let source = self.source_index(e.topic())?;
             let channel = Channel::new(self.sources[source].id, e.partition());
-            if let Some(task) = self.tasks.get_mut(&e.partition())
-                && task.gate.baseline(&channel).is_some()
-            {
+            if let Some(task) = self.tasks.get_mut(&e.partition()) {
                 task.gate
                     .position(channel, position)
                     .map_err(|source| Error::Gate {
