@@ -22,7 +22,14 @@
 //!
 //! *Broker CPU*: with `--broker-pid` (or `$PARSLEY_BROKER_PID`, which `cargo xtask bench e2e`
 //! sets for the local broker), the broker process's CPU time over each throughput run, per
-//! record: on a machine the broker shares, throughput follows client plus broker CPU.
+//! record: on a machine the broker shares, throughput follows client plus broker CPU. The part
+//! its JVM's JIT compiler threads spent is shown apart (in brackets): a broker compiles for
+//! minutes after it starts, and again whenever a workload runs code it has not run before.
+//!
+//! *Requests*: with `--statistics DIR`, each throughput run's clients report librdkafka's
+//! statistics into `DIR/<case>.jsonl`, and a line per run gives the requests per 1,000
+//! output records by type (Produce, AddPartitionsToTxn, EndTxn, Fetch, …) and the records per
+//! produce batch: what each loop asks of the broker.
 //!
 //! *Memory*: each case runs in its own child process (`e2e worker …`), which reports its peak
 //! resident set (`VmHWM`) and CPU time; the table shows the largest peak of each mode.
@@ -34,6 +41,7 @@
 mod load;
 mod parsley;
 mod raw;
+mod statistics;
 mod worker;
 
 use std::process::{Command, ExitCode, Stdio};
@@ -157,6 +165,11 @@ struct BenchArgs {
     /// `DIR/<case>.txt`.
     #[arg(long, value_name = "DIR")]
     latency_dump: Option<std::path::PathBuf>,
+    /// Write librdkafka's statistics of each throughput run's consumer and producer to
+    /// `DIR/<case>.jsonl` (one JSON document per line, every 500 ms) and print their per-record
+    /// summary (requests by type, produce batches, fetches, transactions).
+    #[arg(long, value_name = "DIR")]
+    statistics: Option<std::path::PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -195,6 +208,8 @@ struct Row {
     cpu_us_per_record: Vec<f64>,
     /// The broker's CPU time per record over the throughput runs, µs.
     broker_us_per_record: Vec<f64>,
+    /// The part of it spent by the JVM's JIT compiler threads, µs.
+    broker_jit_us_per_record: Vec<f64>,
     /// Latencies of the live records, µs, sorted.
     latencies: Vec<u64>,
     /// Largest peak RSS of this mode's processes, KiB.
@@ -303,7 +318,7 @@ fn bench(args: &BenchArgs) -> Result<bool> {
                 }
                 (_, s) => s.unwrap_or(0),
             };
-            let broker_before = broker_pid.and_then(process_cpu_ms);
+            let broker_before = broker_pid.and_then(broker_cpu_ms);
             let child = spawn(&WorkerArgs {
                 mode,
                 bootstrap: bootstrap.clone(),
@@ -313,15 +328,21 @@ fn bench(args: &BenchArgs) -> Result<bool> {
                 records,
                 commit_interval_ms: args.commit_interval_ms,
                 stamp_bytes: stamp,
+                statistics: args
+                    .statistics
+                    .as_ref()
+                    .map(|dir| dir.join(format!("{case}.jsonl"))),
             })?;
             let report = finish(child, &case)?;
             let broker_ms = broker_pid
-                .and_then(process_cpu_ms)
+                .and_then(broker_cpu_ms)
                 .zip(broker_before)
-                .map(|(after, before)| after.saturating_sub(before));
+                .map(|(after, before)| after.since(before));
             let m = report.measured;
             let throughput = m.records as f64 / m.elapsed.as_secs_f64();
-            let broker_us = broker_ms.map(|ms| ms as f64 * 1000.0 / m.records as f64);
+            let per_record = |ms: u64| ms as f64 * 1000.0 / m.records as f64;
+            let broker_us = broker_ms.map(|b| per_record(b.total_ms));
+            let broker_jit_us = broker_ms.map(|b| per_record(b.jit_ms));
             println!(
                 "{payload} B: {mode:<7} run {}: {} records in {:.2} s = {throughput:.0} records/s, {} transactions, {:.1} µs CPU per record{}, peak RSS {:.0} MiB",
                 i + 1,
@@ -329,15 +350,28 @@ fn bench(args: &BenchArgs) -> Result<bool> {
                 m.elapsed.as_secs_f64(),
                 m.transactions,
                 report.cpu_ms as f64 * 1000.0 / m.records as f64,
-                broker_us.map_or_else(String::new, |b| format!(" (broker {b:.1})")),
+                broker_us
+                    .zip(broker_jit_us)
+                    .map_or_else(String::new, |(b, j)| format!(
+                        " (broker {b:.1}, of it {j:.1} in its JIT compiler)"
+                    )),
                 report.peak_rss_kib as f64 / 1024.0
             );
+            if let Some(dir) = &args.statistics {
+                let path = dir.join(format!("{case}.jsonl"));
+                println!(
+                    "{payload} B: {mode:<7} run {}: librdkafka statistics {}",
+                    i + 1,
+                    statistics::summary(&path, &output)?
+                );
+            }
             let row = &mut rows[mode as usize];
             row.throughput.push(throughput);
             row.transactions.push(m.transactions);
             row.cpu_us_per_record
                 .push(report.cpu_ms as f64 * 1000.0 / m.records as f64);
             row.broker_us_per_record.extend(broker_us);
+            row.broker_jit_us_per_record.extend(broker_jit_us);
             row.absorb(&report);
             if mode == Mode::RawStamped {
                 println!(
@@ -374,6 +408,7 @@ fn bench(args: &BenchArgs) -> Result<bool> {
                 records: latency_records + args.partitions as u64,
                 commit_interval_ms: args.commit_interval_ms,
                 stamp_bytes: 0,
+                statistics: None,
             })?;
             let producer = load::producer(&bootstrap, 0)?;
             let measured = load::warm_up(&producer, &live_in, &reader, args.partitions, payload)
@@ -432,7 +467,7 @@ fn print_table(args: &BenchArgs, results: &[(usize, u64, [Row; 3])]) -> bool {
     let p99_target = 1.5 * interval_ms;
     println!();
     println!(
-        "| payload | mode | records | best records/s (all runs) | ratio of best | CPU µs/record | broker CPU µs/record | p50 ms | p99 ms | max ms | peak RSS MiB |"
+        "| payload | mode | records | best records/s (all runs) | ratio of best | CPU µs/record | broker CPU µs/record (JIT) | p50 ms | p99 ms | max ms | peak RSS MiB |"
     );
     println!("|---|---|---|---|---|---|---|---|---|---|---|");
     let mut verdicts = Vec::new();
@@ -456,9 +491,14 @@ fn print_table(args: &BenchArgs, results: &[(usize, u64, [Row; 3])]) -> bool {
                 r if r.is_finite() => format!("{r:.2}×"),
                 _ => "–".to_string(),
             };
+            let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
             let broker = match row.broker_us_per_record.as_slice() {
                 [] => "–".to_string(),
-                b => format!("{:.1}", b.iter().sum::<f64>() / b.len() as f64),
+                b => format!(
+                    "{:.1} ({:.1})",
+                    mean(b),
+                    mean(&row.broker_jit_us_per_record)
+                ),
             };
             println!(
                 "| {} | {mode} | {} | {} ({}) | {ratio} | {cpu:.1} | {broker} | {} | {} | {} | {:.0} |",
@@ -551,6 +591,44 @@ fn process_cpu_ms(pid: u32) -> Option<u64> {
     worker::cpu_ms_of_stat(&stat).ok()
 }
 
+/// The broker's CPU time, ms: all of it, and the part of its JVM's JIT compiler threads.
+#[derive(Debug, Clone, Copy)]
+struct BrokerCpu {
+    total_ms: u64,
+    jit_ms: u64,
+}
+
+impl BrokerCpu {
+    /// The CPU time spent since `before`.
+    fn since(self, before: BrokerCpu) -> BrokerCpu {
+        BrokerCpu {
+            total_ms: self.total_ms.saturating_sub(before.total_ms),
+            jit_ms: self.jit_ms.saturating_sub(before.jit_ms),
+        }
+    }
+}
+
+/// The CPU time of broker process `pid`; its JIT compiler threads are the threads named
+/// `C1 CompilerThre…` and `C2 CompilerThre…` in `/proc/PID/task/*/comm` (HotSpot's names,
+/// cut to 15 bytes). A freshly started broker compiles for minutes, and more while a workload
+/// runs code paths it has not run before: that CPU time is the JVM's, not the workload's.
+/// `None` when the process cannot be read.
+fn broker_cpu_ms(pid: u32) -> Option<BrokerCpu> {
+    let total_ms = process_cpu_ms(pid)?;
+    let mut jit_ms = 0;
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .ok()?
+        .flatten()
+    {
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        if comm.starts_with("C1 Compiler") || comm.starts_with("C2 Compiler") {
+            let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
+            jit_ms += worker::cpu_ms_of_stat(&stat).unwrap_or(0);
+        }
+    }
+    Some(BrokerCpu { total_ms, jit_ms })
+}
+
 /// Starts a worker process for one case.
 fn spawn(args: &WorkerArgs) -> Result<std::process::Child> {
     let exe = std::env::current_exe().context("locating the benchmark binary")?;
@@ -564,6 +642,11 @@ fn spawn(args: &WorkerArgs) -> Result<std::process::Child> {
         .args(["--records", &args.records.to_string()])
         .args(["--commit-interval-ms", &args.commit_interval_ms.to_string()])
         .args(["--stamp-bytes", &args.stamp_bytes.to_string()])
+        .args(
+            args.statistics
+                .iter()
+                .flat_map(|p| [std::ffi::OsStr::new("--statistics"), p.as_os_str()]),
+        )
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()

@@ -10,9 +10,10 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use parsley_runtime::{Progress, Runtime, RuntimeConfig};
+use parsley_runtime::{Progress, Runtime, RuntimeConfig, StatisticsSink};
 use parsley_stage::{Bytes, Handler, HandlerResult, Record, Step, Topology};
 
+use crate::statistics::{self, StatisticsFile};
 use crate::worker::{Measured, WorkerArgs, check_deadline};
 
 /// The stage's name (its consumer group is `{application}.pass`).
@@ -65,10 +66,15 @@ pub fn topology(app: &str, input: &str, output: &str) -> Result<Topology> {
 /// # Errors
 /// When the stage fails or does not get there within the deadline.
 pub fn run(args: &WorkerArgs) -> Result<Measured> {
-    let runtime = Runtime::new(
-        topology(&args.group, &args.input, &args.output)?,
-        RuntimeConfig::new(&args.bootstrap).commit_interval(args.commit_interval()),
-    );
+    let mut config = RuntimeConfig::new(&args.bootstrap).commit_interval(args.commit_interval());
+    if let Some(path) = &args.statistics {
+        let file = StatisticsFile::create(path)?;
+        config = config.statistics(
+            statistics::INTERVAL,
+            StatisticsSink::new(move |json| file.write(json)),
+        );
+    }
+    let runtime = Runtime::new(topology(&args.group, &args.input, &args.output)?, config);
     let started = Instant::now();
     let running = runtime.start().context("starting the stage")?;
     // The first fetch: the stream thread's fetch counter, looked at every millisecond (the

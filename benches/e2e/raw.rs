@@ -28,12 +28,14 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::client::ClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, Message, OwnedHeaders};
-use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
+use crate::statistics::{self, StatisticsFile};
 use crate::worker::{Measured, WorkerArgs, check_deadline};
 
 /// Most records taken from the consumer in one poll batch (the runtime's `MAX_BATCH`).
@@ -47,7 +49,18 @@ const TIMEOUT: Duration = Duration::from_secs(30);
 /// # Errors
 /// Any consumer, producer or transaction error: the benchmark stops.
 pub fn run(args: &WorkerArgs, stamp_bytes: Option<usize>) -> Result<Measured> {
-    let consumer: BaseConsumer = ClientConfig::new()
+    let statistics = match &args.statistics {
+        Some(path) => Some(StatisticsFile::create(path)?),
+        None => None,
+    };
+    let mut consumer_config = ClientConfig::new();
+    let mut producer_config = ClientConfig::new();
+    if statistics.is_some() {
+        let ms = statistics::INTERVAL.as_millis().to_string();
+        consumer_config.set("statistics.interval.ms", &ms);
+        producer_config.set("statistics.interval.ms", &ms);
+    }
+    let consumer: BaseConsumer<RawContext> = consumer_config
         .set("bootstrap.servers", &args.bootstrap)
         .set("group.id", &args.group)
         .set("isolation.level", "read_committed")
@@ -58,15 +71,15 @@ pub fn run(args: &WorkerArgs, stamp_bytes: Option<usize>) -> Result<Measured> {
         .set("enable.partition.eof", "false")
         .set("fetch.wait.max.ms", "50")
         .set("fetch.queue.backoff.ms", "10")
-        .create()
+        .create_with_context(RawContext(statistics.clone()))
         .context("creating the consumer")?;
-    let producer: BaseProducer = ClientConfig::new()
+    let producer: BaseProducer<RawContext> = producer_config
         .set("bootstrap.servers", &args.bootstrap)
         .set("transactional.id", format!("{}-raw", args.group))
         .set("enable.idempotence", "true")
         .set("linger.ms", "5")
         .set("retry.backoff.ms", "10")
-        .create()
+        .create_with_context(RawContext(statistics))
         .context("creating the transactional producer")?;
     producer
         .init_transactions(TIMEOUT)
@@ -140,8 +153,28 @@ pub fn run(args: &WorkerArgs, stamp_bytes: Option<usize>) -> Result<Measured> {
     })
 }
 
+/// The clients' context: librdkafka's statistics go to the file, when asked for; delivery
+/// reports are only counted by librdkafka (`in_flight_count`).
+struct RawContext(Option<StatisticsFile>);
+
+impl ClientContext for RawContext {
+    fn stats_raw(&self, statistics: &[u8]) {
+        if let Some(file) = &self.0 {
+            file.write(statistics);
+        }
+    }
+}
+
+impl ConsumerContext for RawContext {}
+
+impl ProducerContext for RawContext {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, _: &DeliveryResult<'_>, _: ()) {}
+}
+
 /// Sends `record`; when librdkafka's queue is full, serves delivery reports to make room.
-fn send(producer: &BaseProducer, mut record: BaseRecord<'_, [u8], [u8]>) -> Result<()> {
+fn send(producer: &BaseProducer<RawContext>, mut record: BaseRecord<'_, [u8], [u8]>) -> Result<()> {
     loop {
         match producer.send(record) {
             Ok(()) => return Ok(()),
@@ -157,8 +190,8 @@ fn send(producer: &BaseProducer, mut record: BaseRecord<'_, [u8], [u8]>) -> Resu
 /// Adds the consumed offsets to the open transaction and commits it, once every send is
 /// acknowledged (see the module docs for why it does not leave that to `commit_transaction`).
 fn commit(
-    consumer: &BaseConsumer,
-    producer: &BaseProducer,
+    consumer: &BaseConsumer<RawContext>,
+    producer: &BaseProducer<RawContext>,
     input: &str,
     next_offsets: &BTreeMap<i32, i64>,
 ) -> Result<()> {

@@ -3,6 +3,7 @@
 //! topic, then reporting its figures (and its peak memory) on one stdout line.
 
 use std::fmt;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -70,6 +71,10 @@ pub struct WorkerArgs {
     /// Length of the `parsley.stamp` header value of [`Mode::RawStamped`], bytes.
     #[arg(long, default_value_t = 0)]
     pub stamp_bytes: usize,
+    /// Write librdkafka's statistics of the loop's consumer and producer (every
+    /// [`crate::statistics::INTERVAL`]) to this file, one JSON document per line.
+    #[arg(long, value_name = "FILE")]
+    pub statistics: Option<PathBuf>,
 }
 
 impl WorkerArgs {

@@ -112,7 +112,7 @@ impl CausalProducer {
         if let Some(id) = &config.transactional_id {
             cc.set("transactional.id", id);
         }
-        let outbox = Outbox::new(&cc)?;
+        let outbox = Outbox::new(&cc, None)?;
         if config.transactional_id.is_some() {
             outbox
                 .producer()

@@ -1,5 +1,7 @@
 //! Runtime configuration.
 
+use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Whether the delivery gate enforces stamps.
@@ -36,6 +38,37 @@ pub struct RuntimeConfig {
     pub consumer_properties: Vec<(String, String)>,
     /// Extra librdkafka producer properties.
     pub producer_properties: Vec<(String, String)>,
+    /// librdkafka statistics of the stage's consumer and producer: how often, and who
+    /// receives them. Default: none.
+    pub statistics: Option<(Duration, StatisticsSink)>,
+}
+
+/// Receives the statistics of a stage's librdkafka clients: one JSON document per client
+/// every interval (librdkafka's `statistics.interval.ms`; the fields are described in
+/// librdkafka's `STATISTICS.md`, and `rdkafka::statistics::Statistics` parses them). Called on
+/// a librdkafka thread: it should hand the bytes on and return.
+#[derive(Clone)]
+pub struct StatisticsSink(Arc<Receive>);
+
+/// What a [`StatisticsSink`] calls with each document.
+type Receive = dyn Fn(&[u8]) + Send + Sync;
+
+impl StatisticsSink {
+    /// A sink that calls `receive` with each JSON document.
+    pub fn new(receive: impl Fn(&[u8]) + Send + Sync + 'static) -> Self {
+        StatisticsSink(Arc::new(receive))
+    }
+
+    /// Hands one JSON document to the sink.
+    pub(crate) fn receive(&self, json: &[u8]) {
+        (self.0)(json);
+    }
+}
+
+impl fmt::Debug for StatisticsSink {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("StatisticsSink")
+    }
 }
 
 impl RuntimeConfig {
@@ -50,6 +83,7 @@ impl RuntimeConfig {
             gate: GateMode::Causal,
             consumer_properties: Vec::new(),
             producer_properties: Vec::new(),
+            statistics: None,
         }
     }
 
@@ -75,6 +109,36 @@ impl RuntimeConfig {
     pub fn producer_property(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
         self.producer_properties.push((key.into(), value.into()));
         self
+    }
+
+    /// Sends librdkafka's statistics of every stage's consumer and transactional producer to
+    /// `sink` every `interval` (at least 1 ms: librdkafka counts it in milliseconds).
+    pub fn statistics(mut self, interval: Duration, sink: StatisticsSink) -> Self {
+        self.statistics = Some((interval.max(Duration::from_millis(1)), sink));
+        self
+    }
+
+    /// The librdkafka properties that enable statistics, when a sink is set.
+    pub(crate) fn statistics_properties(&self) -> Option<(&'static str, String)> {
+        self.statistics
+            .as_ref()
+            .map(|(interval, _)| ("statistics.interval.ms", interval.as_millis().to_string()))
+    }
+
+    /// The statistics sink, when one is set.
+    pub(crate) fn statistics_sink(&self) -> Option<StatisticsSink> {
+        self.statistics.as_ref().map(|(_, sink)| sink.clone())
+    }
+}
+
+/// Hands librdkafka's statistics to `sink`; without one (statistics enabled through a raw
+/// client property), logs them as rdkafka's default context does.
+pub(crate) fn forward_statistics(sink: Option<&StatisticsSink>, json: &[u8]) {
+    match sink {
+        Some(sink) => sink.receive(json),
+        None => {
+            tracing::info!(statistics = %String::from_utf8_lossy(json), "librdkafka statistics")
+        }
     }
 }
 

@@ -40,7 +40,7 @@ mod stage;
 pub use admin::{Admin, TopicInfo, TopicSpec};
 pub use causal_producer::{Acked, CausalProducer, CausalProducerConfig};
 pub use changelog::changelog_topic;
-pub use config::{GateMode, RuntimeConfig};
+pub use config::{GateMode, RuntimeConfig, StatisticsSink};
 pub use error::{Error, Result};
 pub use metrics::{MetricsSnapshot, Progress, StageMetrics, TaskMetrics, TaskPhase};
 pub use outbox::partition_for;

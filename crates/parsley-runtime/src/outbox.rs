@@ -47,6 +47,7 @@ use rdkafka::message::{Header, Message, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
 use rdkafka_sys as rdsys;
 
+use crate::config::{StatisticsSink, forward_statistics};
 use crate::error::{Error, Result};
 
 /// Identifies one send in its delivery report.
@@ -90,6 +91,8 @@ pub(crate) struct AckContext {
     /// Set by [`queue_nonempty`] (and by a helper thread that is done); cleared by the waiter.
     wake: Mutex<Wake>,
     woken: Condvar,
+    /// Where librdkafka's statistics go, when asked for.
+    statistics: Option<StatisticsSink>,
 }
 
 #[derive(Default)]
@@ -141,7 +144,11 @@ unsafe extern "C" fn queue_nonempty(_rk: *mut rdsys::rd_kafka_t, opaque: *mut c_
     ctx.signal();
 }
 
-impl ClientContext for AckContext {}
+impl ClientContext for AckContext {
+    fn stats_raw(&self, statistics: &[u8]) {
+        forward_statistics(self.statistics.as_ref(), statistics);
+    }
+}
 
 impl ProducerContext for AckContext {
     type DeliveryOpaque = usize;
@@ -201,7 +208,7 @@ impl Outbox {
     /// previous markers are written, and librdkafka retries after `retry.backoff.ms` (100 ms
     /// by default), which caps back-to-back transactions near 10 per second. The Java client
     /// lowers this backoff to 20 ms for the same reason (KAFKA-5477).
-    pub(crate) fn new(config: &ClientConfig) -> Result<Self> {
+    pub(crate) fn new(config: &ClientConfig, statistics: Option<StatisticsSink>) -> Result<Self> {
         let mut config = config.clone();
         config.set("enable.idempotence", "true");
         if config.get("transactional.id").is_some() && config.get("retry.backoff.ms").is_none() {
@@ -214,6 +221,7 @@ impl Outbox {
                 outstanding: AtomicU64::new(0),
                 wake: Mutex::new(Wake::default()),
                 woken: Condvar::new(),
+                statistics,
             })
             .map_err(|e| Error::kafka("creating the producer", e))?;
         let ctx: *const AckContext = &**producer.context();

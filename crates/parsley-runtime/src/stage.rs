@@ -52,7 +52,7 @@ use tracing::{debug, debug_span, info, info_span, trace, trace_span, warn};
 
 use crate::admin::{Admin, TopicInfo};
 use crate::changelog::{self, EVENT_TIME_KEY, META_KEY, STATE_PREFIX, TaskSnapshot};
-use crate::config::{GateMode, RuntimeConfig};
+use crate::config::{GateMode, RuntimeConfig, StatisticsSink, forward_statistics};
 use crate::error::{Error, Result};
 use crate::event_time::{
     Delivered, EventTime, HandOver, HeadEvidence, ParkedRecord, head_evidence,
@@ -72,8 +72,12 @@ pub const DLQ_REASON_HEADER: &str = "parsley.dlq.reason";
 const MAX_BATCH: usize = 2000;
 
 /// A transactional producer for `config`, its transactions initialised.
-fn transactional_outbox(config: &ClientConfig, timeout: Duration) -> Result<Outbox> {
-    let outbox = Outbox::new(config)?;
+fn transactional_outbox(
+    config: &ClientConfig,
+    statistics: Option<StatisticsSink>,
+    timeout: Duration,
+) -> Result<Outbox> {
+    let outbox = Outbox::new(config, statistics)?;
     outbox
         .producer()
         .init_transactions(timeout)
@@ -128,9 +132,15 @@ struct RebalanceContext {
     /// Set when the stream thread is done with the consumer: a revocation while closing is
     /// acknowledged at once (nothing is left to commit).
     closing: AtomicBool,
+    /// Where librdkafka's statistics go, when the runtime was asked for them.
+    statistics: Option<StatisticsSink>,
 }
 
-impl ClientContext for RebalanceContext {}
+impl ClientContext for RebalanceContext {
+    fn stats_raw(&self, statistics: &[u8]) {
+        forward_statistics(self.statistics.as_ref(), statistics);
+    }
+}
 
 impl ConsumerContext for RebalanceContext {
     fn rebalance(
@@ -421,6 +431,9 @@ impl StageRunner {
             // that and then waits for records (measured: a 0.5-0.7 s stall every half second
             // at 100 B). Looking again after 10 ms keeps the queue from running dry.
             .set("fetch.queue.backoff.ms", "10");
+        if let Some((k, v)) = config.statistics_properties() {
+            cc.set(k, v);
+        }
         for (k, v) in &config.consumer_properties {
             cc.set(k, v);
         }
@@ -430,6 +443,7 @@ impl StageRunner {
                 closing: AtomicBool::new(false),
                 timeout: config.timeout,
                 admin: admin.clone(),
+                statistics: config.statistics_sink(),
             })
             .map_err(|e| Error::kafka(format!("creating the consumer of group {group}"), e))?;
 
@@ -442,10 +456,13 @@ impl StageRunner {
             .set("client.id", format!("{group}-producer"))
             .set("linger.ms", "5")
             .set("partitioner", "murmur2_random");
+        if let Some((k, v)) = config.statistics_properties() {
+            pc.set(k, v);
+        }
         for (k, v) in &config.producer_properties {
             pc.set(k, v);
         }
-        let outbox = transactional_outbox(&pc, config.timeout)?;
+        let outbox = transactional_outbox(&pc, config.statistics_sink(), config.timeout)?;
         debug!(
             took_ms = started.elapsed().as_millis() as u64,
             "startup: transactions initialised"
@@ -738,7 +755,11 @@ impl StageRunner {
                 // commit. If the group moved them elsewhere, the next commit is refused and the
                 // rebalance hands them over.
                 warn!(error = %t, "the producer is fenced: replacing it");
-                self.outbox = transactional_outbox(&self.producer_config, self.config.timeout)?;
+                self.outbox = transactional_outbox(
+                    &self.producer_config,
+                    self.config.statistics_sink(),
+                    self.config.timeout,
+                )?;
             }
             Err(e) => return Err(Error::kafka(format!("aborting after: {cause}"), e)),
         }
@@ -781,25 +802,50 @@ impl StageRunner {
 
     /// Hands every task the consumer's application position of its channels (read after the
     /// batch's polls, whose records were all offered): position advance (DESIGN.md §4).
+    ///
+    /// The positions are read for the tasks' own channels with `rd_kafka_position`, a local
+    /// read. rdkafka's `Consumer::position` would first ask librdkafka's main thread for the
+    /// assignment (a request and a reply between threads, once per poll batch); the tasks are
+    /// the assignment's partitions, and a channel the consumer no longer has reads as no
+    /// position.
     fn read_positions(&mut self) -> Result<()> {
         if self.tasks.is_empty() {
             return Ok(());
         }
-        let positions = self
-            .consumer
-            .position()
-            .map_err(|e| Error::kafka("reading positions", e))?;
+        let mut positions =
+            TopicPartitionList::with_capacity(self.tasks.len() * self.sources.len());
+        for (partition, task) in &self.tasks {
+            for source in &self.sources {
+                if task
+                    .gate
+                    .baseline(&Channel::new(source.id, *partition))
+                    .is_some()
+                {
+                    positions.add_partition(&source.name, *partition);
+                }
+            }
+        }
+        // SAFETY: the client handle is alive for as long as `self.consumer` is; the list is a
+        // valid list owned by `positions`, which librdkafka only updates in place.
+        let err = unsafe {
+            rdkafka::bindings::rd_kafka_position(
+                self.consumer.client().native_ptr(),
+                positions.ptr(),
+            )
+        };
+        if err != RDKafkaRespErr::RD_KAFKA_RESP_ERR_NO_ERROR {
+            return Err(Error::kafka(
+                "reading positions",
+                rdkafka::error::KafkaError::MetadataFetch(err.into()),
+            ));
+        }
         for e in positions.elements() {
             let Offset::Offset(position) = e.offset() else {
                 continue;
             };
-            let Ok(source) = self.source_index(e.topic()) else {
-                continue;
-            };
+            let source = self.source_index(e.topic())?;
             let channel = Channel::new(self.sources[source].id, e.partition());
-            if let Some(task) = self.tasks.get_mut(&e.partition())
-                && task.gate.baseline(&channel).is_some()
-            {
+            if let Some(task) = self.tasks.get_mut(&e.partition()) {
                 task.gate
                     .position(channel, position)
                     .map_err(|source| Error::Gate {
