@@ -47,6 +47,21 @@ fn send_at(producer: &BaseProducer, topic: &str, base: i64, key: &str, t: i64) {
     send_stamped_at(producer, topic, base, key, t, None);
 }
 
+/// Queues `value` under `key` for partition 0 of `topic` with record timestamp `timestamp_ms`
+/// (ms since the epoch), without waiting: the caller flushes.
+fn enqueue(producer: &BaseProducer, topic: &str, key: &str, value: &str, timestamp_ms: i64) {
+    producer
+        .send(
+            BaseRecord::to(topic)
+                .partition(0)
+                .key(key)
+                .payload(value)
+                .timestamp(timestamp_ms),
+        )
+        .map_err(|(e, _)| e)
+        .expect("send");
+}
+
 /// [`send_at`] with `stamp` in the `parsley.stamp` header.
 fn send_stamped_at(
     producer: &BaseProducer,
@@ -230,15 +245,7 @@ fn a_restart_restores_a_queue_written_in_several_segments() {
         let t = 10 + i;
         let value = format!("k{}@{t}:{pad}", i % 50);
         let key = format!("k{}", i % 50);
-        p.send(
-            BaseRecord::to(&a.name)
-                .partition(0)
-                .key(&key)
-                .payload(&value)
-                .timestamp(base + t),
-        )
-        .map_err(|(e, _)| e)
-        .expect("send");
+        enqueue(&p, &a.name, &key, &value, base + t);
         if i % 1_000 == 999 {
             p.flush(DEADLINE).expect("flush");
         }
@@ -598,15 +605,7 @@ fn history_parked_while_transactions_commit_leaves_once_in_event_time_order() {
             let t = 10 + 3 * n + i as i64;
             let key = format!("k{}", n % 40);
             let value = format!("{key}@{t}");
-            p.send(
-                BaseRecord::to(&topic.name)
-                    .partition(0)
-                    .key(&key)
-                    .payload(&value)
-                    .timestamp(base + t),
-            )
-            .map_err(|(e, _)| e)
-            .expect("send");
+            enqueue(&p, &topic.name, &key, &value, base + t);
         }
         if n % 2_000 == 1_999 {
             p.flush(DEADLINE).expect("flush");
