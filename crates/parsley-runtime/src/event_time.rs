@@ -64,8 +64,9 @@
 //! follows its causes; never counted late).
 //!
 //! # State
-//! [`EventTime::take_changes`] gives the task's event-time record (the watermark snapshot and
-//! the timer queue's header: its watermark, next arrival and segment numbers, counters),
+//! [`EventTime::take_changes`] gives the task's event-time record (the watermark snapshot, the
+//! names of the topics whose records may be parked, by topic id, and the timer queue's header:
+//! its watermark, next arrival and segment numbers, counters),
 //! written with the task snapshot in the same transaction, and the changes of the timer queue
 //! since the last commit ([`TimerQueue::take_changes`]; the key layout is in `changelog`): the
 //! records parked since and still parked as one **segment** record (split when large), a
@@ -87,25 +88,27 @@ use parsley_gate::{
 use serde::{Deserialize, Serialize};
 
 /// Version byte of the event-time record ([`EventTime::take_changes`]); 1 held the whole
-/// queue, 2 the header of a queue changelogged record by record.
-const CODEC_VERSION: u8 = 3;
+/// queue, 2 the header of a queue changelogged record by record, 3 the header of segments
+/// whose entries also held the source topic's name and a second copy of the key.
+const CODEC_VERSION: u8 = 4;
 /// Largest event-time record decoded, bytes.
 const DECODE_LIMIT: usize = 1 << 30;
 
-/// A delivered record waiting in the queue: what the handler needs, and its coordinate and
-/// sender for the ancestor rule.
+/// A delivered record waiting in the queue: what the handler needs besides its key (the
+/// queue's key, [`HandOver::key`]), and its coordinate and sender for the ancestor rule. The
+/// source topic is named by the channel's topic id, not by name: a parked entry is written
+/// once to the changelog, and the name was 40 % of its bytes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct ParkedRecord {
-    /// Source topic name.
-    pub topic: String,
     /// Its channel: topic id bytes and partition.
     pub channel: ([u8; 16], i32),
     /// Offset in the source partition.
     pub offset: i64,
     /// Kafka record timestamp, ms since the epoch (the event time, except for control records).
     pub timestamp: i64,
-    /// Record key.
-    pub key: Option<Vec<u8>>,
+    /// The record had no key (null), as opposed to an empty one: the queue keys both by the
+    /// empty key, and the handler gets back what was delivered.
+    pub keyless: bool,
     /// Record value.
     pub value: Option<Vec<u8>>,
     /// Sender id bytes and sequence of its stamp, if stamped.
@@ -121,10 +124,23 @@ impl ParkedRecord {
 /// One record handed back for the handler.
 #[derive(Debug)]
 pub(crate) struct HandOver {
+    /// Its key, as delivered.
+    pub key: Option<Vec<u8>>,
     /// The record.
     pub record: ParkedRecord,
     /// Its event time was below the watermark when it was parked.
     pub late: bool,
+}
+
+impl HandOver {
+    /// A record the queue released under `key` (empty for a keyless record).
+    fn new(key: Vec<u8>, record: ParkedRecord, late: bool) -> Self {
+        HandOver {
+            key: (!record.keyless).then_some(key),
+            record,
+            late,
+        }
+    }
 }
 
 /// What [`EventTime::deliver`] did.
@@ -184,6 +200,10 @@ pub(crate) struct EventTime {
     index: Option<AncestorIndex>,
     /// The control stream's topic, if any.
     control: Option<TopicId>,
+    /// Names of the topics whose records may be parked: the stage's sources, and after a
+    /// restore the topics of parked records that are no longer sources (deleted or recreated
+    /// under a new id; the handler gets them under their name).
+    topics: BTreeMap<TopicId, String>,
 }
 
 /// Parked records by channel and offset: `(park time ms, sender tag)`.
@@ -200,40 +220,66 @@ pub(crate) struct EventTimeChanges {
 }
 
 type WireInput = (([u8; 16], i32), Option<i64>, Vec<(i64, i64)>);
-type Wire = (Option<i64>, Vec<WireInput>, Vec<u8>);
+/// Watermark, inputs, topic names by id, the queue's header.
+type Wire = (
+    Option<i64>,
+    Vec<WireInput>,
+    Vec<([u8; 16], String)>,
+    Vec<u8>,
+);
 
 impl EventTime {
     /// Fresh state for a task whose event-time inputs are `inputs` (the control channel
-    /// excluded), with the control stream `control` (its topic and lag).
-    pub(crate) fn new(inputs: Vec<Channel>, control: Option<(TopicId, i64)>) -> Self {
+    /// excluded), with the control stream `control` (its topic and lag); `topics` names the
+    /// stage's sources by id.
+    pub(crate) fn new(
+        inputs: Vec<Channel>,
+        control: Option<(TopicId, i64)>,
+        topics: impl IntoIterator<Item = (TopicId, String)>,
+    ) -> Self {
         EventTime {
             tracker: WatermarkTracker::new(inputs, control.map(|(_, lag_ms)| Control { lag_ms })),
             last_stable: BTreeMap::new(),
             queue: TimerQueue::new(),
             index: None,
             control: control.map(|(t, _)| t),
+            topics: topics.into_iter().collect(),
         }
+    }
+
+    /// The name of the topic `id` of a parked record's channel; `None` if unknown.
+    pub(crate) fn topic_name(&self, id: TopicId) -> Option<&str> {
+        self.topics.get(&id).map(String::as_str)
     }
 
     /// State restored from the event-time record `bytes` and the latest record of every part of
     /// the timer queue, `parts` ([`EventTime::take_changes`]); input channels of the snapshot
     /// that are not in `inputs` any more (a deleted topic) are dropped, their parked records
-    /// kept.
+    /// kept, with their topic's name. `topics` names the stage's current sources by id.
     ///
     /// # Errors
     /// A message naming what does not decode or breaks an invariant.
     pub(crate) fn decode(
         inputs: Vec<Channel>,
         control: Option<(TopicId, i64)>,
+        topics: impl IntoIterator<Item = (TopicId, String)>,
         bytes: &[u8],
         parts: &BTreeMap<Part<Vec<u8>>, Vec<u8>>,
     ) -> Result<Self, String> {
         let (&version, body) = bytes.split_first().ok_or("empty event-time record")?;
+        if version == 3 {
+            return Err(
+                "event-time record version 3: its parked records name their topics \
+                 (before Parsley 0.1's lean segment entries, version 4); this version cannot \
+                 restore them: reset the application (its changelog and committed offsets)"
+                    .to_string(),
+            );
+        }
         if version != CODEC_VERSION {
             return Err(format!("unknown event-time record version {version}"));
         }
         let config = bincode::config::standard().with_limit::<DECODE_LIMIT>();
-        let ((watermark, wire_inputs, queue), used): (Wire, usize) =
+        let ((watermark, wire_inputs, names, queue), used): (Wire, usize) =
             bincode::decode_from_slice(body, config).map_err(|e| e.to_string())?;
         if used != body.len() {
             return Err(format!("{} trailing bytes", body.len() - used));
@@ -259,12 +305,34 @@ impl EventTime {
         let queue: TimerQueue<Vec<u8>, ParkedRecord> =
             TimerQueue::from_parts(&queue, parts.iter().map(|(p, r)| (p.clone(), r.as_slice())))
                 .map_err(|e| e.to_string())?;
+        // The current sources' names, and those of former topics that still have parked
+        // records.
+        let mut topics: BTreeMap<TopicId, String> = topics.into_iter().collect();
+        let former: BTreeMap<TopicId, String> = names
+            .into_iter()
+            .map(|(id, name)| (TopicId::from_bytes(id), name))
+            .filter(|(id, _)| !topics.contains_key(id))
+            .collect();
+        for (_, _, r) in queue.parked() {
+            let id = TopicId::from_bytes(r.channel.0);
+            if let std::collections::btree_map::Entry::Vacant(slot) = topics.entry(id) {
+                let name = former.get(&id).ok_or_else(|| {
+                    format!(
+                        "the parked record at offset {} of topic {id} partition {} has no \
+                         topic name in the event-time record",
+                        r.offset, r.channel.1
+                    )
+                })?;
+                slot.insert(name.clone());
+            }
+        }
         Ok(EventTime {
             tracker,
             last_stable: BTreeMap::new(),
             queue,
             index: None,
             control: control.map(|(t, _)| t),
+            topics,
         })
     }
 
@@ -289,6 +357,10 @@ impl EventTime {
                         s.lookahead,
                     )
                 })
+                .collect(),
+            self.topics
+                .iter()
+                .map(|(id, name)| (id.to_bytes(), name.clone()))
                 .collect(),
             changes.header,
         );
@@ -426,7 +498,8 @@ impl EventTime {
     /// A record the gate delivered: its event time (`record.timestamp`) goes to the tracker and
     /// it is parked under its event time raised to its parked ancestors' park times, or handed
     /// back at once. A control record ticks the control clock instead and is parked only
-    /// behind parked ancestors.
+    /// behind parked ancestors. `key` is the record's key (`None`: a null key), parked as the
+    /// queue's key.
     ///
     /// # Errors
     /// [`GateError::NotConsumed`] for a record of a channel that is not an input.
@@ -434,6 +507,7 @@ impl EventTime {
         &mut self,
         stamp: Option<&Stamp>,
         replacements: &[Coordinate],
+        key: Option<Vec<u8>>,
         record: ParkedRecord,
     ) -> Result<Delivered, GateError> {
         let channel = record.channel();
@@ -445,6 +519,7 @@ impl EventTime {
                 Some(t) if self.queue.watermark().is_none_or(|w| t > w) => t,
                 _ => {
                     return Ok(Delivered::Now(HandOver {
+                        key,
                         record,
                         late: false,
                     }));
@@ -460,7 +535,7 @@ impl EventTime {
             seq,
         });
         let offset = record.offset;
-        let key = record.key.clone().unwrap_or_default();
+        let key = key.unwrap_or_default();
         Ok(match self.queue.park(key, event_time, ancestors, record) {
             Parking::Parked {
                 park_time_ms, late, ..
@@ -476,10 +551,7 @@ impl EventTime {
                     raised: park_time_ms > event_time,
                 }
             }
-            Parking::Released(r) => Delivered::Now(HandOver {
-                late: r.late,
-                record: r.value,
-            }),
+            Parking::Released(r) => Delivered::Now(HandOver::new(r.key, r.value, r.late)),
         })
     }
 
@@ -502,10 +574,7 @@ impl EventTime {
         }
         released
             .into_iter()
-            .map(|r| HandOver {
-                late: r.late,
-                record: r.value,
-            })
+            .map(|r| HandOver::new(r.key, r.value, r.late))
             .collect()
     }
 }
@@ -520,16 +589,45 @@ mod tests {
         Channel::new(TopicId::from_bytes([t; 16]), 0)
     }
 
-    fn rec(c: Channel, offset: i64, t: i64, key: &str) -> ParkedRecord {
-        ParkedRecord {
-            topic: format!("t{}", c.topic.to_bytes()[0]),
+    /// A record of `c` at `offset` with event time `t` and key `key` ("" for a null key).
+    fn rec(c: Channel, offset: i64, t: i64, key: &str) -> (Option<Vec<u8>>, ParkedRecord) {
+        let record = ParkedRecord {
             channel: (c.topic.to_bytes(), c.partition),
             offset,
             timestamp: t,
-            key: Some(key.as_bytes().to_vec()),
+            keyless: key.is_empty(),
             value: None,
             sender: None,
-        }
+        };
+        ((!key.is_empty()).then(|| key.as_bytes().to_vec()), record)
+    }
+
+    fn deliver(
+        et: &mut EventTime,
+        stamp: Option<&Stamp>,
+        (key, record): (Option<Vec<u8>>, ParkedRecord),
+    ) -> Result<Delivered, GateError> {
+        et.deliver(stamp, &[], key, record)
+    }
+
+    /// Topic names of channels, as the stage gives its sources: `t` and the id's first byte.
+    fn names(channels: &[Channel]) -> Vec<(TopicId, String)> {
+        channels
+            .iter()
+            .map(|c| (c.topic, format!("t{}", c.topic.to_bytes()[0])))
+            .collect()
+    }
+
+    /// The changelog parts of `changes`, as the restore reads them.
+    fn parts_of(changes: &EventTimeChanges) -> BTreeMap<Part<Vec<u8>>, Vec<u8>> {
+        changes
+            .parts
+            .iter()
+            .map(|(k, r)| {
+                let n = u64::from_be_bytes(k[1..].try_into().unwrap());
+                (Part::Segment(n), r.clone().unwrap())
+            })
+            .collect()
     }
 
     fn offsets(h: &[HandOver]) -> Vec<(u8, i64)> {
@@ -559,7 +657,7 @@ mod tests {
     #[test]
     fn a_leader_reading_is_kept_and_a_fetch_response_value_is_not() {
         let a = ch(1);
-        let mut et = EventTime::new(vec![a], None);
+        let mut et = EventTime::new(vec![a], None, []);
         et.fetched_head(a, 7, false).unwrap();
         assert_eq!(et.last_stable(&a), None);
         et.fetched_head(a, 9, true).unwrap();
@@ -569,22 +667,21 @@ mod tests {
     #[test]
     fn an_effect_stamped_earlier_than_its_parked_cause_waits_for_it_and_survives_a_restart() {
         let (a, b) = (ch(1), ch(2));
-        let mut et = EventTime::new(vec![a, b], None);
+        let mut et = EventTime::new(vec![a, b], None, names(&[a, b]));
         et.start(a, 10).unwrap();
         et.start(b, 10).unwrap();
         // a@0 at t=500 is parked; b@0 at t=100 claims a@0: parked at 500, not 100.
         assert!(matches!(
-            et.deliver(None, &[], rec(a, 0, 500, "k")).unwrap(),
+            deliver(&mut et, None, rec(a, 0, 500, "k")).unwrap(),
             Delivered::Parked { late: false, .. }
         ));
         let claims_a0 = Stamp::new(None, Clock::try_from_sorted(vec![(a, 0)]).unwrap());
         assert!(matches!(
-            et.deliver(Some(&claims_a0), &[], rec(b, 0, 100, "k"))
-                .unwrap(),
+            deliver(&mut et, Some(&claims_a0), rec(b, 0, 100, "k")).unwrap(),
             Delivered::Parked { late: false, .. }
         ));
         // b@1 at t=200 claims nothing parked.
-        et.deliver(None, &[], rec(b, 1, 200, "j")).unwrap();
+        deliver(&mut et, None, rec(b, 1, 200, "j")).unwrap();
         assert_eq!(et.ancestors(Some(&claims_a0), &[]), Some(500));
         assert_eq!(et.ancestors(None, &[b.at(0)]), Some(500));
 
@@ -602,7 +699,8 @@ mod tests {
                 (Part::Segment(0), r.clone().unwrap())
             })
             .collect();
-        let mut back = EventTime::decode(vec![a, b], None, &changes.record, &parts).unwrap();
+        let mut back =
+            EventTime::decode(vec![a, b], None, names(&[a, b]), &changes.record, &parts).unwrap();
         assert_eq!(back.parked(), 3);
         assert_eq!(back.index, None, "built on first use");
         assert_eq!(
@@ -625,26 +723,112 @@ mod tests {
     #[test]
     fn a_control_record_ticks_the_clock_and_passes_unless_it_claims_a_parked_record() {
         let (a, ctl) = (ch(1), ch(9));
-        let mut et = EventTime::new(vec![a], Some((ctl.topic, 100)));
+        let mut et = EventTime::new(vec![a], Some((ctl.topic, 100)), names(&[a, ctl]));
         et.start(a, 0).unwrap();
         assert_eq!(et.watermark(), None, "the control stream has not ticked");
         assert!(matches!(
-            et.deliver(None, &[], rec(ctl, 0, 1_000, "c")).unwrap(),
+            deliver(&mut et, None, rec(ctl, 0, 1_000, "c")).unwrap(),
             Delivered::Now(HandOver { late: false, .. })
         ));
         assert_eq!(et.watermark(), Some(900));
         assert!(et.release().is_empty());
         assert!(matches!(
-            et.deliver(None, &[], rec(a, 0, 950, "k")).unwrap(),
+            deliver(&mut et, None, rec(a, 0, 950, "k")).unwrap(),
             Delivered::Parked { late: false, .. }
         ));
         // A control record claiming a@0 (parked at 950) waits for it.
         let claims = Stamp::new(None, Clock::try_from_sorted(vec![(a, 0)]).unwrap());
         assert!(matches!(
-            et.deliver(Some(&claims), &[], rec(ctl, 1, 1_100, "c"))
-                .unwrap(),
+            deliver(&mut et, Some(&claims), rec(ctl, 1, 1_100, "c")).unwrap(),
             Delivered::Parked { late: false, .. }
         ));
         assert_eq!(offsets(&et.release()), [(1, 0), (9, 1)]);
+    }
+    #[test]
+    fn a_null_key_and_an_empty_key_come_back_as_delivered_also_after_a_restore() {
+        let a = ch(1);
+        let mut et = EventTime::new(vec![a], None, names(&[a]));
+        et.start(a, 10).unwrap();
+        deliver(&mut et, None, rec(a, 0, 300, "")).unwrap();
+        let (_, empty) = rec(a, 1, 200, "x");
+        et.deliver(None, &[], Some(Vec::new()), empty).unwrap();
+        deliver(&mut et, None, rec(a, 2, 100, "k")).unwrap();
+        let changes = et.take_changes().unwrap();
+        let mut back = EventTime::decode(
+            vec![a],
+            None,
+            names(&[a]),
+            &changes.record,
+            &parts_of(&changes),
+        )
+        .unwrap();
+        back.start(a, 3).unwrap();
+        let mut gate: Gate<()> = Gate::new([a]);
+        gate.seed(a, 3).unwrap();
+        back.follow(&gate).unwrap();
+        let keys: Vec<(i64, Option<Vec<u8>>)> = back
+            .release()
+            .into_iter()
+            .map(|h| (h.record.offset, h.key))
+            .collect();
+        assert_eq!(
+            keys,
+            [(2, Some(b"k".to_vec())), (1, Some(Vec::new())), (0, None)]
+        );
+    }
+
+    #[test]
+    fn a_record_parked_before_its_topic_was_recreated_keeps_its_name_across_a_restore() {
+        let (old, new, b) = (ch(1), ch(3), ch(2));
+        let mut et = EventTime::new(vec![old, b], None, names(&[old, b]));
+        et.start(old, 10).unwrap();
+        et.start(b, 10).unwrap();
+        deliver(&mut et, None, rec(old, 0, 300, "k")).unwrap();
+        let changes = et.take_changes().unwrap();
+        // The topic came back under a new id, with the same name.
+        let same_name = vec![(new.topic, "t1".to_string()), (b.topic, "t2".to_string())];
+        let back = EventTime::decode(
+            vec![new, b],
+            None,
+            same_name,
+            &changes.record,
+            &parts_of(&changes),
+        )
+        .unwrap();
+        assert_eq!(back.topic_name(old.topic), Some("t1"));
+        assert_eq!(back.topic_name(new.topic), Some("t1"));
+        assert_eq!(back.topic_name(b.topic), Some("t2"));
+        // A former topic with nothing parked is forgotten.
+        let mut drained = EventTime::new(vec![old, b], None, names(&[old, b]));
+        drained.start(b, 10).unwrap();
+        deliver(&mut drained, None, rec(b, 0, 300, "k")).unwrap();
+        let changes = drained.take_changes().unwrap();
+        let back = EventTime::decode(
+            vec![b],
+            None,
+            names(&[b]),
+            &changes.record,
+            &parts_of(&changes),
+        )
+        .unwrap();
+        assert_eq!(back.topic_name(old.topic), None);
+    }
+
+    #[test]
+    fn an_event_time_record_of_version_3_is_refused_with_what_to_do() {
+        let a = ch(1);
+        let mut et = EventTime::new(vec![a], None, names(&[a]));
+        let mut record = et.take_changes().unwrap().record;
+        record[0] = 3;
+        let err =
+            EventTime::decode(vec![a], None, names(&[a]), &record, &BTreeMap::new()).unwrap_err();
+        assert!(
+            err.contains("version 3") && err.contains("reset the application"),
+            "{err}"
+        );
+        record[0] = 9;
+        let err =
+            EventTime::decode(vec![a], None, names(&[a]), &record, &BTreeMap::new()).unwrap_err();
+        assert!(err.contains("unknown event-time record version 9"), "{err}");
     }
 }

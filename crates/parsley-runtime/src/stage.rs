@@ -1310,9 +1310,12 @@ impl StageRunner {
             .filter(|t| Some(t.id) != control.map(|(id, _)| id))
             .map(|t| Channel::new(t.id, partition))
             .collect();
+        let topics = self.sources.iter().map(|t| (t.id, t.name.clone()));
         let mut et = match bytes {
-            Some(b) => EventTime::decode(inputs, control, b, timers).map_err(event_error)?,
-            None => EventTime::new(inputs, control),
+            Some(b) => {
+                EventTime::decode(inputs, control, topics, b, timers).map_err(event_error)?
+            }
+            None => EventTime::new(inputs, control, topics),
         };
         let inputs = et.inputs();
         let mut request = Vec::with_capacity(inputs.len());
@@ -1759,21 +1762,20 @@ impl StageRunner {
                 offset: d.coordinate.offset,
             })?;
             let record = ParkedRecord {
-                topic: topic.clone(),
                 channel: (
                     d.coordinate.channel.topic.to_bytes(),
                     d.coordinate.channel.partition,
                 ),
                 offset: d.coordinate.offset,
                 timestamp,
-                key: payload.key,
+                keyless: payload.key.is_none(),
                 value: payload.value,
                 sender: stamp
                     .and_then(|s| s.sender)
                     .map(|t| (*t.sender.as_bytes(), t.seq)),
             };
             let delivered = et
-                .deliver(stamp, &d.replacements, record)
+                .deliver(stamp, &d.replacements, payload.key, record)
                 .map_err(|source| Error::Gate {
                     stage: self.spec.name().to_string(),
                     partition: task.partition,
@@ -1826,14 +1828,25 @@ impl StageRunner {
         h: HandOver,
     ) -> Result<()> {
         let record = h.record;
-        let source = self.source_index(&record.topic)?;
+        let id = TopicId::from_bytes(record.channel.0);
+        // A record parked before its topic was recreated (a new id) goes to the source of the
+        // same name, as it did when parked.
+        let source = match self.sources.iter().position(|t| t.id == id) {
+            Some(s) => s,
+            None => {
+                let name = task.event_time.as_ref().and_then(|et| et.topic_name(id));
+                self.source_index(name.ok_or_else(|| Error::UnknownTopic {
+                    topic: id.to_string(),
+                })?)?
+            }
+        };
         self.handle(
             processor,
             task,
             source,
             record.offset,
             record.timestamp,
-            record.key.as_deref(),
+            h.key.as_deref(),
             record.value,
         )
     }
