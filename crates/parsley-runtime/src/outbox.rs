@@ -106,7 +106,7 @@ struct Wake {
 impl AckContext {
     /// Wakes the thread waiting in [`Outbox::wait_until`], or makes its next wait return at
     /// once.
-    fn signal(&self) {
+    pub(crate) fn signal(&self) {
         let mut w = self.wake.lock().expect("wake state");
         w.pending = true;
         if w.waiting {
@@ -178,7 +178,7 @@ unsafe impl Sync for MainQueue {}
 /// A producer plus its collected acknowledgements.
 pub(crate) struct Outbox {
     /// Shared only with the helper thread of an overlapped commit
-    /// ([`Outbox::commit_flushed`]), for the length of that commit.
+    /// ([`Outbox::commit_served`]), for the length of that commit.
     producer: Arc<BaseProducer<AckContext>>,
     queue: MainQueue,
     /// The tag of each stamped send from the oldest unreported one on (module docs).
@@ -247,7 +247,7 @@ impl Outbox {
     }
 
     /// The producer, for a helper thread that commits while the stream thread goes on
-    /// ([`Outbox::commit_flushed`]). Nothing may be sent until that commit returns.
+    /// ([`Outbox::commit_served`]). Nothing may be sent until that commit returns.
     pub(crate) fn shared_producer(&self) -> Arc<BaseProducer<AckContext>> {
         Arc::clone(&self.producer)
     }
@@ -265,7 +265,7 @@ impl Outbox {
     /// Serves what waits in the producer's main queue now, without blocking: delivery
     /// reports go to the context's callback on this thread, errors and logs to rdkafka's
     /// handlers.
-    fn serve(&self) {
+    pub(crate) fn serve(&self) {
         for _ in 0..self.queued() {
             self.producer.poll(Duration::ZERO);
         }
@@ -295,6 +295,13 @@ impl Outbox {
         }
     }
 
+    /// Serves the reports until `done` holds, blocking while the queue is empty: for a helper
+    /// thread's call that waits for reports to be served, which calls
+    /// [`AckContext::signal`] when it returns.
+    pub(crate) fn serve_until(&self, done: impl Fn() -> bool) {
+        while !self.wait_until(Duration::from_secs(3600), |_| done()) {}
+    }
+
     /// Runs `call` (a librdkafka call that waits for delivery reports to be served) on a
     /// helper thread while this thread serves the reports, and returns its result.
     fn serving_while<T: Send>(
@@ -310,9 +317,7 @@ impl Outbox {
                 result
             });
             // The call has its own timeout; serve until it returns.
-            while !self.wait_until(Duration::from_secs(3600), |_| {
-                finished.load(Ordering::Acquire)
-            }) {}
+            self.serve_until(|| finished.load(Ordering::Acquire));
             match helper.join() {
                 Ok(result) => result,
                 Err(panic) => std::panic::resume_unwind(panic),
@@ -511,13 +516,14 @@ impl Outbox {
     /// called directly.
     pub(crate) fn commit_transaction(&self, timeout: Duration) -> Result<()> {
         self.flush(timeout)?;
-        Self::commit_flushed(&self.producer, timeout)
+        Self::commit_served(&self.producer, timeout)
     }
 
-    /// Commits the open transaction of `producer`, every send of which is already acknowledged
-    /// ([`Outbox::flush`]): `rd_kafka_commit_transaction`, whose own flush then finds nothing
-    /// outstanding and so needs no report served. Callable from any thread.
-    pub(crate) fn commit_flushed(
+    /// Commits the open transaction of `producer` (`rd_kafka_commit_transaction`). Callable
+    /// from any thread; its own flush waits for the delivery reports of every send, so the
+    /// sends are either acknowledged already ([`Outbox::flush`]) or the outbox's owning thread
+    /// serves their reports until this returns ([`Outbox::serve_until`]).
+    pub(crate) fn commit_served(
         producer: &BaseProducer<AckContext>,
         timeout: Duration,
     ) -> Result<()> {

@@ -1730,7 +1730,8 @@ impl StageRunner {
                 continue;
             }
             let topic = &self.sources[payload.source].name;
-            trace!(target: DELIVERY_TARGET, topic = %topic, partition = task.partition,
+            // `topic` as a `&str` field: a subscriber gets it without formatting.
+            trace!(target: DELIVERY_TARGET, topic = topic.as_str(), partition = task.partition,
                 offset = d.coordinate.offset, "delivered");
             let waited_us = d
                 .waited
@@ -2150,6 +2151,7 @@ impl StageRunner {
         let flush_us = flush_started.elapsed().as_micros() as u64;
         self.settle_acks(None)?;
         let mut offsets = TopicPartitionList::new();
+        let changelog_started = Instant::now();
         let mut tasks = std::mem::take(&mut self.tasks);
         let written = tasks
             .values_mut()
@@ -2160,15 +2162,16 @@ impl StageRunner {
             operation: "committing".into(),
             message: "the consumer has no group metadata".into(),
         })?;
+        let changelog_us = changelog_started.elapsed().as_micros() as u64;
         let started = Instant::now();
         // Counted from here: what an overlapped commit takes belongs to the next transaction.
         let done = std::mem::take(&mut self.uncommitted);
         let mut overlapped = Ok(());
         let overlap = overlap && !self.shutdown.load(Ordering::Relaxed);
         if overlap {
-            // The changelog's sends acknowledged here, so the helper's commit has no delivery
-            // report to wait for and this thread need not serve any meanwhile.
-            self.outbox.flush(self.config.timeout)?;
+            // The changelog's sends are not waited for here: the helper's commit flushes them,
+            // and this thread serves their delivery reports between the batches it takes
+            // meanwhile.
             let (committed, taken) = self.commit_overlapped(&offsets, &metadata);
             committed?;
             overlapped = taken;
@@ -2187,6 +2190,7 @@ impl StageRunner {
             emissions = done.emissions,
             took_us = started.elapsed().as_micros() as u64,
             flush_us,
+            changelog_us,
             poll_batches = self.epoch,
             "committed"
         );
@@ -2218,16 +2222,24 @@ impl StageRunner {
     ) -> (Result<()>, Result<()>) {
         let producer = self.outbox.shared_producer();
         let timeout = self.config.timeout;
+        let finished = AtomicBool::new(false);
         std::thread::scope(|scope| {
+            let finished = &finished;
             let helper = scope.spawn(move || {
-                producer
+                let result = producer
                     .send_offsets_to_transaction(offsets, metadata, timeout)
-                    .map_err(|e| Error::kafka("sending offsets to the transaction", e))?;
-                Outbox::commit_flushed(&producer, timeout)
+                    .map_err(|e| Error::kafka("sending offsets to the transaction", e))
+                    .and_then(|()| Outbox::commit_served(&producer, timeout));
+                finished.store(true, Ordering::Release);
+                producer.context().signal();
+                result
             });
             self.committing = true;
             let mut taken = Ok(());
-            while !helper.is_finished() {
+            while !finished.load(Ordering::Acquire) {
+                // The commit's flush waits for the changelog's delivery reports: served
+                // between batches.
+                self.outbox.serve();
                 match self.overlap_batch() {
                     Ok(true) => {}
                     Ok(false) => break,
@@ -2237,6 +2249,7 @@ impl StageRunner {
                     }
                 }
             }
+            self.outbox.serve_until(|| finished.load(Ordering::Acquire));
             self.committing = false;
             let committed = match helper.join() {
                 Ok(result) => result,
@@ -2248,7 +2261,8 @@ impl StageRunner {
 }
 
 /// The `tracing` target of the event sent for every record delivered to the handler, at
-/// `TRACE` level, with fields `topic`, `partition` and `offset` (committed or not): a delivery
+/// `TRACE` level, with fields `topic` (a `&str`: `fmt` prints it quoted), `partition` and
+/// `offset` (committed or not): a delivery
 /// journal for audits such as the fault-injection suite's re-read measurement. Off unless a
 /// subscriber enables it (e.g. `RUST_LOG=parsley::delivery=trace`).
 pub const DELIVERY_TARGET: &str = "parsley::delivery";

@@ -40,22 +40,31 @@ struct Journal {
     channels: Vec<(String, i32)>,
     /// Per interned channel: the delivery instant of each offset recorded so far.
     instants: Vec<Vec<Option<Instant>>>,
+    /// The channel of the last insert: deliveries come a poll batch at a time, mostly from one
+    /// channel, and the workload's topic names differ only at their ends.
+    last: usize,
 }
 
 impl Journal {
+    fn find(&self, topic: &str, partition: i32) -> Option<usize> {
+        let is = |(t, p): &(String, i32)| *p == partition && t == topic;
+        if self.channels.get(self.last).is_some_and(is) {
+            return Some(self.last);
+        }
+        self.channels.iter().position(is)
+    }
+
     fn channel(&mut self, topic: &str, partition: i32) -> usize {
-        match self
-            .channels
-            .iter()
-            .position(|(t, p)| *p == partition && t == topic)
-        {
+        let c = match self.find(topic, partition) {
             Some(i) => i,
             None => {
                 self.channels.push((topic.to_string(), partition));
                 self.instants.push(Vec::new());
                 self.channels.len() - 1
             }
-        }
+        };
+        self.last = c;
+        c
     }
 
     fn insert(&mut self, topic: &str, partition: i32, offset: i64, at: Instant) {
@@ -71,18 +80,12 @@ impl Journal {
     }
 
     fn get(&self, topic: &str, partition: i32, offset: i64) -> Option<Instant> {
-        let c = self
-            .channels
-            .iter()
-            .position(|(t, p)| *p == partition && t == topic)?;
+        let c = self.find(topic, partition)?;
         *self.instants[c].get(usize::try_from(offset).ok()?)?
     }
 
     fn remove(&mut self, topic: &str, partition: i32, offset: i64) {
-        if let Some(c) = self
-            .channels
-            .iter()
-            .position(|(t, p)| *p == partition && t == topic)
+        if let Some(c) = self.find(topic, partition)
             && let Some(slot) = usize::try_from(offset)
                 .ok()
                 .and_then(|o| self.instants[c].get_mut(o))

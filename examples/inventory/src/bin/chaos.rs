@@ -603,7 +603,8 @@ fn journal_line(line: &str) -> Option<(i64, String, i32, i64)> {
     };
     Some((
         at,
-        field("topic")?.to_string(),
+        // A `&str` field: quoted by `fmt`.
+        field("topic")?.trim_matches('"').to_string(),
         field("partition")?.parse().ok()?,
         field("offset")?.parse().ok()?,
     ))
@@ -671,7 +672,7 @@ mod tests {
     #[test]
     fn a_journal_line_parses_to_its_time_and_coordinate() {
         let line = "1796022811838 TRACE run{stage=\"ledger\"}:deliver{partition=3}: \
-                    parsley::delivery: delivered topic=chaos-1-ab.ledger partition=3 offset=1234";
+                    parsley::delivery: delivered topic=\"chaos-1-ab.ledger\" partition=3 offset=1234";
         assert_eq!(
             journal_line(line),
             Some((1_796_022_811_838, "chaos-1-ab.ledger".to_string(), 3, 1234))
