@@ -121,6 +121,14 @@ pub enum GateError {
         /// What the codec reported.
         message: String,
     },
+    /// The timer queue's changes were asked for while records it released were not taken yet
+    /// ([`TimerQueue::raise`](crate::TimerQueue::raise)): written, they would count as
+    /// released before the caller had them.
+    #[error("{count} released timer-queue records are not taken yet")]
+    ReleasedNotTaken {
+        /// Released records not taken.
+        count: usize,
+    },
 }
 
 impl GateError {

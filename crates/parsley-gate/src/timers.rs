@@ -158,22 +158,34 @@ impl<K: PartialEq, V: PartialEq> Entry<K, V> {
     }
 }
 
+/// Entries per chunk of the slab.
+const CHUNK: usize = 4_096;
+
+/// A slot of the slab: the entry it holds, under its id, or nothing (free).
+type Slot<K, V> = Option<(Id, Entry<K, V>)>;
+
 /// The parked entries: their ids in release order, each pointing into a slab of entries. The
 /// B-tree moves small `(id, slot)` pairs, not entries, and a pending id reaches its entry
-/// through its slot without a search (a slot is reused once freed, so the id is checked).
+/// through its slot without a search (a slot is reused once freed, so the id is checked). The
+/// slab grows in chunks of [`CHUNK`] entries, so growing never moves the entries already in it.
+/// Released entries leave the order at once and their slots when taken
+/// ([`Parked::take_slot`]).
 #[derive(Debug, Clone)]
 struct Parked<K, V> {
     order: BTreeMap<Id, usize>,
-    slots: Vec<Option<(Id, Entry<K, V>)>>,
+    chunks: Vec<Vec<Slot<K, V>>>,
     free: Vec<usize>,
+    /// Slots holding an entry (ordered or released and not taken yet).
+    occupied: usize,
 }
 
 impl<K, V> Default for Parked<K, V> {
     fn default() -> Self {
         Parked {
             order: BTreeMap::new(),
-            slots: Vec::new(),
+            chunks: Vec::new(),
             free: Vec::new(),
+            occupied: 0,
         }
     }
 }
@@ -187,64 +199,87 @@ impl<K, V> Parked<K, V> {
         self.order.is_empty()
     }
 
+    fn slot(&self, slot: usize) -> Option<&Slot<K, V>> {
+        self.chunks.get(slot / CHUNK)?.get(slot % CHUNK)
+    }
+
+    fn slot_mut(&mut self, slot: usize) -> Option<&mut Slot<K, V>> {
+        self.chunks.get_mut(slot / CHUNK)?.get_mut(slot % CHUNK)
+    }
+
     /// Parks `e` under a new `id`; returns its slot.
     fn insert(&mut self, id: Id, e: Entry<K, V>) -> usize {
         let slot = match self.free.pop() {
             Some(slot) => {
-                self.slots[slot] = Some((id, e));
+                *self.slot_mut(slot).expect("a free slot is in the slab") = Some((id, e));
                 slot
             }
             None => {
-                self.slots.push(Some((id, e)));
-                self.slots.len() - 1
+                if self.chunks.last().is_none_or(|c| c.len() == CHUNK) {
+                    self.chunks.push(Vec::with_capacity(CHUNK));
+                }
+                let n = self.chunks.len() - 1;
+                let chunk = &mut self.chunks[n];
+                chunk.push(Some((id, e)));
+                n * CHUNK + chunk.len() - 1
             }
         };
         self.order.insert(id, slot);
+        self.occupied += 1;
         slot
     }
 
-    /// The entry `id`, if it is still parked in `slot`.
+    /// The entry `id`, if it is still in `slot`.
     fn at_mut(&mut self, id: Id, slot: usize) -> Option<&mut Entry<K, V>> {
-        match self.slots.get_mut(slot) {
+        match self.slot_mut(slot) {
             Some(Some((i, e))) if *i == id => Some(e),
             _ => None,
         }
     }
 
     fn holds(&self, id: Id, slot: usize) -> bool {
-        matches!(self.slots.get(slot), Some(Some((i, _))) if *i == id)
+        matches!(self.slot(slot), Some(Some((i, _))) if *i == id)
     }
 
-    /// Removes every entry whose id is below `bound` (all of them for `None`), in id order.
-    fn take_below(&mut self, bound: Option<Id>) -> Vec<(Id, Entry<K, V>)> {
+    /// The entry in `slot` (an id of the order or of [`Parked::split_below`]).
+    fn get(&self, slot: usize) -> &Entry<K, V> {
+        let (_, e) = self
+            .slot(slot)
+            .and_then(Option::as_ref)
+            .expect("an ordered id has its slot");
+        e
+    }
+
+    /// Removes the ids below `bound` (all of them for `None`) from the order and returns them
+    /// with their slots, in id order; their entries stay until taken.
+    fn split_below(&mut self, bound: Option<Id>) -> BTreeMap<Id, usize> {
         let rest = match bound {
             Some(b) => self.order.split_off(&b),
             None => BTreeMap::new(),
         };
-        let due = std::mem::replace(&mut self.order, rest);
-        let taken = due
-            .into_values()
-            .map(|slot| {
-                self.free.push(slot);
-                self.slots[slot].take().expect("an ordered id has its slot")
-            })
-            .collect();
-        if self.order.is_empty() {
-            // Nothing parked: give the slab back (pending ids then find nothing, as they should).
-            self.slots = Vec::new();
+        std::mem::replace(&mut self.order, rest)
+    }
+
+    /// Takes the entry out of `slot` (one [`Parked::split_below`] returned) and frees the slot;
+    /// once nothing is left, gives the slab back (pending ids then find nothing, as they
+    /// should).
+    fn take_slot(&mut self, slot: usize) -> Entry<K, V> {
+        let (_, e) = self
+            .slot_mut(slot)
+            .and_then(Option::take)
+            .expect("a released id has its slot");
+        self.free.push(slot);
+        self.occupied -= 1;
+        if self.occupied == 0 {
+            self.chunks = Vec::new();
             self.free = Vec::new();
         }
-        taken
+        e
     }
 
     /// The entries in release order.
     fn iter(&self) -> impl Iterator<Item = (Id, &Entry<K, V>)> + '_ {
-        self.order.iter().map(|(id, slot)| {
-            let (_, e) = self.slots[*slot]
-                .as_ref()
-                .expect("an ordered id has its slot");
-            (*id, e)
-        })
+        self.order.iter().map(|(id, slot)| (*id, self.get(*slot)))
     }
 
     /// `(id, slot)` of every entry in release order.
@@ -273,6 +308,10 @@ struct Segment {
 pub struct TimerQueue<K, V> {
     /// Parked records by `(park time, arrival)`; every park time is above `watermark`.
     parked: Parked<K, V>,
+    /// Released by the last [`raise`](TimerQueue::raise) and not taken yet
+    /// ([`next_released`](TimerQueue::next_released)), by `(park time, arrival)`, with their
+    /// slots in `parked`.
+    ready: BTreeMap<Id, usize>,
     /// The latest watermark passed to [`TimerQueue::advance`]; never decreases.
     watermark: Option<i64>,
     next_arrival: u64,
@@ -324,6 +363,7 @@ impl<K, V> Default for TimerQueue<K, V> {
     fn default() -> Self {
         TimerQueue {
             parked: Parked::default(),
+            ready: BTreeMap::new(),
             watermark: None,
             next_arrival: 0,
             late: BTreeMap::new(),
@@ -370,6 +410,10 @@ impl<K: Ord + Clone, V> TimerQueue<K, V> {
         ancestor_park_times: impl IntoIterator<Item = i64>,
         value: V,
     ) -> Parking<K, V> {
+        debug_assert!(
+            self.ready.is_empty(),
+            "records released by `raise` are taken before the next is parked"
+        );
         let park_time_ms = ancestor_park_times
             .into_iter()
             .fold(event_time_ms, i64::max);
@@ -420,17 +464,27 @@ impl<K: Ord + Clone, V> TimerQueue<K, V> {
     /// Raises the watermark to `watermark_ms` (ms since the epoch) and releases every parked
     /// record whose park time is at or below it, in ascending `(park time, arrival)` order. A
     /// watermark below the current one changes nothing (the queue's watermark never
-    /// decreases).
+    /// decreases). [`raise`](Self::raise) and [`next_released`](Self::next_released) do the
+    /// same one record at a time, without collecting them.
     pub fn advance(&mut self, watermark_ms: i64) -> Vec<Released<K, V>> {
+        self.raise(watermark_ms);
+        std::iter::from_fn(|| self.next_released()).collect()
+    }
+
+    /// Raises the watermark as [`advance`](Self::advance) does, and returns how many records
+    /// it released (with those not taken yet); take them, in order, with
+    /// [`next_released`](Self::next_released) before parking another record or writing the
+    /// queue's changes.
+    pub fn raise(&mut self, watermark_ms: i64) -> usize {
         let w = self.watermark.map_or(watermark_ms, |w| w.max(watermark_ms));
         self.watermark = Some(w);
-        let due = self
+        let mut due = self
             .parked
-            .take_below(w.checked_add(1).map(|next| (next, 0)));
+            .split_below(w.checked_add(1).map(|next| (next, 0)));
         self.metrics.released += due.len() as u64;
-        for (_, e) in &due {
+        for slot in due.values() {
             // Pending ones were never written: nothing to do.
-            if let Some(s) = e.segment
+            if let Some(s) = self.parked.get(*slot).segment
                 && let Some(seg) = self.segments.get_mut(&s)
             {
                 seg.live -= 1;
@@ -445,18 +499,36 @@ impl<K: Ord + Clone, V> TimerQueue<K, V> {
         // A queue whose changes are never taken keeps only the pending ids still parked.
         if self.pending.len() > 2 * self.parked.len() + 1_024 {
             let parked = &self.parked;
-            self.pending.retain(|(id, slot)| parked.holds(*id, *slot));
+            let ready = &self.ready;
+            self.pending.retain(|(id, slot)| {
+                parked.holds(*id, *slot) && !ready.contains_key(id) && !due.contains_key(id)
+            });
         }
-        due.into_iter()
-            .map(|((park_time_ms, arrival), e)| Released {
-                key: e.key,
-                event_time_ms: e.event_time_ms,
-                park_time_ms,
-                arrival,
-                late: e.late,
-                value: e.value,
-            })
-            .collect()
+        if self.ready.is_empty() {
+            self.ready = due;
+        } else {
+            self.ready.append(&mut due);
+        }
+        self.ready.len()
+    }
+
+    /// The next record released and not taken yet, in `(park time, arrival)` order.
+    pub fn next_released(&mut self) -> Option<Released<K, V>> {
+        let ((park_time_ms, arrival), slot) = self.ready.pop_first()?;
+        let e = self.parked.take_slot(slot);
+        Some(Released {
+            key: e.key,
+            event_time_ms: e.event_time_ms,
+            park_time_ms,
+            arrival,
+            late: e.late,
+            value: e.value,
+        })
+    }
+
+    /// Records released and not taken yet ([`raise`](Self::raise)).
+    pub fn released_untaken(&self) -> usize {
+        self.ready.len()
     }
 
     /// The queue's watermark, ms since the epoch; `None` before the first advance.
@@ -707,6 +779,15 @@ impl Segments {
 }
 
 impl<K: Ord + Clone + Serialize, V: Serialize> TimerQueue<K, V> {
+    /// Released records not taken yet would be written as released (their park times are at
+    /// or below the watermark) before the caller has them: refused.
+    fn check_taken(&self) -> Result<(), GateError> {
+        match self.ready.len() {
+            0 => Ok(()),
+            count => Err(GateError::ReleasedNotTaken { count }),
+        }
+    }
+
     fn header(&self, next_segment: u64) -> Result<Vec<u8>, GateError> {
         encode(&Header {
             watermark: self.watermark,
@@ -721,8 +802,11 @@ impl<K: Ord + Clone + Serialize, V: Serialize> TimerQueue<K, V> {
     /// count. Leaves the queue and its changes as they are.
     ///
     /// # Errors
-    /// [`GateError::TimerQueueCodec`] when a key's or value's serde implementation fails.
+    /// [`GateError::TimerQueueCodec`] when a key's or value's serde implementation fails;
+    /// [`GateError::ReleasedNotTaken`] while records [`raise`](Self::raise) released are not
+    /// all taken.
     pub fn to_parts(&self) -> Result<QueueParts<K>, GateError> {
+        self.check_taken()?;
         let mut packer = Segments::new(self.segment_bytes);
         for (id, e) in self.parked.iter() {
             packer.push(id, e)?;
@@ -784,8 +868,10 @@ impl<K: Ord + Clone + Serialize, V: Serialize> TimerQueue<K, V> {
     ///
     /// # Errors
     /// [`GateError::TimerQueueCodec`] when a key's or value's serde implementation fails; the
-    /// queue and its changes are left as they were then.
+    /// queue and its changes are left as they were then. [`GateError::ReleasedNotTaken`]
+    /// while records [`raise`](Self::raise) released are not all taken.
     pub fn take_changes(&mut self) -> Result<QueueParts<K>, GateError> {
+        self.check_taken()?;
         let carry = self.to_carry();
         let first = self.next_segment;
         // One pass: each written entry is looked up once, encoded and given its segment; on an
@@ -995,6 +1081,87 @@ mod tests {
 
     fn times<K, V>(released: &[Released<K, V>]) -> Vec<i64> {
         released.iter().map(|r| r.park_time_ms).collect()
+    }
+
+    /// Applies `changes` to a compacted-log model `log` (a part's latest record, tombstones
+    /// removing it) and rebuilds the queue from the model.
+    fn rebuilt(
+        log: &mut BTreeMap<Part<u32>, Vec<u8>>,
+        changes: QueueParts<u32>,
+    ) -> TimerQueue<u32, u64> {
+        for (part, record) in changes.parts {
+            match record {
+                Some(r) => {
+                    log.insert(part, r);
+                }
+                None => {
+                    log.remove(&part);
+                }
+            }
+        }
+        TimerQueue::from_parts(
+            &changes.header,
+            log.iter().map(|(p, r)| (p.clone(), r.as_slice())),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn records_released_by_raise_are_taken_one_at_a_time_across_slab_chunks() {
+        // Several chunks of the slab, slots freed and reused across them.
+        let mut q: TimerQueue<u32, u64> = TimerQueue::new();
+        let mut log = BTreeMap::new();
+        let n = 3 * CHUNK as u64 + 17;
+        for i in 0..n {
+            // Interleaved times, so releases free slots all over the slab.
+            let t = ((i * 7_919) % n) as i64;
+            q.park((i % 13) as u32, t, [], i);
+        }
+        let changes = q.take_changes().unwrap();
+        assert_eq!(rebuilt(&mut log, changes), q);
+        let half = (n / 2) as i64;
+        let due = q.raise(half - 1);
+        assert_eq!(due as i64, half);
+        assert_eq!(q.released_untaken(), due);
+        assert_eq!(q.len(), n as usize - due);
+        // Changes are refused until every released record is taken.
+        assert_eq!(
+            q.take_changes(),
+            Err(GateError::ReleasedNotTaken { count: due })
+        );
+        assert_eq!(
+            q.to_parts(),
+            Err(GateError::ReleasedNotTaken { count: due })
+        );
+        let first = q.next_released().unwrap();
+        assert_eq!((first.park_time_ms, first.value), (0, 0));
+        let mut last = first.park_time_ms;
+        let mut taken = 1;
+        while let Some(r) = q.next_released() {
+            assert!(r.park_time_ms > last, "ascending, each time once");
+            assert_eq!(r.value * 7_919 % n, r.park_time_ms as u64);
+            last = r.park_time_ms;
+            taken += 1;
+        }
+        assert_eq!((taken, last), (due, half - 1));
+        // Freed slots are reused by new records, in every chunk.
+        for i in n..n + 5_000 {
+            q.park(1, half + (i as i64 % 50), [], i);
+        }
+        let changes = q.take_changes().unwrap();
+        let mut back = rebuilt(&mut log, changes);
+        assert_eq!(back, q);
+        let rest = q.advance(i64::MAX);
+        assert_eq!(rest.len(), n as usize - due + 5_000);
+        assert!(
+            rest.windows(2)
+                .all(|w| (w[0].park_time_ms, w[0].arrival) < (w[1].park_time_ms, w[1].arrival))
+        );
+        assert_eq!(back.advance(i64::MAX), rest);
+        assert!(
+            q.is_empty() && q.parked.chunks.is_empty(),
+            "the slab is given back"
+        );
     }
 
     #[test]

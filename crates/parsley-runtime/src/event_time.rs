@@ -98,9 +98,13 @@ const DECODE_LIMIT: usize = 1 << 30;
 /// queue's key, [`HandOver::key`]), and its coordinate and sender for the ancestor rule. The
 /// source topic is named by the channel's topic id, not by name: a parked entry is written
 /// once to the changelog, and the name was 40 % of its bytes.
+///
+/// The byte fields serialise as byte strings (`serde_bytes`): one length and a copy, where
+/// serde's default writes a sequence element by element.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct ParkedRecord {
     /// Its channel: topic id bytes and partition.
+    #[serde(with = "channel_bytes")]
     pub channel: ([u8; 16], i32),
     /// Offset in the source partition.
     pub offset: i64,
@@ -110,9 +114,27 @@ pub(crate) struct ParkedRecord {
     /// empty key, and the handler gets back what was delivered.
     pub keyless: bool,
     /// Record value.
+    #[serde(with = "serde_bytes")]
     pub value: Option<Vec<u8>>,
     /// Sender id bytes and sequence of its stamp, if stamped.
     pub sender: Option<([u8; 16], u64)>,
+}
+
+/// `([u8; 16], i32)` with the id as a byte string.
+mod channel_bytes {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+    use serde_bytes::ByteArray;
+
+    pub(super) fn serialize<S: Serializer>(c: &([u8; 16], i32), s: S) -> Result<S::Ok, S::Error> {
+        (ByteArray::new(c.0), c.1).serialize(s)
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<([u8; 16], i32), D::Error> {
+        let (id, partition) = <(ByteArray<16>, i32)>::deserialize(d)?;
+        Ok((id.into_array(), partition))
+    }
 }
 
 impl ParkedRecord {
@@ -555,27 +577,36 @@ impl EventTime {
         })
     }
 
-    /// Releases every parked record at or below the tracker's watermark, in release order.
-    pub(crate) fn release(&mut self) -> Vec<HandOver> {
-        let Some(w) = self.tracker.watermark() else {
-            return Vec::new();
-        };
-        let released = self.queue.advance(w);
+    /// Releases every parked record at or below the tracker's watermark; returns how many.
+    /// Take them, in release order, with [`EventTime::next_release`] before the next delivery
+    /// or [`EventTime::take_changes`].
+    pub(crate) fn release(&mut self) -> usize {
+        match self.tracker.watermark() {
+            Some(w) => self.queue.raise(w),
+            None => 0,
+        }
+    }
+
+    /// The next record [`EventTime::release`] released, in release order.
+    pub(crate) fn next_release(&mut self) -> Option<HandOver> {
+        let r = self.queue.next_released()?;
         if let Some(index) = &mut self.index {
-            for r in &released {
-                let c = r.value.channel();
-                if let Some(m) = index.get_mut(&c) {
-                    m.remove(&r.value.offset);
-                    if m.is_empty() {
-                        index.remove(&c);
-                    }
+            let c = r.value.channel();
+            if let Some(m) = index.get_mut(&c) {
+                m.remove(&r.value.offset);
+                if m.is_empty() {
+                    index.remove(&c);
                 }
             }
         }
-        released
-            .into_iter()
-            .map(|r| HandOver::new(r.key, r.value, r.late))
-            .collect()
+        Some(HandOver::new(r.key, r.value, r.late))
+    }
+
+    /// Releases every parked record at or below the tracker's watermark, in release order.
+    #[cfg(test)]
+    fn release_all(&mut self) -> Vec<HandOver> {
+        self.release();
+        std::iter::from_fn(|| self.next_release()).collect()
     }
 }
 
@@ -716,7 +747,7 @@ mod tests {
         back.follow(&gate).unwrap();
         // Both caught up and at the head: everything leaves, the effect after its cause.
         assert_eq!(back.watermark(), Some(500));
-        assert_eq!(offsets(&back.release()), [(2, 1), (1, 0), (2, 0)]);
+        assert_eq!(offsets(&back.release_all()), [(2, 1), (1, 0), (2, 0)]);
         assert!(back.index().is_empty());
     }
 
@@ -731,7 +762,7 @@ mod tests {
             Delivered::Now(HandOver { late: false, .. })
         ));
         assert_eq!(et.watermark(), Some(900));
-        assert!(et.release().is_empty());
+        assert!(et.release_all().is_empty());
         assert!(matches!(
             deliver(&mut et, None, rec(a, 0, 950, "k")).unwrap(),
             Delivered::Parked { late: false, .. }
@@ -742,7 +773,7 @@ mod tests {
             deliver(&mut et, Some(&claims), rec(ctl, 1, 1_100, "c")).unwrap(),
             Delivered::Parked { late: false, .. }
         ));
-        assert_eq!(offsets(&et.release()), [(1, 0), (9, 1)]);
+        assert_eq!(offsets(&et.release_all()), [(1, 0), (9, 1)]);
     }
     #[test]
     fn a_null_key_and_an_empty_key_come_back_as_delivered_also_after_a_restore() {
@@ -767,7 +798,7 @@ mod tests {
         gate.seed(a, 3).unwrap();
         back.follow(&gate).unwrap();
         let keys: Vec<(i64, Option<Vec<u8>>)> = back
-            .release()
+            .release_all()
             .into_iter()
             .map(|h| (h.record.offset, h.key))
             .collect();

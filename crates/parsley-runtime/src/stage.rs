@@ -1809,11 +1809,10 @@ impl StageRunner {
                 partition: task.partition,
                 source: Box::new(source),
             })?;
-            let released = et.release();
-            if !released.is_empty() {
+            if et.release() > 0 {
                 task.changed = true;
             }
-            for h in released {
+            while let Some(h) = task.event_time.as_mut().and_then(EventTime::next_release) {
                 self.hand_over(&processor, task, h)?;
             }
         }
