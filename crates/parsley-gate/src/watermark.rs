@@ -59,7 +59,7 @@
 //! Source: the silence-problem seed (§04 "Two: the stream with no event time becomes the
 //! clock", "Three: Kafka decides when a stream is done") and DESIGN.md §5; cases C13, C14.
 
-use std::collections::BTreeMap;
+use std::collections::VecDeque;
 
 use parsley_clock::{Channel, TopicId};
 
@@ -84,9 +84,56 @@ struct Input {
     head: Option<i64>,
     /// Highest event time delivered at an offset `<= frontier`; `None` when nothing is.
     prefix_max: Option<i64>,
-    /// Event times delivered above the frontier (look-ahead deliveries): offset → event time.
-    /// Every key is `> frontier`.
-    above: BTreeMap<i64, i64>,
+    /// Event times delivered above the frontier (look-ahead deliveries, and deliveries the
+    /// frontier reading has not passed yet): offset → event time. Every key is `> frontier`.
+    above: Above,
+}
+
+/// Event times by offset, ascending and unique by offset. Deliveries come in offset order
+/// except look-ahead ones, so a record is appended in `O(1)` and a frontier reading takes a
+/// prefix off the front, where a map would insert and remove every record of a poll batch.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Above(VecDeque<(i64, i64)>);
+
+impl Above {
+    /// Records `event_time_ms` at `offset` (the highest, if one is there already).
+    fn record(&mut self, offset: i64, event_time_ms: i64) {
+        match self.0.back_mut() {
+            Some((o, t)) if *o == offset => *t = (*t).max(event_time_ms),
+            Some((o, _)) if *o > offset => {
+                match self.0.binary_search_by_key(&offset, |(o, _)| *o) {
+                    Ok(k) => self.0[k].1 = self.0[k].1.max(event_time_ms),
+                    Err(k) => self.0.insert(k, (offset, event_time_ms)),
+                }
+            }
+            _ => self.0.push_back((offset, event_time_ms)),
+        }
+    }
+
+    /// Removes the entries at offsets `<= frontier`; returns their highest event time.
+    fn take_through(&mut self, frontier: i64) -> Option<i64> {
+        let k = self.0.partition_point(|(o, _)| *o <= frontier);
+        self.0.drain(..k).map(|(_, t)| t).max()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (i64, i64)> + '_ {
+        self.0.iter().copied()
+    }
+}
+
+impl FromIterator<(i64, i64)> for Above {
+    /// Entries in any order; one offset given twice keeps its highest event time.
+    fn from_iter<I: IntoIterator<Item = (i64, i64)>>(entries: I) -> Self {
+        let mut above = Above::default();
+        for (o, t) in entries {
+            above.record(o, t);
+        }
+        above
+    }
 }
 
 /// A lower bound in the minimum: the empty minimum is distinguished from "lowest".
@@ -216,7 +263,7 @@ impl WatermarkTracker {
                 .map(|(p, i)| InputSnapshot {
                     channel: p.channel,
                     prefix_max: i.prefix_max,
-                    lookahead: i.above.iter().map(|(o, t)| (*o, *t)).collect(),
+                    lookahead: i.above.iter().collect(),
                 })
                 .collect(),
         }
@@ -247,9 +294,7 @@ impl WatermarkTracker {
         self.catch_up.frontier(channel, frontier)?;
         let i = self.catch_up.index(&channel)?;
         let input = &mut self.inputs[i];
-        let still_above = input.above.split_off(&(frontier.saturating_add(1)));
-        let joined = std::mem::replace(&mut input.above, still_above);
-        input.prefix_max = joined.into_values().chain(input.prefix_max).max();
+        input.prefix_max = input.above.take_through(frontier).max(input.prefix_max);
         self.advance();
         Ok(())
     }
@@ -315,9 +360,7 @@ impl WatermarkTracker {
                 self.advance();
             }
         } else {
-            let input = &mut self.inputs[i];
-            let t = input.above.entry(offset).or_insert(event_time_ms);
-            *t = (*t).max(event_time_ms);
+            self.inputs[i].above.record(offset, event_time_ms);
         }
         Ok(())
     }
@@ -470,6 +513,37 @@ impl WatermarkTracker {
 mod tests {
     use super::*;
     use crate::{Parking, TimerQueue};
+    use proptest::prelude::*;
+
+    proptest! {
+        /// `Above` holds what an offset-keyed map that keeps each offset's highest event time
+        /// holds, whatever the order of the offsets, and a frontier reading takes the same
+        /// prefix with the same highest event time.
+        #[test]
+        fn above_keeps_what_a_map_of_highest_event_times_keeps(
+            ops in proptest::collection::vec((0..40i64, -5..100i64, any::<bool>()), 0..200),
+        ) {
+            let mut above = Above::default();
+            let mut model: std::collections::BTreeMap<i64, i64> = Default::default();
+            for (offset, t, take) in ops {
+                if take {
+                    let rest = model.split_off(&(offset + 1));
+                    let taken = std::mem::replace(&mut model, rest);
+                    prop_assert_eq!(above.take_through(offset), taken.into_values().max());
+                } else {
+                    above.record(offset, t);
+                    let e = model.entry(offset).or_insert(t);
+                    *e = (*e).max(t);
+                }
+                prop_assert_eq!(
+                    above.iter().collect::<Vec<_>>(),
+                    model.iter().map(|(o, t)| (*o, *t)).collect::<Vec<_>>()
+                );
+            }
+            let rebuilt: Above = model.iter().rev().map(|(o, t)| (*o, *t)).collect();
+            prop_assert_eq!(rebuilt, above);
+        }
+    }
 
     fn ch(t: u8, p: i32) -> Channel {
         Channel::new(TopicId::from_bytes([t; 16]), p)
