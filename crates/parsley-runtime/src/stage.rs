@@ -370,45 +370,80 @@ impl StageRunner {
     ) -> Result<Self> {
         let started = Instant::now();
         let admin = Arc::new(Admin::new(&config.bootstrap, config.timeout)?);
-        let source_names: Vec<&str> = spec.sources().iter().map(String::as_str).collect();
-        let sources = admin.describe_topics(&source_names)?;
-        if sources
-            .iter()
-            .any(|t| t.partitions != sources[0].partitions)
-        {
-            return Err(Error::NotCoPartitioned {
-                stage: spec.name().to_string(),
-                partitions: sources
-                    .iter()
-                    .map(|t| (t.name.clone(), t.partitions))
-                    .collect(),
-            });
-        }
-        let sink_names: Vec<&str> = spec.sinks().iter().map(String::as_str).collect();
-        let sinks = if sink_names.is_empty() {
-            Vec::new()
-        } else {
-            admin.describe_topics(&sink_names)?
-        };
-        let dead_letter_topic = match spec.impossible_policy() {
-            ImpossiblePolicy::DeadLetter { topic } => {
-                Some(admin.describe_topics(&[topic.as_str()])?.remove(0))
-            }
-            _ => None,
-        };
         let group = spec.group_id(app);
+        let mut pc = ClientConfig::new();
+        pc.set("bootstrap.servers", &config.bootstrap)
+            .set(
+                "transactional.id",
+                format!("{group}-{}-0", config.instance_id),
+            )
+            .set("client.id", format!("{group}-producer"))
+            .set("linger.ms", "5")
+            .set("partitioner", "murmur2_random");
+        if let Some((k, v)) = config.statistics_properties() {
+            pc.set(k, v);
+        }
+        for (k, v) in &config.producer_properties {
+            pc.set(k, v);
+        }
+        // The producer's `InitProducerId` (fencing an earlier incarnation) needs nothing from
+        // the topics: it runs while the topics are described and the changelog is made ready.
+        let (described, outbox) = std::thread::scope(|scope| {
+            let producing =
+                scope.spawn(|| transactional_outbox(&pc, config.statistics_sink(), config.timeout));
+            let described = (|| -> Result<_> {
+                let source_names: Vec<&str> = spec.sources().iter().map(String::as_str).collect();
+                let sources = admin.describe_topics(&source_names)?;
+                if sources
+                    .iter()
+                    .any(|t| t.partitions != sources[0].partitions)
+                {
+                    return Err(Error::NotCoPartitioned {
+                        stage: spec.name().to_string(),
+                        partitions: sources
+                            .iter()
+                            .map(|t| (t.name.clone(), t.partitions))
+                            .collect(),
+                    });
+                }
+                let sink_names: Vec<&str> = spec.sinks().iter().map(String::as_str).collect();
+                let sinks = if sink_names.is_empty() {
+                    Vec::new()
+                } else {
+                    admin.describe_topics(&sink_names)?
+                };
+                let dead_letter_topic = match spec.impossible_policy() {
+                    ImpossiblePolicy::DeadLetter { topic } => {
+                        Some(admin.describe_topics(&[topic.as_str()])?.remove(0))
+                    }
+                    _ => None,
+                };
+                debug!(
+                    took_ms = started.elapsed().as_millis() as u64,
+                    "startup: topics described"
+                );
+                let changelog = changelog::ensure_topic(
+                    &admin,
+                    &changelog::changelog_topic(&group),
+                    sources[0].partitions,
+                )?;
+                debug!(
+                    took_ms = started.elapsed().as_millis() as u64,
+                    "startup: changelog ready"
+                );
+                Ok((sources, sinks, dead_letter_topic, changelog))
+            })();
+            let outbox = match producing.join() {
+                Ok(outbox) => outbox,
+                Err(panic) => std::panic::resume_unwind(panic),
+            };
+            (described, outbox)
+        });
+        let (sources, sinks, dead_letter_topic, changelog) = described?;
+        let outbox = outbox?;
         debug!(
             took_ms = started.elapsed().as_millis() as u64,
-            "startup: topics described"
-        );
-        let changelog = changelog::ensure_topic(
-            &admin,
-            &changelog::changelog_topic(&group),
-            sources[0].partitions,
-        )?;
-        debug!(
-            took_ms = started.elapsed().as_millis() as u64,
-            "startup: changelog ready"
+            "startup: transactions initialised"
         );
         let mut cc = ClientConfig::new();
         cc.set("bootstrap.servers", &config.bootstrap)
@@ -448,26 +483,6 @@ impl StageRunner {
             })
             .map_err(|e| Error::kafka(format!("creating the consumer of group {group}"), e))?;
 
-        let mut pc = ClientConfig::new();
-        pc.set("bootstrap.servers", &config.bootstrap)
-            .set(
-                "transactional.id",
-                format!("{group}-{}-0", config.instance_id),
-            )
-            .set("client.id", format!("{group}-producer"))
-            .set("linger.ms", "5")
-            .set("partitioner", "murmur2_random");
-        if let Some((k, v)) = config.statistics_properties() {
-            pc.set(k, v);
-        }
-        for (k, v) in &config.producer_properties {
-            pc.set(k, v);
-        }
-        let outbox = transactional_outbox(&pc, config.statistics_sink(), config.timeout)?;
-        debug!(
-            took_ms = started.elapsed().as_millis() as u64,
-            "startup: transactions initialised"
-        );
         let topic_names = sources
             .iter()
             .chain(sinks.iter())
