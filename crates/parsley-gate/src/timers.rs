@@ -59,9 +59,11 @@
 //! (`Vec<(park time, arrival)>`, readable alone with [`segment_ids`]) followed by its entries.
 //! Decoding checks every invariant across all parts and never panics on corrupt bytes.
 //!
-//! Cost: parking and releasing one record are `O(log n)` for `n` parked records (the order is
-//! a B-tree of ids pointing into a slab of entries, so it moves small pairs, and a record
-//! parked since the last changelog write is found again through its slot, without a search);
+//! Cost: parking one record is `O(1)` when it extends one of a few ascending runs of ids (the
+//! common case: history arrives in time order per input channel), `O(log n)` for `n` parked
+//! records otherwise (a B-tree); releasing is a merge of the runs and the tree. Both move small
+//! `(id, slot)` pairs pointing into a slab of entries, and a record parked since the last
+//! changelog write is found again through its slot, without a search;
 //! a changelog write is one record per segment (about one per commit interval) and per
 //! changed late count, plus one tombstone per emptied segment; carrying scans the parked
 //! records once.
@@ -69,7 +71,7 @@
 //! Source: the silence-problem seed (§04 "One: the timer queue is the sort", §06 "What it
 //! doesn't promise") and DESIGN.md §5.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -164,15 +166,26 @@ const CHUNK: usize = 4_096;
 /// A slot of the slab: the entry it holds, under its id, or nothing (free).
 type Slot<K, V> = Option<(Id, Entry<K, V>)>;
 
+/// Ascending runs of ids kept beside the B-tree (see [`Parked`]).
+const RUNS: usize = 16;
+
 /// The parked entries: their ids in release order, each pointing into a slab of entries. The
-/// B-tree moves small `(id, slot)` pairs, not entries, and a pending id reaches its entry
-/// through its slot without a search (a slot is reused once freed, so the id is checked). The
-/// slab grows in chunks of [`CHUNK`] entries, so growing never moves the entries already in it.
-/// Released entries leave the order at once and their slots when taken
-/// ([`Parked::take_slot`]).
+/// ids are kept as up to [`RUNS`] ascending **runs** (deques) and a B-tree for the ids that
+/// fit no run: a new id goes to the end of the run whose last id is the greatest below it,
+/// else into a new run, else into the B-tree. History arrives in event-time order per input
+/// channel, so a task parks a few interleaved ascending sequences: nearly every id is an
+/// `O(1)` append instead of a B-tree insert into a tree of all parked records. Release order
+/// is the merge of the runs and the tree. The B-tree and runs move small `(id, slot)` pairs,
+/// not entries, and a pending id reaches its entry through its slot without a search (a slot
+/// is reused once freed, so the id is checked). The slab grows in chunks of [`CHUNK`]
+/// entries, so growing never moves the entries already in it. Released entries leave the
+/// order at once and their slots when taken ([`Parked::take_slot`]).
 #[derive(Debug, Clone)]
 struct Parked<K, V> {
     order: BTreeMap<Id, usize>,
+    runs: Vec<VecDeque<(Id, usize)>>,
+    /// Ids in `order` and `runs`.
+    len: usize,
     chunks: Vec<Vec<Slot<K, V>>>,
     free: Vec<usize>,
     /// Slots holding an entry (ordered or released and not taken yet).
@@ -183,6 +196,8 @@ impl<K, V> Default for Parked<K, V> {
     fn default() -> Self {
         Parked {
             order: BTreeMap::new(),
+            runs: Vec::new(),
+            len: 0,
             chunks: Vec::new(),
             free: Vec::new(),
             occupied: 0,
@@ -192,11 +207,11 @@ impl<K, V> Default for Parked<K, V> {
 
 impl<K, V> Parked<K, V> {
     fn len(&self) -> usize {
-        self.order.len()
+        self.len
     }
 
     fn is_empty(&self) -> bool {
-        self.order.is_empty()
+        self.len == 0
     }
 
     fn slot(&self, slot: usize) -> Option<&Slot<K, V>> {
@@ -224,7 +239,24 @@ impl<K, V> Parked<K, V> {
                 n * CHUNK + chunk.len() - 1
             }
         };
-        self.order.insert(id, slot);
+        // The run whose last id is the greatest below `id`.
+        let mut best: Option<(usize, Id)> = None;
+        for (i, run) in self.runs.iter().enumerate() {
+            if let Some(&(last, _)) = run.back()
+                && last < id
+                && best.is_none_or(|(_, b)| last > b)
+            {
+                best = Some((i, last));
+            }
+        }
+        match best {
+            Some((i, _)) => self.runs[i].push_back((id, slot)),
+            None if self.runs.len() < RUNS => self.runs.push(VecDeque::from([(id, slot)])),
+            None => {
+                self.order.insert(id, slot);
+            }
+        }
+        self.len += 1;
         self.occupied += 1;
         slot
     }
@@ -252,12 +284,23 @@ impl<K, V> Parked<K, V> {
 
     /// Removes the ids below `bound` (all of them for `None`) from the order and returns them
     /// with their slots, in id order; their entries stay until taken.
-    fn split_below(&mut self, bound: Option<Id>) -> BTreeMap<Id, usize> {
+    fn split_below(&mut self, bound: Option<Id>) -> Vec<(Id, usize)> {
+        let below = |id: &Id| bound.is_none_or(|b| *id < b);
+        let mut due = Vec::new();
+        for run in &mut self.runs {
+            let k = run.partition_point(|(id, _)| below(id));
+            due.extend(run.drain(..k));
+        }
+        self.runs.retain(|run| !run.is_empty());
         let rest = match bound {
             Some(b) => self.order.split_off(&b),
             None => BTreeMap::new(),
         };
-        std::mem::replace(&mut self.order, rest)
+        due.extend(std::mem::replace(&mut self.order, rest));
+        // A merge of ascending runs: the stable sort finds them.
+        due.sort();
+        self.len -= due.len();
+        due
     }
 
     /// Takes the entry out of `slot` (one [`Parked::split_below`] returned) and frees the slot;
@@ -277,18 +320,28 @@ impl<K, V> Parked<K, V> {
         e
     }
 
-    /// The entries in release order.
-    fn iter(&self) -> impl Iterator<Item = (Id, &Entry<K, V>)> + '_ {
-        self.order.iter().map(|(id, slot)| (*id, self.get(*slot)))
+    /// `(id, slot)` of every entry in release order.
+    fn ids(&self) -> impl Iterator<Item = (Id, usize)> + use<K, V> {
+        let mut all: Vec<(Id, usize)> = Vec::with_capacity(self.len);
+        for run in &self.runs {
+            all.extend(run.iter().copied());
+        }
+        all.extend(self.order.iter().map(|(id, slot)| (*id, *slot)));
+        all.sort();
+        all.into_iter()
     }
 
-    /// `(id, slot)` of every entry in release order.
-    fn ids(&self) -> impl Iterator<Item = (Id, usize)> + '_ {
-        self.order.iter().map(|(id, slot)| (*id, *slot))
+    /// The entries in release order.
+    fn iter(&self) -> impl Iterator<Item = (Id, &Entry<K, V>)> + '_ {
+        self.ids().map(|(id, slot)| (id, self.get(slot)))
     }
 
     fn first_id(&self) -> Option<Id> {
-        self.order.keys().next().copied()
+        self.runs
+            .iter()
+            .filter_map(|run| run.front().map(|(id, _)| *id))
+            .chain(self.order.keys().next().copied())
+            .min()
     }
 }
 
@@ -311,7 +364,7 @@ pub struct TimerQueue<K, V> {
     /// Released by the last [`raise`](TimerQueue::raise) and not taken yet
     /// ([`next_released`](TimerQueue::next_released)), by `(park time, arrival)`, with their
     /// slots in `parked`.
-    ready: BTreeMap<Id, usize>,
+    ready: VecDeque<(Id, usize)>,
     /// The latest watermark passed to [`TimerQueue::advance`]; never decreases.
     watermark: Option<i64>,
     next_arrival: u64,
@@ -363,7 +416,7 @@ impl<K, V> Default for TimerQueue<K, V> {
     fn default() -> Self {
         TimerQueue {
             parked: Parked::default(),
-            ready: BTreeMap::new(),
+            ready: VecDeque::new(),
             watermark: None,
             next_arrival: 0,
             late: BTreeMap::new(),
@@ -478,11 +531,11 @@ impl<K: Ord + Clone, V> TimerQueue<K, V> {
     pub fn raise(&mut self, watermark_ms: i64) -> usize {
         let w = self.watermark.map_or(watermark_ms, |w| w.max(watermark_ms));
         self.watermark = Some(w);
-        let mut due = self
+        let due = self
             .parked
             .split_below(w.checked_add(1).map(|next| (next, 0)));
         self.metrics.released += due.len() as u64;
-        for slot in due.values() {
+        for (_, slot) in &due {
             // Pending ones were never written: nothing to do.
             if let Some(s) = self.parked.get(*slot).segment
                 && let Some(seg) = self.segments.get_mut(&s)
@@ -496,25 +549,30 @@ impl<K: Ord + Clone, V> TimerQueue<K, V> {
                 }
             }
         }
+        // Everything parked now lies above the ids released before (their park times were at
+        // or below the earlier watermark, and a record parked since lies above it): the ready
+        // queue stays in id order.
+        debug_assert!(
+            self.ready
+                .back()
+                .zip(due.first())
+                .is_none_or(|((a, _), (b, _))| a < b)
+        );
+        self.ready.extend(due);
         // A queue whose changes are never taken keeps only the pending ids still parked.
         if self.pending.len() > 2 * self.parked.len() + 1_024 {
             let parked = &self.parked;
             let ready = &self.ready;
             self.pending.retain(|(id, slot)| {
-                parked.holds(*id, *slot) && !ready.contains_key(id) && !due.contains_key(id)
+                parked.holds(*id, *slot) && ready.binary_search(&(*id, *slot)).is_err()
             });
-        }
-        if self.ready.is_empty() {
-            self.ready = due;
-        } else {
-            self.ready.append(&mut due);
         }
         self.ready.len()
     }
 
     /// The next record released and not taken yet, in `(park time, arrival)` order.
     pub fn next_released(&mut self) -> Option<Released<K, V>> {
-        let ((park_time_ms, arrival), slot) = self.ready.pop_first()?;
+        let ((park_time_ms, arrival), slot) = self.ready.pop_front()?;
         let e = self.parked.take_slot(slot);
         Some(Released {
             key: e.key,
@@ -1104,6 +1162,49 @@ mod tests {
             log.iter().map(|(p, r)| (p.clone(), r.as_slice())),
         )
         .unwrap()
+    }
+
+    #[test]
+    fn interleaved_ascending_channels_and_random_times_leave_in_release_order() {
+        // 12 channels ascending in time (runs), then records at scattered times (more runs
+        // than kept, so the rest go to the tree), released in steps.
+        let mut q: TimerQueue<u32, u64> = TimerQueue::new();
+        let mut expected: Vec<(i64, u64)> = Vec::new();
+        let mut arrival = 0;
+        let mut park = |q: &mut TimerQueue<u32, u64>, t: i64, expected: &mut Vec<(i64, u64)>| {
+            q.park(1, t, [], arrival);
+            expected.push((t, arrival));
+            arrival += 1;
+        };
+        for i in 0..3_000i64 {
+            park(&mut q, (i % 12) * 1_000 + i / 12, &mut expected);
+        }
+        let mut x: u64 = 12_345;
+        for _ in 0..2_000 {
+            x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            park(&mut q, (x >> 40) as i64 % 13_000, &mut expected);
+        }
+        assert!(q.parked.runs.len() == RUNS && !q.parked.order.is_empty());
+        expected.sort();
+        assert_eq!(q.next_release(), Some(expected[0].0));
+        assert_eq!(q.len(), expected.len());
+        let parts = q.to_parts().unwrap();
+        let back: TimerQueue<u32, u64> = TimerQueue::from_parts(
+            &parts.header,
+            parts
+                .parts
+                .iter()
+                .map(|(p, r)| (p.clone(), r.as_deref().unwrap())),
+        )
+        .unwrap();
+        assert_eq!(back, q);
+        let mut released = Vec::new();
+        for w in [-1, 0, 999, 4_321, 4_321, 11_000, i64::MAX] {
+            released.extend(q.advance(w).into_iter().map(|r| (r.park_time_ms, r.value)));
+            assert_eq!(q.len(), expected.len() - released.len());
+            assert!(q.next_release().is_none_or(|t| t > w));
+        }
+        assert_eq!(released, expected);
     }
 
     #[test]
