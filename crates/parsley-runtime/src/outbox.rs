@@ -8,8 +8,7 @@
 //! Sends go to librdkafka's `rd_kafka_produceva` directly, not through rdkafka's
 //! `BaseProducer::send`: they name their topic by a handle the outbox makes on the topic's
 //! first send (rdkafka copies the name into a new C string per send, and librdkafka then looks
-//! it up under the client's lock), and the stamp header is passed as a name and a value for
-//! librdkafka to copy (no `OwnedHeaders` built and handed over per send).
+//! it up under the client's lock).
 //!
 //! # Delivery reports are served by the outbox's own thread
 //! There is no polling thread: librdkafka's delivery reports wait in the producer's main
@@ -521,18 +520,6 @@ impl Outbox {
                 size: bytes.map_or(0, <[u8]>::len),
             },
         };
-        let header = |(name, value): &(&CStr, &[u8])| {
-            vu(
-                T::RD_KAFKA_VTYPE_HEADER,
-                rdsys::rd_kafka_vu_s__bindgen_ty_1 {
-                    header: rdsys::rd_kafka_vu_s__bindgen_ty_1__bindgen_ty_2 {
-                        name: name.as_ptr(),
-                        val: value.as_ptr() as *const c_void,
-                        size: value.len() as isize,
-                    },
-                },
-            )
-        };
         let fixed = [
             vu(
                 T::RD_KAFKA_VTYPE_RKT,
@@ -565,30 +552,41 @@ impl Outbox {
                 },
             ),
         ];
-        // The common case (stamp only, or no header) on the stack; the dead-letter headers in
-        // a `Vec`.
-        let mut inline = [fixed[0]; FIXED + 1];
-        let spilled: Vec<rdsys::rd_kafka_vu_t>;
-        let vus: &[rdsys::rd_kafka_vu_t] = match record.headers {
-            [] => &fixed,
-            [h] => {
-                inline[..FIXED].copy_from_slice(&fixed);
-                inline[FIXED] = header(h);
-                &inline
+        // The headers as one list for librdkafka to take over, sized for them (a
+        // `RD_KAFKA_VTYPE_HEADER` per header would make it start a list of eight).
+        // SAFETY: `rd_kafka_headers_new` returns a new list, which `rd_kafka_header_add`
+        // copies each name (NUL-terminated, `-1`) and value into; it fails only on a read-only
+        // list (a consumed record's), never on a new one, so its result is not looked at.
+        let headers = (!record.headers.is_empty()).then(|| unsafe {
+            let list = rdsys::rd_kafka_headers_new(record.headers.len());
+            for (name, value) in record.headers {
+                rdsys::rd_kafka_header_add(
+                    list,
+                    name.as_ptr(),
+                    -1,
+                    value.as_ptr() as *const c_void,
+                    value.len() as isize,
+                );
             }
-            more => {
-                spilled = fixed
-                    .iter()
-                    .copied()
-                    .chain(more.iter().map(header))
-                    .collect();
-                &spilled
+            list
+        });
+        let mut vus = [fixed[0]; FIXED + 1];
+        vus[..FIXED].copy_from_slice(&fixed);
+        let vus: &[rdsys::rd_kafka_vu_t] = match headers {
+            Some(list) => {
+                vus[FIXED] = vu(
+                    T::RD_KAFKA_VTYPE_HEADERS,
+                    rdsys::rd_kafka_vu_s__bindgen_ty_1 { headers: list },
+                );
+                &vus
             }
+            None => &vus[..FIXED],
         };
         // SAFETY: the client handle and `rkt` (a handle of this client, destroyed only in
-        // `Drop`) are live; every pointer in `vus` points into `record` or `vus`, which outlive
-        // the call, and librdkafka copies what it keeps (`RD_KAFKA_MSG_F_COPY`, headers). The
-        // returned error object, if any, is destroyed here.
+        // `Drop`) are live; every pointer in `vus` points into `record` or to the header list,
+        // which outlive the call, and librdkafka copies key and value
+        // (`RD_KAFKA_MSG_F_COPY`). On success librdkafka owns the header list; on failure it
+        // stays ours and is destroyed here, as is the returned error object.
         unsafe {
             let err = rdsys::rd_kafka_produceva(
                 self.producer.client().native_ptr(),
@@ -597,6 +595,9 @@ impl Outbox {
             );
             if err.is_null() {
                 return Ok(());
+            }
+            if let Some(list) = headers {
+                rdsys::rd_kafka_headers_destroy(list);
             }
             let code = rdsys::rd_kafka_error_code(err);
             rdsys::rd_kafka_error_destroy(err);
