@@ -687,6 +687,17 @@ impl StageRunner {
     /// [`StageRunner::send_unsent`]. A send the producer refuses releases its claim in
     /// `task`'s clock.
     fn send(&mut self, task: &mut Task, record: Unsent) -> Result<()> {
+        let tag = record.tag;
+        if let Err(err) = self.transmit(record) {
+            task.clock.failed(tag.seq, tag.channel)?;
+            return Err(err);
+        }
+        Ok(())
+    }
+
+    /// [`StageRunner::send`] without the task: the caller releases the claim of a refused
+    /// send.
+    fn transmit(&mut self, record: Unsent) -> Result<()> {
         if self.committing {
             self.unsent.push(record);
             return Ok(());
@@ -696,7 +707,7 @@ impl StageRunner {
             .iter()
             .map(|(k, v)| (*k, v.as_slice()))
             .collect();
-        let sent = self.outbox.send(
+        self.outbox.send(
             &record.topic,
             record.tag,
             &record.key,
@@ -705,31 +716,31 @@ impl StageRunner {
             &extra,
             record.timestamp,
             self.config.timeout,
-        );
-        if let Err(err) = sent {
-            task.clock.failed(record.tag.seq, record.tag.channel)?;
-            return Err(err);
-        }
-        Ok(())
+        )
     }
 
-    /// Sends, in the order made, what the tasks sent while the last commit was in flight.
+    /// Sends, in the order made, what the tasks sent while the last commit was in flight. The
+    /// tasks stay in their map (a task is large: taking it out and putting it back per record
+    /// moved it twice per send).
     fn send_unsent(&mut self) -> Result<()> {
         for record in std::mem::take(&mut self.unsent) {
-            let partition = record.tag.task;
-            let Some(mut task) = self.tasks.remove(&partition) else {
+            let tag = record.tag;
+            if !self.tasks.contains_key(&tag.task) {
                 // Not possible: tasks change only between batches, after this.
                 return Err(Error::Gate {
                     stage: self.spec.name().to_string(),
-                    partition,
+                    partition: tag.task,
                     source: Box::new(parsley_gate::GateError::NotSeeded {
-                        channel: record.tag.channel,
+                        channel: tag.channel,
                     }),
                 });
-            };
-            let sent = self.send(&mut task, record);
-            self.tasks.insert(partition, task);
-            sent?;
+            }
+            if let Err(err) = self.transmit(record) {
+                if let Some(task) = self.tasks.get_mut(&tag.task) {
+                    task.clock.failed(tag.seq, tag.channel)?;
+                }
+                return Err(err);
+            }
         }
         Ok(())
     }
