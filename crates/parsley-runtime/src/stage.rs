@@ -1527,10 +1527,11 @@ impl StageRunner {
                 }
             }
         }
-        let stage = self.spec.name().to_string();
+        // The stage's name is copied into an error only when there is one (not per record).
+        let stage = self.spec.name();
         let cap = self.config.max_queued_per_channel;
         let task = self.tasks.get_mut(&partition).ok_or_else(|| Error::Gate {
-            stage: stage.clone(),
+            stage: stage.to_string(),
             partition,
             source: Box::new(parsley_gate::GateError::NotSeeded { channel }),
         })?;
@@ -1543,7 +1544,7 @@ impl StageRunner {
         task.gate
             .offer(channel, arrival)
             .map_err(|refused| Error::Gate {
-                stage,
+                stage: stage.to_string(),
                 partition,
                 source: Box::new(refused.kind),
             })?;
