@@ -284,7 +284,7 @@ struct Task {
 /// A send made while the previous transaction committed: stamped when the handler emitted it,
 /// sent once the next transaction is open ([`StageRunner::overlap_batch`]).
 struct Unsent {
-    topic: String,
+    topic: Arc<str>,
     tag: SendTag,
     key: Vec<u8>,
     value: Vec<u8>,
@@ -1014,7 +1014,7 @@ impl StageRunner {
         self.send(
             task,
             Unsent {
-                topic: dlq.name.clone(),
+                topic: dlq.name.as_str().into(),
                 tag,
                 key,
                 value: payload.value.clone().unwrap_or_default(),
@@ -1904,9 +1904,9 @@ impl StageRunner {
         let sink = self
             .sinks
             .iter()
-            .find(|t| t.name == e.topic)
+            .find(|t| *t.name == *e.topic)
             .ok_or_else(|| Error::UnknownTopic {
-                topic: e.topic.clone(),
+                topic: e.topic.to_string(),
             })?;
         let channel = Channel::new(sink.id, partition_for(&e.key, sink.partitions));
         // A task's clock is transactional: sends not acknowledged yet are claimed in flight,

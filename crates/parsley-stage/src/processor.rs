@@ -63,8 +63,9 @@ impl RawDelivery<'_> {
 /// One record to produce, encoded.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RawEmission {
-    /// Sink topic name (declared by the stage).
-    pub topic: String,
+    /// Sink topic name (declared by the stage), shared with the handler's
+    /// [`crate::Emission::topic`].
+    pub topic: Arc<str>,
     /// Encoded key.
     pub key: Vec<u8>,
     /// Encoded value.
@@ -252,10 +253,10 @@ impl<H: Handler> Typed<H> {
             .emit
             .into_iter()
             .map(|e| {
-                if !self.sinks.contains(&e.topic) {
+                if !self.sinks.iter().any(|s| **s == *e.topic) {
                     return Err(Error::UndeclaredSink {
                         stage: self.stage.clone(),
-                        topic: e.topic,
+                        topic: e.topic.to_string(),
                     });
                 }
                 Ok(RawEmission {
