@@ -118,7 +118,9 @@ impl Handler for CountOrDie {
             return Err("dying before the commit".into());
         }
         let line = format!("{}={n}", r.key);
-        Ok(Step::none().set_state(n).emit(self.out.as_str(), r.key, line))
+        Ok(Step::none()
+            .set_state(n)
+            .emit(self.out.as_str(), r.key, line))
     }
 }
 
