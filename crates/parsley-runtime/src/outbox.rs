@@ -534,7 +534,7 @@ impl Outbox {
             vu(
                 T::RD_KAFKA_VTYPE_MSGFLAGS,
                 rdsys::rd_kafka_vu_s__bindgen_ty_1 {
-                    i: rdsys::RD_KAFKA_MSG_F_COPY as i32,
+                    i: rdsys::RD_KAFKA_MSG_F_COPY,
                 },
             ),
             vu(T::RD_KAFKA_VTYPE_VALUE, mem(record.value)),
