@@ -5,6 +5,11 @@
 //! delivery opaque (no allocation per send); the outbox keeps the [`SendTag`] (task, channel,
 //! send sequence) of each id in a queue of sends awaiting their report, in id order.
 //!
+//! Sends go to librdkafka's `rd_kafka_produceva` directly, not through rdkafka's
+//! `BaseProducer::send`: they name their topic by a handle the outbox makes on the topic's
+//! first send (rdkafka copies the name into a new C string per send, and librdkafka then looks
+//! it up under the client's lock).
+//!
 //! # Delivery reports are served by the outbox's own thread
 //! There is no polling thread: librdkafka's delivery reports wait in the producer's main
 //! queue until the thread that owns the outbox serves them — without blocking in
@@ -34,17 +39,17 @@
 //! order). Id 0 marks an untagged send (a changelog write).
 
 use std::collections::VecDeque;
-use std::ffi::c_void;
+use std::ffi::{CStr, CString, c_void};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use parsley_clock::Channel;
 use rdkafka::ClientConfig;
 use rdkafka::client::ClientContext;
 use rdkafka::error::{KafkaError, KafkaResult, RDKafkaErrorCode};
-use rdkafka::message::{Header, Message, OwnedHeaders};
-use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
+use rdkafka::message::Message;
+use rdkafka::producer::{BaseProducer, DeliveryResult, Producer, ProducerContext};
 use rdkafka_sys as rdsys;
 
 use crate::config::{StatisticsSink, forward_statistics};
@@ -78,6 +83,36 @@ struct Report {
 
 /// The delivery opaque of an untagged send (a changelog write).
 const UNTAGGED: usize = 0;
+
+/// [`parsley_clock::STAMP_HEADER`] as librdkafka takes a header name.
+const STAMP_HEADER_C: &CStr = c"parsley.stamp";
+
+/// One record as [`Outbox::produce`] hands it to librdkafka.
+struct Produce<'a> {
+    /// The topic handle ([`Outbox::topic_handle`]).
+    rkt: *mut rdsys::rd_kafka_topic_t,
+    partition: i32,
+    key: Option<&'a [u8]>,
+    value: Option<&'a [u8]>,
+    /// The delivery opaque: the send id, or [`UNTAGGED`].
+    opaque: usize,
+    /// ms since the epoch; `None`: the producer's clock.
+    timestamp: Option<i64>,
+    headers: &'a [(&'a CStr, &'a [u8])],
+}
+
+/// A librdkafka topic handle of the outbox's producer, made on the topic's first send and
+/// kept for the outbox's life: a send names its topic by handle, so librdkafka does not look
+/// the name up (under the client's lock) and rdkafka does not copy it into a C string per send.
+struct TopicHandle {
+    name: Box<str>,
+    rkt: *mut rdsys::rd_kafka_topic_t,
+}
+
+// SAFETY: librdkafka's topic handles may be used from any thread.
+unsafe impl Send for TopicHandle {}
+// SAFETY: as above; the handle is only passed to librdkafka, never written through here.
+unsafe impl Sync for TopicHandle {}
 
 /// Producer context that collects delivery reports.
 pub(crate) struct AckContext {
@@ -185,6 +220,10 @@ pub(crate) struct Outbox {
     tags: VecDeque<Option<SendTag>>,
     /// The send id of `tags[0]`; ids start at 1.
     first_id: u64,
+    /// The handles of the topics sent to so far (a stage sends to few: a linear scan). Locked
+    /// only by [`Outbox::send_changelog`] (a few sends per commit); [`Outbox::send`] has
+    /// `&mut self` and reads it without the lock.
+    topics: Mutex<Vec<TopicHandle>>,
 }
 
 impl Drop for Outbox {
@@ -195,6 +234,15 @@ impl Drop for Outbox {
         unsafe {
             rdsys::rd_kafka_queue_cb_event_enable(self.queue.0, None, std::ptr::null_mut());
             rdsys::rd_kafka_queue_destroy(self.queue.0);
+        }
+        let topics = self
+            .topics
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner);
+        for t in topics.drain(..) {
+            // SAFETY: each handle was made by `rd_kafka_topic_new` on this outbox's producer,
+            // which is still alive (fields drop after this body), and is destroyed once.
+            unsafe { rdsys::rd_kafka_topic_destroy(t.rkt) };
         }
     }
 }
@@ -239,6 +287,7 @@ impl Outbox {
             queue,
             tags: VecDeque::new(),
             first_id: 1,
+            topics: Mutex::new(Vec::new()),
         })
     }
 
@@ -340,18 +389,37 @@ impl Outbox {
         timestamp: Option<i64>,
         timeout: Duration,
     ) -> Result<()> {
-        let headers = extra.iter().fold(
-            OwnedHeaders::new_with_capacity(1 + extra.len()).insert(Header {
-                key: parsley_clock::STAMP_HEADER,
-                value: Some(stamp),
-            }),
-            |h, (k, v)| {
-                h.insert(Header {
-                    key: k,
-                    value: Some(*v),
-                })
-            },
-        );
+        let topics = self
+            .topics
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner);
+        let rkt = topic_handle(&self.producer, topics, topic, tag.channel)?;
+        // Header names as C strings: the stamp's is a constant; the extra ones (dead letters
+        // only) are made here.
+        let extra_names = extra
+            .iter()
+            .map(|(k, _)| CString::new(*k))
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(|e| Error::Send {
+                topic: topic.to_string(),
+                channel: Box::new(tag.channel),
+                source: KafkaError::from(e),
+            })?;
+        let stamp_only = [(STAMP_HEADER_C, stamp)];
+        let with_extra: Vec<(&CStr, &[u8])>;
+        let headers: &[(&CStr, &[u8])] = if extra.is_empty() {
+            &stamp_only
+        } else {
+            with_extra = std::iter::once((STAMP_HEADER_C, stamp))
+                .chain(
+                    extra_names
+                        .iter()
+                        .map(CString::as_c_str)
+                        .zip(extra.iter().map(|(_, v)| *v)),
+                )
+                .collect();
+            &with_extra
+        };
         let mut id = self.first_id + self.tags.len() as u64;
         if id as usize == UNTAGGED {
             // Only where `usize` is narrower than the ids: skip the id that would read as
@@ -360,15 +428,16 @@ impl Outbox {
             id += 1;
         }
         self.tags.push_back(Some(tag));
-        let mut record = BaseRecord::with_opaque_to(topic, id as usize)
-            .partition(tag.channel.partition)
-            .key(key)
-            .payload(value)
-            .headers(headers);
-        if let Some(t) = timestamp {
-            record = record.timestamp(t);
-        }
-        let sent = self.enqueue(record, tag.channel, timeout);
+        let record = Produce {
+            rkt,
+            partition: tag.channel.partition,
+            key: Some(key),
+            value: Some(value),
+            opaque: id as usize,
+            timestamp,
+            headers,
+        };
+        let sent = self.enqueue(&record, topic, tag.channel, timeout);
         if sent.is_err() {
             // Not handed to librdkafka: no report will come.
             self.tags.pop_back();
@@ -385,19 +454,27 @@ impl Outbox {
         value: Option<&[u8]>,
         timeout: Duration,
     ) -> Result<()> {
-        let mut record = BaseRecord::with_opaque_to(topic, UNTAGGED)
-            .partition(channel.partition)
-            .key(key);
-        if let Some(v) = value {
-            record = record.payload(v);
-        }
-        self.enqueue(record, channel, timeout)
+        let rkt = {
+            let mut topics = self.topics.lock().unwrap_or_else(PoisonError::into_inner);
+            topic_handle(&self.producer, &mut topics, topic, channel)?
+        };
+        let record = Produce {
+            rkt,
+            partition: channel.partition,
+            key: Some(key),
+            value,
+            opaque: UNTAGGED,
+            timestamp: None,
+            headers: &[],
+        };
+        self.enqueue(&record, topic, channel, timeout)
     }
 
     /// Hands `record` to the producer, serving delivery reports while its queue is full.
     fn enqueue(
         &self,
-        mut record: BaseRecord<'_, [u8], [u8], usize>,
+        record: &Produce<'_>,
+        topic: &str,
         channel: Channel,
         timeout: Duration,
     ) -> Result<()> {
@@ -405,15 +482,15 @@ impl Outbox {
         let mut deadline = None;
         loop {
             self.ctx().outstanding.fetch_add(1, Ordering::Relaxed);
-            match self.producer.send(record) {
+            match self.produce(record) {
                 Ok(()) => return Ok(()),
-                Err((e, back)) => {
+                Err(code) => {
                     self.ctx().outstanding.fetch_sub(1, Ordering::Relaxed);
-                    if e.rdkafka_error_code() != Some(RDKafkaErrorCode::QueueFull) {
+                    if code != RDKafkaErrorCode::QueueFull {
                         return Err(Error::Send {
-                            topic: back.topic.to_string(),
+                            topic: topic.to_string(),
                             channel: Box::new(channel),
-                            source: e,
+                            source: KafkaError::MessageProduction(code),
                         });
                     }
                     // Queue full: serve delivery reports until one makes room.
@@ -426,13 +503,110 @@ impl Outbox {
                         })
                     {
                         return Err(Error::Timeout {
-                            what: format!("room in the producer queue for {}", back.topic),
+                            what: format!("room in the producer queue for {topic}"),
                             timeout,
                         });
                     }
-                    record = back;
                 }
             }
+        }
+    }
+
+    /// One `rd_kafka_produceva` call: librdkafka copies key, value and headers
+    /// (`RD_KAFKA_MSG_F_COPY`), so nothing of `record` needs to outlive the call.
+    fn produce(&self, record: &Produce<'_>) -> std::result::Result<(), RDKafkaErrorCode> {
+        use rdsys::rd_kafka_vtype_t as T;
+        const FIXED: usize = 7;
+        let vu =
+            |vtype: T, u: rdsys::rd_kafka_vu_s__bindgen_ty_1| rdsys::rd_kafka_vu_t { vtype, u };
+        let mem = |bytes: Option<&[u8]>| rdsys::rd_kafka_vu_s__bindgen_ty_1 {
+            mem: rdsys::rd_kafka_vu_s__bindgen_ty_1__bindgen_ty_1 {
+                ptr: bytes.map_or(std::ptr::null_mut(), |b| b.as_ptr() as *mut c_void),
+                size: bytes.map_or(0, <[u8]>::len),
+            },
+        };
+        let fixed = [
+            vu(
+                T::RD_KAFKA_VTYPE_RKT,
+                rdsys::rd_kafka_vu_s__bindgen_ty_1 { rkt: record.rkt },
+            ),
+            vu(
+                T::RD_KAFKA_VTYPE_PARTITION,
+                rdsys::rd_kafka_vu_s__bindgen_ty_1 {
+                    i32_: record.partition,
+                },
+            ),
+            vu(
+                T::RD_KAFKA_VTYPE_MSGFLAGS,
+                rdsys::rd_kafka_vu_s__bindgen_ty_1 {
+                    i: rdsys::RD_KAFKA_MSG_F_COPY,
+                },
+            ),
+            vu(T::RD_KAFKA_VTYPE_VALUE, mem(record.value)),
+            vu(T::RD_KAFKA_VTYPE_KEY, mem(record.key)),
+            vu(
+                T::RD_KAFKA_VTYPE_OPAQUE,
+                rdsys::rd_kafka_vu_s__bindgen_ty_1 {
+                    ptr: record.opaque as *mut c_void,
+                },
+            ),
+            vu(
+                T::RD_KAFKA_VTYPE_TIMESTAMP,
+                rdsys::rd_kafka_vu_s__bindgen_ty_1 {
+                    i64_: record.timestamp.unwrap_or(0),
+                },
+            ),
+        ];
+        // The headers as one list for librdkafka to take over, sized for them (a
+        // `RD_KAFKA_VTYPE_HEADER` per header would make it start a list of eight).
+        // SAFETY: `rd_kafka_headers_new` returns a new list, which `rd_kafka_header_add`
+        // copies each name (NUL-terminated, `-1`) and value into; it fails only on a read-only
+        // list (a consumed record's), never on a new one, so its result is not looked at.
+        let headers = (!record.headers.is_empty()).then(|| unsafe {
+            let list = rdsys::rd_kafka_headers_new(record.headers.len());
+            for (name, value) in record.headers {
+                rdsys::rd_kafka_header_add(
+                    list,
+                    name.as_ptr(),
+                    -1,
+                    value.as_ptr() as *const c_void,
+                    value.len() as isize,
+                );
+            }
+            list
+        });
+        let mut vus = [fixed[0]; FIXED + 1];
+        vus[..FIXED].copy_from_slice(&fixed);
+        let vus: &[rdsys::rd_kafka_vu_t] = match headers {
+            Some(list) => {
+                vus[FIXED] = vu(
+                    T::RD_KAFKA_VTYPE_HEADERS,
+                    rdsys::rd_kafka_vu_s__bindgen_ty_1 { headers: list },
+                );
+                &vus
+            }
+            None => &vus[..FIXED],
+        };
+        // SAFETY: the client handle and `rkt` (a handle of this client, destroyed only in
+        // `Drop`) are live; every pointer in `vus` points into `record` or to the header list,
+        // which outlive the call, and librdkafka copies key and value
+        // (`RD_KAFKA_MSG_F_COPY`). On success librdkafka owns the header list; on failure it
+        // stays ours and is destroyed here, as is the returned error object.
+        unsafe {
+            let err = rdsys::rd_kafka_produceva(
+                self.producer.client().native_ptr(),
+                vus.as_ptr(),
+                vus.len(),
+            );
+            if err.is_null() {
+                return Ok(());
+            }
+            if let Some(list) = headers {
+                rdsys::rd_kafka_headers_destroy(list);
+            }
+            let code = rdsys::rd_kafka_error_code(err);
+            rdsys::rd_kafka_error_destroy(err);
+            Err(code.into())
         }
     }
 
@@ -539,6 +713,44 @@ impl Outbox {
     }
 }
 
+/// The producer's handle of topic `topic`, made on its first send (`channel` names the
+/// send in an error).
+fn topic_handle(
+    producer: &BaseProducer<AckContext>,
+    topics: &mut Vec<TopicHandle>,
+    topic: &str,
+    channel: Channel,
+) -> Result<*mut rdsys::rd_kafka_topic_t> {
+    if let Some(t) = topics.iter().find(|t| &*t.name == topic) {
+        return Ok(t.rkt);
+    }
+    let refused = |source: KafkaError| Error::Send {
+        topic: topic.to_string(),
+        channel: Box::new(channel),
+        source,
+    };
+    let name = CString::new(topic).map_err(|e| refused(KafkaError::from(e)))?;
+    // SAFETY: the client handle is live; a null configuration takes the producer's default
+    // topic configuration. The handle is destroyed in `Drop`.
+    let rkt = unsafe {
+        rdsys::rd_kafka_topic_new(
+            producer.client().native_ptr(),
+            name.as_ptr(),
+            std::ptr::null_mut(),
+        )
+    };
+    if rkt.is_null() {
+        // SAFETY: reads this thread's last librdkafka error; no pointer involved.
+        let code = unsafe { rdsys::rd_kafka_last_error() };
+        return Err(refused(KafkaError::MessageProduction(code.into())));
+    }
+    topics.push(TopicHandle {
+        name: topic.into(),
+        rkt,
+    });
+    Ok(rkt)
+}
+
 /// Turns a librdkafka transactional API result into a `Result`, destroying the error object.
 ///
 /// # Safety
@@ -589,6 +801,11 @@ pub fn partition_for(key: &[u8], partitions: i32) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_c_stamp_header_name_is_the_stamp_header() {
+        assert_eq!(STAMP_HEADER_C.to_str(), Ok(parsley_clock::STAMP_HEADER));
+    }
 
     #[test]
     fn partitioning_matches_javas_murmur2() {

@@ -285,7 +285,7 @@ struct Task {
 /// A send made while the previous transaction committed: stamped when the handler emitted it,
 /// sent once the next transaction is open ([`StageRunner::overlap_batch`]).
 struct Unsent {
-    topic: String,
+    topic: Arc<str>,
     tag: SendTag,
     key: Vec<u8>,
     value: Vec<u8>,
@@ -703,6 +703,17 @@ impl StageRunner {
     /// [`StageRunner::send_unsent`]. A send the producer refuses releases its claim in
     /// `task`'s clock.
     fn send(&mut self, task: &mut Task, record: Unsent) -> Result<()> {
+        let tag = record.tag;
+        if let Err(err) = self.transmit(record) {
+            task.clock.failed(tag.seq, tag.channel)?;
+            return Err(err);
+        }
+        Ok(())
+    }
+
+    /// [`StageRunner::send`] without the task: the caller releases the claim of a refused
+    /// send.
+    fn transmit(&mut self, record: Unsent) -> Result<()> {
         if self.committing {
             self.unsent.push(record);
             return Ok(());
@@ -712,7 +723,7 @@ impl StageRunner {
             .iter()
             .map(|(k, v)| (*k, v.as_slice()))
             .collect();
-        let sent = self.outbox.send(
+        self.outbox.send(
             &record.topic,
             record.tag,
             &record.key,
@@ -721,31 +732,31 @@ impl StageRunner {
             &extra,
             record.timestamp,
             self.config.timeout,
-        );
-        if let Err(err) = sent {
-            task.clock.failed(record.tag.seq, record.tag.channel)?;
-            return Err(err);
-        }
-        Ok(())
+        )
     }
 
-    /// Sends, in the order made, what the tasks sent while the last commit was in flight.
+    /// Sends, in the order made, what the tasks sent while the last commit was in flight. The
+    /// tasks stay in their map (a task is large: taking it out and putting it back per record
+    /// moved it twice per send).
     fn send_unsent(&mut self) -> Result<()> {
         for record in std::mem::take(&mut self.unsent) {
-            let partition = record.tag.task;
-            let Some(mut task) = self.tasks.remove(&partition) else {
+            let tag = record.tag;
+            if !self.tasks.contains_key(&tag.task) {
                 // Not possible: tasks change only between batches, after this.
                 return Err(Error::Gate {
                     stage: self.spec.name().to_string(),
-                    partition,
+                    partition: tag.task,
                     source: Box::new(parsley_gate::GateError::NotSeeded {
-                        channel: record.tag.channel,
+                        channel: tag.channel,
                     }),
                 });
-            };
-            let sent = self.send(&mut task, record);
-            self.tasks.insert(partition, task);
-            sent?;
+            }
+            if let Err(err) = self.transmit(record) {
+                if let Some(task) = self.tasks.get_mut(&tag.task) {
+                    task.clock.failed(tag.seq, tag.channel)?;
+                }
+                return Err(err);
+            }
         }
         Ok(())
     }
@@ -1019,7 +1030,7 @@ impl StageRunner {
         self.send(
             task,
             Unsent {
-                topic: dlq.name.clone(),
+                topic: dlq.name.as_str().into(),
                 tag,
                 key,
                 value: payload.value.clone().unwrap_or_default(),
@@ -1535,10 +1546,11 @@ impl StageRunner {
                 }
             }
         }
-        let stage = self.spec.name().to_string();
+        // The stage's name is copied into an error only when there is one (not per record).
+        let stage = self.spec.name();
         let cap = self.config.max_queued_per_channel;
         let task = self.tasks.get_mut(&partition).ok_or_else(|| Error::Gate {
-            stage: stage.clone(),
+            stage: stage.to_string(),
             partition,
             source: Box::new(parsley_gate::GateError::NotSeeded { channel }),
         })?;
@@ -1551,7 +1563,7 @@ impl StageRunner {
         task.gate
             .offer(channel, arrival)
             .map_err(|refused| Error::Gate {
-                stage,
+                stage: stage.to_string(),
                 partition,
                 source: Box::new(refused.kind),
             })?;
@@ -1921,9 +1933,9 @@ impl StageRunner {
         let sink = self
             .sinks
             .iter()
-            .find(|t| t.name == e.topic)
+            .find(|t| *t.name == *e.topic)
             .ok_or_else(|| Error::UnknownTopic {
-                topic: e.topic.clone(),
+                topic: e.topic.to_string(),
             })?;
         let channel = Channel::new(sink.id, partition_for(&e.key, sink.partitions));
         // A task's clock is transactional: sends not acknowledged yet are claimed in flight,

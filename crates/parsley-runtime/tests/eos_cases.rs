@@ -118,7 +118,9 @@ impl Handler for CountOrDie {
             return Err("dying before the commit".into());
         }
         let line = format!("{}={n}", r.key);
-        Ok(Step::none().set_state(n).emit(&self.out, r.key, line))
+        Ok(Step::none()
+            .set_state(n)
+            .emit(self.out.as_str(), r.key, line))
     }
 }
 
@@ -256,7 +258,7 @@ impl Handler for StallOnce {
         if r.value == "stall" && !self.stalled.swap(true, Ordering::SeqCst) {
             std::thread::sleep(self.stall);
         }
-        Ok(Step::none().emit(&self.out, r.key, r.value))
+        Ok(Step::none().emit(self.out.as_str(), r.key, r.value))
     }
 }
 

@@ -40,7 +40,9 @@ impl Handler for CountWithFault {
         } else {
             format!("{}:{n}", r.value)
         };
-        Ok(Step::none().set_state(n).emit(&self.out, r.key, value))
+        Ok(Step::none()
+            .set_state(n)
+            .emit(self.out.as_str(), r.key, value))
     }
 }
 

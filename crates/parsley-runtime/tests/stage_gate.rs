@@ -30,7 +30,7 @@ impl Handler for Log {
         _: Option<()>,
     ) -> Result<Step<String, String, ()>, HandlerError> {
         // Record the delivery order: the first bytes of the value name the record.
-        Ok(Step::none().emit(&self.0, r.key, r.value[..12].to_string()))
+        Ok(Step::none().emit(self.0.as_str(), r.key, r.value[..12].to_string()))
     }
 }
 
@@ -128,7 +128,7 @@ impl Handler for Timestamps {
         r: Record<'_, String, String>,
         _: Option<()>,
     ) -> Result<Step<String, String, ()>, HandlerError> {
-        Ok(Step::none().emit(&self.0, r.key, r.timestamp.to_string()))
+        Ok(Step::none().emit(self.0.as_str(), r.key, r.timestamp.to_string()))
     }
 }
 

@@ -109,14 +109,14 @@ impl parsley_stage::Handler for Around {
     ) -> parsley_stage::HandlerResult<String, String, ()> {
         let step = parsley_stage::Step::none();
         if r.topic == self.input {
-            return Ok(step.emit(&self.mid, r.key, format!("{}:0", r.value)));
+            return Ok(step.emit(self.mid.as_str(), r.key, format!("{}:0", r.value)));
         }
         let (v, hops) = r.value.rsplit_once(':').ok_or("a looped value is v:hops")?;
         let hops: u32 = hops.parse()?;
         Ok(if hops < 3 {
-            step.emit(&self.mid, r.key, format!("{v}:{}", hops + 1))
+            step.emit(self.mid.as_str(), r.key, format!("{v}:{}", hops + 1))
         } else {
-            step.emit(&self.out, r.key, r.value.clone())
+            step.emit(self.out.as_str(), r.key, r.value.clone())
         })
     }
 }

@@ -34,7 +34,7 @@ impl Handler for Count {
         let n = state.unwrap_or(0) + 1;
         Ok(Step::none()
             .set_state(n)
-            .emit(&self.0, r.key, n.to_string()))
+            .emit(self.0.as_str(), r.key, n.to_string()))
     }
 }
 

@@ -9,6 +9,8 @@
 //! to an external system or a send through a private producer is invisible to the causal
 //! model (causal-model seed, "Closed handler effects").
 
+use std::sync::Arc;
+
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -34,8 +36,10 @@ pub struct Record<'a, K, V> {
 /// One record to produce.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Emission<K, V> {
-    /// The sink topic; must be one of the stage's declared sinks.
-    pub topic: String,
+    /// The sink topic; must be one of the stage's declared sinks. Shared, not owned: a handler
+    /// that keeps its sink's name as an `Arc<str>` hands out a clone per emission (a reference
+    /// count, no allocation); a `&str` or `String` is converted (one allocation).
+    pub topic: Arc<str>,
     /// The key; the partition is the Kafka default partitioner's hash of its encoded bytes
     /// (murmur2, as Java clients and Kafka Streams compute it).
     pub key: K,
@@ -44,8 +48,9 @@ pub struct Emission<K, V> {
 }
 
 impl<K, V> Emission<K, V> {
-    /// An emission of `key`/`value` to `topic`.
-    pub fn to(topic: impl Into<String>, key: K, value: V) -> Self {
+    /// An emission of `key`/`value` to `topic` (see [`Emission::topic`] for the cheap way to
+    /// name it).
+    pub fn to(topic: impl Into<Arc<str>>, key: K, value: V) -> Self {
         Emission {
             topic: topic.into(),
             key,
@@ -90,8 +95,9 @@ impl<K, V, S> Step<K, V, S> {
         Self::default()
     }
 
-    /// Adds an emission.
-    pub fn emit(mut self, topic: impl Into<String>, key: K, value: V) -> Self {
+    /// Adds an emission to `topic` (an `Arc<str>` the handler keeps, cloned per call, costs
+    /// no allocation; see [`Emission::topic`]).
+    pub fn emit(mut self, topic: impl Into<Arc<str>>, key: K, value: V) -> Self {
         self.emit.push(Emission::to(topic, key, value));
         self
     }

@@ -63,8 +63,9 @@ impl RawDelivery<'_> {
 /// One record to produce, encoded.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RawEmission {
-    /// Sink topic name (declared by the stage).
-    pub topic: String,
+    /// Sink topic name (declared by the stage), shared with the handler's
+    /// [`crate::Emission::topic`].
+    pub topic: Arc<str>,
     /// Encoded key.
     pub key: Vec<u8>,
     /// Encoded value.
@@ -246,28 +247,33 @@ impl<H: Handler> Typed<H> {
             what,
             source,
         };
-        let mut emit = Vec::with_capacity(step.emit.len());
-        for e in step.emit {
-            if !self.sinks.contains(&e.topic) {
-                return Err(Error::UndeclaredSink {
-                    stage: self.stage.clone(),
+        // Collected in place: when an `Emission<K, V>` is the size of a `RawEmission` (byte
+        // keys and values), the step's vector is reused instead of a second one allocated.
+        let emit = step
+            .emit
+            .into_iter()
+            .map(|e| {
+                if !self.sinks.iter().any(|s| **s == *e.topic) {
+                    return Err(Error::UndeclaredSink {
+                        stage: self.stage.clone(),
+                        topic: e.topic.to_string(),
+                    });
+                }
+                Ok(RawEmission {
+                    key: self
+                        .codecs
+                        .key
+                        .encode_owned(e.key)
+                        .map_err(|x| encode_err("emission key", x))?,
+                    value: self
+                        .codecs
+                        .output
+                        .encode_owned(e.value)
+                        .map_err(|x| encode_err("emission value", x))?,
                     topic: e.topic,
-                });
-            }
-            emit.push(RawEmission {
-                key: self
-                    .codecs
-                    .key
-                    .encode_owned(e.key)
-                    .map_err(|x| encode_err("emission key", x))?,
-                value: self
-                    .codecs
-                    .output
-                    .encode_owned(e.value)
-                    .map_err(|x| encode_err("emission value", x))?,
-                topic: e.topic,
-            });
-        }
+                })
+            })
+            .collect::<Result<Vec<_>, Error>>()?;
         let state = match step.state {
             StateChange::Keep => StateChange::Keep,
             StateChange::Delete => StateChange::Delete,

@@ -571,7 +571,7 @@ mod tests {
         };
         let state = Bincode.encode(&5u32).unwrap();
         let step = p.process(raw(b"3"), Some(&state)).unwrap();
-        assert_eq!(step.emit[0].topic, "out");
+        assert_eq!(&*step.emit[0].topic, "out");
         assert_eq!(step.emit[0].key, b"k");
         assert_eq!(step.emit[0].value, b"8");
         assert_eq!(step.state, StateChange::Set(Bincode.encode(&8u32).unwrap()));

@@ -415,7 +415,7 @@ impl parsley_stage::Handler for Forward {
         r: parsley_stage::Record<'_, String, String>,
         _: Option<()>,
     ) -> parsley_stage::HandlerResult<String, String, ()> {
-        Ok(parsley_stage::Step::none().emit(&self.0, r.key, r.value))
+        Ok(parsley_stage::Step::none().emit(self.0.as_str(), r.key, r.value))
     }
 }
 

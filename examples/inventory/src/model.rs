@@ -15,6 +15,8 @@
 //!
 //! All topics are keyed by product and have the same partition count (co-partitioned).
 
+use std::sync::Arc;
+
 use parsley_stage::{Handler, HandlerError, Record, Step};
 use serde::{Deserialize, Serialize};
 
@@ -100,8 +102,8 @@ pub struct LedgerEntry {
 /// Stage one: a sale becomes a fact with the product's running total.
 #[derive(Debug, Clone)]
 pub struct SalesFacts {
-    /// The topic facts are written to.
-    pub facts_topic: String,
+    /// The topic facts are written to (shared with each emission: no allocation per record).
+    pub facts_topic: Arc<str>,
 }
 
 impl Handler for SalesFacts {
@@ -127,7 +129,7 @@ impl Handler for SalesFacts {
             units_sold,
         };
         Ok(Step::none()
-            .emit(&self.facts_topic, r.key, fact)
+            .emit(Arc::clone(&self.facts_topic), r.key, fact)
             .set_state(units_sold))
     }
 }
@@ -135,8 +137,8 @@ impl Handler for SalesFacts {
 /// Stage two: the stock level per product, one ledger entry per delivery.
 #[derive(Debug, Clone)]
 pub struct Ledger {
-    /// The topic ledger entries are written to.
-    pub ledger_topic: String,
+    /// The topic ledger entries are written to (shared with each emission).
+    pub ledger_topic: Arc<str>,
 }
 
 impl Handler for Ledger {
@@ -167,7 +169,7 @@ impl Handler for Ledger {
             at: r.timestamp,
         };
         Ok(Step::none()
-            .emit(&self.ledger_topic, r.key, entry)
+            .emit(Arc::clone(&self.ledger_topic), r.key, entry)
             .set_state(level))
     }
 }

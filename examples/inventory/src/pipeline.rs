@@ -30,14 +30,14 @@ pub fn topology(run_id: &str, names: &TopicNames, event_time: bool) -> Result<To
         .stage(
             "sales-facts",
             SalesFacts {
-                facts_topic: names.facts.clone(),
+                facts_topic: names.facts.as_str().into(),
             },
             |s| s.source(&names.sales).sink(&names.facts).key_codec(Utf8),
         )
         .stage(
             "ledger",
             Ledger {
-                ledger_topic: names.ledger.clone(),
+                ledger_topic: names.ledger.as_str().into(),
             },
             |s| {
                 let s = s

@@ -13,7 +13,7 @@
 //!   it: the hold measured is the timer queue's, from delivery to release.
 
 use std::sync::mpsc::Sender;
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use parsley_runtime::{DELIVERY_TARGET, Running, Runtime, RuntimeConfig};
@@ -188,7 +188,8 @@ where
 #[derive(Debug)]
 pub struct Tap {
     control: String,
-    output: Option<String>,
+    /// Shared with each emission (no allocation per record).
+    output: Option<Arc<str>>,
     out: Sender<Release>,
 }
 
@@ -234,7 +235,7 @@ impl Handler for Tap {
             released,
         });
         Ok(match &self.output {
-            Some(topic) => Step::none().emit(topic, r.key, r.value),
+            Some(topic) => Step::none().emit(Arc::clone(topic), r.key, r.value),
             None => Step::none(),
         })
     }
@@ -268,7 +269,7 @@ pub fn topology(
     let control = workload.control_topic();
     let tap = Tap {
         control: control.clone(),
-        output: settings.output.clone(),
+        output: settings.output.as_deref().map(Arc::from),
         out,
     };
     Topology::builder(application)
