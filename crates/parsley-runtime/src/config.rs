@@ -119,10 +119,25 @@ impl RuntimeConfig {
     }
 
     /// The librdkafka properties that enable statistics, when a sink is set.
-    pub(crate) fn statistics_properties(&self) -> Option<(&'static str, String)> {
+    fn statistics_properties(&self) -> Option<(&'static str, String)> {
         self.statistics
             .as_ref()
             .map(|(interval, _)| ("statistics.interval.ms", interval.as_millis().to_string()))
+    }
+
+    /// Sets on `client` the statistics interval (when a sink is set), then the user's raw
+    /// `properties`, which override the runtime's own settings.
+    pub(crate) fn apply_properties(
+        &self,
+        client: &mut rdkafka::ClientConfig,
+        properties: &[(String, String)],
+    ) {
+        if let Some((k, v)) = self.statistics_properties() {
+            client.set(k, v);
+        }
+        for (k, v) in properties {
+            client.set(k, v);
+        }
     }
 
     /// The statistics sink, when one is set.

@@ -380,12 +380,7 @@ impl StageRunner {
             .set("client.id", format!("{group}-producer"))
             .set("linger.ms", "5")
             .set("partitioner", "murmur2_random");
-        if let Some((k, v)) = config.statistics_properties() {
-            pc.set(k, v);
-        }
-        for (k, v) in &config.producer_properties {
-            pc.set(k, v);
-        }
+        config.apply_properties(&mut pc, &config.producer_properties);
         // The producer's `InitProducerId` (fencing an earlier incarnation) needs nothing from
         // the topics: it runs while the topics are described and the changelog is made ready.
         let (described, outbox) = std::thread::scope(|scope| {
@@ -467,12 +462,7 @@ impl StageRunner {
             // that and then waits for records (measured: a 0.5-0.7 s stall every half second
             // at 100 B). Looking again after 10 ms keeps the queue from running dry.
             .set("fetch.queue.backoff.ms", "10");
-        if let Some((k, v)) = config.statistics_properties() {
-            cc.set(k, v);
-        }
-        for (k, v) in &config.consumer_properties {
-            cc.set(k, v);
-        }
+        config.apply_properties(&mut cc, &config.consumer_properties);
         let consumer: BaseConsumer<RebalanceContext> = cc
             .create_with_context(RebalanceContext {
                 events: Mutex::new(Vec::new()),
