@@ -114,10 +114,7 @@ impl CausalProducer {
         }
         let outbox = Outbox::new(&cc, None)?;
         if config.transactional_id.is_some() {
-            outbox
-                .producer()
-                .init_transactions(config.timeout)
-                .map_err(|e| Error::kafka("initialising transactions", e))?;
+            outbox.init_transactions(config.timeout)?;
         }
         Ok(CausalProducer {
             outbox,

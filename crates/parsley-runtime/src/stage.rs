@@ -78,10 +78,7 @@ fn transactional_outbox(
     timeout: Duration,
 ) -> Result<Outbox> {
     let outbox = Outbox::new(config, statistics)?;
-    outbox
-        .producer()
-        .init_transactions(timeout)
-        .map_err(|e| Error::kafka("initialising transactions", e))?;
+    outbox.init_transactions(timeout)?;
     Ok(outbox)
 }
 
