@@ -193,7 +193,7 @@ impl CausalProducer {
         };
         if let Err(e) = self
             .outbox
-            .send(topic, tag, key, value, &bytes, &[], None, self.timeout)
+            .send(topic, tag, key, value.to_vec(), &bytes, &[], None, self.timeout)
         {
             self.clock.failed(seq, channel)?;
             return Err(e);

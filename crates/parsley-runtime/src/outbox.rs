@@ -37,6 +37,18 @@
 //! `None` when its report is drained, and leading `None`s are popped, so the queue holds the
 //! sends from the oldest unreported one on (reports of different partitions arrive out of
 //! order). Id 0 marks an untagged send (a changelog write).
+//!
+//! # A stamped send's value is not copied
+//! librdkafka copies a value it is given with `RD_KAFKA_MSG_F_COPY`; a stamped send's value
+//! is instead handed over by pointer (no flag) and its buffer kept in the id queue beside the
+//! tag until the send's report is drained, when it is dropped. librdkafka reads the value
+//! until it reports the send (retries included) and never after, and without
+//! `RD_KAFKA_MSG_F_FREE` it does not free it; a report is recorded by the delivery callback,
+//! so it is drained after librdkafka's last use. The producer is destroyed before the queue
+//! (field order), and [`Outbox::discard`] runs only once every send is reported. A 1 KiB
+//! record is thus copied once on its way through a stage (out of the consumer's buffer), as
+//! in a plain consume-produce loop, not twice. Changelog writes borrow their bytes and are
+//! copied.
 
 use std::collections::VecDeque;
 use std::ffi::{CStr, CString, c_void};
@@ -94,11 +106,22 @@ struct Produce<'a> {
     partition: i32,
     key: Option<&'a [u8]>,
     value: Option<&'a [u8]>,
+    /// Copy the value (`RD_KAFKA_MSG_F_COPY`); else the caller keeps it alive until the
+    /// send's report.
+    copy_value: bool,
     /// The delivery opaque: the send id, or [`UNTAGGED`].
     opaque: usize,
     /// ms since the epoch; `None`: the producer's clock.
     timestamp: Option<i64>,
     headers: &'a [(&'a CStr, &'a [u8])],
+}
+
+/// A stamped send awaiting its report: its tag, and its value, which librdkafka reads without
+/// a copy until it reports the send (module docs).
+struct Pending {
+    tag: SendTag,
+    /// Never read: it keeps the buffer librdkafka was given alive.
+    _value: Vec<u8>,
 }
 
 /// A librdkafka topic handle of the outbox's producer, made on the topic's first send and
@@ -217,7 +240,7 @@ pub(crate) struct Outbox {
     producer: Arc<BaseProducer<AckContext>>,
     queue: MainQueue,
     /// The tag of each stamped send from the oldest unreported one on (module docs).
-    tags: VecDeque<Option<SendTag>>,
+    tags: VecDeque<Option<Pending>>,
     /// The send id of `tags[0]`; ids start at 1.
     first_id: u64,
     /// The handles of the topics sent to so far (a stage sends to few: a linear scan). Locked
@@ -228,6 +251,14 @@ pub(crate) struct Outbox {
 
 impl Drop for Outbox {
     fn drop(&mut self) {
+        if Arc::strong_count(&self.producer) > 1 {
+            // A helper thread still holds the producer (only when unwinding from a panic), so
+            // librdkafka may still read the values of unreported sends after the queue goes:
+            // leak them rather than free them under it.
+            for pending in self.tags.drain(..).flatten() {
+                std::mem::forget(pending._value);
+            }
+        }
         // SAFETY: the queue handle is live; after this call returns librdkafka calls no
         // callback any more (it calls it under the queue's lock, which this call takes), so
         // the context may be dropped with the producer. The handle is destroyed exactly once.
@@ -426,7 +457,7 @@ impl Outbox {
         topic: &str,
         tag: SendTag,
         key: &[u8],
-        value: &[u8],
+        value: Vec<u8>,
         stamp: &[u8],
         extra: &[(&str, &[u8])],
         timestamp: Option<i64>,
@@ -470,12 +501,22 @@ impl Outbox {
             self.tags.push_back(None);
             id += 1;
         }
-        self.tags.push_back(Some(tag));
+        // The buffer stays where it is when the `Vec` moves into the queue.
+        let (ptr, len) = (value.as_ptr(), value.len());
+        self.tags.push_back(Some(Pending {
+            tag,
+            _value: value,
+        }));
+        // SAFETY: `ptr` and `len` describe the buffer now owned by the queue entry, which is
+        // neither changed nor dropped until the send's report is drained (module docs), or
+        // right below when the send is refused.
+        let value = unsafe { std::slice::from_raw_parts(ptr, len) };
         let record = Produce {
             rkt,
             partition: tag.channel.partition,
             key: Some(key),
             value: Some(value),
+            copy_value: false,
             opaque: id as usize,
             timestamp,
             headers,
@@ -506,6 +547,7 @@ impl Outbox {
             partition: channel.partition,
             key: Some(key),
             value,
+            copy_value: true,
             opaque: UNTAGGED,
             timestamp: None,
             headers: &[],
@@ -555,8 +597,9 @@ impl Outbox {
         }
     }
 
-    /// One `rd_kafka_produceva` call: librdkafka copies key, value and headers
-    /// (`RD_KAFKA_MSG_F_COPY`), so nothing of `record` needs to outlive the call.
+    /// One `rd_kafka_produceva` call: librdkafka copies key and headers, and the value when
+    /// `record.copy_value` (`RD_KAFKA_MSG_F_COPY`); else the value must outlive the send's
+    /// report.
     fn produce(&self, record: &Produce<'_>) -> std::result::Result<(), RDKafkaErrorCode> {
         use rdsys::rd_kafka_vtype_t as T;
         const FIXED: usize = 7;
@@ -582,7 +625,11 @@ impl Outbox {
             vu(
                 T::RD_KAFKA_VTYPE_MSGFLAGS,
                 rdsys::rd_kafka_vu_s__bindgen_ty_1 {
-                    i: rdsys::RD_KAFKA_MSG_F_COPY,
+                    i: if record.copy_value {
+                        rdsys::RD_KAFKA_MSG_F_COPY
+                    } else {
+                        0
+                    },
                 },
             ),
             vu(T::RD_KAFKA_VTYPE_VALUE, mem(record.value)),
@@ -632,8 +679,8 @@ impl Outbox {
         };
         // SAFETY: the client handle and `rkt` (a handle of this client, destroyed only in
         // `Drop`) are live; every pointer in `vus` points into `record` or to the header list,
-        // which outlive the call, and librdkafka copies key and value
-        // (`RD_KAFKA_MSG_F_COPY`). On success librdkafka owns the header list; on failure it
+        // which outlive the call; librdkafka copies the key, and the value when asked
+        // (`RD_KAFKA_MSG_F_COPY`), else the caller keeps it alive until the report. On success librdkafka owns the header list; on failure it
         // stays ours and is destroyed here, as is the returned error object.
         unsafe {
             let err = rdsys::rd_kafka_produceva(
@@ -702,9 +749,10 @@ impl Outbox {
                     None
                 } else {
                     let index = id.wrapping_sub(self.first_id as usize);
+                    // Dropping the entry frees the value: librdkafka is done with it.
                     let tag = self.tags.get_mut(index).and_then(Option::take);
                     debug_assert!(tag.is_some(), "a report for send id {id} without a send");
-                    tag
+                    tag.map(|p| p.tag)
                 };
                 Ack { tag, result }
             })
