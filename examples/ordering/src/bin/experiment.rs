@@ -68,6 +68,14 @@ struct Cli {
     /// How long a run waits for held records after the live events end, ms.
     #[arg(long, default_value_t = 3_000)]
     grace_ms: u64,
+    /// Warm-up runs before the measured ones, not reported: offset completeness (with its
+    /// plain consumer) on the first seed's workload, with at most one second of live traffic. A broker's JIT compiler works for minutes
+    /// after it starts and again on code paths a workload has not run yet (transactions,
+    /// `read_committed` fetches, group coordination): on a broker started just before, its
+    /// compiler threads took 0.7–1.0 s of CPU during a 1.8 s drain of the first measured run
+    /// (`perf record -a`), on a two-core machine the stage shares. 0: none.
+    #[arg(long, default_value_t = 2)]
+    warmup: u32,
     /// Where the table and the chart go.
     #[arg(long, default_value = "target/experiment")]
     out: PathBuf,
@@ -144,6 +152,23 @@ fn experiment(cli: Cli) -> Result<()> {
         ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} ({per_sec})")?
             .progress_chars("=> "),
     );
+    if let Some(&seed) = cli.seeds.first() {
+        let mut config = w.config("ordering-warmup", seed);
+        // The history is what warms the broker; a second of live traffic is enough.
+        config.live_ms = config.live_ms.min(1_000);
+        for round in 1..=cli.warmup {
+            bar.suspend(|| println!("warm-up run {round} of {} (not reported)", cli.warmup));
+            run::run(
+                &bootstrap,
+                &config,
+                Strategy::Offsets,
+                &settings,
+                Duration::from_millis(cli.grace_ms),
+                &bar,
+            )
+            .with_context(|| format!("warm-up run {round}"))?;
+        }
+    }
     let mut outcomes = Vec::new();
     for &seed in &cli.seeds {
         let config = w.config("ordering", seed);
