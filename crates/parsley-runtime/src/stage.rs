@@ -82,6 +82,56 @@ fn transactional_outbox(
     Ok(outbox)
 }
 
+/// The stage's consumer (`read_committed`, explicit positions, range assignment), subscribed
+/// to the sources: it joins the group while the caller goes on. Its rebalance events are
+/// served only when it is first polled, so the assignment is handled once everything else is
+/// ready.
+fn subscribed_consumer(
+    config: &RuntimeConfig,
+    group: &str,
+    admin: &Arc<Admin>,
+    sources: &[String],
+) -> Result<BaseConsumer<RebalanceContext>> {
+    let mut cc = ClientConfig::new();
+    cc.set("bootstrap.servers", &config.bootstrap)
+        .set("group.id", group)
+        .set("client.id", format!("{group}-consumer"))
+        .set("isolation.level", "read_committed")
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        // Positions are always explicit; a fetch position that falls out of range (retention
+        // overtook a lagging task) is an error, never a silent reset.
+        .set("auto.offset.reset", "error")
+        // Notice a source's partition count changing within seconds, not librdkafka's
+        // default five minutes: the rebalance it causes is checked and stops the stage.
+        .set("topic.metadata.refresh.interval.ms", "5000")
+        .set("partition.assignment.strategy", "range")
+        .set("enable.partition.eof", "false")
+        .set("fetch.wait.max.ms", "50")
+        // librdkafka stops fetching while 100,000 records (`queued.min.messages`) wait in
+        // the consumer's queue and looks again only after `fetch.queue.backoff.ms` (1 s by
+        // default): a stage working through a backlog drains its queue in a fraction of
+        // that and then waits for records (measured: a 0.5-0.7 s stall every half second
+        // at 100 B). Looking again after 10 ms keeps the queue from running dry.
+        .set("fetch.queue.backoff.ms", "10");
+    config.apply_properties(&mut cc, &config.consumer_properties);
+    let consumer: BaseConsumer<RebalanceContext> = cc
+        .create_with_context(RebalanceContext {
+            events: Mutex::new(Vec::new()),
+            closing: AtomicBool::new(false),
+            timeout: config.timeout,
+            admin: admin.clone(),
+            statistics: config.statistics_sink(),
+        })
+        .map_err(|e| Error::kafka(format!("creating the consumer of group {group}"), e))?;
+    let topics: Vec<&str> = sources.iter().map(String::as_str).collect();
+    consumer
+        .subscribe(&topics)
+        .map_err(|e| Error::kafka("subscribing", e))?;
+    debug!("subscribed: joining the group");
+    Ok(consumer)
+}
+
 /// Recoveries in a row, without a commit in between, before a stage gives up.
 const MAX_RECOVERIES: u32 = 5;
 
@@ -414,6 +464,9 @@ impl StageRunner {
                     took_ms = started.elapsed().as_millis() as u64,
                     "startup: topics described"
                 );
+                // The group join runs while the changelog is made ready and the producer
+                // initialises (the assignment waits for the first poll).
+                let consumer = subscribed_consumer(&config, &group, &admin, spec.sources())?;
                 let changelog = changelog::ensure_topic(
                     &admin,
                     &changelog::changelog_topic(&group),
@@ -423,7 +476,7 @@ impl StageRunner {
                     took_ms = started.elapsed().as_millis() as u64,
                     "startup: changelog ready"
                 );
-                Ok((sources, sinks, dead_letter_topic, changelog))
+                Ok((sources, sinks, dead_letter_topic, changelog, consumer))
             })();
             let outbox = match producing.join() {
                 Ok(outbox) => outbox,
@@ -431,44 +484,12 @@ impl StageRunner {
             };
             (described, outbox)
         });
-        let (sources, sinks, dead_letter_topic, changelog) = described?;
+        let (sources, sinks, dead_letter_topic, changelog, consumer) = described?;
         let outbox = outbox?;
         debug!(
             took_ms = started.elapsed().as_millis() as u64,
             "startup: transactions initialised"
         );
-        let mut cc = ClientConfig::new();
-        cc.set("bootstrap.servers", &config.bootstrap)
-            .set("group.id", &group)
-            .set("client.id", format!("{group}-consumer"))
-            .set("isolation.level", "read_committed")
-            .set("enable.auto.commit", "false")
-            .set("enable.auto.offset.store", "false")
-            // Positions are always explicit; a fetch position that falls out of range (retention
-            // overtook a lagging task) is an error, never a silent reset.
-            .set("auto.offset.reset", "error")
-            // Notice a source's partition count changing within seconds, not librdkafka's
-            // default five minutes: the rebalance it causes is checked and stops the stage.
-            .set("topic.metadata.refresh.interval.ms", "5000")
-            .set("partition.assignment.strategy", "range")
-            .set("enable.partition.eof", "false")
-            .set("fetch.wait.max.ms", "50")
-            // librdkafka stops fetching while 100,000 records (`queued.min.messages`) wait in
-            // the consumer's queue and looks again only after `fetch.queue.backoff.ms` (1 s by
-            // default): a stage working through a backlog drains its queue in a fraction of
-            // that and then waits for records (measured: a 0.5-0.7 s stall every half second
-            // at 100 B). Looking again after 10 ms keeps the queue from running dry.
-            .set("fetch.queue.backoff.ms", "10");
-        config.apply_properties(&mut cc, &config.consumer_properties);
-        let consumer: BaseConsumer<RebalanceContext> = cc
-            .create_with_context(RebalanceContext {
-                events: Mutex::new(Vec::new()),
-                closing: AtomicBool::new(false),
-                timeout: config.timeout,
-                admin: admin.clone(),
-                statistics: config.statistics_sink(),
-            })
-            .map_err(|e| Error::kafka(format!("creating the consumer of group {group}"), e))?;
 
         let topic_names = sources
             .iter()
@@ -509,11 +530,6 @@ impl StageRunner {
     pub(crate) fn run(mut self) -> Result<()> {
         let span = info_span!("stage", app = %self.app, stage = %self.spec.name());
         let _entered = span.enter();
-        let topics: Vec<&str> = self.spec.sources().iter().map(String::as_str).collect();
-        self.consumer
-            .subscribe(&topics)
-            .map_err(|e| Error::kafka("subscribing", e))?;
-        debug!("subscribed: joining the group");
         self.begin()?;
         let result = self.run_loop();
         self.consumer
