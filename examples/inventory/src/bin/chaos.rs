@@ -257,6 +257,43 @@ struct RunReport {
     reread_window_ms: i64,
 }
 
+/// How long a suite's worker logs are kept (a failing run's logs are read after it).
+const KEEP_LOGS: Duration = Duration::from_secs(24 * 3600);
+
+/// A fresh directory for this suite's worker logs under `root` (one per invocation, so
+/// concurrent suites do not mix their logs), after removing the directories of suites that
+/// ended more than [`KEEP_LOGS`] ago.
+fn suite_logs(root: &Path) -> Result<PathBuf> {
+    std::fs::create_dir_all(root)?;
+    for entry in std::fs::read_dir(root)? {
+        let entry = entry?;
+        let old = entry
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age > KEEP_LOGS);
+        if old {
+            let path = entry.path();
+            // Logs of suites before this layout were files directly under `root`.
+            let removed = if path.is_dir() {
+                std::fs::remove_dir_all(&path)
+            } else {
+                std::fs::remove_file(&path)
+            };
+            if let Err(e) = removed {
+                eprintln!("chaos: could not remove old logs {}: {e}", path.display());
+            }
+        }
+    }
+    let stamp = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let dir = root.join(format!("suite-{stamp}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}
+
 fn suite(
     bootstrap: Option<String>,
     runs: u64,
@@ -268,8 +305,7 @@ fn suite(
         Some(b) => b,
         None => parsley_testkit::broker::bootstrap()?,
     };
-    let logs = std::env::temp_dir().join("parsley-chaos");
-    std::fs::create_dir_all(&logs)?;
+    let logs = suite_logs(&std::env::temp_dir().join("parsley-chaos"))?;
     println!(
         "chaos: {runs} run(s) from seed {seed} on {bootstrap}, {faults} faults each; worker logs in {}",
         logs.display()
