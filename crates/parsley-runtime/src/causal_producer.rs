@@ -191,10 +191,16 @@ impl CausalProducer {
             channel,
             seq,
         };
-        if let Err(e) = self
-            .outbox
-            .send(topic, tag, key, value.to_vec(), &bytes, &[], None, self.timeout)
-        {
+        if let Err(e) = self.outbox.send(
+            topic,
+            tag,
+            key,
+            value.to_vec(),
+            &bytes,
+            &[],
+            None,
+            self.timeout,
+        ) {
             self.clock.failed(seq, channel)?;
             return Err(e);
         }

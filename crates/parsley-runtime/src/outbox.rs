@@ -503,10 +503,7 @@ impl Outbox {
         }
         // The buffer stays where it is when the `Vec` moves into the queue.
         let (ptr, len) = (value.as_ptr(), value.len());
-        self.tags.push_back(Some(Pending {
-            tag,
-            _value: value,
-        }));
+        self.tags.push_back(Some(Pending { tag, _value: value }));
         // SAFETY: `ptr` and `len` describe the buffer now owned by the queue entry, which is
         // neither changed nor dropped until the send's report is drained (module docs), or
         // right below when the send is refused.
