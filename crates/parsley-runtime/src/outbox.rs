@@ -677,8 +677,9 @@ impl Outbox {
         // SAFETY: the client handle and `rkt` (a handle of this client, destroyed only in
         // `Drop`) are live; every pointer in `vus` points into `record` or to the header list,
         // which outlive the call; librdkafka copies the key, and the value when asked
-        // (`RD_KAFKA_MSG_F_COPY`), else the caller keeps it alive until the report. On success librdkafka owns the header list; on failure it
-        // stays ours and is destroyed here, as is the returned error object.
+        // (`RD_KAFKA_MSG_F_COPY`), else the caller keeps it alive until the report. On
+        // success librdkafka owns the header list; on failure it stays ours and is destroyed
+        // here, as is the returned error object.
         unsafe {
             let err = rdsys::rd_kafka_produceva(
                 self.producer.client().native_ptr(),
