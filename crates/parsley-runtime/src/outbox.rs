@@ -897,6 +897,31 @@ mod tests {
     }
 
     #[test]
+    fn with_no_broker_init_transactions_fails_within_its_timeout_naming_the_step() {
+        // Nothing listens on port 1: the metadata request waits out the timeout, and the
+        // initialisation gets what is left of it (none), so the whole call ends near the
+        // timeout, with the initialisation's error, not the metadata request's.
+        let mut config = ClientConfig::new();
+        config
+            .set("bootstrap.servers", "127.0.0.1:1")
+            .set("transactional.id", "parsley-outbox-no-broker")
+            .set("log_level", "0");
+        let outbox = Outbox::new(&config, None).unwrap();
+        let timeout = Duration::from_millis(500);
+        let started = Instant::now();
+        let err = outbox.init_transactions(timeout).unwrap_err();
+        let took = started.elapsed();
+        match &err {
+            Error::Kafka { operation, .. } => assert_eq!(operation, "initialising transactions"),
+            other => panic!("expected the initialisation's error, got {other:?}"),
+        }
+        assert!(
+            took < timeout * 10,
+            "init_transactions took {took:?} with a {timeout:?} timeout"
+        );
+    }
+
+    #[test]
     fn partitioning_matches_javas_murmur2() {
         // Java: Utils.murmur2("kafka".getBytes()) == 0xd067cf64 (librdkafka's test vector).
         let positive = 0xd067_cf64u32 & 0x7fff_ffff;

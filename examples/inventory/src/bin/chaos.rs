@@ -706,6 +706,33 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_suite_gets_a_fresh_log_directory_and_old_logs_go() {
+        let root = std::env::temp_dir().join(format!("parsley-chaos-test-{}", std::process::id()));
+        std::fs::create_dir_all(root.join("suite-old")).unwrap();
+        std::fs::write(root.join("chaos-1-old.log"), b"x").unwrap();
+        std::fs::write(root.join("chaos-2-new.log"), b"x").unwrap();
+        let two_days_ago = SystemTime::now() - 2 * KEEP_LOGS;
+        for old in ["suite-old", "chaos-1-old.log"] {
+            std::fs::File::options()
+                .read(true)
+                .write(old.ends_with(".log"))
+                .open(root.join(old))
+                .unwrap()
+                .set_modified(two_days_ago)
+                .unwrap();
+        }
+        let dir = suite_logs(&root).unwrap();
+        assert!(dir.is_dir() && dir.starts_with(&root));
+        assert!(!root.join("suite-old").exists());
+        assert!(!root.join("chaos-1-old.log").exists());
+        assert!(
+            root.join("chaos-2-new.log").exists(),
+            "recent logs are kept"
+        );
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
     fn a_journal_line_parses_to_its_time_and_coordinate() {
         let line = "1796022811838 TRACE run{stage=\"ledger\"}:deliver{partition=3}: \
                     parsley::delivery: delivered topic=\"chaos-1-ab.ledger\" partition=3 offset=1234";
