@@ -99,6 +99,23 @@ impl RuntimeConfig {
         self
     }
 
+    /// The transactional id of the stage whose consumer group is `group`:
+    /// `{group}-{instance_id}-0` (one transactional producer per stage thread).
+    pub fn transactional_id(&self, group: &str) -> String {
+        format!("{group}-{}-0", self.instance_id)
+    }
+
+    /// The producer's `transaction.timeout.ms` as the user set it, else librdkafka's default
+    /// (60 s): the coordinator aborts a transaction open longer than this.
+    pub(crate) fn transaction_timeout(&self) -> Duration {
+        self.producer_properties
+            .iter()
+            .rev()
+            .find(|(k, _)| k == "transaction.timeout.ms")
+            .and_then(|(_, v)| v.parse::<u64>().ok())
+            .map_or(Duration::from_secs(60), Duration::from_millis)
+    }
+
     /// Sets a librdkafka consumer property.
     pub fn consumer_property(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
         self.consumer_properties.push((key.into(), value.into()));
@@ -159,4 +176,27 @@ pub(crate) fn forward_statistics(sink: Option<&StatisticsSink>, json: &[u8]) {
 
 fn uuid_like() -> String {
     parsley_clock::SenderId::random().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_transaction_timeout_is_the_last_one_set_else_librdkafkas_default() {
+        let c = RuntimeConfig::new("b:9092");
+        assert_eq!(c.transaction_timeout(), Duration::from_secs(60));
+        let c = c
+            .producer_property("transaction.timeout.ms", "5000")
+            .producer_property("linger.ms", "1")
+            .producer_property("transaction.timeout.ms", "7000");
+        assert_eq!(c.transaction_timeout(), Duration::from_millis(7000));
+    }
+
+    #[test]
+    fn the_transactional_id_names_the_group_and_the_instance() {
+        let mut c = RuntimeConfig::new("b:9092");
+        c.instance_id = "i7".into();
+        assert_eq!(c.transactional_id("app.stage"), "app.stage-i7-0");
+    }
 }

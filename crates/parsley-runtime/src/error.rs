@@ -110,6 +110,28 @@ pub enum Error {
         /// The client's error.
         source: KafkaError,
     },
+    /// Another producer initialised this stage's transactional id while the stage's
+    /// transaction had been open for less than `transaction.timeout.ms`, so the transaction
+    /// coordinator cannot have fenced it for its age (that fence, case C08, is recovered from
+    /// with a new producer): another process runs with this [`instance_id`], and this stage is
+    /// its zombie. Nothing of the open transaction becomes visible, the group's offsets are
+    /// unchanged, and the stage gives up its tasks without taking the id back, which would
+    /// fence the live owner in turn (case C09).
+    ///
+    /// [`instance_id`]: crate::RuntimeConfig::instance_id
+    #[error(
+        "transactional id {transactional_id} was taken by another producer while this stage's transaction had been open {open_ms} ms, less than transaction.timeout.ms ({timeout_ms} ms): another process runs with this instance id, so this stage gives up its tasks ({message})"
+    )]
+    Fenced {
+        /// The stage's transactional id.
+        transactional_id: String,
+        /// How long the fenced transaction had been open when the fence was seen, ms.
+        open_ms: u64,
+        /// The producer's `transaction.timeout.ms`.
+        timeout_ms: u64,
+        /// librdkafka's message.
+        message: String,
+    },
     /// A stage with this name is not in the topology.
     #[error("no stage named {0} in the topology")]
     UnknownStage(String),
@@ -161,19 +183,21 @@ pub enum Error {
         /// `topic/partition@offset` committed by the group.
         group: Vec<String>,
     },
-    /// Records a stage had not delivered were deleted (retention or `DeleteRecords`): its
-    /// committed offset lies below the partition's log start offset. The stage stops rather
-    /// than jump over them (case C12); resuming at `log_start` is an operator's decision.
+    /// Records a stage had not delivered were deleted (retention or `DeleteRecords`): the
+    /// offset it needed next on a source partition lies below the partition's log start
+    /// offset — at startup or a rebalance, the group's committed offset; while it runs, the
+    /// consumer's position when a fetch found it out of range. The stage stops rather than
+    /// jump over them (case C12); resuming at `log_start` is an operator's decision.
     #[error(
-        "{topic}/{partition}: records [{committed}, {log_start}) were deleted before this stage delivered them (committed offset {committed}, log start offset {log_start})"
+        "{topic}/{partition}: records [{from}, {log_start}) were deleted before this stage delivered them (it needed offset {from} next; the log now starts at {log_start})"
     )]
     RecordsLost {
         /// The source topic.
         topic: String,
         /// The partition.
         partition: i32,
-        /// The group's committed offset: the first record lost.
-        committed: i64,
+        /// The first record lost: the offset the stage needed next.
+        from: i64,
         /// The partition's log start offset: the first record still there.
         log_start: i64,
     },
@@ -246,28 +270,29 @@ impl Error {
         }
     }
 
-    /// `true` when the producer was fenced by a newer instance with the same transactional id
-    /// or group generation: the task must give up ownership, not retry.
+    /// `true` when the producer was fenced: a newer epoch of its transactional id exists
+    /// (another producer initialised it, or the coordinator aborted a timed-out transaction),
+    /// or the stage gave up its tasks for that reason ([`Error::Fenced`]).
     pub fn is_fenced(&self) -> bool {
-        use rdkafka::types::RDKafkaErrorCode as C;
         match self {
-            Error::Transaction { code, .. } => {
-                matches!(
-                    code,
-                    C::ProducerFenced | C::InvalidProducerEpoch | C::Fenced
-                )
-            }
+            Error::Fenced { .. } => true,
+            Error::Transaction { code, .. } => fencing(*code),
             Error::Kafka { source, .. } | Error::Send { source, .. } => {
-                matches!(
-                    source.rdkafka_error_code(),
-                    Some(rdkafka::types::RDKafkaErrorCode::ProducerFenced)
-                        | Some(rdkafka::types::RDKafkaErrorCode::InvalidProducerEpoch)
-                        | Some(rdkafka::types::RDKafkaErrorCode::Fenced)
-                )
+                source.rdkafka_error_code().is_some_and(fencing)
             }
             _ => false,
         }
     }
+}
+
+/// Whether `code` says a newer epoch of the producer's transactional id exists: librdkafka's
+/// `_FENCED`, or the broker's `PRODUCER_FENCED` / `INVALID_PRODUCER_EPOCH`.
+pub(crate) fn fencing(code: rdkafka::types::RDKafkaErrorCode) -> bool {
+    use rdkafka::types::RDKafkaErrorCode as C;
+    matches!(
+        code,
+        C::Fenced | C::ProducerFenced | C::InvalidProducerEpoch
+    )
 }
 
 /// Consumer errors that report a connection state, not a lost record: librdkafka recovers

@@ -138,16 +138,20 @@ const MAX_RECOVERIES: u32 = 5;
 /// Errors after which the transaction can be aborted and the tasks returned to their last
 /// commit: the transaction or one of its sends failed (a timed-out transaction shows up as
 /// `INVALID_PRODUCER_EPOCH` on the next send), not the data or the handler. A fenced or
-/// otherwise fatal producer cannot abort: the abort's error ends the stage.
+/// otherwise fatal producer cannot abort: [`StageRunner::recover`] then replaces it, unless
+/// the fence came from another process running as this instance ([`Error::Fenced`], which
+/// ends the stage).
 fn recoverable(e: &Error) -> bool {
     match e {
-        Error::Transaction { fatal, .. } => !*fatal,
+        // A fence seen at the commit goes to the recovery too, which tells a timed-out
+        // transaction (redone) from a zombie (ends the stage: `Error::Fenced`).
+        Error::Transaction { fatal, code, .. } => !*fatal || crate::error::fencing(*code),
         // The abort decides: a fenced producer cannot abort, and the stage ends then.
         Error::Send { .. } => true,
         Error::Kafka {
             source: rdkafka::error::KafkaError::Transaction(t),
             ..
-        } => t.txn_requires_abort() && !t.is_fatal(),
+        } => (t.txn_requires_abort() && !t.is_fatal()) || crate::error::fencing(t.code()),
         _ => false,
     }
 }
@@ -266,7 +270,7 @@ impl RebalanceContext {
                         return Err(Error::RecordsLost {
                             topic: e.topic().to_string(),
                             partition: e.partition(),
-                            committed: o,
+                            from: o,
                             log_start: low,
                         });
                     }
@@ -399,6 +403,9 @@ pub(crate) struct StageRunner {
     /// Names of topics by id, for evidence requests (sources, sinks, then resolved on demand).
     topic_names: HashMap<TopicId, String>,
     last_commit: Instant,
+    /// When the open transaction began: a fence seen before `transaction.timeout.ms` has
+    /// passed since cannot be the coordinator's (case C09, [`Error::Fenced`]).
+    txn_began: Instant,
     metrics: Arc<StageMetrics>,
     observer: Option<Sender<Progress>>,
     shutdown: Arc<AtomicBool>,
@@ -420,10 +427,7 @@ impl StageRunner {
         let group = spec.group_id(app);
         let mut pc = ClientConfig::new();
         pc.set("bootstrap.servers", &config.bootstrap)
-            .set(
-                "transactional.id",
-                format!("{group}-{}-0", config.instance_id),
-            )
+            .set("transactional.id", config.transactional_id(&group))
             .set("client.id", format!("{group}-producer"))
             .set("linger.ms", "5")
             .set("partitioner", "murmur2_random");
@@ -519,6 +523,7 @@ impl StageRunner {
             topic_names,
             admin,
             last_commit: Instant::now(),
+            txn_began: Instant::now(),
             metrics,
             observer,
             shutdown,
@@ -549,9 +554,10 @@ impl StageRunner {
 
     /// Runs batches until shutdown. A transaction that cannot commit (a timed-out or otherwise
     /// aborted transaction, a send the broker refused) is aborted and every task returns to its
-    /// last commit ([`StageRunner::recover`]); a fatal producer error (fenced: another instance
-    /// owns the transactional id) or any other error ends the stage. Recoveries without a
-    /// commit in between are bounded, so a persistent fault cannot loop forever.
+    /// last commit ([`StageRunner::recover`]), with a new producer if this one is fenced or
+    /// failed; a fence by another process running as this instance ([`Error::Fenced`]) or any
+    /// other error ends the stage. Recoveries without a commit in between are bounded, so a
+    /// persistent fault cannot loop forever.
     fn run_loop(&mut self) -> Result<()> {
         let mut recoveries = 0;
         loop {
@@ -609,7 +615,7 @@ impl StageRunner {
                     warn!(error = %e, "consumer: transient error, carrying on");
                     None
                 }
-                Some(Err(e)) => return Err(Error::kafka("polling", e)),
+                Some(Err(e)) => return Err(self.poll_failed(e)),
                 None => None,
             };
             // Seed newly assigned channels before offering their records.
@@ -677,7 +683,7 @@ impl StageRunner {
                     warn!(error = %e, "consumer: transient error, carrying on");
                     break;
                 }
-                Some(Err(e)) => return Err(Error::kafka("polling", e)),
+                Some(Err(e)) => return Err(self.poll_failed(e)),
                 None => break,
             };
             self.arrivals = arrival;
@@ -779,12 +785,29 @@ impl StageRunner {
             }
             Err(rdkafka::error::KafkaError::Transaction(t)) if t.is_fatal() => {
                 // Fenced: the coordinator bumped the epoch (it aborted a timed-out transaction,
-                // case C08) or another producer took the transactional id. Either way this
-                // producer is done: a new one takes the id (initialising it completes or aborts
-                // whatever the old one left open), and the tasks are rebuilt from the last
-                // commit. If the group moved them elsewhere, the next commit is refused and the
-                // rebalance hands them over.
-                warn!(error = %t, "the producer is fenced: replacing it");
+                // case C08) or another producer took the transactional id (case C09); librdkafka
+                // reports both as `_FENCED`. The transaction's age tells them apart: the
+                // coordinator aborts only a transaction open longer than its timeout, counted
+                // from its first partition, which is after `begin`. A younger one was fenced by
+                // another process running as this instance: this stage is the zombie and gives
+                // up its tasks; taking the id back would fence the live owner in turn.
+                let open = self.txn_began.elapsed();
+                let timeout = self.config.transaction_timeout();
+                if crate::error::fencing(t.code()) && open < timeout {
+                    let group = self.spec.group_id(&self.app);
+                    return Err(Error::Fenced {
+                        transactional_id: self.config.transactional_id(&group),
+                        open_ms: open.as_millis() as u64,
+                        timeout_ms: timeout.as_millis() as u64,
+                        message: t.to_string(),
+                    });
+                }
+                // A timed-out transaction (or another fatal producer error): this producer is
+                // done; a new one takes the id (initialising it completes or aborts whatever
+                // the old one left open), and the tasks are rebuilt from the last commit. If
+                // the group moved them elsewhere, the next commit is refused and the rebalance
+                // hands them over.
+                warn!(error = %t, open_ms = open.as_millis() as u64, "the producer is fenced or failed: replacing it");
                 self.outbox = transactional_outbox(
                     &self.producer_config,
                     self.config.statistics_sink(),
@@ -830,18 +853,16 @@ impl StageRunner {
         Ok(())
     }
 
-    /// Hands every task the consumer's application position of its channels (read after the
-    /// batch's polls, whose records were all offered): position advance (DESIGN.md §4).
+    /// The consumer's position (the offset after the last record it returned) of every
+    /// channel the tasks consume, as `(topic, partition, position)`; a channel it has returned
+    /// nothing from yet is left out.
     ///
     /// The positions are read for the tasks' own channels with `rd_kafka_position`, a local
     /// read. rdkafka's `Consumer::position` would first ask librdkafka's main thread for the
     /// assignment (a request and a reply between threads, once per poll batch); the tasks are
     /// the assignment's partitions, and a channel the consumer no longer has reads as no
     /// position.
-    fn read_positions(&mut self) -> Result<()> {
-        if self.tasks.is_empty() {
-            return Ok(());
-        }
+    fn consumer_positions(&self) -> Result<Vec<(String, i32, i64)>> {
         let mut positions =
             TopicPartitionList::with_capacity(self.tasks.len() * self.sources.len());
         for (partition, task) in &self.tasks {
@@ -869,18 +890,67 @@ impl StageRunner {
                 rdkafka::error::KafkaError::MetadataFetch(err.into()),
             ));
         }
-        for e in positions.elements() {
-            let Offset::Offset(position) = e.offset() else {
-                continue;
-            };
-            let source = self.source_index(e.topic())?;
-            let channel = Channel::new(self.sources[source].id, e.partition());
-            if let Some(task) = self.tasks.get_mut(&e.partition()) {
+        Ok(positions
+            .elements()
+            .iter()
+            .filter_map(|e| match e.offset() {
+                Offset::Offset(position) => Some((e.topic().to_string(), e.partition(), position)),
+                _ => None,
+            })
+            .collect())
+    }
+
+    /// The error for a failed poll. A fetch position that fell out of range (with
+    /// `auto.offset.reset=error`) while the stage runs is [`Error::RecordsLost`] for the
+    /// channel whose position now lies below its log start offset (retention or
+    /// `DeleteRecords` removed records the stage had not fetched: case C12 mid-stream);
+    /// librdkafka's error names no partition, so the positions are compared with the log start
+    /// offsets read now. Any other error, or no such channel, is the client's error.
+    fn poll_failed(&self, e: rdkafka::error::KafkaError) -> Error {
+        if e.rdkafka_error_code() == Some(rdkafka::types::RDKafkaErrorCode::AutoOffsetReset) {
+            match self.records_lost() {
+                Ok(Some(lost)) => return lost,
+                Ok(None) => {}
+                Err(lookup) => warn!(error = %lookup, "cannot name the channel a fetch lost"),
+            }
+        }
+        Error::kafka("polling", e)
+    }
+
+    /// [`Error::RecordsLost`] for the first channel whose consumer position lies below its log
+    /// start offset, if any.
+    fn records_lost(&self) -> Result<Option<Error>> {
+        let positions = self.consumer_positions()?;
+        let channels: Vec<(&str, i32)> =
+            positions.iter().map(|(t, p, _)| (t.as_str(), *p)).collect();
+        let starts = self.admin.log_start_offsets(&channels)?;
+        Ok(positions
+            .into_iter()
+            .zip(starts)
+            .find(|((_, _, position), start)| position < start)
+            .map(|((topic, partition, from), log_start)| Error::RecordsLost {
+                topic,
+                partition,
+                from,
+                log_start,
+            }))
+    }
+
+    /// Hands every task the consumer's application position of its channels (read after the
+    /// batch's polls, whose records were all offered): position advance (DESIGN.md §4).
+    fn read_positions(&mut self) -> Result<()> {
+        if self.tasks.is_empty() {
+            return Ok(());
+        }
+        for (topic, partition, position) in self.consumer_positions()? {
+            let source = self.source_index(&topic)?;
+            let channel = Channel::new(self.sources[source].id, partition);
+            if let Some(task) = self.tasks.get_mut(&partition) {
                 task.gate
                     .position(channel, position)
                     .map_err(|source| Error::Gate {
                         stage: self.spec.name().to_string(),
-                        partition: e.partition(),
+                        partition,
                         source: Box::new(source),
                     })?;
             }
@@ -1051,6 +1121,7 @@ impl StageRunner {
     }
 
     fn begin(&mut self) -> Result<()> {
+        self.txn_began = Instant::now();
         self.outbox
             .producer()
             .begin_transaction()

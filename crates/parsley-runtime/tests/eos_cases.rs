@@ -1,10 +1,12 @@
 //! Exactly-once cases on the real broker (`../shared/cases`): C06 (an offsets-only
 //! transaction), C07 (a member joining while a transactional offset commit is pending waits
 //! for it), C08 (a timed-out transaction is aborted and redone exactly once, no crash
-//! loop), C09 (a zombie is fenced at its offset commit; nothing of it becomes visible), C10 (a transaction that dies between the state write and the commit — here
-//! the handler fails with the transaction open; the `kill -9` variant belongs to the fault
-//! injection suite), C11 (a recreated topic does not inherit its old offsets) and C12
-//! (retention below the committed offset is an error naming the lost range).
+//! loop), C09 (a zombie is fenced at its offset commit; nothing of it becomes visible; a
+//! fenced stage gives up without taking its transactional id back), C10 (a transaction that
+//! dies between the state write and the commit — here the handler fails with the transaction
+//! open; the `kill -9` variant belongs to the fault injection suite), C11 (a recreated topic does not inherit its old offsets) and C12
+//! (retention below the committed offset, or overtaking a running stage, is an error naming
+//! the lost range).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -226,7 +228,7 @@ fn c12_retention_below_the_committed_offset_is_an_error_naming_the_lost_range() 
     let expected = Error::RecordsLost {
         topic: input.name.clone(),
         partition: 0,
-        committed: 5,
+        from: 5,
         log_start: 50,
     }
     .to_string();
@@ -234,6 +236,60 @@ fn c12_retention_below_the_committed_offset_is_an_error_naming_the_lost_range() 
     assert!(error.contains("[5, 50)"), "{error}");
     // Nothing was delivered past the gap.
     assert_eq!(committed_values(&output).len(), 5);
+}
+
+/// C12 while the stage runs: retention overtakes a task that has not fetched its records
+/// yet. The consumer is kept from fetching ahead (one queued record at most, about 1 KB per
+/// fetch) while the handler holds the first record; 200 records are written and then deleted.
+/// The stage stops with `RecordsLost` naming the channel and the range from the offset after
+/// the last record it delivered up to the new log start — never a jump.
+#[test]
+fn c12_retention_overtaking_a_running_stage_is_an_error_naming_the_lost_range() {
+    let input = create_topic("c12r-in", 1);
+    let output = create_topic("c12r-out", 1);
+    send_values(&input, ["0", "1"].map(String::from));
+    let (handler, held, release, seen) = HoldFirst::new(&output.name);
+    let topology = Topology::builder(unique_topic("c12r"))
+        .stage("forward", handler, |s| {
+            s.source(&input.name)
+                .sink(&output.name)
+                .key_codec(Utf8)
+                .value_codec(Utf8)
+                .output_codec(Utf8)
+        })
+        .build()
+        .unwrap();
+    let config = RuntimeConfig::new(bootstrap())
+        .consumer_property("queued.min.messages", "1")
+        .consumer_property("max.partition.fetch.bytes", "1000");
+    let running = Runtime::new(topology, config).start().unwrap();
+    held.recv_timeout(DEADLINE)
+        .expect("the stage delivers the first record");
+    send_values(&input, (2..202).map(|i| format!("x{i}")));
+    assert_eq!(admin().delete_records(&input.name, 0, 202).unwrap(), 202);
+    release.send(()).unwrap();
+
+    let error = next_failure(&running);
+    let _ = running.stop();
+    let seen = seen.lock().unwrap().clone();
+    let from = seen.last().unwrap() + 1;
+    assert_eq!(
+        seen,
+        (0..from).collect::<Vec<_>>(),
+        "delivered in order up to the gap"
+    );
+    assert!(
+        (2..202).contains(&from),
+        "the consumer had not fetched the deleted records: {from}"
+    );
+    let expected = Error::RecordsLost {
+        topic: input.name.clone(),
+        partition: 0,
+        from,
+        log_start: 202,
+    }
+    .to_string();
+    assert!(error.contains(&expected), "{error}");
 }
 
 /// Forwards every record; sleeps past the producer's transaction timeout once, on the first
@@ -332,6 +388,125 @@ fn c09_a_zombie_is_fenced_at_its_offset_commit_and_nothing_of_it_becomes_visible
     assert!(
         committed_values(&output).is_empty(),
         "nothing of the zombie is visible"
+    );
+    assert_eq!(
+        group_offset(&group, &input.name, 0),
+        None,
+        "offsets unchanged"
+    );
+}
+
+/// Forwards every record and notes its offset; on the first, reports that it holds it (the
+/// stage's transaction is open, and its consumer is not polled) and waits until the test lets
+/// it go.
+struct HoldFirst {
+    out: String,
+    held: std::sync::Mutex<std::sync::mpsc::Sender<()>>,
+    release: std::sync::Mutex<std::sync::mpsc::Receiver<()>>,
+    first: AtomicBool,
+    seen: std::sync::Arc<std::sync::Mutex<Vec<i64>>>,
+}
+
+impl HoldFirst {
+    /// The handler, the receiver of its "held" report, the sender that lets it go, and the
+    /// offsets it saw.
+    #[allow(clippy::type_complexity)]
+    fn new(
+        out: &str,
+    ) -> (
+        Self,
+        std::sync::mpsc::Receiver<()>,
+        std::sync::mpsc::Sender<()>,
+        std::sync::Arc<std::sync::Mutex<Vec<i64>>>,
+    ) {
+        let (held_tx, held) = std::sync::mpsc::channel();
+        let (release, release_rx) = std::sync::mpsc::channel();
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let handler = HoldFirst {
+            out: out.to_string(),
+            held: std::sync::Mutex::new(held_tx),
+            release: std::sync::Mutex::new(release_rx),
+            first: AtomicBool::new(false),
+            seen: seen.clone(),
+        };
+        (handler, held, release, seen)
+    }
+}
+
+impl Handler for HoldFirst {
+    type Key = String;
+    type Value = String;
+    type Output = String;
+    type State = ();
+
+    fn handle(
+        &self,
+        r: Record<'_, String, String>,
+        _: Option<()>,
+    ) -> HandlerResult<String, String, ()> {
+        self.seen.lock().unwrap().push(r.offset);
+        if !self.first.swap(true, Ordering::SeqCst) {
+            self.held.lock().unwrap().send(()).unwrap();
+            self.release.lock().unwrap().recv_timeout(DEADLINE)?;
+        }
+        Ok(Step::none().emit(self.out.as_str(), r.key, r.value))
+    }
+}
+
+/// C09 with a Parsley stage as the zombie: another producer initialises the stage's
+/// transactional id while the stage's transaction is open (seconds old, far below its 60 s
+/// timeout, so the coordinator did not fence it). The stage ends with `Error::Fenced` and
+/// gives up without taking the id back: the producer that fenced it still commits afterwards.
+/// Nothing of the stage becomes visible and the group's offsets are unchanged.
+#[test]
+fn c09_a_fenced_stage_gives_up_its_tasks_without_taking_the_transactional_id_back() {
+    let input = create_topic("c09s-in", 1);
+    let output = create_topic("c09s-out", 1);
+    send_values(&input, ["a", "b"].map(String::from));
+    let (handler, held, release, _) = HoldFirst::new(&output.name);
+    let app = unique_topic("c09s");
+    let topology = Topology::builder(&app)
+        .stage("forward", handler, |s| {
+            s.source(&input.name)
+                .sink(&output.name)
+                .key_codec(Utf8)
+                .value_codec(Utf8)
+                .output_codec(Utf8)
+        })
+        .build()
+        .unwrap();
+    let group = topology.stage("forward").unwrap().group_id(&app);
+    let mut config = RuntimeConfig::new(bootstrap());
+    config.instance_id = "twin".to_string();
+    let id = config.transactional_id(&group);
+    let running = Runtime::new(topology, config).start().unwrap();
+    held.recv_timeout(DEADLINE)
+        .expect("the stage delivers the first record");
+    // Another process running as the same instance: its producer fences the stage's.
+    let p2 = raw_producer(Some(&id));
+    release.send(()).unwrap();
+
+    let error = next_failure(&running);
+    assert!(
+        error.contains(&format!(
+            "transactional id {id} was taken by another producer while this stage's transaction had been open"
+        )),
+        "{error}"
+    );
+    assert!(
+        error.contains("less than transaction.timeout.ms (60000 ms)"),
+        "{error}"
+    );
+    let _ = running.stop();
+    // The stage did not take the id back: the producer that fenced it still commits.
+    p2.begin_transaction().unwrap();
+    send_stamped(&p2, &output.name, 0, b"k", b"p2", None);
+    p2.commit_transaction(DEADLINE)
+        .expect("the live owner of the transactional id is not fenced in turn");
+    assert_eq!(
+        committed_values(&output),
+        ["p2"],
+        "nothing of the zombie stage is visible"
     );
     assert_eq!(
         group_offset(&group, &input.name, 0),
