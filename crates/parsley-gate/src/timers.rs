@@ -630,6 +630,14 @@ impl<K: Ord + Clone, V> TimerQueue<K, V> {
     pub fn late_by_key(&self) -> impl Iterator<Item = (&K, u64)> + '_ {
         self.late.iter().map(|(k, n)| (k, *n))
     }
+
+    /// The keys whose late count grew since the last [`take_changes`](Self::take_changes),
+    /// with their counts now, ascending by key.
+    pub fn late_changed(&self) -> impl Iterator<Item = (&K, u64)> + '_ {
+        self.changed_late
+            .iter()
+            .map(|k| (k, self.late.get(k).copied().unwrap_or(0)))
+    }
 }
 
 /// The queue-wide part of the changelog form ([`TimerQueue::to_parts`]).
@@ -1321,6 +1329,22 @@ mod tests {
             vec!["cause", "effect"]
         );
         assert_eq!((r[1].event_time_ms, r[1].park_time_ms), (90, 100));
+    }
+
+    #[test]
+    fn late_changed_lists_the_keys_whose_count_grew_since_the_last_changes() {
+        let mut q: TimerQueue<u32, u64> = TimerQueue::new();
+        assert!(q.advance(100).is_empty());
+        q.park(7, 50, [], 1);
+        q.park(3, 60, [], 2);
+        q.park(7, 70, [], 3);
+        q.park(5, 150, [], 4);
+        assert_eq!(q.late_changed().collect::<Vec<_>>(), vec![(&3, 1), (&7, 2)]);
+        q.take_changes().unwrap();
+        assert_eq!(q.late_changed().count(), 0);
+        q.park(3, 10, [], 5);
+        assert_eq!(q.late_changed().collect::<Vec<_>>(), vec![(&3, 2)]);
+        assert_eq!(q.late_by_key().collect::<Vec<_>>(), vec![(&3, 2), (&7, 2)]);
     }
 
     #[test]

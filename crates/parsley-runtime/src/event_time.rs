@@ -401,6 +401,18 @@ impl EventTime {
         })
     }
 
+    /// The per-key violation counter: every key with late records and its count, ascending by
+    /// key (restored with the queue, so it counts across restarts).
+    pub(crate) fn late_by_key(&self) -> impl Iterator<Item = (&[u8], u64)> + '_ {
+        self.queue.late_by_key().map(|(k, n)| (k.as_slice(), n))
+    }
+
+    /// The keys whose late count grew since the last [`EventTime::take_changes`], with their
+    /// counts now.
+    pub(crate) fn late_changed(&self) -> impl Iterator<Item = (&[u8], u64)> + '_ {
+        self.queue.late_changed().map(|(k, n)| (k.as_slice(), n))
+    }
+
     /// The event-time input channels (sorted).
     pub(crate) fn inputs(&self) -> Vec<Channel> {
         self.tracker.catch_up().inputs().collect()

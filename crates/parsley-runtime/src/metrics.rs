@@ -6,9 +6,14 @@
 //! thread sends a [`Progress::Committed`] event with a snapshot, so a caller can wait on
 //! committed evidence ("stage X has committed N deliveries") instead of sleeping.
 //!
+//! The per-key violation counter of event-time stages ([`StageMetrics::late_by_key`]) is the
+//! tasks' state, not this instance's count: published at every commit and when a task is
+//! restored, from the timer queue (which changelogs it).
+//!
 //! Invariants: stage counters only grow (except the `blocked_heads` gauge); a task's entry
 //! exists from the start of its restore until it is revoked, and its counters only grow while
-//! this instance owns it (a task that comes back after a revocation starts again at zero).
+//! this instance owns it (a task that comes back after a revocation starts again at zero); a
+//! task's per-key late counts leave with it.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -39,6 +44,23 @@ pub struct StageMetrics {
     parked: AtomicU64,
     overlapped: AtomicU64,
     tasks: Mutex<BTreeMap<i32, TaskMetrics>>,
+    /// The per-key violation counter of event-time tasks: `(task, key) -> late records`.
+    late_keys: Mutex<BTreeMap<(i32, Vec<u8>), u64>>,
+}
+
+/// The violation counter of one key of an event-time stage (DESIGN.md §5): how many of its
+/// records arrived with an event time below the task's watermark and were released at once,
+/// out of event-time order. The count is the task's state: it is changelogged with the timer
+/// queue and restored with it, so it counts across restarts and instances (unlike
+/// [`TaskMetrics::late`], which counts what this instance saw).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LateKey {
+    /// The task (partition).
+    pub partition: i32,
+    /// The record key's bytes (empty for a null key).
+    pub key: Vec<u8>,
+    /// Late records of this key.
+    pub late: u64,
 }
 
 /// What a task is doing.
@@ -233,6 +255,43 @@ impl StageMetrics {
             .lock()
             .expect("task metrics")
             .retain(|p, _| keep(*p));
+        self.late_keys
+            .lock()
+            .expect("late keys")
+            .retain(|(p, _), _| keep(*p));
+    }
+
+    /// The per-key violation counter of every event-time task this instance owns: keys with
+    /// late records, ascending by task and key. Updated at every commit and when a task is
+    /// restored.
+    pub fn late_by_key(&self) -> Vec<LateKey> {
+        self.late_keys
+            .lock()
+            .expect("late keys")
+            .iter()
+            .map(|((partition, key), late)| LateKey {
+                partition: *partition,
+                key: key.clone(),
+                late: *late,
+            })
+            .collect()
+    }
+
+    /// Sets the late counts of task `partition`'s keys in `counts`; with `replace`, forgets
+    /// the task's other keys first (a restored task).
+    pub(crate) fn set_late_keys<'a>(
+        &self,
+        partition: i32,
+        replace: bool,
+        counts: impl IntoIterator<Item = (&'a [u8], u64)>,
+    ) {
+        let mut keys = self.late_keys.lock().expect("late keys");
+        if replace {
+            keys.retain(|(p, _), _| *p != partition);
+        }
+        for (key, late) in counts {
+            keys.insert((partition, key.to_vec()), late);
+        }
     }
 
     pub(crate) fn fetched(&self) {

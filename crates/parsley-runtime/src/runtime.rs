@@ -10,7 +10,7 @@ use parsley_stage::Topology;
 
 use crate::config::RuntimeConfig;
 use crate::error::{Error, Result};
-use crate::metrics::{MetricsSnapshot, Progress, StageMetrics, TaskMetrics};
+use crate::metrics::{LateKey, MetricsSnapshot, Progress, StageMetrics, TaskMetrics};
 use crate::stage::StageRunner;
 
 /// A cloneable request to stop: stream threads commit and return at their next loop turn
@@ -179,6 +179,15 @@ impl Running {
         self.stages
             .iter()
             .map(|(n, _, m)| (n.clone(), m.tasks()))
+            .collect()
+    }
+
+    /// The per-key violation counter of every event-time stage, by stage: each key of a task
+    /// this instance owns that had late records, with its count ([`LateKey`]).
+    pub fn late_by_key(&self) -> Vec<(String, Vec<LateKey>)> {
+        self.stages
+            .iter()
+            .map(|(n, _, m)| (n.clone(), m.late_by_key()))
             .collect()
     }
 

@@ -1234,7 +1234,6 @@ impl StageRunner {
                 })
             },
         )?;
-        metrics.task(partition, |m| m.phase = TaskPhase::Running);
         positions.sort();
         let consumed: Vec<Channel> = self
             .sources
@@ -1355,6 +1354,15 @@ impl StageRunner {
         };
         let mut task = task;
         task.event_time = self.start_event_time(&task, event_bytes.as_deref(), &timers)?;
+        self.metrics.set_late_keys(
+            partition,
+            true,
+            task.event_time.iter().flat_map(EventTime::late_by_key),
+        );
+        // Running once everything restored is in place: the snapshot, the state, the
+        // event-time state and its counters.
+        self.metrics
+            .task(partition, |m| m.phase = TaskPhase::Running);
         info!(
             partition,
             records = restored.records,
@@ -2154,6 +2162,10 @@ impl StageRunner {
         }
         // The timer queue's changes (records parked and released since the last commit): they
         // change only with deliveries and releases, which also write the snapshot below.
+        if let Some(et) = &task.event_time {
+            self.metrics
+                .set_late_keys(task.partition, false, et.late_changed());
+        }
         let event_time = match task.event_time.as_mut() {
             Some(et) => Some(et.take_changes().map_err(|source| Error::Gate {
                 stage: self.spec.name().to_string(),

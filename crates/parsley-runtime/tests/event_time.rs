@@ -26,7 +26,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use parsley_clock::{Channel, Clock, STAMP_HEADER, Stamp, codec};
-use parsley_runtime::{Runtime, RuntimeConfig, TaskMetrics, changelog_topic};
+use parsley_runtime::{LateKey, Runtime, RuntimeConfig, TaskMetrics, TaskPhase, changelog_topic};
 use parsley_stage::{EventTimeOrder, Topology};
 use parsley_testkit::fixtures::{
     DEADLINE, admin, bootstrap, committed_values, create_topic, forward_topology_with,
@@ -369,6 +369,62 @@ fn a_record_behind_the_watermark_is_released_at_once_and_counted_late() {
     assert_eq!(task.watermark_ms, Some(base + 300), "{task:?}");
     running.stop().unwrap();
     assert_eq!(committed_values(&out), ["k@100", "k@200", "k@150", "k@300"]);
+}
+
+/// The violation counter per key (DESIGN.md §5): three records behind the watermark, two of
+/// key `k` and one of `j`, are counted against their keys — and the counts are the task's
+/// state: a new runtime that restores the task reports them although it saw nothing late.
+#[test]
+fn the_violation_counter_counts_late_records_per_key_and_is_restored_with_the_task() {
+    let base = base();
+    let a = create_topic("evt-latekey", 1);
+    let out = create_topic("evt-latekey-out", 1);
+    let p = raw_producer(None);
+    send_at(&p, &a.name, base, "k", 100);
+    send_at(&p, &a.name, base, "j", 200);
+    let topology = ordered(&unique_topic("evt-latekey"), &[&a.name], &out.name);
+    let running = Runtime::new(topology.clone(), RuntimeConfig::new(bootstrap()))
+        .start()
+        .unwrap();
+    wait_tasks(&running, "forward", "watermark at 200", |t| {
+        t.len() == 1 && t[0].watermark_ms == Some(base + 200)
+    });
+    for (key, t) in [("k", 150), ("j", 120), ("k", 170), ("j", 300)] {
+        send_at(&p, &a.name, base, key, t);
+    }
+    let m = wait_committed(&running, "forward", 6);
+    assert_eq!(m.late, 3, "{m:?}");
+    let expected = vec![(
+        "forward".to_string(),
+        vec![
+            LateKey {
+                partition: 0,
+                key: b"j".to_vec(),
+                late: 1,
+            },
+            LateKey {
+                partition: 0,
+                key: b"k".to_vec(),
+                late: 2,
+            },
+        ],
+    )];
+    assert_eq!(running.late_by_key(), expected);
+    running.stop().unwrap();
+
+    let running = Runtime::new(topology, RuntimeConfig::new(bootstrap()))
+        .start()
+        .unwrap();
+    let task = only_task(&wait_tasks(&running, "forward", "task restored", |t| {
+        t.len() == 1 && t[0].phase == TaskPhase::Running
+    }));
+    assert_eq!(task.late, 0, "this instance saw nothing late: {task:?}");
+    assert_eq!(running.late_by_key(), expected);
+    running.stop().unwrap();
+    assert_eq!(
+        committed_values(&out),
+        ["k@100", "j@200", "k@150", "j@120", "k@170", "j@300"]
+    );
 }
 
 /// Two inputs of one task with histories of different lengths (5 and 2 records), two keys:
