@@ -132,6 +132,28 @@ fn subscribed_consumer(
     Ok(consumer)
 }
 
+/// A fault the process injects into itself, named by the `PARSLEY_FAULT` environment
+/// variable (read once): for fault-injection tests, never for production.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fault {
+    /// `abort-after-changelog`: at the first commit of a transaction with deliveries, once its
+    /// changelog records are appended and before its offsets and commit, abort the process
+    /// (no cleanup, no transaction abort: as `kill -9` there; case C10).
+    AbortAfterChangelog,
+}
+
+/// The fault `PARSLEY_FAULT` names, if any (an unknown name is logged and ignored).
+fn fault() -> Option<Fault> {
+    static FAULT: std::sync::OnceLock<Option<Fault>> = std::sync::OnceLock::new();
+    *FAULT.get_or_init(|| match std::env::var("PARSLEY_FAULT").ok()?.as_str() {
+        "abort-after-changelog" => Some(Fault::AbortAfterChangelog),
+        other => {
+            warn!(fault = other, "PARSLEY_FAULT names no fault: ignored");
+            None
+        }
+    })
+}
+
 /// Recoveries in a row, without a commit in between, before a stage gives up.
 const MAX_RECOVERIES: u32 = 5;
 
@@ -2271,6 +2293,14 @@ impl StageRunner {
             .try_for_each(|task| self.write_changelog(task, &mut offsets));
         self.tasks = tasks;
         written?;
+        if self.uncommitted.deliveries > 0 && fault() == Some(Fault::AbortAfterChangelog) {
+            // Fault injection (case C10): the changelog records of a transaction with
+            // deliveries are in the log, uncommitted; the process dies before its offsets and
+            // its commit, with no cleanup, as under `kill -9`.
+            self.outbox.flush(self.config.timeout)?;
+            warn!("PARSLEY_FAULT=abort-after-changelog: aborting the process");
+            std::process::abort();
+        }
         let metadata = self.consumer.group_metadata().ok_or_else(|| Error::Admin {
             operation: "committing".into(),
             message: "the consumer has no group metadata".into(),

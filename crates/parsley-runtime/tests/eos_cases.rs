@@ -10,13 +10,14 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use parsley_runtime::{Error, Runtime, RuntimeConfig, TopicInfo};
+use parsley_runtime::{Error, Runtime, RuntimeConfig, TopicInfo, changelog_topic};
 use parsley_stage::{Handler, HandlerResult, ImpossiblePolicy, Record, Step, Topology, Utf8};
 use parsley_testkit::fixtures::{
     DEADLINE, admin, bootstrap, committed_values, create_topic, forward_topology, group_offset,
     next_failure, raw_producer, run_until, send_stamped, unique_topic, wait_committed,
 };
 use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Message;
 use rdkafka::producer::Producer;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
@@ -393,6 +394,142 @@ fn c09_a_zombie_is_fenced_at_its_offset_commit_and_nothing_of_it_becomes_visible
         group_offset(&group, &input.name, 0),
         None,
         "offsets unchanged"
+    );
+}
+
+/// The counting stage of the `kill` variant of C10 (`CountOrDie` that never dies), reading
+/// `input` and writing `output`, run as instance `c10-kill`: a restart with that instance id
+/// aborts whatever transaction a dead process left open when it initialises.
+fn c10_counting(app: &str, input: &str, output: &str) -> (Topology, RuntimeConfig) {
+    let topology = Topology::builder(app)
+        .stage(
+            "count",
+            CountOrDie {
+                out: output.to_string(),
+                died: AtomicBool::new(true),
+            },
+            |s| {
+                s.source(input)
+                    .sink(output)
+                    .key_codec(Utf8)
+                    .value_codec(Utf8)
+                    .output_codec(Utf8)
+            },
+        )
+        .build()
+        .unwrap();
+    // The dead process stays a group member until its session times out: a short one lets
+    // the restart join within seconds.
+    let mut config = RuntimeConfig::new(bootstrap())
+        .consumer_property("session.timeout.ms", "6000")
+        .consumer_property("heartbeat.interval.ms", "1000");
+    config.instance_id = "c10-kill".to_string();
+    (topology, config)
+}
+
+/// The child process of
+/// `c10_a_process_killed_between_its_changelog_write_and_its_commit_restores_the_committed_state`:
+/// runs the counting stage with `PARSLEY_FAULT=abort-after-changelog` until the fault aborts
+/// the process. Does nothing unless that test starts it.
+#[test]
+#[ignore = "a child process of the C10 kill test, started by it"]
+fn c10_child_counts_until_the_fault_aborts_the_process() {
+    let Ok(names) = std::env::var("PARSLEY_C10_CHILD") else {
+        return;
+    };
+    let names: Vec<&str> = names.split(',').collect();
+    let (topology, config) = c10_counting(names[0], names[1], names[2]);
+    let running = Runtime::new(topology, config).start().unwrap();
+    let error = next_failure(&running);
+    panic!("the fault did not abort the process; the stage failed instead: {error}");
+}
+
+/// The keys of every record in partition 0 of `topic` up to its high watermark, read
+/// `read_uncommitted`: what open and aborted transactions appended too.
+fn uncommitted_keys(topic: &str) -> Vec<Vec<u8>> {
+    let end = admin().high_watermarks(&[(topic, 0)]).unwrap()[0];
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap())
+        .set("group.id", unique_topic("uncommitted-reader"))
+        .set("isolation.level", "read_uncommitted")
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, 0, Offset::Beginning)
+        .unwrap();
+    consumer.assign(&tpl).unwrap();
+    let started = std::time::Instant::now();
+    let mut keys = Vec::new();
+    let mut next = 0;
+    while next < end {
+        assert!(
+            started.elapsed() < DEADLINE,
+            "{topic} read up to {next} of {end}"
+        );
+        if let Some(m) = consumer.poll(std::time::Duration::from_millis(100)) {
+            let m = m.unwrap();
+            keys.push(m.key().unwrap_or_default().to_vec());
+            next = m.offset() + 1;
+        }
+    }
+    keys
+}
+
+/// C10 with a real crash: T1 counts k1..k3 and commits; T2 counts k4 (a new key), its state
+/// record reaches the changelog, and the process dies before the offsets and the commit
+/// (`PARSLEY_FAULT=abort-after-changelog`: `abort()`, no cleanup, as `kill -9`). After the
+/// restart the state is k1..k3 as committed, and k4 is counted exactly once.
+#[test]
+fn c10_a_process_killed_between_its_changelog_write_and_its_commit_restores_the_committed_state() {
+    use std::os::unix::process::ExitStatusExt;
+    let input = create_topic("c10k-in", 1);
+    let output = create_topic("c10k-out", 1);
+    let p = raw_producer(None);
+    for k in ["k1", "k2", "k3"] {
+        send_stamped(&p, &input.name, 0, k.as_bytes(), b"x", None);
+    }
+    let app = unique_topic("c10k");
+    let (topology, config) = c10_counting(&app, &input.name, &output.name);
+    let running = Runtime::new(topology.clone(), config.clone())
+        .start()
+        .unwrap();
+    wait_committed(&running, "count", 3);
+    running.stop().unwrap();
+
+    send_stamped(&p, &input.name, 0, b"k4", b"x", None);
+    let status = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "c10_child_counts_until_the_fault_aborts_the_process",
+            "--exact",
+            "--ignored",
+            "--nocapture",
+        ])
+        .env(
+            "PARSLEY_C10_CHILD",
+            format!("{app},{},{}", input.name, output.name),
+        )
+        .env("PARSLEY_FAULT", "abort-after-changelog")
+        .status()
+        .unwrap();
+    assert_eq!(status.signal(), Some(6), "the child aborted: {status:?}");
+    // The crash came after the state write: k4's state record is in the changelog, in the
+    // transaction that died.
+    let changelog = changelog_topic(&topology.stage("count").unwrap().group_id(&app));
+    let state_k4 = [&[0u8][..], b"k4"].concat();
+    assert!(
+        uncommitted_keys(&changelog).contains(&state_k4),
+        "k4's state record was written before the crash"
+    );
+    assert_eq!(committed_values(&output), ["k1=1", "k2=1", "k3=1"]);
+
+    let running = Runtime::new(topology, config).start().unwrap();
+    wait_committed(&running, "count", 1);
+    running.stop().unwrap();
+    assert_eq!(
+        committed_values(&output),
+        ["k1=1", "k2=1", "k3=1", "k4=1"],
+        "k4 counted exactly once, from the committed state"
     );
 }
 
