@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use parsley_testkit::oracle::{History, Report, Violation};
 
 use crate::generator::GroundTruth;
-use crate::model::{Event, LedgerEntry};
+use crate::model::{Event, FACT_BIT, LedgerEntry};
 
 /// A channel by topic name and partition.
 pub type Chan = (String, i32);
@@ -49,6 +49,12 @@ pub struct Outcome {
     pub oracle: Result<Report, Violation<Chan>>,
     /// Ledger entries with a negative stock level (a sale applied before its stock).
     pub oversold: u64,
+    /// Exactly once on state: outputs whose state is not the fold of the committed outputs
+    /// before them (a fact's `units_sold` is not the sum of its product's sales delivered so
+    /// far, a ledger entry's `level` not the sum of its product's movements), per stage. State
+    /// that counted a record twice (restored from an uncommitted changelog write, or kept
+    /// across an abort) or lost one shows here.
+    pub state: Vec<String>,
     /// Records that should have been delivered and were not (per stage), or were delivered
     /// more than once.
     pub completeness: Vec<String>,
@@ -59,9 +65,13 @@ pub struct Outcome {
 }
 
 impl Outcome {
-    /// `true` when the oracle found no violation and every record was delivered exactly once.
+    /// `true` when the oracle found no violation, every record was delivered exactly once and
+    /// every state is the fold of the deliveries before it.
     pub fn passed(&self) -> bool {
-        self.oracle.is_ok() && self.completeness.is_empty() && self.oversold == 0
+        self.oracle.is_ok()
+            && self.completeness.is_empty()
+            && self.state.is_empty()
+            && self.oversold == 0
     }
 }
 
@@ -147,6 +157,7 @@ pub fn check(
             ledger_seen.len()
         ));
     }
+    let state = state_check(truth, logs);
     let oversold = logs.ledger.iter().filter(|(_, e)| e.level < 0).count() as u64;
     // A product's entries are in one partition, in delivery order.
     let mut latest: HashMap<&str, i64> = HashMap::new();
@@ -162,15 +173,76 @@ pub fn check(
         oracle,
         oversold,
         completeness,
+        state,
         event_time_disorder,
     }
+}
+
+/// Refolds each stage's state from the ground truth along its delivery log (a product's
+/// records are in one partition, in delivery order) and compares it with what each output
+/// says the state was: stage one's `units_sold`, stage two's `level`. One line per stage with
+/// mismatches, naming the first.
+fn state_check(truth: &GroundTruth, logs: &DeliveryLogs) -> Vec<String> {
+    let delta: HashMap<u64, i64> = truth
+        .slices
+        .iter()
+        .flatten()
+        .map(|s| (s.id, s.delta))
+        .collect();
+    let mut out = Vec::new();
+    let mut sold: HashMap<&str, u64> = HashMap::new();
+    let mut wrong = 0;
+    let mut first = None;
+    for (p, offset, fact) in &logs.facts {
+        let Event::SaleRecorded {
+            sale,
+            product,
+            units_sold,
+            ..
+        } = fact
+        else {
+            continue;
+        };
+        let total = sold.entry(product.as_str()).or_default();
+        *total += delta.get(sale).map_or(0, |d| d.unsigned_abs());
+        if *units_sold != *total {
+            wrong += 1;
+            first.get_or_insert(format!(
+                "fact of sale {sale} at {p}@{offset} says {units_sold} sold of {product}, the deliveries before it {total}"
+            ));
+        }
+    }
+    if let Some(first) = first {
+        out.push(format!(
+            "stage one: {wrong} fact(s) whose units_sold is not the fold of the sales delivered before them; first: {first}"
+        ));
+    }
+    let mut level: HashMap<&str, i64> = HashMap::new();
+    let mut wrong = 0;
+    let mut first = None;
+    for (p, e) in &logs.ledger {
+        let l = level.entry(e.product.as_str()).or_default();
+        *l += delta.get(&(e.delivered & !FACT_BIT)).copied().unwrap_or(0);
+        if e.level != *l {
+            wrong += 1;
+            first.get_or_insert(format!(
+                "entry for record {} in partition {p} says level {} of {}, the deliveries before it {l}",
+                e.delivered, e.level, e.product
+            ));
+        }
+    }
+    if let Some(first) = first {
+        out.push(format!(
+            "stage two: {wrong} ledger entr(ies) whose level is not the fold of the deliveries before them; first: {first}"
+        ));
+    }
+    out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::generator::Sent;
-    use crate::model::FACT_BIT;
 
     fn topics() -> TopicNames {
         TopicNames {
@@ -190,12 +262,14 @@ mod tests {
                     topic: "stock".into(),
                     partition: 0,
                     offset: 0,
+                    delta: 5,
                 },
                 Sent {
                     id: 2,
                     topic: "sales".into(),
                     partition: 0,
                     offset: 0,
+                    delta: -1,
                 },
             ]],
             stock_events: 1,
@@ -266,6 +340,33 @@ mod tests {
         assert_eq!(
             outcome.event_time_disorder, 1,
             "the stock event at 10 after the fact at 20"
+        );
+    }
+
+    #[test]
+    fn state_that_counted_a_record_twice_fails_the_check() {
+        // The deliveries are right, but the level after the sale says 3, not 5 - 1: the state
+        // took the sale twice (as a restore from an uncommitted changelog write would).
+        let outcome = check(&truth(), &topics(), 1, &logs(&[1, 2 | FACT_BIT], &[5, 3]));
+        assert!(outcome.oracle.is_ok() && outcome.completeness.is_empty());
+        assert!(!outcome.passed());
+        assert_eq!(outcome.state.len(), 1, "{:?}", outcome.state);
+        assert!(
+            outcome.state[0].starts_with("stage two: 1 ledger entr(ies)"),
+            "{:?}",
+            outcome.state
+        );
+        // Stage one's running total counted twice.
+        let mut twice = logs(&[1, 2 | FACT_BIT], &[5, 4]);
+        if let Event::SaleRecorded { units_sold, .. } = &mut twice.facts[0].2 {
+            *units_sold = 2;
+        }
+        let outcome = check(&truth(), &topics(), 1, &twice);
+        assert_eq!(outcome.state.len(), 1, "{:?}", outcome.state);
+        assert!(
+            outcome.state[0].starts_with("stage one: 1 fact(s)"),
+            "{:?}",
+            outcome.state
         );
     }
 

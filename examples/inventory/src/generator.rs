@@ -54,6 +54,9 @@ pub struct Sent {
     pub partition: i32,
     /// Offset the broker assigned.
     pub offset: i64,
+    /// What the event does to its product's stock level: `+qty` for a stock event, `-qty` for
+    /// a sale (the fold the ledger's state must equal).
+    pub delta: i64,
 }
 
 /// What the generator committed, per slice, in send order.
@@ -120,7 +123,7 @@ pub fn generate(
             let producer = &mut producers[p];
             producer.begin()?;
             let (saved_level, saved_stocked) = (level.clone(), stocked.clone());
-            let mut pending: Vec<(u64, u64, &str)> = Vec::new(); // (seq, id, topic)
+            let mut pending: Vec<(u64, u64, &str, i64)> = Vec::new(); // (seq, id, topic, delta)
             let new_id = |next: &mut u64| {
                 *next += 1;
                 ((p as u64 + 1) << 40) | *next
@@ -151,7 +154,7 @@ pub fn generate(
                 level[i] += i64::from(qty);
                 let (seq, _) =
                     producer.send(stock, keys[i].as_bytes(), &serde_json::to_vec(&event)?)?;
-                pending.push((seq, id, stock));
+                pending.push((seq, id, stock, i64::from(qty)));
             }
             // The shop sells only what the warehouse's acknowledged events put on the shelf: it
             // waits for the acknowledgements, so each sale claims exact stock coordinates, not
@@ -173,7 +176,7 @@ pub fn generate(
                 };
                 let (seq, _) =
                     producer.send(sales, keys[i].as_bytes(), &serde_json::to_vec(&event)?)?;
-                pending.push((seq, id, sales));
+                pending.push((seq, id, sales, -i64::from(qty)));
             }
             if rng.random_bool(config.abort_ratio) {
                 producer.flush()?; // the records reach the log, then the transaction aborts
@@ -186,8 +189,8 @@ pub fn generate(
                 let acked: HashMap<u64, parsley_clock::Coordinate> =
                     acked.into_iter().map(|a| (a.seq, a.coordinate)).collect();
                 truth.transactions += 1;
-                pending.sort_by_key(|(seq, _, _)| *seq);
-                for (seq, id, topic) in pending {
+                pending.sort_by_key(|(seq, _, _, _)| *seq);
+                for (seq, id, topic, delta) in pending {
                     let c = acked
                         .get(&seq)
                         .with_context(|| format!("no acknowledgement for send {seq}"))?;
@@ -201,6 +204,7 @@ pub fn generate(
                         topic: topic.to_string(),
                         partition: c.channel.partition,
                         offset: c.offset,
+                        delta,
                     });
                 }
             }

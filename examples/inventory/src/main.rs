@@ -204,6 +204,14 @@ fn run(args: Args) -> Result<bool> {
     for problem in &outcome.completeness {
         println!("check: INCOMPLETE: {problem}");
     }
+    for problem in &outcome.state {
+        println!("check: STATE: {problem}");
+    }
+    if outcome.state.is_empty() {
+        println!(
+            "check: every fact's units sold and every ledger entry's stock level is the fold of the deliveries before it (state exactly once)"
+        );
+    }
     println!(
         "check: {} ledger entries with a negative stock level (a sale applied before its stock)",
         outcome.oversold

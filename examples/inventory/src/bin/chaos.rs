@@ -13,7 +13,9 @@
 //!
 //! When the generator is done and every committed output is in, the oracle checks every
 //! delivery of every task (facts and ledger partitions are the tasks' delivery logs) and the
-//! completeness check counts each committed input's contributions: exactly one. Fault times come
+//! completeness check counts each committed input's contributions: exactly one, to the outputs
+//! and to the state they show (each fact's running total and each ledger entry's level is
+//! refolded from the ground truth along the delivery log). Fault times come
 //! from the seed, so a failing run prints its seed and replays with `--seed`.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -243,6 +245,8 @@ struct RunReport {
     aborted_events: u64,
     violation: Option<String>,
     completeness: Vec<String>,
+    /// Outputs whose state is not the fold of the deliveries before them, per stage.
+    state: Vec<String>,
     oversold: u64,
     secs: f64,
     /// The most records of one channel that a killed process had delivered and another
@@ -255,6 +259,17 @@ struct RunReport {
     /// The longest time between a re-read record's first delivery and the kill, ms (the span
     /// plus a commit the kill interrupted).
     reread_window_ms: i64,
+}
+
+impl RunReport {
+    /// No causal violation, every committed input contributed exactly once to the committed
+    /// outputs and to the state they show, no oversold entry.
+    fn passed(&self) -> bool {
+        self.violation.is_none()
+            && self.completeness.is_empty()
+            && self.state.is_empty()
+            && self.oversold == 0
+    }
 }
 
 /// How long a suite's worker logs are kept (a failing run's logs are read after it).
@@ -311,7 +326,7 @@ fn suite(
         logs.display()
     );
     println!(
-        "{:>4} {:>6} {:>5} {:>5} {:>7} {:>10} {:>8} {:>10} {:>10} {:>7} {:>8} {:>10} {:>8}  result",
+        "{:>4} {:>6} {:>5} {:>5} {:>7} {:>10} {:>8} {:>10} {:>10} {:>5} {:>7} {:>8} {:>10} {:>8}  result",
         "run",
         "seed",
         "kill",
@@ -321,6 +336,7 @@ fn suite(
         "aborted",
         "violations",
         "dup/loss",
+        "state",
         "re-read",
         "span ms",
         "window ms",
@@ -336,14 +352,13 @@ fn suite(
         for (k, n) in &report.faults {
             *totals.entry(k).or_default() += n;
         }
-        let ok =
-            report.violation.is_none() && report.completeness.is_empty() && report.oversold == 0;
+        let ok = report.passed();
         all_ok &= ok;
         reread_max = reread_max.max(report.reread_max);
         window_max = window_max.max(report.reread_window_ms);
         span_max = span_max.max(report.reread_span_ms);
         println!(
-            "{:>4} {:>6} {:>5} {:>5} {:>7} {:>10} {:>8} {:>10} {:>10} {:>7} {:>8} {:>10} {:>8.1}  {}",
+            "{:>4} {:>6} {:>5} {:>5} {:>7} {:>10} {:>8} {:>10} {:>10} {:>5} {:>7} {:>8} {:>10} {:>8.1}  {}",
             run,
             s,
             report.faults.get("kill").unwrap_or(&0),
@@ -353,6 +368,7 @@ fn suite(
             report.aborted_events,
             u32::from(report.violation.is_some()),
             report.completeness.len(),
+            report.state.len(),
             report.reread_max,
             report.reread_span_ms,
             report.reread_window_ms,
@@ -365,6 +381,9 @@ fn suite(
         for c in &report.completeness {
             println!("  duplicate or loss (replay with --seed {s} --runs 1): {c}");
         }
+        for c in &report.state {
+            println!("  state not exactly once (replay with --seed {s} --runs 1): {c}");
+        }
         if report.oversold > 0 {
             println!("  {} ledger entries oversold", report.oversold);
         }
@@ -375,7 +394,7 @@ fn suite(
         totals.get("join").unwrap_or(&0),
         totals.get("broker").unwrap_or(&0),
         if all_ok {
-            "0 violations, 0 duplicates, 0 losses"
+            "0 violations, 0 duplicates, 0 losses, every state the fold of its deliveries"
         } else {
             "FAILURES above"
         }
@@ -563,6 +582,7 @@ fn one_run(
     };
     report.violation = outcome.oracle.err().map(|v| v.to_string());
     report.completeness = outcome.completeness;
+    report.state = outcome.state;
     report.oversold = outcome.oversold;
     (
         report.reread_max,
@@ -571,7 +591,7 @@ fn one_run(
     ) = reread(&driver.logs, &run_id, &killed)?;
     // A broker that keeps every run's partitions restarts ever slower; a failed run keeps its
     // topics for the post-mortem.
-    if report.violation.is_none() && report.completeness.is_empty() && report.oversold == 0 {
+    if report.passed() {
         let topics = run_topics(&run_id, &names);
         admin.delete_topics(&topics.iter().map(String::as_str).collect::<Vec<_>>())?;
     }
