@@ -7,6 +7,10 @@
 //! faults at random moments:
 //! - `kill`: `kill -9` of a stage process, mid-transaction or not, then a restart under the
 //!   same instance id (a restarted process keeps its identity);
+//! - `crash`: a stage process is replaced by one that dies exactly between its state write and
+//!   its commit (`PARSLEY_FAULT=abort-after-changelog`: at its first commit with deliveries,
+//!   once its changelog records are in the log, it aborts with no cleanup; case C10), then by
+//!   a normal one under the same instance id;
 //! - `join`: a second process of a stage joins the group (new instance id) and later leaves
 //!   gracefully;
 //! - `broker`: the broker restarts (same port, same data).
@@ -189,13 +193,27 @@ struct Driver {
 
 impl Driver {
     fn spawn(&mut self, stage: &'static str, instance: &str) -> Result<Worker> {
+        self.spawn_with(stage, instance, None)
+    }
+
+    /// [`Driver::spawn`] with `PARSLEY_FAULT` set to `fault`, if any.
+    fn spawn_with(
+        &mut self,
+        stage: &'static str,
+        instance: &str,
+        fault: Option<&str>,
+    ) -> Result<Worker> {
         self.spawned += 1;
         let log = self.logs.join(format!(
             "{}-{stage}-{instance}-{}.log",
             self.run_id, self.spawned
         ));
         let file = std::fs::File::create(&log).with_context(|| format!("{}", log.display()))?;
-        let child = Command::new(&self.exe)
+        let mut command = Command::new(&self.exe);
+        if let Some(f) = fault {
+            command.env("PARSLEY_FAULT", f);
+        }
+        let child = command
             .args([
                 "worker",
                 "--bootstrap",
@@ -234,9 +252,15 @@ fn stop(mut w: Worker) -> Result<()> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Fault {
     Kill,
+    Crash,
     Join,
     Broker,
 }
+
+/// How long a process armed with `abort-after-changelog` may run without reaching a commit
+/// with deliveries (no input came its way) before it is killed instead. Fault scheduling, not
+/// synchronisation: the abort itself is observed by the process's exit status.
+const CRASH_WAIT: Duration = Duration::from_secs(20);
 
 #[derive(Default)]
 struct RunReport {
@@ -326,10 +350,11 @@ fn suite(
         logs.display()
     );
     println!(
-        "{:>4} {:>6} {:>5} {:>5} {:>7} {:>10} {:>8} {:>10} {:>10} {:>5} {:>7} {:>8} {:>10} {:>8}  result",
+        "{:>4} {:>6} {:>5} {:>5} {:>5} {:>7} {:>10} {:>8} {:>10} {:>10} {:>5} {:>7} {:>8} {:>10} {:>8}  result",
         "run",
         "seed",
         "kill",
+        "crash",
         "join",
         "broker",
         "deliveries",
@@ -347,7 +372,7 @@ fn suite(
     let mut totals: BTreeMap<&'static str, u32> = BTreeMap::new();
     for run in 0..runs {
         let s = seed + run;
-        // Every fault kind at least once over the suite: run r starts with kind r mod 3.
+        // Every fault kind at least once over the suite: run r starts with kind r mod the number of kinds.
         let report = one_run(&bootstrap, &logs, s, rounds, faults, run)?;
         for (k, n) in &report.faults {
             *totals.entry(k).or_default() += n;
@@ -358,10 +383,11 @@ fn suite(
         window_max = window_max.max(report.reread_window_ms);
         span_max = span_max.max(report.reread_span_ms);
         println!(
-            "{:>4} {:>6} {:>5} {:>5} {:>7} {:>10} {:>8} {:>10} {:>10} {:>5} {:>7} {:>8} {:>10} {:>8.1}  {}",
+            "{:>4} {:>6} {:>5} {:>5} {:>5} {:>7} {:>10} {:>8} {:>10} {:>10} {:>5} {:>7} {:>8} {:>10} {:>8.1}  {}",
             run,
             s,
             report.faults.get("kill").unwrap_or(&0),
+            report.faults.get("crash").unwrap_or(&0),
             report.faults.get("join").unwrap_or(&0),
             report.faults.get("broker").unwrap_or(&0),
             report.deliveries,
@@ -389,8 +415,9 @@ fn suite(
         }
     }
     println!(
-        "chaos: faults injected: {} kill -9, {} join/leave, {} broker restarts, aborted transactions in every run; {}",
+        "chaos: faults injected: {} kill -9, {} crash(es) between a state write and its commit, {} join/leave, {} broker restarts, aborted transactions in every run; {}",
         totals.get("kill").unwrap_or(&0),
+        totals.get("crash").unwrap_or(&0),
         totals.get("join").unwrap_or(&0),
         totals.get("broker").unwrap_or(&0),
         if all_ok {
@@ -485,9 +512,9 @@ fn one_run(
         parsley_testkit::broker::Status::Running { bootstrap: ref b, .. } if b == bootstrap
     );
     let kinds: &[Fault] = if own_broker {
-        &[Fault::Kill, Fault::Join, Fault::Broker]
+        &[Fault::Kill, Fault::Crash, Fault::Join, Fault::Broker]
     } else {
-        &[Fault::Kill, Fault::Join]
+        &[Fault::Kill, Fault::Crash, Fault::Join]
     };
     for i in 0..faults {
         let fault = if i == 0 {
@@ -508,6 +535,44 @@ fn one_run(
                 let again = driver.spawn(w.stage, &w.instance)?;
                 workers.insert(i, again);
                 *report.faults.entry("kill").or_default() += 1;
+            }
+            Fault::Crash => {
+                use std::os::unix::process::ExitStatusExt;
+                let i = rng.random_range(0..workers.len());
+                let mut w = workers.remove(i);
+                w.child.kill()?;
+                w.child.wait()?;
+                let mut armed =
+                    driver.spawn_with(w.stage, &w.instance, Some("abort-after-changelog"))?;
+                let deadline = Instant::now() + CRASH_WAIT;
+                let status = loop {
+                    if let Some(status) = armed.child.try_wait()? {
+                        break Some(status);
+                    }
+                    if Instant::now() >= deadline {
+                        break None;
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                };
+                match status {
+                    Some(s) if s.signal() == Some(6) => {
+                        *report.faults.entry("crash").or_default() += 1;
+                    }
+                    Some(s) => bail!(
+                        "run {run} (seed {seed}): worker {}/{} armed to abort after its changelog write exited with {s} (log in {})",
+                        w.stage,
+                        w.instance,
+                        armed.log.display()
+                    ),
+                    None => {
+                        // No delivery reached it: a plain kill after all.
+                        armed.child.kill()?;
+                        armed.child.wait()?;
+                        *report.faults.entry("kill").or_default() += 1;
+                    }
+                }
+                let again = driver.spawn(w.stage, &w.instance)?;
+                workers.insert(i, again);
             }
             Fault::Join => {
                 let stage = if rng.random_bool(0.5) {
