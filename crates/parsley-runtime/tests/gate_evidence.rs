@@ -41,7 +41,14 @@ impl Run {
             .start()
             .unwrap();
         wait_committed(&running, "forward", deliveries);
+        let tasks = running.task_metrics()[0].1.clone();
         let metrics = running.stop().unwrap()[0].1;
+        // Each impossible stamp is counted against its task too.
+        assert_eq!(
+            tasks.iter().map(|t| t.impossible_stamps).sum::<u64>(),
+            metrics.impossible_stamps,
+            "{tasks:?}"
+        );
         (committed_values(&self.out), metrics)
     }
 

@@ -34,12 +34,17 @@ impl Handler for Log {
     }
 }
 
-/// Runs a one-stage topology over `sources` with `gate` and returns the delivery order.
+/// Runs a one-stage topology over `sources` with `gate` and returns the delivery order, the
+/// stage's counters and its one task's counters.
 fn delivery_order(
     gate: GateMode,
     sources: [&str; 2],
     total: u64,
-) -> (Vec<String>, parsley_runtime::MetricsSnapshot) {
+) -> (
+    Vec<String>,
+    parsley_runtime::MetricsSnapshot,
+    parsley_runtime::TaskMetrics,
+) {
     let out = create_topic("gate-log", 1);
     let topology = Topology::builder(unique_topic("gate"))
         .stage("log", Log(out.name.clone()), |s| {
@@ -59,12 +64,13 @@ fn delivery_order(
         .consumer_property("message.max.bytes", "131072");
     let running = Runtime::new(topology, config).start().unwrap();
     wait_committed(&running, "log", total);
+    let task = running.task_metrics()[0].1[0];
     let metrics = running.stop().unwrap()[0].1;
     let order = read_committed(&out)
         .into_iter()
         .map(|r| String::from_utf8(r.value.unwrap()).unwrap())
         .collect();
-    (order, metrics)
+    (order, metrics, task)
 }
 
 #[test]
@@ -96,7 +102,7 @@ fn an_effect_fetched_before_its_cause_is_held_and_without_the_gate_it_is_not() {
     let total = CAUSES as u64 + 1;
     let sources = [causes.name.as_str(), effects.name.as_str()];
 
-    let (order, metrics) = delivery_order(GateMode::Causal, sources, total);
+    let (order, metrics, task) = delivery_order(GateMode::Causal, sources, total);
     assert_eq!(order.len(), CAUSES + 1);
     assert_eq!(
         order.iter().position(|v| v.starts_with("effect")),
@@ -104,14 +110,26 @@ fn an_effect_fetched_before_its_cause_is_held_and_without_the_gate_it_is_not() {
         "with the gate, the effect comes after its last cause"
     );
     assert!(metrics.held >= 1, "the gate held the effect: {metrics:?}");
+    // The task's own counters say the same: the effect waited in the gate while the causes'
+    // fetch responses came in, and nothing waits at the end.
+    assert_eq!(task.delivered, total, "{task:?}");
+    assert_eq!(task.held, metrics.held, "{task:?}");
+    assert!(task.gate_wait_us > 0, "{task:?}");
+    assert!(
+        task.max_gate_wait_us > 0 && task.max_gate_wait_us <= task.gate_wait_us,
+        "{task:?}"
+    );
+    assert_eq!(task.blocked_heads, 0, "{task:?}");
+    assert_eq!(task.impossible_stamps, 0, "{task:?}");
 
-    let (order, metrics) = delivery_order(GateMode::Off, sources, total);
+    let (order, metrics, task) = delivery_order(GateMode::Off, sources, total);
     let effect_at = order.iter().position(|v| v.starts_with("effect")).unwrap();
     assert!(
         effect_at < CAUSES,
         "negative control: without the gate the effect overtakes its cause (delivered at {effect_at})"
     );
     assert_eq!(metrics.held, 0);
+    assert_eq!((task.held, task.gate_wait_us), (0, 0), "{task:?}");
 }
 
 /// Emits the record timestamp the handler sees.
