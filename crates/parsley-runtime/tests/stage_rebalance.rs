@@ -5,11 +5,13 @@
 
 use std::time::Duration;
 
-use parsley_runtime::{Runtime, RuntimeConfig};
-use parsley_stage::ImpossiblePolicy;
+use std::collections::BTreeMap;
+
+use parsley_runtime::{Runtime, RuntimeConfig, TaskPhase};
+use parsley_stage::{ImpossiblePolicy, Topology, Utf8};
 use parsley_testkit::fixtures::{
     bootstrap, create_topic, forward_topology, raw_producer, read_committed, send_stamped,
-    unique_topic, wait_metrics,
+    unique_topic, wait_committed, wait_metrics, wait_tasks,
 };
 
 fn config(instance: &str, commit_interval: Duration) -> RuntimeConfig {
@@ -86,6 +88,95 @@ fn a_revoked_task_commits_what_it_delivered_before_the_handover() {
     out.sort();
     let expected: Vec<String> = (0..300).map(|i| format!("v{i:03}")).collect();
     assert_eq!(out, expected);
+}
+
+/// Counts records per key and emits `key=count`.
+struct Count(String);
+
+impl parsley_stage::Handler for Count {
+    type Key = String;
+    type Value = String;
+    type Output = String;
+    type State = u64;
+
+    fn handle(
+        &self,
+        r: parsley_stage::Record<'_, String, String>,
+        n: Option<u64>,
+    ) -> parsley_stage::HandlerResult<String, String, u64> {
+        let n = n.unwrap_or(0) + 1;
+        let line = format!("{}={n}", r.key);
+        Ok(parsley_stage::Step::none()
+            .set_state(n)
+            .emit(self.0.as_str(), r.key, line))
+    }
+}
+
+/// Instance `a` counts 100 records of ten keys over two tasks; instance `b` joins and takes one
+/// task over (evidence: `b` reports a running task, `a` one task less); 100 more records
+/// follow. The moved task's counts go on from where `a` committed them — each key's outputs
+/// are exactly `1..=20` — so the task moved with its state.
+#[test]
+fn a_task_moves_to_a_joining_instance_with_its_state() {
+    let input = create_topic("move-in", 2);
+    let output = create_topic("move-out", 2);
+    let p = raw_producer(None);
+    let send = |range: std::ops::Range<u32>| {
+        for i in range {
+            let key = format!("k{}", i % 10);
+            send_stamped(&p, &input.name, (i % 2) as i32, key.as_bytes(), b"x", None);
+        }
+    };
+    send(0..100);
+    let topology = Topology::builder(unique_topic("move"))
+        .stage("count", Count(output.name.clone()), |s| {
+            s.source(&input.name)
+                .sink(&output.name)
+                .key_codec(Utf8)
+                .value_codec(Utf8)
+                .output_codec(Utf8)
+        })
+        .build()
+        .unwrap();
+    let a = Runtime::new(topology.clone(), config("a", Duration::from_millis(100)))
+        .start()
+        .unwrap();
+    wait_committed(&a, "count", 100);
+    let b = Runtime::new(topology, config("b", Duration::from_millis(100)))
+        .start()
+        .unwrap();
+    let moved = wait_tasks(&b, "count", "a task moved to b", |t| {
+        t.len() == 1 && t[0].phase == TaskPhase::Running
+    })[0]
+        .partition;
+    wait_tasks(&a, "count", "a kept the other task", |t| {
+        t.len() == 1 && t[0].partition != moved
+    });
+    send(100..200);
+    let committed = |r: &parsley_runtime::Running| {
+        r.metrics()
+            .into_iter()
+            .find(|(n, _)| n == "count")
+            .map_or(0, |(_, m)| m.committed_deliveries)
+    };
+    wait_metrics(&b, "count", "the moved task's half", |mb| {
+        mb.committed_deliveries >= 50 && committed(&a) >= 150
+    });
+    a.stop().unwrap();
+    b.stop().unwrap();
+    let mut by_key: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+    for r in read_committed(&output) {
+        let line = String::from_utf8(r.value.unwrap()).unwrap();
+        let (k, n) = line.split_once('=').unwrap();
+        by_key
+            .entry(k.to_string())
+            .or_default()
+            .push(n.parse().unwrap());
+    }
+    assert_eq!(by_key.len(), 10);
+    for (k, counts) in &by_key {
+        assert_eq!(counts, &(1..=20).collect::<Vec<u64>>(), "key {k}");
+    }
 }
 
 /// Stage `a` of the loop: a new input starts its round trip at hop 0; a record back from the
