@@ -219,6 +219,19 @@ pub enum Error {
         /// The topic id changed.
         recreated: bool,
     },
+    /// A source topic was deleted while the stage runs: its consumer reported the topic
+    /// unknown and the cluster confirms it is gone. A topic created again under the name is a
+    /// new channel (new topic id), read from its log start when the stage starts again (case
+    /// C11); the old channel's offsets never carry over.
+    #[error(
+        "stage {stage}: source topic {topic} was deleted while the stage runs (a topic created again under that name is a new channel, read from its log start when the stage starts again)"
+    )]
+    SourceDeleted {
+        /// The stage.
+        stage: String,
+        /// The topic.
+        topic: String,
+    },
     /// A stage that orders by event time received a record without a timestamp (its event
     /// time); it is not delivered, and its offset is not committed.
     #[error(

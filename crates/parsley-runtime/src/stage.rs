@@ -632,12 +632,10 @@ impl StageRunner {
                     let at = *batch_time.get_or_insert_with(Instant::now);
                     Some(self.fetched(&message, arrival, at)?)
                 }
-                Some(Err(e)) if crate::error::transient(&e) => {
-                    // librdkafka reconnects by itself (a broker restarting, a network blip).
-                    warn!(error = %e, "consumer: transient error, carrying on");
+                Some(Err(e)) => {
+                    self.poll_failed(e)?;
                     None
                 }
-                Some(Err(e)) => return Err(self.poll_failed(e)),
                 None => None,
             };
             // Seed newly assigned channels before offering their records.
@@ -701,11 +699,10 @@ impl StageRunner {
                     let at = *batch_time.get_or_insert_with(Instant::now);
                     self.fetched(&message, arrival, at)?
                 }
-                Some(Err(e)) if crate::error::transient(&e) => {
-                    warn!(error = %e, "consumer: transient error, carrying on");
+                Some(Err(e)) => {
+                    self.poll_failed(e)?;
                     break;
                 }
-                Some(Err(e)) => return Err(self.poll_failed(e)),
                 None => break,
             };
             self.arrivals = arrival;
@@ -922,21 +919,47 @@ impl StageRunner {
             .collect())
     }
 
-    /// The error for a failed poll. A fetch position that fell out of range (with
-    /// `auto.offset.reset=error`) while the stage runs is [`Error::RecordsLost`] for the
-    /// channel whose position now lies below its log start offset (retention or
-    /// `DeleteRecords` removed records the stage had not fetched: case C12 mid-stream);
-    /// librdkafka's error names no partition, so the positions are compared with the log start
-    /// offsets read now. Any other error, or no such channel, is the client's error.
-    fn poll_failed(&self, e: rdkafka::error::KafkaError) -> Error {
-        if e.rdkafka_error_code() == Some(rdkafka::types::RDKafkaErrorCode::AutoOffsetReset) {
-            match self.records_lost() {
-                Ok(Some(lost)) => return lost,
+    /// Decides what a poll's error means: `Ok` to carry on, or the error that ends the stage.
+    /// - A transient connection error (a broker restarting, a network blip): librdkafka
+    ///   reconnects by itself; carry on.
+    /// - An unknown topic or partition: [`Error::SourceDeleted`] when the cluster confirms a
+    ///   source is gone; otherwise metadata not caught up yet (a topic just created, a leader
+    ///   moving): carry on.
+    /// - A fetch position that fell out of range (with `auto.offset.reset=error`) while the
+    ///   stage runs: [`Error::RecordsLost`] for the channel whose position now lies below its
+    ///   log start offset (retention or `DeleteRecords` removed records the stage had not
+    ///   fetched: case C12 mid-stream); librdkafka's error names no partition, so the positions
+    ///   are compared with the log start offsets read now.
+    /// - Anything else is the client's error.
+    fn poll_failed(&self, e: rdkafka::error::KafkaError) -> Result<()> {
+        use rdkafka::types::RDKafkaErrorCode as C;
+        if crate::error::transient(&e) {
+            warn!(error = %e, "consumer: transient error, carrying on");
+            return Ok(());
+        }
+        match e.rdkafka_error_code() {
+            Some(C::UnknownTopicOrPartition | C::UnknownTopic | C::UnknownPartition) => {
+                let names: Vec<&str> = self.sources.iter().map(|t| t.name.as_str()).collect();
+                return match self.admin.describe_topics(&names) {
+                    Err(Error::UnknownTopic { topic }) => Err(Error::SourceDeleted {
+                        stage: self.spec.name().to_string(),
+                        topic,
+                    }),
+                    Err(other) => Err(other),
+                    Ok(_) => {
+                        warn!(error = %e, "consumer: a source is unknown to it but exists: carrying on");
+                        Ok(())
+                    }
+                };
+            }
+            Some(C::AutoOffsetReset) => match self.records_lost() {
+                Ok(Some(lost)) => return Err(lost),
                 Ok(None) => {}
                 Err(lookup) => warn!(error = %lookup, "cannot name the channel a fetch lost"),
-            }
+            },
+            _ => {}
         }
-        Error::kafka("polling", e)
+        Err(Error::kafka("polling", e))
     }
 
     /// [`Error::RecordsLost`] for the first channel whose consumer position lies below its log

@@ -734,6 +734,36 @@ fn c07_a_member_joining_while_an_offset_commit_is_pending_waits_for_it() {
     );
 }
 
+/// A source deleted while the stage runs stops it with `SourceDeleted` naming the stage and
+/// the topic (it was a bare "polling: UnknownTopicOrPartition"); nothing is resumed on a
+/// topic created again under the name (case C11 covers the restart).
+#[test]
+fn a_source_deleted_while_the_stage_runs_stops_it_with_a_clear_error() {
+    let input = create_topic("deleted-in", 1);
+    let output = create_topic("deleted-out", 1);
+    send_values(&input, ["a".to_string()]);
+    let topology = forward_topology(
+        &unique_topic("deleted"),
+        &[&input.name],
+        &output.name,
+        ImpossiblePolicy::Fail,
+    );
+    let running = Runtime::new(topology, RuntimeConfig::new(bootstrap()))
+        .start()
+        .unwrap();
+    wait_committed(&running, "forward", 1);
+    admin().delete_topics(&[&input.name]).unwrap();
+    let error = next_failure(&running);
+    let _ = running.stop();
+    let expected = Error::SourceDeleted {
+        stage: "forward".into(),
+        topic: input.name.clone(),
+    }
+    .to_string();
+    assert!(error.contains(&expected), "{error}");
+    assert_eq!(committed_values(&output), ["a"]);
+}
+
 #[test]
 fn a_source_whose_partition_count_changes_stops_the_stage_with_a_clear_error() {
     let input = create_topic("grow-in", 1);
