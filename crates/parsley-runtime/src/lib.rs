@@ -42,7 +42,9 @@ pub use causal_producer::{Acked, CausalProducer, CausalProducerConfig};
 pub use changelog::changelog_topic;
 pub use config::{GateMode, RuntimeConfig, StatisticsSink};
 pub use error::{Error, Result};
-pub use metrics::{LateKey, MetricsSnapshot, Progress, StageMetrics, TaskMetrics, TaskPhase};
+pub use metrics::{
+    LateKey, MetricsSnapshot, Progress, StageMetrics, TaskMetrics, TaskPhase, progress_summary,
+};
 pub use outbox::partition_for;
 pub use runtime::{Running, Runtime, Shutdown};
 pub use stage::{DELIVERY_TARGET, DLQ_REASON_HEADER, DLQ_SOURCE_HEADER, NO_TIMESTAMP};

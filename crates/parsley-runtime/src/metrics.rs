@@ -394,3 +394,71 @@ pub enum Progress {
         stage: String,
     },
 }
+
+/// One line on what the tasks of `tasks` (by stage, as [`Running::task_metrics`] gives them)
+/// are doing, for a progress bar: restore progress (changelog offsets read of those to read,
+/// summed) while any task restores; then catch-up — the frontier lag summed over every task,
+/// in offsets, and for event-time stages the input channels not yet at the end offset read at
+/// task start — until every task is caught up.
+///
+/// [`Running::task_metrics`]: crate::Running::task_metrics
+pub fn progress_summary(tasks: &[(String, Vec<TaskMetrics>)]) -> String {
+    let all = || tasks.iter().flat_map(|(_, ts)| ts);
+    let restoring: Vec<&TaskMetrics> = all().filter(|t| t.phase == TaskPhase::Restoring).collect();
+    if !restoring.is_empty() {
+        let read: i64 = restoring.iter().map(|t| t.restore_position).sum();
+        let end: i64 = restoring.iter().map(|t| t.restore_end).sum();
+        return format!(
+            "restoring {} task(s): {read}/{end} changelog offsets",
+            restoring.len()
+        );
+    }
+    let lags: Vec<i64> = all().filter_map(|t| t.frontier_lag).collect();
+    let history: u64 = all().map(|t| t.catching_up).sum();
+    let history = if history > 0 {
+        format!(", {history} event-time input(s) before their startup end")
+    } else {
+        String::new()
+    };
+    match lags.iter().sum::<i64>() {
+        _ if lags.is_empty() => format!("starting{history}"),
+        0 if history.is_empty() => "caught up".to_string(),
+        lag => format!("catching up: frontier lag {lag} offsets{history}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stage(tasks: Vec<TaskMetrics>) -> Vec<(String, Vec<TaskMetrics>)> {
+        vec![("s".to_string(), tasks)]
+    }
+
+    #[test]
+    fn the_progress_summary_says_restore_then_catch_up_then_caught_up() {
+        let mut a = TaskMetrics::new(0);
+        let mut b = TaskMetrics::new(1);
+        (a.restore_position, a.restore_end) = (40, 100);
+        (b.restore_position, b.restore_end) = (5, 10);
+        assert_eq!(
+            progress_summary(&stage(vec![a, b])),
+            "restoring 2 task(s): 45/110 changelog offsets"
+        );
+        b.phase = TaskPhase::Running;
+        assert_eq!(
+            progress_summary(&stage(vec![a, b])),
+            "restoring 1 task(s): 40/100 changelog offsets"
+        );
+        a.phase = TaskPhase::Running;
+        assert_eq!(progress_summary(&stage(vec![a, b])), "starting");
+        (a.frontier_lag, b.frontier_lag) = (Some(700), Some(12));
+        b.catching_up = 2;
+        assert_eq!(
+            progress_summary(&stage(vec![a, b])),
+            "catching up: frontier lag 712 offsets, 2 event-time input(s) before their startup end"
+        );
+        (a.frontier_lag, b.frontier_lag, b.catching_up) = (Some(0), Some(0), 0);
+        assert_eq!(progress_summary(&stage(vec![a, b])), "caught up");
+    }
+}

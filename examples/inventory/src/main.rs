@@ -22,8 +22,7 @@ use parsley_inventory::check::check;
 use parsley_inventory::generator::{GenConfig, generate};
 use parsley_inventory::pipeline::{names, read_logs, topology};
 use parsley_runtime::{
-    Admin, GateMode, MetricsSnapshot, Progress, Running, Runtime, RuntimeConfig, TaskMetrics,
-    TaskPhase, TopicSpec,
+    Admin, GateMode, MetricsSnapshot, Progress, Running, Runtime, RuntimeConfig, TopicSpec,
 };
 
 #[derive(Parser, Debug)]
@@ -293,7 +292,7 @@ fn await_committed(running: &Running, targets: &[(&str, u64)]) -> Result<()> {
                 .map_or(0, |(_, m)| m.committed_deliveries)
         };
         bar.set_position(targets.iter().map(|(s, _)| committed(s)).sum());
-        bar.set_message(phase(&running.task_metrics()));
+        bar.set_message(parsley_runtime::progress_summary(&running.task_metrics()));
         if targets.iter().all(|(s, n)| committed(s) >= *n) {
             bar.finish();
             return Ok(());
@@ -308,27 +307,5 @@ fn await_committed(running: &Running, targets: &[(&str, u64)]) -> Result<()> {
         {
             bail!("stage {stage} failed: {error}");
         }
-    }
-}
-
-/// What the stages' tasks are doing, for the progress bar: restore progress (changelog offsets
-/// read of those to read) while any task restores, then catch-up (the frontier lag summed over
-/// every task, in offsets).
-fn phase(tasks: &[(String, Vec<TaskMetrics>)]) -> String {
-    let all = || tasks.iter().flat_map(|(_, ts)| ts);
-    let restoring: Vec<&TaskMetrics> = all().filter(|t| t.phase == TaskPhase::Restoring).collect();
-    if !restoring.is_empty() {
-        let read: i64 = restoring.iter().map(|t| t.restore_position).sum();
-        let end: i64 = restoring.iter().map(|t| t.restore_end).sum();
-        return format!(
-            "restoring {} task(s): {read}/{end} changelog offsets",
-            restoring.len()
-        );
-    }
-    let lags: Vec<i64> = all().filter_map(|t| t.frontier_lag).collect();
-    match lags.iter().sum::<i64>() {
-        _ if lags.is_empty() => "starting".to_string(),
-        0 => "caught up".to_string(),
-        lag => format!("catching up: frontier lag {lag} offsets"),
     }
 }

@@ -301,7 +301,13 @@ fn measure(
             }
             let running = offsets::start(bootstrap, topology, &o)?;
             let live = LiveTraffic::start(bootstrap, workload, &history)?;
+            let label = format!("seed {}: {}", c.seed, strategy.name());
             let collected = collect(&rx, &history, &live, grace, bar, || {
+                // Restore, then catch-up progress of the stage's tasks.
+                bar.set_message(format!(
+                    "{label}: {}",
+                    parsley_runtime::progress_summary(&running.task_metrics())
+                ));
                 offsets::check(&running)
             });
             let stopped = running
