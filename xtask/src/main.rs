@@ -72,6 +72,9 @@ enum Cmd {
         /// Leave a broker this command started running afterwards.
         #[arg(long)]
         keep_broker: bool,
+        /// The ledger stage orders by event time: its timer queue goes through the faults.
+        #[arg(long)]
+        event_time: bool,
     },
     /// The event-time ordering experiment (DESIGN.md §5) on the local broker (started if none
     /// is running): the same generated input through a fixed window, timeout idleness in two
@@ -204,7 +207,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
             runs,
             seed,
             keep_broker,
-        } => with_broker(keep_broker, |bootstrap| chaos(bootstrap, runs, seed)),
+            event_time,
+        } => with_broker(keep_broker, |bootstrap| {
+            chaos(bootstrap, runs, seed, event_time)
+        }),
         Cmd::Experiment {
             seeds,
             history_records,
@@ -299,8 +305,14 @@ fn run(cli: Cli) -> Result<ExitCode> {
             println!(
                 "xtask: fault injection, one seeded run (cargo xtask chaos --runs 1 --seed 1)"
             );
-            if chaos(bootstrap, 1, 1)? != ExitCode::SUCCESS {
+            if chaos(bootstrap, 1, 1, false)? != ExitCode::SUCCESS {
                 bail!("the fault-injection run failed");
+            }
+            println!(
+                "xtask: fault injection with an event-time ledger, one seeded run (cargo xtask chaos --runs 1 --seed 2 --event-time)"
+            );
+            if chaos(bootstrap, 1, 2, true)? != ExitCode::SUCCESS {
+                bail!("the event-time fault-injection run failed");
             }
             println!("xtask: all checks passed");
             Ok(ExitCode::SUCCESS)
@@ -453,7 +465,7 @@ fn demo(bootstrap: &str, args: &[String]) -> Result<ExitCode> {
     status_code(&mut cmd, "the inventory demo")
 }
 
-fn chaos(bootstrap: &str, runs: u64, seed: u64) -> Result<ExitCode> {
+fn chaos(bootstrap: &str, runs: u64, seed: u64, event_time: bool) -> Result<ExitCode> {
     let mut cmd = cargo();
     cmd.args([
         "run",
@@ -471,6 +483,9 @@ fn chaos(bootstrap: &str, runs: u64, seed: u64) -> Result<ExitCode> {
         "--bootstrap",
         bootstrap,
     ]);
+    if event_time {
+        cmd.arg("--event-time");
+    }
     status_code(&mut cmd, "the fault-injection driver")
 }
 
