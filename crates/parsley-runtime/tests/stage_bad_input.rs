@@ -1,12 +1,14 @@
 //! Bad input on the real broker: a malformed stamp header stops the task with an error that
-//! names the record, and nothing is lost — the record stays uncommitted and is read again.
+//! names the record, and nothing is lost — the record stays uncommitted and is read again;
+//! sources that are not co-partitioned, by partition count or by a member's assignment, are
+//! refused with an error naming them.
 
 use std::time::Duration;
 
 use parsley_runtime::{Error, Runtime, RuntimeConfig};
 use parsley_stage::ImpossiblePolicy;
 use parsley_testkit::fixtures::{
-    DEADLINE, bootstrap, create_topic, forward_topology, next_failure, unique_topic,
+    DEADLINE, bootstrap, create_topic, forward_topology, next_failure, unique_topic, wait_tasks,
 };
 use rdkafka::ClientConfig;
 use rdkafka::consumer::Consumer;
@@ -88,5 +90,43 @@ fn a_stage_whose_sources_are_not_co_partitioned_refuses_to_start() {
     assert!(
         err.contains(&format!("{} has 2", a.name)) && err.contains(&format!("{} has 3", b.name)),
         "{err}"
+    );
+}
+
+/// Co-partitioning is checked on every member's assignment, not only on the topics' partition
+/// counts: two instances whose assignor spreads partitions round-robin over both sources (a
+/// user's override of the runtime's `range`) get tasks missing partition `p` of one source, and
+/// a stage refuses them with `NotCoPartitioned` naming the missing partition.
+#[test]
+fn an_assignment_that_splits_a_task_across_members_is_refused() {
+    let a = create_topic("split-a", 3);
+    let b = create_topic("split-b", 3);
+    let out = create_topic("split-out", 3);
+    let topology = forward_topology(
+        &unique_topic("split"),
+        &[&a.name, &b.name],
+        &out.name,
+        ImpossiblePolicy::Fail,
+    );
+    let config = |instance: &str| {
+        let mut c = RuntimeConfig::new(bootstrap())
+            .consumer_property("partition.assignment.strategy", "roundrobin");
+        c.instance_id = instance.to_string();
+        c
+    };
+    let first = Runtime::new(topology.clone(), config("one"))
+        .start()
+        .unwrap();
+    // Alone, it gets every partition of both sources: every task is whole.
+    wait_tasks(&first, "forward", "three whole tasks", |t| t.len() == 3);
+    let second = Runtime::new(topology, config("two")).start().unwrap();
+    // Round-robin over [a0 a1 a2 b0 b1 b2] gives each member one source's partition of a
+    // task without the other's: both refuse.
+    let error = next_failure(&first);
+    let _ = second.stop();
+    let _ = first.stop();
+    assert!(
+        error.contains("not co-partitioned") && error.contains("missing"),
+        "{error}"
     );
 }
