@@ -43,6 +43,7 @@ pub struct StageMetrics {
     raised: AtomicU64,
     parked: AtomicU64,
     overlapped: AtomicU64,
+    own_write_commits: AtomicU64,
     tasks: Mutex<BTreeMap<i32, TaskMetrics>>,
     /// The per-key violation counter of event-time tasks: `(task, key) -> late records`.
     late_keys: Mutex<BTreeMap<(i32, Vec<u8>), u64>>,
@@ -198,6 +199,10 @@ pub struct MetricsSnapshot {
     /// Records polled and offered to the gates while a transaction committed (the commit's
     /// round trips overlapped with fetching and, for event-time stages, parking).
     pub overlapped: u64,
+    /// Commits made before the commit interval was up because a task's gate blocked on a
+    /// record of the open transaction itself (a stage that reads a topic it writes; DESIGN.md
+    /// §7: a task never waits on its own open transaction).
+    pub own_write_commits: u64,
 }
 
 impl StageMetrics {
@@ -226,6 +231,7 @@ impl StageMetrics {
             raised: g(&self.raised),
             parked: g(&self.parked),
             overlapped: g(&self.overlapped),
+            own_write_commits: g(&self.own_write_commits),
         }
     }
 
@@ -312,6 +318,10 @@ impl StageMetrics {
     /// `n` records polled while a transaction committed.
     pub(crate) fn overlapped(&self, n: u64) {
         self.overlapped.fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub(crate) fn own_write_commit(&self) {
+        self.own_write_commits.fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn late(&self) {

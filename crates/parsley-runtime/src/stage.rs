@@ -39,8 +39,8 @@ use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use parsley_clock::{CausalClock, Channel, SenderId, Stamp, TopicId, codec};
-use parsley_gate::{Arrival, Gate, Part, Resolution};
+use parsley_clock::{CausalClock, Channel, Coordinate, SenderId, Stamp, TopicId, codec};
+use parsley_gate::{Arrival, Awaiting, Gate, Part, Resolution};
 use parsley_stage::{ImpossiblePolicy, RawDelivery, RawEmission, StageSpec, StateChange};
 use rdkafka::client::ClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
@@ -379,6 +379,13 @@ struct TaskCounts {
     raised: u64,
 }
 
+/// A blocked head that waits on the open transaction's own write (see
+/// [`StageRunner::waits_on_own_writes`]).
+struct OwnWait {
+    head: Coordinate,
+    awaits_offset: Coordinate,
+}
+
 /// Deliveries and sends since the last commit.
 #[derive(Default)]
 struct Uncommitted {
@@ -428,6 +435,13 @@ pub(crate) struct StageRunner {
     /// When the open transaction began: a fence seen before `transaction.timeout.ms` has
     /// passed since cannot be the coordinator's (case C09, [`Error::Fenced`]).
     txn_began: Instant,
+    /// The topics the stage both reads and writes (a loop through itself); empty for most
+    /// stages, which then never look for waits on their own transaction.
+    looped: Vec<TopicId>,
+    /// For each channel of `looped`: the lowest offset the open transaction wrote there, from
+    /// the acks. A gate awaiting that offset or a later one waits on the open transaction
+    /// itself: `read_committed` shows it only after the commit (DESIGN.md §7, "commit first").
+    own_writes: BTreeMap<Channel, i64>,
     metrics: Arc<StageMetrics>,
     observer: Option<Sender<Progress>>,
     shutdown: Arc<AtomicBool>,
@@ -522,6 +536,11 @@ impl StageRunner {
             .chain(sinks.iter())
             .map(|t| (t.id, t.name.clone()))
             .collect();
+        let looped = sinks
+            .iter()
+            .filter(|k| sources.iter().any(|s| s.id == k.id))
+            .map(|k| k.id)
+            .collect();
         Ok(StageRunner {
             app: app.to_string(),
             spec,
@@ -546,6 +565,8 @@ impl StageRunner {
             admin,
             last_commit: Instant::now(),
             txn_began: Instant::now(),
+            looped,
+            own_writes: BTreeMap::new(),
             metrics,
             observer,
             shutdown,
@@ -663,8 +684,48 @@ impl StageRunner {
         self.settle_acks(None)?;
         if self.last_commit.elapsed() >= self.config.commit_interval {
             self.commit(true)?;
+        } else if let Some(head) = self.waits_on_own_writes() {
+            // Commit first: the record the gate waits for is this transaction's own, visible
+            // to `read_committed` only after the commit. Waiting for the interval would hold
+            // the head up to a whole interval for nothing, and forever with no interval.
+            debug!(
+                head = %head.head,
+                awaits = %head.awaits_offset,
+                "commit first: a gate waits on the open transaction's own write"
+            );
+            self.metrics.own_write_commit();
+            self.commit(true)?;
         }
         Ok(false)
+    }
+
+    /// A blocked head whose gate awaits a frontier at or beyond an offset that the open
+    /// transaction wrote on the same channel (only stages that read a topic they write: with
+    /// `looped` empty this is one branch). Acked writes only: an unacked send's offset is
+    /// unknown, and the next batch (at most 100 ms later) looks again.
+    fn waits_on_own_writes(&self) -> Option<OwnWait> {
+        if self.own_writes.is_empty() {
+            return None;
+        }
+        self.tasks.values().find_map(|task| {
+            task.gate
+                .blocked_heads()
+                .into_iter()
+                .find_map(|b| match b.awaits {
+                    Awaiting::Frontier(c)
+                        if self
+                            .own_writes
+                            .get(&c.channel)
+                            .is_some_and(|&lowest| c.offset >= lowest) =>
+                    {
+                        Some(OwnWait {
+                            head: b.head,
+                            awaits_offset: c,
+                        })
+                    }
+                    _ => None,
+                })
+        })
     }
 
     /// One poll batch while the transaction commits on a helper thread (see
@@ -1167,6 +1228,7 @@ impl StageRunner {
 
     fn begin(&mut self) -> Result<()> {
         self.txn_began = Instant::now();
+        self.own_writes.clear();
         self.outbox
             .producer()
             .begin_transaction()
@@ -2140,7 +2202,13 @@ impl StageRunner {
                 },
             };
             match ack.result {
-                Ok(offset) => task.clock.acked(tag.seq, tag.channel.at(offset))?,
+                Ok(offset) => {
+                    task.clock.acked(tag.seq, tag.channel.at(offset))?;
+                    if self.looped.contains(&tag.channel.topic) {
+                        let lowest = self.own_writes.entry(tag.channel).or_insert(offset);
+                        *lowest = (*lowest).min(offset);
+                    }
+                }
                 Err(source) => {
                     let topic = self
                         .sinks

@@ -8,10 +8,12 @@
 //! the consumer fetches at most 64 KiB per partition per request. The effect arrives with the
 //! first fetch response; the cause dozens of responses later.
 
+use parsley_clock::{Channel, Stamp};
 use parsley_runtime::{CausalProducer, CausalProducerConfig, GateMode, Runtime, RuntimeConfig};
 use parsley_stage::{Handler, HandlerError, Record, Step, Topology, Utf8};
 use parsley_testkit::fixtures::{
-    bootstrap, create_topic, read_committed, unique_topic, wait_committed,
+    DEADLINE, admin, bootstrap, committed_values, create_topic, raw_producer, read_committed,
+    send_stamped, unique_topic, utf8_stage, wait_committed, wait_metrics,
 };
 
 const CAUSES: usize = 300;
@@ -205,4 +207,89 @@ fn the_handler_sees_the_record_timestamp_and_outputs_carry_it() {
         let carried: Vec<Option<i64>> = records.iter().map(|r| r.timestamp).collect();
         assert_eq!(carried, times.map(Some), "{gate:?}");
     }
+}
+
+/// A stage that writes a topic it also reads: `go` on the input is echoed into the loop topic;
+/// every record is logged to `out` as `topic-kind:value`.
+struct Echo {
+    input: String,
+    looped: String,
+    out: String,
+}
+
+impl Handler for Echo {
+    type Key = String;
+    type Value = String;
+    type Output = String;
+    type State = ();
+
+    fn handle(
+        &self,
+        r: Record<'_, String, String>,
+        _: Option<()>,
+    ) -> Result<Step<String, String, ()>, HandlerError> {
+        let from = if r.topic == self.input { "in" } else { "loop" };
+        let step = Step::none().emit(
+            self.out.as_str(),
+            r.key.clone(),
+            format!("{from}:{}", r.value),
+        );
+        Ok(if r.topic == self.input && r.value == "go" {
+            step.emit(self.looped.as_str(), r.key, "echo".to_string())
+        } else {
+            step
+        })
+    }
+}
+
+#[test]
+fn a_gate_waiting_on_its_own_open_transaction_commits_first() {
+    // DESIGN.md §7: a task never waits on its own open transaction. The stage echoes `go` into
+    // `loop`, which it also reads, in a transaction that the commit interval (10 minutes) would
+    // keep open far beyond this test's deadline. A record then claims the echo's coordinate
+    // (as a second stage's coarse claim on a channel it does not consume would: the high
+    // watermark below an open transaction's write). The gate blocks on `loop`@0, a record of
+    // the task's own open transaction that `read_committed` shows only after the commit: the
+    // stage commits first, then delivers the echo and the claiming record in causal order.
+    let input = create_topic("own-in", 1);
+    let looped = create_topic("own-loop", 1);
+    let out = create_topic("own-out", 1);
+    let topology = Topology::builder(unique_topic("own"))
+        .stage(
+            "echo",
+            Echo {
+                input: input.name.clone(),
+                looped: looped.name.clone(),
+                out: out.name.clone(),
+            },
+            |s| utf8_stage(s, &[&input.name, &looped.name], &[&looped.name, &out.name]),
+        )
+        .build()
+        .unwrap();
+    let config =
+        RuntimeConfig::new(bootstrap()).commit_interval(std::time::Duration::from_secs(600));
+    let running = Runtime::new(topology, config).start().unwrap();
+    let p = raw_producer(None);
+    send_stamped(&p, &input.name, 0, b"k", b"go", None);
+    // Evidence that the echo is in the log, uncommitted: the high watermark passed it.
+    let started = std::time::Instant::now();
+    while admin().high_watermarks(&[(&looped.name, 0)]).unwrap()[0] < 1 {
+        assert!(started.elapsed() < DEADLINE, "the echo was never appended");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let m = running.metrics()[0].1;
+    assert_eq!((m.delivered, m.transactions), (1, 0), "{m:?}");
+    let claims_echo = Stamp::new(
+        None,
+        [Channel::new(looped.id, 0).at(0)].into_iter().collect(),
+    );
+    send_stamped(&p, &input.name, 0, b"k", b"after", Some(&claims_echo));
+    let m = wait_metrics(&running, "echo", "three deliveries", |m| m.delivered >= 3);
+    assert_eq!(m.own_write_commits, 1, "{m:?}");
+    assert_eq!(m.transactions, 1, "only the commit-first commit: {m:?}");
+    // The claiming record waited in the gate (the echo may have too, for evidence on `out`,
+    // where its sibling send was in flight); the output order below shows for what.
+    assert!(m.held >= 1, "the claiming record waited for the echo: {m:?}");
+    running.stop().unwrap();
+    assert_eq!(committed_values(&out), ["in:go", "loop:echo", "in:after"]);
 }

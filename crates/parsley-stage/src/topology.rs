@@ -26,10 +26,12 @@
 //!
 //! Validation (all problems are reported together in [`Error::InvalidTopology`]): a valid
 //! application id and stage names, at least one stage, unique stage names, every stage has at
-//! least one source and no duplicate source or sink, topic names are legal Kafka names, and no
-//! stage writes a topic it reads (a task would wait on its own open transaction; issue 4); an
+//! least one source and no duplicate source or sink, topic names are legal Kafka names; an
 //! [`EventTimeOrder`]'s control topic is one of the stage's sources, not its only one, with a
 //! lag `>= 0`.
+//! A stage may write a topic it also reads (a loop through itself: its own outputs come back
+//! to it once committed); the runtime commits first when a task's gate waits on a record of
+//! the open transaction itself (DESIGN.md §7).
 //! Sources of one stage must be co-partitioned (same partition count, same key hashing); that
 //! is checked against the broker when the runtime starts.
 
@@ -345,13 +347,6 @@ impl TopologyBuilder {
                     ));
                 }
             }
-            for topic in &stage.sinks {
-                if stage.sources.contains(topic) {
-                    problems.push(format!(
-                        "stage {name:?} writes topic {topic:?}, which it also reads: a task would wait on its own open transaction"
-                    ));
-                }
-            }
         }
         if !problems.is_empty() {
             return Err(Error::InvalidTopology { problems });
@@ -491,7 +486,6 @@ mod tests {
         for needle in [
             "application id \"app id\"",
             "source topic \"in\" is listed twice",
-            "writes topic \"in\", which it also reads",
             "stage \"a\" is defined twice",
             "stage \"a\" has no source topic",
             "sink topic \"bad/topic\"",
@@ -502,6 +496,16 @@ mod tests {
             Topology::builder("x").build(),
             Err(Error::InvalidTopology { .. })
         ));
+    }
+
+    #[test]
+    fn a_stage_may_write_a_topic_it_reads() {
+        let topology = Topology::builder("app")
+            .stage("loop", Echo, |s| s.source("in").source("out").sink("out"))
+            .build()
+            .expect("a loop through one stage is valid");
+        assert_eq!(topology.stages()[0].sources(), ["in", "out"]);
+        assert_eq!(topology.stages()[0].sinks(), ["out"]);
     }
 
     #[test]
