@@ -285,14 +285,22 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     &["test", "--workspace", "--doc"],
                 ),
             ];
+            let mut counted = TestCounts::default();
             for (what, args) in steps {
                 println!("xtask: {what}");
                 let mut cmd = cargo();
                 cmd.args(args).env(broker::BOOTSTRAP_ENV, bootstrap);
-                if status_code(&mut cmd, what)? != ExitCode::SUCCESS {
+                let code = if args[0] == "test" {
+                    counted_tests(&mut cmd, what, &mut counted)?
+                } else {
+                    status_code(&mut cmd, what)?
+                };
+                if code != ExitCode::SUCCESS {
+                    println!("xtask: so far {counted}");
                     bail!("{what} failed");
                 }
             }
+            println!("xtask: cargo test, all binaries: {counted}");
             // The README's first command, small: it must keep working.
             println!("xtask: a small run of the demo");
             if demo(
@@ -494,16 +502,80 @@ fn cargo() -> Command {
 }
 
 /// Runs `cmd` and passes its exit status on (a failure says so on stderr).
+/// Test counts summed over the `test result:` lines of `cargo test`.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct TestCounts {
+    passed: u64,
+    failed: u64,
+    ignored: u64,
+}
+
+impl std::fmt::Display for TestCounts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} passed, {} failed, {} ignored",
+            self.passed, self.failed, self.ignored
+        )
+    }
+}
+
+impl TestCounts {
+    /// Adds the counts of one libtest summary line (`test result: ok. 3 passed; 0 failed;
+    /// 1 ignored; ...`); other lines are left alone.
+    fn add_line(&mut self, line: &str) {
+        let Some(rest) = line.strip_prefix("test result: ") else {
+            return;
+        };
+        for part in rest.split(['.', ';']) {
+            let mut words = part.split_whitespace();
+            let (Some(n), Some(kind)) = (words.next(), words.next()) else {
+                continue;
+            };
+            let Ok(n) = n.parse::<u64>() else { continue };
+            match kind {
+                "passed" => self.passed += n,
+                "failed" => self.failed += n,
+                "ignored" => self.ignored += n,
+                _ => {}
+            }
+        }
+    }
+}
+
+/// Runs `cmd` (a `cargo test`) as [`status_code`] does, echoing its standard output line by
+/// line and adding its `test result:` lines to `counts`.
+fn counted_tests(cmd: &mut Command, what: &str, counts: &mut TestCounts) -> Result<ExitCode> {
+    use std::io::BufRead;
+    let mut child = cmd
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .with_context(|| format!("running {what}"))?;
+    let stdout = child.stdout.take().context("the test command's output")?;
+    for line in std::io::BufReader::new(stdout).lines() {
+        let line = line.with_context(|| format!("reading {what}'s output"))?;
+        println!("{line}");
+        counts.add_line(&line);
+    }
+    let status = child.wait().with_context(|| format!("running {what}"))?;
+    Ok(exit_code(status, what))
+}
+
 fn status_code(cmd: &mut Command, what: &str) -> Result<ExitCode> {
     let status = cmd.status().with_context(|| format!("running {what}"))?;
+    Ok(exit_code(status, what))
+}
+
+/// `status` as this process's exit code (reported when it is a failure).
+fn exit_code(status: std::process::ExitStatus, what: &str) -> ExitCode {
     if status.success() {
-        return Ok(ExitCode::SUCCESS);
+        return ExitCode::SUCCESS;
     }
     eprintln!("xtask: {what} exited with {status}");
-    Ok(match status.code() {
+    match status.code() {
         Some(code) if (1..=255).contains(&code) => ExitCode::from(code as u8),
         _ => ExitCode::FAILURE,
-    })
+    }
 }
 
 /// Installs Java and Maven from Debian's packages when they are missing and we may.
@@ -551,4 +623,29 @@ fn ensure_prerequisites() -> Result<()> {
 fn on_path(program: &str) -> bool {
     std::env::var_os("PATH")
         .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(program).is_file()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::TestCounts;
+
+    #[test]
+    fn test_counts_add_up_libtest_summaries_and_skip_other_lines() {
+        let mut c = TestCounts::default();
+        c.add_line("test result: ok. 12 passed; 0 failed; 1 ignored; 0 measured; 0 filtered out; finished in 3.01s");
+        c.add_line(
+            "test result: FAILED. 3 passed; 2 failed; 0 ignored; 0 measured; 5 filtered out",
+        );
+        c.add_line("test a_test_named_test_result ... ok");
+        c.add_line("running 3 tests");
+        assert_eq!(
+            c,
+            TestCounts {
+                passed: 15,
+                failed: 2,
+                ignored: 1
+            }
+        );
+        assert_eq!(c.to_string(), "15 passed, 2 failed, 1 ignored");
+    }
 }

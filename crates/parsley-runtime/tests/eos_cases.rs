@@ -13,8 +13,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use parsley_runtime::{Error, Runtime, RuntimeConfig, TopicInfo, changelog_topic};
 use parsley_stage::{Handler, HandlerResult, ImpossiblePolicy, Record, Step, Topology, Utf8};
 use parsley_testkit::fixtures::{
-    DEADLINE, admin, bootstrap, committed_values, create_topic, forward_topology, group_offset,
-    next_failure, raw_producer, run_until, send_stamped, unique_topic, wait_committed,
+    CountKeys, DEADLINE, admin, bootstrap, committed_values, create_topic, forward_topology,
+    group_offset, next_failure, raw_producer, run_until, send_stamped, unique_topic,
+    wait_committed,
 };
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
@@ -100,33 +101,6 @@ fn c06_an_offsets_only_transaction_commits_the_offset() {
 
 /// Counts records per key and emits `key=count`; fails once on the first record whose value
 /// is `boom` (the stage dies with its transaction open).
-struct CountOrDie {
-    out: String,
-    died: AtomicBool,
-}
-
-impl Handler for CountOrDie {
-    type Key = String;
-    type Value = String;
-    type Output = String;
-    type State = u64;
-
-    fn handle(
-        &self,
-        r: Record<'_, String, String>,
-        state: Option<u64>,
-    ) -> HandlerResult<String, String, u64> {
-        let n = state.unwrap_or(0) + 1;
-        if r.value == "boom" && !self.died.swap(true, Ordering::SeqCst) {
-            return Err("dying before the commit".into());
-        }
-        let line = format!("{}={n}", r.key);
-        Ok(Step::none()
-            .set_state(n)
-            .emit(self.out.as_str(), r.key, line))
-    }
-}
-
 #[test]
 fn c10_a_transaction_that_dies_before_its_commit_leaves_state_and_outputs_as_committed() {
     let input = create_topic("c10-in", 1);
@@ -140,9 +114,10 @@ fn c10_a_transaction_that_dies_before_its_commit_leaves_state_and_outputs_as_com
         Topology::builder(&app)
             .stage(
                 "count",
-                CountOrDie {
-                    out: output.name.clone(),
-                    died: AtomicBool::new(died),
+                if died {
+                    CountKeys::new(&output.name)
+                } else {
+                    CountKeys::failing_once_on(&output.name, "boom")
                 },
                 |s| {
                     s.source(&input.name)
@@ -397,25 +372,18 @@ fn c09_a_zombie_is_fenced_at_its_offset_commit_and_nothing_of_it_becomes_visible
     );
 }
 
-/// The counting stage of the `kill` variant of C10 (`CountOrDie` that never dies), reading
+/// The counting stage of the `kill` variant of C10 (`CountKeys` that never fails), reading
 /// `input` and writing `output`, run as instance `c10-kill`: a restart with that instance id
 /// aborts whatever transaction a dead process left open when it initialises.
 fn c10_counting(app: &str, input: &str, output: &str) -> (Topology, RuntimeConfig) {
     let topology = Topology::builder(app)
-        .stage(
-            "count",
-            CountOrDie {
-                out: output.to_string(),
-                died: AtomicBool::new(true),
-            },
-            |s| {
-                s.source(input)
-                    .sink(output)
-                    .key_codec(Utf8)
-                    .value_codec(Utf8)
-                    .output_codec(Utf8)
-            },
-        )
+        .stage("count", CountKeys::new(output), |s| {
+            s.source(input)
+                .sink(output)
+                .key_codec(Utf8)
+                .value_codec(Utf8)
+                .output_codec(Utf8)
+        })
         .build()
         .unwrap();
     // The dead process stays a group member until its session times out: a short one lets
@@ -734,16 +702,15 @@ fn c07_a_member_joining_while_an_offset_commit_is_pending_waits_for_it() {
     );
 }
 
-/// A source deleted while the stage runs stops it with `SourceDeleted` naming the stage and
-/// the topic (it was a bare "polling: UnknownTopicOrPartition"); nothing is resumed on a
-/// topic created again under the name (case C11 covers the restart).
-#[test]
-fn a_source_deleted_while_the_stage_runs_stops_it_with_a_clear_error() {
-    let input = create_topic("deleted-in", 1);
-    let output = create_topic("deleted-out", 1);
+/// A forward stage over a new one-partition topic `prefix-in` (holding `a`) into
+/// `prefix-out`, running once it committed `a`; `change` then alters the source topic, and the
+/// stage's first failure is returned with the two topics.
+fn source_changed(prefix: &str, change: impl FnOnce(&TopicInfo)) -> (String, TopicInfo, TopicInfo) {
+    let input = create_topic(&format!("{prefix}-in"), 1);
+    let output = create_topic(&format!("{prefix}-out"), 1);
     send_values(&input, ["a".to_string()]);
     let topology = forward_topology(
-        &unique_topic("deleted"),
+        &unique_topic(prefix),
         &[&input.name],
         &output.name,
         ImpossiblePolicy::Fail,
@@ -752,9 +719,20 @@ fn a_source_deleted_while_the_stage_runs_stops_it_with_a_clear_error() {
         .start()
         .unwrap();
     wait_committed(&running, "forward", 1);
-    admin().delete_topics(&[&input.name]).unwrap();
+    change(&input);
     let error = next_failure(&running);
     let _ = running.stop();
+    (error, input, output)
+}
+
+/// A source deleted while the stage runs stops it with `SourceDeleted` naming the stage and
+/// the topic (it was a bare "polling: UnknownTopicOrPartition"); nothing is resumed on a
+/// topic created again under the name (case C11 covers the restart).
+#[test]
+fn a_source_deleted_while_the_stage_runs_stops_it_with_a_clear_error() {
+    let (error, input, output) = source_changed("deleted", |input| {
+        admin().delete_topics(&[&input.name]).unwrap();
+    });
     let expected = Error::SourceDeleted {
         stage: "forward".into(),
         topic: input.name.clone(),
@@ -766,22 +744,9 @@ fn a_source_deleted_while_the_stage_runs_stops_it_with_a_clear_error() {
 
 #[test]
 fn a_source_whose_partition_count_changes_stops_the_stage_with_a_clear_error() {
-    let input = create_topic("grow-in", 1);
-    let output = create_topic("grow-out", 1);
-    send_values(&input, ["a".to_string()]);
-    let topology = forward_topology(
-        &unique_topic("grow"),
-        &[&input.name],
-        &output.name,
-        ImpossiblePolicy::Fail,
-    );
-    let running = Runtime::new(topology, RuntimeConfig::new(bootstrap()))
-        .start()
-        .unwrap();
-    wait_committed(&running, "forward", 1);
-    admin().add_partitions(&input.name, 2).unwrap();
-    let error = next_failure(&running);
-    let _ = running.stop();
+    let (error, input, _) = source_changed("grow", |input| {
+        admin().add_partitions(&input.name, 2).unwrap();
+    });
     assert!(
         error.contains(&input.name) && error.contains("partitions 1 -> 2"),
         "{error}"

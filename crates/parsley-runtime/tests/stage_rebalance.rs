@@ -10,8 +10,8 @@ use std::collections::BTreeMap;
 use parsley_runtime::{Runtime, RuntimeConfig, TaskPhase};
 use parsley_stage::{ImpossiblePolicy, Topology, Utf8};
 use parsley_testkit::fixtures::{
-    bootstrap, create_topic, forward_topology, raw_producer, read_committed, send_stamped,
-    unique_topic, wait_committed, wait_metrics, wait_tasks,
+    CountKeys, bootstrap, create_topic, forward_topology, raw_producer, read_committed,
+    send_stamped, unique_topic, utf8_stage, wait_committed, wait_metrics, wait_tasks,
 };
 
 fn config(instance: &str, commit_interval: Duration) -> RuntimeConfig {
@@ -90,28 +90,6 @@ fn a_revoked_task_commits_what_it_delivered_before_the_handover() {
     assert_eq!(out, expected);
 }
 
-/// Counts records per key and emits `key=count`.
-struct Count(String);
-
-impl parsley_stage::Handler for Count {
-    type Key = String;
-    type Value = String;
-    type Output = String;
-    type State = u64;
-
-    fn handle(
-        &self,
-        r: parsley_stage::Record<'_, String, String>,
-        n: Option<u64>,
-    ) -> parsley_stage::HandlerResult<String, String, u64> {
-        let n = n.unwrap_or(0) + 1;
-        let line = format!("{}={n}", r.key);
-        Ok(parsley_stage::Step::none()
-            .set_state(n)
-            .emit(self.0.as_str(), r.key, line))
-    }
-}
-
 /// Instance `a` counts 100 records of ten keys over two tasks; instance `b` joins and takes one
 /// task over (evidence: `b` reports a running task, `a` one task less); 100 more records
 /// follow. The moved task's counts go on from where `a` committed them — each key's outputs
@@ -129,7 +107,7 @@ fn a_task_moves_to_a_joining_instance_with_its_state() {
     };
     send(0..100);
     let topology = Topology::builder(unique_topic("move"))
-        .stage("count", Count(output.name.clone()), |s| {
+        .stage("count", CountKeys::new(&output.name), |s| {
             s.source(&input.name)
                 .sink(&output.name)
                 .key_codec(Utf8)
@@ -212,65 +190,101 @@ impl parsley_stage::Handler for Around {
     }
 }
 
+/// Runs `topology` until stage `a` has committed `deliveries`, then returns the values on
+/// `out`, sorted; they must be each input `v{i}` (for `i` below `inputs`) after its third hop.
+fn around_the_loop(
+    topology: parsley_stage::Topology,
+    out: &parsley_runtime::TopicInfo,
+    inputs: usize,
+    deliveries: u64,
+) -> parsley_runtime::MetricsSnapshot {
+    let running = Runtime::new(topology, RuntimeConfig::new(bootstrap()))
+        .start()
+        .unwrap();
+    let m = wait_committed(&running, "a", deliveries);
+    running.stop().unwrap();
+    let mut got: Vec<String> = read_committed(out)
+        .into_iter()
+        .map(|r| String::from_utf8(r.value.unwrap()).unwrap())
+        .collect();
+    got.sort();
+    let mut expected: Vec<String> = (0..inputs).map(|i| format!("v{i}:3")).collect();
+    expected.sort();
+    assert_eq!(got, expected);
+    m
+}
+
+/// Stage `a` ([`Around`]): reads `input` and `back`, writes `mid` and `out` (`mid` may be
+/// `back`: a loop through the stage itself).
+fn around(
+    b: parsley_stage::TopologyBuilder,
+    input: &str,
+    back: &str,
+    mid: &str,
+    out: &str,
+) -> parsley_stage::TopologyBuilder {
+    let handler = Around {
+        input: input.to_string(),
+        mid: mid.to_string(),
+        out: out.to_string(),
+    };
+    b.stage("a", handler, |s| utf8_stage(s, &[input, back], &[mid, out]))
+}
+
 #[test]
 fn a_stage_that_reads_what_it_writes_through_a_second_stage_makes_progress() {
     // a: in + loop → mid | out;  b: mid → loop.  Each input goes around the loop four times
-    // through both stages' transactions; no task waits on its own open transaction. (A stage
-    // that reads a topic it writes itself is rejected by the topology builder: its task would
-    // wait on its own open transaction.)
+    // through both stages' transactions; no task waits on its own open transaction.
     let input = create_topic("loop-in", 1);
     let mid = create_topic("loop-mid", 1);
     let back = create_topic("loop-back", 1);
     let out = create_topic("loop-out", 1);
-    let topology = parsley_stage::Topology::builder(unique_topic("loop"))
-        .stage(
-            "a",
-            Around {
-                input: input.name.clone(),
-                mid: mid.name.clone(),
-                out: out.name.clone(),
-            },
-            |s| {
-                s.source(&input.name)
-                    .source(&back.name)
-                    .sink(&mid.name)
-                    .sink(&out.name)
-                    .key_codec(parsley_stage::Utf8)
-                    .value_codec(parsley_stage::Utf8)
-                    .output_codec(parsley_stage::Utf8)
-            },
-        )
-        .stage(
-            "b",
-            parsley_testkit::fixtures::Forward(back.name.clone()),
-            |s| {
-                s.source(&mid.name)
-                    .sink(&back.name)
-                    .key_codec(parsley_stage::Utf8)
-                    .value_codec(parsley_stage::Utf8)
-                    .output_codec(parsley_stage::Utf8)
-            },
-        )
-        .build()
-        .unwrap();
+    let topology = around(
+        parsley_stage::Topology::builder(unique_topic("loop")),
+        &input.name,
+        &back.name,
+        &mid.name,
+        &out.name,
+    )
+    .stage(
+        "b",
+        parsley_testkit::fixtures::Forward(back.name.clone()),
+        |s| utf8_stage(s, &[&mid.name], &[&back.name]),
+    )
+    .build()
+    .unwrap();
     let p = raw_producer(None);
     for i in 0..10 {
         let v = format!("v{i}");
         send_stamped(&p, &input.name, 0, b"k", v.as_bytes(), None);
     }
-    let running = Runtime::new(topology, RuntimeConfig::new(bootstrap()))
-        .start()
-        .unwrap();
-    // a: 10 inputs + 4 × 10 returns; b: 4 × 10.
-    parsley_testkit::fixtures::wait_committed(&running, "a", 50);
-    parsley_testkit::fixtures::wait_committed(&running, "b", 40);
-    running.stop().unwrap();
-    let mut got: Vec<String> = read_committed(&out)
-        .into_iter()
-        .map(|r| String::from_utf8(r.value.unwrap()).unwrap())
-        .collect();
-    got.sort();
-    let mut expected: Vec<String> = (0..10).map(|i| format!("v{i}:3")).collect();
-    expected.sort();
-    assert_eq!(got, expected);
+    // a: 10 inputs + 4 × 10 returns (b: 4 × 10).
+    around_the_loop(topology, &out, 10, 50);
+}
+
+#[test]
+fn a_stage_that_reads_what_it_writes_itself_makes_progress() {
+    // a: in + loop → loop | out, two tasks. Each input goes around the loop four times through
+    // the stage's own transactions: every hop is read back once committed, stamped by the
+    // task itself (its own sender on a channel it consumes), and routed by key to either task.
+    let input = create_topic("self-in", 2);
+    let looped = create_topic("self-loop", 2);
+    let out = create_topic("self-out", 2);
+    let topology = around(
+        parsley_stage::Topology::builder(unique_topic("self")),
+        &input.name,
+        &looped.name,
+        &looped.name,
+        &out.name,
+    )
+    .build()
+    .unwrap();
+    let p = raw_producer(None);
+    for i in 0..20 {
+        let (k, v) = (format!("k{}", i % 4), format!("v{i}"));
+        send_stamped(&p, &input.name, i % 2, k.as_bytes(), v.as_bytes(), None);
+    }
+    // 20 inputs + 4 × 20 returns.
+    let m = around_the_loop(topology, &out, 20, 100);
+    assert_eq!(m.impossible_stamps, 0, "{m:?}");
 }

@@ -419,6 +419,61 @@ impl parsley_stage::Handler for Forward {
     }
 }
 
+/// A stage handler that counts the records of each key (its fold state) and emits `key=n`, the
+/// running count, to one topic (UTF-8 keys and values). [`CountKeys::failing_once_on`] makes
+/// the first record with a given value fail in the handler, before the transaction commits.
+#[derive(Debug)]
+pub struct CountKeys {
+    sink: String,
+    fail_once_on: Option<String>,
+    failed: std::sync::atomic::AtomicBool,
+}
+
+impl CountKeys {
+    /// Counts and never fails.
+    pub fn new(sink: &str) -> Self {
+        CountKeys {
+            sink: sink.to_string(),
+            fail_once_on: None,
+            failed: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// Counts; the first record whose value is `value` fails its handler (`"dying before the
+    /// commit"`), later ones are counted.
+    pub fn failing_once_on(sink: &str, value: &str) -> Self {
+        CountKeys {
+            fail_once_on: Some(value.to_string()),
+            ..CountKeys::new(sink)
+        }
+    }
+}
+
+impl parsley_stage::Handler for CountKeys {
+    type Key = String;
+    type Value = String;
+    type Output = String;
+    type State = u64;
+
+    fn handle(
+        &self,
+        r: parsley_stage::Record<'_, String, String>,
+        n: Option<u64>,
+    ) -> parsley_stage::HandlerResult<String, String, u64> {
+        use std::sync::atomic::Ordering;
+        if self.fail_once_on.as_deref() == Some(r.value.as_str())
+            && !self.failed.swap(true, Ordering::SeqCst)
+        {
+            return Err("dying before the commit".into());
+        }
+        let n = n.unwrap_or(0) + 1;
+        let line = format!("{}={n}", r.key);
+        Ok(parsley_stage::Step::none()
+            .set_state(n)
+            .emit(self.sink.as_str(), r.key, line))
+    }
+}
+
 /// A topology of application `app` with one stage, `forward`, that reads `sources` and
 /// forwards every record to `sink` ([`Forward`]), with `policy` for impossible stamps.
 ///
@@ -444,19 +499,30 @@ pub fn forward_topology_with(
     sink: &str,
     configure: impl FnOnce(parsley_stage::StageBuilder<Forward>) -> parsley_stage::StageBuilder<Forward>,
 ) -> parsley_stage::Topology {
-    use parsley_stage::Utf8;
     parsley_stage::Topology::builder(app)
         .stage("forward", Forward(sink.to_string()), |s| {
-            configure(
-                sources
-                    .iter()
-                    .fold(s, |s, t| s.source(*t))
-                    .sink(sink)
-                    .key_codec(Utf8)
-                    .value_codec(Utf8)
-                    .output_codec(Utf8),
-            )
+            configure(utf8_stage(s, sources, &[sink]))
         })
         .build()
         .expect("a valid topology")
+}
+
+/// Stage `s` reading `sources` and writing `sinks`, with UTF-8 keys, values and outputs: the
+/// shape of most test stages.
+pub fn utf8_stage<H>(
+    s: parsley_stage::StageBuilder<H>,
+    sources: &[&str],
+    sinks: &[&str],
+) -> parsley_stage::StageBuilder<H>
+where
+    H: parsley_stage::Handler<Key = String, Value = String, Output = String>,
+{
+    use parsley_stage::Utf8;
+    let s = sources.iter().fold(s, |s, t| s.source(*t));
+    sinks
+        .iter()
+        .fold(s, |s, t| s.sink(*t))
+        .key_codec(Utf8)
+        .value_codec(Utf8)
+        .output_codec(Utf8)
 }

@@ -318,7 +318,8 @@ impl RunReport {
     }
 }
 
-/// How long a suite's worker logs are kept (a failing run's logs are read after it).
+/// How long a failing suite's worker logs are kept (they are read after it; a suite whose runs
+/// all pass removes its own at the end).
 const KEEP_LOGS: Duration = Duration::from_secs(24 * 3600);
 
 /// A fresh directory for this suite's worker logs under `root` (one per invocation, so
@@ -369,7 +370,7 @@ fn suite(
     };
     let logs = suite_logs(&std::env::temp_dir().join("parsley-chaos"))?;
     println!(
-        "chaos: {runs} run(s) from seed {seed} on {bootstrap}, {faults} faults each, ledger in {} order; worker logs in {}",
+        "chaos: {runs} run(s) from seed {seed} on {bootstrap}, {faults} faults each, ledger in {} order; worker logs in {} (removed if every run passes)",
         if event_time { "event-time" } else { "arrival" },
         logs.display()
     );
@@ -455,6 +456,14 @@ fn suite(
          first delivered within a span of at most {span_max} ms (commit interval {COMMIT_INTERVAL_MS} ms), \
          at most {window_max} ms before the kill"
     );
+    if all_ok {
+        // Nothing to look into: a passing suite's worker logs (tens of MB) go.
+        if let Err(e) = std::fs::remove_dir_all(&logs) {
+            eprintln!("chaos: could not remove {}: {e}", logs.display());
+        }
+    } else {
+        println!("chaos: worker logs kept in {}", logs.display());
+    }
     Ok(all_ok)
 }
 
