@@ -289,7 +289,10 @@ fn a_gate_waiting_on_its_own_open_transaction_commits_first() {
     assert_eq!(m.transactions, 1, "only the commit-first commit: {m:?}");
     // The claiming record waited in the gate (the echo may have too, for evidence on `out`,
     // where its sibling send was in flight); the output order below shows for what.
-    assert!(m.held >= 1, "the claiming record waited for the echo: {m:?}");
+    assert!(
+        m.held >= 1,
+        "the claiming record waited for the echo: {m:?}"
+    );
     running.stop().unwrap();
     assert_eq!(committed_values(&out), ["in:go", "loop:echo", "in:after"]);
 }

@@ -10,7 +10,8 @@
 //!   random step, keeping per-(sender, partition) order but not order across partitions — so
 //!   appends of two senders can land crossed — and acknowledged later still.
 //! - **Stage tasks** in a random DAG: each consumes channels of earlier layers through a real
-//!   [`Gate`] and a transactional [`CausalClock`], emits to channels of its layer, commits or
+//!   [`Gate`] and a transactional [`CausalClock`] (with [`SimConfig::self_loops`], some also
+//!   one of their own output channels), emits to channels of its layer, commits or
 //!   aborts its transaction (an abort restores the committed snapshot and rewinds the consumer),
 //!   and starts at a random step with baselines at the log start, at the end, or in between.
 //! - **Evidence** as the runtime provides it: after every fetch (a poll epoch) the consumer's
@@ -105,6 +106,9 @@ pub struct SimConfig {
     pub producer_abort_ratio: f64,
     /// Fetched, undelivered records per channel before a task stops fetching it (backpressure).
     pub queue_cap: usize,
+    /// Share of stage tasks that also consume one of the channels they emit to (a stage that
+    /// reads a topic it writes: its own records come back to it once committed).
+    pub self_loops: f64,
     /// The rule set.
     pub variant: Variant,
 }
@@ -120,6 +124,7 @@ impl Default for SimConfig {
             task_abort_ratio: 0.3,
             producer_abort_ratio: 0.1,
             queue_cap: 6,
+            self_loops: 0.0,
             variant: Variant::Correct,
         }
     }
@@ -132,6 +137,8 @@ pub struct Outcome {
     pub deliveries: u64,
     /// Of which delivered ahead of earlier records of their channel (look-ahead).
     pub lookahead: u64,
+    /// Of which records the delivering task sent itself (a task that reads what it writes).
+    pub own: u64,
     /// Records sent (committed or idempotent).
     pub sends: u64,
     /// Stage transactions aborted and restored.
@@ -226,6 +233,8 @@ struct Task {
     committed: Vec<Ev>,
     lookahead: u64,
     uncommitted_lookahead: u64,
+    own: u64,
+    uncommitted_own: u64,
 }
 
 /// One simulated world.
@@ -299,6 +308,9 @@ impl Sim {
                 .collect();
             if emits.is_empty() {
                 emits.push(mine[sim.rng.random_range(0..mine.len())]);
+            }
+            if config.self_loops > 0.0 && sim.rng.random_bool(config.self_loops.min(1.0)) {
+                consumes.push(emits[sim.rng.random_range(0..emits.len())]);
             }
             let start = if sim.rng.random_bool(0.5) {
                 0
@@ -418,6 +430,8 @@ impl Sim {
             committed: Vec::new(),
             lookahead: 0,
             uncommitted_lookahead: 0,
+            own: 0,
+            uncommitted_own: 0,
         });
         i
     }
@@ -798,6 +812,12 @@ impl Sim {
         }
         task.uncommitted.push(Ev::Deliver(id));
         task.uncommitted_lookahead += u64::from(d.lookahead);
+        task.uncommitted_own += u64::from(
+            d.stamp
+                .as_ref()
+                .and_then(|s| s.sender)
+                .is_some_and(|tag| tag.sender == task.out.clock.sender()),
+        );
         self.trace.push(format!(
             "task/{t} delivers #{id} ({}){}",
             d.coordinate,
@@ -826,6 +846,7 @@ impl Sim {
             let evs = std::mem::take(&mut task.uncommitted);
             task.committed.extend(evs);
             task.lookahead += std::mem::take(&mut task.uncommitted_lookahead);
+            task.own += std::mem::take(&mut task.uncommitted_own);
             task.committed_state = Some(Committed {
                 gate: task.gate.snapshot(),
                 clock: task.out.clock.clone(),
@@ -834,6 +855,7 @@ impl Sim {
             self.task_aborts += 1;
             task.uncommitted.clear();
             task.uncommitted_lookahead = 0;
+            task.uncommitted_own = 0;
             let committed = task.committed_state.as_ref().expect("started");
             let mut gate =
                 Gate::restore(task.consumes.iter().map(|c| channels[*c]), &committed.gate)
@@ -1008,8 +1030,22 @@ impl Sim {
                     moved |= self.tasks[t].positions[&c] != before
                         || self.tasks[t].gate.metrics().refetched != refetched;
                 }
-                let emits = self.tasks[t].emits.clone();
-                while self.deliver(t, &emits[..emits.len().min(1)]).is_some() {
+                // One emission per delivery, never to a channel that a task both writes and
+                // reads (SimConfig::self_loops): a loop through it would never drain. Without
+                // self-loops this is the task's first output channel.
+                let emits: Vec<usize> = self.tasks[t]
+                    .emits
+                    .iter()
+                    .copied()
+                    .filter(|c| {
+                        !self
+                            .tasks
+                            .iter()
+                            .any(|o| o.consumes.contains(c) && o.emits.contains(c))
+                    })
+                    .take(1)
+                    .collect();
+                while self.deliver(t, &emits).is_some() {
                     moved = true;
                 }
                 self.end_task_txn(t, true);
@@ -1120,6 +1156,7 @@ impl Sim {
             }
         }
         out.lookahead = self.tasks.iter().map(|t| t.lookahead).sum();
+        out.own = self.tasks.iter().map(|t| t.own).sum();
         out
     }
 
@@ -1177,6 +1214,8 @@ pub struct Tally {
     pub deliveries: u64,
     /// Of which look-ahead deliveries.
     pub lookahead: u64,
+    /// Of which deliveries of the task's own records.
+    pub own: u64,
     /// Stage aborts and restores.
     pub task_aborts: u64,
     /// Records spilled and re-fetched.
@@ -1195,6 +1234,7 @@ impl Tally {
         self.stalls += other.stalls;
         self.deliveries += other.deliveries;
         self.lookahead += other.lookahead;
+        self.own += other.own;
         self.task_aborts += other.task_aborts;
         self.spilled += other.spilled;
         self.refetched += other.refetched;
@@ -1212,6 +1252,7 @@ pub fn tally(first_seed: u64, histories: u64, config: &SimConfig) -> Tally {
         t.histories += 1;
         t.deliveries += o.deliveries;
         t.lookahead += o.lookahead;
+        t.own += o.own;
         t.spilled += o.spilled;
         t.refetched += o.refetched;
         t.task_aborts += o.task_aborts;
