@@ -379,38 +379,51 @@ pub(crate) fn restore(
         next = Some(m.offset() + 1);
         moved = Instant::now();
         progress(m.offset() + 1, end);
-        restored.records += 1;
-        let key = m.key().unwrap_or_default();
-        let bad = |message: String| Error::Changelog {
-            topic: topic.to_string(),
-            partition,
-            offset: m.offset(),
-            message,
-        };
+        restored
+            .apply(m.key().unwrap_or_default(), m.payload())
+            .map_err(|message| Error::Changelog {
+                topic: topic.to_string(),
+                partition,
+                offset: m.offset(),
+                message,
+            })?;
+    }
+}
+
+impl Restored {
+    /// Folds one changelog record (`value` `None`: a tombstone) into what the partition holds:
+    /// the latest record of each key wins, a tombstone removes its key.
+    ///
+    /// # Errors
+    /// What is wrong with the record: an unknown key, a snapshot or event-time record without
+    /// a value, a snapshot or timer key that does not decode.
+    pub(crate) fn apply(
+        &mut self,
+        key: &[u8],
+        value: Option<&[u8]>,
+    ) -> std::result::Result<(), String> {
+        self.records += 1;
         if key == META_KEY {
-            let value = m
-                .payload()
-                .ok_or_else(|| bad("task snapshot without a value".into()))?;
-            restored.snapshot = Some(TaskSnapshot::decode(value).map_err(bad)?);
+            let value = value.ok_or("task snapshot without a value")?;
+            self.snapshot = Some(TaskSnapshot::decode(value)?);
         } else if key == EVENT_TIME_KEY {
-            let value = m
-                .payload()
-                .ok_or_else(|| bad("event-time record without a value".into()))?;
-            restored.event_time = Some(value.to_vec());
+            let value = value.ok_or("event-time record without a value")?;
+            self.event_time = Some(value.to_vec());
         } else if let Some((&STATE_PREFIX, k)) = key.split_first() {
-            match m.payload() {
-                Some(v) => restored.state.insert(k.to_vec(), v.to_vec()),
-                None => restored.state.remove(k),
+            match value {
+                Some(v) => self.state.insert(k.to_vec(), v.to_vec()),
+                None => self.state.remove(k),
             };
         } else if let Some(part) = timer_part_of(key) {
-            let part = part.map_err(bad)?;
-            match m.payload() {
-                Some(v) => restored.timers.insert(part, v.to_vec()),
-                None => restored.timers.remove(&part),
+            let part = part?;
+            match value {
+                Some(v) => self.timers.insert(part, v.to_vec()),
+                None => self.timers.remove(&part),
             };
         } else {
-            return Err(bad(format!("unknown key {key:?}")));
+            return Err(format!("unknown key {key:?}"));
         }
+        Ok(())
     }
 }
 

@@ -41,6 +41,9 @@ pub struct RuntimeConfig {
     /// librdkafka statistics of the stage's consumer and producer: how often, and who
     /// receives them. Default: none.
     pub statistics: Option<(Duration, StatisticsSink)>,
+    /// Where the stage aborts its process on purpose, for fault-injection tests.
+    #[cfg(feature = "fault-injection")]
+    crash: Option<crate::fault::CrashPoint>,
 }
 
 /// Receives the statistics of a stage's librdkafka clients: one JSON document per client
@@ -84,7 +87,24 @@ impl RuntimeConfig {
             consumer_properties: Vec::new(),
             producer_properties: Vec::new(),
             statistics: None,
+            #[cfg(feature = "fault-injection")]
+            crash: None,
         }
+    }
+
+    /// Arms a crash point: a stage run with this configuration aborts its process there (see
+    /// [`CrashPoint`](crate::CrashPoint)). For fault-injection tests only; exists with
+    /// the cargo feature `fault-injection`.
+    #[cfg(feature = "fault-injection")]
+    pub fn crash_at(mut self, point: crate::fault::CrashPoint) -> Self {
+        self.crash = Some(point);
+        self
+    }
+
+    /// The armed crash point, if any.
+    #[cfg(feature = "fault-injection")]
+    pub(crate) fn crash_point(&self) -> Option<crate::fault::CrashPoint> {
+        self.crash
     }
 
     /// Sets the commit interval.

@@ -32,6 +32,8 @@ mod changelog;
 mod config;
 mod error;
 mod event_time;
+#[cfg(feature = "fault-injection")]
+mod fault;
 mod metrics;
 mod outbox;
 mod runtime;
@@ -42,6 +44,8 @@ pub use causal_producer::{Acked, CausalProducer, CausalProducerConfig};
 pub use changelog::changelog_topic;
 pub use config::{GateMode, RuntimeConfig, StatisticsSink};
 pub use error::{Error, Result};
+#[cfg(feature = "fault-injection")]
+pub use fault::CrashPoint;
 pub use metrics::{
     LateKey, MetricsSnapshot, Progress, StageMetrics, TaskMetrics, TaskPhase, progress_summary,
 };

@@ -10,7 +10,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use parsley_runtime::{Error, Runtime, RuntimeConfig, TopicInfo, changelog_topic};
+use parsley_runtime::{CrashPoint, Error, Runtime, RuntimeConfig, TopicInfo, changelog_topic};
 use parsley_stage::{Handler, HandlerResult, ImpossiblePolicy, Record, Step, Topology, Utf8};
 use parsley_testkit::fixtures::{
     CountKeys, DEADLINE, admin, bootstrap, committed_values, create_topic, forward_topology,
@@ -397,8 +397,8 @@ fn c10_counting(app: &str, input: &str, output: &str) -> (Topology, RuntimeConfi
 
 /// The child process of
 /// `c10_a_process_killed_between_its_changelog_write_and_its_commit_restores_the_committed_state`:
-/// runs the counting stage with `PARSLEY_FAULT=abort-after-changelog` until the fault aborts
-/// the process. Does nothing unless that test starts it.
+/// runs the counting stage armed with [`CrashPoint::AfterChangelog`] until the crash point
+/// aborts the process. Does nothing unless that test starts it.
 #[test]
 #[ignore = "a child process of the C10 kill test, started by it"]
 fn c10_child_counts_until_the_fault_aborts_the_process() {
@@ -407,9 +407,10 @@ fn c10_child_counts_until_the_fault_aborts_the_process() {
     };
     let names: Vec<&str> = names.split(',').collect();
     let (topology, config) = c10_counting(names[0], names[1], names[2]);
+    let config = config.crash_at(CrashPoint::AfterChangelog);
     let running = Runtime::new(topology, config).start().unwrap();
     let error = next_failure(&running);
-    panic!("the fault did not abort the process; the stage failed instead: {error}");
+    panic!("the crash point did not abort the process; the stage failed instead: {error}");
 }
 
 /// The keys of every record in partition 0 of `topic` up to its high watermark, read
@@ -446,7 +447,7 @@ fn uncommitted_keys(topic: &str) -> Vec<Vec<u8>> {
 
 /// C10 with a real crash: T1 counts k1..k3 and commits; T2 counts k4 (a new key), its state
 /// record reaches the changelog, and the process dies before the offsets and the commit
-/// (`PARSLEY_FAULT=abort-after-changelog`: `abort()`, no cleanup, as `kill -9`). After the
+/// ([`CrashPoint::AfterChangelog`]: `abort()`, no cleanup, as `kill -9`). After the
 /// restart the state is k1..k3 as committed, and k4 is counted exactly once.
 #[test]
 fn c10_a_process_killed_between_its_changelog_write_and_its_commit_restores_the_committed_state() {
@@ -477,7 +478,6 @@ fn c10_a_process_killed_between_its_changelog_write_and_its_commit_restores_the_
             "PARSLEY_C10_CHILD",
             format!("{app},{},{}", input.name, output.name),
         )
-        .env("PARSLEY_FAULT", "abort-after-changelog")
         .status()
         .unwrap();
     assert_eq!(status.signal(), Some(6), "the child aborted: {status:?}");

@@ -8,9 +8,10 @@
 //! - `kill`: `kill -9` of a stage process, mid-transaction or not, then a restart under the
 //!   same instance id (a restarted process keeps its identity);
 //! - `crash`: a stage process is replaced by one that dies exactly between its state write and
-//!   its commit (`PARSLEY_FAULT=abort-after-changelog`: at its first commit with deliveries,
-//!   once its changelog records are in the log, it aborts with no cleanup; case C10), then by
-//!   a normal one under the same instance id;
+//!   its commit (`chaos worker --crash-after-changelog`, which arms the runtime's crash point
+//!   `CrashPoint::AfterChangelog`: at its first commit with deliveries, once its changelog
+//!   records are in the log, it aborts with no cleanup; case C10), then by a normal one under
+//!   the same instance id;
 //! - `join`: a second process of a stage joins the group (new instance id) and later leaves
 //!   gracefully;
 //! - `broker`: the broker restarts (same port, same data).
@@ -37,7 +38,8 @@ use parsley_inventory::check::check;
 use parsley_inventory::generator::{GenConfig, generate};
 use parsley_inventory::pipeline::{names, read_logs, topology};
 use parsley_runtime::{
-    Admin, DELIVERY_TARGET, Progress, Runtime, RuntimeConfig, TopicSpec, changelog_topic,
+    Admin, CrashPoint, DELIVERY_TARGET, Progress, Runtime, RuntimeConfig, TopicSpec,
+    changelog_topic,
 };
 use parsley_testkit::fixtures::read_committed;
 use rand::rngs::StdRng;
@@ -89,6 +91,10 @@ enum Mode {
         /// The ledger orders by event time.
         #[arg(long)]
         event_time: bool,
+        /// Abort the process at its first commit with deliveries, once its changelog records
+        /// are in the log and before its offsets and commit (case C10).
+        #[arg(long)]
+        crash_after_changelog: bool,
     },
 }
 
@@ -116,7 +122,16 @@ fn main() -> ExitCode {
             stage,
             instance,
             event_time,
-        } => worker(&bootstrap, &run_id, &stage, &instance, event_time).map(|()| true),
+            crash_after_changelog,
+        } => worker(
+            &bootstrap,
+            &run_id,
+            &stage,
+            &instance,
+            event_time,
+            crash_after_changelog,
+        )
+        .map(|()| true),
         Mode::Run {
             bootstrap,
             runs,
@@ -166,13 +181,17 @@ fn worker(
     stage: &str,
     instance: &str,
     event_time: bool,
+    crash_after_changelog: bool,
 ) -> Result<()> {
     // By default arrival (causal) order: live traffic under faults without a control stream
     // makes an event-time ledger count late records, so event-time order itself is not what
     // the suite checks; `--event-time` puts the timer queue's state through the faults.
     let topology = topology(run_id, &names(run_id), event_time)?;
-    let running =
-        Runtime::new(topology, stage_config(bootstrap, instance)).start_stages(&[stage])?;
+    let mut config = stage_config(bootstrap, instance);
+    if crash_after_changelog {
+        config = config.crash_at(CrashPoint::AfterChangelog);
+    }
+    let running = Runtime::new(topology, config).start_stages(&[stage])?;
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
         let mut sink = Vec::new();
@@ -212,16 +231,11 @@ struct Driver {
 
 impl Driver {
     fn spawn(&mut self, stage: &'static str, instance: &str) -> Result<Worker> {
-        self.spawn_with(stage, instance, None)
+        self.spawn_with(stage, instance, false)
     }
 
-    /// [`Driver::spawn`] with `PARSLEY_FAULT` set to `fault`, if any.
-    fn spawn_with(
-        &mut self,
-        stage: &'static str,
-        instance: &str,
-        fault: Option<&str>,
-    ) -> Result<Worker> {
+    /// [`Driver::spawn`], armed to crash after its changelog write when `crash` is set.
+    fn spawn_with(&mut self, stage: &'static str, instance: &str, crash: bool) -> Result<Worker> {
         self.spawned += 1;
         let log = self.logs.join(format!(
             "{}-{stage}-{instance}-{}.log",
@@ -229,9 +243,6 @@ impl Driver {
         ));
         let file = std::fs::File::create(&log).with_context(|| format!("{}", log.display()))?;
         let mut command = Command::new(&self.exe);
-        if let Some(f) = fault {
-            command.env("PARSLEY_FAULT", f);
-        }
         command.args([
             "worker",
             "--bootstrap",
@@ -245,6 +256,9 @@ impl Driver {
         ]);
         if self.event_time {
             command.arg("--event-time");
+        }
+        if crash {
+            command.arg("--crash-after-changelog");
         }
         let child = command
             .stdin(Stdio::piped())
@@ -279,7 +293,7 @@ enum Fault {
     Broker,
 }
 
-/// How long a process armed with `abort-after-changelog` may run without reaching a commit
+/// How long a process armed with `--crash-after-changelog` may run without reaching a commit
 /// with deliveries (no input came its way) before it is killed instead. Fault scheduling, not
 /// synchronisation: the abort itself is observed by the process's exit status.
 const CRASH_WAIT: Duration = Duration::from_secs(20);
@@ -577,8 +591,7 @@ fn one_run(
                 let mut w = workers.remove(i);
                 w.child.kill()?;
                 w.child.wait()?;
-                let mut armed =
-                    driver.spawn_with(w.stage, &w.instance, Some("abort-after-changelog"))?;
+                let mut armed = driver.spawn_with(w.stage, &w.instance, true)?;
                 let deadline = Instant::now() + CRASH_WAIT;
                 let status = loop {
                     if let Some(status) = armed.child.try_wait()? {

@@ -1,0 +1,123 @@
+//! What every task of a stage shares: the stage's topics by role, its processor, its policy
+//! for impossible stamps, and its metrics.
+//!
+//! Built once at startup from the resolved topics and never changed while the stage runs
+//! (a source that changes under the stage ends it: `Error::SourceChanged`). Lookups are linear
+//! scans: a stage has few topics, and comparing a name is cheaper than hashing it.
+
+use std::sync::Arc;
+
+use parsley_clock::{Channel, TopicId};
+use parsley_gate::GateError;
+use parsley_stage::{ImpossiblePolicy, Processor};
+
+use crate::admin::TopicInfo;
+use crate::config::GateMode;
+use crate::error::{Error, Result};
+use crate::metrics::StageMetrics;
+
+/// The dead-letter topic of [`ImpossiblePolicy::DeadLetter`].
+pub(crate) struct DeadLetterTopic {
+    /// The resolved topic.
+    pub info: TopicInfo,
+    /// Its name, shared by every record sent there.
+    pub name: Arc<str>,
+}
+
+/// The stage as its tasks see it.
+pub(crate) struct TaskContext {
+    /// The stage's name (in errors).
+    pub stage: String,
+    /// The source topics, in the topology's order: a record's `source` is an index here.
+    pub sources: Vec<TopicInfo>,
+    /// The declared sinks.
+    pub sinks: Vec<TopicInfo>,
+    /// Where [`ImpossiblePolicy::DeadLetter`] routes records.
+    pub dead_letter: Option<DeadLetterTopic>,
+    /// Decode, handle, encode.
+    pub processor: Arc<dyn Processor>,
+    /// What to do with a record whose stamp is impossible.
+    pub policy: ImpossiblePolicy,
+    /// Whether the gate enforces stamps.
+    pub gate_mode: GateMode,
+    /// Fetched-but-undelivered records per channel before it is paused or spills.
+    pub cap: usize,
+    /// The stage's counters.
+    pub metrics: Arc<StageMetrics>,
+}
+
+impl TaskContext {
+    /// The channels a task of `partition` consumes: partition `partition` of every source.
+    pub(crate) fn consumed(&self, partition: i32) -> Vec<Channel> {
+        self.sources
+            .iter()
+            .map(|t| Channel::new(t.id, partition))
+            .collect()
+    }
+
+    /// The index of source `topic` in `sources`, looked up per record.
+    ///
+    /// # Errors
+    /// [`Error::UnknownTopic`] when `topic` is not a source of the stage.
+    pub(crate) fn source_index(&self, topic: &str) -> Result<usize> {
+        self.sources
+            .iter()
+            .position(|t| t.name == topic)
+            .ok_or_else(|| Error::UnknownTopic {
+                topic: topic.to_string(),
+            })
+    }
+
+    /// The index in `sources` of the topic of `channel`.
+    ///
+    /// # Errors
+    /// [`Error::UnknownTopic`] (naming the topic id) when it is not a source of the stage.
+    pub(crate) fn source_position(&self, channel: Channel) -> Result<usize> {
+        self.sources
+            .iter()
+            .position(|t| t.id == channel.topic)
+            .ok_or_else(|| Error::UnknownTopic {
+                topic: channel.topic.to_string(),
+            })
+    }
+
+    /// The source topic of `channel`.
+    ///
+    /// # Errors
+    /// As [`TaskContext::source_position`].
+    pub(crate) fn source_of(&self, channel: Channel) -> Result<&TopicInfo> {
+        Ok(&self.sources[self.source_position(channel)?])
+    }
+
+    /// The sink named `topic`.
+    ///
+    /// # Errors
+    /// [`Error::UnknownTopic`] when the stage did not declare it.
+    pub(crate) fn sink(&self, topic: &str) -> Result<&TopicInfo> {
+        self.sinks
+            .iter()
+            .find(|t| *t.name == *topic)
+            .ok_or_else(|| Error::UnknownTopic {
+                topic: topic.to_string(),
+            })
+    }
+
+    /// The name of a topic the stage reads or writes, by id; empty when it is none of them.
+    pub(crate) fn topic_name(&self, id: TopicId) -> String {
+        self.sources
+            .iter()
+            .chain(&self.sinks)
+            .chain(self.dead_letter.as_ref().map(|d| &d.info))
+            .find(|t| t.id == id)
+            .map_or_else(String::new, |t| t.name.clone())
+    }
+
+    /// A gate error of the task of `partition`, named by stage and task.
+    pub(crate) fn gate_error(&self, partition: i32, source: GateError) -> Error {
+        Error::Gate {
+            stage: self.stage.clone(),
+            partition,
+            source: Box::new(source),
+        }
+    }
+}

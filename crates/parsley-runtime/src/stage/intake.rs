@@ -1,0 +1,501 @@
+//! Intake: the stage's consumer and the one poll loop.
+//!
+//! One consumer per stage (`read_committed`, explicit positions, range assignment), subscribed
+//! to the sources. [`StageRunner::take_batch`] is the only place that polls it: one poll batch
+//! is what the consumer has ready, up to [`MAX_BATCH`] records — one evidence epoch, after
+//! which positions and high watermarks are read once. Each record is copied out of the
+//! consumer's buffer, its stamp decoded ([`Fetched`]), and offered to its task.
+//!
+//! Rebalance events arrive from the consumer's callback during a poll. While the transaction
+//! is open they are handled at once, before the record polled with them is offered (newly
+//! assigned channels are seeded first); while a commit is in flight they cannot be (a
+//! revocation commits first), so the batch stops and that record waits, unoffered, so no
+//! position passes it.
+//!
+//! Invariant: every record polled is offered to its task exactly once, in poll order; the
+//! consumer's pauses are exactly the channels in `paused`.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parsley_clock::{Channel, Stamp, codec};
+use parsley_gate::Arrival;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::message::{BorrowedMessage, Headers, Message};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use tracing::{debug, warn};
+
+use super::StageRunner;
+use super::context::TaskContext;
+use super::evidence;
+use super::rebalance::{RebalanceContext, RebalanceEvent};
+use super::task::{Fetched, Payload};
+use crate::admin::Admin;
+use crate::config::{GateMode, RuntimeConfig};
+use crate::error::{Error, Result};
+
+/// Most records taken from the consumer in one poll batch (one evidence epoch). Positions,
+/// high watermarks and deliveries are read once per batch, so a larger batch spreads that work
+/// over more records during catch-up (500 spent about a tenth of a history drain on it); a live
+/// batch holds only what is ready.
+pub(crate) const MAX_BATCH: usize = 2000;
+
+/// How a poll batch is taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Taking {
+    /// The transaction is open: wait up to this long for a first record; rebalance events are
+    /// handled within the batch.
+    Waiting(Duration),
+    /// A commit is in flight: take only what is ready; a rebalance event ends the batch.
+    Ready,
+}
+
+/// What a poll batch took.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Taken {
+    /// Records offered to the tasks.
+    pub records: usize,
+    /// The batch stopped at a rebalance event it could not handle ([`Taking::Ready`]).
+    pub at_rebalance: bool,
+}
+
+/// What one poll gave.
+enum Polled {
+    Record(Fetched),
+    /// Rebalance events wait (the record polled with them, if any, is deferred).
+    Rebalance,
+    Nothing,
+    Failed(KafkaError),
+}
+
+/// The stage's consumer and what the poll loop keeps between polls.
+pub(crate) struct Intake {
+    consumer: BaseConsumer<RebalanceContext>,
+    /// A record polled together with rebalance events: offered once they are handled.
+    deferred: Option<Fetched>,
+    /// Poll batches so far: the epoch of the records of the current batch.
+    epoch: u64,
+    /// Records fetched so far (orders deliveries in arrival order under [`GateMode::Off`]).
+    arrivals: u64,
+    /// When the current batch took its first record (one clock read per batch).
+    batch_time: Option<Instant>,
+    /// The channels whose partitions are paused (backpressure).
+    paused: HashSet<Channel>,
+}
+
+impl Intake {
+    /// The stage's consumer (`read_committed`, explicit positions, range assignment),
+    /// subscribed to `sources`: it joins the group while the caller goes on. Its rebalance
+    /// events are served only when it is first polled, so the assignment is handled once
+    /// everything else is ready.
+    pub(crate) fn subscribe(
+        config: &RuntimeConfig,
+        group: &str,
+        admin: &Arc<Admin>,
+        sources: &[String],
+    ) -> Result<Self> {
+        let mut cc = ClientConfig::new();
+        cc.set("bootstrap.servers", &config.bootstrap)
+            .set("group.id", group)
+            .set("client.id", format!("{group}-consumer"))
+            .set("isolation.level", "read_committed")
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false")
+            // Positions are always explicit; a fetch position that falls out of range
+            // (retention overtook a lagging task) is an error, never a silent reset.
+            .set("auto.offset.reset", "error")
+            // Notice a source's partition count changing within seconds, not librdkafka's
+            // default five minutes: the rebalance it causes is checked and stops the stage.
+            .set("topic.metadata.refresh.interval.ms", "5000")
+            .set("partition.assignment.strategy", "range")
+            .set("enable.partition.eof", "false")
+            .set("fetch.wait.max.ms", "50")
+            // librdkafka stops fetching while 100,000 records (`queued.min.messages`) wait in
+            // the consumer's queue and looks again only after `fetch.queue.backoff.ms` (1 s by
+            // default): a stage working through a backlog drains its queue in a fraction of
+            // that and then waits for records (measured: a 0.5-0.7 s stall every half second
+            // at 100 B). Looking again after 10 ms keeps the queue from running dry.
+            .set("fetch.queue.backoff.ms", "10");
+        config.apply_properties(&mut cc, &config.consumer_properties);
+        let consumer: BaseConsumer<RebalanceContext> = cc
+            .create_with_context(RebalanceContext::new(config, admin.clone()))
+            .map_err(|e| Error::kafka(format!("creating the consumer of group {group}"), e))?;
+        let topics: Vec<&str> = sources.iter().map(String::as_str).collect();
+        consumer
+            .subscribe(&topics)
+            .map_err(|e| Error::kafka("subscribing", e))?;
+        debug!("subscribed: joining the group");
+        Ok(Intake {
+            consumer,
+            deferred: None,
+            epoch: 0,
+            arrivals: 0,
+            batch_time: None,
+            paused: HashSet::new(),
+        })
+    }
+
+    /// The consumer, for local evidence reads.
+    pub(crate) fn consumer(&self) -> &BaseConsumer<RebalanceContext> {
+        &self.consumer
+    }
+
+    /// The epoch of the current poll batch.
+    pub(crate) fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// The channels paused now.
+    pub(crate) fn paused(&self) -> &HashSet<Channel> {
+        &self.paused
+    }
+
+    /// `true` when rebalance events or a record polled with them wait.
+    fn rebalance_waiting(&self) -> bool {
+        self.deferred.is_some() || self.consumer.context().has_events()
+    }
+
+    /// The rebalance events recorded since the last call.
+    pub(crate) fn take_events(&self) -> Vec<RebalanceEvent> {
+        self.consumer.context().take_events()
+    }
+
+    /// Starts a poll batch: a new evidence epoch.
+    fn next_epoch(&mut self) {
+        self.epoch += 1;
+        self.batch_time = None;
+    }
+
+    /// Polls once, waiting at most `timeout`.
+    fn poll(&mut self, timeout: Duration, ctx: &TaskContext) -> Result<Polled> {
+        let fetched = match self.consumer.poll(timeout) {
+            Some(Ok(m)) => {
+                let at = *self.batch_time.get_or_insert_with(Instant::now);
+                self.arrivals += 1;
+                Some(fetched(ctx, &m, self.arrivals, self.epoch, at)?)
+            }
+            Some(Err(e)) => return Ok(Polled::Failed(e)),
+            None => None,
+        };
+        if self.consumer.context().has_events() {
+            self.deferred = fetched;
+            return Ok(Polled::Rebalance);
+        }
+        Ok(fetched.map_or(Polled::Nothing, Polled::Record))
+    }
+
+    /// Pauses or resumes the partition of source channel `channel`.
+    pub(crate) fn set_paused(
+        &mut self,
+        ctx: &TaskContext,
+        channel: Channel,
+        pause: bool,
+    ) -> Result<()> {
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition(&ctx.source_of(channel)?.name, channel.partition);
+        if pause {
+            self.consumer.pause(&tpl)
+        } else {
+            self.consumer.resume(&tpl)
+        }
+        .map_err(|e| Error::kafka("pausing or resuming a partition", e))?;
+        if pause {
+            self.paused.insert(channel);
+        } else {
+            self.paused.remove(&channel);
+        }
+        Ok(())
+    }
+
+    /// Resumes every paused partition.
+    pub(crate) fn resume_all(&mut self, ctx: &TaskContext) -> Result<()> {
+        for channel in self.paused.clone() {
+            self.set_paused(ctx, channel, false)?;
+        }
+        Ok(())
+    }
+
+    /// Drops a record polled behind a rebalance event: it is read again from the committed
+    /// offsets after a recovery.
+    pub(crate) fn drop_deferred(&mut self) {
+        self.deferred = None;
+    }
+
+    /// Moves the consumer's fetch position of source channel `channel` to `offset`.
+    pub(crate) fn seek(
+        &self,
+        ctx: &TaskContext,
+        channel: Channel,
+        offset: i64,
+        timeout: Duration,
+    ) -> Result<()> {
+        self.consumer
+            .seek(
+                &ctx.source_of(channel)?.name,
+                channel.partition,
+                Offset::Offset(offset),
+                timeout,
+            )
+            .map_err(|e| Error::kafka(format!("seeking {channel} to {offset}"), e))
+    }
+
+    /// The positions where the current assignment starts again: the group's committed
+    /// offsets, or the log start where it has none (as on assignment).
+    ///
+    /// # Errors
+    /// As on assignment: [`Error::RecordsLost`] for a committed offset below the log start;
+    /// client errors.
+    pub(crate) fn start_positions(&self) -> Result<Vec<(String, i32, i64)>> {
+        let assignment = self
+            .consumer
+            .assignment()
+            .map_err(|e| Error::kafka("reading the assignment", e))?;
+        self.consumer
+            .context()
+            .start_positions(&self.consumer, &assignment)
+    }
+
+    /// Gives up the assignment (after a revocation is committed).
+    pub(crate) fn unassign(&mut self) -> Result<()> {
+        self.consumer
+            .unassign()
+            .map_err(|e| Error::kafka("unassigning after revocation", e))?;
+        self.paused.clear();
+        Ok(())
+    }
+
+    /// The group metadata that goes with the offsets into the transaction (EOS v2).
+    pub(crate) fn group_metadata(&self) -> Result<rdkafka::consumer::ConsumerGroupMetadata> {
+        self.consumer.group_metadata().ok_or_else(|| Error::Admin {
+            operation: "committing".into(),
+            message: "the consumer has no group metadata".into(),
+        })
+    }
+
+    /// Tells the rebalance callback that the stream thread is done with the consumer.
+    pub(crate) fn close(&self) {
+        self.consumer.context().close();
+    }
+}
+
+impl StageRunner {
+    /// The one poll loop: takes one poll batch and offers each record to its task. See the
+    /// module docs for how rebalance events are handled in each [`Taking`].
+    pub(super) fn take_batch(&mut self, taking: Taking) -> Result<Taken> {
+        let mut timeout = match taking {
+            Taking::Waiting(wait) => wait,
+            Taking::Ready => Duration::ZERO,
+        };
+        if self.intake.rebalance_waiting() {
+            match taking {
+                Taking::Waiting(_) => {
+                    self.rebalance()?;
+                }
+                Taking::Ready => {
+                    return Ok(Taken {
+                        records: 0,
+                        at_rebalance: true,
+                    });
+                }
+            }
+        }
+        self.intake.next_epoch();
+        let mut taken = Taken::default();
+        while taken.records < MAX_BATCH {
+            match self.intake.poll(timeout, &self.ctx)? {
+                Polled::Record(f) => {
+                    self.offer(f)?;
+                    taken.records += 1;
+                }
+                Polled::Rebalance => match taking {
+                    Taking::Waiting(_) => {
+                        if !self.rebalance()? {
+                            break;
+                        }
+                        taken.records += 1;
+                    }
+                    Taking::Ready => {
+                        taken.at_rebalance = true;
+                        break;
+                    }
+                },
+                Polled::Nothing => break,
+                Polled::Failed(e) => {
+                    self.poll_failed(e)?;
+                    break;
+                }
+            }
+            timeout = Duration::ZERO;
+        }
+        Ok(taken)
+    }
+
+    /// Handles the waiting rebalance events, then offers the record polled with them, if any
+    /// (`true` then).
+    fn rebalance(&mut self) -> Result<bool> {
+        self.handle_rebalance()?;
+        match self.intake.deferred.take() {
+            Some(f) => {
+                self.offer(f)?;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// Hands a fetched record to its task.
+    ///
+    /// # Errors
+    /// [`Error::Gate`] when no task of the stage consumes the record's partition; the task's.
+    fn offer(&mut self, f: Fetched) -> Result<()> {
+        let partition = f.partition;
+        let Some(task) = self.tasks.get_mut(&partition) else {
+            return Err(self.ctx.gate_error(
+                partition,
+                parsley_gate::GateError::NotSeeded { channel: f.channel },
+            ));
+        };
+        task.offer(&self.ctx, f)
+    }
+
+    /// Decides what a poll's error means: `Ok` to carry on, or the error that ends the stage.
+    /// - A transient connection error (a broker restarting, a network blip): librdkafka
+    ///   reconnects by itself; carry on.
+    /// - An unknown topic or partition: [`Error::SourceDeleted`] when the cluster confirms a
+    ///   source is gone; otherwise metadata not caught up yet (a topic just created, a leader
+    ///   moving): carry on.
+    /// - A fetch position that fell out of range (with `auto.offset.reset=error`) while the
+    ///   stage runs: [`Error::RecordsLost`] for the channel whose position now lies below its
+    ///   log start offset (retention or `DeleteRecords` removed records the stage had not
+    ///   fetched: case C12 mid-stream); librdkafka's error names no partition, so the positions
+    ///   are compared with the log start offsets read now.
+    /// - Anything else is the client's error.
+    fn poll_failed(&self, e: KafkaError) -> Result<()> {
+        use rdkafka::types::RDKafkaErrorCode as C;
+        if crate::error::transient(&e) {
+            warn!(error = %e, "consumer: transient error, carrying on");
+            return Ok(());
+        }
+        match e.rdkafka_error_code() {
+            Some(C::UnknownTopicOrPartition | C::UnknownTopic | C::UnknownPartition) => {
+                let names: Vec<&str> = self.ctx.sources.iter().map(|t| t.name.as_str()).collect();
+                return match self.evidence.admin().describe_topics(&names) {
+                    Err(Error::UnknownTopic { topic }) => Err(Error::SourceDeleted {
+                        stage: self.ctx.stage.clone(),
+                        topic,
+                    }),
+                    Err(other) => Err(other),
+                    Ok(_) => {
+                        warn!(error = %e, "consumer: a source is unknown to it but exists: carrying on");
+                        Ok(())
+                    }
+                };
+            }
+            Some(C::AutoOffsetReset) => match self.records_lost() {
+                Ok(Some(lost)) => return Err(lost),
+                Ok(None) => {}
+                Err(lookup) => warn!(error = %lookup, "cannot name the channel a fetch lost"),
+            },
+            _ => {}
+        }
+        Err(Error::kafka("polling", e))
+    }
+
+    /// [`Error::RecordsLost`] for the first channel whose consumer position lies below its log
+    /// start offset, if any.
+    fn records_lost(&self) -> Result<Option<Error>> {
+        let positions =
+            evidence::consumer_positions(self.intake.consumer(), &self.ctx, &self.tasks)?;
+        let channels: Vec<(&str, i32)> =
+            positions.iter().map(|(t, p, _)| (t.as_str(), *p)).collect();
+        let starts = self.evidence.admin().log_start_offsets(&channels)?;
+        Ok(positions
+            .into_iter()
+            .zip(starts)
+            .find(|((_, _, position), start)| position < start)
+            .map(|((topic, partition, from), log_start)| Error::RecordsLost {
+                topic,
+                partition,
+                from,
+                log_start,
+            }))
+    }
+}
+
+/// Copies what the task needs out of a polled message and decodes its stamp.
+///
+/// # Errors
+/// [`Error::UnknownTopic`] when the message's topic is not a source of the stage.
+fn fetched(
+    ctx: &TaskContext,
+    m: &BorrowedMessage<'_>,
+    arrival: u64,
+    epoch: u64,
+    arrived: Instant,
+) -> Result<Fetched> {
+    let source = ctx.source_index(m.topic())?;
+    let channel = Channel::new(ctx.sources[source].id, m.partition());
+    let (stamp, malformed) = match decode_stamp(m, channel) {
+        Ok(stamp) => (stamp, None),
+        Err(e) => (None, Some(Box::new(e))),
+    };
+    let record_timestamp = m.timestamp().to_millis();
+    // Kafka's v2 record format always has a timestamp; it only orders deliverable records.
+    let mut timestamp = record_timestamp.unwrap_or(i64::MIN);
+    let (stamp, unchecked_stamp) = match ctx.gate_mode {
+        GateMode::Causal => (stamp, None),
+        GateMode::Off => {
+            // A plain consumer: deliver in arrival order.
+            timestamp = arrival as i64;
+            (None, stamp.map(Box::new))
+        }
+    };
+    Ok(Fetched {
+        partition: m.partition(),
+        channel,
+        arrival: Arrival {
+            offset: m.offset(),
+            epoch,
+            timestamp,
+            stamp,
+            payload: Payload {
+                source,
+                key: m.key().map(<[u8]>::to_vec),
+                value: m.payload().map(<[u8]>::to_vec),
+                arrived,
+                record_timestamp,
+                unchecked_stamp,
+                dead_letter: None,
+            },
+        },
+        malformed,
+    })
+}
+
+/// Decodes the `parsley.stamp` header of `m`; `None` when the record has none.
+///
+/// # Errors
+/// [`Error::MalformedStamp`] naming the record and the decoder's finding.
+fn decode_stamp(m: &BorrowedMessage<'_>, channel: Channel) -> Result<Option<Stamp>> {
+    let Some(headers) = m.headers() else {
+        return Ok(None);
+    };
+    let Some(value) = headers
+        .iter()
+        .find(|h| h.key == parsley_clock::STAMP_HEADER)
+        .map(|h| h.value.unwrap_or_default())
+    else {
+        return Ok(None);
+    };
+    codec::decode(value)
+        .map(Some)
+        .map_err(|source| Error::MalformedStamp {
+            topic: m.topic().to_string(),
+            partition: m.partition(),
+            offset: m.offset(),
+            record: channel.at(m.offset()),
+            source: Box::new(source),
+        })
+}

@@ -1,0 +1,311 @@
+//! The stream thread of one stage: consume, gate, handle, stamp, send, commit.
+//!
+//! One consumer group per stage (`{application}.{stage}`), `read_committed`, range assignment
+//! over co-partitioned sources, so task `p` gets partition `p` of every source. One
+//! transactional producer per stream thread (EOS v2: the consumer's group metadata goes with
+//! the offsets).
+//!
+//! # One turn of the stream thread
+//! [`StageRunner::run_batch`] is the loop's body, a short list of named phases:
+//! 1. **take** a poll batch — one evidence epoch — and offer each record to its task's gate
+//!    (rebalance events are handled here: tasks restored on assignment, committed and handed
+//!    over on revocation);
+//! 2. **read evidence** — the consumer's positions and the high watermarks the gates ask for;
+//! 3. **resolve** the impossible stamps the gates found, by the stage's policy;
+//! 4. **deliver** what the gates release: handler, fold state, stamped emissions;
+//! 5. for an event-time stage, **read the live heads** and deliver what the watermark now
+//!    releases;
+//! 6. **apply backpressure** — pauses, resumes, spills and re-fetches;
+//! 7. **settle acks** into the tasks' clocks;
+//! 8. **commit** when the interval is due, or at once when a gate waits on the open
+//!    transaction's own write.
+//!
+//! While a commit's round trips run on a helper thread, [`StageRunner::overlap_batch`] repeats
+//! phases 1, 2, 4 and 6 with what is ready; the sends made meanwhile are held for the next
+//! transaction.
+//!
+//! # Layout
+//! | module | its one job |
+//! |---|---|
+//! | `task` | the pure task: gate, handler call, stamping, fold state, event time, snapshot |
+//! | `context` | what the tasks of a stage share: topics by role, processor, policy |
+//! | `output` | the narrow traits a task hands its records to |
+//! | `policy` | impossible stamps and dead letters |
+//! | `backpressure` | the pure plan of pauses, resumes, spills and re-fetches |
+//! | `intake` | the consumer and the one poll loop |
+//! | `evidence` | positions, high watermarks, live heads |
+//! | `rebalance` | the consumer's callback; assignment checks; handing tasks in and out |
+//! | `restore` | building an assigned task from its changelog |
+//! | `transaction` | begin, commit, overlap, commit first, recovery |
+//! | `startup` | resolving topics and creating the clients |
+//!
+//! Invariant: a task's committed offsets and its last committed snapshot describe the same
+//! moment — both are written in the same transaction, after its outputs are acknowledged.
+
+mod backpressure;
+mod context;
+mod evidence;
+mod intake;
+mod output;
+mod policy;
+mod rebalance;
+mod restore;
+mod startup;
+mod task;
+mod transaction;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::Sender;
+use std::time::Duration;
+
+use parsley_stage::StageSpec;
+use tracing::{debug, info, info_span, trace_span, warn};
+
+pub use policy::{DLQ_REASON_HEADER, DLQ_SOURCE_HEADER};
+pub use task::NO_TIMESTAMP;
+
+use self::backpressure::Step;
+use self::context::TaskContext;
+use self::evidence::Evidence;
+use self::intake::{Intake, Taking};
+use self::task::Task;
+use self::transaction::{MAX_RECOVERIES, Overlap, Transaction};
+use crate::config::RuntimeConfig;
+use crate::error::Result;
+use crate::metrics::{Progress, StageMetrics};
+
+/// The `tracing` target of the event sent for every record delivered to the handler, at
+/// `TRACE` level, with fields `topic` (a `&str`: `fmt` prints it quoted), `partition` and
+/// `offset` (committed or not): a delivery journal for audits such as the fault-injection
+/// suite's re-read measurement. Off unless a subscriber enables it (e.g.
+/// `RUST_LOG=parsley::delivery=trace`).
+pub const DELIVERY_TARGET: &str = "parsley::delivery";
+
+/// The longest a poll waits for a first record: shutdown requests and due commits are looked
+/// at least this often.
+const MAX_POLL_WAIT: Duration = Duration::from_millis(100);
+
+/// How a turn of the stream thread ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Turn {
+    /// Go on.
+    Running,
+    /// The final commit of a shutdown is done.
+    Stopped,
+}
+
+/// The stream thread of one stage.
+pub(crate) struct StageRunner {
+    app: String,
+    spec: StageSpec,
+    config: RuntimeConfig,
+    /// What the tasks share.
+    ctx: TaskContext,
+    intake: Intake,
+    evidence: Evidence,
+    /// The tasks this instance owns, by partition.
+    tasks: BTreeMap<i32, Task>,
+    txn: Transaction,
+    metrics: Arc<StageMetrics>,
+    observer: Option<Sender<Progress>>,
+    shutdown: Arc<AtomicBool>,
+}
+
+impl StageRunner {
+    /// Runs until shutdown (Ok, after a final commit) or the first error (the open
+    /// transaction is aborted).
+    pub(crate) fn run(mut self) -> Result<()> {
+        let span = info_span!("stage", app = %self.app, stage = %self.spec.name());
+        let _entered = span.enter();
+        self.txn.begin()?;
+        let result = self.run_loop();
+        self.intake.close();
+        match &result {
+            Ok(()) => info!("stopped"),
+            Err(e) => {
+                warn!(error = %e, "failed; aborting the open transaction");
+                self.txn.abort();
+                self.metrics.aborted();
+            }
+        }
+        result
+    }
+
+    /// Runs turns until shutdown. A transaction that cannot commit (a timed-out or otherwise
+    /// aborted transaction, a send the broker refused) is aborted and every task returns to its
+    /// last commit ([`StageRunner::recover`]); a fence by another process running as this
+    /// instance or any other error ends the stage. Recoveries without a commit in between are
+    /// bounded, so a persistent fault cannot loop forever.
+    fn run_loop(&mut self) -> Result<()> {
+        let mut recoveries = 0;
+        loop {
+            let transactions = self.metrics.snapshot().transactions;
+            match self.run_batch() {
+                Ok(Turn::Stopped) => return Ok(()),
+                Ok(Turn::Running) => {
+                    if self.metrics.snapshot().transactions > transactions {
+                        recoveries = 0;
+                    }
+                }
+                Err(e) if transaction::recoverable(&e) && recoveries < MAX_RECOVERIES => {
+                    recoveries += 1;
+                    self.recover(&e)?;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// One turn: the phases of the module docs.
+    fn run_batch(&mut self) -> Result<Turn> {
+        if self.shutdown.load(Ordering::Relaxed) {
+            self.commit(Overlap::No)?;
+            return Ok(Turn::Stopped);
+        }
+        let wait = self
+            .txn
+            .until_due(self.config.commit_interval)
+            .min(MAX_POLL_WAIT);
+        self.take_batch(Taking::Waiting(wait))?;
+        self.read_evidence()?;
+        self.resolve_impossible()?;
+        self.deliver()?;
+        if self.spec.event_time().is_some() {
+            self.read_heads()?;
+            self.deliver()?;
+        }
+        self.apply_backpressure()?;
+        self.settle_acks()?;
+        self.commit_if_due()?;
+        Ok(Turn::Running)
+    }
+
+    /// One poll batch while the transaction commits on a helper thread: the records ready now
+    /// are offered, the evidence read, and the tasks deliver — their sends held until the next
+    /// transaction opens (the work belongs to it, and an abort of the committing one returns
+    /// the tasks to their last commit like any other). Live-head readings and impossible
+    /// stamps wait for the next turn.
+    ///
+    /// `Ok(false)` when nothing was ready, or when a rebalance event arrived (the record polled
+    /// with it waits, unoffered, so no position passes it).
+    fn overlap_batch(&mut self) -> Result<bool> {
+        let taken = self.take_batch(Taking::Ready)?;
+        if taken.records == 0 || taken.at_rebalance {
+            return Ok(false);
+        }
+        self.metrics.overlapped(taken.records as u64);
+        self.read_evidence()?;
+        self.deliver()?;
+        self.apply_backpressure()?;
+        Ok(true)
+    }
+
+    /// Applies the stage's policy to the impossible stamps the gates found.
+    fn resolve_impossible(&mut self) -> Result<()> {
+        for task in self.tasks.values_mut() {
+            let work = task.resolve_impossible(&self.ctx, &mut self.txn);
+            self.txn.add(work?);
+        }
+        Ok(())
+    }
+
+    /// Delivers what every task's gate releases, its sends going to the transaction (held
+    /// while a commit is in flight), then publishes the tasks' counters.
+    fn deliver(&mut self) -> Result<()> {
+        let mut result = Ok(());
+        for task in self.tasks.values_mut() {
+            let _span = trace_span!("deliver", partition = task.partition()).entered();
+            match task.deliver(&self.ctx, &mut self.txn) {
+                Ok(work) => self.txn.add(work),
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            }
+        }
+        self.publish_task_metrics();
+        result
+    }
+
+    /// Adds each task's counted deliveries to its metrics and sets the stage's gauges.
+    fn publish_task_metrics(&mut self) {
+        let mut blocked_total = 0;
+        let mut parked_total = 0;
+        for task in self.tasks.values_mut() {
+            let counts = task.take_counts();
+            let blocked = task.gate().blocked_count() as u64;
+            blocked_total += blocked;
+            let event_time = task
+                .event_time()
+                .map(|et| (et.parked() as u64, et.watermark(), et.catching_up() as u64));
+            parked_total += event_time.map_or(0, |(parked, _, _)| parked);
+            self.metrics.task(task.partition(), |m| {
+                m.delivered += counts.delivered;
+                m.held += counts.held;
+                m.gate_wait_us += counts.gate_wait_us;
+                m.max_gate_wait_us = m.max_gate_wait_us.max(counts.max_gate_wait_us);
+                m.blocked_heads = blocked;
+                m.late += counts.late;
+                m.raised += counts.raised;
+                if let Some((parked, watermark, catching_up)) = event_time {
+                    m.parked = parked;
+                    m.watermark_ms = watermark;
+                    m.catching_up = catching_up;
+                }
+            });
+        }
+        self.metrics.blocked_heads(blocked_total);
+        if self.spec.event_time().is_some() {
+            self.metrics.parked(parked_total);
+        }
+    }
+
+    /// Applies each task's backpressure plan: gate steps first, then the consumer's pauses and
+    /// resumes, then its seeks.
+    fn apply_backpressure(&mut self) -> Result<()> {
+        let mut pauses = Vec::new();
+        let mut seeks = Vec::new();
+        for task in self.tasks.values_mut() {
+            let partition = task.partition();
+            let steps = backpressure::plan(task.gate(), self.intake.paused(), self.ctx.cap);
+            let gate = task.gate_mut();
+            for step in steps {
+                match step {
+                    Step::Spill(channel) => {
+                        let n = gate.spill(&channel);
+                        debug!(%channel, spilled = n, "spilling a channel that is full");
+                        self.metrics.spilled(n);
+                    }
+                    Step::BeginRefetch { channel, from } => {
+                        let resume = gate
+                            .begin_refetch(channel, from)
+                            .map_err(|e| self.ctx.gate_error(partition, e))?;
+                        debug!(%channel, from, resume, "re-fetching spilled records");
+                        seeks.push((channel, from));
+                    }
+                    Step::EndRefetch { channel, resume } => {
+                        gate.end_refetch(&channel);
+                        debug!(%channel, resume, "re-fetch ends early: full");
+                        seeks.push((channel, resume));
+                    }
+                    Step::Pause(channel) => pauses.push((channel, true)),
+                    Step::Resume(channel) => pauses.push((channel, false)),
+                }
+            }
+        }
+        for (channel, pause) in pauses {
+            debug!(%channel, pause, "backpressure");
+            self.intake.set_paused(&self.ctx, channel, pause)?;
+        }
+        for (channel, offset) in seeks {
+            self.intake
+                .seek(&self.ctx, channel, offset, self.config.timeout)?;
+        }
+        Ok(())
+    }
+}

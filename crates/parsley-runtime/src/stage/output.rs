@@ -1,0 +1,108 @@
+//! Where a task's records go: the two narrow traits between the pure task and the producer.
+//!
+//! A task stamps each emission with its node clock and hands it to an [`Output`]; at a commit
+//! it writes its changed state and snapshot to a [`ChangelogWriter`]. The stream thread's
+//! transaction implements both (module `transaction`); tests implement them with vectors.
+//!
+//! Invariant: a record refused by [`Output::send`] was not sent, and the task releases its
+//! claim in the node clock at once (a clock never claims a send that was not made).
+
+use std::sync::Arc;
+
+use crate::error::Result;
+use crate::outbox::SendTag;
+
+/// One stamped record a task sends, its buffers handed over.
+#[derive(Debug)]
+pub(crate) struct Outgoing<'a> {
+    /// The topic.
+    pub topic: Arc<str>,
+    /// The sending task, the target channel (partition chosen by the key) and the send
+    /// sequence: what the delivery report is matched to.
+    pub tag: SendTag,
+    /// Key bytes.
+    pub key: Vec<u8>,
+    /// Value bytes (the producer keeps the buffer until the send's report, without a copy).
+    pub value: Vec<u8>,
+    /// The encoded stamp (`parsley.stamp` header).
+    pub stamp: &'a [u8],
+    /// Headers besides the stamp (a dead letter's source and reason).
+    pub headers: &'a [(&'static str, Vec<u8>)],
+    /// The record timestamp, ms since the epoch; `None`: the producer's clock.
+    pub timestamp: Option<i64>,
+}
+
+/// A stamped record kept while a commit is in flight, sent in the next transaction.
+#[derive(Debug)]
+pub(crate) struct HeldSend {
+    topic: Arc<str>,
+    tag: SendTag,
+    key: Vec<u8>,
+    value: Vec<u8>,
+    stamp: Vec<u8>,
+    headers: Vec<(&'static str, Vec<u8>)>,
+    timestamp: Option<i64>,
+}
+
+impl HeldSend {
+    /// Keeps `record`, copying its borrowed parts.
+    pub(crate) fn hold(record: Outgoing<'_>) -> Self {
+        HeldSend {
+            topic: record.topic,
+            tag: record.tag,
+            key: record.key,
+            value: record.value,
+            stamp: record.stamp.to_vec(),
+            headers: record.headers.to_vec(),
+            timestamp: record.timestamp,
+        }
+    }
+
+    /// The send's tag.
+    pub(crate) fn tag(&self) -> SendTag {
+        self.tag
+    }
+
+    /// Sends the held record to `output`.
+    ///
+    /// # Errors
+    /// As [`Output::send`].
+    pub(crate) fn send_to(self, output: &mut dyn Output) -> Result<()> {
+        let HeldSend {
+            topic,
+            tag,
+            key,
+            value,
+            stamp,
+            headers,
+            timestamp,
+        } = self;
+        output.send(Outgoing {
+            topic,
+            tag,
+            key,
+            value,
+            stamp: &stamp,
+            headers: &headers,
+            timestamp,
+        })
+    }
+}
+
+/// Takes a task's stamped records.
+pub(crate) trait Output {
+    /// Sends `record`, or keeps it to send later in the same order.
+    ///
+    /// # Errors
+    /// When the producer refuses the record; it was not sent.
+    fn send(&mut self, record: Outgoing<'_>) -> Result<()>;
+}
+
+/// Takes the changelog records of a task (key; value, `None` for a tombstone).
+pub(crate) trait ChangelogWriter {
+    /// Writes one record to the task's changelog partition.
+    ///
+    /// # Errors
+    /// When the producer refuses the record.
+    fn write(&mut self, key: &[u8], value: Option<&[u8]>) -> Result<()>;
+}

@@ -1,0 +1,280 @@
+//! Rebalance: what the consumer's callback records, and how the stream thread hands tasks in
+//! and out.
+//!
+//! On assignment the callback reads the group's committed offsets (librdkafka asks with
+//! `require_stable` under `read_committed`) or, without one, the log start offset, and assigns
+//! those positions explicitly; the stream thread then checks the assignment
+//! ([`check_assignment`]) and restores each task from its changelog partition (module
+//! `restore`). On revocation the stream thread commits first (with the group generation that
+//! is still its own), then unassigns and drops its tasks; the next owner restores exactly that
+//! commit.
+//!
+//! Invariant: a revoked task's work is committed before its partitions are given up, and no
+//! task starts on an assignment that breaks co-partitioning or a source that changed.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use parsley_clock::Channel;
+use rdkafka::client::ClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
+use rdkafka::types::RDKafkaRespErr;
+use rdkafka::{Offset, TopicPartitionList};
+use tracing::info;
+
+use super::StageRunner;
+use super::transaction::Overlap;
+use crate::admin::{Admin, TopicInfo};
+use crate::config::{RuntimeConfig, StatisticsSink, forward_statistics};
+use crate::error::{Error, Result};
+
+/// What the rebalance callback tells the stream thread.
+#[derive(Debug)]
+pub(crate) enum RebalanceEvent {
+    /// Partitions assigned at these positions (topic, partition, next offset to fetch).
+    Assigned(Vec<(String, i32, i64)>),
+    /// Partitions revoked.
+    Revoked(Vec<(String, i32)>),
+    /// The rebalance failed: the stage stops with this error.
+    Failed(Error),
+}
+
+/// A rebalance failure described by `message`.
+fn rebalance_failed(message: String) -> Error {
+    Error::Admin {
+        operation: "rebalancing".into(),
+        message,
+    }
+}
+
+/// The consumer's context: records rebalance events for the stream thread.
+pub(crate) struct RebalanceContext {
+    events: Mutex<Vec<RebalanceEvent>>,
+    timeout: Duration,
+    /// The stage's admin client (log start offsets, asked again while a leader moves).
+    admin: Arc<Admin>,
+    /// Set when the stream thread is done with the consumer: a revocation while closing is
+    /// acknowledged at once (nothing is left to commit).
+    closing: AtomicBool,
+    /// Where librdkafka's statistics go, when the runtime was asked for them.
+    statistics: Option<StatisticsSink>,
+}
+
+impl RebalanceContext {
+    pub(crate) fn new(config: &RuntimeConfig, admin: Arc<Admin>) -> Self {
+        RebalanceContext {
+            events: Mutex::new(Vec::new()),
+            closing: AtomicBool::new(false),
+            timeout: config.timeout,
+            admin,
+            statistics: config.statistics_sink(),
+        }
+    }
+
+    /// `true` when events wait.
+    pub(crate) fn has_events(&self) -> bool {
+        !self.events.lock().expect("rebalance events").is_empty()
+    }
+
+    /// The events recorded since the last call.
+    pub(crate) fn take_events(&self) -> Vec<RebalanceEvent> {
+        std::mem::take(&mut *self.events.lock().expect("rebalance events"))
+    }
+
+    /// From now on, a revocation is acknowledged at once.
+    pub(crate) fn close(&self) {
+        self.closing.store(true, Ordering::SeqCst);
+    }
+
+    /// The committed offset of each partition, or its log start offset when the group has
+    /// none. A committed offset below the log start offset is an error naming the lost range
+    /// (retention or a deletion removed records this stage never delivered; case C12) —
+    /// never a silent jump.
+    pub(crate) fn start_positions(
+        &self,
+        consumer: &BaseConsumer<Self>,
+        tpl: &TopicPartitionList,
+    ) -> Result<Vec<(String, i32, i64)>> {
+        let committed = consumer
+            .committed_offsets(tpl.clone(), self.timeout)
+            .map_err(|e| Error::kafka("reading committed offsets", e))?;
+        let elements = committed.elements();
+        let partitions: Vec<(&str, i32)> = elements
+            .iter()
+            .map(|e| (e.topic(), e.partition()))
+            .collect();
+        let starts = self.admin.log_start_offsets(&partitions)?;
+        let mut out = Vec::new();
+        for (e, low) in elements.iter().zip(starts) {
+            let position = match e.offset() {
+                Offset::Offset(o) if o >= 0 => {
+                    if o < low {
+                        return Err(Error::RecordsLost {
+                            topic: e.topic().to_string(),
+                            partition: e.partition(),
+                            from: o,
+                            log_start: low,
+                        });
+                    }
+                    o
+                }
+                _ => low,
+            };
+            out.push((e.topic().to_string(), e.partition(), position));
+        }
+        Ok(out)
+    }
+}
+
+impl ClientContext for RebalanceContext {
+    fn stats_raw(&self, statistics: &[u8]) {
+        forward_statistics(self.statistics.as_ref(), statistics);
+    }
+}
+
+impl ConsumerContext for RebalanceContext {
+    fn rebalance(
+        &self,
+        consumer: &BaseConsumer<Self>,
+        err: RDKafkaRespErr,
+        tpl: &mut TopicPartitionList,
+    ) {
+        let event = match err {
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
+                match self.start_positions(consumer, tpl) {
+                    Ok(positions) => {
+                        let mut assign = TopicPartitionList::new();
+                        for (t, p, o) in &positions {
+                            // Positions come from the broker; adding them cannot fail.
+                            let _ = assign.add_partition_offset(t, *p, Offset::Offset(*o));
+                        }
+                        match consumer.assign(&assign) {
+                            Ok(()) => RebalanceEvent::Assigned(positions),
+                            Err(e) => RebalanceEvent::Failed(Error::kafka("assigning", e)),
+                        }
+                    }
+                    Err(e) => {
+                        let _ = consumer.unassign();
+                        RebalanceEvent::Failed(e)
+                    }
+                }
+            }
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
+                if self.closing.load(Ordering::SeqCst) {
+                    let _ = consumer.unassign();
+                    return;
+                }
+                let revoked = tpl
+                    .elements()
+                    .iter()
+                    .map(|e| (e.topic().to_string(), e.partition()))
+                    .collect();
+                // Not unassigned here: the stream thread commits first and then unassigns
+                // (librdkafka waits for the unassign call, within the session timeout).
+                RebalanceEvent::Revoked(revoked)
+            }
+            other => {
+                let _ = consumer.unassign();
+                RebalanceEvent::Failed(rebalance_failed(format!("rebalance error {other:?}")))
+            }
+        };
+        self.events.lock().expect("rebalance events").push(event);
+    }
+}
+
+impl StageRunner {
+    /// Handles the rebalance events recorded so far: restores the tasks of an assignment,
+    /// commits and hands over the tasks of a revocation.
+    pub(super) fn handle_rebalance(&mut self) -> Result<()> {
+        for event in self.intake.take_events() {
+            match event {
+                RebalanceEvent::Assigned(positions) => {
+                    info!(?positions, "assigned");
+                    let mut by_task: BTreeMap<i32, Vec<(Channel, i64)>> = BTreeMap::new();
+                    for (topic, partition, position) in positions {
+                        let source = self.ctx.source_index(&topic)?;
+                        by_task.entry(partition).or_default().push((
+                            Channel::new(self.ctx.sources[source].id, partition),
+                            position,
+                        ));
+                    }
+                    let names: Vec<&str> =
+                        self.ctx.sources.iter().map(|t| t.name.as_str()).collect();
+                    let now = self.evidence.admin().describe_topics(&names)?;
+                    check_assignment(&self.ctx.stage, &self.ctx.sources, &now, &by_task)?;
+                    for (partition, positions) in by_task {
+                        let task = self.restore_task(partition, positions)?;
+                        self.tasks.insert(partition, task);
+                    }
+                }
+                RebalanceEvent::Revoked(partitions) => {
+                    // Commit first: what was delivered is not done again by the next owner,
+                    // and the next owner restores exactly this state. The group generation is
+                    // still ours until the unassign below.
+                    info!(
+                        ?partitions,
+                        "revoked: committing, then handing the tasks over"
+                    );
+                    self.commit(Overlap::No)?;
+                    self.intake.unassign()?;
+                    self.tasks.clear();
+                    self.metrics.retain_tasks(|_| false);
+                }
+                RebalanceEvent::Failed(error) => return Err(error),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Checks an assignment before any task starts: every task must get partition `p` of every
+/// source (co-partitioning holds for this member's assignment, not only for the topics'
+/// partition counts), and no source may have changed since the stage started — its partition
+/// count (keys would move between tasks under the stage's feet) or its identity.
+///
+/// `sources` are the stage's sources as resolved at its start, `now` the same topics described
+/// again, `by_task` the assigned channels with their positions, by task.
+///
+/// # Errors
+/// [`Error::SourceChanged`] or [`Error::NotCoPartitioned`], naming the topic and partition.
+pub(crate) fn check_assignment(
+    stage: &str,
+    sources: &[TopicInfo],
+    now: &[TopicInfo],
+    by_task: &BTreeMap<i32, Vec<(Channel, i64)>>,
+) -> Result<()> {
+    for (before, now) in sources.iter().zip(now) {
+        if before.partitions != now.partitions || before.id != now.id {
+            return Err(Error::SourceChanged {
+                stage: stage.to_string(),
+                topic: before.name.clone(),
+                partitions: (before.partitions, now.partitions),
+                recreated: before.id != now.id,
+            });
+        }
+    }
+    for (partition, positions) in by_task {
+        if positions.len() != sources.len() {
+            return Err(Error::NotCoPartitioned {
+                stage: stage.to_string(),
+                partitions: sources
+                    .iter()
+                    .map(|t| {
+                        let got = positions.iter().any(|(c, _)| c.topic == t.id);
+                        (
+                            format!(
+                                "{} (partition {partition} {})",
+                                t.name,
+                                if got { "assigned" } else { "missing" }
+                            ),
+                            t.partitions,
+                        )
+                    })
+                    .collect(),
+            });
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,170 @@
+//! Restore: building an assigned task from its changelog partition (DESIGN.md §7, exact
+//! restore).
+//!
+//! The task's changelog partition is read `read_committed` up to its high watermark
+//! (`changelog::restore`): fold state, sender incarnation and sequence, node clock, gate
+//! snapshot and, for an event-time stage, the watermark and timer queue. The task starts from
+//! that snapshot only if it was committed with exactly the group's committed offsets
+//! ([`Task::restore`]); a task that never committed starts fresh, its gate seeded at the
+//! assigned positions ([`Task::fresh`]). A consumed channel the snapshot does not name starts
+//! at its log start offset (case C11). An event-time task then reads the startup end of each
+//! input (one batched `ListOffsets(LATEST, READ_UNCOMMITTED)`) and follows the restored gate's
+//! frontiers (DESIGN.md §5).
+//!
+//! Invariant: a task reports [`TaskPhase::Running`] only once everything restored is in
+//! place — the snapshot, the state, the event-time state and its counters.
+
+use std::time::Instant;
+
+use parsley_clock::Channel;
+use tracing::{info, info_span};
+
+use super::StageRunner;
+use super::task::{self, Task};
+use crate::changelog;
+use crate::error::Result;
+use crate::event_time::EventTime;
+use crate::metrics::TaskPhase;
+
+impl StageRunner {
+    /// Builds the task of `partition`, assigned at `positions` (the group's committed offsets,
+    /// or the log start where it has none), from its changelog partition (module docs).
+    ///
+    /// # Errors
+    /// The changelog's read and decoding errors; [`crate::Error::RestoreMismatch`];
+    /// [`crate::Error::EventTime`]; admin errors.
+    pub(super) fn restore_task(
+        &mut self,
+        partition: i32,
+        positions: Vec<(Channel, i64)>,
+    ) -> Result<Task> {
+        let _span = info_span!("restore", partition).entered();
+        let started = Instant::now();
+        let metrics = self.metrics.clone();
+        metrics.task(partition, |m| m.phase = TaskPhase::Restoring);
+        let mut restored = changelog::restore(
+            &self.config.bootstrap,
+            self.evidence.admin(),
+            self.txn.changelog_name(),
+            partition,
+            self.config.timeout,
+            &mut |position, end| {
+                metrics.task(partition, |m| {
+                    m.restore_position = position;
+                    m.restore_end = end;
+                })
+            },
+        )?;
+        // The event-time record belongs to the snapshot it was committed with.
+        let event_bytes = restored
+            .snapshot
+            .as_ref()
+            .and(restored.event_time.as_ref())
+            .cloned();
+        let timers = std::mem::take(&mut restored.timers);
+        let mut task = match restored.snapshot {
+            Some(snapshot) => {
+                let (mut task, fresh) =
+                    Task::restore(&self.ctx, partition, positions, snapshot, restored.state)?;
+                for (channel, position) in fresh {
+                    let topic = &self.ctx.source_of(channel)?.name;
+                    let start = self
+                        .evidence
+                        .admin()
+                        .log_start_offsets(&[(topic.as_str(), channel.partition)])?[0];
+                    info!(partition, %channel, group_offset = position, start, "a channel new to the task starts at its log start");
+                    if start != position {
+                        self.intake
+                            .seek(&self.ctx, channel, start, self.config.timeout)?;
+                    }
+                    task.seed(channel, start)
+                        .map_err(|e| self.ctx.gate_error(partition, e))?;
+                }
+                task
+            }
+            None => Task::fresh(
+                partition,
+                self.ctx.consumed(partition),
+                &positions,
+                restored.state,
+            )
+            .map_err(|e| self.ctx.gate_error(partition, e))?,
+        };
+        let event_time = task::event_time_of(
+            &self.ctx,
+            self.spec.event_time(),
+            partition,
+            event_bytes.as_deref(),
+            &timers,
+        )?;
+        let event_time = match event_time {
+            Some(et) => Some(self.start_event_time(&task, et)?),
+            None => None,
+        };
+        task.set_event_time(event_time);
+        self.metrics.set_late_keys(
+            partition,
+            true,
+            task.event_time()
+                .into_iter()
+                .flat_map(EventTime::late_by_key),
+        );
+        self.metrics
+            .task(partition, |m| m.phase = TaskPhase::Running);
+        info!(
+            partition,
+            records = restored.records,
+            consumers_replaced = restored.replaced,
+            keys = task.state_len(),
+            sender = %task.clock().sender(),
+            next_seq = task.clock().next_seq(),
+            took_ms = started.elapsed().as_millis() as u64,
+            "task restored"
+        );
+        Ok(task)
+    }
+
+    /// Starts the event-time order `et` of `task` just restored: the startup end of each input
+    /// — one batched `ListOffsets(LATEST, READ_UNCOMMITTED)` — and the restored gate's
+    /// frontiers (DESIGN.md §5).
+    ///
+    /// # Errors
+    /// Admin errors; the tracker's, naming the task.
+    fn start_event_time(&self, task: &Task, mut et: EventTime) -> Result<EventTime> {
+        let partition = task.partition();
+        let inputs = et.inputs();
+        let mut request = Vec::with_capacity(inputs.len());
+        for c in &inputs {
+            request.push((self.ctx.source_of(*c)?.name.as_str(), c.partition));
+        }
+        let admin = self.evidence.admin();
+        let ends = admin.high_watermarks(&request)?;
+        let stable = admin.last_stable_offsets(&request)?;
+        for ((c, end), lso) in inputs.iter().zip(ends).zip(stable) {
+            et.start(*c, end)
+                .map_err(|e| self.ctx.gate_error(partition, e))?;
+            // Completeness waits for an open transaction to resolve (DESIGN.md §5): say which
+            // channel waits and for what, rather than guess.
+            if lso < end && task.gate().first_undelivered(c).is_some_and(|f| f < end) {
+                info!(
+                    topic = %self.ctx.source_of(*c)?.name,
+                    partition = c.partition,
+                    last_stable_offset = lso,
+                    startup_end = end,
+                    "event-time catch-up waits for an open transaction: history ends at the \
+                     high watermark, above the last stable offset, until it commits or aborts"
+                );
+            }
+        }
+        et.follow(task.gate())
+            .map_err(|e| self.ctx.gate_error(partition, e))?;
+        info!(
+            partition,
+            parked = et.parked(),
+            watermark = ?et.watermark(),
+            catching_up = et.catching_up(),
+            "event-time order started"
+        );
+        Ok(et)
+    }
+}

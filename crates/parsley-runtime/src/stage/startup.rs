@@ -1,0 +1,190 @@
+//! Startup: resolving a stage's topics, checking co-partitioning, and creating its clients.
+//!
+//! What takes round trips runs side by side: the transactional producer's `InitProducerId`
+//! (which fences an earlier incarnation of the stage's transactional id) needs nothing from
+//! the topics, so it runs on a helper thread while the sources, sinks and dead-letter topic are
+//! described, the consumer subscribes (its group join goes on meanwhile; the assignment waits
+//! for the first poll) and the changelog topic is made ready.
+//!
+//! Invariant: a stage starts only with every topic it names resolved to a topic id and its
+//! sources co-partitioned (equal partition counts); the changelog has as many partitions.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::sync::mpsc::Sender;
+use std::time::Instant;
+
+use parsley_stage::{ImpossiblePolicy, StageSpec};
+use rdkafka::ClientConfig;
+use tracing::debug;
+
+use super::StageRunner;
+use super::context::{DeadLetterTopic, TaskContext};
+use super::evidence::Evidence;
+use super::intake::Intake;
+use super::transaction::{OwnWrites, Transaction};
+use crate::admin::{Admin, TopicInfo};
+use crate::changelog;
+use crate::config::RuntimeConfig;
+use crate::error::{Error, Result};
+use crate::metrics::{Progress, StageMetrics};
+
+/// The topics of a stage, resolved.
+struct Resolved {
+    sources: Vec<TopicInfo>,
+    sinks: Vec<TopicInfo>,
+    dead_letter: Option<TopicInfo>,
+    changelog: TopicInfo,
+}
+
+impl StageRunner {
+    /// Resolves the stage's topics, checks co-partitioning, creates the clients and
+    /// initialises transactions (module docs).
+    ///
+    /// # Errors
+    /// [`Error::UnknownTopic`], [`Error::NotCoPartitioned`], [`Error::ChangelogPartitions`],
+    /// client and admin errors.
+    pub(crate) fn new(
+        app: &str,
+        spec: StageSpec,
+        config: RuntimeConfig,
+        metrics: Arc<StageMetrics>,
+        observer: Option<Sender<Progress>>,
+        shutdown: Arc<AtomicBool>,
+    ) -> Result<Self> {
+        let started = Instant::now();
+        let admin = Arc::new(Admin::new(&config.bootstrap, config.timeout)?);
+        let group = spec.group_id(app);
+        let mut pc = ClientConfig::new();
+        pc.set("bootstrap.servers", &config.bootstrap)
+            .set("transactional.id", config.transactional_id(&group))
+            .set("client.id", format!("{group}-producer"))
+            .set("linger.ms", "5")
+            .set("partitioner", "murmur2_random");
+        config.apply_properties(&mut pc, &config.producer_properties);
+        let (resolved, outbox) = std::thread::scope(|scope| {
+            let producing = scope
+                .spawn(|| Transaction::producer(&pc, config.statistics_sink(), config.timeout));
+            let resolved = (|| -> Result<_> {
+                let (sources, sinks, dead_letter) = describe(&admin, &spec)?;
+                debug!(
+                    took_ms = started.elapsed().as_millis() as u64,
+                    "startup: topics described"
+                );
+                // The group join runs while the changelog is made ready and the producer
+                // initialises (the assignment waits for the first poll).
+                let intake = Intake::subscribe(&config, &group, &admin, spec.sources())?;
+                let changelog = changelog::ensure_topic(
+                    &admin,
+                    &changelog::changelog_topic(&group),
+                    sources[0].partitions,
+                )?;
+                debug!(
+                    took_ms = started.elapsed().as_millis() as u64,
+                    "startup: changelog ready"
+                );
+                let resolved = Resolved {
+                    sources,
+                    sinks,
+                    dead_letter,
+                    changelog,
+                };
+                Ok((resolved, intake))
+            })();
+            let outbox = match producing.join() {
+                Ok(outbox) => outbox,
+                Err(panic) => std::panic::resume_unwind(panic),
+            };
+            (resolved, outbox)
+        });
+        let (resolved, intake) = resolved?;
+        let outbox = outbox?;
+        debug!(
+            took_ms = started.elapsed().as_millis() as u64,
+            "startup: transactions initialised"
+        );
+        let Resolved {
+            sources,
+            sinks,
+            dead_letter,
+            changelog,
+        } = resolved;
+        let looped = sinks
+            .iter()
+            .filter(|k| sources.iter().any(|s| s.id == k.id))
+            .map(|k| k.id)
+            .collect();
+        let evidence = Evidence::new(admin, sources.iter().chain(&sinks));
+        let txn = Transaction::new(
+            outbox,
+            pc,
+            config.statistics_sink(),
+            changelog,
+            OwnWrites::new(looped),
+            config.timeout,
+        );
+        let ctx = TaskContext {
+            stage: spec.name().to_string(),
+            sources,
+            sinks,
+            dead_letter: dead_letter.map(|info| DeadLetterTopic {
+                name: info.name.as_str().into(),
+                info,
+            }),
+            processor: spec.processor().clone(),
+            policy: spec.impossible_policy().clone(),
+            gate_mode: config.gate,
+            cap: config.max_queued_per_channel,
+            metrics: metrics.clone(),
+        };
+        Ok(StageRunner {
+            app: app.to_string(),
+            spec,
+            config,
+            ctx,
+            intake,
+            evidence,
+            tasks: Default::default(),
+            txn,
+            metrics,
+            observer,
+            shutdown,
+        })
+    }
+}
+
+/// Describes the stage's sources, sinks and dead-letter topic, and checks that its sources
+/// are co-partitioned.
+#[allow(clippy::type_complexity)]
+fn describe(
+    admin: &Admin,
+    spec: &StageSpec,
+) -> Result<(Vec<TopicInfo>, Vec<TopicInfo>, Option<TopicInfo>)> {
+    let source_names: Vec<&str> = spec.sources().iter().map(String::as_str).collect();
+    let sources = admin.describe_topics(&source_names)?;
+    if sources
+        .iter()
+        .any(|t| t.partitions != sources[0].partitions)
+    {
+        return Err(Error::NotCoPartitioned {
+            stage: spec.name().to_string(),
+            partitions: sources
+                .iter()
+                .map(|t| (t.name.clone(), t.partitions))
+                .collect(),
+        });
+    }
+    let sink_names: Vec<&str> = spec.sinks().iter().map(String::as_str).collect();
+    let sinks = if sink_names.is_empty() {
+        Vec::new()
+    } else {
+        admin.describe_topics(&sink_names)?
+    };
+    let dead_letter = match spec.impossible_policy() {
+        ImpossiblePolicy::DeadLetter { topic } => {
+            Some(admin.describe_topics(&[topic.as_str()])?.remove(0))
+        }
+        _ => None,
+    };
+    Ok((sources, sinks, dead_letter))
+}

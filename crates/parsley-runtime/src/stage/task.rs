@@ -1,0 +1,796 @@
+//! The task: partition `p` of every source of a stage, as pure logic — its gate, node clock,
+//! fold state and event-time order — with no Kafka client in it.
+//!
+//! The stream thread owns the I/O around a task. It offers each fetched record
+//! ([`Task::offer`]) and hands over the evidence it reads (positions, high watermarks, live
+//! heads); the task delivers what its gate releases ([`Task::deliver`]), stamps every emission
+//! with its node clock and hands it to an [`Output`]; delivery reports come back through
+//! [`Task::acked`]; at a commit the task writes what changed to a [`ChangelogWriter`]
+//! ([`Task::write_changelog`]) and names the input offsets to commit with it.
+//!
+//! # Invariants
+//! - Per delivered record, in this order: the node clock observes the record (its coordinate,
+//!   its stamp, and the coordinates replacing its in-flight claims), the handler runs, the fold
+//!   state changes, and each emission is stamped with the node clock and handed to the output.
+//!   The clock is transactional: sends not acknowledged yet are claimed in flight, so no send
+//!   waits for another's acknowledgement (`parsley_clock::CausalClock`).
+//! - A send the output refuses releases its claim in the clock before the error returns.
+//! - `dirty` names exactly the state keys changed since the last changelog write; `changed`
+//!   is set by every delivery and release since then.
+//! - `snapshot_offsets` are the input offsets the last written snapshot was committed with:
+//!   both describe the same moment, as the changelog and the group's offsets do after a commit.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::Instant;
+
+use parsley_clock::{CausalClock, Channel, Coordinate, SenderId, Stamp, TopicId, codec};
+use parsley_gate::{Arrival, Gate, GateError, Part};
+use parsley_stage::{RawDelivery, RawEmission, StateChange};
+use tracing::{trace, warn};
+
+use super::context::TaskContext;
+use super::output::{ChangelogWriter, Outgoing, Output};
+use super::{DELIVERY_TARGET, backpressure, policy};
+use crate::changelog::{EVENT_TIME_KEY, META_KEY, STATE_PREFIX, TaskSnapshot};
+use crate::error::{Error, Result};
+use crate::event_time::{Delivered, EventTime, HandOver, ParkedRecord};
+use crate::outbox::{SendTag, partition_for};
+
+/// The timestamp a handler sees for a record without one (a message format before v1), and
+/// the emission timestamp that leaves the choice to the producer's clock.
+pub const NO_TIMESTAMP: i64 = -1;
+
+/// What the gate hands back on delivery.
+#[derive(Debug)]
+pub(crate) struct Payload {
+    /// Index of the source topic in [`TaskContext::sources`].
+    pub source: usize,
+    /// Key bytes.
+    pub key: Option<Vec<u8>>,
+    /// Value bytes.
+    pub value: Option<Vec<u8>>,
+    /// When the record's poll batch was taken (gate-wait metrics).
+    pub arrived: Instant,
+    /// The Kafka record timestamp, ms since the epoch (the event time of an event-time stage);
+    /// `None` when the record has none.
+    pub record_timestamp: Option<i64>,
+    /// The stamp, when the gate does not check it ([`crate::GateMode::Off`]): still merged
+    /// into the node clock on delivery. Boxed, like the rare field below: every record moves
+    /// through the gate by value, and the common case should be small.
+    pub unchecked_stamp: Option<Box<Stamp>>,
+    /// Why the record goes to the dead-letter topic instead of the handler, if it does.
+    pub dead_letter: Option<Box<str>>,
+}
+
+/// A polled record, copied out of the consumer's buffer.
+#[derive(Debug)]
+pub(crate) struct Fetched {
+    /// The task's partition.
+    pub partition: i32,
+    /// The record's channel.
+    pub channel: Channel,
+    /// What the gate takes.
+    pub arrival: Arrival<Payload>,
+    /// The stamp header could not be decoded (the record is unstamped in `arrival`).
+    pub malformed: Option<Box<Error>>,
+}
+
+/// Work done since the last commit: what makes a commit worth writing.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Work {
+    /// Records delivered to the handler or dead-lettered.
+    pub deliveries: u64,
+    /// Records sent (emissions and dead letters).
+    pub emissions: u64,
+    /// Gate deliveries parked in an event-time queue (the queue changed: commit it).
+    pub parked: u64,
+}
+
+impl Work {
+    /// No delivery, send or parked record.
+    pub(crate) fn is_empty(&self) -> bool {
+        *self == Work::default()
+    }
+}
+
+impl std::ops::AddAssign for Work {
+    fn add_assign(&mut self, other: Work) {
+        self.deliveries += other.deliveries;
+        self.emissions += other.emissions;
+        self.parked += other.parked;
+    }
+}
+
+/// Per-task deliveries not yet added to the task's [`crate::TaskMetrics`] (one lock per
+/// delivery round, not per record).
+#[derive(Debug, Default)]
+pub(crate) struct TaskCounts {
+    pub delivered: u64,
+    pub held: u64,
+    pub gate_wait_us: u64,
+    pub max_gate_wait_us: u64,
+    pub late: u64,
+    pub raised: u64,
+}
+
+/// One record handed to the handler.
+struct Handled<'a> {
+    source: usize,
+    offset: i64,
+    /// ms since the epoch, [`NO_TIMESTAMP`] when it has none.
+    timestamp: i64,
+    key: Option<&'a [u8]>,
+    value: Option<Vec<u8>>,
+}
+
+/// One task: partition `p` of every source.
+pub(crate) struct Task {
+    partition: i32,
+    gate: Gate<Payload>,
+    clock: CausalClock,
+    state: HashMap<Vec<u8>, Vec<u8>>,
+    /// State keys changed since the last changelog write.
+    dirty: BTreeSet<Vec<u8>>,
+    /// Deliveries or releases since the last changelog write (the clock and gate changed).
+    changed: bool,
+    /// The input offsets of the last snapshot written.
+    snapshot_offsets: Vec<(Channel, i64)>,
+    /// Deliveries not yet added to the task's metrics.
+    counts: TaskCounts,
+    /// Event-time order (watermark and timer queue), when the stage orders by event time.
+    event_time: Option<EventTime>,
+    /// The stamp encoder's buffer, reused across sends.
+    stamp_buf: Vec<u8>,
+}
+
+impl Task {
+    fn with(
+        partition: i32,
+        gate: Gate<Payload>,
+        clock: CausalClock,
+        state: HashMap<Vec<u8>, Vec<u8>>,
+        snapshot_offsets: Vec<(Channel, i64)>,
+    ) -> Self {
+        Task {
+            partition,
+            gate,
+            clock,
+            state,
+            dirty: BTreeSet::new(),
+            changed: false,
+            snapshot_offsets,
+            counts: TaskCounts::default(),
+            event_time: None,
+            stamp_buf: Vec::with_capacity(256),
+        }
+    }
+
+    /// A task that never committed: a new sender incarnation, its gate seeded at `positions`
+    /// (the consumer's start positions), with fold state `state` (what the changelog holds
+    /// without a snapshot: nothing, normally).
+    ///
+    /// # Errors
+    /// The gate's, for a position on a channel the task does not consume.
+    pub(crate) fn fresh(
+        partition: i32,
+        consumed: Vec<Channel>,
+        positions: &[(Channel, i64)],
+        state: HashMap<Vec<u8>, Vec<u8>>,
+    ) -> Result<Self, GateError> {
+        let mut gate = Gate::new(consumed);
+        for &(channel, position) in positions {
+            gate.seed(channel, position)?;
+        }
+        let clock = CausalClock::transactional(SenderId::random());
+        Ok(Task::with(partition, gate, clock, state, Vec::new()))
+    }
+
+    /// The task restored from its last committed `snapshot` and fold state (DESIGN.md §7,
+    /// exact restore), assigned at `positions` (the group's committed offsets, or the log start
+    /// where it has none). Returns the task and the consumed channels the snapshot does not
+    /// name, with their assigned positions: channels new to the task, which the caller seeds
+    /// ([`Task::seed`]) at their log start.
+    ///
+    /// Channels the snapshot names that the task no longer consumes belong to a deleted topic
+    /// (a recreated topic is a new channel) and are dropped; a consumed channel the snapshot
+    /// does not name is new: a group offset for it can only be left over from the topic's
+    /// previous incarnation (case C11).
+    ///
+    /// # Errors
+    /// [`Error::RestoreMismatch`] when the snapshot was committed with other offsets than
+    /// `positions` on the channels it names; the gate's errors.
+    pub(crate) fn restore(
+        ctx: &TaskContext,
+        partition: i32,
+        mut positions: Vec<(Channel, i64)>,
+        mut snapshot: TaskSnapshot,
+        state: HashMap<Vec<u8>, Vec<u8>>,
+    ) -> Result<(Self, Vec<(Channel, i64)>)> {
+        let consumed = ctx.consumed(partition);
+        positions.sort();
+        let gone: Vec<Channel> = snapshot
+            .offsets
+            .iter()
+            .map(|(c, _)| *c)
+            .filter(|c| !consumed.contains(c))
+            .collect();
+        if !gone.is_empty() {
+            warn!(
+                partition,
+                ?gone,
+                "channels of the snapshot are gone (topic deleted or recreated)"
+            );
+        }
+        snapshot.offsets.retain(|(c, _)| consumed.contains(c));
+        snapshot
+            .gate
+            .channels
+            .retain(|c| consumed.contains(&c.channel));
+        let mut fresh = Vec::new();
+        positions.retain(|&(c, o)| {
+            let known = snapshot.offsets.iter().any(|(s, _)| *s == c);
+            if !known {
+                fresh.push((c, o));
+            }
+            known
+        });
+        let mut committed_with = snapshot.offsets.clone();
+        committed_with.sort();
+        if committed_with != positions {
+            let name = |cs: &[(Channel, i64)]| {
+                cs.iter()
+                    .map(|(c, o)| format!("{}/{}@{o}", ctx.topic_name(c.topic), c.partition))
+                    .collect()
+            };
+            return Err(Error::RestoreMismatch {
+                stage: ctx.stage.clone(),
+                partition,
+                changelog: name(&committed_with),
+                group: name(&positions),
+            });
+        }
+        let gate = Gate::restore(consumed.iter().copied(), &snapshot.gate)
+            .map_err(|e| ctx.gate_error(partition, e))?;
+        let clock = CausalClock::resume(snapshot.sender, snapshot.next_seq, snapshot.clock, true);
+        Ok((
+            Task::with(partition, gate, clock, state, committed_with),
+            fresh,
+        ))
+    }
+
+    /// Seeds a channel new to the task at `position` (its log start).
+    ///
+    /// # Errors
+    /// The gate's, for a channel the task does not consume or one seeded already.
+    pub(crate) fn seed(&mut self, channel: Channel, position: i64) -> Result<(), GateError> {
+        self.gate.seed(channel, position)
+    }
+
+    /// Sets the task's event-time order (after its restore).
+    pub(crate) fn set_event_time(&mut self, event_time: Option<EventTime>) {
+        self.event_time = event_time;
+    }
+
+    /// The task's partition.
+    pub(crate) fn partition(&self) -> i32 {
+        self.partition
+    }
+
+    /// The task's gate.
+    pub(crate) fn gate(&self) -> &Gate<Payload> {
+        &self.gate
+    }
+
+    /// The task's gate, to hand it evidence and apply backpressure.
+    pub(crate) fn gate_mut(&mut self) -> &mut Gate<Payload> {
+        &mut self.gate
+    }
+
+    /// The gate, with the event-time order of an event-time stage (live-head evidence).
+    pub(crate) fn gate_and_event_time(&mut self) -> (&Gate<Payload>, Option<&mut EventTime>) {
+        (&self.gate, self.event_time.as_mut())
+    }
+
+    /// The event-time order, when the stage orders by event time.
+    pub(crate) fn event_time(&self) -> Option<&EventTime> {
+        self.event_time.as_ref()
+    }
+
+    /// The event-time order, when the stage orders by event time.
+    pub(crate) fn event_time_mut(&mut self) -> Option<&mut EventTime> {
+        self.event_time.as_mut()
+    }
+
+    /// The node clock.
+    pub(crate) fn clock(&self) -> &CausalClock {
+        &self.clock
+    }
+
+    /// Keys with fold state.
+    pub(crate) fn state_len(&self) -> usize {
+        self.state.len()
+    }
+
+    /// The deliveries counted since the last call.
+    pub(crate) fn take_counts(&mut self) -> TaskCounts {
+        std::mem::take(&mut self.counts)
+    }
+
+    /// Offers a fetched record of this task to its gate, applying the policy to a malformed
+    /// stamp first; a full channel that an in-flight claim needs spills at once.
+    ///
+    /// # Errors
+    /// The policy's error for a malformed stamp; the gate's refusal (the record is dropped
+    /// with the error: the stage stops and reads it again after a restart).
+    pub(crate) fn offer(&mut self, ctx: &TaskContext, fetched: Fetched) -> Result<()> {
+        let Fetched {
+            channel,
+            mut arrival,
+            malformed,
+            ..
+        } = fetched;
+        if let Some(error) = malformed {
+            ctx.metrics.impossible();
+            ctx.metrics
+                .task(self.partition, |m| m.impossible_stamps += 1);
+            arrival.payload.dead_letter = policy::on_malformed(&ctx.policy, *error)?;
+        }
+        let refetching = self.gate.refetching(&channel).is_some();
+        let refetched = if refetching {
+            self.gate.metrics().refetched
+        } else {
+            0
+        };
+        self.gate
+            .offer(channel, arrival)
+            .map_err(|refused| ctx.gate_error(self.partition, refused.kind))?;
+        ctx.metrics.fetched();
+        if refetching {
+            ctx.metrics
+                .refetched(self.gate.metrics().refetched - refetched);
+        }
+        backpressure::on_offer(&mut self.gate, channel, ctx.cap, &ctx.metrics);
+        Ok(())
+    }
+
+    /// Applies the stage's policy to the impossible stamps the gate found; a dead-lettered
+    /// record goes to `out`.
+    ///
+    /// # Errors
+    /// The policy's error ([`Error::ImpossibleStamp`] under `Fail`); the gate's; a refused send.
+    pub(crate) fn resolve_impossible(
+        &mut self,
+        ctx: &TaskContext,
+        out: &mut dyn Output,
+    ) -> Result<Work> {
+        let mut work = Work::default();
+        for stamp in self.gate.take_impossible() {
+            ctx.metrics.impossible();
+            ctx.metrics
+                .task(self.partition, |m| m.impossible_stamps += 1);
+            let error = Error::ImpossibleStamp {
+                stage: ctx.stage.clone(),
+                topic: ctx.topic_name(stamp.record.channel.topic),
+                stamp: Box::new(stamp),
+            };
+            let verdict = policy::on_impossible(&ctx.policy, error)?;
+            let discarded = self
+                .gate
+                .resolve(stamp.record, verdict.resolution())
+                .map_err(|e| ctx.gate_error(self.partition, e))?;
+            if let (Some(d), policy::Impossible::DeadLetter(reason)) = (discarded, &verdict) {
+                work.deliveries += 1;
+                self.dead_letter(ctx, out, &mut work, &d.payload, d.coordinate, reason)?;
+            }
+        }
+        Ok(work)
+    }
+
+    /// Delivers what the gate releases; for an event-time stage, parks each delivery in the
+    /// timer queue and hands over what the watermark releases (module docs of `event_time`).
+    ///
+    /// # Errors
+    /// The processor's; a clock or gate error; [`Error::NoEventTime`] for a record without a
+    /// timestamp in an event-time stage; a refused send.
+    pub(crate) fn deliver(&mut self, ctx: &TaskContext, out: &mut dyn Output) -> Result<Work> {
+        let mut work = Work::default();
+        while let Some(d) = self.gate.next_delivery() {
+            self.changed = true;
+            let payload = d.payload;
+            let stamp = d.stamp.as_ref().or(payload.unchecked_stamp.as_deref());
+            self.clock.observe(d.coordinate, stamp);
+            for r in &d.replacements {
+                self.clock.learn(*r)?;
+            }
+            if d.lookahead {
+                ctx.metrics.lookahead();
+            }
+            if let Some(reason) = &payload.dead_letter {
+                self.dead_letter(ctx, out, &mut work, &payload, d.coordinate, reason)?;
+                work.deliveries += 1;
+                ctx.metrics.delivered();
+                self.counts.delivered += 1;
+                continue;
+            }
+            let topic = &ctx.sources[payload.source].name;
+            // `topic` as a `&str` field: a subscriber gets it without formatting.
+            trace!(target: DELIVERY_TARGET, topic = topic.as_str(), partition = self.partition,
+                offset = d.coordinate.offset, "delivered");
+            if d.waited {
+                let us = payload.arrived.elapsed().as_micros() as u64;
+                trace!(topic = %topic, partition = self.partition, offset = d.coordinate.offset,
+                    waited_us = us, "held record delivered");
+                ctx.metrics.held(us);
+                self.counts.held += 1;
+                self.counts.gate_wait_us += us;
+                self.counts.max_gate_wait_us = self.counts.max_gate_wait_us.max(us);
+            }
+            let Some(et) = self.event_time.as_mut() else {
+                let handled = Handled {
+                    source: payload.source,
+                    offset: d.coordinate.offset,
+                    timestamp: payload.record_timestamp.unwrap_or(NO_TIMESTAMP),
+                    key: payload.key.as_deref(),
+                    value: payload.value,
+                };
+                self.handle(ctx, out, &mut work, handled)?;
+                continue;
+            };
+            let timestamp = payload.record_timestamp.ok_or_else(|| Error::NoEventTime {
+                stage: ctx.stage.clone(),
+                topic: topic.clone(),
+                partition: self.partition,
+                offset: d.coordinate.offset,
+            })?;
+            let record = ParkedRecord {
+                channel: (
+                    d.coordinate.channel.topic.to_bytes(),
+                    d.coordinate.channel.partition,
+                ),
+                offset: d.coordinate.offset,
+                timestamp,
+                keyless: payload.key.is_none(),
+                value: payload.value,
+                sender: stamp
+                    .and_then(|s| s.sender)
+                    .map(|t| (*t.sender.as_bytes(), t.seq)),
+            };
+            let delivered = et
+                .deliver(stamp, &d.replacements, payload.key, record)
+                .map_err(|e| ctx.gate_error(self.partition, e))?;
+            work.parked += 1;
+            match delivered {
+                Delivered::Parked { late, raised } => {
+                    if late {
+                        self.counts.late += 1;
+                        ctx.metrics.late();
+                    }
+                    if raised {
+                        self.counts.raised += 1;
+                        ctx.metrics.raised();
+                    }
+                }
+                Delivered::Now(h) => {
+                    if h.late {
+                        self.counts.late += 1;
+                        ctx.metrics.late();
+                    }
+                    self.hand_over(ctx, out, &mut work, h)?;
+                }
+            }
+        }
+        if let Some(et) = self.event_time.as_mut() {
+            et.follow(&self.gate)
+                .map_err(|e| ctx.gate_error(self.partition, e))?;
+            if et.release() > 0 {
+                self.changed = true;
+            }
+            while let Some(h) = self.event_time.as_mut().and_then(EventTime::next_release) {
+                self.hand_over(ctx, out, &mut work, h)?;
+            }
+        }
+        Ok(work)
+    }
+
+    /// Hands a record released by the timer queue to the handler (late records are counted
+    /// when the queue takes them, not here).
+    fn hand_over(
+        &mut self,
+        ctx: &TaskContext,
+        out: &mut dyn Output,
+        work: &mut Work,
+        h: HandOver,
+    ) -> Result<()> {
+        let record = h.record;
+        let id = TopicId::from_bytes(record.channel.0);
+        // A record parked before its topic was recreated (a new id) goes to the source of the
+        // same name, as it did when parked.
+        let source = match ctx.sources.iter().position(|t| t.id == id) {
+            Some(s) => s,
+            None => {
+                let name = self.event_time.as_ref().and_then(|et| et.topic_name(id));
+                ctx.source_index(name.ok_or_else(|| Error::UnknownTopic {
+                    topic: id.to_string(),
+                })?)?
+            }
+        };
+        let handled = Handled {
+            source,
+            offset: record.offset,
+            timestamp: record.timestamp,
+            key: h.key.as_deref(),
+            value: record.value,
+        };
+        self.handle(ctx, out, work, handled)
+    }
+
+    /// Runs the handler on one record: fold state, emissions, counts. The record's timestamp
+    /// (ms since the epoch, [`NO_TIMESTAMP`] when it has none) is what the handler sees and
+    /// what every emission carries (timestamp propagation, as in Kafka Streams), so a
+    /// downstream stage that orders by event time sees the event time of the record that
+    /// caused each output, not the moment it was produced.
+    fn handle(
+        &mut self,
+        ctx: &TaskContext,
+        out: &mut dyn Output,
+        work: &mut Work,
+        record: Handled<'_>,
+    ) -> Result<()> {
+        let state_key = record.key.unwrap_or_default();
+        let step = ctx.processor.process_delivery(
+            RawDelivery {
+                topic: &ctx.sources[record.source].name,
+                partition: self.partition,
+                offset: record.offset,
+                timestamp: record.timestamp,
+                key: record.key,
+                value: record.value,
+            },
+            self.state.get(state_key).map(Vec::as_slice),
+        )?;
+        match step.state {
+            StateChange::Keep => {}
+            StateChange::Set(s) => {
+                self.state.insert(state_key.to_vec(), s);
+                self.dirty.insert(state_key.to_vec());
+            }
+            StateChange::Delete => {
+                self.state.remove(state_key);
+                self.dirty.insert(state_key.to_vec());
+            }
+        }
+        for emission in step.emit {
+            self.emit(ctx, out, emission, record.timestamp)?;
+            work.emissions += 1;
+        }
+        work.deliveries += 1;
+        ctx.metrics.delivered();
+        self.counts.delivered += 1;
+        Ok(())
+    }
+
+    /// Stamps one emission with the node clock and hands it to `out`, with record timestamp
+    /// `timestamp` (ms since the epoch; [`NO_TIMESTAMP`]: the producer's clock).
+    fn emit(
+        &mut self,
+        ctx: &TaskContext,
+        out: &mut dyn Output,
+        e: RawEmission,
+        timestamp: i64,
+    ) -> Result<()> {
+        let sink = ctx.sink(&e.topic)?;
+        let channel = Channel::new(sink.id, partition_for(&e.key, sink.partitions));
+        self.stamp_buf.clear();
+        let sender = self.clock.stamp_into(channel, &mut self.stamp_buf)?;
+        let tag = SendTag {
+            task: self.partition,
+            channel,
+            seq: sender.seq,
+        };
+        let sent = out.send(Outgoing {
+            topic: e.topic,
+            tag,
+            key: e.key,
+            value: e.value,
+            stamp: &self.stamp_buf,
+            headers: &[],
+            timestamp: (timestamp != NO_TIMESTAMP).then_some(timestamp),
+        });
+        if let Err(err) = sent {
+            self.clock.failed(tag.seq, channel)?;
+            return Err(err);
+        }
+        ctx.metrics.emitted();
+        Ok(())
+    }
+
+    /// Sends a record to the stage's dead-letter topic, stamped by the task, with headers
+    /// naming its source coordinate and the reason.
+    fn dead_letter(
+        &mut self,
+        ctx: &TaskContext,
+        out: &mut dyn Output,
+        work: &mut Work,
+        payload: &Payload,
+        record: Coordinate,
+        reason: &str,
+    ) -> Result<()> {
+        let Some(dlq) = &ctx.dead_letter else {
+            return Err(Error::UnknownTopic {
+                topic: "(no dead-letter topic)".into(),
+            });
+        };
+        let key = payload.key.clone().unwrap_or_default();
+        let channel = Channel::new(dlq.info.id, partition_for(&key, dlq.info.partitions));
+        let stamp = self.clock.stamp(channel)?;
+        let tag = SendTag {
+            task: self.partition,
+            channel,
+            seq: stamp.sender.expect("stage stamps carry a sender").seq,
+        };
+        let source = format!(
+            "{}/{}@{}",
+            ctx.sources[payload.source].name, record.channel.partition, record.offset
+        );
+        warn!(%source, reason, topic = %dlq.name, "dead-lettered");
+        let headers = policy::dead_letter_headers(source, reason);
+        let sent = out.send(Outgoing {
+            topic: dlq.name.clone(),
+            tag,
+            key,
+            value: payload.value.clone().unwrap_or_default(),
+            stamp: &codec::encode(&stamp),
+            headers: &headers,
+            timestamp: payload.record_timestamp,
+        });
+        if let Err(err) = sent {
+            self.clock.failed(tag.seq, channel)?;
+            return Err(err);
+        }
+        work.emissions += 1;
+        ctx.metrics.dead_lettered();
+        Ok(())
+    }
+
+    /// Records the broker's offset for an acknowledged send: the clock replaces its in-flight
+    /// claim by the coordinate.
+    ///
+    /// # Errors
+    /// The clock's, for a send it does not know.
+    pub(crate) fn acked(&mut self, tag: SendTag, offset: i64) -> Result<()> {
+        Ok(self.clock.acked(tag.seq, tag.channel.at(offset))?)
+    }
+
+    /// Releases the claim of a send that was refused after the task made it.
+    ///
+    /// # Errors
+    /// The clock's, for a send it does not know.
+    pub(crate) fn send_failed(&mut self, tag: SendTag) -> Result<()> {
+        Ok(self.clock.failed(tag.seq, tag.channel)?)
+    }
+
+    /// The input offsets the task would commit now: the first undelivered offset of each of
+    /// its channels, sorted by channel.
+    pub(crate) fn input_offsets(&self) -> Vec<(Channel, i64)> {
+        let mut committed: Vec<(Channel, i64)> = self
+            .gate
+            .consumed()
+            .filter_map(|channel| {
+                self.gate
+                    .first_undelivered(&channel)
+                    .map(|next| (channel, next))
+            })
+            .collect();
+        committed.sort();
+        committed
+    }
+
+    /// `true` when the task committed before and would now commit other input offsets with
+    /// no delivery in between: its position moved over commit markers or aborted records
+    /// (case C01 — the committed position after a trailing marker is the end). Such a move is
+    /// committed at the next interval in an offsets-only transaction (case C06).
+    pub(crate) fn position_moved(&self) -> bool {
+        !self.snapshot_offsets.is_empty() && self.input_offsets() != self.snapshot_offsets
+    }
+
+    /// Writes the task's changed fold state, its timer queue's changes and, when anything
+    /// changed, its snapshot to `writer`, and returns the input offsets to commit with them.
+    /// Called once every output of the transaction is acknowledged, so the snapshot's clock
+    /// claims coordinates only.
+    ///
+    /// # Errors
+    /// A refused write; the timer queue's encoding errors.
+    pub(crate) fn write_changelog(
+        &mut self,
+        ctx: &TaskContext,
+        writer: &mut dyn ChangelogWriter,
+    ) -> Result<Vec<(Channel, i64)>> {
+        let committed = self.input_offsets();
+        let mut key = vec![STATE_PREFIX];
+        for k in std::mem::take(&mut self.dirty) {
+            key.truncate(1);
+            key.extend_from_slice(&k);
+            writer.write(&key, self.state.get(&k).map(Vec::as_slice))?;
+        }
+        // The timer queue's changes (records parked and released since the last commit): they
+        // change only with deliveries and releases, which also write the snapshot below.
+        if let Some(et) = &self.event_time {
+            ctx.metrics
+                .set_late_keys(self.partition, false, et.late_changed());
+        }
+        let event_time = match self.event_time.as_mut() {
+            Some(et) => Some(
+                et.take_changes()
+                    .map_err(|e| ctx.gate_error(self.partition, e))?,
+            ),
+            None => None,
+        };
+        for (key, record) in event_time.iter().flat_map(|c| &c.parts) {
+            writer.write(key, record.as_deref())?;
+        }
+        // A timer-queue change needs its header (watermark, segment numbers) in the same
+        // transaction.
+        let queue_changed = event_time.as_ref().is_some_and(|c| !c.parts.is_empty());
+        if self.changed || committed != self.snapshot_offsets || queue_changed {
+            let snapshot = TaskSnapshot {
+                sender: self.clock.sender(),
+                next_seq: self.clock.next_seq(),
+                clock: self.clock.clock().clone(),
+                gate: self.gate.snapshot(),
+                offsets: committed.clone(),
+            };
+            writer.write(META_KEY, Some(&snapshot.encode()))?;
+            if let Some(changes) = &event_time {
+                // Written with the snapshot, in the same transaction: restored together.
+                writer.write(EVENT_TIME_KEY, Some(&changes.record))?;
+            }
+            self.changed = false;
+            self.snapshot_offsets = committed.clone();
+        }
+        Ok(committed)
+    }
+}
+
+/// The event-time order of a task just restored, when the stage orders by event time (not
+/// started yet: the caller reads the startup ends): decoded from `bytes` (the changelog's
+/// event-time record committed with the task's snapshot) and `timers`, or fresh.
+///
+/// # Errors
+/// [`Error::EventTime`] for a record that does not decode, or for parked records in the
+/// changelog of a stage that no longer orders by event time (they would be lost).
+pub(crate) fn event_time_of(
+    ctx: &TaskContext,
+    order: Option<&parsley_stage::EventTimeOrder>,
+    partition: i32,
+    bytes: Option<&[u8]>,
+    timers: &BTreeMap<Part<Vec<u8>>, Vec<u8>>,
+) -> Result<Option<EventTime>> {
+    let event_error = |message: String| Error::EventTime {
+        stage: ctx.stage.clone(),
+        partition,
+        message,
+    };
+    let Some(order) = order else {
+        if timers.keys().any(|p| matches!(p, Part::Segment(_))) {
+            return Err(event_error(
+                "the changelog holds parked records but the stage no longer orders by event time; they would be lost".into(),
+            ));
+        }
+        return Ok(None);
+    };
+    let control = match &order.control {
+        Some(c) => Some((ctx.sources[ctx.source_index(&c.topic)?].id, c.lag_ms)),
+        None => None,
+    };
+    let inputs: Vec<Channel> = ctx
+        .sources
+        .iter()
+        .filter(|t| Some(t.id) != control.map(|(id, _)| id))
+        .map(|t| Channel::new(t.id, partition))
+        .collect();
+    let topics = ctx.sources.iter().map(|t| (t.id, t.name.clone()));
+    Ok(Some(match bytes {
+        Some(b) => EventTime::decode(inputs, control, topics, b, timers).map_err(event_error)?,
+        None => EventTime::new(inputs, control, topics),
+    }))
+}

@@ -1,0 +1,542 @@
+//! Unit tests of the stream thread's pure parts, without a broker: a task's delivery path
+//! (gate, handler, stamped emission, snapshot), its exact restore, the commit-first decision,
+//! the backpressure plan and the assignment check.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Instant;
+
+use parsley_clock::{
+    Channel, Clock, Coordinate, InFlight, SenderId, SenderTag, Stamp, TopicId, codec,
+};
+use parsley_gate::{Arrival, Awaiting, Gate};
+use parsley_stage::{Handler, HandlerResult, ImpossiblePolicy, Record, Step, Topology, Utf8};
+
+use super::backpressure::{self, Step as Plan};
+use super::context::TaskContext;
+use super::output::{ChangelogWriter, HeldSend, Outgoing, Output};
+use super::rebalance::check_assignment;
+use super::task::{Fetched, Payload, Task};
+use super::transaction::{OwnWait, OwnWrites};
+use crate::admin::TopicInfo;
+use crate::changelog::{META_KEY, Restored, TaskSnapshot};
+use crate::config::GateMode;
+use crate::error::{Error, Result};
+use crate::metrics::StageMetrics;
+use crate::outbox::SendTag;
+
+fn topic(n: u8, name: &str) -> TopicInfo {
+    TopicInfo {
+        name: name.to_string(),
+        id: TopicId::from_bytes([n; 16]),
+        partitions: 1,
+    }
+}
+
+fn ch(n: u8) -> Channel {
+    Channel::new(TopicId::from_bytes([n; 16]), 0)
+}
+
+/// Counts the records of each key and emits `key=n` to `out`.
+struct Count;
+
+impl Handler for Count {
+    type Key = String;
+    type Value = String;
+    type Output = String;
+    type State = u64;
+
+    fn handle(
+        &self,
+        r: Record<'_, String, String>,
+        n: Option<u64>,
+    ) -> HandlerResult<String, String, u64> {
+        let n = n.unwrap_or(0) + 1;
+        let line = format!("{}={n}", r.key);
+        Ok(Step::none().set_state(n).emit("out", r.key, line))
+    }
+}
+
+/// A stage reading `in` (topic 1) and `side` (topic 2), counting into `out` (topic 3).
+fn context() -> TaskContext {
+    let topology = Topology::builder("app")
+        .stage("count", Count, |s| {
+            s.source("in")
+                .source("side")
+                .sink("out")
+                .key_codec(Utf8)
+                .value_codec(Utf8)
+                .output_codec(Utf8)
+        })
+        .build()
+        .unwrap();
+    TaskContext {
+        stage: "count".into(),
+        sources: vec![topic(1, "in"), topic(2, "side")],
+        sinks: vec![topic(3, "out")],
+        dead_letter: None,
+        processor: topology.stage("count").unwrap().processor().clone(),
+        policy: ImpossiblePolicy::Fail,
+        gate_mode: GateMode::Causal,
+        cap: 10_000,
+        metrics: Arc::new(StageMetrics::default()),
+    }
+}
+
+/// Record `offset` of source `source` (0: `in`, 1: `side`), key `key`, value `value`.
+fn fetched(source: usize, offset: i64, key: &str, value: &str, stamp: Option<Stamp>) -> Fetched {
+    let channel = ch(source as u8 + 1);
+    Fetched {
+        partition: 0,
+        channel,
+        arrival: Arrival {
+            offset,
+            epoch: 1,
+            timestamp: 1_000 + offset,
+            stamp,
+            payload: Payload {
+                source,
+                key: Some(key.as_bytes().to_vec()),
+                value: Some(value.as_bytes().to_vec()),
+                arrived: Instant::now(),
+                record_timestamp: Some(1_000 + offset),
+                unchecked_stamp: None,
+                dead_letter: None,
+            },
+        },
+        malformed: None,
+    }
+}
+
+/// A stamp of another stage's sender claiming `claims`.
+fn claiming(claims: &[Coordinate]) -> Stamp {
+    Stamp {
+        sender: Some(SenderTag {
+            sender: SenderId::from_bytes([9; 16]),
+            seq: 0,
+        }),
+        clock: claims.iter().copied().collect::<Clock>(),
+        in_flight: Vec::new(),
+        acked_through: None,
+    }
+}
+
+/// A record the task sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Sent {
+    topic: String,
+    tag: SendTag,
+    key: String,
+    value: String,
+    stamp: Vec<u8>,
+    headers: Vec<(&'static str, Vec<u8>)>,
+    timestamp: Option<i64>,
+}
+
+#[derive(Default)]
+struct Sends(Vec<Sent>);
+
+impl Output for Sends {
+    fn send(&mut self, r: Outgoing<'_>) -> Result<()> {
+        self.0.push(Sent {
+            topic: r.topic.to_string(),
+            tag: r.tag,
+            key: String::from_utf8(r.key).unwrap(),
+            value: String::from_utf8(r.value).unwrap(),
+            stamp: r.stamp.to_vec(),
+            headers: r.headers.to_vec(),
+            timestamp: r.timestamp,
+        });
+        Ok(())
+    }
+}
+
+/// Refuses every send.
+struct Refusing;
+
+impl Output for Refusing {
+    fn send(&mut self, r: Outgoing<'_>) -> Result<()> {
+        Err(Error::UnknownTopic {
+            topic: r.topic.to_string(),
+        })
+    }
+}
+
+#[derive(Default)]
+struct Written(Vec<(Vec<u8>, Option<Vec<u8>>)>);
+
+impl ChangelogWriter for Written {
+    fn write(&mut self, key: &[u8], value: Option<&[u8]>) -> Result<()> {
+        self.0.push((key.to_vec(), value.map(<[u8]>::to_vec)));
+        Ok(())
+    }
+}
+
+/// Acknowledges every send of `sent` at consecutive offsets of its channel from `next`.
+fn ack_all(task: &mut Task, sent: &[Sent], next: &mut BTreeMap<Channel, i64>) {
+    for s in sent {
+        let offset = next.entry(s.tag.channel).or_insert(0);
+        task.acked(s.tag, *offset).unwrap();
+        *offset += 1;
+    }
+}
+
+fn fresh_task(ctx: &TaskContext) -> Task {
+    Task::fresh(
+        0,
+        ctx.consumed(0),
+        &[(ch(1), 0), (ch(2), 0)],
+        HashMap::new(),
+    )
+    .unwrap()
+}
+
+#[test]
+fn a_delivery_goes_through_gate_handler_and_stamp_into_the_snapshot() {
+    let ctx = context();
+    let mut task = fresh_task(&ctx);
+    let mut out = Sends::default();
+    // side@0 claims in@0: the gate holds it until its cause is delivered.
+    task.offer(
+        &ctx,
+        fetched(1, 0, "a", "effect", Some(claiming(&[ch(1).at(0)]))),
+    )
+    .unwrap();
+    let work = task.deliver(&ctx, &mut out).unwrap();
+    assert_eq!((work.deliveries, out.0.len()), (0, 0), "the effect waits");
+    assert_eq!(task.gate().blocked_count(), 1);
+    task.offer(&ctx, fetched(0, 0, "a", "cause", None)).unwrap();
+    let work = task.deliver(&ctx, &mut out).unwrap();
+    assert_eq!((work.deliveries, work.emissions, work.parked), (2, 2, 0));
+
+    // Cause first; both emissions carry their record's timestamp and go to `out`'s one
+    // partition, sequence 0 then 1 of the task's sender.
+    let lines: Vec<&str> = out.0.iter().map(|s| s.value.as_str()).collect();
+    assert_eq!(lines, ["a=1", "a=2"]);
+    assert_eq!(out.0[0].timestamp, Some(1_000));
+    assert_eq!(out.0[1].timestamp, Some(1_000));
+    assert_eq!(
+        out.0
+            .iter()
+            .map(|s| (s.tag.channel, s.tag.seq))
+            .collect::<Vec<_>>(),
+        [(ch(3), 0), (ch(3), 1)]
+    );
+    // The second stamp claims both deliveries by coordinate: the node clock observed each
+    // record before its handler ran. The unacknowledged first send is on the same channel, so
+    // append order covers it (no in-flight claim needed).
+    let second = codec::decode(&out.0[1].stamp).unwrap();
+    assert_eq!(second.clock.get(&ch(1)), Some(0));
+    assert_eq!(second.clock.get(&ch(2)), Some(0));
+    assert_eq!(second.in_flight, Vec::<InFlight>::new());
+    assert_eq!(
+        second.sender,
+        Some(SenderTag {
+            sender: task.clock().sender(),
+            seq: 1
+        })
+    );
+
+    // Acknowledged, the snapshot holds the fold state, the clock and the input offsets.
+    ack_all(&mut task, &out.0, &mut BTreeMap::new());
+    let mut written = Written::default();
+    let offsets = task.write_changelog(&ctx, &mut written).unwrap();
+    assert_eq!(offsets, vec![(ch(1), 1), (ch(2), 1)]);
+    assert_eq!(
+        written.0.len(),
+        2,
+        "one state record, one snapshot: {:?}",
+        written.0
+    );
+    assert_eq!(written.0[0].0, b"\x00a");
+    let (key, value) = &written.0[1];
+    assert_eq!(key.as_slice(), META_KEY);
+    let snapshot = TaskSnapshot::decode(value.as_deref().unwrap()).unwrap();
+    assert_eq!(snapshot.offsets, offsets);
+    assert_eq!(snapshot.next_seq, 2);
+    assert_eq!(
+        snapshot.clock.get(&ch(3)),
+        Some(1),
+        "own sends, acknowledged"
+    );
+    // Nothing changed since: a second commit writes nothing.
+    let mut again = Written::default();
+    task.write_changelog(&ctx, &mut again).unwrap();
+    assert!(again.0.is_empty(), "{:?}", again.0);
+}
+
+#[test]
+fn a_restored_task_makes_the_same_next_deliveries_and_stamps() {
+    let ctx = context();
+    let mut a = fresh_task(&ctx);
+    let mut first = Sends::default();
+    a.offer(&ctx, fetched(0, 0, "a", "x", None)).unwrap();
+    a.offer(
+        &ctx,
+        fetched(1, 0, "b", "y", Some(claiming(&[ch(1).at(0)]))),
+    )
+    .unwrap();
+    a.deliver(&ctx, &mut first).unwrap();
+    let mut acks = BTreeMap::new();
+    ack_all(&mut a, &first.0, &mut acks);
+    let mut written = Written::default();
+    let committed = a.write_changelog(&ctx, &mut written).unwrap();
+
+    // What a restore reads back from those records.
+    let mut restored = Restored::default();
+    for (key, value) in &written.0 {
+        restored.apply(key, value.as_deref()).unwrap();
+    }
+    let (mut b, fresh) = Task::restore(
+        &ctx,
+        0,
+        committed.clone(),
+        restored.snapshot.unwrap(),
+        restored.state,
+    )
+    .unwrap();
+    assert!(fresh.is_empty());
+
+    // The same next records, including one held for a cause, give the same sends.
+    let next = || {
+        vec![
+            fetched(1, 1, "a", "z", Some(claiming(&[ch(1).at(1)]))),
+            fetched(0, 1, "a", "w", None),
+            fetched(0, 2, "b", "v", None),
+        ]
+    };
+    let (mut from_a, mut from_b) = (Sends::default(), Sends::default());
+    for f in next() {
+        a.offer(&ctx, f).unwrap();
+    }
+    for f in next() {
+        b.offer(&ctx, f).unwrap();
+    }
+    a.deliver(&ctx, &mut from_a).unwrap();
+    b.deliver(&ctx, &mut from_b).unwrap();
+    let lines: Vec<&str> = from_b.0.iter().map(|s| s.value.as_str()).collect();
+    assert_eq!(lines, ["a=2", "a=3", "b=2"], "the fold state came back");
+    assert_eq!(
+        from_a.0, from_b.0,
+        "same sender, sequences, clocks and stamps"
+    );
+
+    // A snapshot committed with other offsets than the group's is refused, named.
+    let mut restored = Restored::default();
+    for (key, value) in &written.0 {
+        restored.apply(key, value.as_deref()).unwrap();
+    }
+    let err = Task::restore(
+        &ctx,
+        0,
+        vec![(ch(1), 1), (ch(2), 0)],
+        restored.snapshot.unwrap(),
+        restored.state,
+    )
+    .err()
+    .unwrap();
+    assert!(
+        matches!(&err, Error::RestoreMismatch { changelog, group, .. }
+            if changelog == &["in/0@1", "side/0@1"] && group == &["in/0@1", "side/0@0"]),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_refused_send_releases_its_claim() {
+    let ctx = context();
+    let mut task = fresh_task(&ctx);
+    task.offer(&ctx, fetched(0, 0, "a", "x", None)).unwrap();
+    let err = task.deliver(&ctx, &mut Refusing).unwrap_err();
+    assert!(matches!(err, Error::UnknownTopic { .. }), "{err}");
+    assert_eq!(
+        task.clock().unacked(),
+        0,
+        "no claim on a send that was not made"
+    );
+}
+
+#[test]
+fn a_held_send_is_sent_unchanged() {
+    let stamp = [1, 2, 3];
+    let headers = [("h", b"v".to_vec())];
+    let tag = SendTag {
+        task: 0,
+        channel: ch(3),
+        seq: 7,
+    };
+    let held = HeldSend::hold(Outgoing {
+        topic: "out".into(),
+        tag,
+        key: b"k".to_vec(),
+        value: b"v".to_vec(),
+        stamp: &stamp,
+        headers: &headers,
+        timestamp: Some(5),
+    });
+    assert_eq!(held.tag(), tag);
+    let mut out = Sends::default();
+    held.send_to(&mut out).unwrap();
+    assert_eq!(
+        out.0,
+        [Sent {
+            topic: "out".into(),
+            tag,
+            key: "k".into(),
+            value: "v".into(),
+            stamp: stamp.to_vec(),
+            headers: headers.to_vec(),
+            timestamp: Some(5),
+        }]
+    );
+}
+
+#[test]
+fn commit_first_when_a_gate_waits_on_the_open_transactions_own_write() {
+    let ctx = context();
+    let mut task = fresh_task(&ctx);
+    // `side` is the looped topic: the stage writes it and reads it. in@0 claims side@5.
+    task.offer(
+        &ctx,
+        fetched(0, 0, "a", "x", Some(claiming(&[ch(2).at(5)]))),
+    )
+    .unwrap();
+    task.deliver(&ctx, &mut Sends::default()).unwrap();
+    let waits = OwnWait {
+        head: ch(1).at(0),
+        awaits: ch(2).at(5),
+    };
+    let looped = || OwnWrites::new(vec![ch(2).topic]);
+    let tasks = [task];
+
+    let mut own = looped();
+    assert_eq!(own.awaited(&tasks), None, "nothing written yet");
+    own.acked(ch(2), 3);
+    own.acked(ch(2), 4);
+    assert_eq!(
+        own.awaited(&tasks),
+        Some(waits),
+        "side@5 is at or after the lowest write"
+    );
+    own.clear();
+    assert_eq!(
+        own.awaited(&tasks),
+        None,
+        "a new transaction wrote nothing yet"
+    );
+
+    let mut own = looped();
+    own.acked(ch(2), 6);
+    assert_eq!(
+        own.awaited(&tasks),
+        None,
+        "side@5 was written before this transaction"
+    );
+    let mut own = looped();
+    own.acked(ch(2), 5);
+    assert_eq!(own.awaited(&tasks), Some(waits));
+    let mut own = looped();
+    own.acked(ch(3), 0);
+    assert_eq!(
+        own.awaited(&tasks),
+        None,
+        "writes to topics the stage does not read"
+    );
+    assert!(matches!(
+        tasks[0].gate().blocked_heads()[0].awaits,
+        Awaiting::Frontier(c) if c == ch(2).at(5)
+    ));
+}
+
+/// A record of `sender`/`seq` claiming `in_flight` in flight.
+fn sent_by(offset: i64, sender: u8, seq: u64, in_flight: &[(Channel, u64)]) -> Arrival<i64> {
+    Arrival {
+        offset,
+        timestamp: 0,
+        epoch: 1,
+        stamp: Some(Stamp {
+            sender: Some(SenderTag {
+                sender: SenderId::from_bytes([sender; 16]),
+                seq,
+            }),
+            clock: Clock::default(),
+            in_flight: in_flight
+                .iter()
+                .map(|&(channel, seq)| InFlight { channel, seq })
+                .collect(),
+            acked_through: None,
+        }),
+        payload: offset,
+    }
+}
+
+#[test]
+fn the_backpressure_plan_keeps_a_channel_a_claim_needs_unpaused() {
+    let (a, b, c) = (ch(1), ch(2), ch(3));
+    let mut gate: Gate<i64> = Gate::new([a, b, c]);
+    for x in [a, b, c] {
+        gate.seed(x, 0).unwrap();
+    }
+    // b@0 of sender 1 claims its own send to `a` (seq 4) in flight: `a` must be read on.
+    gate.offer(b, sent_by(0, 1, 5, &[(a, 4)])).unwrap();
+    // `a` fills up with three records of other senders; so does `c`, which nobody needs.
+    for (o, seq) in [(0, 0), (1, 1), (2, 2)] {
+        gate.offer(a, sent_by(o, 3, seq, &[])).unwrap();
+        gate.offer(c, sent_by(o, 4, seq, &[])).unwrap();
+    }
+    assert!(gate.needs_reading(&a) && !gate.needs_reading(&c));
+    let cap = 3;
+
+    let steps = backpressure::plan(&gate, &HashSet::new(), cap);
+    assert_eq!(steps, [Plan::Spill(a), Plan::Pause(c)]);
+    assert!(!steps.contains(&Plan::Pause(a)));
+
+    // Already paused (from an earlier batch): a needed channel is resumed and spills; a
+    // channel at half the cap or less resumes.
+    let paused: HashSet<Channel> = [a, b, c].into();
+    let steps = backpressure::plan(&gate, &paused, cap);
+    assert_eq!(steps, [Plan::Spill(a), Plan::Resume(a), Plan::Resume(b)]);
+
+    // The plan is pure: the gate is as it was.
+    assert_eq!((gate.held(&a), gate.held(&c)), (3, 3));
+    // Mid-batch, a needed channel beyond the cap spills at once.
+    gate.offer(a, sent_by(3, 3, 3, &[])).unwrap();
+    backpressure::on_offer(&mut gate, a, cap, &StageMetrics::default());
+    assert!(gate.held(&a) <= cap, "spilled: {}", gate.held(&a));
+}
+
+#[test]
+fn an_assignment_must_cover_every_source_and_sources_must_not_change() {
+    let sources = [topic(1, "in"), topic(2, "side")];
+    let both: BTreeMap<i32, Vec<(Channel, i64)>> = [(0, vec![(ch(1), 0), (ch(2), 0)])].into();
+    assert!(check_assignment("s", &sources, &sources, &both).is_ok());
+
+    let one: BTreeMap<i32, Vec<(Channel, i64)>> = [(0, vec![(ch(1), 0)])].into();
+    let err = check_assignment("s", &sources, &sources, &one).unwrap_err();
+    assert!(
+        matches!(&err, Error::NotCoPartitioned { partitions, .. }
+            if partitions[1].0 == "side (partition 0 missing)"),
+        "{err}"
+    );
+
+    let mut grown = sources.clone();
+    grown[1].partitions = 2;
+    let err = check_assignment("s", &sources, &grown, &both).unwrap_err();
+    assert!(
+        matches!(&err, Error::SourceChanged { topic, partitions: (1, 2), recreated: false, .. } if topic == "side"),
+        "{err}"
+    );
+    let mut recreated = sources.clone();
+    recreated[0].id = TopicId::from_bytes([7; 16]);
+    let err = check_assignment("s", &sources, &recreated, &both).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::SourceChanged {
+                recreated: true,
+                ..
+            }
+        ),
+        "{err}"
+    );
+}

@@ -1,0 +1,602 @@
+//! The transaction: one transactional producer per stream thread (EOS v2), and the commit
+//! discipline around it.
+//!
+//! Every commit interval one transaction commits the outputs of the deliveries since the last
+//! commit, each changed task's fold state and snapshot in the stage's changelog, and, per
+//! consumed channel, the first undelivered offset — records fetched but not delivered are
+//! simply read again after a crash. A commit, in order: every output acknowledged (so the
+//! clocks claim coordinates only), the changelog written, the offsets sent with the consumer's
+//! group metadata, `EndTxn`; then the next transaction begins.
+//!
+//! **Overlap.** Once a transaction's outputs, changelog records and offsets are fixed, its
+//! round trips (`AddOffsetsToTxn`, `TxnOffsetCommit`, `EndTxn`) run on a helper thread while
+//! the stream thread goes on polling, gating and delivering: handlers run and event-time tasks
+//! park and release, but each send is stamped and held ([`Sends::Held`]) until the commit
+//! returns; then the next transaction begins and the held sends go first, in the order made.
+//!
+//! **Commit first.** A stage that reads a topic it writes commits at once, not at the
+//! interval, when a gate waits on an offset its own open transaction wrote: `read_committed`
+//! shows that record only after the commit ([`OwnWrites`]).
+//!
+//! **Recovery.** A transaction that cannot commit (timed out, a send refused) is aborted and
+//! every task returns to its last commit in place; a producer fenced for its transaction's age
+//! (case C08) is replaced; a fence by another process running as this instance (case C09)
+//! ends the stage with [`Error::Fenced`].
+//!
+//! Invariant: a task's committed offsets and its last committed snapshot describe the same
+//! moment — both are written in the same transaction, after its outputs are acknowledged.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use parsley_clock::{Channel, Coordinate, TopicId};
+use parsley_gate::Awaiting;
+use rdkafka::consumer::ConsumerGroupMetadata;
+use rdkafka::producer::Producer;
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use tracing::{debug, debug_span, warn};
+
+use super::StageRunner;
+use super::output::{ChangelogWriter, HeldSend, Outgoing, Output};
+use super::task::{Task, Work};
+use crate::admin::TopicInfo;
+use crate::config::StatisticsSink;
+use crate::error::{Error, Result};
+use crate::metrics::Progress;
+use crate::outbox::Outbox;
+
+/// Recoveries in a row, without a commit in between, before a stage gives up.
+pub(crate) const MAX_RECOVERIES: u32 = 5;
+
+/// Errors after which the transaction can be aborted and the tasks returned to their last
+/// commit: the transaction or one of its sends failed (a timed-out transaction shows up as
+/// `INVALID_PRODUCER_EPOCH` on the next send), not the data or the handler. A fenced or
+/// otherwise fatal producer cannot abort: [`StageRunner::recover`] then replaces it, unless
+/// the fence came from another process running as this instance ([`Error::Fenced`], which
+/// ends the stage).
+pub(crate) fn recoverable(e: &Error) -> bool {
+    match e {
+        // A fence seen at the commit goes to the recovery too, which tells a timed-out
+        // transaction (redone) from a zombie (ends the stage: `Error::Fenced`).
+        Error::Transaction { fatal, code, .. } => !*fatal || crate::error::fencing(*code),
+        // The abort decides: a fenced producer cannot abort, and the stage ends then.
+        Error::Send { .. } => true,
+        Error::Kafka {
+            source: rdkafka::error::KafkaError::Transaction(t),
+            ..
+        } => (t.txn_requires_abort() && !t.is_fatal()) || crate::error::fencing(t.code()),
+        _ => false,
+    }
+}
+
+/// Whether a commit may overlap its round trips with further work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Overlap {
+    /// Commit on a helper thread while the stream thread takes what is ready (the interval
+    /// and commit-first commits).
+    Yes,
+    /// Commit and return: a revocation or a shutdown, after which nothing may be taken.
+    No,
+}
+
+/// Where the tasks' sends go now.
+#[derive(Debug)]
+enum Sends {
+    /// Into the open transaction.
+    Open,
+    /// A commit is in flight: sends are stamped and held, in the order made, for the next
+    /// transaction.
+    Held(Vec<HeldSend>),
+}
+
+/// A blocked head that waits on the open transaction's own write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct OwnWait {
+    /// The waiting record.
+    pub head: Coordinate,
+    /// The coordinate it waits for, at or beyond an offset the open transaction wrote.
+    pub awaits: Coordinate,
+}
+
+/// The lowest offset the open transaction wrote on each channel of a topic the stage both
+/// reads and writes (a loop through itself), from the acks.
+///
+/// Invariant: cleared when a transaction begins; holds acked writes only (an unacked send's
+/// offset is unknown, and the next batch looks again).
+#[derive(Debug, Default)]
+pub(crate) struct OwnWrites {
+    /// The looped topics; empty for most stages, which then never look for waits.
+    looped: Vec<TopicId>,
+    lowest: BTreeMap<Channel, i64>,
+}
+
+impl OwnWrites {
+    /// Tracks the writes of the open transaction to `looped` topics.
+    pub(crate) fn new(looped: Vec<TopicId>) -> Self {
+        OwnWrites {
+            looped,
+            lowest: BTreeMap::new(),
+        }
+    }
+
+    /// A send of the open transaction was acknowledged at `offset` on `channel`.
+    pub(crate) fn acked(&mut self, channel: Channel, offset: i64) {
+        if self.looped.contains(&channel.topic) {
+            let lowest = self.lowest.entry(channel).or_insert(offset);
+            *lowest = (*lowest).min(offset);
+        }
+    }
+
+    /// A new transaction began.
+    pub(crate) fn clear(&mut self) {
+        self.lowest.clear();
+    }
+
+    /// The commit-first decision: a blocked head of `tasks` whose gate awaits a frontier at or
+    /// beyond an offset that the open transaction wrote on the same channel, if any.
+    pub(crate) fn awaited<'a>(&self, tasks: impl IntoIterator<Item = &'a Task>) -> Option<OwnWait> {
+        if self.lowest.is_empty() {
+            return None;
+        }
+        tasks.into_iter().find_map(|task| {
+            task.gate()
+                .blocked_heads()
+                .into_iter()
+                .find_map(|b| match b.awaits {
+                    Awaiting::Frontier(c)
+                        if self
+                            .lowest
+                            .get(&c.channel)
+                            .is_some_and(|&lowest| c.offset >= lowest) =>
+                    {
+                        Some(OwnWait {
+                            head: b.head,
+                            awaits: c,
+                        })
+                    }
+                    _ => None,
+                })
+        })
+    }
+}
+
+/// The stream thread's producer and the state of its open transaction.
+pub(crate) struct Transaction {
+    outbox: Outbox,
+    /// The producer's configuration, to make a new one after a fatal producer error.
+    producer_config: ClientConfig,
+    statistics: Option<StatisticsSink>,
+    /// The stage's changelog: task state and Parsley's own state.
+    changelog: TopicInfo,
+    sends: Sends,
+    /// When the open transaction began: a fence seen before `transaction.timeout.ms` has
+    /// passed since cannot be the coordinator's (case C09, [`Error::Fenced`]).
+    began: Instant,
+    /// When the last commit started (the interval runs from the start of a commit).
+    last_commit: Instant,
+    /// Work done in the open transaction.
+    uncommitted: Work,
+    own_writes: OwnWrites,
+    timeout: Duration,
+}
+
+impl Transaction {
+    /// A transactional producer for `producer_config`, its transactions initialised.
+    ///
+    /// # Errors
+    /// When the producer cannot be created or its transactions initialised within `timeout`.
+    pub(crate) fn producer(
+        producer_config: &ClientConfig,
+        statistics: Option<StatisticsSink>,
+        timeout: Duration,
+    ) -> Result<Outbox> {
+        let outbox = Outbox::new(producer_config, statistics)?;
+        outbox.init_transactions(timeout)?;
+        Ok(outbox)
+    }
+
+    /// The transaction state around `outbox` (no transaction begun yet).
+    pub(crate) fn new(
+        outbox: Outbox,
+        producer_config: ClientConfig,
+        statistics: Option<StatisticsSink>,
+        changelog: TopicInfo,
+        own_writes: OwnWrites,
+        timeout: Duration,
+    ) -> Self {
+        Transaction {
+            outbox,
+            producer_config,
+            statistics,
+            changelog,
+            sends: Sends::Open,
+            began: Instant::now(),
+            last_commit: Instant::now(),
+            uncommitted: Work::default(),
+            own_writes,
+            timeout,
+        }
+    }
+
+    /// The changelog topic's name.
+    pub(crate) fn changelog_name(&self) -> &str {
+        &self.changelog.name
+    }
+
+    /// Time left until the commit interval `interval` is due.
+    pub(crate) fn until_due(&self, interval: Duration) -> Duration {
+        interval.saturating_sub(self.last_commit.elapsed())
+    }
+
+    /// Adds work done in the open transaction.
+    pub(crate) fn add(&mut self, work: Work) {
+        self.uncommitted += work;
+    }
+
+    /// Begins the next transaction; returns what was held while a commit was in flight, to
+    /// send first.
+    ///
+    /// # Errors
+    /// The producer's.
+    pub(crate) fn begin(&mut self) -> Result<Vec<HeldSend>> {
+        self.began = Instant::now();
+        self.own_writes.clear();
+        self.outbox
+            .producer()
+            .begin_transaction()
+            .map_err(|e| Error::kafka("beginning a transaction", e))?;
+        Ok(match std::mem::replace(&mut self.sends, Sends::Open) {
+            Sends::Open => Vec::new(),
+            Sends::Held(held) => held,
+        })
+    }
+
+    /// Aborts the open transaction when a stage ends with an error (best effort).
+    pub(crate) fn abort(&self) {
+        let _ = self.outbox.abort_transaction(self.timeout);
+    }
+}
+
+impl Output for Transaction {
+    fn send(&mut self, r: Outgoing<'_>) -> Result<()> {
+        match &mut self.sends {
+            Sends::Open => {
+                let headers: Vec<(&str, &[u8])> =
+                    r.headers.iter().map(|(k, v)| (*k, v.as_slice())).collect();
+                self.outbox.send(
+                    &r.topic,
+                    r.tag,
+                    &r.key,
+                    r.value,
+                    r.stamp,
+                    &headers,
+                    r.timestamp,
+                    self.timeout,
+                )
+            }
+            Sends::Held(held) => {
+                held.push(HeldSend::hold(r));
+                Ok(())
+            }
+        }
+    }
+}
+
+/// The changelog partition of one task, in the open transaction.
+struct TaskChangelog<'a> {
+    outbox: &'a Outbox,
+    topic: &'a str,
+    channel: Channel,
+    timeout: Duration,
+}
+
+impl ChangelogWriter for TaskChangelog<'_> {
+    fn write(&mut self, key: &[u8], value: Option<&[u8]>) -> Result<()> {
+        self.outbox
+            .send_changelog(self.channel, self.topic, key, value, self.timeout)
+    }
+}
+
+impl StageRunner {
+    /// The commit due now, if any: the interval has passed, or a gate waits on the open
+    /// transaction's own write (commit first: waiting for the interval would hold the head up
+    /// to a whole interval for nothing, and forever with no interval).
+    pub(super) fn commit_if_due(&mut self) -> Result<()> {
+        if self.txn.last_commit.elapsed() >= self.config.commit_interval {
+            return self.commit(Overlap::Yes);
+        }
+        if let Some(wait) = self.txn.own_writes.awaited(self.tasks.values()) {
+            debug!(
+                head = %wait.head,
+                awaits = %wait.awaits,
+                "commit first: a gate waits on the open transaction's own write"
+            );
+            self.metrics.own_write_commit();
+            return self.commit(Overlap::Yes);
+        }
+        Ok(())
+    }
+
+    /// Applies the delivery reports recorded so far to the tasks' clocks.
+    ///
+    /// # Errors
+    /// [`Error::Send`] for a send or changelog write the broker refused.
+    pub(super) fn settle_acks(&mut self) -> Result<()> {
+        for ack in self.txn.outbox.drain() {
+            let Some(tag) = ack.tag else {
+                // A changelog write: only its failure matters.
+                if let Err(source) = ack.result {
+                    return Err(Error::Send {
+                        topic: self.txn.changelog.name.clone(),
+                        channel: Box::new(Channel::new(self.txn.changelog.id, -1)),
+                        source,
+                    });
+                }
+                continue;
+            };
+            // A task dropped (revoked) with its aborted transaction has no claims left.
+            let Some(task) = self.tasks.get_mut(&tag.task) else {
+                continue;
+            };
+            match ack.result {
+                Ok(offset) => {
+                    task.acked(tag, offset)?;
+                    self.txn.own_writes.acked(tag.channel, offset);
+                }
+                Err(source) => {
+                    return Err(Error::Send {
+                        topic: self.ctx.topic_name(tag.channel.topic),
+                        channel: Box::new(tag.channel),
+                        source,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Commits the open transaction with the input offsets of every task, then begins the
+    /// next one (module docs; with [`Overlap::Yes`] and no shutdown pending, the round trips
+    /// overlap further work).
+    pub(super) fn commit(&mut self, overlap: Overlap) -> Result<()> {
+        // The interval runs from the start of a commit, as Kafka Streams counts
+        // `commit.interval.ms`: a record that arrives during a commit waits for that commit and
+        // at most one interval after its start, not a whole interval after its end.
+        let commit_started = Instant::now();
+        let _span = debug_span!("commit").entered();
+        self.publish_frontier_lag();
+        if self.txn.uncommitted.is_empty() && !self.tasks.values().any(Task::position_moved) {
+            self.txn.last_commit = commit_started;
+            return Ok(());
+        }
+        let flush_started = Instant::now();
+        self.txn.outbox.flush(self.config.timeout)?;
+        let flush_us = flush_started.elapsed().as_micros() as u64;
+        self.settle_acks()?;
+        let changelog_started = Instant::now();
+        let offsets = self.write_changelog()?;
+        #[cfg(feature = "fault-injection")]
+        if self.txn.uncommitted.deliveries > 0 {
+            crate::fault::reached(
+                &self.config,
+                crate::fault::CrashPoint::AfterChangelog,
+                || self.txn.outbox.flush(self.config.timeout),
+            )?;
+        }
+        let metadata = self.intake.group_metadata()?;
+        let changelog_us = changelog_started.elapsed().as_micros() as u64;
+        let started = Instant::now();
+        // Counted from here: what an overlapped commit takes belongs to the next transaction.
+        let done = std::mem::take(&mut self.txn.uncommitted);
+        let overlap = overlap == Overlap::Yes && !self.shutdown.load(Ordering::Relaxed);
+        let mut overlapped = Ok(());
+        if overlap {
+            // The changelog's sends are not waited for here: the helper's commit flushes them,
+            // and this thread serves their delivery reports between the batches it takes
+            // meanwhile.
+            let (committed, taken) = self.commit_overlapped(&offsets, &metadata);
+            committed?;
+            overlapped = taken;
+        } else {
+            self.txn
+                .outbox
+                .producer()
+                .send_offsets_to_transaction(&offsets, &metadata, self.config.timeout)
+                .map_err(|e| Error::kafka("sending offsets to the transaction", e))?;
+            self.txn.outbox.commit_transaction(self.config.timeout)?;
+        }
+        self.txn.outbox.wait_acked(self.config.timeout)?;
+        self.settle_acks()?;
+        self.metrics.committed(done.deliveries, done.emissions);
+        debug!(
+            deliveries = done.deliveries,
+            emissions = done.emissions,
+            took_us = started.elapsed().as_micros() as u64,
+            flush_us,
+            changelog_us,
+            poll_batches = self.intake.epoch(),
+            "committed"
+        );
+        if let Some(o) = &self.observer {
+            let _ = o.send(Progress::Committed {
+                stage: self.spec.name().to_string(),
+                metrics: self.metrics.snapshot(),
+            });
+        }
+        // After an overlapped commit a transaction opens even if a shutdown arrived meanwhile:
+        // the work done during the commit goes into it, and the shutdown commits it.
+        let mut held = Vec::new();
+        if overlap || !self.shutdown.load(Ordering::Relaxed) {
+            held = self.txn.begin()?;
+        }
+        self.txn.last_commit = commit_started;
+        // An error of the work done during the commit surfaces now, with the next transaction
+        // open: the recovery aborts it and returns the tasks to the commit just made.
+        overlapped?;
+        self.send_held(held)
+    }
+
+    /// Writes every task's changelog records in the open transaction and returns the input
+    /// offsets to commit with them.
+    fn write_changelog(&mut self) -> Result<TopicPartitionList> {
+        let mut offsets = TopicPartitionList::new();
+        for task in self.tasks.values_mut() {
+            let mut writer = TaskChangelog {
+                outbox: &self.txn.outbox,
+                topic: &self.txn.changelog.name,
+                channel: Channel::new(self.txn.changelog.id, task.partition()),
+                timeout: self.config.timeout,
+            };
+            for (channel, next) in task.write_changelog(&self.ctx, &mut writer)? {
+                offsets
+                    .add_partition_offset(
+                        &self.ctx.source_of(channel)?.name,
+                        channel.partition,
+                        Offset::Offset(next),
+                    )
+                    .map_err(|e| Error::kafka("building the offsets to commit", e))?;
+            }
+        }
+        Ok(offsets)
+    }
+
+    /// Sends the offsets and commits on a helper thread while this thread takes what is ready
+    /// ([`StageRunner::overlap_batch`]) until the commit returns or nothing is ready; returns
+    /// the commit's result and the overlapped work's.
+    fn commit_overlapped(
+        &mut self,
+        offsets: &TopicPartitionList,
+        metadata: &ConsumerGroupMetadata,
+    ) -> (Result<()>, Result<()>) {
+        let producer = self.txn.outbox.shared_producer();
+        let timeout = self.config.timeout;
+        let finished = AtomicBool::new(false);
+        std::thread::scope(|scope| {
+            let finished = &finished;
+            let helper = scope.spawn(move || {
+                let result = producer
+                    .send_offsets_to_transaction(offsets, metadata, timeout)
+                    .map_err(|e| Error::kafka("sending offsets to the transaction", e))
+                    .and_then(|()| Outbox::commit_served(&producer, timeout));
+                finished.store(true, Ordering::Release);
+                producer.context().signal();
+                result
+            });
+            self.txn.sends = Sends::Held(Vec::new());
+            let mut taken = Ok(());
+            while !finished.load(Ordering::Acquire) {
+                // The commit's flush waits for the changelog's delivery reports: served
+                // between batches.
+                self.txn.outbox.serve();
+                match self.overlap_batch() {
+                    Ok(true) => {}
+                    Ok(false) => break,
+                    Err(e) => {
+                        taken = Err(e);
+                        break;
+                    }
+                }
+            }
+            self.txn
+                .outbox
+                .serve_until(|| finished.load(Ordering::Acquire));
+            let committed = match helper.join() {
+                Ok(result) => result,
+                Err(panic) => std::panic::resume_unwind(panic),
+            };
+            (committed, taken)
+        })
+    }
+
+    /// Sends, in the order made, what the tasks made while the last commit was in flight. A
+    /// refused send releases its claim in its task's clock.
+    fn send_held(&mut self, held: Vec<HeldSend>) -> Result<()> {
+        for record in held {
+            let tag = record.tag();
+            if let Err(err) = record.send_to(&mut self.txn) {
+                if let Some(task) = self.tasks.get_mut(&tag.task) {
+                    task.send_failed(tag)?;
+                }
+                return Err(err);
+            }
+        }
+        Ok(())
+    }
+
+    /// Aborts the open transaction and returns every task to its last commit: restored from
+    /// the changelog at the group's committed offsets (read with `require_stable`), the
+    /// consumer sought back there, fetch evidence dropped (DESIGN.md §7).
+    ///
+    /// # Errors
+    /// [`Error::Fenced`] when another process running as this instance fenced the producer;
+    /// the abort's own error when the producer cannot abort otherwise; the restore's errors.
+    pub(super) fn recover(&mut self, cause: &Error) -> Result<()> {
+        warn!(error = %cause, "aborting the transaction; every task returns to its last commit");
+        match self.txn.outbox.abort_transaction(self.config.timeout) {
+            Ok(()) => {
+                self.txn.outbox.wait_acked(self.config.timeout)?;
+                self.txn.outbox.discard();
+            }
+            Err(rdkafka::error::KafkaError::Transaction(t)) if t.is_fatal() => {
+                // Fenced: the coordinator bumped the epoch (it aborted a timed-out transaction,
+                // case C08) or another producer took the transactional id (case C09); librdkafka
+                // reports both as `_FENCED`. The transaction's age tells them apart: the
+                // coordinator aborts only a transaction open longer than its timeout, counted
+                // from its first partition, which is after `begin`. A younger one was fenced by
+                // another process running as this instance: this stage is the zombie and gives
+                // up its tasks; taking the id back would fence the live owner in turn.
+                let open = self.txn.began.elapsed();
+                let timeout = self.config.transaction_timeout();
+                if crate::error::fencing(t.code()) && open < timeout {
+                    let group = self.spec.group_id(&self.app);
+                    return Err(Error::Fenced {
+                        transactional_id: self.config.transactional_id(&group),
+                        open_ms: open.as_millis() as u64,
+                        timeout_ms: timeout.as_millis() as u64,
+                        message: t.to_string(),
+                    });
+                }
+                // A timed-out transaction (or another fatal producer error): this producer is
+                // done; a new one takes the id (initialising it completes or aborts whatever
+                // the old one left open), and the tasks are rebuilt from the last commit. If
+                // the group moved them elsewhere, the next commit is refused and the rebalance
+                // hands them over.
+                warn!(error = %t, open_ms = open.as_millis() as u64, "the producer is fenced or failed: replacing it");
+                self.txn.outbox = Transaction::producer(
+                    &self.txn.producer_config,
+                    self.txn.statistics.clone(),
+                    self.config.timeout,
+                )?;
+            }
+            Err(e) => return Err(Error::kafka(format!("aborting after: {cause}"), e)),
+        }
+        self.metrics.aborted();
+        self.txn.uncommitted = Work::default();
+        // A record held behind a rebalance event is read again from the committed offsets.
+        self.intake.drop_deferred();
+        self.txn.sends = Sends::Open;
+        let positions = self.intake.start_positions()?;
+        self.intake.resume_all(&self.ctx)?;
+        self.tasks.clear();
+        let mut by_task: BTreeMap<i32, Vec<(Channel, i64)>> = BTreeMap::new();
+        for (topic, partition, position) in positions {
+            let source = self.ctx.source_index(&topic)?;
+            let channel = Channel::new(self.ctx.sources[source].id, partition);
+            self.intake
+                .seek(&self.ctx, channel, position, self.config.timeout)?;
+            by_task
+                .entry(partition)
+                .or_default()
+                .push((channel, position));
+        }
+        for (partition, positions) in by_task {
+            let task = self.restore_task(partition, positions)?;
+            self.tasks.insert(partition, task);
+        }
+        // Nothing was held (the sends were dropped above).
+        self.txn.begin()?;
+        self.txn.last_commit = Instant::now();
+        Ok(())
+    }
+}
