@@ -47,6 +47,7 @@ enum Watch {
     Consumed(Idx),
     Foreign(Channel),
 }
+
 impl<R> Gate<R> {
     /// Something happened on channel `idx`: re-check the records watching it.
     pub(super) fn event(&mut self, idx: Idx, frontier_moved: bool) {
