@@ -1,5 +1,7 @@
 //! The errors of `parsley-runtime`.
 
+use std::sync::Arc;
+
 use parsley_clock::{Channel, Coordinate};
 use rdkafka::error::KafkaError;
 
@@ -7,6 +9,37 @@ use rdkafka::error::KafkaError;
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// What went wrong while talking to Kafka or running a stage.
+///
+/// # Classification
+/// As librdkafka's error flags do for a client call, three public methods say what an error
+/// means for a stage:
+/// - [`Error::is_retriable`]: a failed transaction; the runtime aborts it, returns every task
+///   to its last commit and carries on (a bounded number of times in a row);
+/// - [`Error::is_transient`]: a client error reporting a connection state, which librdkafka
+///   recovers from on its own;
+/// - [`Error::is_fatal`]: neither; the stage ends on it.
+///
+/// Fatal excludes the other two; retriable and transient overlap only for an [`Error::Kafka`]
+/// holding a transactional API error that requires an abort and carries a connection-state
+/// code. [`Error::is_fenced`] says, besides, whether a newer epoch of the producer's
+/// transactional id exists. Every method looks through [`Error::StageFailed`] at the stage's
+/// own error ([`Error::stage_error`]).
+///
+/// ```
+/// use parsley_runtime::Error;
+///
+/// fn after_stop(e: &Error) -> &'static str {
+///     match e.stage_error() {
+///         Error::RecordsLost { .. } => "records were deleted before delivery: decide",
+///         Error::Fenced { .. } => "another process runs with this instance id",
+///         _ if e.is_transient() => "the cluster was unreachable: restart later",
+///         _ => "look at the error",
+///     }
+/// }
+/// let lost = Error::RecordsLost { topic: "in".into(), partition: 0, from: 5, log_start: 50 };
+/// assert!(lost.is_fatal() && !lost.is_retriable());
+/// assert_eq!(after_stop(&lost), "records were deleted before delivery: decide");
+/// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -135,13 +168,42 @@ pub enum Error {
     /// A stage with this name is not in the topology.
     #[error("no stage named {0} in the topology")]
     UnknownStage(String),
-    /// A stage thread ended with an error.
-    #[error("stage {stage} failed: {message}")]
+    /// A stage run by [`Runtime::start`](crate::Runtime::start) or
+    /// [`Runtime::start_stages`](crate::Runtime::start_stages) ended with an error: what
+    /// [`Running::stop`](crate::Running::stop) returns for it. `source` is the stage's own
+    /// typed error (match on `*source`, or use [`Error::stage_error`]); the classification
+    /// methods ([`Error::is_retriable`], [`Error::is_fenced`], [`Error::is_transient`],
+    /// [`Error::is_fatal`]) see through this wrapper.
+    ///
+    /// The error is shared (`Arc`) because the same error also reached the stage's observer as
+    /// [`Progress::Failed`](crate::Progress::Failed), and [`Error`] is not `Clone` (it holds
+    /// librdkafka's and the processor's errors).
+    #[error("stage {stage} failed: {source}")]
     StageFailed {
         /// The stage.
         stage: String,
-        /// Its error, rendered.
-        message: String,
+        /// The error the stage ended with.
+        #[source]
+        source: Arc<Error>,
+    },
+    /// The stream thread of a stage panicked: the stage ended without an error of its own
+    /// (nothing of its open transaction becomes visible; every task restarts from its last
+    /// commit).
+    #[error("stage {stage}: its stream thread panicked{}", message.as_deref().map_or(String::new(), |m| format!(": {m}")))]
+    StagePanicked {
+        /// The stage.
+        stage: String,
+        /// The panic's message, when its payload was a string.
+        message: Option<String>,
+    },
+    /// The stream thread of a stage could not be spawned (the stage never ran).
+    #[error("stage {stage}: cannot spawn its stream thread: {source}")]
+    ThreadSpawn {
+        /// The stage.
+        stage: String,
+        /// The operating system's error.
+        #[source]
+        source: std::io::Error,
     },
     /// The changelog topic of a stage exists with another partition count than its sources.
     #[error(
@@ -283,11 +345,64 @@ impl Error {
         }
     }
 
+    /// The error a stage itself ended with: the `source` of an [`Error::StageFailed`] (through
+    /// any nesting), or `self` for every other error. The classification methods below look
+    /// at this error.
+    pub fn stage_error(&self) -> &Error {
+        let mut e = self;
+        while let Error::StageFailed { source, .. } = e {
+            e = source;
+        }
+        e
+    }
+
+    /// `true` when the runtime recovers from this error in place: met inside a stage's
+    /// transaction, it aborts the open transaction, returns every task to its last commit
+    /// (with a new producer if this one is fenced or failed) and carries on — at most five
+    /// times in a row without a commit in between. These are the transaction's own failures,
+    /// not the data's or the handler's:
+    /// - [`Error::Transaction`] that is not fatal, or whose code is a fence (see
+    ///   [`Error::is_fenced`]: the recovery tells a transaction the coordinator aborted for
+    ///   its age, which is redone, from another process running as this instance, which ends
+    ///   the stage with [`Error::Fenced`]);
+    /// - [`Error::Send`]: a send the broker refused (the abort decides: a fenced producer
+    ///   cannot abort, and the stage ends then);
+    /// - [`Error::Kafka`] holding a transactional API error ([`KafkaError::Transaction`])
+    ///   that requires an abort and is not fatal, or whose code is a fence.
+    ///
+    /// Every other error is not retriable, [`Error::Fenced`] included. Apart from looking
+    /// through [`Error::StageFailed`] (which a stage never returns itself), this is exactly the
+    /// rule the stream loop applies to the errors of its batches. A retriable error that
+    /// reaches the caller (from [`Running::stop`](crate::Running::stop) or
+    /// [`Progress::Failed`](crate::Progress::Failed)) ended its stage anyway: the recoveries in
+    /// a row ran out, or it came before the stage's first transaction (at startup); restarting
+    /// the stage restores every task from its last commit.
+    pub fn is_retriable(&self) -> bool {
+        match self.stage_error() {
+            // A fence seen at the commit goes to the recovery too, which tells a timed-out
+            // transaction (redone) from a zombie (ends the stage: `Error::Fenced`).
+            Error::Transaction { fatal, code, .. } => !*fatal || fencing(*code),
+            // The abort decides: a fenced producer cannot abort, and the stage ends then.
+            Error::Send { .. } => true,
+            Error::Kafka {
+                source: KafkaError::Transaction(t),
+                ..
+            } => (t.txn_requires_abort() && !t.is_fatal()) || fencing(t.code()),
+            _ => false,
+        }
+    }
+
     /// `true` when the producer was fenced: a newer epoch of its transactional id exists
     /// (another producer initialised it, or the coordinator aborted a timed-out transaction),
-    /// or the stage gave up its tasks for that reason ([`Error::Fenced`]).
+    /// or the stage gave up its tasks for that reason ([`Error::Fenced`]). Fence codes are
+    /// librdkafka's `_FENCED` and the broker's `PRODUCER_FENCED` and `INVALID_PRODUCER_EPOCH`,
+    /// in an [`Error::Transaction`], or in the client error of an [`Error::Kafka`] or
+    /// [`Error::Send`]. Only [`Error::Fenced`] says another process runs with this instance
+    /// id; a fence code in an [`Error::Transaction`], an [`Error::Send`] or a transactional
+    /// API error is [retriable](Error::is_retriable) (the recovery tells the two causes
+    /// apart).
     pub fn is_fenced(&self) -> bool {
-        match self {
+        match self.stage_error() {
             Error::Fenced { .. } => true,
             Error::Transaction { code, .. } => fencing(*code),
             Error::Kafka { source, .. } | Error::Send { source, .. } => {
@@ -295,6 +410,33 @@ impl Error {
             }
             _ => false,
         }
+    }
+
+    /// `true` for a client error ([`Error::Kafka`]) that reports a connection state, not a
+    /// lost record or a refused request: librdkafka's `_ALL_BROKERS_DOWN`, `_TRANSPORT`,
+    /// `_TIMED_OUT`, and the broker's `REQUEST_TIMED_OUT` and `NETWORK_EXCEPTION`. librdkafka
+    /// recovers from them on its own: a stage's consumer carries on after them (polling, and
+    /// reading a changelog), so a stage ends with one only when another call met it (reading
+    /// metadata or offsets, initialising transactions, …); restarting the stage once the
+    /// cluster is reachable again is expected to work.
+    pub fn is_transient(&self) -> bool {
+        matches!(self.stage_error(), Error::Kafka { source, .. } if transient(source))
+    }
+
+    /// `true` when the error is neither [retriable](Error::is_retriable) nor
+    /// [transient](Error::is_transient): nothing in the runtime recovers from it in place, so
+    /// a stage that ends with it stays stopped; look at its cause before restarting the stage.
+    /// This covers every error about the data, the topics, the topology, the handler or
+    /// another process — [`Error::RecordsLost`], [`Error::Fenced`], [`Error::ImpossibleStamp`],
+    /// [`Error::MalformedStamp`], [`Error::Gate`], [`Error::Stage`],
+    /// [`Error::RestoreMismatch`], [`Error::Changelog`], [`Error::ChangelogPartitions`],
+    /// [`Error::SourceChanged`], [`Error::SourceDeleted`], [`Error::NotCoPartitioned`],
+    /// [`Error::NoEventTime`], [`Error::EventTime`], … — and also a fatal [`Error::Transaction`]
+    /// whose code is not a fence (the producer cannot be used any more), [`Error::Admin`],
+    /// [`Error::Timeout`], [`Error::StagePanicked`], [`Error::ThreadSpawn`], and an
+    /// [`Error::Kafka`] that is neither retriable nor transient.
+    pub fn is_fatal(&self) -> bool {
+        !self.is_retriable() && !self.is_transient()
     }
 }
 
@@ -330,4 +472,336 @@ fn describe_counts(partitions: &[(String, i32)]) -> String {
         .map(|(t, n)| format!("{t} has {n}"))
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use parsley_clock::{Channel, TopicId};
+    use rdkafka::error::KafkaError;
+    use rdkafka::types::RDKafkaErrorCode as C;
+
+    use super::Error;
+
+    /// The stage's recovery rule (`recoverable` in `stage.rs`), copied verbatim:
+    /// [`Error::is_retriable`] must say the same for every error a stage returns.
+    fn recoverable(e: &Error) -> bool {
+        match e {
+            Error::Transaction { fatal, code, .. } => !*fatal || super::fencing(*code),
+            Error::Send { .. } => true,
+            Error::Kafka {
+                source: KafkaError::Transaction(t),
+                ..
+            } => (t.txn_requires_abort() && !t.is_fatal()) || super::fencing(t.code()),
+            _ => false,
+        }
+    }
+
+    fn transaction(code: C, fatal: bool, requires_abort: bool) -> Error {
+        Error::Transaction {
+            operation: "committing".into(),
+            code,
+            message: "librdkafka's message".into(),
+            fatal,
+            requires_abort,
+        }
+    }
+
+    fn send(code: C) -> Error {
+        Error::Send {
+            topic: "out".into(),
+            channel: Box::new(Channel::new(TopicId::from_halves(1, 2), 0)),
+            source: KafkaError::MessageProduction(code),
+        }
+    }
+
+    fn kafka(source: KafkaError) -> Error {
+        Error::Kafka {
+            operation: "polling".into(),
+            source,
+        }
+    }
+
+    fn fenced() -> Error {
+        Error::Fenced {
+            transactional_id: "app.stage-0-0".into(),
+            open_ms: 1_000,
+            timeout_ms: 60_000,
+            message: "fenced".into(),
+        }
+    }
+
+    /// Which of [`Error::is_retriable`], [`Error::is_transient`] and [`Error::is_fatal`] holds
+    /// (exactly one for every error below).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    enum Class {
+        Retriable,
+        Transient,
+        Fatal,
+    }
+    use Class::{Fatal, Retriable, Transient};
+
+    /// [`Error::is_fenced`] holds.
+    const FENCED: bool = true;
+    const NOT_FENCED: bool = false;
+
+    /// `(what, error, class, fenced)`.
+    type Row = (&'static str, Error, Class, bool);
+
+    fn consumer(code: C) -> Error {
+        kafka(KafkaError::MessageConsumption(code))
+    }
+
+    fn rows() -> Vec<Row> {
+        let lost = Error::RecordsLost {
+            topic: "in".into(),
+            partition: 0,
+            from: 5,
+            log_start: 50,
+        };
+        let deleted = Error::SourceDeleted {
+            stage: "s".into(),
+            topic: "in".into(),
+        };
+        let handler = Error::Stage(parsley_stage::Error::InvalidTopology {
+            problems: vec!["p".into()],
+        });
+        let mismatch = Error::RestoreMismatch {
+            stage: "s".into(),
+            partition: 0,
+            changelog: vec![],
+            group: vec![],
+        };
+        let timeout = Error::Timeout {
+            what: "restoring".into(),
+            timeout: Duration::from_secs(1),
+        };
+        let admin = Error::Admin {
+            operation: "rebalancing".into(),
+            message: "m".into(),
+        };
+        let panicked = Error::StagePanicked {
+            stage: "s".into(),
+            message: Some("boom".into()),
+        };
+        let spawn = Error::ThreadSpawn {
+            stage: "s".into(),
+            source: std::io::Error::other("no threads"),
+        };
+        #[rustfmt::skip]
+        let rows: Vec<Row> = vec![
+            // A failed transaction: aborted, every task back to its last commit.
+            ("abortable transaction", transaction(C::TopicAuthorizationFailed, false, true), Retriable, NOT_FENCED),
+            ("non-fatal transaction", transaction(C::CoordinatorNotAvailable, false, false), Retriable, NOT_FENCED),
+            // A fence at the commit: the recovery tells a timed-out transaction from a zombie.
+            ("_FENCED transaction", transaction(C::Fenced, true, false), Retriable, FENCED),
+            ("PRODUCER_FENCED transaction", transaction(C::ProducerFenced, true, false), Retriable, FENCED),
+            ("INVALID_PRODUCER_EPOCH transaction", transaction(C::InvalidProducerEpoch, true, false), Retriable, FENCED),
+            ("fatal transaction", transaction(C::TransactionalIdAuthorizationFailed, true, false), Fatal, NOT_FENCED),
+            // A refused send: the abort decides.
+            ("refused send", send(C::MessageTimedOut), Retriable, NOT_FENCED),
+            ("fenced send", send(C::InvalidProducerEpoch), Retriable, FENCED),
+            // The zombie: another process runs as this instance.
+            ("Fenced", fenced(), Fatal, FENCED),
+            // The consumer's connection states.
+            ("all brokers down", consumer(C::AllBrokersDown), Transient, NOT_FENCED),
+            ("transport failure", consumer(C::BrokerTransportFailure), Transient, NOT_FENCED),
+            ("operation timed out", consumer(C::OperationTimedOut), Transient, NOT_FENCED),
+            ("request timed out", consumer(C::RequestTimedOut), Transient, NOT_FENCED),
+            ("network exception", consumer(C::NetworkException), Transient, NOT_FENCED),
+            ("metadata timed out", kafka(KafkaError::MetadataFetch(C::OperationTimedOut)), Transient, NOT_FENCED),
+            // Other client errors.
+            ("unknown topic", consumer(C::UnknownTopicOrPartition), Fatal, NOT_FENCED),
+            ("offset out of range", consumer(C::AutoOffsetReset), Fatal, NOT_FENCED),
+            ("fenced client call", kafka(KafkaError::MessageProduction(C::ProducerFenced)), Fatal, FENCED),
+            ("no code", kafka(KafkaError::Canceled), Fatal, NOT_FENCED),
+            // The data, the topics, the topology, the handler.
+            ("RecordsLost", lost, Fatal, NOT_FENCED),
+            ("SourceDeleted", deleted, Fatal, NOT_FENCED),
+            ("Stage", handler, Fatal, NOT_FENCED),
+            ("RestoreMismatch", mismatch, Fatal, NOT_FENCED),
+            ("Timeout", timeout, Fatal, NOT_FENCED),
+            ("Admin", admin, Fatal, NOT_FENCED),
+            // The stream thread itself.
+            ("StagePanicked", panicked, Fatal, NOT_FENCED),
+            ("ThreadSpawn", spawn, Fatal, NOT_FENCED),
+        ];
+        rows
+    }
+
+    /// Checks one row, bare and wrapped once and twice in `StageFailed` (which every method
+    /// looks through); the bare error must also follow the stage's recovery rule.
+    fn check((what, error, class, fenced): Row) {
+        assert_eq!(
+            recoverable(&error),
+            class == Retriable,
+            "{what}: the stage's rule"
+        );
+        let error = Arc::new(error);
+        let once = Arc::new(Error::StageFailed {
+            stage: "s".into(),
+            source: error.clone(),
+        });
+        let twice = Error::StageFailed {
+            stage: "t".into(),
+            source: once.clone(),
+        };
+        for (how, e) in [
+            ("bare", &*error),
+            ("wrapped", &*once),
+            ("wrapped twice", &twice),
+        ] {
+            assert_eq!(
+                (
+                    e.is_retriable(),
+                    e.is_transient(),
+                    e.is_fatal(),
+                    e.is_fenced()
+                ),
+                (
+                    class == Retriable,
+                    class == Transient,
+                    class == Fatal,
+                    fenced
+                ),
+                "{what} ({how}): (retriable, transient, fatal, fenced) of {e}"
+            );
+            assert!(std::ptr::eq(e.stage_error(), &*error), "{what} ({how})");
+        }
+    }
+
+    #[test]
+    fn each_error_is_classified_as_documented_through_any_stage_failed_wrapper() {
+        for row in rows() {
+            check(row);
+        }
+    }
+
+    /// Transactional API errors (`KafkaError::Transaction`) come only from librdkafka: these
+    /// are made by real calls — on a client without a transactional id, and against
+    /// librdkafka's in-process mock cluster with injected broker errors.
+    #[test]
+    fn transactional_api_errors_are_classified_by_their_flags_and_code() {
+        use rdkafka::consumer::{BaseConsumer, Consumer};
+        use rdkafka::mocking::MockCluster;
+        use rdkafka::producer::{BaseProducer, Producer};
+        use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+        use rdkafka_sys::types::{RDKafkaApiKey, RDKafkaRespErr};
+
+        let timeout = Duration::from_secs(10);
+        let transactional = |e: &KafkaError| match e {
+            KafkaError::Transaction(t) => (t.code(), t.is_fatal(), t.txn_requires_abort()),
+            other => panic!("not a transactional API error: {other:?}"),
+        };
+
+        // Not transactional: neither fatal nor abortable.
+        let plain: BaseProducer = ClientConfig::new()
+            .set("bootstrap.servers", "127.0.0.1:1")
+            .set("log_level", "0")
+            .create()
+            .unwrap();
+        let not_configured = plain.begin_transaction().unwrap_err();
+        let (_, fatal, abort) = transactional(&not_configured);
+        assert!(!fatal && !abort, "{not_configured}");
+
+        let mock = MockCluster::new(1).unwrap();
+        mock.create_topic("in", 1, 1).unwrap();
+        let producer: BaseProducer = ClientConfig::new()
+            .set("bootstrap.servers", mock.bootstrap_servers())
+            .set("transactional.id", "parsley-error-classification")
+            .set("log_level", "0")
+            .create()
+            .unwrap();
+        producer.init_transactions(timeout).unwrap();
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", mock.bootstrap_servers())
+            .set("group.id", "parsley-error-classification")
+            .set("log_level", "0")
+            .create()
+            .unwrap();
+        let group = consumer.group_metadata().unwrap();
+        let mut offsets = TopicPartitionList::new();
+        offsets
+            .add_partition_offset("in", 0, Offset::Offset(1))
+            .unwrap();
+
+        // Abortable: the group is not authorised for the offsets' commit.
+        producer.begin_transaction().unwrap();
+        mock.request_errors(
+            RDKafkaApiKey::AddOffsetsToTxn,
+            &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_GROUP_AUTHORIZATION_FAILED],
+        );
+        let abortable = producer
+            .send_offsets_to_transaction(&offsets, &group, timeout)
+            .unwrap_err();
+        let (code, fatal, abort) = transactional(&abortable);
+        assert!(!fatal && abort && !super::fencing(code), "{abortable}");
+        producer.abort_transaction(timeout).unwrap();
+
+        // Fenced at the commit: fatal, with a fence code. (An empty transaction's commit sends
+        // nothing, so the offsets go in first.)
+        producer.begin_transaction().unwrap();
+        producer
+            .send_offsets_to_transaction(&offsets, &group, timeout)
+            .unwrap();
+        mock.request_errors(
+            RDKafkaApiKey::EndTxn,
+            &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_PRODUCER_FENCED],
+        );
+        let fenced = producer.commit_transaction(timeout).unwrap_err();
+        let (code, fatal, _) = transactional(&fenced);
+        assert!(fatal && super::fencing(code), "{fenced}");
+
+        for row in [
+            ("not configured", kafka(not_configured), Fatal, NOT_FENCED),
+            ("abortable", kafka(abortable), Retriable, NOT_FENCED),
+            ("fenced", kafka(fenced), Retriable, FENCED),
+        ] {
+            check(row);
+        }
+    }
+
+    #[test]
+    fn a_stage_failure_names_the_stage_and_its_cause() {
+        let cause = Arc::new(Error::RecordsLost {
+            topic: "in".into(),
+            partition: 3,
+            from: 5,
+            log_start: 50,
+        });
+        let e = Error::StageFailed {
+            stage: "count".into(),
+            source: cause.clone(),
+        };
+        assert_eq!(e.to_string(), format!("stage count failed: {cause}"));
+        let source = std::error::Error::source(&e).expect("the stage's error is the source");
+        assert_eq!(source.to_string(), cause.to_string());
+        assert!(matches!(
+            e.stage_error(),
+            Error::RecordsLost {
+                partition: 3,
+                from: 5,
+                log_start: 50,
+                ..
+            }
+        ));
+        let panicked = Error::StagePanicked {
+            stage: "count".into(),
+            message: Some("boom".into()),
+        };
+        assert_eq!(
+            panicked.to_string(),
+            "stage count: its stream thread panicked: boom"
+        );
+        let silent = Error::StagePanicked {
+            stage: "count".into(),
+            message: None,
+        };
+        assert_eq!(
+            silent.to_string(),
+            "stage count: its stream thread panicked"
+        );
+    }
 }

@@ -16,8 +16,10 @@
 //! task's per-key late counts leave with it.
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crate::error::Error;
 
 /// Live counters of one stage (all tasks of one stream thread).
 #[derive(Debug, Default)]
@@ -382,7 +384,10 @@ impl StageMetrics {
 }
 
 /// What a running stage reports to its observer.
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// `Clone` but not `PartialEq`: [`Progress::Failed`] carries the stage's typed error, which
+/// has no equality (it holds librdkafka's and the processor's errors). Match on the variants.
+#[derive(Debug, Clone)]
 pub enum Progress {
     /// A transaction committed; the counters after it.
     Committed {
@@ -391,12 +396,19 @@ pub enum Progress {
         /// Its counters.
         metrics: MetricsSnapshot,
     },
-    /// The stage stopped with an error.
+    /// The stage stopped with an error: the last event of that stage.
+    ///
+    /// `error` is the stage's own typed error (not wrapped in [`Error::StageFailed`]), so
+    /// the observer can match on it (`Error::RecordsLost { .. }`, `Error::Fenced { .. }`, …)
+    /// and classify it ([`Error::is_retriable`], [`Error::is_fatal`], …). It is shared
+    /// (`Arc`) because [`Error`] is not `Clone` and the same error is also what
+    /// [`Running::stop`](crate::Running::stop) returns for this stage, as the `source` of its
+    /// [`Error::StageFailed`]. A stream thread that panics sends no event.
     Failed {
         /// The stage.
         stage: String,
-        /// The error, rendered.
-        error: String,
+        /// The error the stage ended with.
+        error: Arc<Error>,
     },
     /// The stage stopped cleanly after a shutdown request.
     Stopped {

@@ -96,8 +96,9 @@ impl Runtime {
     /// Starts every stage on its own stream thread.
     ///
     /// # Errors
-    /// When a thread cannot be spawned. Stage errors arrive as [`Progress::Failed`] and from
-    /// [`Running::stop`].
+    /// [`Error::ThreadSpawn`] when a stream thread cannot be spawned. The errors of the
+    /// stages themselves come later, typed, as [`Runtime::start_stages`] describes: as
+    /// [`Progress::Failed`] to the observer and from [`Running::stop`].
     pub fn start(&self) -> Result<Running> {
         let names: Vec<&str> = self.topology.stages().iter().map(|s| s.name()).collect();
         self.start_stages(&names)
@@ -107,9 +108,11 @@ impl Runtime {
     /// later, as a replay or a late joiner does, call this once per group of stages).
     ///
     /// # Errors
-    /// [`Error::UnknownStage`] for a name not in the topology; [`Error::StageFailed`] when a
-    /// thread cannot be spawned. Stage errors arrive as [`Progress::Failed`] and from
-    /// [`Running::stop`].
+    /// [`Error::UnknownStage`] for a name not in the topology; [`Error::ThreadSpawn`] when a
+    /// stream thread cannot be spawned. The errors of the stages themselves come later,
+    /// typed: each stage that ends with an error sends [`Progress::Failed`] with it (the
+    /// stage's own error, shared), and [`Running::stop`] returns the first such stage's as
+    /// the `source` of an [`Error::StageFailed`].
     pub fn start_stages(&self, names: &[&str]) -> Result<Running> {
         let shutdown = Shutdown::new();
         let (tx, rx) = channel();
@@ -127,19 +130,22 @@ impl Runtime {
             let handle = std::thread::Builder::new()
                 .name(format!("parsley-{name}"))
                 .spawn(move || {
-                    let result = runtime.run_stage_with(&n, &sd, Some(obs.clone()), m);
+                    // One error for both receivers: the observer's event and `stop`.
+                    let result = runtime
+                        .run_stage_with(&n, &sd, Some(obs.clone()), m)
+                        .map_err(Arc::new);
                     let _ = obs.send(match &result {
                         Ok(()) => Progress::Stopped { stage: n.clone() },
                         Err(e) => Progress::Failed {
                             stage: n.clone(),
-                            error: e.to_string(),
+                            error: Arc::clone(e),
                         },
                     });
                     result
                 })
-                .map_err(|e| Error::StageFailed {
+                .map_err(|source| Error::ThreadSpawn {
                     stage: name.clone(),
-                    message: format!("cannot spawn its thread: {e}"),
+                    source,
                 })?;
             stages.push((name, handle, metrics));
         }
@@ -151,10 +157,14 @@ impl Runtime {
     }
 }
 
+/// A stage's stream thread: it returns the stage's error shared (`Arc`), the same error its
+/// [`Progress::Failed`] carried.
+type StageThread = JoinHandle<Result<(), Arc<Error>>>;
+
 /// Stages running on their stream threads.
 #[derive(Debug)]
 pub struct Running {
-    stages: Vec<(String, JoinHandle<Result<()>>, Arc<StageMetrics>)>,
+    stages: Vec<(String, StageThread, Arc<StageMetrics>)>,
     shutdown: Shutdown,
     progress: Receiver<Progress>,
 }
@@ -198,8 +208,32 @@ impl Running {
 
     /// Stops every stage (each commits first) and returns their final counters.
     ///
+    /// Every stage is stopped and joined even when one failed; the error is that of the first
+    /// failed stage in start order.
+    ///
     /// # Errors
-    /// [`Error::StageFailed`] for the first stage that ended with an error.
+    /// - [`Error::StageFailed`] for a stage that ended with an error: `stage` names it, and
+    ///   `source` is its own typed error (the one its [`Progress::Failed`] carried), so a
+    ///   caller can match it without parsing text — through [`Error::stage_error`], e.g.
+    ///   `Error::RecordsLost { .. }` or `Error::Fenced { .. }` — and classify it
+    ///   ([`Error::is_retriable`], [`Error::is_fenced`], [`Error::is_transient`],
+    ///   [`Error::is_fatal`] look through the wrapper).
+    /// - [`Error::StagePanicked`] for a stage whose stream thread panicked.
+    ///
+    /// ```no_run
+    /// # use parsley_runtime::{Error, Running};
+    /// # fn running() -> Running { unimplemented!() }
+    /// match running().stop() {
+    ///     Ok(stages) => println!("{} stages stopped", stages.len()),
+    ///     Err(e) => match e.stage_error() {
+    ///         Error::RecordsLost { topic, from, log_start, .. } => {
+    ///             eprintln!("{topic}: records [{from}, {log_start}) were deleted before delivery")
+    ///         }
+    ///         Error::Fenced { .. } => eprintln!("another process runs with this instance id"),
+    ///         _ => eprintln!("{e}"),
+    ///     },
+    /// }
+    /// ```
     pub fn stop(self) -> Result<Vec<(String, MetricsSnapshot)>> {
         self.shutdown.trigger();
         let mut out = Vec::new();
@@ -207,21 +241,47 @@ impl Running {
         for (name, handle, metrics) in self.stages {
             match handle.join() {
                 Ok(Ok(())) => {}
-                Ok(Err(e)) => {
+                Ok(Err(source)) => {
                     first_error.get_or_insert(Error::StageFailed {
                         stage: name.clone(),
-                        message: e.to_string(),
+                        source,
                     });
                 }
-                Err(_) => {
-                    first_error.get_or_insert(Error::StageFailed {
+                Err(payload) => {
+                    first_error.get_or_insert(Error::StagePanicked {
                         stage: name.clone(),
-                        message: "its thread panicked".into(),
+                        message: panic_message(payload.as_ref()),
                     });
                 }
             }
             out.push((name, metrics.snapshot()));
         }
         first_error.map_or(Ok(out), Err)
+    }
+}
+
+/// The message of a panic, when its payload is a string (`panic!` with a message).
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> Option<String> {
+    payload
+        .downcast_ref::<&str>()
+        .map(|m| (*m).to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::panic_message;
+
+    #[test]
+    fn a_panic_message_is_kept_when_the_payload_is_a_string() {
+        let literal: Box<dyn std::any::Any + Send> = Box::new("boom");
+        let formatted: Box<dyn std::any::Any + Send> = Box::new(format!("boom at {}", 3));
+        let other: Box<dyn std::any::Any + Send> = Box::new(7_u32);
+        assert_eq!(panic_message(literal.as_ref()).as_deref(), Some("boom"));
+        assert_eq!(
+            panic_message(formatted.as_ref()).as_deref(),
+            Some("boom at 3")
+        );
+        assert_eq!(panic_message(other.as_ref()), None);
     }
 }

@@ -6,7 +6,7 @@
 //! exactly that commit.
 
 use parsley_clock::{CausalClock, Channel, SenderId, Stamp};
-use parsley_runtime::{Admin, Runtime, RuntimeConfig, TaskPhase, changelog_topic};
+use parsley_runtime::{Admin, Error, Runtime, RuntimeConfig, TaskPhase, changelog_topic};
 use parsley_stage::{Handler, HandlerResult, ImpossiblePolicy, Record, Step, Topology, Utf8};
 use parsley_testkit::fixtures::{
     DEADLINE, bootstrap, commit_group_offsets, committed_end_offsets, committed_values,
@@ -143,11 +143,14 @@ fn a_changelog_that_disagrees_with_the_committed_offsets_is_an_error() {
         .start()
         .unwrap();
     let failure = next_failure(&running);
+    let at = |offset: i64| vec![format!("{}/0@{offset}", input.name)];
     assert!(
-        failure.contains("committed with input offsets")
-            && failure.contains("@4")
-            && failure.contains("@1"),
-        "{failure}"
+        matches!(
+            &*failure,
+            Error::RestoreMismatch { stage, partition: 0, changelog, group }
+                if stage == "count" && *changelog == at(4) && *group == at(1)
+        ),
+        "{failure:?}"
     );
     let _ = running.stop();
 }
@@ -318,7 +321,10 @@ fn a_task_restored_while_the_last_commit_is_pending_gets_exactly_that_commit() {
         .unwrap();
     let failure = next_failure(&b);
     let _ = b.stop();
-    assert!(failure.contains("reading committed offsets"), "{failure}");
+    assert!(
+        matches!(&*failure, Error::Kafka { operation, .. } if operation == "reading committed offsets"),
+        "{failure:?}"
+    );
 
     // Phase 2: T_n's offset is stable; b's restore aims at the high watermark and waits at
     // the held offset for T_n's changelog records instead of stopping at the LSO.
@@ -335,10 +341,14 @@ fn a_task_restored_while_the_last_commit_is_pending_gets_exactly_that_commit() {
     let failure = next_failure(&b);
     let _ = b.stop();
     assert!(
-        failure.contains(&format!(
-            "restoring {changelog}/0: position {held} of high watermark {end}"
-        )),
-        "{failure}"
+        matches!(
+            &*failure,
+            Error::Timeout { what, timeout }
+                if what.starts_with(&format!(
+                    "restoring {changelog}/0: position {held} of high watermark {end} "
+                )) && *timeout == wait
+        ),
+        "{failure:?}"
     );
 
     // Phase 3: X1 ends (aborted: its record is never state); b restores exactly T_n, starts

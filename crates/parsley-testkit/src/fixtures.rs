@@ -200,11 +200,13 @@ pub fn run_until(
     running.stop().expect("the runtime stops")[0].1
 }
 
-/// Waits for the first stage of `running` to fail and returns its error, rendered.
+/// Waits for the first stage of `running` to fail and returns its error: the stage's own typed
+/// error, as [`Progress::Failed`](parsley_runtime::Progress::Failed) carries it (match on
+/// `*error`).
 ///
 /// # Panics
 /// When no stage fails within [`DEADLINE`].
-pub fn next_failure(running: &parsley_runtime::Running) -> String {
+pub fn next_failure(running: &parsley_runtime::Running) -> std::sync::Arc<parsley_runtime::Error> {
     let started = Instant::now();
     loop {
         let left = DEADLINE.saturating_sub(started.elapsed());

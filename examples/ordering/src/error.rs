@@ -1,5 +1,6 @@
 //! The crate's error type.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 /// What can go wrong generating the workload or running a strategy.
@@ -33,12 +34,14 @@ pub enum Error {
         source: Box<parsley_runtime::Error>,
     },
     /// A stage of the offset-completeness run failed while it ran.
-    #[error("stage {stage} failed: {error}")]
+    #[error("stage {stage} failed: {source}")]
     StageFailed {
         /// The stage.
         stage: String,
-        /// Its error, rendered.
-        error: String,
+        /// The stage's own error, as its `Progress::Failed` event carried it (shared with the
+        /// runtime, which returns it from `Running::stop` too).
+        #[source]
+        source: Arc<parsley_runtime::Error>,
     },
     /// The broker refused or lost records the generator sent.
     #[error("{failed} records of {what} were not acknowledged; first error: {first}")]

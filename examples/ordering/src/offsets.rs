@@ -310,7 +310,10 @@ pub fn start(bootstrap: &str, topology: Topology, settings: &OffsetsSettings) ->
 pub fn check(running: &Running) -> Result<()> {
     while let Some(p) = running.next_progress(Duration::ZERO) {
         if let parsley_runtime::Progress::Failed { stage, error } = p {
-            return Err(Error::StageFailed { stage, error });
+            return Err(Error::StageFailed {
+                stage,
+                source: error,
+            });
         }
     }
     Ok(())
