@@ -137,9 +137,9 @@ impl StageRunner {
     }
 
     /// Runs turns until shutdown. A transaction that cannot commit (a timed-out or otherwise
-    /// aborted transaction, a send the broker refused) is aborted and every task returns to its
-    /// last commit ([`StageRunner::recover`]); a fence by another process running as this
-    /// instance or any other error ends the stage. Recoveries without a commit in between are
+    /// aborted transaction, a send the broker refused: [`crate::Error::is_retriable`]) is aborted and
+    /// every task returns to its last commit ([`StageRunner::recover`]); a fence by another
+    /// process running as this instance or any other error ends the stage. Recoveries without a commit in between are
     /// bounded, so a persistent fault cannot loop forever.
     fn run_loop(&mut self) -> Result<()> {
         let mut recoveries = 0;
@@ -152,7 +152,7 @@ impl StageRunner {
                         recoveries = 0;
                     }
                 }
-                Err(e) if transaction::recoverable(&e) && recoveries < MAX_RECOVERIES => {
+                Err(e) if e.is_retriable() && recoveries < MAX_RECOVERIES => {
                     recoveries += 1;
                     self.recover(&e)?;
                 }

@@ -49,27 +49,6 @@ use crate::outbox::Outbox;
 /// Recoveries in a row, without a commit in between, before a stage gives up.
 pub(crate) const MAX_RECOVERIES: u32 = 5;
 
-/// Errors after which the transaction can be aborted and the tasks returned to their last
-/// commit: the transaction or one of its sends failed (a timed-out transaction shows up as
-/// `INVALID_PRODUCER_EPOCH` on the next send), not the data or the handler. A fenced or
-/// otherwise fatal producer cannot abort: [`StageRunner::recover`] then replaces it, unless
-/// the fence came from another process running as this instance ([`Error::Fenced`], which
-/// ends the stage).
-pub(crate) fn recoverable(e: &Error) -> bool {
-    match e {
-        // A fence seen at the commit goes to the recovery too, which tells a timed-out
-        // transaction (redone) from a zombie (ends the stage: `Error::Fenced`).
-        Error::Transaction { fatal, code, .. } => !*fatal || crate::error::fencing(*code),
-        // The abort decides: a fenced producer cannot abort, and the stage ends then.
-        Error::Send { .. } => true,
-        Error::Kafka {
-            source: rdkafka::error::KafkaError::Transaction(t),
-            ..
-        } => (t.txn_requires_abort() && !t.is_fatal()) || crate::error::fencing(t.code()),
-        _ => false,
-    }
-}
-
 /// Whether a commit may overlap its round trips with further work.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Overlap {
