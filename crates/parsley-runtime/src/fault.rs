@@ -8,7 +8,6 @@
 
 use tracing::warn;
 
-use crate::config::RuntimeConfig;
 use crate::error::Result;
 
 /// Where a stage armed with [`RuntimeConfig::crash_at`](crate::RuntimeConfig::crash_at) aborts
@@ -23,17 +22,18 @@ pub enum CrashPoint {
     AfterChangelog,
 }
 
-/// Aborts the process when `config` is armed with `point`, after `before` (which makes the
-/// crash land where the point says, e.g. a flush so the records are in the log).
+/// Aborts the process when the armed crash point (`RuntimeConfig::crash_at`) is `point`, after
+/// `before` (which makes the crash land where the point says, e.g. a flush so the records are
+/// in the log).
 ///
 /// # Errors
 /// `before`'s error.
 pub(crate) fn reached(
-    config: &RuntimeConfig,
+    armed: Option<CrashPoint>,
     point: CrashPoint,
     before: impl FnOnce() -> Result<()>,
 ) -> Result<()> {
-    if config.crash_point() == Some(point) {
+    if armed == Some(point) {
         before()?;
         warn!(?point, "crash point reached: aborting the process");
         std::process::abort();

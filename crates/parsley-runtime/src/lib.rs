@@ -22,9 +22,13 @@
 //!
 //! Each stage keeps its tasks' fold state and Parsley's own state (clock, sender sequence,
 //! gate snapshot) in a compacted changelog topic, `{application}.{stage}.changelog`, written
-//! in the same transaction and restored exactly on assignment. What is not built yet is listed
-//! in the book ("runtime" chapter): a producer error stops the stage (no in-place recovery
-//! yet), no fault injection suite yet.
+//! in the same transaction and restored exactly on assignment. A transaction that cannot commit
+//! is aborted and the stage's tasks return to their last commit in place; any other error stops
+//! the stage and reaches the caller typed ([`Error`], with its classification).
+//!
+//! # Features
+//! - `fault-injection`: crash points for fault-injection tests (`CrashPoint`,
+//!   `RuntimeConfig::crash_at`). Off by default: a default build has no crash point.
 
 mod admin;
 mod causal_producer;

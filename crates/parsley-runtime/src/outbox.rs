@@ -101,7 +101,7 @@ const STAMP_HEADER_C: &CStr = c"parsley.stamp";
 
 /// One record as [`Outbox::produce`] hands it to librdkafka.
 struct Produce<'a> {
-    /// The topic handle ([`Outbox::topic_handle`]).
+    /// The topic handle ([`topic_handle`]).
     rkt: *mut rdsys::rd_kafka_topic_t,
     partition: i32,
     key: Option<&'a [u8]>,

@@ -67,7 +67,7 @@ use parsley_stage::StageSpec;
 use tracing::{debug, info, info_span, trace_span, warn};
 
 pub use policy::{DLQ_REASON_HEADER, DLQ_SOURCE_HEADER};
-pub use task::NO_TIMESTAMP;
+pub use task::{DELIVERY_TARGET, NO_TIMESTAMP};
 
 use self::backpressure::Step;
 use self::context::TaskContext;
@@ -78,13 +78,6 @@ use self::transaction::{MAX_RECOVERIES, Overlap, Transaction};
 use crate::config::RuntimeConfig;
 use crate::error::Result;
 use crate::metrics::{Progress, StageMetrics};
-
-/// The `tracing` target of the event sent for every record delivered to the handler, at
-/// `TRACE` level, with fields `topic` (a `&str`: `fmt` prints it quoted), `partition` and
-/// `offset` (committed or not): a delivery journal for audits such as the fault-injection
-/// suite's re-read measurement. Off unless a subscriber enables it (e.g.
-/// `RUST_LOG=parsley::delivery=trace`).
-pub const DELIVERY_TARGET: &str = "parsley::delivery";
 
 /// The longest a poll waits for a first record: shutdown requests and due commits are looked
 /// at least this often.

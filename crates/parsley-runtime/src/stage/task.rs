@@ -30,11 +30,18 @@ use tracing::{trace, warn};
 
 use super::context::TaskContext;
 use super::output::{ChangelogWriter, Outgoing, Output};
-use super::{DELIVERY_TARGET, backpressure, policy};
+use super::{backpressure, policy};
 use crate::changelog::{EVENT_TIME_KEY, META_KEY, STATE_PREFIX, TaskSnapshot};
 use crate::error::{Error, Result};
 use crate::event_time::{Delivered, EventTime, HandOver, ParkedRecord};
 use crate::outbox::{SendTag, partition_for};
+
+/// The `tracing` target of the event sent for every record delivered to the handler, at
+/// `TRACE` level, with fields `topic` (a `&str`: `fmt` prints it quoted), `partition` and
+/// `offset` (committed or not): a delivery journal for audits such as the fault-injection
+/// suite's re-read measurement. Off unless a subscriber enables it (e.g.
+/// `RUST_LOG=parsley::delivery=trace`).
+pub const DELIVERY_TARGET: &str = "parsley::delivery";
 
 /// The timestamp a handler sees for a record without one (a message format before v1), and
 /// the emission timestamp that leaves the choice to the producer's clock.

@@ -358,7 +358,7 @@ impl StageRunner {
         #[cfg(feature = "fault-injection")]
         if self.txn.uncommitted.deliveries > 0 {
             crate::fault::reached(
-                &self.config,
+                self.config.crash_point(),
                 crate::fault::CrashPoint::AfterChangelog,
                 || self.txn.outbox.flush(self.config.timeout),
             )?;

@@ -162,7 +162,7 @@ pub struct Tally {
     pub own: u64,
     /// Stage aborts and restores.
     pub task_aborts: u64,
-    /// Records spilled and re-fetched.
+    /// Records spilled (their payloads dropped; `refetched` counts those read again).
     pub spilled: u64,
     /// Spilled records re-fetched.
     pub refetched: u64,
