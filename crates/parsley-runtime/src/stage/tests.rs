@@ -10,7 +10,8 @@ use parsley_clock::{
     Channel, Clock, Coordinate, InFlight, SenderId, SenderTag, Stamp, TopicId, codec,
 };
 use parsley_gate::{Arrival, Awaiting, Gate};
-use parsley_stage::{Handler, HandlerResult, ImpossiblePolicy, Record, Step, Topology, Utf8};
+use parsley_stage::{ImpossiblePolicy, Topology, Utf8};
+use parsley_testkit::fixtures::CountKeys;
 
 use super::backpressure::{self, Step as Plan};
 use super::context::TaskContext;
@@ -37,30 +38,11 @@ fn ch(n: u8) -> Channel {
     Channel::new(TopicId::from_bytes([n; 16]), 0)
 }
 
-/// Counts the records of each key and emits `key=n` to `out`.
-struct Count;
-
-impl Handler for Count {
-    type Key = String;
-    type Value = String;
-    type Output = String;
-    type State = u64;
-
-    fn handle(
-        &self,
-        r: Record<'_, String, String>,
-        n: Option<u64>,
-    ) -> HandlerResult<String, String, u64> {
-        let n = n.unwrap_or(0) + 1;
-        let line = format!("{}={n}", r.key);
-        Ok(Step::none().set_state(n).emit("out", r.key, line))
-    }
-}
-
-/// A stage reading `in` (topic 1) and `side` (topic 2), counting into `out` (topic 3).
+/// A stage reading `in` (topic 1) and `side` (topic 2), counting each key into `out` (topic 3)
+/// as `key=n`.
 fn context() -> TaskContext {
     let topology = Topology::builder("app")
-        .stage("count", Count, |s| {
+        .stage("count", CountKeys::new("out"), |s| {
             s.source("in")
                 .source("side")
                 .sink("out")
