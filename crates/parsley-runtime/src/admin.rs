@@ -22,6 +22,7 @@ use rdkafka_sys as rdsys;
 
 use tracing::debug;
 
+use crate::clients::{ClientRole, ClientSettings};
 use crate::error::{Error, Result};
 
 /// The isolation level of a `ListOffsets(LATEST)` request: the high watermark or the LSO.
@@ -91,8 +92,25 @@ impl Admin {
     /// # Errors
     /// [`Error::Kafka`] when the client cannot be created.
     pub fn new(bootstrap: &str, timeout: Duration) -> Result<Self> {
-        let client = ClientConfig::new()
-            .set("bootstrap.servers", bootstrap)
+        Self::connect(bootstrap, &ClientSettings::new(), timeout)
+    }
+
+    /// Connects to the cluster at `bootstrap` with the user's client settings (security and
+    /// the rest, as every client of the runtime gets them: [`ClientSettings`]). Requests time
+    /// out after `timeout`.
+    ///
+    /// # Errors
+    /// [`Error::Kafka`] when the client cannot be created (an unknown or invalid property).
+    pub fn connect(bootstrap: &str, settings: &ClientSettings, timeout: Duration) -> Result<Self> {
+        Self::from_config(
+            &settings.config(bootstrap, ClientRole::Admin, "parsley-admin", &[]),
+            timeout,
+        )
+    }
+
+    /// An admin client made from a complete client configuration.
+    pub(crate) fn from_config(config: &ClientConfig, timeout: Duration) -> Result<Self> {
+        let client = config
             .create()
             .map_err(|e| Error::kafka("creating the admin client", e))?;
         Ok(Admin { client, timeout })

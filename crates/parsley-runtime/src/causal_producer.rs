@@ -20,10 +20,10 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use parsley_clock::{CausalClock, Channel, Clock, Coordinate, SenderId, Stamp, codec};
-use rdkafka::ClientConfig;
 use rdkafka::producer::Producer;
 
 use crate::admin::{Admin, TopicInfo};
+use crate::clients::{ClientRole, ClientSettings};
 use crate::error::{Error, Result};
 use crate::outbox::{Outbox, SendTag, partition_for};
 
@@ -34,8 +34,10 @@ pub struct CausalProducerConfig {
     pub bootstrap: String,
     /// `Some(id)` for a transactional producer (EOS); `None` for an idempotent one.
     pub transactional_id: Option<String>,
-    /// Extra librdkafka producer properties (`linger.ms`, `compression.type`, …).
-    pub properties: Vec<(String, String)>,
+    /// The user's librdkafka settings: for both clients (the producer and its admin client:
+    /// security and the rest), and per role (`linger.ms`, `compression.type`, … for the
+    /// producer).
+    pub clients: ClientSettings,
     /// Deadline of each blocking call (flush, commit, metadata).
     pub timeout: Duration,
 }
@@ -46,7 +48,7 @@ impl CausalProducerConfig {
         CausalProducerConfig {
             bootstrap: bootstrap.into(),
             transactional_id: None,
-            properties: Vec::new(),
+            clients: ClientSettings::new(),
             timeout: Duration::from_secs(30),
         }
     }
@@ -57,9 +59,22 @@ impl CausalProducerConfig {
         self
     }
 
-    /// Sets a librdkafka producer property.
+    /// Sets a librdkafka property on the producer.
     pub fn property(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
-        self.properties.push((key.into(), value.into()));
+        self.clients = self.clients.set_for(ClientRole::Producer, key, value);
+        self
+    }
+
+    /// Sets a librdkafka property on both clients (the producer and its admin client):
+    /// security settings go here.
+    pub fn client_property(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.clients = self.clients.set(key, value);
+        self
+    }
+
+    /// Replaces the user's client settings.
+    pub fn client_settings(mut self, clients: ClientSettings) -> Self {
+        self.clients = clients;
         self
     }
 }
@@ -102,16 +117,17 @@ impl CausalProducer {
     /// [`Error::Kafka`] when the client cannot be created or transactions cannot be
     /// initialised.
     pub fn new(config: CausalProducerConfig) -> Result<Self> {
-        let mut cc = ClientConfig::new();
-        cc.set("bootstrap.servers", &config.bootstrap)
-            .set("linger.ms", "5")
-            .set("partitioner", "murmur2_random");
-        for (k, v) in &config.properties {
-            cc.set(k, v);
-        }
+        let mut own = vec![("linger.ms", "5"), ("partitioner", "murmur2_random")];
         if let Some(id) = &config.transactional_id {
-            cc.set("transactional.id", id);
+            own.push(("transactional.id", id));
         }
+        let id = config
+            .transactional_id
+            .as_deref()
+            .unwrap_or("parsley-causal-producer");
+        let cc = config
+            .clients
+            .config(&config.bootstrap, ClientRole::Producer, id, &own);
         let outbox = Outbox::new(&cc, None)?;
         if config.transactional_id.is_some() {
             outbox.init_transactions(config.timeout)?;
@@ -123,7 +139,7 @@ impl CausalProducer {
             } else {
                 CausalClock::new(SenderId::random())
             },
-            admin: Admin::new(&config.bootstrap, config.timeout)?,
+            admin: Admin::connect(&config.bootstrap, &config.clients, config.timeout)?,
             topics: HashMap::new(),
             transactional: config.transactional_id.is_some(),
             snapshot: None,

@@ -272,7 +272,8 @@ pub(crate) struct Restored {
 /// stopped.
 pub(crate) const RESTORE_STALL: Duration = Duration::from_secs(10);
 
-/// Reads partition `partition` of the changelog `topic` (see the module docs). `progress` is
+/// Reads partition `partition` of the changelog `topic` (see the module docs) with consumers
+/// made from `client` (a complete `read_committed` consumer configuration). `progress` is
 /// called with `(position, end)` — the next offset to read and the high watermark the restore
 /// reads up to (offsets, i64) — when the restore starts and after every record.
 ///
@@ -281,7 +282,7 @@ pub(crate) const RESTORE_STALL: Duration = Duration::from_secs(10);
 /// [`Error::Timeout`] when the position does not reach the high watermark within `timeout`
 /// (a transaction that stays open); client errors.
 pub(crate) fn restore(
-    bootstrap: &str,
+    client: &ClientConfig,
     admin: &Admin,
     topic: &str,
     partition: i32,
@@ -295,13 +296,7 @@ pub(crate) fn restore(
         return Ok(restored);
     }
     let open = |from: Offset| -> Result<BaseConsumer> {
-        let consumer: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", bootstrap)
-            .set("group.id", format!("{topic}.restore"))
-            .set("isolation.level", "read_committed")
-            .set("enable.auto.commit", "false")
-            .set("enable.partition.eof", "false")
-            .set("fetch.wait.max.ms", "50")
+        let consumer: BaseConsumer = client
             .create()
             .map_err(|e| Error::kafka("creating the restore consumer", e))?;
         let mut tpl = TopicPartitionList::new();

@@ -4,6 +4,10 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use rdkafka::ClientConfig;
+
+use crate::clients::{ClientRole, ClientSettings};
+
 /// Whether the delivery gate enforces stamps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum GateMode {
@@ -34,10 +38,9 @@ pub struct RuntimeConfig {
     pub instance_id: String,
     /// Whether the gate enforces stamps. Default [`GateMode::Causal`].
     pub gate: GateMode,
-    /// Extra librdkafka consumer properties.
-    pub consumer_properties: Vec<(String, String)>,
-    /// Extra librdkafka producer properties.
-    pub producer_properties: Vec<(String, String)>,
+    /// The user's librdkafka settings for every client the runtime creates, and per role
+    /// (security, client id prefix, anything librdkafka takes; see [`ClientSettings`]).
+    pub clients: ClientSettings,
     /// librdkafka statistics of the stage's consumer and producer: how often, and who
     /// receives them. Default: none.
     pub statistics: Option<(Duration, StatisticsSink)>,
@@ -84,8 +87,7 @@ impl RuntimeConfig {
             timeout: Duration::from_secs(30),
             instance_id: uuid_like(),
             gate: GateMode::Causal,
-            consumer_properties: Vec::new(),
-            producer_properties: Vec::new(),
+            clients: ClientSettings::new(),
             statistics: None,
             #[cfg(feature = "fault-injection")]
             crash: None,
@@ -128,23 +130,34 @@ impl RuntimeConfig {
     /// The producer's `transaction.timeout.ms` as the user set it, else librdkafka's default
     /// (60 s): the coordinator aborts a transaction open longer than this.
     pub(crate) fn transaction_timeout(&self) -> Duration {
-        self.producer_properties
-            .iter()
-            .rev()
-            .find(|(k, _)| k == "transaction.timeout.ms")
-            .and_then(|(_, v)| v.parse::<u64>().ok())
+        self.clients
+            .get(ClientRole::Producer, "transaction.timeout.ms")
+            .and_then(|v| v.parse::<u64>().ok())
             .map_or(Duration::from_secs(60), Duration::from_millis)
     }
 
-    /// Sets a librdkafka consumer property.
-    pub fn consumer_property(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
-        self.consumer_properties.push((key.into(), value.into()));
+    /// Sets a librdkafka property on every client the runtime creates (consumer, producer,
+    /// admin, changelog restore): security settings go here.
+    pub fn client_property(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.clients = self.clients.set(key, value);
         self
     }
 
-    /// Sets a librdkafka producer property.
+    /// Replaces the user's client settings.
+    pub fn client_settings(mut self, clients: ClientSettings) -> Self {
+        self.clients = clients;
+        self
+    }
+
+    /// Sets a librdkafka property on each stage's consumer of its sources.
+    pub fn consumer_property(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.clients = self.clients.set_for(ClientRole::Consumer, key, value);
+        self
+    }
+
+    /// Sets a librdkafka property on each stage's transactional producer.
     pub fn producer_property(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
-        self.producer_properties.push((key.into(), value.into()));
+        self.clients = self.clients.set_for(ClientRole::Producer, key, value);
         self
     }
 
@@ -155,26 +168,27 @@ impl RuntimeConfig {
         self
     }
 
-    /// The librdkafka properties that enable statistics, when a sink is set.
-    fn statistics_properties(&self) -> Option<(&'static str, String)> {
-        self.statistics
-            .as_ref()
-            .map(|(interval, _)| ("statistics.interval.ms", interval.as_millis().to_string()))
-    }
-
-    /// Sets on `client` the statistics interval (when a sink is set), then the user's raw
-    /// `properties`, which override the runtime's own settings.
-    pub(crate) fn apply_properties(
+    /// The configuration of a client of `role` for the stage whose consumer group is `group`
+    /// (`client.id` `{group}-{role}`), with the runtime's own settings `own`; the stage's
+    /// consumer and producer also report statistics when a sink is set. The one place a
+    /// stage's clients are configured (see [`ClientSettings`] for the order).
+    pub(crate) fn client_config(
         &self,
-        client: &mut rdkafka::ClientConfig,
-        properties: &[(String, String)],
-    ) {
-        if let Some((k, v)) = self.statistics_properties() {
-            client.set(k, v);
+        group: &str,
+        role: ClientRole,
+        own: &[(&str, &str)],
+    ) -> ClientConfig {
+        let id = format!("{group}-{}", role.name());
+        let interval = self
+            .statistics
+            .as_ref()
+            .filter(|_| matches!(role, ClientRole::Consumer | ClientRole::Producer))
+            .map(|(interval, _)| interval.as_millis().to_string());
+        let mut settings = own.to_vec();
+        if let Some(ms) = &interval {
+            settings.push(("statistics.interval.ms", ms));
         }
-        for (k, v) in properties {
-            client.set(k, v);
-        }
+        self.clients.config(&self.bootstrap, role, &id, &settings)
     }
 
     /// The statistics sink, when one is set.

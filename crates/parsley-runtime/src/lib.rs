@@ -33,6 +33,7 @@
 mod admin;
 mod causal_producer;
 mod changelog;
+mod clients;
 mod config;
 mod error;
 mod event_time;
@@ -46,6 +47,7 @@ mod stage;
 pub use admin::{Admin, TopicInfo, TopicSpec};
 pub use causal_producer::{Acked, CausalProducer, CausalProducerConfig};
 pub use changelog::changelog_topic;
+pub use clients::{ClientRole, ClientSettings};
 pub use config::{GateMode, RuntimeConfig, StatisticsSink};
 pub use error::{Error, Result};
 #[cfg(feature = "fault-injection")]

@@ -24,7 +24,7 @@ use parsley_gate::Arrival;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{BorrowedMessage, Headers, Message};
-use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use rdkafka::{Offset, TopicPartitionList};
 use tracing::{debug, warn};
 
 use super::StageRunner;
@@ -33,6 +33,7 @@ use super::evidence;
 use super::rebalance::{RebalanceContext, RebalanceEvent};
 use super::task::{Fetched, Payload};
 use crate::admin::Admin;
+use crate::clients::ClientRole;
 use crate::config::{GateMode, RuntimeConfig};
 use crate::error::{Error, Result};
 
@@ -96,30 +97,29 @@ impl Intake {
         admin: &Arc<Admin>,
         sources: &[String],
     ) -> Result<Self> {
-        let mut cc = ClientConfig::new();
-        cc.set("bootstrap.servers", &config.bootstrap)
-            .set("group.id", group)
-            .set("client.id", format!("{group}-consumer"))
-            .set("isolation.level", "read_committed")
-            .set("enable.auto.commit", "false")
-            .set("enable.auto.offset.store", "false")
+        let own = [
+            ("group.id", group),
+            ("isolation.level", "read_committed"),
+            ("enable.auto.commit", "false"),
+            ("enable.auto.offset.store", "false"),
             // Positions are always explicit; a fetch position that falls out of range
             // (retention overtook a lagging task) is an error, never a silent reset.
-            .set("auto.offset.reset", "error")
+            ("auto.offset.reset", "error"),
             // Notice a source's partition count changing within seconds, not librdkafka's
             // default five minutes: the rebalance it causes is checked and stops the stage.
-            .set("topic.metadata.refresh.interval.ms", "5000")
-            .set("partition.assignment.strategy", "range")
-            .set("enable.partition.eof", "false")
-            .set("fetch.wait.max.ms", "50")
+            ("topic.metadata.refresh.interval.ms", "5000"),
+            ("partition.assignment.strategy", "range"),
+            ("enable.partition.eof", "false"),
+            ("fetch.wait.max.ms", "50"),
             // librdkafka stops fetching while 100,000 records (`queued.min.messages`) wait in
             // the consumer's queue and looks again only after `fetch.queue.backoff.ms` (1 s by
             // default): a stage working through a backlog drains its queue in a fraction of
             // that and then waits for records (measured: a 0.5-0.7 s stall every half second
             // at 100 B). Looking again after 10 ms keeps the queue from running dry.
-            .set("fetch.queue.backoff.ms", "10");
-        config.apply_properties(&mut cc, &config.consumer_properties);
-        let consumer: BaseConsumer<RebalanceContext> = cc
+            ("fetch.queue.backoff.ms", "10"),
+        ];
+        let consumer: BaseConsumer<RebalanceContext> = config
+            .client_config(group, ClientRole::Consumer, &own)
             .create_with_context(RebalanceContext::new(config, admin.clone()))
             .map_err(|e| Error::kafka(format!("creating the consumer of group {group}"), e))?;
         let topics: Vec<&str> = sources.iter().map(String::as_str).collect();

@@ -22,6 +22,7 @@ use tracing::{info, info_span};
 use super::StageRunner;
 use super::task::{self, Task};
 use crate::changelog;
+use crate::clients::ClientRole;
 use crate::error::Result;
 use crate::event_time::EventTime;
 use crate::metrics::TaskPhase;
@@ -42,8 +43,9 @@ impl StageRunner {
         let started = Instant::now();
         let metrics = self.metrics.clone();
         metrics.task(partition, |m| m.phase = TaskPhase::Restoring);
+        let client = self.restore_client();
         let mut restored = changelog::restore(
-            &self.config.bootstrap,
+            &client,
             self.evidence.admin(),
             self.txn.changelog_name(),
             partition,
@@ -122,6 +124,24 @@ impl StageRunner {
             "task restored"
         );
         Ok(task)
+    }
+
+    /// The configuration of the consumer that reads a changelog partition (`read_committed`,
+    /// assigned explicitly; its group is never joined).
+    fn restore_client(&self) -> rdkafka::ClientConfig {
+        let group = self.spec.group_id(&self.app);
+        let restore_group = format!("{}.restore", self.txn.changelog_name());
+        self.config.client_config(
+            &group,
+            ClientRole::Restore,
+            &[
+                ("group.id", &restore_group),
+                ("isolation.level", "read_committed"),
+                ("enable.auto.commit", "false"),
+                ("enable.partition.eof", "false"),
+                ("fetch.wait.max.ms", "50"),
+            ],
+        )
     }
 
     /// Starts the event-time order `et` of `task` just restored: the startup end of each input

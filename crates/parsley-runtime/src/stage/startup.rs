@@ -15,7 +15,6 @@ use std::sync::mpsc::Sender;
 use std::time::Instant;
 
 use parsley_stage::{ImpossiblePolicy, StageSpec};
-use rdkafka::ClientConfig;
 use tracing::debug;
 
 use super::StageRunner;
@@ -25,6 +24,7 @@ use super::intake::Intake;
 use super::transaction::{OwnWrites, Transaction};
 use crate::admin::{Admin, TopicInfo};
 use crate::changelog;
+use crate::clients::ClientRole;
 use crate::config::RuntimeConfig;
 use crate::error::{Error, Result};
 use crate::metrics::{Progress, StageMetrics};
@@ -53,15 +53,21 @@ impl StageRunner {
         shutdown: Arc<AtomicBool>,
     ) -> Result<Self> {
         let started = Instant::now();
-        let admin = Arc::new(Admin::new(&config.bootstrap, config.timeout)?);
         let group = spec.group_id(app);
-        let mut pc = ClientConfig::new();
-        pc.set("bootstrap.servers", &config.bootstrap)
-            .set("transactional.id", config.transactional_id(&group))
-            .set("client.id", format!("{group}-producer"))
-            .set("linger.ms", "5")
-            .set("partitioner", "murmur2_random");
-        config.apply_properties(&mut pc, &config.producer_properties);
+        let admin = Arc::new(Admin::from_config(
+            &config.client_config(&group, ClientRole::Admin, &[]),
+            config.timeout,
+        )?);
+        let transactional_id = config.transactional_id(&group);
+        let pc = config.client_config(
+            &group,
+            ClientRole::Producer,
+            &[
+                ("transactional.id", &transactional_id),
+                ("linger.ms", "5"),
+                ("partitioner", "murmur2_random"),
+            ],
+        );
         let (resolved, outbox) = std::thread::scope(|scope| {
             let producing = scope
                 .spawn(|| Transaction::producer(&pc, config.statistics_sink(), config.timeout));
