@@ -210,8 +210,8 @@ impl CausalProducer {
         if let Err(e) = self.outbox.send(
             topic,
             tag,
-            key,
-            value.to_vec(),
+            Some(key),
+            Some(value.to_vec()),
             &bytes,
             &[],
             None,

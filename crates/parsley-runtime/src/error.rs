@@ -294,6 +294,22 @@ pub enum Error {
         /// The topic.
         topic: String,
     },
+    /// A record without a key reached a stage that keeps fold state by key: the stage's
+    /// [`BadRecordPolicy`](parsley_stage::BadRecordPolicy) applies (this error under `Fail`;
+    /// case C19).
+    #[error(
+        "stage {stage}: record {topic}/{partition}@{offset} has no key, and the stage keeps fold state by key (a stage whose handler's State is () takes records without a key)"
+    )]
+    KeylessRecord {
+        /// Stage name.
+        stage: String,
+        /// Source topic.
+        topic: String,
+        /// Partition.
+        partition: i32,
+        /// Offset.
+        offset: i64,
+    },
     /// A stage that orders by event time received a record without a timestamp (its event
     /// time); it is not delivered, and its offset is not committed.
     #[error(

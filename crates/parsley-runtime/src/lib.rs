@@ -53,8 +53,12 @@ pub use error::{Error, Result};
 #[cfg(feature = "fault-injection")]
 pub use fault::CrashPoint;
 pub use metrics::{
-    LateKey, MetricsSnapshot, Progress, StageMetrics, TaskMetrics, TaskPhase, progress_summary,
+    BadRecordCounts, LateKey, MetricsSnapshot, Progress, StageMetrics, TaskMetrics, TaskPhase,
+    progress_summary,
 };
 pub use outbox::partition_for;
 pub use runtime::{Running, Runtime, Shutdown};
-pub use stage::{DELIVERY_TARGET, DLQ_REASON_HEADER, DLQ_SOURCE_HEADER, NO_TIMESTAMP};
+pub use stage::{
+    DELIVERY_TARGET, DLQ_KIND_HEADER, DLQ_OFFSET_HEADER, DLQ_PARTITION_HEADER, DLQ_REASON_HEADER,
+    DLQ_SOURCE_HEADER, DLQ_STAGE_HEADER, DLQ_STAMP_HEADER, DLQ_TOPIC_HEADER, NO_TIMESTAMP,
+};

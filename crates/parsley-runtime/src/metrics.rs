@@ -19,6 +19,8 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use parsley_stage::BadRecordKind;
+
 use crate::error::Error;
 
 /// Live counters of one stage (all tasks of one stream thread).
@@ -46,6 +48,9 @@ pub struct StageMetrics {
     parked: AtomicU64,
     overlapped: AtomicU64,
     own_write_commits: AtomicU64,
+    /// Bad records by kind, in [`BadRecordKind::ALL`]'s order.
+    bad_records: [AtomicU64; 5],
+    skipped: AtomicU64,
     tasks: Mutex<BTreeMap<i32, TaskMetrics>>,
     /// The per-key violation counter of event-time tasks: `(task, key) -> late records`.
     late_keys: Mutex<BTreeMap<(i32, Vec<u8>), u64>>,
@@ -205,6 +210,45 @@ pub struct MetricsSnapshot {
     /// record of the open transaction itself (a stage that reads a topic it writes; DESIGN.md
     /// §7: a task never waits on its own open transaction).
     pub own_write_commits: u64,
+    /// Records the stage could not process, by kind, under any bad-record policy.
+    pub bad_records: BadRecordCounts,
+    /// Bad records skipped ([`BadRecordPolicy::Skip`](parsley_stage::BadRecordPolicy::Skip));
+    /// those dead-lettered are in `dead_lettered`.
+    pub skipped: u64,
+}
+
+/// Bad records of a stage by kind ([`BadRecordKind`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BadRecordCounts {
+    /// Keys that did not decode.
+    pub key_decode: u64,
+    /// Values that did not decode.
+    pub value_decode: u64,
+    /// Records without a key where the stage needs one.
+    pub missing_key: u64,
+    /// Records without a value (tombstones) where the stage needs one.
+    pub missing_value: u64,
+    /// Handler errors.
+    pub handler: u64,
+}
+
+impl BadRecordCounts {
+    /// The count of `kind`.
+    pub fn get(&self, kind: BadRecordKind) -> u64 {
+        match kind {
+            BadRecordKind::KeyDecode => self.key_decode,
+            BadRecordKind::ValueDecode => self.value_decode,
+            BadRecordKind::MissingKey => self.missing_key,
+            BadRecordKind::MissingValue => self.missing_value,
+            BadRecordKind::Handler => self.handler,
+            _ => 0,
+        }
+    }
+
+    /// All kinds together.
+    pub fn total(&self) -> u64 {
+        BadRecordKind::ALL.iter().map(|k| self.get(*k)).sum()
+    }
 }
 
 impl StageMetrics {
@@ -234,6 +278,14 @@ impl StageMetrics {
             parked: g(&self.parked),
             overlapped: g(&self.overlapped),
             own_write_commits: g(&self.own_write_commits),
+            bad_records: BadRecordCounts {
+                key_decode: g(&self.bad_records[0]),
+                value_decode: g(&self.bad_records[1]),
+                missing_key: g(&self.bad_records[2]),
+                missing_value: g(&self.bad_records[3]),
+                handler: g(&self.bad_records[4]),
+            },
+            skipped: g(&self.skipped),
         }
     }
 
@@ -362,6 +414,16 @@ impl StageMetrics {
         self.impossible_stamps.fetch_add(1, Ordering::Relaxed);
     }
 
+    pub(crate) fn bad_record(&self, kind: BadRecordKind) {
+        if let Some(i) = BadRecordKind::ALL.iter().position(|k| *k == kind) {
+            self.bad_records[i].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    pub(crate) fn skipped(&self) {
+        self.skipped.fetch_add(1, Ordering::Relaxed);
+    }
+
     pub(crate) fn dead_lettered(&self) {
         self.dead_lettered.fetch_add(1, Ordering::Relaxed);
     }
@@ -387,6 +449,9 @@ impl StageMetrics {
 ///
 /// `Clone` but not `PartialEq`: [`Progress::Failed`] carries the stage's typed error, which
 /// has no equality (it holds librdkafka's and the processor's errors). Match on the variants.
+// One event per commit: its size does not matter, and boxing the counters would make every
+// observer dereference them.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone)]
 pub enum Progress {
     /// A transaction committed; the counters after it.

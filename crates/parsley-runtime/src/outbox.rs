@@ -113,7 +113,8 @@ struct Produce<'a> {
     opaque: usize,
     /// ms since the epoch; `None`: the producer's clock.
     timestamp: Option<i64>,
-    headers: &'a [(&'a CStr, &'a [u8])],
+    /// Header names and values (`None`: a header with a null value).
+    headers: &'a [(&'a CStr, Option<&'a [u8]>)],
 }
 
 /// A stamped send awaiting its report: its tag, and its value, which librdkafka reads without
@@ -121,7 +122,7 @@ struct Produce<'a> {
 struct Pending {
     tag: SendTag,
     /// Never read: it keeps the buffer librdkafka was given alive.
-    _value: Vec<u8>,
+    _value: Option<Vec<u8>>,
 }
 
 /// A librdkafka topic handle of the outbox's producer, made on the topic's first send and
@@ -448,18 +449,19 @@ impl Outbox {
         })
     }
 
-    /// Sends one record to an explicit partition with the stamp header (and `extra` headers)
-    /// and record timestamp `timestamp` (ms since the epoch; `None`: the producer's clock).
-    /// When librdkafka's queue is full it waits for acknowledgements to make room.
+    /// Sends one record to an explicit partition with the stamp header (and `extra` headers,
+    /// whose values may be null) and record timestamp `timestamp` (ms since the epoch; `None`:
+    /// the producer's clock). A `None` key is a record without a key, a `None` value a
+    /// tombstone. When librdkafka's queue is full it waits for acknowledgements to make room.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn send(
         &mut self,
         topic: &str,
         tag: SendTag,
-        key: &[u8],
-        value: Vec<u8>,
+        key: Option<&[u8]>,
+        value: Option<Vec<u8>>,
         stamp: &[u8],
-        extra: &[(&str, &[u8])],
+        extra: &[(&str, Option<&[u8]>)],
         timestamp: Option<i64>,
         timeout: Duration,
     ) -> Result<()> {
@@ -479,12 +481,12 @@ impl Outbox {
                 channel: Box::new(tag.channel),
                 source: KafkaError::from(e),
             })?;
-        let stamp_only = [(STAMP_HEADER_C, stamp)];
-        let with_extra: Vec<(&CStr, &[u8])>;
-        let headers: &[(&CStr, &[u8])] = if extra.is_empty() {
+        let stamp_only = [(STAMP_HEADER_C, Some(stamp))];
+        let with_extra: Vec<(&CStr, Option<&[u8]>)>;
+        let headers: &[(&CStr, Option<&[u8]>)] = if extra.is_empty() {
             &stamp_only
         } else {
-            with_extra = std::iter::once((STAMP_HEADER_C, stamp))
+            with_extra = std::iter::once((STAMP_HEADER_C, Some(stamp)))
                 .chain(
                     extra_names
                         .iter()
@@ -502,17 +504,17 @@ impl Outbox {
             id += 1;
         }
         // The buffer stays where it is when the `Vec` moves into the queue.
-        let (ptr, len) = (value.as_ptr(), value.len());
+        let buffer = value.as_ref().map(|v| (v.as_ptr(), v.len()));
         self.tags.push_back(Some(Pending { tag, _value: value }));
         // SAFETY: `ptr` and `len` describe the buffer now owned by the queue entry, which is
         // neither changed nor dropped until the send's report is drained (module docs), or
         // right below when the send is refused.
-        let value = unsafe { std::slice::from_raw_parts(ptr, len) };
+        let value = buffer.map(|(ptr, len)| unsafe { std::slice::from_raw_parts(ptr, len) });
         let record = Produce {
             rkt,
             partition: tag.channel.partition,
-            key: Some(key),
-            value: Some(value),
+            key,
+            value,
             copy_value: false,
             opaque: id as usize,
             timestamp,
@@ -652,13 +654,10 @@ impl Outbox {
         let headers = (!record.headers.is_empty()).then(|| unsafe {
             let list = rdsys::rd_kafka_headers_new(record.headers.len());
             for (name, value) in record.headers {
-                rdsys::rd_kafka_header_add(
-                    list,
-                    name.as_ptr(),
-                    -1,
-                    value.as_ptr() as *const c_void,
-                    value.len() as isize,
-                );
+                let (ptr, len) = value.map_or((std::ptr::null(), 0), |v| {
+                    (v.as_ptr() as *const c_void, v.len())
+                });
+                rdsys::rd_kafka_header_add(list, name.as_ptr(), -1, ptr, len as isize);
             }
             list
         });

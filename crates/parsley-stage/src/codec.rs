@@ -6,6 +6,14 @@
 //! clients; [`Bytes`] passes `Vec<u8>` through unchanged. Keys of co-partitioned topics must be
 //! encoded the same way by every writer: the partition is a hash of the key's bytes.
 //!
+//! # Absent keys and values
+//! A Kafka record may have no key, and a tombstone has no value. A codec says whether its type
+//! can stand for such an absent part ([`Codec::decode_absent`], [`Codec::encode_part`]):
+//! [`Json`] maps an absent part to JSON `null`, so an `Option<T>` key or value (or `()`) takes
+//! it and gives it back; [`Nullable`] does the same for any other codec. With a type that
+//! cannot stand for it (a `String` through [`Utf8`], a struct through [`Json`]), an absent part
+//! is an error ([`CodecError::Absent`]) that the stage's bad-record policy handles.
+//!
 //! Decoding untrusted bytes never panics: it returns [`CodecError`].
 
 use serde::Serialize;
@@ -30,6 +38,10 @@ pub enum CodecError {
     /// Bytes that are not UTF-8 where a string was expected.
     #[error("not UTF-8: {0}")]
     Utf8(#[from] std::string::FromUtf8Error),
+    /// The part is absent (a record without a key, a tombstone) and the type cannot stand for
+    /// an absent part (see the module docs: use an `Option` with [`Json`] or [`Nullable`]).
+    #[error("the part is absent and its type cannot stand for an absent part")]
+    Absent,
 }
 
 /// Encodes and decodes values of type `T`.
@@ -66,9 +78,28 @@ pub trait Codec<T>: Send + Sync {
     fn decode_owned(&self, bytes: Vec<u8>) -> Result<T, CodecError> {
         self.decode(&bytes)
     }
+
+    /// The value an absent part decodes to: a record without a key, a tombstone's value. The
+    /// default: none ([`CodecError::Absent`]).
+    ///
+    /// # Errors
+    /// [`CodecError::Absent`] when the type cannot stand for an absent part.
+    fn decode_absent(&self) -> Result<T, CodecError> {
+        Err(CodecError::Absent)
+    }
+
+    /// `value` as a record part, consuming it: `None` when it stands for an absent part (a key
+    /// to leave out, a tombstone's value). The default: always present
+    /// ([`Codec::encode_owned`]). The runtime encodes emissions with this method.
+    ///
+    /// # Errors
+    /// As [`Codec::encode`].
+    fn encode_part(&self, value: T) -> Result<Option<Vec<u8>>, CodecError> {
+        self.encode_owned(value).map(Some)
+    }
 }
 
-/// JSON via `serde_json`.
+/// JSON via `serde_json`. An absent part is JSON `null` both ways (module docs).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Json;
 
@@ -79,6 +110,58 @@ impl<T: Serialize + DeserializeOwned> Codec<T> for Json {
 
     fn decode(&self, bytes: &[u8]) -> Result<T, CodecError> {
         Ok(serde_json::from_slice(bytes)?)
+    }
+
+    fn decode_absent(&self) -> Result<T, CodecError> {
+        serde_json::from_slice(b"null").map_err(|_| CodecError::Absent)
+    }
+
+    fn encode_part(&self, value: T) -> Result<Option<Vec<u8>>, CodecError> {
+        let bytes = serde_json::to_vec(&value)?;
+        Ok((bytes != b"null").then_some(bytes))
+    }
+}
+
+/// Any codec, with `None` standing for an absent part (module docs): `Some(v)` is `v` through
+/// the inner codec, `None` is a record without a key or a tombstone's value.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Nullable<C>(pub C);
+
+impl<T, C: Codec<T>> Codec<Option<T>> for Nullable<C> {
+    /// # Errors
+    /// [`CodecError::Absent`] for `None`, which has no bytes (an emission's `None` is written
+    /// as an absent part by [`Codec::encode_part`]).
+    fn encode(&self, value: &Option<T>) -> Result<Vec<u8>, CodecError> {
+        match value {
+            Some(v) => self.0.encode(v),
+            None => Err(CodecError::Absent),
+        }
+    }
+
+    fn decode(&self, bytes: &[u8]) -> Result<Option<T>, CodecError> {
+        self.0.decode(bytes).map(Some)
+    }
+
+    fn encode_owned(&self, value: Option<T>) -> Result<Vec<u8>, CodecError> {
+        match value {
+            Some(v) => self.0.encode_owned(v),
+            None => Err(CodecError::Absent),
+        }
+    }
+
+    fn decode_owned(&self, bytes: Vec<u8>) -> Result<Option<T>, CodecError> {
+        self.0.decode_owned(bytes).map(Some)
+    }
+
+    fn decode_absent(&self) -> Result<Option<T>, CodecError> {
+        Ok(None)
+    }
+
+    fn encode_part(&self, value: Option<T>) -> Result<Option<Vec<u8>>, CodecError> {
+        match value {
+            Some(v) => self.0.encode_part(v),
+            None => Ok(None),
+        }
     }
 }
 
@@ -178,6 +261,38 @@ mod tests {
         // The defaults go through the borrowing methods.
         let owned: Event = Json.decode_owned(Json.encode_owned(e).unwrap()).unwrap();
         assert_eq!(owned, Event::Sold { qty: 3 });
+    }
+
+    #[test]
+    fn absent_parts_are_json_null_or_a_nullable_none() {
+        // Json: an Option (or unit) stands for an absent part both ways; a struct does not.
+        let none: Option<String> = Json.decode_absent().unwrap();
+        assert_eq!(none, None);
+        assert_eq!(Json.encode_part(None::<String>).unwrap(), None);
+        assert_eq!(
+            Json.encode_part(Some("k".to_string())).unwrap(),
+            Some(b"\"k\"".to_vec())
+        );
+        assert_eq!(
+            Json.encode_part("null".to_string()).unwrap(),
+            Some(b"\"null\"".to_vec())
+        );
+        assert!(matches!(
+            <Json as Codec<Event>>::decode_absent(&Json),
+            Err(CodecError::Absent)
+        ));
+        // Other codecs: only through Nullable.
+        assert!(matches!(Utf8.decode_absent(), Err(CodecError::Absent)));
+        let n = Nullable(Utf8);
+        assert_eq!(n.decode_absent().unwrap(), None);
+        assert_eq!(n.decode(b"k").unwrap(), Some("k".to_string()));
+        assert_eq!(n.encode_part(None).unwrap(), None);
+        assert_eq!(
+            n.encode_part(Some("k".into())).unwrap(),
+            Some(b"k".to_vec())
+        );
+        assert!(matches!(n.encode(&None), Err(CodecError::Absent)));
+        assert_eq!(Utf8.encode_part("k".into()).unwrap(), Some(b"k".to_vec()));
     }
 
     #[test]

@@ -3,6 +3,7 @@
 use crate::codec::CodecError;
 use crate::handler::HandlerError;
 use crate::processor::Part;
+use crate::topology::BadRecordKind;
 
 /// A `Result` whose error is [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -79,4 +80,30 @@ pub enum Error {
         /// The topic the handler named.
         topic: String,
     },
+}
+
+impl Error {
+    /// The kind of bad record this error is, when the record is at fault (a key or value that
+    /// does not decode or is missing, a handler error): what the stage's
+    /// [`BadRecordPolicy`](crate::BadRecordPolicy) applies to. `None` for the stage's own
+    /// faults (a fold state that does not decode, an emission that cannot be encoded or goes
+    /// to an undeclared sink, an invalid topology), which always stop the stage.
+    pub fn bad_record_kind(&self) -> Option<BadRecordKind> {
+        match self {
+            Error::Decode {
+                part: Part::Key, ..
+            } => Some(BadRecordKind::KeyDecode),
+            Error::Decode {
+                part: Part::Value, ..
+            } => Some(BadRecordKind::ValueDecode),
+            Error::Missing {
+                part: Part::Key, ..
+            } => Some(BadRecordKind::MissingKey),
+            Error::Missing {
+                part: Part::Value, ..
+            } => Some(BadRecordKind::MissingValue),
+            Error::Handler { .. } => Some(BadRecordKind::Handler),
+            _ => None,
+        }
+    }
 }

@@ -17,12 +17,12 @@ mod handler;
 mod processor;
 pub mod topology;
 
-pub use codec::{Bincode, Bytes, Codec, CodecError, Json, Utf8};
+pub use codec::{Bincode, Bytes, Codec, CodecError, Json, Nullable, Utf8};
 pub use error::{Error, Result};
 pub use handler::{Emission, Handler, HandlerError, HandlerResult, Record, StateChange, Step};
 pub use parsley_clock::CausalClock;
 pub use processor::{Part, Processor, RawDelivery, RawEmission, RawRecord, RawStep};
 pub use topology::{
-    ControlStream, EventTimeOrder, ImpossiblePolicy, StageBuilder, StageSpec, Topology,
-    TopologyBuilder,
+    BadRecordKind, BadRecordPolicy, ControlStream, EventTimeOrder, ImpossiblePolicy, StageBuilder,
+    StageSpec, Topology, TopologyBuilder,
 };

@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use crate::codec::Codec;
+use crate::codec::{Codec, CodecError};
 use crate::error::Error;
 use crate::handler::{Handler, Record, StateChange};
 
@@ -66,10 +66,10 @@ pub struct RawEmission {
     /// Sink topic name (declared by the stage), shared with the handler's
     /// [`crate::Emission::topic`].
     pub topic: Arc<str>,
-    /// Encoded key.
-    pub key: Vec<u8>,
-    /// Encoded value.
-    pub value: Vec<u8>,
+    /// Encoded key; `None` for a record without a key ([`Codec::encode_part`]).
+    pub key: Option<Vec<u8>>,
+    /// Encoded value; `None` for a tombstone ([`Codec::encode_part`]).
+    pub value: Option<Vec<u8>>,
 }
 
 /// The encoded result of handling one record.
@@ -104,6 +104,13 @@ pub trait Processor: Send + Sync {
         state: Option<&[u8]>,
     ) -> Result<RawStep, Error> {
         self.process(delivery.as_record(), state)
+    }
+
+    /// Whether the stage keeps fold state by key. A stage that keeps none takes records
+    /// without a key (its handler decides what they mean); one that keeps state cannot key
+    /// them, and the runtime hands them to the stage's bad-record policy. The default: `true`.
+    fn keeps_state(&self) -> bool {
+        true
     }
 }
 
@@ -170,6 +177,11 @@ impl<H: Handler> Processor for Typed<H> {
         };
         self.run(record, Value::Owned(value), state)
     }
+
+    /// `false` when the handler's `State` is `()`: the way a stage declares it keeps none.
+    fn keeps_state(&self) -> bool {
+        std::any::TypeId::of::<H::State>() != std::any::TypeId::of::<()>()
+    }
 }
 
 /// A record's value bytes as the runtime or a caller hands them to [`Typed::run`].
@@ -202,22 +214,25 @@ impl<H: Handler> Typed<H> {
             offset: record.offset,
             part,
         };
-        let key = self
-            .codecs
-            .key
-            .decode(record.key.ok_or_else(|| missing(Part::Key))?)
-            .map_err(|e| decode_err(Part::Key, e))?;
-        let value = match value {
-            Value::Borrowed(v) => self
-                .codecs
-                .value
-                .decode(v.ok_or_else(|| missing(Part::Value))?),
-            Value::Owned(v) => self
-                .codecs
-                .value
-                .decode_owned(v.ok_or_else(|| missing(Part::Value))?),
+        // An absent part decodes only where its type can stand for it (codec module docs);
+        // otherwise it is `Missing`, not a decoding failure.
+        let absent_or = |part: Part| {
+            move |e: CodecError| match e {
+                CodecError::Absent => missing(part),
+                e => decode_err(part, e),
+            }
+        };
+        let key = match record.key {
+            Some(k) => self.codecs.key.decode(k),
+            None => self.codecs.key.decode_absent(),
         }
-        .map_err(|e| decode_err(Part::Value, e))?;
+        .map_err(absent_or(Part::Key))?;
+        let value = match value {
+            Value::Borrowed(Some(v)) => self.codecs.value.decode(v),
+            Value::Owned(Some(v)) => self.codecs.value.decode_owned(v),
+            Value::Borrowed(None) | Value::Owned(None) => self.codecs.value.decode_absent(),
+        }
+        .map_err(absent_or(Part::Value))?;
         let state = state
             .map(|s| self.codecs.state.decode(s))
             .transpose()
@@ -263,12 +278,12 @@ impl<H: Handler> Typed<H> {
                     key: self
                         .codecs
                         .key
-                        .encode_owned(e.key)
+                        .encode_part(e.key)
                         .map_err(|x| encode_err("emission key", x))?,
                     value: self
                         .codecs
                         .output
-                        .encode_owned(e.value)
+                        .encode_part(e.value)
                         .map_err(|x| encode_err("emission value", x))?,
                     topic: e.topic,
                 })

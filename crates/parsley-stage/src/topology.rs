@@ -94,7 +94,77 @@ pub struct StageSpec {
     sinks: Vec<String>,
     processor: Arc<dyn Processor>,
     impossible: ImpossiblePolicy,
+    bad_records: BadRecordPolicy,
     event_time: Option<EventTimeOrder>,
+}
+
+/// What a stage does with a record it cannot process: a key or value that does not decode, a
+/// key or value that is absent where the stage needs one (a record without a key in a stage
+/// that keeps fold state, a tombstone), or a handler error. Kafka Streams' deserialization and
+/// processing exception handlers (KIP-1033) and its dead-letter queue (KIP-1034) are the
+/// reference.
+///
+/// A skipped or dead-lettered record counts as **processed**: its offset is committed with the
+/// transaction that handled it, the task's node clock has observed it, and records that claim
+/// it are delivered after it as after any other — nothing waits for it. It changes no fold
+/// state and emits nothing else. A fold state that does not decode, an emission that cannot
+/// be encoded and an emission to an undeclared sink are the stage's own faults, not the
+/// record's: they always stop the stage.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum BadRecordPolicy {
+    /// Stop the stage with the typed error naming the record (the default). Its offset is not
+    /// committed: a restart meets it again.
+    #[default]
+    Fail,
+    /// Count it (per kind) and go on.
+    Skip,
+    /// Send it to `topic` in the same transaction as the input offsets — the original key,
+    /// value and headers, stamped by the task, with headers naming the stage, the source
+    /// topic, partition and offset, the kind of failure and the error — count it and go on.
+    DeadLetter {
+        /// The dead-letter topic (must exist; not one of the stage's sources).
+        topic: String,
+    },
+}
+
+/// What made a record bad ([`BadRecordPolicy`]); counted per kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum BadRecordKind {
+    /// The key does not decode.
+    KeyDecode,
+    /// The value does not decode.
+    ValueDecode,
+    /// The record has no key, and the stage keeps fold state by key or its key type cannot
+    /// stand for a missing key.
+    MissingKey,
+    /// The record has no value (a tombstone), and the stage's value type cannot stand for one.
+    MissingValue,
+    /// The handler returned an error.
+    Handler,
+}
+
+impl BadRecordKind {
+    /// Every kind, in the order metrics list them.
+    pub const ALL: [BadRecordKind; 5] = [
+        BadRecordKind::KeyDecode,
+        BadRecordKind::ValueDecode,
+        BadRecordKind::MissingKey,
+        BadRecordKind::MissingValue,
+        BadRecordKind::Handler,
+    ];
+
+    /// The kind's name, as a dead-lettered record's `parsley.dlq.kind` header gives it:
+    /// `key-decode`, `value-decode`, `missing-key`, `missing-value`, `handler`.
+    pub fn name(self) -> &'static str {
+        match self {
+            BadRecordKind::KeyDecode => "key-decode",
+            BadRecordKind::ValueDecode => "value-decode",
+            BadRecordKind::MissingKey => "missing-key",
+            BadRecordKind::MissingValue => "missing-value",
+            BadRecordKind::Handler => "handler",
+        }
+    }
 }
 
 /// Orders a stage's deliveries by event time per task (DESIGN.md §5; the book's chapter
@@ -177,6 +247,7 @@ impl fmt::Debug for StageSpec {
             .field("sources", &self.sources)
             .field("sinks", &self.sinks)
             .field("impossible", &self.impossible)
+            .field("bad_records", &self.bad_records)
             .field("event_time", &self.event_time)
             .finish_non_exhaustive()
     }
@@ -206,6 +277,11 @@ impl StageSpec {
     /// What the stage does with an impossible stamp.
     pub fn impossible_policy(&self) -> &ImpossiblePolicy {
         &self.impossible
+    }
+
+    /// What the stage does with a record it cannot process.
+    pub fn bad_record_policy(&self) -> &BadRecordPolicy {
+        &self.bad_records
     }
 
     /// The stage's event-time order, if it orders by event time.
@@ -244,6 +320,7 @@ impl TopologyBuilder {
             sources: Vec::new(),
             sinks: Vec::new(),
             impossible: ImpossiblePolicy::Fail,
+            bad_records: BadRecordPolicy::Fail,
             event_time: None,
             codecs: Codecs {
                 key: Arc::new(Json),
@@ -258,6 +335,7 @@ impl TopologyBuilder {
             sinks,
             codecs,
             impossible,
+            bad_records,
             event_time,
             ..
         } = builder;
@@ -273,6 +351,7 @@ impl TopologyBuilder {
             sinks,
             processor,
             impossible,
+            bad_records,
             event_time,
         });
         self
@@ -313,7 +392,21 @@ impl TopologyBuilder {
                     }
                 }
             }
-            if let ImpossiblePolicy::DeadLetter { topic } = &stage.impossible {
+            let dead_letters = [
+                match &stage.impossible {
+                    ImpossiblePolicy::DeadLetter { topic } => Some(topic),
+                    _ => None,
+                },
+                match &stage.bad_records {
+                    BadRecordPolicy::DeadLetter { topic } => Some(topic),
+                    _ => None,
+                },
+            ];
+            for (j, topic) in dead_letters.iter().enumerate() {
+                let Some(topic) = topic else { continue };
+                if dead_letters[..j].contains(&Some(*topic)) {
+                    continue;
+                }
                 if let Err(why) = legal_name(topic) {
                     problems.push(format!(
                         "stage {name:?}: dead-letter topic {topic:?}: {why}"
@@ -366,6 +459,7 @@ pub struct StageBuilder<H: Handler> {
     sinks: Vec<String>,
     codecs: Codecs<H>,
     impossible: ImpossiblePolicy,
+    bad_records: BadRecordPolicy,
     event_time: Option<EventTimeOrder>,
 }
 
@@ -403,6 +497,14 @@ impl<H: Handler> StageBuilder<H> {
     /// What to do with records whose stamps are impossible (default: fail the task).
     pub fn on_impossible_stamp(mut self, policy: ImpossiblePolicy) -> Self {
         self.impossible = policy;
+        self
+    }
+
+    /// What to do with records the stage cannot process (default: fail the stage); see
+    /// [`BadRecordPolicy`]. A dead-letter topic is checked by [`TopologyBuilder::build`]: a
+    /// legal name, not a source of the stage.
+    pub fn on_bad_record(mut self, policy: BadRecordPolicy) -> Self {
+        self.bad_records = policy;
         self
     }
 
@@ -576,8 +678,8 @@ mod tests {
         let state = Bincode.encode(&5u32).unwrap();
         let step = p.process(raw(b"3"), Some(&state)).unwrap();
         assert_eq!(&*step.emit[0].topic, "out");
-        assert_eq!(step.emit[0].key, b"k");
-        assert_eq!(step.emit[0].value, b"8");
+        assert_eq!(step.emit[0].key.as_deref(), Some(&b"k"[..]));
+        assert_eq!(step.emit[0].value.as_deref(), Some(&b"8"[..]));
         assert_eq!(step.state, StateChange::Set(Bincode.encode(&8u32).unwrap()));
 
         let err = p.process(raw(b"nope"), None).unwrap_err();

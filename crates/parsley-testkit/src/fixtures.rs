@@ -64,6 +64,20 @@ pub struct ReadRecord {
     pub timestamp: Option<i64>,
     /// The decoded `parsley.stamp` header, if present.
     pub stamp: Option<Stamp>,
+    /// Every header, in order (`None`: a null value), the stamp included.
+    pub headers: Vec<(String, Option<Vec<u8>>)>,
+}
+
+impl ReadRecord {
+    /// The value of the first header named `name`, as UTF-8 text (lossy), if present and not
+    /// null.
+    pub fn header(&self, name: &str) -> Option<String> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .and_then(|(_, v)| v.as_deref())
+            .map(|v| String::from_utf8_lossy(v).into_owned())
+    }
 }
 
 /// A `read_committed` consumer (no group) for `topic`.
@@ -156,6 +170,11 @@ pub fn read_committed(topic: &TopicInfo) -> Vec<ReadRecord> {
                     .find(|h| h.key == parsley_clock::STAMP_HEADER)
                     .map(|h| codec::decode(h.value.unwrap_or_default()).expect("stamp"))
             });
+            let headers = m.headers().map_or_else(Vec::new, |h| {
+                h.iter()
+                    .map(|h| (h.key.to_string(), h.value.map(<[u8]>::to_vec)))
+                    .collect()
+            });
             out.push(ReadRecord {
                 partition: m.partition(),
                 offset: m.offset(),
@@ -163,6 +182,7 @@ pub fn read_committed(topic: &TopicInfo) -> Vec<ReadRecord> {
                 value: m.payload().map(<[u8]>::to_vec),
                 timestamp: m.timestamp().to_millis(),
                 stamp,
+                headers,
             });
         }
     }

@@ -9,19 +9,29 @@ use std::sync::Arc;
 
 use parsley_clock::{Channel, TopicId};
 use parsley_gate::GateError;
-use parsley_stage::{ImpossiblePolicy, Processor};
+use parsley_stage::{BadRecordPolicy, ImpossiblePolicy, Processor};
 
 use crate::admin::TopicInfo;
 use crate::config::GateMode;
 use crate::error::{Error, Result};
 use crate::metrics::StageMetrics;
 
-/// The dead-letter topic of [`ImpossiblePolicy::DeadLetter`].
+/// A dead-letter topic ([`ImpossiblePolicy::DeadLetter`], [`BadRecordPolicy::DeadLetter`]).
 pub(crate) struct DeadLetterTopic {
     /// The resolved topic.
     pub info: TopicInfo,
     /// Its name, shared by every record sent there.
     pub name: Arc<str>,
+}
+
+impl DeadLetterTopic {
+    /// The dead-letter topic `info`.
+    pub(crate) fn new(info: TopicInfo) -> Self {
+        DeadLetterTopic {
+            name: info.name.as_str().into(),
+            info,
+        }
+    }
 }
 
 /// The stage as its tasks see it.
@@ -34,10 +44,18 @@ pub(crate) struct TaskContext {
     pub sinks: Vec<TopicInfo>,
     /// Where [`ImpossiblePolicy::DeadLetter`] routes records.
     pub dead_letter: Option<DeadLetterTopic>,
+    /// Where [`BadRecordPolicy::DeadLetter`] routes records.
+    pub bad_record_dead_letter: Option<DeadLetterTopic>,
     /// Decode, handle, encode.
     pub processor: Arc<dyn Processor>,
+    /// Whether the stage keeps fold state by key ([`Processor::keeps_state`]).
+    pub keeps_state: bool,
     /// What to do with a record whose stamp is impossible.
     pub policy: ImpossiblePolicy,
+    /// What to do with a record the stage cannot process.
+    pub bad_records: BadRecordPolicy,
+    /// Fetched records keep their headers (for a dead letter: only when a policy may send one).
+    pub keep_headers: bool,
     /// Whether the gate enforces stamps.
     pub gate_mode: GateMode,
     /// Fetched-but-undelivered records per channel before it is paused or spills.
@@ -108,6 +126,7 @@ impl TaskContext {
             .iter()
             .chain(&self.sinks)
             .chain(self.dead_letter.as_ref().map(|d| &d.info))
+            .chain(self.bad_record_dead_letter.as_ref().map(|d| &d.info))
             .find(|t| t.id == id)
             .map_or_else(String::new, |t| t.name.clone())
     }

@@ -15,6 +15,7 @@
 //! Invariant: every record polled is offered to its task exactly once, in poll order; the
 //! consumer's pauses are exactly the channels in `paused`.
 
+use std::borrow::Cow;
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -30,8 +31,9 @@ use tracing::{debug, warn};
 use super::StageRunner;
 use super::context::TaskContext;
 use super::evidence;
+use super::output::Header;
 use super::rebalance::{RebalanceContext, RebalanceEvent};
-use super::task::{Fetched, Payload};
+use super::task::{Fetched, Payload, Rare};
 use crate::admin::Admin;
 use crate::clients::ClientRole;
 use crate::config::{GateMode, RuntimeConfig};
@@ -449,7 +451,7 @@ fn fetched(
         GateMode::Off => {
             // A plain consumer: deliver in arrival order.
             timestamp = arrival as i64;
-            (None, stamp.map(Box::new))
+            (None, stamp)
         }
     };
     Ok(Fetched {
@@ -466,11 +468,30 @@ fn fetched(
                 value: m.payload().map(<[u8]>::to_vec),
                 arrived,
                 record_timestamp,
-                unchecked_stamp,
-                dead_letter: None,
+                rare: (unchecked_stamp.is_some() || ctx.keep_headers).then(|| {
+                    Box::new(Rare {
+                        unchecked_stamp,
+                        dead_letter: None,
+                        headers: if ctx.keep_headers {
+                            headers_of(m)
+                        } else {
+                            Box::default()
+                        },
+                    })
+                }),
             },
         },
         malformed,
+    })
+}
+
+/// Every header of `m`, copied.
+fn headers_of(m: &BorrowedMessage<'_>) -> Box<[Header]> {
+    m.headers().map_or_else(Box::default, |headers| {
+        headers
+            .iter()
+            .map(|h| (Cow::Owned(h.key.to_string()), h.value.map(<[u8]>::to_vec)))
+            .collect()
     })
 }
 

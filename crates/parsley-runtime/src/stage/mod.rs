@@ -66,7 +66,10 @@ use std::time::Duration;
 use parsley_stage::StageSpec;
 use tracing::{debug, info, info_span, trace_span, warn};
 
-pub use policy::{DLQ_REASON_HEADER, DLQ_SOURCE_HEADER};
+pub use policy::{
+    DLQ_KIND_HEADER, DLQ_OFFSET_HEADER, DLQ_PARTITION_HEADER, DLQ_REASON_HEADER, DLQ_SOURCE_HEADER,
+    DLQ_STAGE_HEADER, DLQ_STAMP_HEADER, DLQ_TOPIC_HEADER,
+};
 pub use task::{DELIVERY_TARGET, NO_TIMESTAMP};
 
 use self::backpressure::Step;

@@ -7,10 +7,14 @@
 //! Invariant: a record refused by [`Output::send`] was not sent, and the task releases its
 //! claim in the node clock at once (a clock never claims a send that was not made).
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use crate::error::Result;
 use crate::outbox::SendTag;
+
+/// A record header: its name and its value (`None`: a header with a null value).
+pub(crate) type Header = (Cow<'static, str>, Option<Vec<u8>>);
 
 /// One stamped record a task sends, its buffers handed over.
 #[derive(Debug)]
@@ -20,14 +24,15 @@ pub(crate) struct Outgoing<'a> {
     /// The sending task, the target channel (partition chosen by the key) and the send
     /// sequence: what the delivery report is matched to.
     pub tag: SendTag,
-    /// Key bytes.
-    pub key: Vec<u8>,
-    /// Value bytes (the producer keeps the buffer until the send's report, without a copy).
-    pub value: Vec<u8>,
+    /// Key bytes; `None`: a record without a key.
+    pub key: Option<Vec<u8>>,
+    /// Value bytes (the producer keeps the buffer until the send's report, without a copy);
+    /// `None`: a tombstone.
+    pub value: Option<Vec<u8>>,
     /// The encoded stamp (`parsley.stamp` header).
     pub stamp: &'a [u8],
-    /// Headers besides the stamp (a dead letter's source and reason).
-    pub headers: &'a [(&'static str, Vec<u8>)],
+    /// Headers besides the stamp (a dead letter's original headers and its own).
+    pub headers: &'a [Header],
     /// The record timestamp, ms since the epoch; `None`: the producer's clock.
     pub timestamp: Option<i64>,
 }
@@ -37,10 +42,10 @@ pub(crate) struct Outgoing<'a> {
 pub(crate) struct HeldSend {
     topic: Arc<str>,
     tag: SendTag,
-    key: Vec<u8>,
-    value: Vec<u8>,
+    key: Option<Vec<u8>>,
+    value: Option<Vec<u8>>,
     stamp: Vec<u8>,
-    headers: Vec<(&'static str, Vec<u8>)>,
+    headers: Vec<Header>,
     timestamp: Option<i64>,
 }
 

@@ -14,7 +14,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::mpsc::Sender;
 use std::time::Instant;
 
-use parsley_stage::{ImpossiblePolicy, StageSpec};
+use parsley_stage::{BadRecordPolicy, ImpossiblePolicy, StageSpec};
 use tracing::debug;
 
 use super::StageRunner;
@@ -33,9 +33,13 @@ use crate::metrics::{Progress, StageMetrics};
 struct Resolved {
     sources: Vec<TopicInfo>,
     sinks: Vec<TopicInfo>,
-    dead_letter: Option<TopicInfo>,
+    /// The dead-letter topics of impossible stamps and of bad records.
+    dead_letters: DeadLetters,
     changelog: TopicInfo,
 }
+
+/// The dead-letter topics of impossible stamps and of bad records, resolved.
+type DeadLetters = (Option<TopicInfo>, Option<TopicInfo>);
 
 impl StageRunner {
     /// Resolves the stage's topics, checks co-partitioning, creates the clients and
@@ -72,7 +76,7 @@ impl StageRunner {
             let producing = scope
                 .spawn(|| Transaction::producer(&pc, config.statistics_sink(), config.timeout));
             let resolved = (|| -> Result<_> {
-                let (sources, sinks, dead_letter) = describe(&admin, &spec)?;
+                let (sources, sinks, dead_letters) = describe(&admin, &spec)?;
                 debug!(
                     took_ms = started.elapsed().as_millis() as u64,
                     "startup: topics described"
@@ -92,7 +96,7 @@ impl StageRunner {
                 let resolved = Resolved {
                     sources,
                     sinks,
-                    dead_letter,
+                    dead_letters,
                     changelog,
                 };
                 Ok((resolved, intake))
@@ -112,7 +116,7 @@ impl StageRunner {
         let Resolved {
             sources,
             sinks,
-            dead_letter,
+            dead_letters: (dead_letter, bad_record_dead_letter),
             changelog,
         } = resolved;
         let looped = sinks
@@ -133,12 +137,19 @@ impl StageRunner {
             stage: spec.name().to_string(),
             sources,
             sinks,
-            dead_letter: dead_letter.map(|info| DeadLetterTopic {
-                name: info.name.as_str().into(),
-                info,
-            }),
+            dead_letter: dead_letter.map(DeadLetterTopic::new),
+            bad_record_dead_letter: bad_record_dead_letter.map(DeadLetterTopic::new),
             processor: spec.processor().clone(),
+            keeps_state: spec.processor().keeps_state(),
             policy: spec.impossible_policy().clone(),
+            bad_records: spec.bad_record_policy().clone(),
+            keep_headers: matches!(
+                spec.impossible_policy(),
+                ImpossiblePolicy::DeadLetter { .. }
+            ) || matches!(
+                spec.bad_record_policy(),
+                BadRecordPolicy::DeadLetter { .. }
+            ),
             gate_mode: config.gate,
             cap: config.max_queued_per_channel,
             metrics: metrics.clone(),
@@ -159,13 +170,12 @@ impl StageRunner {
     }
 }
 
-/// Describes the stage's sources, sinks and dead-letter topic, and checks that its sources
+/// Describes the stage's sources, sinks and dead-letter topics, and checks that its sources
 /// are co-partitioned.
-#[allow(clippy::type_complexity)]
 fn describe(
     admin: &Admin,
     spec: &StageSpec,
-) -> Result<(Vec<TopicInfo>, Vec<TopicInfo>, Option<TopicInfo>)> {
+) -> Result<(Vec<TopicInfo>, Vec<TopicInfo>, DeadLetters)> {
     let source_names: Vec<&str> = spec.sources().iter().map(String::as_str).collect();
     let sources = admin.describe_topics(&source_names)?;
     if sources
@@ -192,5 +202,11 @@ fn describe(
         }
         _ => None,
     };
-    Ok((sources, sinks, dead_letter))
+    let bad_record_dead_letter = match spec.bad_record_policy() {
+        BadRecordPolicy::DeadLetter { topic } => {
+            Some(admin.describe_topics(&[topic.as_str()])?.remove(0))
+        }
+        _ => None,
+    };
+    Ok((sources, sinks, (dead_letter, bad_record_dead_letter)))
 }

@@ -25,11 +25,12 @@ use std::time::Instant;
 
 use parsley_clock::{CausalClock, Channel, Coordinate, SenderId, Stamp, TopicId, codec};
 use parsley_gate::{Arrival, Gate, GateError, Part};
-use parsley_stage::{RawDelivery, RawEmission, StateChange};
+use parsley_stage::{BadRecordKind, BadRecordPolicy, RawDelivery, RawEmission, StateChange};
 use tracing::{trace, warn};
 
-use super::context::TaskContext;
-use super::output::{ChangelogWriter, Outgoing, Output};
+use super::context::{DeadLetterTopic, TaskContext};
+use super::output::{ChangelogWriter, Header, Outgoing, Output};
+use super::policy::{Bad, DeadLetterCause};
 use super::{backpressure, policy};
 use crate::changelog::{EVENT_TIME_KEY, META_KEY, STATE_PREFIX, TaskSnapshot};
 use crate::error::{Error, Result};
@@ -61,12 +62,38 @@ pub(crate) struct Payload {
     /// The Kafka record timestamp, ms since the epoch (the event time of an event-time stage);
     /// `None` when the record has none.
     pub record_timestamp: Option<i64>,
+    /// What few records carry; boxed: every record moves through the gate by value, and the
+    /// common case should be small.
+    pub rare: Option<Box<Rare>>,
+}
+
+/// What few records carry ([`Payload::rare`]).
+#[derive(Debug, Default)]
+pub(crate) struct Rare {
     /// The stamp, when the gate does not check it ([`crate::GateMode::Off`]): still merged
-    /// into the node clock on delivery. Boxed, like the rare field below: every record moves
-    /// through the gate by value, and the common case should be small.
-    pub unchecked_stamp: Option<Box<Stamp>>,
+    /// into the node clock on delivery.
+    pub unchecked_stamp: Option<Stamp>,
     /// Why the record goes to the dead-letter topic instead of the handler, if it does.
     pub dead_letter: Option<Box<str>>,
+    /// The record's headers, kept only when the stage may dead-letter it.
+    pub headers: Box<[Header]>,
+}
+
+impl Rare {
+    /// The stamp the gate did not check, if any.
+    fn unchecked_stamp(rare: &Option<Box<Rare>>) -> Option<&Stamp> {
+        rare.as_ref()?.unchecked_stamp.as_ref()
+    }
+
+    /// Why the record goes to the dead-letter topic, if it does.
+    fn dead_letter(rare: &Option<Box<Rare>>) -> Option<&str> {
+        rare.as_ref()?.dead_letter.as_deref()
+    }
+
+    /// The record's headers, when the stage keeps them; else none.
+    fn headers(rare: &Option<Box<Rare>>) -> &[Header] {
+        rare.as_ref().map_or(&[], |r| &r.headers)
+    }
 }
 
 /// A polled record, copied out of the consumer's buffer.
@@ -128,6 +155,30 @@ struct Handled<'a> {
     timestamp: i64,
     key: Option<&'a [u8]>,
     value: Option<Vec<u8>>,
+    /// The record's headers, when the stage keeps them (for a dead letter).
+    headers: &'a [Header],
+}
+
+/// A record as it arrived, for a dead letter.
+struct Original<'a> {
+    /// Index of its source topic.
+    source: usize,
+    offset: i64,
+    key: Option<&'a [u8]>,
+    value: Option<Vec<u8>>,
+    headers: &'a [Header],
+    /// ms since the epoch.
+    timestamp: Option<i64>,
+}
+
+/// The partition of a record with key `key` among `partitions`: murmur2 of the key, as the
+/// Java client chooses; a record without a key goes to the sending task's partition (modulo
+/// the count), so where it lands does not depend on timing.
+fn partition_of(key: Option<&[u8]>, task: i32, partitions: i32) -> i32 {
+    match key {
+        Some(key) => partition_for(key, partitions),
+        None => task.rem_euclid(partitions),
+    }
 }
 
 /// One task: partition `p` of every source.
@@ -340,7 +391,13 @@ impl Task {
             ctx.metrics.impossible();
             ctx.metrics
                 .task(self.partition, |m| m.impossible_stamps += 1);
-            arrival.payload.dead_letter = policy::on_malformed(&ctx.policy, *error)?;
+            if let Some(reason) = policy::on_malformed(&ctx.policy, *error)? {
+                arrival
+                    .payload
+                    .rare
+                    .get_or_insert_with(Box::default)
+                    .dead_letter = Some(reason);
+            }
         }
         let refetching = self.gate.refetching(&channel).is_some();
         let refetched = if refetching {
@@ -387,7 +444,7 @@ impl Task {
                 .map_err(|e| ctx.gate_error(self.partition, e))?;
             if let (Some(d), policy::Impossible::DeadLetter(reason)) = (discarded, &verdict) {
                 work.deliveries += 1;
-                self.dead_letter(ctx, out, &mut work, &d.payload, d.coordinate, reason)?;
+                self.impossible_dead_letter(ctx, out, &mut work, &d.payload, d.coordinate, reason)?;
             }
         }
         Ok(work)
@@ -404,7 +461,7 @@ impl Task {
         while let Some(d) = self.gate.next_delivery() {
             self.changed = true;
             let payload = d.payload;
-            let stamp = d.stamp.as_ref().or(payload.unchecked_stamp.as_deref());
+            let stamp = d.stamp.as_ref().or(Rare::unchecked_stamp(&payload.rare));
             self.clock.observe(d.coordinate, stamp);
             for r in &d.replacements {
                 self.clock.learn(*r)?;
@@ -412,8 +469,8 @@ impl Task {
             if d.lookahead {
                 ctx.metrics.lookahead();
             }
-            if let Some(reason) = &payload.dead_letter {
-                self.dead_letter(ctx, out, &mut work, &payload, d.coordinate, reason)?;
+            if let Some(reason) = Rare::dead_letter(&payload.rare) {
+                self.impossible_dead_letter(ctx, out, &mut work, &payload, d.coordinate, reason)?;
                 work.deliveries += 1;
                 ctx.metrics.delivered();
                 self.counts.delivered += 1;
@@ -439,6 +496,7 @@ impl Task {
                     timestamp: payload.record_timestamp.unwrap_or(NO_TIMESTAMP),
                     key: payload.key.as_deref(),
                     value: payload.value,
+                    headers: Rare::headers(&payload.rare),
                 };
                 self.handle(ctx, out, &mut work, handled)?;
                 continue;
@@ -521,12 +579,14 @@ impl Task {
                 })?)?
             }
         };
+        // A parked record keeps no headers (module docs of `policy`).
         let handled = Handled {
             source,
             offset: record.offset,
             timestamp: record.timestamp,
             key: h.key.as_deref(),
             value: record.value,
+            headers: &[],
         };
         self.handle(ctx, out, work, handled)
     }
@@ -536,6 +596,11 @@ impl Task {
     /// what every emission carries (timestamp propagation, as in Kafka Streams), so a
     /// downstream stage that orders by event time sees the event time of the record that
     /// caused each output, not the moment it was produced.
+    ///
+    /// A record the stage cannot process (a key or value that does not decode or is missing
+    /// where it is needed, a handler error) goes to the stage's bad-record policy: a record
+    /// without a key in a stage that keeps fold state is one, before its handler runs. The
+    /// value is copied first only when the policy may send it to the dead-letter topic.
     fn handle(
         &mut self,
         ctx: &TaskContext,
@@ -543,8 +608,37 @@ impl Task {
         work: &mut Work,
         record: Handled<'_>,
     ) -> Result<()> {
+        let timestamp = (record.timestamp != NO_TIMESTAMP).then_some(record.timestamp);
+        let original = |value: Option<Vec<u8>>| Original {
+            source: record.source,
+            offset: record.offset,
+            key: record.key,
+            value,
+            headers: record.headers,
+            timestamp,
+        };
+        if record.key.is_none() && ctx.keeps_state {
+            let error = Error::KeylessRecord {
+                stage: ctx.stage.clone(),
+                topic: ctx.sources[record.source].name.clone(),
+                partition: self.partition,
+                offset: record.offset,
+            };
+            return self.bad_record(
+                ctx,
+                out,
+                work,
+                original(record.value),
+                BadRecordKind::MissingKey,
+                error,
+            );
+        }
+        let kept = match ctx.bad_records {
+            BadRecordPolicy::DeadLetter { .. } => record.value.clone(),
+            _ => None,
+        };
         let state_key = record.key.unwrap_or_default();
-        let step = ctx.processor.process_delivery(
+        let processed = ctx.processor.process_delivery(
             RawDelivery {
                 topic: &ctx.sources[record.source].name,
                 partition: self.partition,
@@ -554,7 +648,16 @@ impl Task {
                 value: record.value,
             },
             self.state.get(state_key).map(Vec::as_slice),
-        )?;
+        );
+        let step = match processed {
+            Ok(step) => step,
+            Err(e) => {
+                return match e.bad_record_kind() {
+                    Some(kind) => self.bad_record(ctx, out, work, original(kept), kind, e.into()),
+                    None => Err(e.into()),
+                };
+            }
+        };
         match step.state {
             StateChange::Keep => {}
             StateChange::Set(s) => {
@@ -586,7 +689,10 @@ impl Task {
         timestamp: i64,
     ) -> Result<()> {
         let sink = ctx.sink(&e.topic)?;
-        let channel = Channel::new(sink.id, partition_for(&e.key, sink.partitions));
+        let channel = Channel::new(
+            sink.id,
+            partition_of(e.key.as_deref(), self.partition, sink.partitions),
+        );
         self.stamp_buf.clear();
         let sender = self.clock.stamp_into(channel, &mut self.stamp_buf)?;
         let tag = SendTag {
@@ -611,51 +717,119 @@ impl Task {
         Ok(())
     }
 
-    /// Sends a record to the stage's dead-letter topic, stamped by the task, with headers
-    /// naming its source coordinate and the reason.
-    fn dead_letter(
+    /// Sends a record whose stamp is impossible to the stage's dead-letter topic.
+    fn impossible_dead_letter(
         &mut self,
         ctx: &TaskContext,
         out: &mut dyn Output,
         work: &mut Work,
         payload: &Payload,
-        record: Coordinate,
+        coordinate: Coordinate,
         reason: &str,
     ) -> Result<()> {
-        let Some(dlq) = &ctx.dead_letter else {
+        let cause = DeadLetterCause {
+            stage: &ctx.stage,
+            topic: &ctx.sources[payload.source].name,
+            partition: coordinate.channel.partition,
+            offset: coordinate.offset,
+            kind: policy::IMPOSSIBLE_STAMP_KIND,
+            reason,
+        };
+        let record = Original {
+            source: payload.source,
+            offset: coordinate.offset,
+            key: payload.key.as_deref(),
+            value: payload.value.clone(),
+            headers: Rare::headers(&payload.rare),
+            timestamp: payload.record_timestamp,
+        };
+        self.dead_letter(out, work, ctx.dead_letter.as_ref(), record, &cause)?;
+        ctx.metrics.dead_lettered();
+        Ok(())
+    }
+
+    /// Sends `record` to the dead-letter topic `dlq`, stamped by the task, with its original
+    /// key, value and headers and headers naming `cause` (module docs of `policy`).
+    fn dead_letter(
+        &mut self,
+        out: &mut dyn Output,
+        work: &mut Work,
+        dlq: Option<&DeadLetterTopic>,
+        record: Original<'_>,
+        cause: &DeadLetterCause<'_>,
+    ) -> Result<()> {
+        let Some(dlq) = dlq else {
             return Err(Error::UnknownTopic {
                 topic: "(no dead-letter topic)".into(),
             });
         };
-        let key = payload.key.clone().unwrap_or_default();
-        let channel = Channel::new(dlq.info.id, partition_for(&key, dlq.info.partitions));
+        let channel = Channel::new(
+            dlq.info.id,
+            partition_of(record.key, self.partition, dlq.info.partitions),
+        );
         let stamp = self.clock.stamp(channel)?;
         let tag = SendTag {
             task: self.partition,
             channel,
             seq: stamp.sender.expect("stage stamps carry a sender").seq,
         };
-        let source = format!(
-            "{}/{}@{}",
-            ctx.sources[payload.source].name, record.channel.partition, record.offset
-        );
-        warn!(%source, reason, topic = %dlq.name, "dead-lettered");
-        let headers = policy::dead_letter_headers(source, reason);
+        warn!(source = %cause.source(), kind = cause.kind, reason = cause.reason,
+            topic = %dlq.name, "dead-lettered");
+        let headers = policy::dead_letter_headers(cause, record.headers);
         let sent = out.send(Outgoing {
             topic: dlq.name.clone(),
             tag,
-            key,
-            value: payload.value.clone().unwrap_or_default(),
+            key: record.key.map(<[u8]>::to_vec),
+            value: record.value,
             stamp: &codec::encode(&stamp),
             headers: &headers,
-            timestamp: payload.record_timestamp,
+            timestamp: record.timestamp,
         });
         if let Err(err) = sent {
             self.clock.failed(tag.seq, channel)?;
             return Err(err);
         }
         work.emissions += 1;
-        ctx.metrics.dead_lettered();
+        Ok(())
+    }
+
+    /// Applies the stage's bad-record policy to `record`, which failed as `kind` with
+    /// `error`: the error under `Fail`; else the record counts as processed (skipped, or sent
+    /// to the dead-letter topic).
+    fn bad_record(
+        &mut self,
+        ctx: &TaskContext,
+        out: &mut dyn Output,
+        work: &mut Work,
+        record: Original<'_>,
+        kind: BadRecordKind,
+        error: Error,
+    ) -> Result<()> {
+        ctx.metrics.bad_record(kind);
+        match policy::on_bad_record(&ctx.bad_records, kind, error)? {
+            Bad::Skip => ctx.metrics.skipped(),
+            Bad::DeadLetter(reason) => {
+                let cause = DeadLetterCause {
+                    stage: &ctx.stage,
+                    topic: &ctx.sources[record.source].name,
+                    partition: self.partition,
+                    offset: record.offset,
+                    kind: kind.name(),
+                    reason: &reason,
+                };
+                self.dead_letter(
+                    out,
+                    work,
+                    ctx.bad_record_dead_letter.as_ref(),
+                    record,
+                    &cause,
+                )?;
+                ctx.metrics.dead_lettered();
+            }
+        }
+        work.deliveries += 1;
+        ctx.metrics.delivered();
+        self.counts.delivered += 1;
         Ok(())
     }
 

@@ -241,12 +241,15 @@ impl Output for Transaction {
     fn send(&mut self, r: Outgoing<'_>) -> Result<()> {
         match &mut self.sends {
             Sends::Open => {
-                let headers: Vec<(&str, &[u8])> =
-                    r.headers.iter().map(|(k, v)| (*k, v.as_slice())).collect();
+                let headers: Vec<(&str, Option<&[u8]>)> = r
+                    .headers
+                    .iter()
+                    .map(|(k, v)| (k.as_ref(), v.as_deref()))
+                    .collect();
                 self.outbox.send(
                     &r.topic,
                     r.tag,
-                    &r.key,
+                    r.key.as_deref(),
                     r.value,
                     r.stamp,
                     &headers,

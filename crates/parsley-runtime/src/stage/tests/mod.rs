@@ -1,6 +1,9 @@
 //! Unit tests of the stream thread's pure parts, without a broker: a task's delivery path
 //! (gate, handler, stamped emission, snapshot), its exact restore, the commit-first decision,
-//! the backpressure plan and the assignment check.
+//! the backpressure plan and the assignment check; the bad-record policies
+//! (`bad_records.rs`).
+
+mod bad_records;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -10,14 +13,14 @@ use parsley_clock::{
     Channel, Clock, Coordinate, InFlight, SenderId, SenderTag, Stamp, TopicId, codec,
 };
 use parsley_gate::{Arrival, Awaiting, Gate};
-use parsley_stage::{ImpossiblePolicy, Topology, Utf8};
+use parsley_stage::{BadRecordPolicy, ImpossiblePolicy, StageSpec, Topology, Utf8};
 use parsley_testkit::fixtures::CountKeys;
 
 use super::backpressure::{self, Step as Plan};
-use super::context::TaskContext;
-use super::output::{ChangelogWriter, HeldSend, Outgoing, Output};
+use super::context::{DeadLetterTopic, TaskContext};
+use super::output::{ChangelogWriter, Header, HeldSend, Outgoing, Output};
 use super::rebalance::check_assignment;
-use super::task::{Fetched, Payload, Task};
+use super::task::{Fetched, Payload, Rare, Task};
 use super::transaction::{OwnWait, OwnWrites};
 use crate::admin::TopicInfo;
 use crate::changelog::{META_KEY, Restored, TaskSnapshot};
@@ -52,13 +55,28 @@ fn context() -> TaskContext {
         })
         .build()
         .unwrap();
+    context_of(topology.stage("count").unwrap(), BadRecordPolicy::Fail)
+}
+
+/// The context of a task of `spec` (sources `in` and `side`, sink `out`) under `bad_records`
+/// (its dead-letter topic is topic 4, `dlq`, with two partitions).
+fn context_of(spec: &StageSpec, bad_records: BadRecordPolicy) -> TaskContext {
+    let dead_letter = matches!(bad_records, BadRecordPolicy::DeadLetter { .. }).then(|| {
+        let mut dlq = topic(4, "dlq");
+        dlq.partitions = 2;
+        DeadLetterTopic::new(dlq)
+    });
     TaskContext {
-        stage: "count".into(),
+        stage: spec.name().into(),
         sources: vec![topic(1, "in"), topic(2, "side")],
         sinks: vec![topic(3, "out")],
         dead_letter: None,
-        processor: topology.stage("count").unwrap().processor().clone(),
+        bad_record_dead_letter: dead_letter,
+        processor: spec.processor().clone(),
+        keeps_state: spec.processor().keeps_state(),
         policy: ImpossiblePolicy::Fail,
+        keep_headers: matches!(bad_records, BadRecordPolicy::DeadLetter { .. }),
+        bad_records,
         gate_mode: GateMode::Causal,
         cap: 10_000,
         metrics: Arc::new(StageMetrics::default()),
@@ -67,6 +85,25 @@ fn context() -> TaskContext {
 
 /// Record `offset` of source `source` (0: `in`, 1: `side`), key `key`, value `value`.
 fn fetched(source: usize, offset: i64, key: &str, value: &str, stamp: Option<Stamp>) -> Fetched {
+    raw_fetched(
+        source,
+        offset,
+        Some(key.as_bytes()),
+        value.as_bytes(),
+        &[],
+        stamp,
+    )
+}
+
+/// Record `offset` of source `source`, with key and value bytes and headers.
+fn raw_fetched(
+    source: usize,
+    offset: i64,
+    key: Option<&[u8]>,
+    value: &[u8],
+    headers: &[Header],
+    stamp: Option<Stamp>,
+) -> Fetched {
     let channel = ch(source as u8 + 1);
     Fetched {
         partition: 0,
@@ -78,12 +115,16 @@ fn fetched(source: usize, offset: i64, key: &str, value: &str, stamp: Option<Sta
             stamp,
             payload: Payload {
                 source,
-                key: Some(key.as_bytes().to_vec()),
-                value: Some(value.as_bytes().to_vec()),
+                key: key.map(<[u8]>::to_vec),
+                value: Some(value.to_vec()),
                 arrived: Instant::now(),
                 record_timestamp: Some(1_000 + offset),
-                unchecked_stamp: None,
-                dead_letter: None,
+                rare: (!headers.is_empty()).then(|| {
+                    Box::new(Rare {
+                        headers: headers.into(),
+                        ..Rare::default()
+                    })
+                }),
             },
         },
         malformed: None,
@@ -108,11 +149,22 @@ fn claiming(claims: &[Coordinate]) -> Stamp {
 struct Sent {
     topic: String,
     tag: SendTag,
-    key: String,
+    key: Option<String>,
     value: String,
     stamp: Vec<u8>,
-    headers: Vec<(&'static str, Vec<u8>)>,
+    headers: Vec<Header>,
     timestamp: Option<i64>,
+}
+
+impl Sent {
+    /// The value of header `name`, as text.
+    fn header(&self, name: &str) -> Option<String> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .and_then(|(_, v)| v.as_deref())
+            .map(|v| String::from_utf8_lossy(v).into_owned())
+    }
 }
 
 #[derive(Default)]
@@ -123,8 +175,8 @@ impl Output for Sends {
         self.0.push(Sent {
             topic: r.topic.to_string(),
             tag: r.tag,
-            key: String::from_utf8(r.key).unwrap(),
-            value: String::from_utf8(r.value).unwrap(),
+            key: r.key.map(|k| String::from_utf8(k).unwrap()),
+            value: String::from_utf8(r.value.unwrap_or_default()).unwrap(),
             stamp: r.stamp.to_vec(),
             headers: r.headers.to_vec(),
             timestamp: r.timestamp,
@@ -341,7 +393,7 @@ fn a_refused_send_releases_its_claim() {
 #[test]
 fn a_held_send_is_sent_unchanged() {
     let stamp = [1, 2, 3];
-    let headers = [("h", b"v".to_vec())];
+    let headers: [Header; 2] = [("h".into(), Some(b"v".to_vec())), ("null".into(), None)];
     let tag = SendTag {
         task: 0,
         channel: ch(3),
@@ -350,8 +402,8 @@ fn a_held_send_is_sent_unchanged() {
     let held = HeldSend::hold(Outgoing {
         topic: "out".into(),
         tag,
-        key: b"k".to_vec(),
-        value: b"v".to_vec(),
+        key: Some(b"k".to_vec()),
+        value: Some(b"v".to_vec()),
         stamp: &stamp,
         headers: &headers,
         timestamp: Some(5),
@@ -364,7 +416,7 @@ fn a_held_send_is_sent_unchanged() {
         [Sent {
             topic: "out".into(),
             tag,
-            key: "k".into(),
+            key: Some("k".into()),
             value: "v".into(),
             stamp: stamp.to_vec(),
             headers: headers.to_vec(),

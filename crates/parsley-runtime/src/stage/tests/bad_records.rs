@@ -1,0 +1,331 @@
+//! The bad-record policies on a task, without a broker: skip, dead-letter and fail for values
+//! that do not decode, handler errors and records without a key (case C19).
+
+use parsley_clock::codec;
+use parsley_stage::{BadRecordPolicy, Handler, HandlerResult, Json, Record, Step, Topology, Utf8};
+
+use super::*;
+use crate::outbox::partition_for;
+use crate::{
+    DLQ_KIND_HEADER, DLQ_OFFSET_HEADER, DLQ_PARTITION_HEADER, DLQ_REASON_HEADER, DLQ_SOURCE_HEADER,
+    DLQ_STAGE_HEADER, DLQ_STAMP_HEADER, DLQ_TOPIC_HEADER,
+};
+
+/// Sums the `u32` values (JSON) of each key into `out` as `key=total`; fails on 13.
+struct Sum;
+
+impl Handler for Sum {
+    type Key = String;
+    type Value = u32;
+    type Output = String;
+    type State = u32;
+
+    fn handle(
+        &self,
+        r: Record<'_, String, u32>,
+        s: Option<u32>,
+    ) -> HandlerResult<String, String, u32> {
+        if r.value == 13 {
+            return Err("unlucky".into());
+        }
+        let total = s.unwrap_or(0) + r.value;
+        let line = format!("{}={total}", r.key);
+        Ok(Step::none().set_state(total).emit("out", r.key, line))
+    }
+}
+
+/// Copies each record to `out`, keyless ones too (`State = ()`: it keeps no fold state).
+struct Copy;
+
+impl Handler for Copy {
+    type Key = Option<String>;
+    type Value = String;
+    type Output = String;
+    type State = ();
+
+    fn handle(
+        &self,
+        r: Record<'_, Option<String>, String>,
+        _: Option<()>,
+    ) -> HandlerResult<Option<String>, String, ()> {
+        Ok(Step::none().emit("out", r.key, r.value))
+    }
+}
+
+fn sum(policy: BadRecordPolicy) -> TaskContext {
+    let topology = Topology::builder("app")
+        .stage("sum", Sum, |s| {
+            s.source("in")
+                .source("side")
+                .sink("out")
+                .key_codec(Utf8)
+                .output_codec(Utf8)
+        })
+        .build()
+        .unwrap();
+    context_of(topology.stage("sum").unwrap(), policy)
+}
+
+fn dead_letter() -> BadRecordPolicy {
+    BadRecordPolicy::DeadLetter {
+        topic: "dlq".into(),
+    }
+}
+
+fn task(ctx: &TaskContext) -> Task {
+    Task::fresh(
+        0,
+        ctx.consumed(0),
+        &[(ch(1), 0), (ch(2), 0)],
+        HashMap::new(),
+    )
+    .unwrap()
+}
+
+#[test]
+fn a_value_that_does_not_decode_is_skipped_counted_and_consumed() {
+    let ctx = sum(BadRecordPolicy::Skip);
+    let mut t = task(&ctx);
+    let mut out = Sends::default();
+    t.offer(&ctx, fetched(0, 0, "a", "not a number", None))
+        .unwrap();
+    t.offer(&ctx, fetched(0, 1, "a", "5", None)).unwrap();
+    let work = t.deliver(&ctx, &mut out).unwrap();
+    assert_eq!(
+        out.0.iter().map(|s| s.value.as_str()).collect::<Vec<_>>(),
+        ["a=5"]
+    );
+    assert_eq!((work.deliveries, work.emissions), (2, 1));
+    let m = ctx.metrics.snapshot();
+    assert_eq!((m.bad_records.value_decode, m.bad_records.total()), (1, 1));
+    assert_eq!((m.skipped, m.dead_lettered, m.delivered), (1, 0, 2));
+    assert_eq!(
+        t.input_offsets()[0],
+        (ch(1), 2),
+        "the skipped record's offset commits with the next one"
+    );
+}
+
+#[test]
+fn a_handler_error_is_dead_lettered_with_the_original_record_and_its_cause() {
+    let ctx = sum(dead_letter());
+    let mut t = task(&ctx);
+    let mut out = Sends::default();
+    let original_stamp = codec::encode(&claiming(&[]));
+    let headers: [Header; 3] = [
+        ("trace".into(), Some(b"t1".to_vec())),
+        ("empty".into(), None),
+        (
+            parsley_clock::STAMP_HEADER.into(),
+            Some(original_stamp.clone()),
+        ),
+    ];
+    t.offer(
+        &ctx,
+        raw_fetched(0, 0, Some(b"a"), b"13", &headers, Some(claiming(&[]))),
+    )
+    .unwrap();
+    t.offer(&ctx, fetched(0, 1, "a", "5", None)).unwrap();
+    let work = t.deliver(&ctx, &mut out).unwrap();
+    assert_eq!((work.deliveries, work.emissions), (2, 2));
+    let [dlq, next] = &out.0[..] else {
+        panic!("{:?}", out.0)
+    };
+    assert_eq!(next.value, "a=5", "the bad record changed no state");
+
+    assert_eq!(dlq.topic, "dlq");
+    assert_eq!((dlq.key.as_deref(), dlq.value.as_str()), (Some("a"), "13"));
+    assert_eq!(
+        dlq.tag.channel,
+        Channel::new(TopicId::from_bytes([4; 16]), partition_for(b"a", 2))
+    );
+    assert_eq!(dlq.timestamp, Some(1_000));
+    assert_eq!(dlq.header("trace").as_deref(), Some("t1"));
+    assert!(
+        dlq.headers.iter().any(|(n, v)| n == "empty" && v.is_none()),
+        "a null header stays null"
+    );
+    assert_eq!(
+        dlq.headers
+            .iter()
+            .find(|(n, _)| n == DLQ_STAMP_HEADER)
+            .and_then(|(_, v)| v.clone()),
+        Some(original_stamp),
+        "the original stamp is kept under its own name"
+    );
+    assert!(
+        !dlq.headers
+            .iter()
+            .any(|(n, _)| n == parsley_clock::STAMP_HEADER)
+    );
+    for (name, value) in [
+        (DLQ_SOURCE_HEADER, "in/0@0"),
+        (DLQ_STAGE_HEADER, "sum"),
+        (DLQ_TOPIC_HEADER, "in"),
+        (DLQ_PARTITION_HEADER, "0"),
+        (DLQ_OFFSET_HEADER, "0"),
+        (DLQ_KIND_HEADER, "handler"),
+    ] {
+        assert_eq!(dlq.header(name).as_deref(), Some(value), "{name}");
+    }
+    assert!(dlq.header(DLQ_REASON_HEADER).unwrap().contains("unlucky"));
+    // Stamped by the task: it claims the record it carries.
+    let stamp = codec::decode(&dlq.stamp).unwrap();
+    assert_eq!(stamp.clock.get(&ch(1)), Some(0));
+    assert_eq!(stamp.sender.map(|s| s.sender), Some(t.clock().sender()));
+
+    let m = ctx.metrics.snapshot();
+    assert_eq!(
+        (m.bad_records.handler, m.dead_lettered, m.skipped),
+        (1, 1, 0)
+    );
+}
+
+#[test]
+fn under_fail_a_bad_record_stops_the_task_with_the_typed_error() {
+    let ctx = sum(BadRecordPolicy::Fail);
+    let mut t = task(&ctx);
+    t.offer(&ctx, fetched(0, 0, "a", "13", None)).unwrap();
+    let err = t.deliver(&ctx, &mut Sends::default()).unwrap_err();
+    assert!(
+        matches!(&err, Error::Stage(parsley_stage::Error::Handler { topic, offset: 0, .. }) if topic == "in"),
+        "{err}"
+    );
+    assert_eq!(
+        ctx.metrics.snapshot().bad_records.handler,
+        1,
+        "counted under every policy"
+    );
+}
+
+#[test]
+fn c19_a_keyless_record_in_a_stateful_stage_goes_to_the_policy_naming_the_missing_key() {
+    // Fail: a typed error naming the record.
+    let ctx = sum(BadRecordPolicy::Fail);
+    let mut t = task(&ctx);
+    t.offer(&ctx, raw_fetched(0, 0, None, b"1", &[], None))
+        .unwrap();
+    let err = t.deliver(&ctx, &mut Sends::default()).unwrap_err();
+    assert!(
+        matches!(&err, Error::KeylessRecord { stage, topic, partition: 0, offset: 0 } if stage == "sum" && topic == "in"),
+        "{err}"
+    );
+    assert!(err.to_string().contains("has no key"), "{err}");
+
+    // Dead letter: the record without a key, on the task's partition of the topic.
+    let ctx = sum(dead_letter());
+    let mut t = task(&ctx);
+    let mut out = Sends::default();
+    for o in 0..3 {
+        t.offer(&ctx, raw_fetched(0, o, None, b"1", &[], None))
+            .unwrap();
+    }
+    t.deliver(&ctx, &mut out).unwrap();
+    assert_eq!(out.0.len(), 3);
+    for (o, dlq) in out.0.iter().enumerate() {
+        assert_eq!(dlq.key, None);
+        assert_eq!(dlq.tag.channel.partition, 0);
+        assert_eq!(dlq.header(DLQ_KIND_HEADER).as_deref(), Some("missing-key"));
+        assert_eq!(dlq.header(DLQ_OFFSET_HEADER), Some(o.to_string()));
+        assert!(
+            dlq.header(DLQ_REASON_HEADER)
+                .unwrap()
+                .contains("keeps fold state")
+        );
+    }
+    assert_eq!(ctx.metrics.snapshot().bad_records.missing_key, 3);
+}
+
+#[test]
+fn c19_a_stage_that_keeps_no_state_takes_keyless_records() {
+    let topology = Topology::builder("app")
+        .stage("copy", Copy, |s| {
+            s.source("in")
+                .source("side")
+                .sink("out")
+                .key_codec(Json)
+                .value_codec(Utf8)
+                .output_codec(Utf8)
+        })
+        .build()
+        .unwrap();
+    let ctx = context_of(topology.stage("copy").unwrap(), BadRecordPolicy::Fail);
+    assert!(!ctx.keeps_state);
+    let mut t = task(&ctx);
+    let mut out = Sends::default();
+    for (o, v) in ["x1", "x2", "x3"].into_iter().enumerate() {
+        t.offer(
+            &ctx,
+            raw_fetched(0, o as i64, None, v.as_bytes(), &[], None),
+        )
+        .unwrap();
+    }
+    t.offer(&ctx, raw_fetched(0, 3, Some(b"\"k\""), b"x4", &[], None))
+        .unwrap();
+    t.deliver(&ctx, &mut out).unwrap();
+    let got: Vec<(Option<&str>, &str, i32)> = out
+        .0
+        .iter()
+        .map(|s| (s.key.as_deref(), s.value.as_str(), s.tag.channel.partition))
+        .collect();
+    // Keyless in, keyless out (on the task's partition); a keyed record keeps its key.
+    assert_eq!(
+        got,
+        [
+            (None, "x1", 0),
+            (None, "x2", 0),
+            (None, "x3", 0),
+            (Some("\"k\""), "x4", 0)
+        ]
+    );
+    assert_eq!(ctx.metrics.snapshot().bad_records.total(), 0);
+    let mut written = Written::default();
+    t.write_changelog(&ctx, &mut written).unwrap();
+    assert!(
+        written.0.iter().all(|(k, _)| k.as_slice() == META_KEY),
+        "no fold state written: {:?}",
+        written.0
+    );
+}
+
+#[test]
+fn a_stateless_stage_whose_key_type_cannot_be_absent_counts_a_missing_key() {
+    struct Upper;
+    impl Handler for Upper {
+        type Key = String;
+        type Value = String;
+        type Output = String;
+        type State = ();
+        fn handle(
+            &self,
+            r: Record<'_, String, String>,
+            _: Option<()>,
+        ) -> HandlerResult<String, String, ()> {
+            Ok(Step::none().emit("out", r.key, r.value.to_uppercase()))
+        }
+    }
+    let topology = Topology::builder("app")
+        .stage("upper", Upper, |s| {
+            s.source("in")
+                .source("side")
+                .sink("out")
+                .key_codec(Utf8)
+                .value_codec(Utf8)
+                .output_codec(Utf8)
+        })
+        .build()
+        .unwrap();
+    let ctx = context_of(topology.stage("upper").unwrap(), BadRecordPolicy::Skip);
+    let mut t = task(&ctx);
+    let mut out = Sends::default();
+    t.offer(&ctx, raw_fetched(0, 0, None, b"x", &[], None))
+        .unwrap();
+    t.offer(&ctx, fetched(0, 1, "k", "y", None)).unwrap();
+    t.deliver(&ctx, &mut out).unwrap();
+    assert_eq!(
+        out.0.iter().map(|s| s.value.as_str()).collect::<Vec<_>>(),
+        ["Y"]
+    );
+    let m = ctx.metrics.snapshot();
+    assert_eq!((m.bad_records.missing_key, m.skipped), (1, 1));
+}
