@@ -322,6 +322,7 @@ fn bench(args: &BenchArgs) -> Result<bool> {
             };
             let broker_before = broker_pid.and_then(broker_cpu_ms);
             let child = spawn(&WorkerArgs {
+                unchecked_keys: false,
                 mode,
                 bootstrap: bootstrap.clone(),
                 input: input.clone(),
@@ -402,6 +403,7 @@ fn bench(args: &BenchArgs) -> Result<bool> {
             create(&admin, &[&live_in, &live_out], args.partitions)?;
             let reader = load::output_reader(&bootstrap, &live_out, args.partitions)?;
             let child = spawn(&WorkerArgs {
+                unchecked_keys: false,
                 mode,
                 bootstrap: bootstrap.clone(),
                 input: live_in.clone(),
@@ -656,6 +658,7 @@ fn spawn(args: &WorkerArgs) -> Result<std::process::Child> {
         .args(["--records", &args.records.to_string()])
         .args(["--commit-interval-ms", &args.commit_interval_ms.to_string()])
         .args(["--stamp-bytes", &args.stamp_bytes.to_string()])
+        .args(args.unchecked_keys.then_some("--unchecked-keys"))
         .args(
             args.statistics
                 .iter()

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use parsley_runtime::{Progress, Runtime, RuntimeConfig, StatisticsSink};
-use parsley_stage::{Bytes, Handler, HandlerResult, Record, Step, Topology};
+use parsley_stage::{Bytes, Handler, HandlerResult, KeyPartitioning, Record, Step, Topology};
 
 use crate::statistics::{self, StatisticsFile};
 use crate::worker::{Measured, WorkerArgs, check_deadline};
@@ -42,21 +42,28 @@ impl Handler for PassThrough {
     }
 }
 
-/// The pass-through topology of application `app` from `input` to `output`.
+/// The pass-through topology of application `app` from `input` to `output`; `unchecked_keys`
+/// opts the input out of the key-partition check.
 ///
 /// # Errors
 /// When the names are not legal topic names.
-pub fn topology(app: &str, input: &str, output: &str) -> Result<Topology> {
+pub fn topology(app: &str, input: &str, output: &str, unchecked_keys: bool) -> Result<Topology> {
     let handler = PassThrough {
         sink: output.into(),
     };
     Topology::builder(app)
         .stage(STAGE, handler, |s| {
-            s.source(input)
+            let s = s
+                .source(input)
                 .sink(output)
                 .key_codec(Bytes)
                 .value_codec(Bytes)
-                .output_codec(Bytes)
+                .output_codec(Bytes);
+            if unchecked_keys {
+                s.key_partitioning(input, KeyPartitioning::Unchecked)
+            } else {
+                s
+            }
         })
         .build()
         .context("building the pass-through topology")
@@ -75,7 +82,8 @@ pub fn run(args: &WorkerArgs) -> Result<Measured> {
             StatisticsSink::new(move |json| file.write(json)),
         );
     }
-    let runtime = Runtime::new(topology(&args.group, &args.input, &args.output)?, config);
+    let topology = topology(&args.group, &args.input, &args.output, args.unchecked_keys)?;
+    let runtime = Runtime::new(topology, config);
     let started = Instant::now();
     let running = runtime.start().context("starting the stage")?;
     // The first fetch: the stream thread's fetch counter, looked at every millisecond (the

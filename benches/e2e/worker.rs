@@ -71,6 +71,10 @@ pub struct WorkerArgs {
     /// Length of the `parsley.stamp` header value of [`Mode::RawStamped`], bytes.
     #[arg(long, default_value_t = 0)]
     pub stamp_bytes: usize,
+    /// Parsley mode: the input opts out of the key-partition check
+    /// (`KeyPartitioning::Unchecked`), to measure what the check costs.
+    #[arg(long)]
+    pub unchecked_keys: bool,
     /// Write librdkafka's statistics of the loop's consumer and producer (every
     /// [`crate::statistics::INTERVAL`]) to this file, one JSON document per line.
     #[arg(long, value_name = "FILE")]

@@ -294,6 +294,32 @@ pub enum Error {
         /// The topic.
         topic: String,
     },
+    /// A delivered record's key belongs on another partition than the one it was read from:
+    /// murmur2 of its bytes (the Java client's default partitioner, Kafka Streams' and
+    /// Parsley's) gives `expected`. Its writer partitions some other way — librdkafka's default
+    /// partitioner, `consistent_random`, does — or wrote before the topic's partition count
+    /// changed; the stage's per-key state and claims would split the key across tasks, so it
+    /// stops instead (case C20). A source partitioned some other way on purpose opts out with
+    /// [`KeyPartitioning::Unchecked`](parsley_stage::KeyPartitioning::Unchecked).
+    #[error(
+        "stage {stage}: record {topic}/{partition}@{offset} has key {key}, which murmur2 puts on partition {expected} of {partitions}: its writer does not partition like the Java client (librdkafka's default partitioner is consistent_random; set partitioner=murmur2_random), or wrote before the topic's partition count changed; a source partitioned some other way on purpose opts out with KeyPartitioning::Unchecked"
+    )]
+    KeyPartitionMismatch {
+        /// Stage name.
+        stage: String,
+        /// Source topic.
+        topic: String,
+        /// The partition the record was read from.
+        partition: i32,
+        /// Offset.
+        offset: i64,
+        /// The key, rendered: UTF-8 text when it is, else hex (the first 64 bytes).
+        key: String,
+        /// The partition murmur2 gives the key.
+        expected: i32,
+        /// The topic's partition count.
+        partitions: i32,
+    },
     /// A record without a key reached a stage that keeps fold state by key: the stage's
     /// [`BadRecordPolicy`](parsley_stage::BadRecordPolicy) applies (this error under `Fail`;
     /// case C19).
@@ -480,6 +506,19 @@ pub(crate) fn transient(e: &rdkafka::error::KafkaError) -> bool {
                 | C::NetworkException
         )
     )
+}
+
+/// A key for an error message: quoted UTF-8 text when it is, else hex; the first 64 bytes.
+pub(crate) fn render_key(key: &[u8]) -> String {
+    let shown = &key[..key.len().min(64)];
+    let more = if key.len() > 64 { "…" } else { "" };
+    match std::str::from_utf8(shown) {
+        Ok(text) => format!("{text:?}{more}"),
+        Err(_) => {
+            let hex: String = shown.iter().map(|b| format!("{b:02x}")).collect();
+            format!("0x{hex}{more}")
+        }
+    }
 }
 
 fn describe_counts(partitions: &[(String, i32)]) -> String {

@@ -23,6 +23,6 @@ pub use handler::{Emission, Handler, HandlerError, HandlerResult, Record, StateC
 pub use parsley_clock::CausalClock;
 pub use processor::{Part, Processor, RawDelivery, RawEmission, RawRecord, RawStep};
 pub use topology::{
-    BadRecordKind, BadRecordPolicy, ControlStream, EventTimeOrder, ImpossiblePolicy, StageBuilder,
-    StageSpec, Topology, TopologyBuilder,
+    BadRecordKind, BadRecordPolicy, ControlStream, EventTimeOrder, ImpossiblePolicy,
+    KeyPartitioning, StageBuilder, StageSpec, Topology, TopologyBuilder,
 };

@@ -95,7 +95,29 @@ pub struct StageSpec {
     processor: Arc<dyn Processor>,
     impossible: ImpossiblePolicy,
     bad_records: BadRecordPolicy,
+    /// Sources whose writers partition by key some other way on purpose (not checked).
+    unchecked: Vec<String>,
     event_time: Option<EventTimeOrder>,
+}
+
+/// How the writers of a source partition its records by key.
+///
+/// A stage's tasks are co-partitioned by key: task `p` reads partition `p` of every source, and
+/// its fold state and causal claims assume that one key's records of every source are in the
+/// task. That holds only when every writer puts a key on the same partition — Kafka Streams
+/// and Parsley's own producers use murmur2 of the key bytes, as the Java client's default
+/// partitioner does, but librdkafka's default (`consistent_random`, CRC32) does not. So by
+/// default the runtime checks each delivered record's key against its partition, and a
+/// mismatch stops the stage with an error naming the record, its key and the partition
+/// murmur2 gives (case C20), instead of computing a wrong result silently.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum KeyPartitioning {
+    /// murmur2 of the key bytes modulo the partition count; checked (the default).
+    #[default]
+    Murmur2,
+    /// The writers partition some other way on purpose; keys are not checked. Fold state and
+    /// claims then group the records of a partition, whatever their keys.
+    Unchecked,
 }
 
 /// What a stage does with a record it cannot process: a key or value that does not decode, a
@@ -248,6 +270,7 @@ impl fmt::Debug for StageSpec {
             .field("sinks", &self.sinks)
             .field("impossible", &self.impossible)
             .field("bad_records", &self.bad_records)
+            .field("unchecked", &self.unchecked)
             .field("event_time", &self.event_time)
             .finish_non_exhaustive()
     }
@@ -282,6 +305,15 @@ impl StageSpec {
     /// What the stage does with a record it cannot process.
     pub fn bad_record_policy(&self) -> &BadRecordPolicy {
         &self.bad_records
+    }
+
+    /// How the writers of source `topic` partition it by key (checked unless it opted out).
+    pub fn key_partitioning(&self, topic: &str) -> KeyPartitioning {
+        if self.unchecked.iter().any(|t| t == topic) {
+            KeyPartitioning::Unchecked
+        } else {
+            KeyPartitioning::Murmur2
+        }
     }
 
     /// The stage's event-time order, if it orders by event time.
@@ -321,6 +353,7 @@ impl TopologyBuilder {
             sinks: Vec::new(),
             impossible: ImpossiblePolicy::Fail,
             bad_records: BadRecordPolicy::Fail,
+            unchecked: Vec::new(),
             event_time: None,
             codecs: Codecs {
                 key: Arc::new(Json),
@@ -336,6 +369,7 @@ impl TopologyBuilder {
             codecs,
             impossible,
             bad_records,
+            unchecked,
             event_time,
             ..
         } = builder;
@@ -352,6 +386,7 @@ impl TopologyBuilder {
             processor,
             impossible,
             bad_records,
+            unchecked,
             event_time,
         });
         self
@@ -418,6 +453,13 @@ impl TopologyBuilder {
                     ));
                 }
             }
+            for topic in &stage.unchecked {
+                if !stage.sources.contains(topic) {
+                    problems.push(format!(
+                        "stage {name:?}: key partitioning of {topic:?}, which is not a source of the stage"
+                    ));
+                }
+            }
             if let Some(EventTimeOrder {
                 control: Some(control),
             }) = &stage.event_time
@@ -460,6 +502,7 @@ pub struct StageBuilder<H: Handler> {
     codecs: Codecs<H>,
     impossible: ImpossiblePolicy,
     bad_records: BadRecordPolicy,
+    unchecked: Vec<String>,
     event_time: Option<EventTimeOrder>,
 }
 
@@ -497,6 +540,22 @@ impl<H: Handler> StageBuilder<H> {
     /// What to do with records whose stamps are impossible (default: fail the task).
     pub fn on_impossible_stamp(mut self, policy: ImpossiblePolicy) -> Self {
         self.impossible = policy;
+        self
+    }
+
+    /// How the writers of source `topic` partition it by key (default:
+    /// [`KeyPartitioning::Murmur2`], checked on every delivered record). Checked by
+    /// [`TopologyBuilder::build`]: `topic` must be a source of the stage.
+    pub fn key_partitioning(
+        mut self,
+        topic: impl Into<String>,
+        partitioning: KeyPartitioning,
+    ) -> Self {
+        let topic = topic.into();
+        self.unchecked.retain(|t| *t != topic);
+        if partitioning == KeyPartitioning::Unchecked {
+            self.unchecked.push(topic);
+        }
         self
     }
 

@@ -40,6 +40,9 @@ pub(crate) struct TaskContext {
     pub stage: String,
     /// The source topics, in the topology's order: a record's `source` is an index here.
     pub sources: Vec<TopicInfo>,
+    /// Per source (same order): its records' keys are checked against their partitions
+    /// (murmur2; [`parsley_stage::KeyPartitioning`]).
+    pub checked_keys: Vec<bool>,
     /// The declared sinks.
     pub sinks: Vec<TopicInfo>,
     /// Where [`ImpossiblePolicy::DeadLetter`] routes records.

@@ -14,7 +14,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::mpsc::Sender;
 use std::time::Instant;
 
-use parsley_stage::{BadRecordPolicy, ImpossiblePolicy, StageSpec};
+use parsley_stage::{BadRecordPolicy, ImpossiblePolicy, KeyPartitioning, StageSpec};
 use tracing::debug;
 
 use super::StageRunner;
@@ -133,9 +133,14 @@ impl StageRunner {
             OwnWrites::new(looped),
             config.timeout,
         );
+        let checked_keys = sources
+            .iter()
+            .map(|t| spec.key_partitioning(&t.name) == KeyPartitioning::Murmur2)
+            .collect();
         let ctx = TaskContext {
             stage: spec.name().to_string(),
             sources,
+            checked_keys,
             sinks,
             dead_letter: dead_letter.map(DeadLetterTopic::new),
             bad_record_dead_letter: bad_record_dead_letter.map(DeadLetterTopic::new),

@@ -171,6 +171,34 @@ struct Original<'a> {
     timestamp: Option<i64>,
 }
 
+/// Checks that a delivered record of source `source` with key `key` is on the partition
+/// murmur2 gives its key ([`parsley_stage::KeyPartitioning`]; case C20).
+///
+/// # Errors
+/// [`Error::KeyPartitionMismatch`] naming the record, its key and the partition expected.
+fn check_key(
+    ctx: &TaskContext,
+    source: usize,
+    partition: i32,
+    offset: i64,
+    key: &[u8],
+) -> Result<()> {
+    let partitions = ctx.sources[source].partitions;
+    let expected = partition_for(key, partitions);
+    if expected == partition {
+        return Ok(());
+    }
+    Err(Error::KeyPartitionMismatch {
+        stage: ctx.stage.clone(),
+        topic: ctx.sources[source].name.clone(),
+        partition,
+        offset,
+        key: crate::error::render_key(key),
+        expected,
+        partitions,
+    })
+}
+
 /// The partition of a record with key `key` among `partitions`: murmur2 of the key, as the
 /// Java client chooses; a record without a key goes to the sending task's partition (modulo
 /// the count), so where it lands does not depend on timing.
@@ -475,6 +503,15 @@ impl Task {
                 ctx.metrics.delivered();
                 self.counts.delivered += 1;
                 continue;
+            }
+            if let (Some(key), true) = (&payload.key, ctx.checked_keys[payload.source]) {
+                check_key(
+                    ctx,
+                    payload.source,
+                    self.partition,
+                    d.coordinate.offset,
+                    key,
+                )?;
             }
             let topic = &ctx.sources[payload.source].name;
             // `topic` as a `&str` field: a subscriber gets it without formatting.

@@ -69,6 +69,7 @@ fn context_of(spec: &StageSpec, bad_records: BadRecordPolicy) -> TaskContext {
     TaskContext {
         stage: spec.name().into(),
         sources: vec![topic(1, "in"), topic(2, "side")],
+        checked_keys: vec![true, true],
         sinks: vec![topic(3, "out")],
         dead_letter: None,
         bad_record_dead_letter: dead_letter,
@@ -573,4 +574,51 @@ fn an_assignment_must_cover_every_source_and_sources_must_not_change() {
         ),
         "{err}"
     );
+}
+
+#[test]
+fn c20_a_key_on_another_partition_than_murmur2_gives_stops_the_task_unless_unchecked() {
+    let mut ctx = context();
+    ctx.sources[0].partitions = 4;
+    // Keys whose murmur2 partition among 4 is 0, and one whose is not.
+    let on = |p: i32| {
+        (0..)
+            .map(|i| format!("k{i}"))
+            .find(|k| crate::outbox::partition_for(k.as_bytes(), 4) == p)
+            .unwrap()
+    };
+    let (here, elsewhere) = (on(0), on(3));
+    let mut task = fresh_task(&ctx);
+    task.offer(&ctx, fetched(0, 0, &here, "x", None)).unwrap();
+    task.offer(&ctx, fetched(0, 1, &elsewhere, "y", None))
+        .unwrap();
+    let mut out = Sends::default();
+    let err = task.deliver(&ctx, &mut out).unwrap_err();
+    assert_eq!(out.0.len(), 1, "the record before it was handled");
+    assert!(
+        matches!(&err, Error::KeyPartitionMismatch { topic, partition: 0, offset: 1, key, expected: 3, partitions: 4, .. }
+            if topic == "in" && *key == format!("{elsewhere:?}")),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains("murmur2_random"),
+        "names the likely cause: {err}"
+    );
+
+    // Opted out: the same records are handled.
+    ctx.checked_keys[0] = false;
+    let mut task = fresh_task(&ctx);
+    task.offer(&ctx, fetched(0, 0, &here, "x", None)).unwrap();
+    task.offer(&ctx, fetched(0, 1, &elsewhere, "y", None))
+        .unwrap();
+    let mut out = Sends::default();
+    task.deliver(&ctx, &mut out).unwrap();
+    assert_eq!(out.0.len(), 2);
+}
+
+#[test]
+fn keys_in_errors_are_text_when_they_are_else_hex() {
+    assert_eq!(crate::error::render_key(b"sku-1"), "\"sku-1\"");
+    assert_eq!(crate::error::render_key(&[0xff, 0x00]), "0xff00");
+    assert!(crate::error::render_key(&[b'a'; 100]).ends_with('…'));
 }
