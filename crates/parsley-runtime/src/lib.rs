@@ -20,6 +20,11 @@
 //! # Ok::<(), parsley_runtime::Error>(())
 //! ```
 //!
+//! The causal vocabulary a caller meets in these signatures — [`Channel`], [`Coordinate`],
+//! [`Stamp`], [`Clock`], [`SenderId`], … — is re-exported from `parsley-clock`, and the Kafka
+//! client from [`rdkafka`] (the version whose messages [`CausalProducer::observe_message`]
+//! takes), so a service needs no other dependency for them.
+//!
 //! Each stage keeps its tasks' fold state and Parsley's own state (clock, sender sequence,
 //! gate snapshot) in a compacted changelog topic, `{application}.{stage}.changelog`, written
 //! in the same transaction and restored exactly on assignment. A transaction that cannot commit
@@ -45,16 +50,26 @@ mod runtime;
 mod stage;
 
 pub use admin::{Admin, TopicInfo, TopicSpec};
-pub use causal_producer::{Acked, CausalProducer, CausalProducerConfig};
+pub use causal_producer::{Acked, CausalProducer, CausalProducerConfig, OutgoingRecord};
 pub use changelog::changelog_topic;
 pub use clients::{ClientRole, ClientSettings};
 pub use config::{GateMode, RuntimeConfig, StatisticsSink};
-pub use error::{Error, Result};
+pub use error::{Error, RecordProblem, Result};
 #[cfg(feature = "fault-injection")]
 pub use fault::CrashPoint;
 pub use metrics::{
     LateKey, MetricsSnapshot, Progress, StageMetrics, TaskMetrics, TaskPhase, progress_summary,
 };
 pub use outbox::partition_for;
+/// The causal vocabulary of `parsley-clock` that the runtime's signatures use: channels,
+/// coordinates, clocks, stamps and senders, the stamp header's name, and the clock's error
+/// (`ClockError`, inside [`Error::Clock`] and [`Error::MalformedStamp`]).
+pub use parsley_clock::{
+    Channel, Clock, Coordinate, DecodeErrorKind, Error as ClockError, InFlight, STAMP_HEADER,
+    SenderId, SenderTag, Stamp, TopicId,
+};
+/// The Kafka client the runtime is built on: [`CausalProducer::observe_message`] takes its
+/// messages, so a service that consumes with it uses this version.
+pub use rdkafka;
 pub use runtime::{Running, Runtime, Shutdown};
 pub use stage::{DELIVERY_TARGET, DLQ_REASON_HEADER, DLQ_SOURCE_HEADER, NO_TIMESTAMP};
