@@ -205,6 +205,16 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// The handlers of SIGINT and SIGTERM could not be installed
+    /// ([`Runtime::run_until_signal`](crate::Runtime::run_until_signal),
+    /// [`Running::wait_for_signal`](crate::Running::wait_for_signal)); nothing was started or
+    /// stopped.
+    #[error("cannot install the handlers of SIGINT and SIGTERM: {source}")]
+    Signals {
+        /// The operating system's error.
+        #[source]
+        source: std::io::Error,
+    },
     /// A record given to [`CausalProducer::send_record`](crate::CausalProducer::send_record)
     /// cannot be sent as asked: nothing was sent and the producer's clock is unchanged.
     #[error("record for topic {topic} refused: {problem}")]
@@ -461,8 +471,8 @@ impl Error {
     /// [`Error::NoEventTime`], [`Error::EventTime`], … — and also a fatal [`Error::Transaction`]
     /// whose code is not a fence (the producer cannot be used any more), [`Error::Admin`],
     /// [`Error::Timeout`], [`Error::StagePanicked`], [`Error::ThreadSpawn`],
-    /// [`Error::InvalidRecord`], and an [`Error::Kafka`] that is neither retriable nor
-    /// transient.
+    /// [`Error::Signals`], [`Error::InvalidRecord`], and an [`Error::Kafka`] that is neither
+    /// retriable nor transient.
     pub fn is_fatal(&self) -> bool {
         !self.is_retriable() && !self.is_transient()
     }
@@ -618,6 +628,9 @@ mod tests {
             stage: "s".into(),
             source: std::io::Error::other("no threads"),
         };
+        let signals = Error::Signals {
+            source: std::io::Error::other("no handler"),
+        };
         let refused = Error::InvalidRecord {
             topic: "out".into(),
             problem: super::RecordProblem::ReservedHeader("parsley.stamp".into()),
@@ -659,7 +672,8 @@ mod tests {
             // The stream thread itself.
             ("StagePanicked", panicked, Fatal, NOT_FENCED),
             ("ThreadSpawn", spawn, Fatal, NOT_FENCED),
-            // The caller's: a refused record.
+            // The caller's: signal handlers, a refused record.
+            ("Signals", signals, Fatal, NOT_FENCED),
             ("InvalidRecord", refused, Fatal, NOT_FENCED),
         ];
         rows

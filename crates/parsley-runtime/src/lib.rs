@@ -20,6 +20,23 @@
 //! # Ok::<(), parsley_runtime::Error>(())
 //! ```
 //!
+//! A service that runs until it is told to stop makes one call:
+//! [`Runtime::run_until_signal`] starts every stage and returns when SIGINT or SIGTERM arrives
+//! (after stopping every stage cleanly: each commits first) or when a stage fails (after
+//! stopping the others, with that stage's error). [`Running::wait_for_signal`] does the same
+//! for stages already started. Neither touches a signal's disposition before it is called; what
+//! they do to SIGINT and SIGTERM is described at [`Running::wait_for_signal`].
+//!
+//! ```no_run
+//! use parsley_runtime::{Runtime, RuntimeConfig};
+//! # fn topology() -> parsley_stage::Topology { unimplemented!() }
+//! let stopped = Runtime::new(topology(), RuntimeConfig::new("127.0.0.1:9092")).run_until_signal()?;
+//! for (stage, metrics) in stopped {
+//!     println!("{stage}: {} delivered", metrics.committed_deliveries);
+//! }
+//! # Ok::<(), parsley_runtime::Error>(())
+//! ```
+//!
 //! The causal vocabulary a caller meets in these signatures — [`Channel`], [`Coordinate`],
 //! [`Stamp`], [`Clock`], [`SenderId`], … — is re-exported from `parsley-clock`, and the Kafka
 //! client from [`rdkafka`] (the version whose messages [`CausalProducer::observe_message`]
@@ -47,6 +64,7 @@ mod fault;
 mod metrics;
 mod outbox;
 mod runtime;
+mod signals;
 mod stage;
 
 pub use admin::{Admin, TopicInfo, TopicSpec};
