@@ -2,10 +2,11 @@
 //! [`CausalClock`], for services that feed a Parsley topology without being a stage.
 //!
 //! What it claims (DESIGN.md §3): the records it was told it consumed
-//! ([`CausalProducer::observe`]), the stamps they carried, and its own sends once they are
-//! acknowledged. Sends to one channel need no claim (an idempotent producer appends them in
-//! order). Earlier sends to *other* channels that are not acknowledged yet are claimed in
-//! flight by a transactional producer (its commit makes them visible together); a
+//! ([`CausalProducer::observe_message`] for a record read with an rdkafka consumer,
+//! [`CausalProducer::observe`] for a coordinate), the stamps they carried, and its own sends
+//! once they are acknowledged. Sends to one channel need no claim (an idempotent producer
+//! appends them in order). Earlier sends to *other* channels that are not acknowledged yet are
+//! claimed in flight by a transactional producer (its commit makes them visible together); a
 //! non-transactional producer cannot do that, so its `send` first flushes at such a channel
 //! switch — batch its sends per channel to keep flushes rare.
 //!
@@ -15,16 +16,22 @@
 //! It has no background thread: librdkafka's delivery reports (and its error and log events)
 //! are served by the calling thread when it waits for them — a flush, a commit or abort, a
 //! send that must flush first or finds librdkafka's queue full.
+//!
+//! [`CausalProducer`]'s own docs show the loop of a service that consumes with rdkafka:
+//! consume, observe, send.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
-use parsley_clock::{CausalClock, Channel, Clock, Coordinate, SenderId, Stamp, codec};
+use parsley_clock::{
+    CausalClock, Channel, Clock, Coordinate, STAMP_HEADER, SenderId, Stamp, TopicId, codec,
+};
+use rdkafka::message::{Headers, Message};
 use rdkafka::producer::Producer;
 
 use crate::admin::{Admin, TopicInfo};
 use crate::clients::{ClientRole, ClientSettings};
-use crate::error::{Error, Result};
+use crate::error::{Error, RecordProblem, Result};
 use crate::outbox::{Outbox, SendTag, partition_for};
 
 /// How to build a [`CausalProducer`].
@@ -82,13 +89,135 @@ impl CausalProducerConfig {
 /// A send the broker acknowledged: its sequence and coordinate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Acked {
-    /// The send sequence [`CausalProducer::send`] returned.
+    /// The send sequence [`CausalProducer::send`] or [`CausalProducer::send_record`] returned.
     pub seq: u64,
     /// Where the record was appended.
     pub coordinate: Coordinate,
 }
 
+/// One record for [`CausalProducer::send_record`]: topic, key and value, and optionally a
+/// record timestamp and headers besides the stamp.
+///
+/// ```
+/// use parsley_runtime::OutgoingRecord;
+///
+/// let record = OutgoingRecord::new("invoices", b"customer-7", b"42.00 EUR")
+///     .timestamp(1_767_225_600_000) // ms since the epoch
+///     .header("currency", b"EUR")
+///     .header("issued-by", b"invoicing");
+/// assert_eq!(record.headers().len(), 2);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutgoingRecord<'a> {
+    topic: &'a str,
+    key: &'a [u8],
+    value: &'a [u8],
+    timestamp: Option<i64>,
+    headers: Vec<(&'a str, &'a [u8])>,
+}
+
+impl<'a> OutgoingRecord<'a> {
+    /// A record with `key` and `value` for `topic`, its timestamp the producer's clock, no
+    /// header but the stamp.
+    pub fn new(topic: &'a str, key: &'a [u8], value: &'a [u8]) -> Self {
+        OutgoingRecord {
+            topic,
+            key,
+            value,
+            timestamp: None,
+            headers: Vec::new(),
+        }
+    }
+
+    /// Sets the record timestamp, ms since the epoch (it must be positive).
+    pub fn timestamp(mut self, ms: i64) -> Self {
+        self.timestamp = Some(ms);
+        self
+    }
+
+    /// Adds a header `name` with `value`, after the stamp header and the headers added before
+    /// (any name but [`STAMP_HEADER`]'s; names may repeat, as Kafka allows).
+    pub fn header(mut self, name: &'a str, value: &'a [u8]) -> Self {
+        self.headers.push((name, value));
+        self
+    }
+
+    /// The topic.
+    pub fn topic(&self) -> &'a str {
+        self.topic
+    }
+
+    /// The headers added, in order (the stamp header is not among them).
+    pub fn headers(&self) -> &[(&'a str, &'a [u8])] {
+        &self.headers
+    }
+
+    /// Why the record cannot be sent as asked, if it cannot.
+    fn check(&self) -> Result<()> {
+        let problem = if let Some(ms) = self.timestamp.filter(|ms| *ms <= 0) {
+            RecordProblem::Timestamp(ms)
+        } else if let Some((name, _)) = self.headers.iter().find(|(n, _)| *n == STAMP_HEADER) {
+            RecordProblem::ReservedHeader((*name).to_string())
+        } else if let Some((name, _)) = self.headers.iter().find(|(n, _)| n.contains('\0')) {
+            RecordProblem::NulInHeaderName((*name).to_string())
+        } else {
+            return Ok(());
+        };
+        Err(Error::InvalidRecord {
+            topic: self.topic.to_string(),
+            problem,
+        })
+    }
+}
+
 /// A producer whose every record carries a `parsley.stamp` header.
+///
+/// What it claims: the records it was told it consumed, the stamps they carried, and its own
+/// acknowledged sends. A non-transactional producer flushes before a send to another channel
+/// while earlier sends are not acknowledged (batch sends per channel); a transactional one
+/// claims them in flight, and restores its clock when it aborts. It has no background thread:
+/// delivery reports are served by the calling thread when it waits for them.
+///
+/// # Consume, observe, send
+///
+/// A service that reads records with an rdkafka consumer hands each one to
+/// [`CausalProducer::observe_message`] before it sends what the record caused: the producer
+/// resolves the topic's id, claims the record's coordinate and what its `parsley.stamp` header
+/// claimed, and every later send carries those claims. [`OutgoingRecord`] adds a record
+/// timestamp and headers of the service's own. The consumer should read `read_committed`, so
+/// that nothing of an aborted transaction is claimed. (rdkafka is re-exported as
+/// [`parsley_runtime::rdkafka`](crate::rdkafka): its message types are the ones this producer
+/// takes.)
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use parsley_runtime::rdkafka::consumer::{BaseConsumer, Consumer};
+/// use parsley_runtime::rdkafka::{ClientConfig, Message};
+/// use parsley_runtime::{CausalProducer, CausalProducerConfig, OutgoingRecord};
+///
+/// let consumer: BaseConsumer = ClientConfig::new()
+///     .set("bootstrap.servers", "127.0.0.1:9092")
+///     .set("group.id", "invoicing")
+///     .set("isolation.level", "read_committed")
+///     .create()?;
+/// consumer.subscribe(&["orders"])?;
+/// let mut producer = CausalProducer::new(CausalProducerConfig::new("127.0.0.1:9092"))?;
+/// while let Some(message) = consumer.poll(Duration::from_secs(1)) {
+///     let order = message?;
+///     // The invoice depends on the order, and on everything the order's stamp claims.
+///     producer.observe_message(&order)?;
+///     let invoice = format!("{} bytes invoiced", order.payload().map_or(0, <[u8]>::len));
+///     let key = order.key().unwrap_or_default();
+///     let mut record = OutgoingRecord::new("invoices", key, invoice.as_bytes())
+///         .header("issued-by", b"invoicing");
+///     if let Some(ms) = order.timestamp().to_millis() {
+///         record = record.timestamp(ms); // the invoice carries the order's time
+///     }
+///     producer.send_record(record)?;
+/// }
+/// producer.flush()?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub struct CausalProducer {
     outbox: Outbox,
     clock: CausalClock,
@@ -160,8 +289,35 @@ impl CausalProducer {
 
     /// Records that the application consumed the record at `coordinate` (with its stamp):
     /// later sends claim it.
+    ///
+    /// # Panics
+    /// When `coordinate.offset` is negative (a Kafka record's offset never is).
     pub fn observe(&mut self, coordinate: Coordinate, stamp: Option<&Stamp>) {
         self.clock.observe(coordinate, stamp);
+    }
+
+    /// Records that the application consumed `message` (read with an rdkafka consumer:
+    /// a `BorrowedMessage`, or an `OwnedMessage` detached from one): later sends claim its
+    /// coordinate and what its `parsley.stamp` header claims, as [`CausalProducer::observe`]
+    /// does. The topic's id is resolved as [`CausalProducer::topic`] resolves it (described
+    /// once, then cached). Returns the record's coordinate.
+    ///
+    /// A record without a stamp header is claimed by its coordinate alone. The stamp's
+    /// in-flight claims are not taken (the claim on the record covers them: a gate delivers the
+    /// record only once they are resolved).
+    ///
+    /// # Errors
+    /// Nothing is observed when one of these is returned:
+    /// - [`Error::UnknownTopic`] when the message's topic does not exist (any more);
+    /// - [`Error::MalformedStamp`] naming the record's topic, partition and offset and the
+    ///   decoder's finding when its stamp header does not decode;
+    /// - [`Error::Clock`] ([`NegativeOffset`](parsley_clock::Error::NegativeOffset)) for a
+    ///   message with a negative offset (one made by hand, never read from a log).
+    pub fn observe_message<M: Message>(&mut self, message: &M) -> Result<Coordinate> {
+        let topic = self.topic(message.topic())?.id;
+        let (coordinate, stamp) = consumed(topic, message)?;
+        self.clock.observe(coordinate, stamp.as_ref());
+        Ok(coordinate)
     }
 
     /// The topic's id and partition count (described once, then cached).
@@ -185,12 +341,34 @@ impl CausalProducer {
         Ok(Channel::new(info.id, partition_for(key, info.partitions)))
     }
 
-    /// Stamps and sends one record; returns its send sequence and channel. Flushes first when
-    /// earlier sends to another channel are not acknowledged yet (see the module docs).
+    /// Stamps and sends one record with `key` and `value` to `topic` (timestamp: the producer's
+    /// clock; no header but the stamp): [`CausalProducer::send_record`] with
+    /// [`OutgoingRecord::new`]. Returns its send sequence and channel.
     ///
     /// # Errors
-    /// [`Error::UnknownTopic`], a send or flush failure, or a timeout.
+    /// As [`CausalProducer::send_record`].
     pub fn send(&mut self, topic: &str, key: &[u8], value: &[u8]) -> Result<(u64, Channel)> {
+        self.send_record(OutgoingRecord::new(topic, key, value))
+    }
+
+    /// Stamps and sends `record`, with its timestamp and headers after the stamp header;
+    /// returns its send sequence and channel. Flushes first when earlier sends to another
+    /// channel are not acknowledged yet (see the module docs).
+    ///
+    /// # Errors
+    /// - [`Error::InvalidRecord`] before anything is sent or claimed: a header named like the
+    ///   stamp header ([`RecordProblem::ReservedHeader`]), a header name with a NUL byte, a
+    ///   timestamp that is not positive;
+    /// - [`Error::UnknownTopic`], a send or flush failure, or a timeout.
+    pub fn send_record(&mut self, record: OutgoingRecord<'_>) -> Result<(u64, Channel)> {
+        record.check()?;
+        let OutgoingRecord {
+            topic,
+            key,
+            value,
+            timestamp,
+            headers,
+        } = record;
         let channel = self.channel_for(topic, key)?;
         let stamp = match self.clock.stamp(channel) {
             Ok(s) => s,
@@ -213,8 +391,11 @@ impl CausalProducer {
             Some(key),
             Some(value.to_vec()),
             &bytes,
-            &[],
-            None,
+            &headers
+                .iter()
+                .map(|(k, v)| (*k, Some(*v)))
+                .collect::<Vec<_>>(),
+            timestamp,
             self.timeout,
         ) {
             self.clock.failed(seq, channel)?;
@@ -321,10 +502,228 @@ impl CausalProducer {
     }
 }
 
+/// The coordinate of `message`, a record of the topic with id `topic`, and the stamp its
+/// `parsley.stamp` header holds (`None` without one).
+///
+/// # Errors
+/// [`Error::MalformedStamp`] when the header does not decode; [`Error::Clock`] for a negative
+/// offset.
+fn consumed<M: Message>(topic: TopicId, message: &M) -> Result<(Coordinate, Option<Stamp>)> {
+    let channel = Channel::new(topic, message.partition());
+    let offset = message.offset();
+    if offset < 0 {
+        return Err(parsley_clock::Error::NegativeOffset { channel, offset }.into());
+    }
+    let coordinate = channel.at(offset);
+    let Some(value) = message.headers().and_then(|headers| {
+        headers
+            .iter()
+            .find(|h| h.key == STAMP_HEADER)
+            .map(|h| h.value.unwrap_or_default())
+    }) else {
+        return Ok((coordinate, None));
+    };
+    let stamp = codec::decode(value).map_err(|source| Error::MalformedStamp {
+        topic: message.topic().to_string(),
+        partition: message.partition(),
+        offset,
+        record: coordinate,
+        source: Box::new(source),
+    })?;
+    Ok((coordinate, Some(stamp)))
+}
+
 impl Drop for CausalProducer {
     fn drop(&mut self) {
         if !self.transactional {
             let _ = self.outbox.wait_acked(self.timeout);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use parsley_clock::{
+        CausalClock, Channel, DecodeErrorKind, STAMP_HEADER, SenderId, TopicId, codec,
+    };
+    use rdkafka::Timestamp;
+    use rdkafka::message::{Header, OwnedHeaders, OwnedMessage};
+
+    use super::{CausalProducer, CausalProducerConfig, OutgoingRecord};
+    use crate::admin::TopicInfo;
+    use crate::error::{Error, RecordProblem};
+
+    const ORDERS: TopicId = TopicId::from_halves(1, 2);
+    const OTHER: TopicId = TopicId::from_halves(3, 4);
+
+    /// A producer for a cluster that is never reached (clients connect lazily), which knows
+    /// topic `orders` already: what needs no broker can be tested.
+    fn offline() -> CausalProducer {
+        let mut config = CausalProducerConfig::new("127.0.0.1:1").client_property("log_level", "0");
+        config.timeout = Duration::from_secs(1);
+        let mut p = CausalProducer::new(config).unwrap();
+        p.topics.insert(
+            "orders".into(),
+            TopicInfo {
+                name: "orders".into(),
+                id: ORDERS,
+                partitions: 4,
+            },
+        );
+        p
+    }
+
+    fn message(offset: i64, stamp: Option<&[u8]>) -> OwnedMessage {
+        let headers = OwnedHeaders::new().insert(Header {
+            key: "trace-id",
+            value: Some(&b"abc"[..]),
+        });
+        let headers = match stamp {
+            Some(s) => headers.insert(Header {
+                key: STAMP_HEADER,
+                value: Some(s),
+            }),
+            None => headers,
+        };
+        OwnedMessage::new(
+            Some(b"v".to_vec()),
+            Some(b"k".to_vec()),
+            "orders".into(),
+            Timestamp::CreateTime(1),
+            3,
+            offset,
+            Some(headers),
+        )
+    }
+
+    #[test]
+    fn a_consumed_message_is_claimed_with_what_its_stamp_claims() {
+        let mut p = offline();
+        let mut upstream = CausalClock::new(SenderId::random());
+        upstream.observe(Channel::new(OTHER, 0).at(9), None);
+        let stamp = upstream.stamp(Channel::new(ORDERS, 3)).unwrap();
+        let consumed = p
+            .observe_message(&message(41, Some(&codec::encode(&stamp))))
+            .unwrap();
+        assert_eq!(consumed, Channel::new(ORDERS, 3).at(41));
+        assert!(p.clock().covers(consumed));
+        assert!(
+            p.clock().covers(Channel::new(OTHER, 0).at(9)),
+            "the stamp's claim"
+        );
+        assert_eq!(p.clock().len(), 2);
+    }
+
+    #[test]
+    fn a_message_without_a_stamp_is_claimed_by_its_coordinate() {
+        let mut p = offline();
+        let consumed = p.observe_message(&message(7, None)).unwrap();
+        let claims: Vec<_> = p.clock().iter().collect();
+        assert_eq!(claims, [Channel::new(ORDERS, 3).at(7)]);
+        assert_eq!(consumed, claims[0]);
+    }
+
+    #[test]
+    fn a_malformed_stamp_is_a_typed_error_and_nothing_is_observed() {
+        let mut p = offline();
+        p.observe_message(&message(1, None)).unwrap();
+        let before = p.clock().clone();
+        let e = p.observe_message(&message(2, Some(&[9, 0]))).unwrap_err();
+        match &e {
+            Error::MalformedStamp {
+                topic,
+                partition,
+                offset,
+                record,
+                source,
+            } => {
+                assert_eq!((topic.as_str(), *partition, *offset), ("orders", 3, 2));
+                assert_eq!(*record, Channel::new(ORDERS, 3).at(2));
+                assert!(
+                    matches!(
+                        **source,
+                        parsley_clock::Error::Decode {
+                            at: 0,
+                            kind: DecodeErrorKind::UnknownVersion(9)
+                        }
+                    ),
+                    "{source}"
+                );
+            }
+            other => panic!("not a malformed stamp: {other}"),
+        }
+        let text = e.to_string();
+        assert!(
+            text.contains("orders/3@2") && text.contains("unknown stamp version 9"),
+            "{text}"
+        );
+        assert_eq!(p.clock(), &before, "nothing half-applied");
+        // An empty (or null) stamp header is malformed too, not a missing one.
+        assert!(matches!(
+            p.observe_message(&message(3, Some(&[]))),
+            Err(Error::MalformedStamp { offset: 3, .. })
+        ));
+        assert_eq!(p.clock(), &before);
+    }
+
+    #[test]
+    fn a_message_with_a_negative_offset_is_refused() {
+        let mut p = offline();
+        assert!(matches!(
+            p.observe_message(&message(-1, None)),
+            Err(Error::Clock(e)) if matches!(*e, parsley_clock::Error::NegativeOffset { offset: -1, .. })
+        ));
+        assert!(p.clock().is_empty());
+    }
+
+    #[test]
+    fn a_record_that_cannot_be_sent_as_asked_is_refused_before_anything_is_sent() {
+        let mut p = offline();
+        let refused = |p: &mut CausalProducer, r: OutgoingRecord<'_>| match p.send_record(r) {
+            Err(Error::InvalidRecord { topic, problem }) => {
+                assert_eq!(topic, "orders");
+                problem
+            }
+            other => panic!("not refused: {other:?}"),
+        };
+        let record = OutgoingRecord::new("orders", b"k", b"v");
+        assert_eq!(
+            refused(
+                &mut p,
+                record.clone().header("a", b"1").header(STAMP_HEADER, b"x")
+            ),
+            RecordProblem::ReservedHeader(STAMP_HEADER.into())
+        );
+        assert_eq!(
+            refused(&mut p, record.clone().header("a\0b", b"1")),
+            RecordProblem::NulInHeaderName("a\0b".into())
+        );
+        assert_eq!(
+            refused(&mut p, record.clone().timestamp(0)),
+            RecordProblem::Timestamp(0)
+        );
+        assert_eq!(
+            refused(&mut p, record.timestamp(-5)),
+            RecordProblem::Timestamp(-5)
+        );
+        assert_eq!(p.clock.next_seq(), 0, "no sequence was allocated");
+        assert_eq!(p.flush().unwrap(), [], "nothing was sent");
+    }
+
+    #[test]
+    fn an_outgoing_record_keeps_its_headers_in_order() {
+        let r = OutgoingRecord::new("t", b"k", b"v")
+            .header("b", b"2")
+            .header("a", b"1")
+            .header("b", b"3")
+            .timestamp(1_700_000_000_000);
+        assert_eq!(r.topic(), "t");
+        assert_eq!(
+            r.headers(),
+            [("b", &b"2"[..]), ("a", &b"1"[..]), ("b", &b"3"[..])]
+        );
+        assert_eq!(r.timestamp, Some(1_700_000_000_000));
     }
 }

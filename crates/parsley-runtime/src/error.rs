@@ -205,6 +205,25 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// The handlers of SIGINT and SIGTERM could not be installed
+    /// ([`Runtime::run_until_signal`](crate::Runtime::run_until_signal),
+    /// [`Running::wait_for_signal`](crate::Running::wait_for_signal)); nothing was started or
+    /// stopped.
+    #[error("cannot install the handlers of SIGINT and SIGTERM: {source}")]
+    Signals {
+        /// The operating system's error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A record given to [`CausalProducer::send_record`](crate::CausalProducer::send_record)
+    /// cannot be sent as asked: nothing was sent and the producer's clock is unchanged.
+    #[error("record for topic {topic} refused: {problem}")]
+    InvalidRecord {
+        /// The record's topic.
+        topic: String,
+        /// What is wrong with it.
+        problem: RecordProblem,
+    },
     /// The changelog topic of a stage exists with another partition count than its sources.
     #[error(
         "changelog topic {topic} has {partitions} partitions, the stage's sources have {expected}"
@@ -373,6 +392,24 @@ pub enum Error {
     },
 }
 
+/// Why a record given to [`CausalProducer::send_record`](crate::CausalProducer::send_record) is
+/// refused ([`Error::InvalidRecord`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RecordProblem {
+    /// An extra header is named like the stamp header
+    /// ([`STAMP_HEADER`](parsley_clock::STAMP_HEADER)): the producer writes that one itself.
+    #[error("header {0:?} is the stamp header, which the producer writes itself")]
+    ReservedHeader(String),
+    /// An extra header's name contains a NUL byte, which librdkafka's header names cannot hold.
+    #[error("header name {0:?} contains a NUL byte")]
+    NulInHeaderName(String),
+    /// The record timestamp is not positive: librdkafka sends a timestamp of 0 as "now", and
+    /// Kafka has no timestamps before the epoch.
+    #[error("timestamp {0} ms is not after the epoch")]
+    Timestamp(i64),
+}
+
 impl From<parsley_clock::Error> for Error {
     fn from(e: parsley_clock::Error) -> Self {
         Error::Clock(Box::new(e))
@@ -475,8 +512,9 @@ impl Error {
     /// [`Error::SourceChanged`], [`Error::SourceDeleted`], [`Error::NotCoPartitioned`],
     /// [`Error::NoEventTime`], [`Error::EventTime`], … — and also a fatal [`Error::Transaction`]
     /// whose code is not a fence (the producer cannot be used any more), [`Error::Admin`],
-    /// [`Error::Timeout`], [`Error::StagePanicked`], [`Error::ThreadSpawn`], and an
-    /// [`Error::Kafka`] that is neither retriable nor transient.
+    /// [`Error::Timeout`], [`Error::StagePanicked`], [`Error::ThreadSpawn`],
+    /// [`Error::Signals`], [`Error::InvalidRecord`], and an [`Error::Kafka`] that is neither
+    /// retriable nor transient.
     pub fn is_fatal(&self) -> bool {
         !self.is_retriable() && !self.is_transient()
     }
@@ -645,6 +683,13 @@ mod tests {
             stage: "s".into(),
             source: std::io::Error::other("no threads"),
         };
+        let signals = Error::Signals {
+            source: std::io::Error::other("no handler"),
+        };
+        let refused = Error::InvalidRecord {
+            topic: "out".into(),
+            problem: super::RecordProblem::ReservedHeader("parsley.stamp".into()),
+        };
         #[rustfmt::skip]
         let rows: Vec<Row> = vec![
             // A failed transaction: aborted, every task back to its last commit.
@@ -682,6 +727,9 @@ mod tests {
             // The stream thread itself.
             ("StagePanicked", panicked, Fatal, NOT_FENCED),
             ("ThreadSpawn", spawn, Fatal, NOT_FENCED),
+            // The caller's: signal handlers, a refused record.
+            ("Signals", signals, Fatal, NOT_FENCED),
+            ("InvalidRecord", refused, Fatal, NOT_FENCED),
         ];
         rows
     }

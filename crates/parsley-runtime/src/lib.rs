@@ -20,6 +20,28 @@
 //! # Ok::<(), parsley_runtime::Error>(())
 //! ```
 //!
+//! A service that runs until it is told to stop makes one call:
+//! [`Runtime::run_until_signal`] starts every stage and returns when SIGINT or SIGTERM arrives
+//! (after stopping every stage cleanly: each commits first) or when a stage fails (after
+//! stopping the others, with that stage's error). [`Running::wait_for_signal`] does the same
+//! for stages already started. Neither touches a signal's disposition before it is called; what
+//! they do to SIGINT and SIGTERM is described at [`Running::wait_for_signal`].
+//!
+//! ```no_run
+//! use parsley_runtime::{Runtime, RuntimeConfig};
+//! # fn topology() -> parsley_stage::Topology { unimplemented!() }
+//! let stopped = Runtime::new(topology(), RuntimeConfig::new("127.0.0.1:9092")).run_until_signal()?;
+//! for (stage, metrics) in stopped {
+//!     println!("{stage}: {} delivered", metrics.committed_deliveries);
+//! }
+//! # Ok::<(), parsley_runtime::Error>(())
+//! ```
+//!
+//! The causal vocabulary a caller meets in these signatures — [`Channel`], [`Coordinate`],
+//! [`Stamp`], [`Clock`], [`SenderId`], … — is re-exported from `parsley-clock`, and the Kafka
+//! client from [`rdkafka`] (the version whose messages [`CausalProducer::observe_message`]
+//! takes), so a service needs no other dependency for them.
+//!
 //! Each stage keeps its tasks' fold state and Parsley's own state (clock, sender sequence,
 //! gate snapshot) in a compacted changelog topic, `{application}.{stage}.changelog`, written
 //! in the same transaction and restored exactly on assignment. A transaction that cannot commit
@@ -42,14 +64,15 @@ mod fault;
 mod metrics;
 mod outbox;
 mod runtime;
+mod signals;
 mod stage;
 
 pub use admin::{Admin, TopicInfo, TopicSpec};
-pub use causal_producer::{Acked, CausalProducer, CausalProducerConfig};
+pub use causal_producer::{Acked, CausalProducer, CausalProducerConfig, OutgoingRecord};
 pub use changelog::changelog_topic;
 pub use clients::{ClientRole, ClientSettings};
 pub use config::{GateMode, RuntimeConfig, StatisticsSink};
-pub use error::{Error, Result};
+pub use error::{Error, RecordProblem, Result};
 #[cfg(feature = "fault-injection")]
 pub use fault::CrashPoint;
 pub use metrics::{
@@ -57,6 +80,16 @@ pub use metrics::{
     progress_summary,
 };
 pub use outbox::partition_for;
+/// The causal vocabulary of `parsley-clock` that the runtime's signatures use: channels,
+/// coordinates, clocks, stamps and senders, the stamp header's name, and the clock's error
+/// (`ClockError`, inside [`Error::Clock`] and [`Error::MalformedStamp`]).
+pub use parsley_clock::{
+    Channel, Clock, Coordinate, DecodeErrorKind, Error as ClockError, InFlight, STAMP_HEADER,
+    SenderId, SenderTag, Stamp, TopicId,
+};
+/// The Kafka client the runtime is built on: [`CausalProducer::observe_message`] takes its
+/// messages, so a service that consumes with it uses this version.
+pub use rdkafka;
 pub use runtime::{Running, Runtime, Shutdown};
 pub use stage::{
     DELIVERY_TARGET, DLQ_KIND_HEADER, DLQ_OFFSET_HEADER, DLQ_PARTITION_HEADER, DLQ_REASON_HEADER,

@@ -1,8 +1,9 @@
-//! Running a topology: one stream thread per stage, or one stage per process.
+//! Running a topology: one stream thread per stage, or one stage per process; until told to
+//! stop, or until SIGINT or SIGTERM ([`Runtime::run_until_signal`]).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{Receiver, Sender, channel};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -11,7 +12,12 @@ use parsley_stage::Topology;
 use crate::config::RuntimeConfig;
 use crate::error::{Error, Result};
 use crate::metrics::{LateKey, MetricsSnapshot, Progress, StageMetrics, TaskMetrics};
+use crate::signals::SignalWatch;
 use crate::stage::StageRunner;
+
+/// How often [`Running::wait_for_signal`] looks at its signal flags and the shutdown signal
+/// (a signal handler can only set a flag; progress events wake it earlier).
+const SIGNAL_POLL: Duration = Duration::from_millis(50);
 
 /// A cloneable request to stop: stream threads commit and return at their next loop turn
 /// (within 100 ms of polling).
@@ -102,6 +108,36 @@ impl Runtime {
     pub fn start(&self) -> Result<Running> {
         let names: Vec<&str> = self.topology.stages().iter().map(|s| s.name()).collect();
         self.start_stages(&names)
+    }
+
+    /// Starts every stage, each on its own stream thread, and runs them until SIGINT or
+    /// SIGTERM arrives or a stage fails: [`Runtime::start`], then
+    /// [`Running::wait_for_signal`] (whose docs say what happens to SIGINT and SIGTERM). The
+    /// signals are watched from before the first stage starts, so one that comes while the
+    /// stages start up stops them too.
+    ///
+    /// Returns every stage's final counters once a signal stopped them all cleanly (each
+    /// commits first).
+    ///
+    /// ```no_run
+    /// use parsley_runtime::{Runtime, RuntimeConfig};
+    /// # fn topology() -> parsley_stage::Topology { unimplemented!() }
+    /// match Runtime::new(topology(), RuntimeConfig::new("127.0.0.1:9092")).run_until_signal() {
+    ///     Ok(stages) => println!("stopped on a signal: {} stages committed", stages.len()),
+    ///     Err(e) => {
+    ///         eprintln!("{e}");
+    ///         std::process::exit(1);
+    ///     }
+    /// }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Signals`] when the handlers cannot be installed (nothing started);
+    /// [`Error::ThreadSpawn`] as [`Runtime::start`]; and what
+    /// [`Running::wait_for_signal`] returns.
+    pub fn run_until_signal(&self) -> Result<Vec<(String, MetricsSnapshot)>> {
+        let watch = SignalWatch::install()?;
+        self.start()?.wait_then_stop(&watch)
     }
 
     /// Starts the named stages, each on its own stream thread (to start a downstream stage
@@ -206,6 +242,103 @@ impl Running {
         &self.shutdown
     }
 
+    /// Waits until SIGINT or SIGTERM arrives, then stops every stage cleanly
+    /// ([`Running::stop`]: each commits first) and returns their final counters. The wait
+    /// also ends when a stage ends on its own — it failed, or its stream thread panicked: the
+    /// other stages are stopped and the error returned — and when the
+    /// [shutdown signal](Running::shutdown_signal) is triggered from another thread (another
+    /// reason to stop, such as a closed input: the stages are stopped as on a signal). Progress
+    /// events that arrive meanwhile are read and dropped.
+    ///
+    /// ```no_run
+    /// use parsley_runtime::{Runtime, RuntimeConfig};
+    /// # fn topology() -> parsley_stage::Topology { unimplemented!() }
+    /// let running = Runtime::new(topology(), RuntimeConfig::new("127.0.0.1:9092")).start()?;
+    /// // Stop when standard input closes, too.
+    /// let shutdown = running.shutdown_signal().clone();
+    /// std::thread::spawn(move || {
+    ///     let _ = std::io::copy(&mut std::io::stdin(), &mut std::io::sink());
+    ///     shutdown.trigger();
+    /// });
+    /// running.wait_for_signal()?;
+    /// # Ok::<(), parsley_runtime::Error>(())
+    /// ```
+    ///
+    /// # SIGINT and SIGTERM
+    /// Nothing is installed before the call (not at library load, not at [`Runtime::start`]).
+    /// The call installs `signal-hook`'s process-wide handler for both signals, even where the
+    /// disposition was to ignore them; a handler the program had installed before is chained
+    /// and still runs first. Then:
+    /// - while the call runs, the first SIGINT or SIGTERM asks for the clean stop, and another
+    ///   one arriving after it (a stop that hangs) runs the signal's default action: the
+    ///   process terminates at once;
+    /// - when the call returns, its actions are removed, but `signal-hook` cannot uninstall its
+    ///   handler: from then on SIGINT and SIGTERM do nothing unless the program handles them
+    ///   itself — with `signal-hook` (its actions run), or with `sigaction`, which replaces the
+    ///   handler. A program that ends after the call is not concerned; one that goes on should
+    ///   install its own handling, or call this again.
+    ///
+    /// # Errors
+    /// - [`Error::Signals`] when the handlers cannot be installed (the stages are stopped);
+    /// - [`Error::StageFailed`] for the stage whose [`Progress::Failed`] ended the wait: its
+    ///   own typed error as `source` (see [`Running::stop`]); the other stages were stopped;
+    /// - whatever [`Running::stop`] returns otherwise: a stage that failed or panicked while
+    ///   the wait ended or during the stop.
+    pub fn wait_for_signal(self) -> Result<Vec<(String, MetricsSnapshot)>> {
+        let watch = match SignalWatch::install() {
+            Ok(watch) => watch,
+            Err(e) => {
+                // Stopping is the caller's only way out now: do it, report why.
+                let _ = self.stop();
+                return Err(e);
+            }
+        };
+        self.wait_then_stop(&watch)
+    }
+
+    /// Waits as [`Running::wait_for_signal`] describes, with `watch` for the signals, then
+    /// stops every stage (`watch` stays installed through the stop).
+    pub(crate) fn wait_then_stop(
+        self,
+        watch: &SignalWatch,
+    ) -> Result<Vec<(String, MetricsSnapshot)>> {
+        let failed = loop {
+            if let Some(signal) = watch.arrived() {
+                tracing::info!(signal, "stopping every stage on a signal");
+                break None;
+            }
+            if self.shutdown.is_triggered() {
+                break None;
+            }
+            if self
+                .stages
+                .iter()
+                .any(|(_, thread, _)| thread.is_finished())
+            {
+                // Ended without being asked: failed (its event may be queued) or panicked.
+                break self.progress.try_iter().find_map(failure);
+            }
+            match self.progress.recv_timeout(SIGNAL_POLL) {
+                Ok(event) => {
+                    if let Some(failed) = failure(event) {
+                        break Some(failed);
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                // Every stream thread has ended (or there were none).
+                Err(RecvTimeoutError::Disconnected) => break None,
+            }
+        };
+        if let Some((stage, error)) = &failed {
+            tracing::warn!(stage, %error, "a stage failed: stopping the others");
+        }
+        let stopped = self.stop();
+        match failed {
+            Some((stage, source)) => Err(Error::StageFailed { stage, source }),
+            None => stopped,
+        }
+    }
+
     /// Stops every stage (each commits first) and returns their final counters.
     ///
     /// Every stage is stopped and joined even when one failed; the error is that of the first
@@ -260,6 +393,14 @@ impl Running {
     }
 }
 
+/// The stage and error of a [`Progress::Failed`] event.
+fn failure(event: Progress) -> Option<(String, Arc<Error>)> {
+    match event {
+        Progress::Failed { stage, error } => Some((stage, error)),
+        _ => None,
+    }
+}
+
 /// The message of a panic, when its payload is a string (`panic!` with a message).
 fn panic_message(payload: &(dyn std::any::Any + Send)) -> Option<String> {
     payload
@@ -270,7 +411,153 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::panic_message;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::mpsc::{Sender, channel};
+
+    use signal_hook::consts::{SIGINT, SIGTERM};
+
+    use super::{Running, Shutdown, StageThread, panic_message};
+    use crate::error::Error;
+    use crate::metrics::{Progress, StageMetrics};
+    use crate::signals::SignalWatch;
+
+    /// How a fake stage's stream thread ends.
+    enum Fake {
+        /// Runs until the shutdown signal, then stops cleanly.
+        UntilShutdown,
+        /// Fails at once, as a stage does: a `Progress::Failed`, then the error.
+        Fails,
+        /// Panics at once (no event).
+        Panics,
+    }
+
+    /// Stages on fake stream threads (no Kafka), started as `start_stages` starts them; each
+    /// flag says that stage saw the shutdown signal.
+    fn running(stages: &[(&str, Fake)]) -> (Running, Vec<Arc<AtomicBool>>) {
+        let shutdown = Shutdown::new();
+        let (tx, rx) = channel();
+        let mut threads = Vec::new();
+        let mut stopped = Vec::new();
+        for (name, how) in stages {
+            let (name, sd, tx): (String, Shutdown, Sender<Progress>) =
+                (name.to_string(), shutdown.clone(), tx.clone());
+            let saw = Arc::new(AtomicBool::new(false));
+            stopped.push(saw.clone());
+            let thread: StageThread = match how {
+                Fake::UntilShutdown => {
+                    let stage = name.clone();
+                    std::thread::spawn(move || {
+                        while !sd.is_triggered() {
+                            std::thread::sleep(std::time::Duration::from_millis(1));
+                        }
+                        saw.store(true, Ordering::SeqCst);
+                        let _ = tx.send(Progress::Stopped { stage });
+                        Ok(())
+                    })
+                }
+                Fake::Fails => {
+                    let stage = name.clone();
+                    std::thread::spawn(move || {
+                        let error = Arc::new(Error::RecordsLost {
+                            topic: "in".into(),
+                            partition: 2,
+                            from: 5,
+                            log_start: 50,
+                        });
+                        let _ = tx.send(Progress::Failed {
+                            stage,
+                            error: error.clone(),
+                        });
+                        Err(error)
+                    })
+                }
+                Fake::Panics => std::thread::spawn(move || {
+                    let _keep = tx;
+                    panic!("boom")
+                }),
+            };
+            threads.push((name, thread, Arc::new(StageMetrics::default())));
+        }
+        let running = Running {
+            stages: threads,
+            shutdown,
+            progress: rx,
+        };
+        (running, stopped)
+    }
+
+    #[test]
+    fn a_signal_ends_the_wait_and_every_stage_stops_cleanly() {
+        let (running, stopped) = running(&[("a", Fake::UntilShutdown), ("b", Fake::UntilShutdown)]);
+        let watch = SignalWatch::unregistered();
+        watch.set(SIGTERM);
+        assert_eq!(watch.arrived(), Some("SIGTERM"));
+        let stages = running.wait_then_stop(&watch).unwrap();
+        let names: Vec<&str> = stages.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["a", "b"]);
+        assert!(stopped.iter().all(|s| s.load(Ordering::SeqCst)));
+    }
+
+    /// The one test that installs real handlers and raises a real signal in this process (the
+    /// handlers stay installed, with no action, for the rest of the test binary).
+    #[test]
+    fn a_raised_sigint_reaches_an_installed_watch_and_ends_the_wait() {
+        let (running, stopped) = running(&[("a", Fake::UntilShutdown)]);
+        let watch = SignalWatch::install().unwrap();
+        assert_eq!(watch.arrived(), None);
+        signal_hook::low_level::raise(SIGINT).unwrap();
+        assert_eq!(watch.arrived(), Some("SIGINT"));
+        let stages = running.wait_then_stop(&watch).unwrap();
+        assert_eq!(stages.len(), 1);
+        assert!(stopped[0].load(Ordering::SeqCst));
+        drop(watch);
+    }
+
+    #[test]
+    fn a_failed_stage_ends_the_wait_the_others_stop_and_its_error_is_returned() {
+        let (running, stopped) = running(&[("a", Fake::UntilShutdown), ("b", Fake::Fails)]);
+        let e = running
+            .wait_then_stop(&SignalWatch::unregistered())
+            .unwrap_err();
+        match &e {
+            Error::StageFailed { stage, source } => {
+                assert_eq!(stage, "b");
+                assert!(
+                    matches!(**source, Error::RecordsLost { partition: 2, .. }),
+                    "{e}"
+                );
+            }
+            other => panic!("not the stage's failure: {other}"),
+        }
+        assert!(stopped[0].load(Ordering::SeqCst), "a was stopped");
+    }
+
+    #[test]
+    fn a_panicked_stage_ends_the_wait_and_the_others_stop() {
+        let (running, stopped) = running(&[("a", Fake::UntilShutdown), ("b", Fake::Panics)]);
+        let e = running
+            .wait_then_stop(&SignalWatch::unregistered())
+            .unwrap_err();
+        assert!(
+            matches!(&e, Error::StagePanicked { stage, message: Some(m) } if stage == "b" && m == "boom"),
+            "{e}"
+        );
+        assert!(stopped[0].load(Ordering::SeqCst), "a was stopped");
+    }
+
+    #[test]
+    fn a_shutdown_triggered_elsewhere_ends_the_wait() {
+        let (running, stopped) = running(&[("a", Fake::UntilShutdown)]);
+        let shutdown = running.shutdown_signal().clone();
+        let trigger = std::thread::spawn(move || shutdown.trigger());
+        let stages = running
+            .wait_then_stop(&SignalWatch::unregistered())
+            .unwrap();
+        trigger.join().unwrap();
+        assert_eq!(stages.len(), 1);
+        assert!(stopped[0].load(Ordering::SeqCst));
+    }
 
     #[test]
     fn a_panic_message_is_kept_when_the_payload_is_a_string() {

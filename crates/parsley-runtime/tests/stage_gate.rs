@@ -8,8 +8,10 @@
 //! the consumer fetches at most 64 KiB per partition per request. The effect arrives with the
 //! first fetch response; the cause dozens of responses later.
 
-use parsley_clock::{Channel, Stamp};
-use parsley_runtime::{CausalProducer, CausalProducerConfig, GateMode, Runtime, RuntimeConfig};
+use parsley_runtime::{
+    CausalProducer, CausalProducerConfig, Channel, GateMode, OutgoingRecord, Runtime,
+    RuntimeConfig, Stamp,
+};
 use parsley_stage::{Handler, HandlerError, Record, Step, Topology, Utf8};
 use parsley_testkit::fixtures::{
     DEADLINE, admin, bootstrap, committed_values, create_topic, raw_producer, read_committed,
@@ -157,9 +159,8 @@ impl Handler for Timestamps {
 /// timestamp of the record that caused it (timestamp propagation, as in Kafka Streams).
 #[test]
 fn the_handler_sees_the_record_timestamp_and_outputs_carry_it() {
-    use rdkafka::producer::{BaseRecord, Producer};
     let input = create_topic("ts-in", 1);
-    let producer = parsley_testkit::fixtures::raw_producer(None);
+    let mut producer = CausalProducer::new(CausalProducerConfig::new(bootstrap())).unwrap();
     // Out of order and in the past, but within retention (time-based retention never deletes
     // them).
     let now = std::time::SystemTime::now()
@@ -169,17 +170,10 @@ fn the_handler_sees_the_record_timestamp_and_outputs_carry_it() {
     let times = [now - 3_600_000, now - 7_200_000, now - 1_234];
     for t in times {
         producer
-            .send(
-                BaseRecord::to(&input.name)
-                    .partition(0)
-                    .key("k")
-                    .payload("v")
-                    .timestamp(t),
-            )
-            .map_err(|(e, _)| e)
+            .send_record(OutgoingRecord::new(&input.name, b"k", b"v").timestamp(t))
             .unwrap();
     }
-    producer.flush(parsley_testkit::fixtures::DEADLINE).unwrap();
+    producer.flush().unwrap();
     for gate in [GateMode::Causal, GateMode::Off] {
         let out = create_topic("ts-out", 1);
         let topology = Topology::builder(unique_topic("ts"))

@@ -3,8 +3,7 @@
 //! while a transaction commits (kept, then sent in order: the test failed when they were sent
 //! at once, the commit's flush finding 129 messages outstanding).
 
-use parsley_clock::Channel;
-use parsley_runtime::{CausalProducer, CausalProducerConfig, Runtime, RuntimeConfig};
+use parsley_runtime::{CausalProducer, CausalProducerConfig, Channel, Runtime, RuntimeConfig};
 use parsley_stage::ImpossiblePolicy;
 use std::collections::BTreeMap;
 use std::time::Duration;

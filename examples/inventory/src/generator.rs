@@ -14,7 +14,7 @@ use std::collections::HashMap;
 
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
-use parsley_runtime::{CausalProducer, CausalProducerConfig, partition_for};
+use parsley_runtime::{CausalProducer, CausalProducerConfig, Coordinate, partition_for};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -186,7 +186,7 @@ pub fn generate(
                 stocked = saved_stocked;
             } else {
                 acked.extend(producer.commit()?);
-                let acked: HashMap<u64, parsley_clock::Coordinate> =
+                let acked: HashMap<u64, Coordinate> =
                     acked.into_iter().map(|a| (a.seq, a.coordinate)).collect();
                 truth.transactions += 1;
                 pending.sort_by_key(|(seq, _, _, _)| *seq);

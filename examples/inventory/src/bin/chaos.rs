@@ -24,10 +24,8 @@
 //! from the seed, so a failing run prints its seed and replays with `--seed`.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result, bail};
@@ -38,8 +36,7 @@ use parsley_inventory::check::check;
 use parsley_inventory::generator::{GenConfig, generate};
 use parsley_inventory::pipeline::{names, read_logs, topology};
 use parsley_runtime::{
-    Admin, CrashPoint, DELIVERY_TARGET, Progress, Runtime, RuntimeConfig, TopicSpec,
-    changelog_topic,
+    Admin, CrashPoint, DELIVERY_TARGET, Runtime, RuntimeConfig, TopicSpec, changelog_topic,
 };
 use parsley_testkit::fixtures::read_committed;
 use rand::rngs::StdRng;
@@ -78,7 +75,8 @@ enum Mode {
         #[arg(long)]
         event_time: bool,
     },
-    /// One stage process (used by `run`; stops when its stdin closes).
+    /// One stage process (used by `run`; stops cleanly when its stdin closes or on SIGINT or
+    /// SIGTERM).
     Worker {
         #[arg(long)]
         bootstrap: String,
@@ -192,23 +190,15 @@ fn worker(
         config = config.crash_at(CrashPoint::AfterChangelog);
     }
     let running = Runtime::new(topology, config).start_stages(&[stage])?;
-    let (tx, rx) = mpsc::channel();
+    // Stops cleanly when stdin closes (the driver's graceful stop) or on SIGINT/SIGTERM; a
+    // failed stage is the worker's error.
+    let shutdown = running.shutdown_signal().clone();
     std::thread::spawn(move || {
-        let mut sink = Vec::new();
-        let _ = std::io::stdin().read_to_end(&mut sink);
-        let _ = tx.send(());
+        let _ = std::io::copy(&mut std::io::stdin(), &mut std::io::sink());
+        shutdown.trigger();
     });
-    loop {
-        if rx.try_recv().is_ok() {
-            running.stop()?;
-            return Ok(());
-        }
-        if let Some(Progress::Failed { stage, error }) =
-            running.next_progress(Duration::from_millis(100))
-        {
-            bail!("stage {stage} failed: {error}");
-        }
-    }
+    running.wait_for_signal()?;
+    Ok(())
 }
 
 /// A stage process.
