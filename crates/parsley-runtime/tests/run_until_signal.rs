@@ -9,7 +9,7 @@ use std::io::Read;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use parsley_runtime::{Runtime, RuntimeConfig};
+use parsley_runtime::{Runtime, RuntimeConfig, partition_for};
 use parsley_stage::Topology;
 use parsley_testkit::fixtures::{
     CountKeys, DEADLINE, admin, bootstrap, committed_values, create_topic, group_offset,
@@ -65,14 +65,14 @@ fn sigterm_stops_a_running_topology_cleanly_with_a_final_commit_and_exit_status_
     let input = create_topic("signal-in", 2);
     let output = create_topic("signal-out", 2);
     let app = unique_topic("signal");
-    // Keys of their own per partition (a task counts the keys of its partition), and the
-    // running counts the stage must commit.
+    // Six keys, each on the partition murmur2 gives it (a task counts the keys of its
+    // partition), and the running counts the stage must commit.
     let p = raw_producer(None);
     let mut counts = std::collections::HashMap::new();
     let mut expected = Vec::new();
     for i in 0..RECORDS {
-        let partition = (i % 2) as i32;
-        let key = format!("p{partition}-k{}", (i / 2) % 3);
+        let key = format!("k{}", i % 6);
+        let partition = partition_for(key.as_bytes(), 2);
         send_stamped(&p, &input.name, partition, key.as_bytes(), b"x", None);
         let n = counts.entry(key.clone()).or_insert(0);
         *n += 1;

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use std::collections::BTreeMap;
 
-use parsley_runtime::{Runtime, RuntimeConfig, TaskPhase};
+use parsley_runtime::{Runtime, RuntimeConfig, TaskPhase, partition_for};
 use parsley_stage::{ImpossiblePolicy, Topology, Utf8};
 use parsley_testkit::fixtures::{
     CountKeys, bootstrap, create_topic, forward_topology, raw_producer, read_committed,
@@ -28,14 +28,8 @@ fn a_revoked_task_commits_what_it_delivered_before_the_handover() {
     let send = |range: std::ops::Range<u32>| {
         for i in range {
             let v = format!("v{i:03}");
-            send_stamped(
-                &p,
-                &input.name,
-                (i % 2) as i32,
-                v.as_bytes(),
-                v.as_bytes(),
-                None,
-            );
+            let partition = partition_for(v.as_bytes(), 2);
+            send_stamped(&p, &input.name, partition, v.as_bytes(), v.as_bytes(), None);
         }
     };
     send(0..200);
@@ -102,7 +96,8 @@ fn a_task_moves_to_a_joining_instance_with_its_state() {
     let send = |range: std::ops::Range<u32>| {
         for i in range {
             let key = format!("k{}", i % 10);
-            send_stamped(&p, &input.name, (i % 2) as i32, key.as_bytes(), b"x", None);
+            let partition = partition_for(key.as_bytes(), 2);
+            send_stamped(&p, &input.name, partition, key.as_bytes(), b"x", None);
         }
     };
     send(0..100);
@@ -137,8 +132,12 @@ fn a_task_moves_to_a_joining_instance_with_its_state() {
             .find(|(n, _)| n == "count")
             .map_or(0, |(_, m)| m.committed_deliveries)
     };
-    wait_metrics(&b, "count", "the moved task's half", |mb| {
-        mb.committed_deliveries >= 50 && committed(&a) >= 150
+    // The second hundred, split between the tasks by the murmur2 partition of each key.
+    let to_moved = (100..200u32)
+        .filter(|i| partition_for(format!("k{}", i % 10).as_bytes(), 2) == moved)
+        .count() as u64;
+    wait_metrics(&b, "count", "the moved task's share", |mb| {
+        mb.committed_deliveries >= to_moved && committed(&a) >= 200 - to_moved
     });
     a.stop().unwrap();
     b.stop().unwrap();
@@ -282,7 +281,8 @@ fn a_stage_that_reads_what_it_writes_itself_makes_progress() {
     let p = raw_producer(None);
     for i in 0..20 {
         let (k, v) = (format!("k{}", i % 4), format!("v{i}"));
-        send_stamped(&p, &input.name, i % 2, k.as_bytes(), v.as_bytes(), None);
+        let partition = partition_for(k.as_bytes(), 2);
+        send_stamped(&p, &input.name, partition, k.as_bytes(), v.as_bytes(), None);
     }
     // 20 inputs + 4 × 20 returns.
     let m = around_the_loop(topology, &out, 20, 100);

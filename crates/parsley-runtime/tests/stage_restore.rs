@@ -10,8 +10,8 @@ use parsley_runtime::{Admin, Error, Runtime, RuntimeConfig, TaskPhase, changelog
 use parsley_stage::{Handler, HandlerResult, ImpossiblePolicy, Record, Step, Topology, Utf8};
 use parsley_testkit::fixtures::{
     DEADLINE, bootstrap, commit_group_offsets, committed_end_offsets, committed_values,
-    create_topic, forward_topology, group_offset, next_failure, raw_producer, read_committed,
-    run_until, send_stamped, unique_topic, wait_committed, wait_tasks,
+    create_topic, forward_topology, group_offset, key_on, next_failure, raw_producer,
+    read_committed, run_until, send_stamped, unique_topic, wait_committed, wait_tasks,
 };
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::Producer;
@@ -164,8 +164,9 @@ fn task_metrics_report_restore_progress_deliveries_and_frontier_lag() {
     // A plain producer writes no commit markers: a caught-up channel has a lag of exactly 0.
     let plain = raw_producer(None);
     for (partition, n) in [(0, 5), (1, 3)] {
+        let key = key_on(partition, 2);
         for _ in 0..n {
-            send_stamped(&plain, &input.name, partition, b"a", b"x", None);
+            send_stamped(&plain, &input.name, partition, key.as_bytes(), b"x", None);
         }
     }
     run_until(&topology, "count", 8);
@@ -180,7 +181,7 @@ fn task_metrics_report_restore_progress_deliveries_and_frontier_lag() {
         "state and snapshot per task: {ends:?}"
     );
     for _ in 0..2 {
-        send_stamped(&plain, &input.name, 0, b"a", b"x", None);
+        send_stamped(&plain, &input.name, 0, key_on(0, 2).as_bytes(), b"x", None);
     }
 
     let running = Runtime::new(topology, RuntimeConfig::new(bootstrap()))

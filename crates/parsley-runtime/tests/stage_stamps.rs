@@ -3,7 +3,9 @@
 //! while a transaction commits (kept, then sent in order: the test failed when they were sent
 //! at once, the commit's flush finding 129 messages outstanding).
 
-use parsley_runtime::{CausalProducer, CausalProducerConfig, Channel, Runtime, RuntimeConfig};
+use parsley_runtime::{
+    CausalProducer, CausalProducerConfig, Channel, Runtime, RuntimeConfig, partition_for,
+};
 use parsley_stage::ImpossiblePolicy;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -108,9 +110,19 @@ fn sends_made_while_a_transaction_commits_go_out_once_in_the_order_made() {
     let input = create_topic("overlap-in", 2);
     let output = create_topic("overlap-out", 2);
     let producer = raw_producer(None);
+    // 25 keys per partition, each on the partition murmur2 gives it.
+    let keys: Vec<Vec<String>> = (0..2)
+        .map(|p| {
+            (0..)
+                .map(|i| format!("k{i}"))
+                .filter(|k| partition_for(k.as_bytes(), 2) == p)
+                .take(25)
+                .collect()
+        })
+        .collect();
     for n in 0..PER_PARTITION {
         for p in 0..2 {
-            let key = format!("k{}-{p}", n % 25);
+            let key = keys[p as usize][n % 25].clone();
             let value = format!("{key}:{n}");
             producer
                 .send(

@@ -376,6 +376,23 @@ pub fn send_stamped(
     producer.flush(DEADLINE).expect("flush");
 }
 
+/// The first key of `k0`, `k1`, … that murmur2 (the Java client's partitioner, which stages
+/// check their sources' keys against) puts on `partition` of a topic with `partitions`
+/// partitions: for writing a keyed record to a chosen partition.
+///
+/// # Panics
+/// When `partition` is not in `0..partitions`.
+pub fn key_on(partition: i32, partitions: i32) -> String {
+    assert!(
+        (0..partitions).contains(&partition),
+        "partition {partition} of {partitions}"
+    );
+    (0..)
+        .map(|i| format!("k{i}"))
+        .find(|k| parsley_runtime::partition_for(k.as_bytes(), partitions) == partition)
+        .expect("murmur2 reaches every partition")
+}
+
 /// Commits `offsets` (topic, partition, next offset) for consumer group `group`, as a plain
 /// consumer would: sets the point a new member of the group starts from.
 ///

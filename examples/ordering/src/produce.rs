@@ -79,6 +79,9 @@ impl Writer {
     fn new(bootstrap: &str, what: &'static str, linger_ms: u32) -> Result<Self> {
         let producer = ClientConfig::new()
             .set("bootstrap.servers", bootstrap)
+            // The Java client's partitioner, which the workload's product partitions and the
+            // stages' key check assume (librdkafka's default, consistent_random, is CRC32).
+            .set("partitioner", "murmur2_random")
             .set("enable.idempotence", "true")
             .set("linger.ms", linger_ms.to_string())
             .set("queue.buffering.max.messages", "200000")
