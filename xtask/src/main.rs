@@ -167,6 +167,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                         Up::Started(b) => println!("kafka: started, bootstrap {b}"),
                         Up::AlreadyRunning(b) => println!("kafka: already running, bootstrap {b}"),
                     }
+                    print_secure_listener();
                 }
                 KafkaCmd::Down => {
                     if broker::down()? {
@@ -177,7 +178,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 }
                 KafkaCmd::Status => match broker::status() {
                     Status::Running { bootstrap, pid } => {
-                        println!("kafka: running (pid {pid}), bootstrap {bootstrap}")
+                        println!("kafka: running (pid {pid}), bootstrap {bootstrap}");
+                        print_secure_listener();
                     }
                     Status::Unresponsive { pid } => {
                         println!("kafka: process {pid} is alive but does not answer")
@@ -575,6 +577,24 @@ fn exit_code(status: std::process::ExitStatus, what: &str) -> ExitCode {
     match status.code() {
         Some(code) if (1..=255).contains(&code) => ExitCode::from(code as u8),
         _ => ExitCode::FAILURE,
+    }
+}
+
+/// Prints the local broker's secure listener, or that it has none.
+fn print_secure_listener() {
+    match broker::secure_listener() {
+        Ok(Some(s)) => println!(
+            "kafka: secure listener {} (SASL_SSL, {}, user {}, CA {})",
+            s.bootstrap,
+            s.mechanism,
+            s.username,
+            s.ca_pem.display()
+        ),
+        Ok(None) => println!(
+            "kafka: no secure listener recorded (a broker started before it existed: \
+             `cargo xtask kafka down` and `up` give it one)"
+        ),
+        Err(e) => println!("kafka: secure listener unknown: {e}"),
     }
 }
 

@@ -3,13 +3,23 @@
 //!
 //! Files live in [`state_dir`] (`target/kafka/` of the workspace by default, or
 //! `$PARSLEY_KAFKA_DIR`): `pom.xml` and `libs/` (the resolved jars), `server.properties`,
-//! `data/` (KRaft storage, formatted anew at every start), `server.log`, `broker.pid` and
-//! `bootstrap` (the `host:port` that tests and examples read).
+//! `data/` (KRaft storage, formatted anew at every start), `tls/` (the secure listener's
+//! throw-away CA and broker keystore, made anew at every start), `server.log`, `broker.pid`,
+//! `bootstrap` (the `host:port` that tests and examples read) and `secure` (the secure
+//! listener's address and credentials, read by [`secure_listener`]).
+//!
+//! The broker has two client listeners on 127.0.0.1: `PLAINTEXT`, which everything uses unless
+//! it tests security, and `SASL_SSL` ([`SecureListener`]): TLS with a broker certificate
+//! signed by a CA made at start (valid for `127.0.0.1` and `localhost`), and SASL/SCRAM-SHA-512
+//! with one user whose credentials are bootstrapped into the metadata log when the storage is
+//! formatted. Brokers talk to each other and to the controller over `PLAINTEXT`.
 //!
 //! Invariants:
 //! - [`up`] is idempotent: when the recorded broker answers a metadata request it returns
 //!   [`Up::AlreadyRunning`] and changes nothing;
-//! - [`up`] returns only once the broker answers a metadata request — no fixed sleep;
+//! - [`up`] returns only once the broker answers a metadata request on both listeners (the
+//!   secure one with the recorded credentials) — no fixed sleep;
+//! - [`restart`] keeps data, ports, configuration, TLS material and credentials;
 //! - [`down`] stops only the process recorded in `broker.pid`, and only if its command line is
 //!   the broker this module started with this state directory.
 
@@ -29,6 +39,12 @@ pub const KAFKA_VERSION: &str = "4.4.0";
 pub const LOG4J_VERSION: &str = "2.25.3";
 /// The environment variable that points tests and examples at an existing cluster.
 pub const BOOTSTRAP_ENV: &str = "PARSLEY_BOOTSTRAP";
+/// The SASL mechanism of the secure listener.
+pub const SECURE_MECHANISM: &str = "SCRAM-SHA-512";
+/// The SCRAM user of the secure listener.
+const SECURE_USER: &str = "parsley";
+/// Days the throw-away certificates are valid: longer than any broker is left running.
+const CERT_VALIDITY_DAYS: &str = "365";
 
 /// Errors of broker management.
 #[derive(Debug, thiserror::Error)]
@@ -74,6 +90,14 @@ pub enum BrokerError {
         "no Kafka broker: run `cargo xtask kafka up` (or `cargo xtask test`), or set {BOOTSTRAP_ENV}=host:port"
     )]
     NoBroker,
+    /// The `secure` record in the state directory cannot be read.
+    #[error("{path}: {reason}")]
+    BadRecord {
+        /// The record.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// A file operation failed.
     #[error("{path}: {source}")]
     Io {
@@ -112,14 +136,170 @@ pub fn state_dir() -> PathBuf {
 /// # Errors
 /// [`BrokerError::NoBroker`] when neither exists.
 pub fn bootstrap() -> Result<String, BrokerError> {
-    if let Ok(b) = std::env::var(BOOTSTRAP_ENV)
-        && !b.trim().is_empty()
-    {
-        return Ok(b.trim().to_string());
+    if let Some(b) = external_bootstrap() {
+        return Ok(b);
     }
     fs::read_to_string(state_dir().join("bootstrap"))
         .map(|s| s.trim().to_string())
         .map_err(|_| BrokerError::NoBroker)
+}
+
+/// `$PARSLEY_BOOTSTRAP`, when it names a cluster.
+fn external_bootstrap() -> Option<String> {
+    std::env::var(BOOTSTRAP_ENV)
+        .ok()
+        .map(|b| b.trim().to_string())
+        .filter(|b| !b.is_empty())
+}
+
+/// Whether `$PARSLEY_BOOTSTRAP` points at a cluster other than the local broker recorded in
+/// [`state_dir`]. (`cargo xtask test` sets it to the local broker's address: that is not
+/// another cluster.)
+pub fn uses_external_cluster() -> bool {
+    external_bootstrap().is_some_and(|b| {
+        fs::read_to_string(state_dir().join("bootstrap")).map_or(true, |local| local.trim() != b)
+    })
+}
+
+/// The local broker's `SASL_SSL` listener: SASL/SCRAM-SHA-512 over TLS, with the
+/// credentials and the CA certificate made when the broker was started.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SecureListener {
+    /// The listener's `host:port` (on 127.0.0.1).
+    pub bootstrap: String,
+    /// The SASL mechanism ([`SECURE_MECHANISM`]).
+    pub mechanism: &'static str,
+    /// The SCRAM user.
+    pub username: String,
+    /// The SCRAM user's password.
+    pub password: String,
+    /// The CA certificate (PEM) that signed the broker's certificate: `ssl.ca.location`.
+    pub ca_pem: PathBuf,
+    /// A CA certificate (PEM) made at the same time that did *not* sign the broker's
+    /// certificate: a client that trusts only this one must fail the TLS handshake.
+    pub untrusted_ca_pem: PathBuf,
+}
+
+impl SecureListener {
+    /// The librdkafka properties that connect a client to this listener (with
+    /// `bootstrap.servers` set to [`SecureListener::bootstrap`]): `security.protocol`,
+    /// `sasl.mechanisms`, `sasl.username`, `sasl.password` and `ssl.ca.location`. Host name
+    /// verification stays on (librdkafka's default `https`): the certificate is valid for
+    /// `127.0.0.1` and `localhost`.
+    pub fn client_properties(&self) -> Vec<(String, String)> {
+        [
+            ("security.protocol", "SASL_SSL".to_string()),
+            ("sasl.mechanisms", self.mechanism.to_string()),
+            ("sasl.username", self.username.clone()),
+            ("sasl.password", self.password.clone()),
+            (
+                "ssl.ca.location",
+                self.ca_pem.to_string_lossy().into_owned(),
+            ),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
+    }
+
+    /// The same listener with a password the broker does not accept.
+    pub fn with_wrong_password(&self) -> SecureListener {
+        SecureListener {
+            password: format!("not-{}", self.password),
+            ..self.clone()
+        }
+    }
+
+    /// The same listener trusting only [`SecureListener::untrusted_ca_pem`], which did not
+    /// sign the broker's certificate.
+    pub fn with_untrusted_ca(&self) -> SecureListener {
+        SecureListener {
+            ca_pem: self.untrusted_ca_pem.clone(),
+            ..self.clone()
+        }
+    }
+
+    /// The record [`up`] writes to the state directory.
+    fn record(&self, plaintext: &str) -> String {
+        format!(
+            "# Written by parsley-testkit: the secure listener of the broker at {plaintext}.\n\
+             plaintext={plaintext}\nbootstrap={}\nmechanism={}\nusername={}\npassword={}\n",
+            self.bootstrap, self.mechanism, self.username, self.password
+        )
+    }
+
+    /// Reads a record written by [`SecureListener::record`]; returns the listener and the
+    /// plaintext bootstrap address of the broker it belongs to.
+    fn parse(record: &str, dir: &Path) -> Result<(SecureListener, String), String> {
+        let field = |name: &str| {
+            record
+                .lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix('='))
+                .map(|v| v.trim().to_string())
+                .ok_or_else(|| format!("no `{name}=` line"))
+        };
+        let mechanism = field("mechanism")?;
+        if mechanism != SECURE_MECHANISM {
+            return Err(format!("unknown mechanism {mechanism}"));
+        }
+        let tls = dir.join("tls");
+        Ok((
+            SecureListener {
+                bootstrap: field("bootstrap")?,
+                mechanism: SECURE_MECHANISM,
+                username: field("username")?,
+                password: field("password")?,
+                ca_pem: tls.join("ca.pem"),
+                untrusted_ca_pem: tls.join("untrusted-ca.pem"),
+            },
+            field("plaintext")?,
+        ))
+    }
+}
+
+/// The secure listener of the local broker, as [`up`] recorded it.
+///
+/// `Ok(None)` when `$PARSLEY_BOOTSTRAP` points at another cluster ([`uses_external_cluster`]:
+/// its security is not this module's to know), or when the recorded broker has no secure
+/// listener (one started by a version of this module without it: restart it with
+/// `cargo xtask kafka down` and `up`). Like [`bootstrap`], this reads the state directory and
+/// does not contact the broker.
+///
+/// # Errors
+/// [`BrokerError::NoBroker`] when no local broker is recorded; [`BrokerError::BadRecord`] when
+/// the record cannot be read.
+pub fn secure_listener() -> Result<Option<SecureListener>, BrokerError> {
+    if uses_external_cluster() {
+        return Ok(None);
+    }
+    recorded_secure_listener(&state_dir())
+}
+
+/// The secure listener recorded in the state directory `dir`, if it belongs to the broker
+/// recorded there.
+fn recorded_secure_listener(dir: &Path) -> Result<Option<SecureListener>, BrokerError> {
+    let plaintext = fs::read_to_string(dir.join("bootstrap"))
+        .map(|s| s.trim().to_string())
+        .map_err(|_| BrokerError::NoBroker)?;
+    let path = dir.join("secure");
+    let record = match fs::read_to_string(&path) {
+        Ok(record) => record,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => return Err(BrokerError::Io { path, source }),
+    };
+    let (listener, recorded_for) = SecureListener::parse(&record, dir)
+        .map_err(|reason| BrokerError::BadRecord { path, reason })?;
+    // The record belongs to the recorded broker only if that broker's configuration has the
+    // listener: a broker started by an older version of this module, after this record was
+    // written, has neither this bootstrap address nor the listener in its configuration.
+    let props = fs::read_to_string(dir.join("server.properties")).unwrap_or_default();
+    let configured = props.lines().any(|l| {
+        l.strip_prefix("listeners=").is_some_and(|v| {
+            v.split(',')
+                .any(|e| e == format!("SASL_SSL://{}", listener.bootstrap))
+        })
+    });
+    Ok((recorded_for == plaintext && configured).then_some(listener))
 }
 
 /// What [`up`] did.
@@ -161,12 +341,21 @@ pub enum Status {
 
 /// Whether a broker answers a metadata request at `bootstrap` within `timeout`.
 pub fn answers(bootstrap: &str, timeout: Duration) -> bool {
-    let consumer: Result<BaseConsumer, _> = ClientConfig::new()
+    answers_with(bootstrap, &[], timeout)
+}
+
+/// Whether a broker answers a metadata request at `bootstrap`, from a client with the extra
+/// `properties`, within `timeout`.
+fn answers_with(bootstrap: &str, properties: &[(String, String)], timeout: Duration) -> bool {
+    let mut config = ClientConfig::new();
+    config
         .set("bootstrap.servers", bootstrap)
         .set("socket.connection.setup.timeout.ms", "1000")
-        .set("log_level", "0")
-        .create();
-    match consumer {
+        .set("log_level", "0");
+    for (k, v) in properties {
+        config.set(k, v);
+    }
+    match config.create::<BaseConsumer>() {
         Ok(c) => c.fetch_metadata(None, timeout).is_ok(),
         Err(_) => false,
     }
@@ -187,62 +376,224 @@ pub fn up() -> Result<Up, BrokerError> {
     check_java()?;
     fs::create_dir_all(&dir).map_err(io(&dir))?;
     let libs = resolve_jars(&dir)?;
-    let port = free_port()?;
-    let controller_port = free_port_other_than(port)?;
+    let port = free_port_other_than(&[])?;
+    let controller_port = free_port_other_than(&[port])?;
+    let secure_port = free_port_other_than(&[port, controller_port])?;
     let data = dir.join("data");
     if data.exists() {
         fs::remove_dir_all(&data).map_err(io(&data))?;
     }
+    let tls = dir.join("tls");
+    // Secrets of this start only: the keystore's password and the SCRAM user's.
+    let store_password = uuid::Uuid::new_v4().simple().to_string();
+    let secure = SecureListener {
+        bootstrap: format!("127.0.0.1:{secure_port}"),
+        mechanism: SECURE_MECHANISM,
+        username: SECURE_USER.to_string(),
+        password: uuid::Uuid::new_v4().simple().to_string(),
+        ca_pem: tls.join("ca.pem"),
+        untrusted_ca_pem: tls.join("untrusted-ca.pem"),
+    };
     let props = dir.join("server.properties");
-    let config = server_properties(port, controller_port, &data);
+    let config = server_properties(
+        port,
+        controller_port,
+        &data,
+        secure_port,
+        &tls.join("broker.p12"),
+        &store_password,
+    );
     fs::write(&props, config).map_err(io(&props))?;
     let log4j = dir.join("log4j2.yaml");
     fs::write(&log4j, log4j_config(&dir.join("server.log"))).map_err(io(&log4j))?;
     let classpath = format!("{}/*", libs.display());
     let java_log = format!("-Dlog4j2.configurationFile={}", log4j.display());
 
-    let cluster_id = run_capture(
-        Command::new("java").args([
-            &java_log,
-            "-cp",
-            &classpath,
-            "kafka.tools.StorageTool",
-            "random-uuid",
-        ]),
-        "kafka-storage random-uuid",
-    )?;
-    let cluster_id = cluster_id.trim().to_string();
-    run_capture(
-        Command::new("java").args([
-            &java_log,
-            "-cp",
-            &classpath,
-            "kafka.tools.StorageTool",
-            "format",
-            "-t",
-            &cluster_id,
-            "-c",
-            &props.to_string_lossy(),
-        ]),
-        "kafka-storage format",
-    )?;
+    let format_storage = || -> Result<(), BrokerError> {
+        let cluster_id = run_capture(
+            Command::new("java").args([
+                &java_log,
+                "-cp",
+                &classpath,
+                "kafka.tools.StorageTool",
+                "random-uuid",
+            ]),
+            "kafka-storage random-uuid",
+        )?;
+        let cluster_id = cluster_id.trim().to_string();
+        let scram = format!(
+            "{}=[name={},password={}]",
+            secure.mechanism, secure.username, secure.password
+        );
+        run_capture(
+            Command::new("java").args([
+                &java_log,
+                "-cp",
+                &classpath,
+                "kafka.tools.StorageTool",
+                "format",
+                "-t",
+                &cluster_id,
+                "-c",
+                &props.to_string_lossy(),
+                // The SCRAM user, bootstrapped into the metadata log.
+                "--add-scram",
+                &scram,
+            ]),
+            "kafka-storage format",
+        )?;
+        Ok(())
+    };
+    // The TLS material (JVM runs of keytool) is made while the storage is formatted (JVM runs
+    // of the storage tool): independent work, and most of both is JVM start-up.
+    let (formatted, made) = std::thread::scope(|s| {
+        let made = s.spawn(|| make_tls(&tls, &store_password));
+        let formatted = format_storage();
+        (formatted, made.join())
+    });
+    formatted?;
+    made.unwrap_or_else(|_| {
+        Err(BrokerError::CommandFailed {
+            what: "making the secure listener's TLS material".into(),
+            status: "the thread panicked".into(),
+            output: String::new(),
+        })
+    })?;
 
     let bootstrap = format!("127.0.0.1:{port}");
-    spawn(&dir, &classpath, &java_log, &props, &bootstrap)?;
+    spawn(
+        &dir,
+        &classpath,
+        &java_log,
+        &props,
+        &bootstrap,
+        Some(&secure),
+    )?;
     let bootstrap_file = dir.join("bootstrap");
     let mut f = fs::File::create(&bootstrap_file).map_err(io(&bootstrap_file))?;
     writeln!(f, "{bootstrap}").map_err(io(&bootstrap_file))?;
+    let secure_file = dir.join("secure");
+    fs::write(&secure_file, secure.record(&bootstrap)).map_err(io(&secure_file))?;
     Ok(Up::Started(bootstrap))
 }
 
-/// Starts the broker process of `props` and waits until it answers at `bootstrap`; records
-/// its pid.
+/// Makes the secure listener's TLS material in `tls` (emptied first) with the JDK's `keytool`:
+/// a CA (`ca.p12`, its certificate in `ca.pem`), the broker's key pair with a certificate the
+/// CA signed for `IP:127.0.0.1` and `DNS:localhost` (`broker.p12`, with the chain), and a
+/// second CA that signed nothing (`untrusted-ca.pem`). Every keystore is PKCS12 with
+/// `store_password`.
+fn make_tls(tls: &Path, store_password: &str) -> Result<(), BrokerError> {
+    if tls.exists() {
+        fs::remove_dir_all(tls).map_err(io(tls))?;
+    }
+    fs::create_dir_all(tls).map_err(io(tls))?;
+    let path = |name: &str| tls.join(name).to_string_lossy().into_owned();
+    let on_path = std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("keytool").is_file()));
+    if !on_path {
+        return Err(BrokerError::MissingProgram {
+            program: "keytool",
+            install: "install a Java 17 runtime, which has it \
+                      (Debian: apt-get install openjdk-17-jre-headless)",
+        });
+    }
+    // `fixed`: arguments without spaces; `args`: the others (paths, names).
+    let keytool = |fixed: &str, args: &[&str]| -> Result<(), BrokerError> {
+        let mut cmd = Command::new("keytool");
+        // A short-lived JVM: skip the optimising compiler and the parallel collector.
+        cmd.args(["-J-XX:TieredStopAtLevel=1", "-J-XX:+UseSerialGC"])
+            .args(fixed.split_whitespace())
+            .args(args)
+            .args(["-storepass:env", "PARSLEY_STOREPASS"])
+            .env("PARSLEY_STOREPASS", store_password);
+        run_capture(&mut cmd, &format!("keytool {fixed}")).map(drop)
+    };
+    let validity = ["-validity", CERT_VALIDITY_DAYS];
+    let ca = |name: &str, store: &str, pem: &str| -> Result<(), BrokerError> {
+        keytool(
+            "-genkeypair -alias ca -keyalg EC -groupname secp256r1 -ext bc:c -storetype PKCS12",
+            &[&validity[..], &["-dname", name, "-keystore", &path(store)]].concat(),
+        )?;
+        keytool(
+            "-exportcert -rfc -alias ca",
+            &["-keystore", &path(store), "-file", &path(pem)],
+        )
+    };
+    let broker = path("broker.p12");
+    std::thread::scope(|s| {
+        let untrusted = s.spawn(|| {
+            ca(
+                "CN=parsley untrusted test CA",
+                "untrusted-ca.p12",
+                "untrusted-ca.pem",
+            )
+        });
+        let signer = s.spawn(|| ca("CN=parsley test CA", "ca.p12", "ca.pem"));
+        keytool(
+            "-genkeypair -alias broker -keyalg EC -groupname secp256r1 -dname CN=localhost \
+             -storetype PKCS12",
+            &[&validity[..], &["-keystore", &broker]].concat(),
+        )?;
+        keytool(
+            "-certreq -alias broker",
+            &["-keystore", &broker, "-file", &path("broker.csr")],
+        )?;
+        join(signer)?;
+        keytool(
+            // Valid for the addresses clients connect to: librdkafka checks by default.
+            "-gencert -rfc -alias ca -ext SAN=IP:127.0.0.1,DNS:localhost \
+             -ext KeyUsage:critical=digitalSignature,keyEncipherment \
+             -ext ExtendedKeyUsage=serverAuth",
+            &[
+                &validity[..],
+                &["-keystore", &path("ca.p12")],
+                &[
+                    "-infile",
+                    &path("broker.csr"),
+                    "-outfile",
+                    &path("broker.pem"),
+                ],
+            ]
+            .concat(),
+        )?;
+        // The signed certificate with its CA: keytool installs a reply whose chain it can
+        // build, and the keystore then holds the whole chain.
+        let mut chain = String::new();
+        for pem in [tls.join("broker.pem"), tls.join("ca.pem")] {
+            chain += &fs::read_to_string(&pem).map_err(io(&pem))?;
+        }
+        let chain_file = tls.join("broker-chain.pem");
+        fs::write(&chain_file, chain).map_err(io(&chain_file))?;
+        keytool(
+            "-importcert -noprompt -alias broker",
+            &["-keystore", &broker, "-file", &path("broker-chain.pem")],
+        )?;
+        join(untrusted)
+    })
+}
+
+/// The result of a scoped thread that returns one.
+fn join(
+    handle: std::thread::ScopedJoinHandle<'_, Result<(), BrokerError>>,
+) -> Result<(), BrokerError> {
+    handle.join().unwrap_or_else(|_| {
+        Err(BrokerError::CommandFailed {
+            what: "keytool".into(),
+            status: "the thread running it panicked".into(),
+            output: String::new(),
+        })
+    })
+}
+
+/// Starts the broker process of `props` and waits until it answers at `bootstrap` (and, with
+/// `secure`, on that listener with its credentials); records its pid.
 fn spawn(
     dir: &Path,
     classpath: &str,
     java_log: &str,
     props: &Path,
     bootstrap: &str,
+    secure: Option<&SecureListener>,
 ) -> Result<(), BrokerError> {
     let console = dir.join("console.log");
     let console_file = fs::File::create(&console).map_err(io(&console))?;
@@ -287,7 +638,11 @@ fn spawn(
             });
         }
         // Each attempt waits up to 2 s for the broker's answer: evidence, not a sleep.
-        if answers(bootstrap, Duration::from_secs(2)) {
+        if answers(bootstrap, Duration::from_secs(2))
+            && secure.is_none_or(|s| {
+                answers_with(&s.bootstrap, &s.client_properties(), Duration::from_secs(2))
+            })
+        {
             break;
         }
         if started.elapsed() > timeout {
@@ -297,8 +652,9 @@ fn spawn(
     Ok(())
 }
 
-/// Restarts the running broker this project started, keeping its data and its port (a broker
-/// restart as a fault: clients reconnect to the same address and find their logs).
+/// Restarts the running broker this project started, keeping its data and its ports (a broker
+/// restart as a fault: clients reconnect to the same address and find their logs), and its
+/// secure listener with the same TLS material and credentials.
 ///
 /// # Errors
 /// [`BrokerError::NotReady`] or [`BrokerError::BrokerDied`] when it does not come back; a
@@ -306,6 +662,7 @@ fn spawn(
 pub fn restart() -> Result<String, BrokerError> {
     let dir = state_dir();
     let bootstrap = bootstrap()?;
+    let secure = secure_listener()?;
     down()?;
     let libs = dir.join("libs");
     let classpath = format!("{}/*", libs.display());
@@ -317,9 +674,14 @@ pub fn restart() -> Result<String, BrokerError> {
         &java_log,
         &dir.join("server.properties"),
         &bootstrap,
+        secure.as_ref(),
     )?;
     let bootstrap_file = dir.join("bootstrap");
     fs::write(&bootstrap_file, format!("{bootstrap}\n")).map_err(io(&bootstrap_file))?;
+    if let Some(secure) = secure {
+        let secure_file = dir.join("secure");
+        fs::write(&secure_file, secure.record(&bootstrap)).map_err(io(&secure_file))?;
+    }
     Ok(bootstrap)
 }
 
@@ -349,9 +711,11 @@ pub fn down() -> Result<bool, BrokerError> {
     let dir = state_dir();
     let pid_file = dir.join("broker.pid");
     let bootstrap_file = dir.join("bootstrap");
+    let secure_file = dir.join("secure");
     let Some(pid) = recorded_pid(&dir) else {
         let _ = fs::remove_file(&pid_file);
         let _ = fs::remove_file(&bootstrap_file);
+        let _ = fs::remove_file(&secure_file);
         return Ok(false);
     };
     let _ = Command::new("kill").arg(pid.to_string()).status();
@@ -365,6 +729,7 @@ pub fn down() -> Result<bool, BrokerError> {
         std::thread::sleep(Duration::from_millis(50));
     }
     let _ = fs::remove_file(&bootstrap_file);
+    let _ = fs::remove_file(&secure_file);
     fs::remove_file(&pid_file).map_err(io(&pid_file))?;
     Ok(true)
 }
@@ -480,17 +845,35 @@ fn pom_xml() -> String {
     )
 }
 
-fn server_properties(port: u16, controller_port: u16, data: &Path) -> String {
+/// The broker's configuration: the `PLAINTEXT` listener on `port`, the controller on
+/// `controller_port`, and the `SASL_SSL` listener on `secure_port` with the PKCS12 `keystore`.
+fn server_properties(
+    port: u16,
+    controller_port: u16,
+    data: &Path,
+    secure_port: u16,
+    keystore: &Path,
+    store_password: &str,
+) -> String {
     format!(
         "# Written by parsley-testkit: one combined broker+controller on loopback.
 process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@127.0.0.1:{controller_port}
-listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}
-advertised.listeners=PLAINTEXT://127.0.0.1:{port}
+listeners=PLAINTEXT://127.0.0.1:{port},SASL_SSL://127.0.0.1:{secure_port},CONTROLLER://127.0.0.1:{controller_port}
+advertised.listeners=PLAINTEXT://127.0.0.1:{port},SASL_SSL://127.0.0.1:{secure_port}
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL,CONTROLLER:PLAINTEXT
+# The secure listener (parsley_testkit::broker::SecureListener): SCRAM-SHA-512 against the
+# credentials formatted into the metadata log, over TLS with a certificate of a throw-away CA.
+# No client certificates (ssl.client.auth=none, the default).
+listener.name.sasl_ssl.sasl.enabled.mechanisms=SCRAM-SHA-512
+listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.sasl_ssl.ssl.keystore.type=PKCS12
+listener.name.sasl_ssl.ssl.keystore.location={keystore}
+listener.name.sasl_ssl.ssl.keystore.password={store_password}
+listener.name.sasl_ssl.ssl.key.password={store_password}
 log.dirs={data}
 num.partitions=1
 auto.create.topics.enable=false
@@ -508,7 +891,8 @@ share.coordinator.state.topic.replication.factor=1
 share.coordinator.state.topic.min.isr=1
 log.flush.interval.messages=9223372036854775807
 ",
-        data = data.display()
+        data = data.display(),
+        keystore = keystore.display(),
     )
 }
 
@@ -536,10 +920,11 @@ fn free_port() -> Result<u16, BrokerError> {
     Ok(l.local_addr().map_err(io(Path::new("127.0.0.1:0")))?.port())
 }
 
-fn free_port_other_than(other: u16) -> Result<u16, BrokerError> {
+/// A free port on 127.0.0.1 that is none of `taken`.
+fn free_port_other_than(taken: &[u16]) -> Result<u16, BrokerError> {
     loop {
         let p = free_port()?;
-        if p != other {
+        if !taken.contains(&p) {
             return Ok(p);
         }
     }
@@ -568,4 +953,123 @@ fn tail(path: &Path, n: usize) -> String {
     let text = fs::read_to_string(path).unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(n)..].join("\n") + "\n"
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A state directory of its own under the system's temporary directory.
+    fn scratch(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!(
+            "parsley-broker-{name}-{}",
+            uuid::Uuid::new_v4().simple()
+        ));
+        fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    fn listener(dir: &Path) -> SecureListener {
+        SecureListener {
+            bootstrap: "127.0.0.1:9093".into(),
+            mechanism: SECURE_MECHANISM,
+            username: SECURE_USER.into(),
+            password: "0123abcd".into(),
+            ca_pem: dir.join("tls").join("ca.pem"),
+            untrusted_ca_pem: dir.join("tls").join("untrusted-ca.pem"),
+        }
+    }
+
+    fn properties(secure_port: u16) -> String {
+        server_properties(
+            9092,
+            9094,
+            Path::new("/data"),
+            secure_port,
+            Path::new("/tls/broker.p12"),
+            "pw",
+        )
+    }
+
+    #[test]
+    fn the_record_of_the_recorded_broker_reads_back() {
+        let dir = scratch("record");
+        let secure = listener(&dir);
+        fs::write(dir.join("bootstrap"), "127.0.0.1:9092\n").unwrap();
+        fs::write(dir.join("server.properties"), properties(9093)).unwrap();
+        fs::write(dir.join("secure"), secure.record("127.0.0.1:9092")).unwrap();
+        assert_eq!(recorded_secure_listener(&dir).unwrap(), Some(secure));
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_broker_without_a_recorded_secure_listener_has_none() {
+        let dir = scratch("none");
+        assert!(matches!(
+            recorded_secure_listener(&dir),
+            Err(BrokerError::NoBroker)
+        ));
+        // A broker started before the listener existed: no record.
+        fs::write(dir.join("bootstrap"), "127.0.0.1:9092\n").unwrap();
+        fs::write(
+            dir.join("server.properties"),
+            "listeners=PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9094\n",
+        )
+        .unwrap();
+        assert_eq!(recorded_secure_listener(&dir).unwrap(), None);
+        // A record left behind by an earlier broker: the configuration of the one recorded
+        // now has no such listener, or the record names another plaintext address.
+        fs::write(dir.join("secure"), listener(&dir).record("127.0.0.1:9092")).unwrap();
+        assert_eq!(recorded_secure_listener(&dir).unwrap(), None);
+        fs::write(dir.join("server.properties"), properties(9095)).unwrap();
+        assert_eq!(recorded_secure_listener(&dir).unwrap(), None);
+        fs::write(dir.join("server.properties"), properties(9093)).unwrap();
+        fs::write(dir.join("bootstrap"), "127.0.0.1:9096\n").unwrap();
+        assert_eq!(recorded_secure_listener(&dir).unwrap(), None);
+        // A record that cannot be read is an error, not a guess.
+        fs::write(dir.join("bootstrap"), "127.0.0.1:9092\n").unwrap();
+        fs::write(dir.join("secure"), "bootstrap=127.0.0.1:9093\n").unwrap();
+        assert!(matches!(
+            recorded_secure_listener(&dir),
+            Err(BrokerError::BadRecord { .. })
+        ));
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn client_properties_name_protocol_mechanism_credentials_and_ca() {
+        let dir = Path::new("/state");
+        let secure = listener(dir);
+        let props = secure.client_properties();
+        let get = |k: &str| {
+            props
+                .iter()
+                .find(|(key, _)| key == k)
+                .map(|(_, v)| v.as_str())
+        };
+        assert_eq!(get("security.protocol"), Some("SASL_SSL"));
+        assert_eq!(get("sasl.mechanisms"), Some("SCRAM-SHA-512"));
+        assert_eq!(get("sasl.username"), Some("parsley"));
+        assert_eq!(get("sasl.password"), Some("0123abcd"));
+        assert_eq!(get("ssl.ca.location"), Some("/state/tls/ca.pem"));
+        assert_eq!(props.len(), 5);
+        assert_ne!(secure.with_wrong_password().password, secure.password);
+        assert_eq!(
+            secure.with_untrusted_ca().ca_pem,
+            Path::new("/state/tls/untrusted-ca.pem")
+        );
+    }
+
+    #[test]
+    fn the_plaintext_listener_is_unchanged_and_the_secure_one_is_added() {
+        let props = properties(9093);
+        assert!(props.contains(
+            "\nlisteners=PLAINTEXT://127.0.0.1:9092,SASL_SSL://127.0.0.1:9093,CONTROLLER://127.0.0.1:9094\n"
+        ));
+        assert!(props.contains(
+            "\nadvertised.listeners=PLAINTEXT://127.0.0.1:9092,SASL_SSL://127.0.0.1:9093\n"
+        ));
+        assert!(props.contains("\ninter.broker.listener.name=PLAINTEXT\n"));
+        assert!(props.contains("\ncontroller.listener.names=CONTROLLER\n"));
+    }
 }
