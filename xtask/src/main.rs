@@ -312,6 +312,21 @@ fn run(cli: Cli) -> Result<ExitCode> {
             {
                 bail!("the demo failed");
             }
+            // The same over the broker's SASL_SSL listener (SCRAM-SHA-512 over TLS): every
+            // client of the stages and the generator gets the security settings. An external
+            // cluster has no listener of ours.
+            if broker::uses_external_cluster() {
+                println!("xtask: no secure listener on an external cluster: its demo is skipped");
+            } else {
+                println!("xtask: a small run of the demo over the SASL_SSL listener");
+                if demo(
+                    bootstrap,
+                    &["--products", "200", "--rounds", "5", "--secure"].map(String::from),
+                )? != ExitCode::SUCCESS
+                {
+                    bail!("the demo over the SASL_SSL listener failed");
+                }
+            }
             println!(
                 "xtask: fault injection, one seeded run (cargo xtask chaos --runs 1 --seed 1)"
             );

@@ -16,7 +16,8 @@ use futures::executor::block_on;
 use parsley_clock::TopicId;
 use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewPartitions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
+use rdkafka::client::ClientContext;
+use rdkafka::error::KafkaError;
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka_sys as rdsys;
 
@@ -24,6 +25,7 @@ use tracing::debug;
 
 use crate::clients::{ClientRole, ClientSettings};
 use crate::error::{Error, Result};
+use crate::security::{Endpoint, SecurityWatch, WATCH_STEP};
 
 /// The isolation level of a `ListOffsets(LATEST)` request: the high watermark or the LSO.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,8 +75,24 @@ impl TopicSpec {
 
 /// An admin client for one cluster.
 pub struct Admin {
-    client: AdminClient<DefaultClientContext>,
+    client: AdminClient<AdminContext>,
     timeout: Duration,
+}
+
+/// The admin client's context: records a failure to authenticate or to set up TLS
+/// (`security`), which its requests report instead of waiting out their timeout.
+///
+/// rdkafka's admin client polls only its results queue: the error events of librdkafka's main
+/// queue reach this context because [`Admin::serve_main_queue`] serves them while a request
+/// waits.
+struct AdminContext {
+    watch: SecurityWatch,
+}
+
+impl ClientContext for AdminContext {
+    fn error(&self, error: KafkaError, reason: &str) {
+        self.watch.event(&error, reason);
+    }
 }
 
 impl std::fmt::Debug for Admin {
@@ -110,8 +128,15 @@ impl Admin {
 
     /// An admin client made from a complete client configuration.
     pub(crate) fn from_config(config: &ClientConfig, timeout: Duration) -> Result<Self> {
+        let context = AdminContext {
+            watch: SecurityWatch::new(Endpoint::of(config, ClientRole::Admin)),
+        };
+        // Errors as events in the main queue (`RD_KAFKA_EVENT_ERROR`), served while a request
+        // waits; without them librdkafka only logs an error the client has no callback for.
+        let mut config = config.clone();
+        config.set("enabled_events", rdsys::RD_KAFKA_EVENT_ERROR.to_string());
         let client = config
-            .create()
+            .create_with_context(context)
             .map_err(|e| Error::kafka("creating the admin client", e))?;
         Ok(Admin { client, timeout })
     }
@@ -511,17 +536,78 @@ impl Admin {
             configure(options.0).map_err(fail)?;
             let queue = Guard(rdsys::rd_kafka_queue_new(rk), rdsys::rd_kafka_queue_destroy);
             start(rk, options.0, queue.0);
-            let event = rdsys::rd_kafka_queue_poll(queue.0, timeout_ms.saturating_add(5_000));
-            if event.is_null() {
-                return Err(fail(format!("no answer within {timeout:?}")));
-            }
+            // Waited for in short steps: a failure to authenticate or to set up TLS arrives
+            // as an error event, not as the request's answer (module docs of `security`).
+            let watch = &self.client.inner().context().watch;
+            let deadline = std::time::Instant::now() + timeout + Duration::from_secs(5);
+            let step = WATCH_STEP.as_millis() as i32;
+            let event = loop {
+                let event = rdsys::rd_kafka_queue_poll(queue.0, step);
+                if !event.is_null() {
+                    break event;
+                }
+                self.serve_main_queue();
+                if let Some(e) = watch.error() {
+                    return Err(e);
+                }
+                if std::time::Instant::now() >= deadline {
+                    return Err(fail(format!("no answer within {timeout:?}")));
+                }
+            };
             let event = Guard(event, rdsys::rd_kafka_event_destroy);
             if rdsys::rd_kafka_event_error(event.0)
                 != rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR
             {
-                return Err(fail(cstr(rdsys::rd_kafka_event_error_string(event.0))));
+                return Err(watch.explain(fail(cstr(rdsys::rd_kafka_event_error_string(event.0)))));
             }
             Ok(event)
+        }
+    }
+
+    /// Serves the error and log events waiting in librdkafka's main queue of this client, which
+    /// rdkafka's admin client never polls: errors go to the context's watch, logs to
+    /// `tracing` (target `librdkafka`), other events are dropped.
+    fn serve_main_queue(&self) {
+        let rk = self.client.inner().native_ptr();
+        // SAFETY: the client handle is live; the queue handle returned is destroyed below, and
+        // every event polled from it is destroyed after its last use.
+        unsafe {
+            let main = Guard(
+                rdsys::rd_kafka_queue_get_main(rk),
+                rdsys::rd_kafka_queue_destroy,
+            );
+            loop {
+                let event = rdsys::rd_kafka_queue_poll(main.0, 0);
+                if event.is_null() {
+                    return;
+                }
+                let event = Guard(event, rdsys::rd_kafka_event_destroy);
+                match rdsys::rd_kafka_event_type(event.0) {
+                    rdsys::RD_KAFKA_EVENT_ERROR => {
+                        let code = RDKafkaErrorCode::from(rdsys::rd_kafka_event_error(event.0));
+                        let reason = cstr(rdsys::rd_kafka_event_error_string(event.0));
+                        self.client
+                            .inner()
+                            .context()
+                            .watch
+                            .event(&KafkaError::Global(code), &reason);
+                    }
+                    rdsys::RD_KAFKA_EVENT_LOG => {
+                        let (mut fac, mut text, mut level) =
+                            (std::ptr::null(), std::ptr::null(), 0);
+                        if rdsys::rd_kafka_event_log(event.0, &mut fac, &mut text, &mut level) == 0
+                        {
+                            let (fac, text) = (cstr(fac), cstr(text));
+                            if level <= 4 {
+                                tracing::warn!(target: "librdkafka", "librdkafka: {fac} {text}");
+                            } else {
+                                debug!(target: "librdkafka", "librdkafka: {fac} {text}");
+                            }
+                        }
+                    }
+                    _ => {}
+                }
+            }
         }
     }
 

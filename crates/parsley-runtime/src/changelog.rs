@@ -44,7 +44,9 @@ use rdkafka::message::Message;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use crate::admin::{Admin, TopicInfo, TopicSpec};
+use crate::clients::ClientRole;
 use crate::error::{Error, Result};
+use crate::security::Endpoint;
 use tracing::warn;
 
 /// Key prefix of fold-state records.
@@ -363,6 +365,13 @@ pub(crate) fn restore(
         };
         let m = match m {
             Ok(m) => m,
+            Err(e)
+                if e.rdkafka_error_code()
+                    .is_some_and(crate::security::is_security_failure) =>
+            {
+                let code = e.rdkafka_error_code().expect("a code");
+                return Err(Endpoint::of(client, ClientRole::Restore).error(code, e.to_string()));
+            }
             // librdkafka reconnects by itself (a broker restarting).
             Err(e) if crate::error::transient(&e) => continue,
             Err(e) => return Err(Error::kafka("reading the changelog", e)),

@@ -65,6 +65,27 @@ pub enum Error {
         /// The transaction cannot commit and must be aborted.
         requires_abort: bool,
     },
+    /// A client could not authenticate to the cluster or set up TLS with it: wrong
+    /// credentials, a certificate the client does not trust, a mechanism the listener does not
+    /// enable. Reported as soon as librdkafka reports it (within the configured timeout).
+    #[error(
+        "the {client} client cannot connect securely to {listener} ({protocol}{}): {code:?}: {message}",
+        mechanism.as_deref().map_or(String::new(), |m| format!(", SASL mechanism {m}"))
+    )]
+    Security {
+        /// The listener: the client's `bootstrap.servers`.
+        listener: Box<str>,
+        /// Its `security.protocol`.
+        protocol: Box<str>,
+        /// Its `sasl.mechanisms`, when the protocol uses SASL.
+        mechanism: Option<Box<str>>,
+        /// The client's role (`consumer`, `producer`, `admin`, `restore`).
+        client: &'static str,
+        /// librdkafka's code (`_AUTHENTICATION`, `_SSL`, …).
+        code: rdkafka::types::RDKafkaErrorCode,
+        /// librdkafka's message.
+        message: Box<str>,
+    },
     /// An admin request failed.
     #[error("{operation}: {message}")]
     Admin {

@@ -64,6 +64,7 @@ mod fault;
 mod metrics;
 mod outbox;
 mod runtime;
+mod security;
 mod signals;
 mod stage;
 

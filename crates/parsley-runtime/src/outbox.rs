@@ -64,8 +64,10 @@ use rdkafka::message::Message;
 use rdkafka::producer::{BaseProducer, DeliveryResult, Producer, ProducerContext};
 use rdkafka_sys as rdsys;
 
+use crate::clients::ClientRole;
 use crate::config::{StatisticsSink, forward_statistics};
 use crate::error::{Error, Result};
+use crate::security::{Endpoint, SecurityWatch, WATCH_STEP};
 
 /// Identifies one send in its delivery report.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -152,6 +154,8 @@ pub(crate) struct AckContext {
     woken: Condvar,
     /// Where librdkafka's statistics go, when asked for.
     statistics: Option<StatisticsSink>,
+    /// A failure to authenticate or to set up TLS, when librdkafka reported one.
+    watch: SecurityWatch,
 }
 
 #[derive(Default)]
@@ -206,6 +210,10 @@ unsafe extern "C" fn queue_nonempty(_rk: *mut rdsys::rd_kafka_t, opaque: *mut c_
 impl ClientContext for AckContext {
     fn stats_raw(&self, statistics: &[u8]) {
         forward_statistics(self.statistics.as_ref(), statistics);
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        self.watch.event(&error, reason);
     }
 }
 
@@ -302,6 +310,7 @@ impl Outbox {
                 wake: Mutex::new(Wake::default()),
                 woken: Condvar::new(),
                 statistics,
+                watch: SecurityWatch::new(Endpoint::of(&config, ClientRole::Producer)),
             })
             .map_err(|e| Error::kafka("creating the producer", e))?;
         let ctx: *const AckContext = &**producer.context();
@@ -343,22 +352,37 @@ impl Outbox {
     /// [`Error::Kafka`] when transactions cannot be initialised within `timeout`.
     pub(crate) fn init_transactions(&self, timeout: Duration) -> Result<()> {
         let started = Instant::now();
-        let mut metadata: *const rdsys::rd_kafka_metadata = std::ptr::null();
-        let ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
-        // SAFETY: the client handle is live; with `all_topics = 0` and no topic handle the
-        // request asks for brokers only. A returned metadata object is destroyed once, here.
-        let err = unsafe {
-            let err = rdsys::rd_kafka_metadata(
-                self.producer.client().native_ptr(),
-                0,
-                std::ptr::null_mut(),
-                &mut metadata,
-                ms,
-            );
-            if !metadata.is_null() {
-                rdsys::rd_kafka_metadata_destroy(metadata);
+        let deadline = started + timeout;
+        // In short steps: a failure to authenticate or to set up TLS arrives as an error
+        // event in the main queue, served between the steps (module docs of `security`).
+        let err = loop {
+            let step = WATCH_STEP.min(deadline.saturating_duration_since(Instant::now()));
+            let mut metadata: *const rdsys::rd_kafka_metadata = std::ptr::null();
+            // SAFETY: the client handle is live; with `all_topics = 0` and no topic handle the
+            // request asks for brokers only. A returned metadata object is destroyed once,
+            // here.
+            let err = unsafe {
+                let err = rdsys::rd_kafka_metadata(
+                    self.producer.client().native_ptr(),
+                    0,
+                    std::ptr::null_mut(),
+                    &mut metadata,
+                    step.as_millis().max(1) as i32,
+                );
+                if !metadata.is_null() {
+                    rdsys::rd_kafka_metadata_destroy(metadata);
+                }
+                err
+            };
+            self.serve();
+            if let Some(e) = self.ctx().watch.error() {
+                return Err(e);
             }
-            err
+            if err == rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR
+                || Instant::now() >= deadline
+            {
+                break err;
+            }
         };
         tracing::debug!(
             error = ?RDKafkaErrorCode::from(err),
@@ -367,7 +391,12 @@ impl Outbox {
         );
         self.producer
             .init_transactions(timeout.saturating_sub(started.elapsed()))
-            .map_err(|e| Error::kafka("initialising transactions", e))
+            .map_err(|e| {
+                self.serve();
+                self.ctx()
+                    .watch
+                    .explain(Error::kafka("initialising transactions", e))
+            })
     }
 
     /// The producer, for a helper thread that commits while the stream thread goes on

@@ -14,7 +14,9 @@ use std::collections::HashMap;
 
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
-use parsley_runtime::{CausalProducer, CausalProducerConfig, Coordinate, partition_for};
+use parsley_runtime::{
+    CausalProducer, CausalProducerConfig, ClientSettings, Coordinate, partition_for,
+};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -41,6 +43,8 @@ pub struct GenConfig {
     /// fault-injection suite wants stages busy while it injects faults). Workload shaping, not
     /// synchronisation.
     pub pace: std::time::Duration,
+    /// The producers' client settings (security and the rest).
+    pub clients: ClientSettings,
 }
 
 /// One committed send of the generator.
@@ -97,6 +101,7 @@ pub fn generate(
         .map(|p| {
             CausalProducer::new(
                 CausalProducerConfig::new(bootstrap)
+                    .client_settings(config.clients.clone())
                     .transactional(format!("{}-{p}", config.transactional_prefix)),
             )
             .with_context(|| format!("creating the producer of slice {p}"))

@@ -15,14 +15,15 @@ use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
 use parsley_inventory::check::check;
 use parsley_inventory::generator::{GenConfig, generate};
 use parsley_inventory::pipeline::{names, read_logs, topology};
 use parsley_runtime::{
-    Admin, GateMode, MetricsSnapshot, Progress, Running, Runtime, RuntimeConfig, TopicSpec,
+    Admin, ClientSettings, GateMode, MetricsSnapshot, Progress, Running, Runtime, RuntimeConfig,
+    TopicSpec,
 };
 
 #[derive(Parser, Debug)]
@@ -63,6 +64,11 @@ struct Args {
     /// The ledger keeps causal (arrival) order instead of ordering by event time.
     #[arg(long)]
     arrival_order: bool,
+    /// Run the pipeline over the local broker's SASL_SSL listener (SCRAM-SHA-512 over TLS):
+    /// the stages' clients and the generator's connect with its credentials and CA; the check
+    /// reads the outputs back over the plain listener.
+    #[arg(long, conflicts_with = "bootstrap")]
+    secure: bool,
 }
 
 fn main() -> ExitCode {
@@ -87,9 +93,20 @@ fn main() -> ExitCode {
 }
 
 fn run(args: Args) -> Result<bool> {
-    let bootstrap = match &args.bootstrap {
-        Some(b) => b.clone(),
-        None => parsley_testkit::broker::bootstrap()?,
+    let (bootstrap, clients) = if args.secure {
+        let listener = parsley_testkit::broker::secure_listener()?.context(
+            "--secure needs the local broker's secure listener (none is recorded: on an \
+             external cluster there is none; else restart the broker with `cargo xtask kafka \
+             down && cargo xtask kafka up`)",
+        )?;
+        let clients = ClientSettings::new().set_all(listener.client_properties());
+        (listener.bootstrap, clients)
+    } else {
+        let bootstrap = match &args.bootstrap {
+            Some(b) => b.clone(),
+            None => parsley_testkit::broker::bootstrap()?,
+        };
+        (bootstrap, ClientSettings::new())
     };
     let run_id = format!("inv-{:08x}", rand::random::<u32>());
     println!(
@@ -104,7 +121,7 @@ fn run(args: Args) -> Result<bool> {
             ""
         }
     );
-    let admin = Admin::new(&bootstrap, Duration::from_secs(30))?;
+    let admin = Admin::connect(&bootstrap, &clients, Duration::from_secs(30))?;
     let names = names(&run_id);
     let infos = admin.create_topics(
         &[&names.stock, &names.sales, &names.facts, &names.ledger]
@@ -127,6 +144,7 @@ fn run(args: Args) -> Result<bool> {
             abort_ratio: args.abort_ratio,
             transactional_prefix: format!("{run_id}-generator"),
             pace: std::time::Duration::ZERO,
+            clients: clients.clone(),
         },
         &bar,
     )?;
@@ -137,6 +155,7 @@ fn run(args: Args) -> Result<bool> {
     let runtime = Runtime::new(
         topology,
         RuntimeConfig::new(&bootstrap)
+            .client_settings(clients)
             .commit_interval(Duration::from_millis(args.commit_interval_ms))
             .gate(if args.gate_off {
                 GateMode::Off

@@ -38,6 +38,7 @@ use crate::admin::Admin;
 use crate::clients::ClientRole;
 use crate::config::{GateMode, RuntimeConfig};
 use crate::error::{Error, Result};
+use crate::security::{Endpoint, is_security_failure};
 
 /// Most records taken from the consumer in one poll batch (one evidence epoch). Positions,
 /// high watermarks and deliveries are read once per batch, so a larger batch spreads that work
@@ -86,6 +87,8 @@ pub(crate) struct Intake {
     batch_time: Option<Instant>,
     /// The channels whose partitions are paused (backpressure).
     paused: HashSet<Channel>,
+    /// What the consumer connects to, for a security failure.
+    endpoint: Endpoint,
 }
 
 impl Intake {
@@ -120,8 +123,9 @@ impl Intake {
             // at 100 B). Looking again after 10 ms keeps the queue from running dry.
             ("fetch.queue.backoff.ms", "10"),
         ];
-        let consumer: BaseConsumer<RebalanceContext> = config
-            .client_config(group, ClientRole::Consumer, &own)
+        let cc = config.client_config(group, ClientRole::Consumer, &own);
+        let endpoint = Endpoint::of(&cc, ClientRole::Consumer);
+        let consumer: BaseConsumer<RebalanceContext> = cc
             .create_with_context(RebalanceContext::new(config, admin.clone()))
             .map_err(|e| Error::kafka(format!("creating the consumer of group {group}"), e))?;
         let topics: Vec<&str> = sources.iter().map(String::as_str).collect();
@@ -136,6 +140,7 @@ impl Intake {
             arrivals: 0,
             batch_time: None,
             paused: HashSet::new(),
+            endpoint,
         })
     }
 
@@ -363,6 +368,7 @@ impl StageRunner {
     }
 
     /// Decides what a poll's error means: `Ok` to carry on, or the error that ends the stage.
+    /// - A failure to authenticate or to set up TLS: [`Error::Security`].
     /// - A transient connection error (a broker restarting, a network blip): librdkafka
     ///   reconnects by itself; carry on.
     /// - An unknown topic or partition: [`Error::SourceDeleted`] when the cluster confirms a
@@ -376,6 +382,11 @@ impl StageRunner {
     /// - Anything else is the client's error.
     fn poll_failed(&self, e: KafkaError) -> Result<()> {
         use rdkafka::types::RDKafkaErrorCode as C;
+        if let Some(code) = e.rdkafka_error_code()
+            && is_security_failure(code)
+        {
+            return Err(self.intake.endpoint.error(code, e.to_string()));
+        }
         if crate::error::transient(&e) {
             warn!(error = %e, "consumer: transient error, carrying on");
             return Ok(());

@@ -516,6 +516,7 @@ fn one_run(
                 &stock,
                 &sales,
                 &GenConfig {
+                    clients: Default::default(),
                     products: 400,
                     rounds,
                     partitions,
