@@ -304,12 +304,15 @@ pub enum Error {
         log_start: i64,
     },
     /// A source topic of a running stage changed under it: its partition count (keys would
-    /// move between tasks), or its identity (deleted and recreated).
+    /// move between tasks), or its identity (deleted and recreated: a new channel, whose
+    /// offsets have nothing to do with the old one's). Found at an assignment, when the
+    /// consumer reports the topic unknown, and by a check of the sources' ids every few
+    /// seconds, so a recreated topic never stalls a stage silently.
     #[error(
         "stage {stage}: source topic {topic} changed while the stage runs: partitions {} -> {}{}",
         partitions.0,
         partitions.1,
-        if *recreated { ", and it was recreated (new topic id)" } else { "" }
+        if *recreated { format!(", and it was recreated (topic id {} -> {})", ids.0, ids.1) } else { String::new() }
     )]
     SourceChanged {
         /// The stage.
@@ -320,6 +323,8 @@ pub enum Error {
         partitions: (i32, i32),
         /// The topic id changed.
         recreated: bool,
+        /// The topic's id when the stage started, and now.
+        ids: (parsley_clock::TopicId, parsley_clock::TopicId),
     },
     /// A source topic was deleted while the stage runs: its consumer reported the topic
     /// unknown and the cluster confirms it is gone. A topic created again under the name is a

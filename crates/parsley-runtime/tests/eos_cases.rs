@@ -753,6 +753,44 @@ fn a_source_deleted_while_the_stage_runs_stops_it_with_a_clear_error() {
     assert_eq!(committed_values(&output), ["a"]);
 }
 
+/// A source deleted and created again under its name while the stage runs (back to back, so
+/// the stage may or may not see the gap between them) stops it with a typed error naming the
+/// topic — `SourceChanged` with the old and the new topic id, or `SourceDeleted` when the gap
+/// was seen — never a stall, and records written to the new topic are not taken as the old
+/// topic's.
+#[test]
+fn a_source_recreated_while_the_stage_runs_stops_it_naming_the_old_and_new_ids() {
+    let mut new_id = None;
+    let (error, input, output) = source_changed("recreated", |input| {
+        let admin = admin();
+        admin.delete_topics(&[&input.name]).unwrap();
+        let t = admin
+            .create_topics(&[parsley_runtime::TopicSpec::new(&input.name, 1)])
+            .unwrap()
+            .remove(0);
+        send_values(&t, ["new".to_string()]);
+        new_id = Some(t.id);
+    });
+    match &*error {
+        Error::SourceChanged {
+            stage,
+            topic,
+            recreated: true,
+            ids,
+            ..
+        } => {
+            assert_eq!((stage.as_str(), topic), ("forward", &input.name));
+            assert_eq!(*ids, (input.id, new_id.unwrap()), "old and new ids");
+            assert!(error.to_string().contains(&new_id.unwrap().to_string()));
+        }
+        Error::SourceDeleted { stage, topic } => {
+            assert_eq!((stage.as_str(), topic), ("forward", &input.name));
+        }
+        other => panic!("expected SourceChanged or SourceDeleted, got {other}"),
+    }
+    assert_eq!(committed_values(&output), ["a"], "nothing of the new topic");
+}
+
 #[test]
 fn a_source_whose_partition_count_changes_stops_the_stage_with_a_clear_error() {
     let (error, input, _) = source_changed("grow", |input| {

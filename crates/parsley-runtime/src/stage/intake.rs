@@ -372,14 +372,16 @@ impl StageRunner {
     /// - A transient connection error (a broker restarting, a network blip): librdkafka
     ///   reconnects by itself; carry on.
     /// - An unknown topic or partition: [`Error::SourceDeleted`] when the cluster confirms a
-    ///   source is gone; otherwise metadata not caught up yet (a topic just created, a leader
-    ///   moving): carry on.
+    ///   source is gone, [`Error::SourceChanged`] when it was recreated (a new topic id);
+    ///   otherwise metadata not caught up yet (a topic just created, a leader moving): carry
+    ///   on.
     /// - A fetch position that fell out of range (with `auto.offset.reset=error`) while the
     ///   stage runs: [`Error::RecordsLost`] for the channel whose position now lies below its
     ///   log start offset (retention or `DeleteRecords` removed records the stage had not
     ///   fetched: case C12 mid-stream); librdkafka's error names no partition, so the positions
     ///   are compared with the log start offsets read now.
-    /// - Anything else is the client's error.
+    /// - Anything else is the client's error — unless a source was recreated meanwhile, which
+    ///   explains it: [`Error::SourceChanged`] then.
     fn poll_failed(&self, e: KafkaError) -> Result<()> {
         use rdkafka::types::RDKafkaErrorCode as C;
         if let Some(code) = e.rdkafka_error_code()
@@ -393,18 +395,10 @@ impl StageRunner {
         }
         match e.rdkafka_error_code() {
             Some(C::UnknownTopicOrPartition | C::UnknownTopic | C::UnknownPartition) => {
-                let names: Vec<&str> = self.ctx.sources.iter().map(|t| t.name.as_str()).collect();
-                return match self.evidence.admin().describe_topics(&names) {
-                    Err(Error::UnknownTopic { topic }) => Err(Error::SourceDeleted {
-                        stage: self.ctx.stage.clone(),
-                        topic,
-                    }),
-                    Err(other) => Err(other),
-                    Ok(_) => {
-                        warn!(error = %e, "consumer: a source is unknown to it but exists: carrying on");
-                        Ok(())
-                    }
-                };
+                // Deleted ends the stage, recreated too (a new id); else metadata catching up.
+                self.verify_sources()?;
+                warn!(error = %e, "consumer: a source is unknown to it but exists: carrying on");
+                return Ok(());
             }
             Some(C::AutoOffsetReset) => match self.records_lost() {
                 Ok(Some(lost)) => return Err(lost),
@@ -413,6 +407,9 @@ impl StageRunner {
             },
             _ => {}
         }
+        // A source recreated under the stage explains errors like a position out of range on
+        // the new topic: say that instead.
+        self.verify_sources()?;
         Err(Error::kafka("polling", e))
     }
 

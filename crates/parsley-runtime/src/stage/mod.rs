@@ -18,7 +18,8 @@
 //! 6. **apply backpressure** — pauses, resumes, spills and re-fetches;
 //! 7. **settle acks** into the tasks' clocks;
 //! 8. **commit** when the interval is due, or at once when a gate waits on the open
-//!    transaction's own write.
+//!    transaction's own write;
+//! 9. every few seconds, **check the sources**' topic ids and partition counts.
 //!
 //! While a commit's round trips run on a helper thread, [`StageRunner::overlap_batch`] repeats
 //! phases 1, 2, 4 and 6 with what is ready; the sends made meanwhile are held for the next
@@ -37,6 +38,7 @@
 //! | `rebalance` | the consumer's callback; assignment checks; handing tasks in and out |
 //! | `restore` | building an assigned task from its changelog |
 //! | `transaction` | begin, commit, overlap, commit first, recovery |
+//! | `sources` | the sources' identity, checked while the stage runs |
 //! | `startup` | resolving topics and creating the clients |
 //!
 //! Invariant: a task's committed offsets and its last committed snapshot describe the same
@@ -50,6 +52,7 @@ mod output;
 mod policy;
 mod rebalance;
 mod restore;
+mod sources;
 mod startup;
 mod task;
 mod transaction;
@@ -76,6 +79,7 @@ use self::backpressure::Step;
 use self::context::TaskContext;
 use self::evidence::Evidence;
 use self::intake::{Intake, Taking};
+use self::sources::SourceCheck;
 use self::task::Task;
 use self::transaction::{MAX_RECOVERIES, Overlap, Transaction};
 use crate::config::RuntimeConfig;
@@ -104,6 +108,8 @@ pub(crate) struct StageRunner {
     ctx: TaskContext,
     intake: Intake,
     evidence: Evidence,
+    /// When the sources' identity was last checked.
+    source_check: SourceCheck,
     /// The tasks this instance owns, by partition.
     tasks: BTreeMap<i32, Task>,
     txn: Transaction,
@@ -178,6 +184,7 @@ impl StageRunner {
         self.apply_backpressure()?;
         self.settle_acks()?;
         self.commit_if_due()?;
+        self.check_sources()?;
         Ok(Turn::Running)
     }
 

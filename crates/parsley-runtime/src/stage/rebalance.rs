@@ -245,16 +245,7 @@ pub(crate) fn check_assignment(
     now: &[TopicInfo],
     by_task: &BTreeMap<i32, Vec<(Channel, i64)>>,
 ) -> Result<()> {
-    for (before, now) in sources.iter().zip(now) {
-        if before.partitions != now.partitions || before.id != now.id {
-            return Err(Error::SourceChanged {
-                stage: stage.to_string(),
-                topic: before.name.clone(),
-                partitions: (before.partitions, now.partitions),
-                recreated: before.id != now.id,
-            });
-        }
-    }
+    super::sources::compare(stage, sources, now)?;
     for (partition, positions) in by_task {
         if positions.len() != sources.len() {
             return Err(Error::NotCoPartitioned {

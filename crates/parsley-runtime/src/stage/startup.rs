@@ -21,6 +21,7 @@ use super::StageRunner;
 use super::context::{DeadLetterTopic, TaskContext};
 use super::evidence::Evidence;
 use super::intake::Intake;
+use super::sources::SourceCheck;
 use super::transaction::{OwnWrites, Transaction};
 use crate::admin::{Admin, TopicInfo};
 use crate::changelog;
@@ -166,6 +167,7 @@ impl StageRunner {
             ctx,
             intake,
             evidence,
+            source_check: SourceCheck::new(),
             tasks: Default::default(),
             txn,
             metrics,

@@ -1,0 +1,124 @@
+//! The identity of a stage's sources, checked while the stage runs.
+//!
+//! A source topic that is deleted and created again under its name is a new channel (a new
+//! topic id, offsets from zero): the stage's committed offsets, gate frontiers and claims
+//! name the old one. A recreated topic can also leave the consumer waiting without an error:
+//! after a broker restart the old partitions' leader epochs are above zero, and the new
+//! topic's start again at zero, which a client may take for stale metadata. So, besides the
+//! checks at an assignment and when the consumer reports a source unknown, the stream thread
+//! describes its sources every [`CHECK_EVERY`] and ends the stage with
+//! [`Error::SourceChanged`] (naming the old and new topic ids) or [`Error::SourceDeleted`] as
+//! soon as one changed — never a silent stall. A restart then starts the new channel at its log
+//! start (case C11).
+//!
+//! Invariant: a stage runs only while every source has the id and partition count it had when
+//! the stage started.
+
+use std::time::{Duration, Instant};
+
+use super::StageRunner;
+use crate::admin::TopicInfo;
+use crate::error::{Error, Result};
+
+/// How often a running stage describes its sources (as often as its consumer refreshes its
+/// metadata: `topic.metadata.refresh.interval.ms=5000`).
+pub(crate) const CHECK_EVERY: Duration = Duration::from_secs(5);
+
+/// Checks that every source of `sources` (as resolved when the stage started) has the same id
+/// and partition count in `now` (the same topics, described again, in the same order).
+///
+/// # Errors
+/// [`Error::SourceChanged`] for the first source that changed.
+pub(crate) fn compare(stage: &str, sources: &[TopicInfo], now: &[TopicInfo]) -> Result<()> {
+    for (before, now) in sources.iter().zip(now) {
+        if before.partitions != now.partitions || before.id != now.id {
+            return Err(Error::SourceChanged {
+                stage: stage.to_string(),
+                topic: before.name.clone(),
+                partitions: (before.partitions, now.partitions),
+                recreated: before.id != now.id,
+                ids: (before.id, now.id),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// When the sources were last described.
+#[derive(Debug)]
+pub(crate) struct SourceCheck {
+    last: Instant,
+}
+
+impl SourceCheck {
+    /// Checked just now (at startup).
+    pub(crate) fn new() -> Self {
+        SourceCheck {
+            last: Instant::now(),
+        }
+    }
+}
+
+impl StageRunner {
+    /// Describes the sources when [`CHECK_EVERY`] has passed since the last time (module docs).
+    ///
+    /// # Errors
+    /// [`Error::SourceChanged`], [`Error::SourceDeleted`]; admin errors.
+    pub(super) fn check_sources(&mut self) -> Result<()> {
+        if self.source_check.last.elapsed() < CHECK_EVERY {
+            return Ok(());
+        }
+        self.source_check.last = Instant::now();
+        self.verify_sources()
+    }
+
+    /// Describes the sources now and compares them with what the stage started with.
+    ///
+    /// # Errors
+    /// [`Error::SourceChanged`]; [`Error::SourceDeleted`] for a source the cluster does not
+    /// know; admin errors.
+    pub(super) fn verify_sources(&self) -> Result<()> {
+        let names: Vec<&str> = self.ctx.sources.iter().map(|t| t.name.as_str()).collect();
+        match self.evidence.admin().describe_topics(&names) {
+            Ok(now) => compare(&self.ctx.stage, &self.ctx.sources, &now),
+            Err(Error::UnknownTopic { topic }) => Err(Error::SourceDeleted {
+                stage: self.ctx.stage.clone(),
+                topic,
+            }),
+            Err(other) => Err(other),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use parsley_clock::TopicId;
+
+    use super::*;
+
+    #[test]
+    fn a_recreated_or_repartitioned_source_is_named_with_its_old_and_new_ids() {
+        let t = |id: u8, partitions| TopicInfo {
+            name: "in".into(),
+            id: TopicId::from_bytes([id; 16]),
+            partitions,
+        };
+        assert!(compare("s", &[t(1, 2)], &[t(1, 2)]).is_ok());
+        let err = compare("s", &[t(1, 2)], &[t(2, 2)]).unwrap_err();
+        assert!(
+            matches!(&err, Error::SourceChanged { topic, partitions: (2, 2), recreated: true, ids, .. }
+                if topic == "in" && *ids == (TopicId::from_bytes([1; 16]), TopicId::from_bytes([2; 16]))),
+            "{err}"
+        );
+        assert!(err.to_string().contains("topic id"), "{err}");
+        let err = compare("s", &[t(1, 2)], &[t(1, 3)]).unwrap_err();
+        assert!(matches!(
+            err,
+            Error::SourceChanged {
+                partitions: (2, 3),
+                recreated: false,
+                ..
+            }
+        ));
+    }
+}
