@@ -207,6 +207,11 @@ impl ClientContext for AckContext {
     fn stats_raw(&self, statistics: &[u8]) {
         forward_statistics(self.statistics.as_ref(), statistics);
     }
+
+    /// librdkafka's lines, the harmless start-up warnings demoted (`client_log`).
+    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, log_message: &str) {
+        crate::client_log::forward(level, fac, log_message);
+    }
 }
 
 impl ProducerContext for AckContext {
@@ -365,9 +370,33 @@ impl Outbox {
             took_us = started.elapsed().as_micros() as u64,
             "producer connected to the cluster"
         );
-        self.producer
-            .init_transactions(timeout.saturating_sub(started.elapsed()))
-            .map_err(|e| Error::kafka("initialising transactions", e))
+        self.init_in_slices(started + timeout, timeout)
+    }
+
+    /// `rd_kafka_init_transactions` until `deadline`, in slices of
+    /// [`INIT_SLICE`](crate::client_log::INIT_SLICE): librdkafka resumes an init whose call
+    /// timed out, and the retriable error of a slice says what it waits for, which is logged
+    /// once at INFO per cause (`client_log::init_wait`; `timeout` is the whole init's).
+    fn init_in_slices(&self, deadline: Instant, timeout: Duration) -> Result<()> {
+        let mut said = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let slice = left.min(crate::client_log::INIT_SLICE);
+            match self.producer.init_transactions(slice) {
+                Err(KafkaError::Transaction(e)) if e.is_retriable() && left > slice => {
+                    let code = e.code();
+                    if !said.contains(&code)
+                        && let Some(notice) = crate::client_log::init_wait(code, timeout)
+                    {
+                        said.push(code);
+                        tracing::info!(code = ?code, "{notice}");
+                    }
+                }
+                result => {
+                    return result.map_err(|e| Error::kafka("initialising transactions", e));
+                }
+            }
+        }
     }
 
     /// The producer, for a helper thread that commits while the stream thread goes on

@@ -38,6 +38,7 @@
 //! | `restore` | building an assigned task from its changelog |
 //! | `transaction` | begin, commit, overlap, commit first, recovery |
 //! | `startup` | resolving topics and creating the clients |
+//! | `waits` | saying what a slow group join waits for |
 //!
 //! Invariant: a task's committed offsets and its last committed snapshot describe the same
 //! moment — both are written in the same transaction, after its outputs are acknowledged.
@@ -53,6 +54,7 @@ mod restore;
 mod startup;
 mod task;
 mod transaction;
+mod waits;
 
 #[cfg(test)]
 mod tests;
@@ -110,6 +112,8 @@ pub(crate) struct StageRunner {
     metrics: Arc<StageMetrics>,
     observer: Option<Sender<Progress>>,
     shutdown: Arc<AtomicBool>,
+    /// The wait for the first assignment, until it comes (module `waits`).
+    join_wait: Option<waits::JoinWait>,
 }
 
 impl StageRunner {
@@ -167,6 +171,7 @@ impl StageRunner {
             .txn
             .until_due(self.config.commit_interval)
             .min(MAX_POLL_WAIT);
+        self.watch_join();
         self.take_batch(Taking::Waiting(wait))?;
         self.read_evidence()?;
         self.resolve_impossible()?;
