@@ -253,6 +253,8 @@ pub(crate) struct Outbox {
     /// only by [`Outbox::send_changelog`] (a few sends per commit); [`Outbox::send`] has
     /// `&mut self` and reads it without the lock.
     topics: Mutex<Vec<TopicHandle>>,
+    /// The producer's `transactional.id`, if it has one (named in what its init waits for).
+    transactional_id: Option<String>,
 }
 
 impl Drop for Outbox {
@@ -325,6 +327,7 @@ impl Outbox {
             tags: VecDeque::new(),
             first_id: 1,
             topics: Mutex::new(Vec::new()),
+            transactional_id: config.get("transactional.id").map(str::to_string),
         })
     }
 
@@ -389,7 +392,11 @@ impl Outbox {
                         && let Some(notice) = crate::client_log::init_wait(code, timeout)
                     {
                         said.push(code);
-                        tracing::info!(code = ?code, "{notice}");
+                        tracing::info!(
+                            transactional_id = self.transactional_id.as_deref().unwrap_or(""),
+                            code = ?code,
+                            "{notice}"
+                        );
                     }
                 }
                 result => {
