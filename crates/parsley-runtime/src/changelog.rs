@@ -309,10 +309,11 @@ pub(crate) fn restore(
             .map_err(|e| Error::kafka("creating the restore consumer", e))?;
         // A new consumer assigned before it knows the partition's leader queries the start
         // offset only when librdkafka's offset-query timer fires, 500 ms later, on every
-        // restore; with the topic's metadata in hand it queries at once.
-        consumer
-            .fetch_metadata(Some(topic), timeout)
-            .map_err(|e| Error::kafka("reading the changelog's metadata", e))?;
+        // restore; with the topic's metadata in hand it queries at once. Best effort: without
+        // it (a broker restarting) the consumer finds the leader itself, as before.
+        if let Err(e) = consumer.fetch_metadata(Some(topic), timeout.min(RESTORE_STALL)) {
+            tracing::debug!(topic, error = %e, "the restore consumer has no metadata yet");
+        }
         let mut tpl = TopicPartitionList::new();
         tpl.add_partition_offset(topic, partition, from)
             .map_err(|e| Error::kafka("building the restore assignment", e))?;

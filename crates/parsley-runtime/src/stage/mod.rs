@@ -171,8 +171,9 @@ impl StageRunner {
             .txn
             .until_due(self.config.commit_interval)
             .min(MAX_POLL_WAIT);
-        self.watch_join();
         self.take_batch(Taking::Waiting(wait))?;
+        // After the poll: an assignment ready by now has been handled.
+        self.watch_join();
         self.read_evidence()?;
         self.resolve_impossible()?;
         self.deliver()?;
