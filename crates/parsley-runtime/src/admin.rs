@@ -773,6 +773,115 @@ impl Admin {
     }
 }
 
+/// A consumer group as its coordinator describes it (`DescribeConsumerGroups`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum GroupView {
+    /// The coordinator is still loading the group's state (`COORDINATOR_LOAD_IN_PROGRESS`).
+    Loading,
+    /// The group's state (`Stable`, `PreparingRebalance`, …) and its members.
+    Described {
+        state: String,
+        members: Vec<GroupMember>,
+    },
+}
+
+/// A member of a consumer group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct GroupMember {
+    pub client_id: String,
+    pub host: String,
+    /// The member's `group.instance.id`: a static member's.
+    pub instance_id: Option<String>,
+    pub member_id: String,
+}
+
+impl std::fmt::Display for GroupMember {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} at {}",
+            self.client_id,
+            self.host.trim_start_matches('/')
+        )?;
+        match &self.instance_id {
+            Some(id) => write!(f, " (static, group.instance.id {id})"),
+            None => write!(f, " (member {})", self.member_id),
+        }
+    }
+}
+
+impl Admin {
+    /// Describes consumer group `group` (one `DescribeConsumerGroups` request).
+    ///
+    /// # Errors
+    /// [`Error::Admin`] for a failed request or a group error other than a coordinator still
+    /// loading.
+    pub(crate) fn describe_group(&self, group: &str) -> Result<GroupView> {
+        let operation = format!("describing group {group}");
+        let name = CString::new(group).map_err(|_| Error::Admin {
+            operation: operation.clone(),
+            message: "the group id contains a NUL byte".into(),
+        })?;
+        let mut names = [name.as_ptr()];
+        // SAFETY: every pointer passed to librdkafka is valid for the call; the result's
+        // descriptions live as long as the event, which outlives every read below.
+        unsafe {
+            let event = self.request(
+                &operation,
+                self.timeout,
+                rdsys::rd_kafka_admin_op_t::RD_KAFKA_ADMIN_OP_DESCRIBECONSUMERGROUPS,
+                |_| Ok(()),
+                |rk, options, queue| {
+                    rdsys::rd_kafka_DescribeConsumerGroups(
+                        rk,
+                        names.as_mut_ptr(),
+                        names.len(),
+                        options,
+                        queue,
+                    )
+                },
+            )?;
+            let result = rdsys::rd_kafka_event_DescribeConsumerGroups_result(event.0);
+            let mut count = 0usize;
+            let groups = rdsys::rd_kafka_DescribeConsumerGroups_result_groups(result, &mut count);
+            if count == 0 {
+                return Err(Error::Admin {
+                    operation,
+                    message: "no group in the answer".into(),
+                });
+            }
+            let d = *groups;
+            let error = rdsys::rd_kafka_ConsumerGroupDescription_error(d);
+            if !error.is_null() {
+                let code = RDKafkaErrorCode::from(rdsys::rd_kafka_error_code(error));
+                if code == RDKafkaErrorCode::CoordinatorLoadInProgress {
+                    return Ok(GroupView::Loading);
+                }
+                return Err(Error::Admin {
+                    operation,
+                    message: cstr(rdsys::rd_kafka_error_string(error)),
+                });
+            }
+            let state = cstr(rdsys::rd_kafka_consumer_group_state_name(
+                rdsys::rd_kafka_ConsumerGroupDescription_state(d),
+            ));
+            let members = (0..rdsys::rd_kafka_ConsumerGroupDescription_member_count(d))
+                .map(|i| {
+                    let m = rdsys::rd_kafka_ConsumerGroupDescription_member(d, i);
+                    let instance = rdsys::rd_kafka_MemberDescription_group_instance_id(m);
+                    GroupMember {
+                        client_id: cstr(rdsys::rd_kafka_MemberDescription_client_id(m)),
+                        host: cstr(rdsys::rd_kafka_MemberDescription_host(m)),
+                        instance_id: (!instance.is_null()).then(|| cstr(instance)),
+                        member_id: cstr(rdsys::rd_kafka_MemberDescription_consumer_id(m)),
+                    }
+                })
+                .collect();
+            Ok(GroupView::Described { state, members })
+        }
+    }
+}
+
 struct Guard<T>(*mut T, unsafe extern "C" fn(*mut T));
 
 impl<T> Drop for Guard<T> {

@@ -46,6 +46,7 @@ use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use crate::admin::{Admin, TopicInfo, TopicSpec};
 use crate::clients::ClientRole;
 use crate::error::{Error, Result};
+use crate::open_transaction::OpenTransactionWatch;
 use crate::security::Endpoint;
 use tracing::warn;
 
@@ -279,19 +280,26 @@ pub(crate) const RESTORE_STALL: Duration = Duration::from_secs(10);
 /// called with `(position, end)` — the next offset to read and the high watermark the restore
 /// reads up to (offsets, i64) — when the restore starts and after every record.
 ///
+/// A transaction open on the partition holds the position at the last stable offset: that is
+/// found out and said once ([`OpenTransactionWatch`]); `transaction_timeout` is this stage's
+/// producers' `transaction.timeout.ms`, named as the longest such a wait can take.
+///
 /// # Errors
 /// [`Error::Changelog`] for a record that does not decode (topic, partition, offset named);
-/// [`Error::Timeout`] when the position does not reach the high watermark within `timeout`
-/// (a transaction that stays open); client errors.
+/// [`Error::RestoreBlocked`] when an open transaction holds the position below the high
+/// watermark until `timeout`; [`Error::Timeout`] when the position does not reach the high
+/// watermark within `timeout` for another reason; client errors.
 pub(crate) fn restore(
     client: &ClientConfig,
     admin: &Admin,
     topic: &str,
     partition: i32,
     timeout: Duration,
+    transaction_timeout: Duration,
     progress: &mut dyn FnMut(i64, i64),
 ) -> Result<Restored> {
     let end = admin.high_watermarks(&[(topic, partition)])?[0];
+    let mut watch = OpenTransactionWatch::new(topic, partition, end, transaction_timeout);
     let mut restored = Restored::default();
     progress(0, end);
     if end == 0 {
@@ -301,6 +309,13 @@ pub(crate) fn restore(
         let consumer: BaseConsumer = client
             .create()
             .map_err(|e| Error::kafka("creating the restore consumer", e))?;
+        // A new consumer assigned before it knows the partition's leader queries the start
+        // offset only when librdkafka's offset-query timer fires, 500 ms later, on every
+        // restore; with the topic's metadata in hand it queries at once. Best effort: without
+        // it (a broker restarting) the consumer finds the leader itself, as before.
+        if let Err(e) = consumer.fetch_metadata(Some(topic), timeout.min(RESTORE_STALL)) {
+            tracing::debug!(topic, error = %e, "the restore consumer has no metadata yet");
+        }
         let mut tpl = TopicPartitionList::new();
         tpl.add_partition_offset(topic, partition, from)
             .map_err(|e| Error::kafka("building the restore assignment", e))?;
@@ -334,7 +349,11 @@ pub(crate) fn restore(
         if at >= end {
             return Ok(restored);
         }
+        watch.observe(admin, at, moved.elapsed());
         if started.elapsed() >= timeout {
+            if let Some(blocked) = watch.timed_out(admin, at, timeout) {
+                return Err(blocked);
+            }
             return Err(Error::Timeout {
                 what: format!(
                     "restoring {topic}/{partition}: position {at} of high watermark {end} \
@@ -345,7 +364,9 @@ pub(crate) fn restore(
                 timeout,
             });
         }
-        if moved.elapsed() >= RESTORE_STALL {
+        // A position held by an open transaction is no stalled client: a new one would stop
+        // at the same offset.
+        if moved.elapsed() >= RESTORE_STALL && !watch.held() {
             warn!(
                 topic,
                 partition,

@@ -35,7 +35,14 @@ pub struct RuntimeConfig {
     /// Deadline of each blocking Kafka call (commit, metadata, acks). Default 30 s.
     pub timeout: Duration,
     /// Distinguishes this process's transactional ids from other instances'. Default: random.
+    /// Give a process the same id across its restarts (and no other live process that id):
+    /// its restart then fences its predecessor's producer at once and, with
+    /// [`RuntimeConfig::static_membership`], takes its tasks back without a rebalance.
     pub instance_id: String,
+    /// Static group membership (KIP-345): each stage's consumer joins its group as
+    /// `group.instance.id = {group}-{instance_id}` ([`RuntimeConfig::group_instance_id`]).
+    /// Default `false`. See [`RuntimeConfig::static_membership`].
+    pub static_membership: bool,
     /// Whether the gate enforces stamps. Default [`GateMode::Causal`].
     pub gate: GateMode,
     /// The user's librdkafka settings for every client the runtime creates, and per role
@@ -86,6 +93,7 @@ impl RuntimeConfig {
             max_queued_per_channel: 10_000,
             timeout: Duration::from_secs(30),
             instance_id: uuid_like(),
+            static_membership: false,
             gate: GateMode::Causal,
             clients: ClientSettings::new(),
             statistics: None,
@@ -119,6 +127,58 @@ impl RuntimeConfig {
     pub fn gate(mut self, mode: GateMode) -> Self {
         self.gate = mode;
         self
+    }
+
+    /// Sets the instance id ([`RuntimeConfig::instance_id`]): stable across a process's
+    /// restarts, unique among the live processes of the application.
+    pub fn instance_id(mut self, id: impl Into<String>) -> Self {
+        self.instance_id = id.into();
+        self
+    }
+
+    /// Turns static group membership (KIP-345) on or off (default off, as in Kafka Streams,
+    /// which leaves it off unless `group.instance.id` is set).
+    ///
+    /// On: each stage's consumer joins its group with `group.instance.id =
+    /// {group}-{instance_id}`. A process restarted with the same [`instance_id`] within the
+    /// session timeout gets its tasks back at once, without a rebalance and without waiting
+    /// for the coordinator to expire the member it replaces — the point is a process whose
+    /// every restart (a deploy, a crash, `kill -9`) would otherwise leave its tasks idle for
+    /// up to `session.timeout.ms` or move them twice. Useful only when each process keeps its
+    /// `instance_id` across restarts (the default id is random: set one).
+    ///
+    /// The price: a static member does not leave its group when it stops — librdkafka sends no
+    /// `LeaveGroup` for one, even on a clean [`Running::stop`](crate::Running::stop). Its tasks
+    /// stay its own, idle, until it comes back or its session times out (`session.timeout.ms`,
+    /// librdkafka's default 45 s; up to the broker's `group.max.session.timeout.ms`): another
+    /// instance takes them over only then. To move a stopped static member's tasks sooner,
+    /// remove the member from the group (the Java admin client's
+    /// `removeMembersFromConsumerGroup`, KIP-345; librdkafka has no such call) or give it a
+    /// shorter session timeout.
+    ///
+    /// [`instance_id`]: RuntimeConfig::instance_id
+    pub fn static_membership(mut self, on: bool) -> Self {
+        self.static_membership = on;
+        self
+    }
+
+    /// The `group.instance.id` of the stage whose consumer group is `group`:
+    /// `{group}-{instance_id}` with [static membership](RuntimeConfig::static_membership),
+    /// else `None` (a dynamic member).
+    pub fn group_instance_id(&self, group: &str) -> Option<String> {
+        self.static_membership
+            .then(|| format!("{group}-{}", self.instance_id))
+    }
+
+    /// The consumer's `session.timeout.ms` as the user set it, else librdkafka's default
+    /// (45 s): how long the group coordinator waits for a member that stopped heartbeating
+    /// (a dead process, a static member that stopped) before it gives its partitions to
+    /// others.
+    pub(crate) fn session_timeout(&self) -> Duration {
+        self.clients
+            .get(ClientRole::Consumer, "session.timeout.ms")
+            .and_then(|v| v.parse::<u64>().ok())
+            .map_or(Duration::from_secs(45), Duration::from_millis)
     }
 
     /// The transactional id of the stage whose consumer group is `group`:
@@ -170,8 +230,9 @@ impl RuntimeConfig {
 
     /// The configuration of a client of `role` for the stage whose consumer group is `group`
     /// (`client.id` `{group}-{role}`), with the runtime's own settings `own`; the stage's
-    /// consumer and producer also report statistics when a sink is set. The one place a
-    /// stage's clients are configured (see [`ClientSettings`] for the order).
+    /// consumer and producer also report statistics when a sink is set, and its consumer gets
+    /// its `group.instance.id` with static membership. The one place a stage's clients are
+    /// configured (see [`ClientSettings`] for the order).
     pub(crate) fn client_config(
         &self,
         group: &str,
@@ -184,9 +245,15 @@ impl RuntimeConfig {
             .as_ref()
             .filter(|_| matches!(role, ClientRole::Consumer | ClientRole::Producer))
             .map(|(interval, _)| interval.as_millis().to_string());
+        let instance = (role == ClientRole::Consumer)
+            .then(|| self.group_instance_id(group))
+            .flatten();
         let mut settings = own.to_vec();
         if let Some(ms) = &interval {
             settings.push(("statistics.interval.ms", ms));
+        }
+        if let Some(instance) = &instance {
+            settings.push(("group.instance.id", instance));
         }
         self.clients.config(&self.bootstrap, role, &id, &settings)
     }
@@ -225,6 +292,37 @@ mod tests {
             .producer_property("linger.ms", "1")
             .producer_property("transaction.timeout.ms", "7000");
         assert_eq!(c.transaction_timeout(), Duration::from_millis(7000));
+    }
+
+    #[test]
+    fn only_a_static_members_consumer_gets_a_group_instance_id() {
+        let c = RuntimeConfig::new("b:9092").instance_id("i7");
+        assert_eq!(c.group_instance_id("app.stage"), None);
+        let consumer = c.client_config("app.stage", ClientRole::Consumer, &[]);
+        assert_eq!(consumer.get("group.instance.id"), None);
+        let c = c.static_membership(true);
+        assert_eq!(
+            c.group_instance_id("app.stage").as_deref(),
+            Some("app.stage-i7")
+        );
+        let consumer = c.client_config("app.stage", ClientRole::Consumer, &[]);
+        assert_eq!(consumer.get("group.instance.id"), Some("app.stage-i7"));
+        for role in [ClientRole::Producer, ClientRole::Admin, ClientRole::Restore] {
+            let other = c.client_config("app.stage", role, &[]);
+            assert_eq!(other.get("group.instance.id"), None, "{role:?}");
+        }
+        // The user's own setting for the consumer wins, as every user setting does.
+        let c = c.consumer_property("group.instance.id", "mine");
+        let consumer = c.client_config("app.stage", ClientRole::Consumer, &[]);
+        assert_eq!(consumer.get("group.instance.id"), Some("mine"));
+    }
+
+    #[test]
+    fn the_session_timeout_is_the_users_else_librdkafkas_default() {
+        let c = RuntimeConfig::new("b:9092");
+        assert_eq!(c.session_timeout(), Duration::from_secs(45));
+        let c = c.consumer_property("session.timeout.ms", "60000");
+        assert_eq!(c.session_timeout(), Duration::from_secs(60));
     }
 
     #[test]

@@ -408,6 +408,34 @@ pub enum Error {
         /// What is wrong.
         message: String,
     },
+    /// A task's changelog restore did not reach the partition's high watermark within the
+    /// runtime's `timeout` because a transaction open on the partition held it: the restore
+    /// reads `read_committed`, and its position stood at the partition's last stable offset
+    /// (the first offset of the oldest open transaction), below the high watermark. The
+    /// transaction is another producer's — the process that owned the task before and died
+    /// mid-transaction, or one that still runs with another `instance_id`. It ends when its
+    /// producer commits or aborts it, when a producer with its transactional id starts
+    /// (restarting that instance), or when the coordinator aborts it after that producer's
+    /// `transaction.timeout.ms`. librdkafka 2.12 offers no `DescribeProducers` (KIP-664), so
+    /// the producer is not named.
+    #[error(
+        "restoring {topic}/{partition}: the read stopped at the last stable offset {last_stable_offset}, below the high watermark {high_watermark}: a transaction open on the partition since offset {last_stable_offset} did not end within {timeout:?}; it ends when its producer commits or aborts it, or when the coordinator aborts it after that producer's transaction.timeout.ms (this stage's producers: {transaction_timeout:?})"
+    )]
+    RestoreBlocked {
+        /// The changelog topic.
+        topic: String,
+        /// The task's partition.
+        partition: i32,
+        /// The partition's last stable offset: where the open transaction begins, and where
+        /// the restore's position stood.
+        last_stable_offset: i64,
+        /// The partition's high watermark, which the restore reads up to.
+        high_watermark: i64,
+        /// The restore's deadline (the runtime's `timeout`).
+        timeout: std::time::Duration,
+        /// This stage's producers' `transaction.timeout.ms`.
+        transaction_timeout: std::time::Duration,
+    },
     /// Something did not happen within its deadline.
     #[error("{what} did not complete within {timeout:?}")]
     Timeout {
@@ -538,7 +566,7 @@ impl Error {
     /// [`Error::SourceChanged`], [`Error::SourceDeleted`], [`Error::NotCoPartitioned`],
     /// [`Error::NoEventTime`], [`Error::EventTime`], … — and also a fatal [`Error::Transaction`]
     /// whose code is not a fence (the producer cannot be used any more), [`Error::Admin`],
-    /// [`Error::Timeout`], [`Error::StagePanicked`], [`Error::ThreadSpawn`],
+    /// [`Error::Timeout`], [`Error::RestoreBlocked`], [`Error::StagePanicked`], [`Error::ThreadSpawn`],
     /// [`Error::Signals`], [`Error::InvalidRecord`], and an [`Error::Kafka`] that is neither
     /// retriable nor transient.
     pub fn is_fatal(&self) -> bool {
@@ -697,6 +725,14 @@ mod tests {
             what: "restoring".into(),
             timeout: Duration::from_secs(1),
         };
+        let blocked = Error::RestoreBlocked {
+            topic: "app.s.changelog".into(),
+            partition: 0,
+            last_stable_offset: 4,
+            high_watermark: 5,
+            timeout: Duration::from_secs(30),
+            transaction_timeout: Duration::from_secs(60),
+        };
         let admin = Error::Admin {
             operation: "rebalancing".into(),
             message: "m".into(),
@@ -749,6 +785,7 @@ mod tests {
             ("Stage", handler, Fatal, NOT_FENCED),
             ("RestoreMismatch", mismatch, Fatal, NOT_FENCED),
             ("Timeout", timeout, Fatal, NOT_FENCED),
+            ("RestoreBlocked", blocked, Fatal, NOT_FENCED),
             ("Admin", admin, Fatal, NOT_FENCED),
             // The stream thread itself.
             ("StagePanicked", panicked, Fatal, NOT_FENCED),

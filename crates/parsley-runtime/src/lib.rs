@@ -55,6 +55,7 @@
 mod admin;
 mod causal_producer;
 mod changelog;
+mod client_log;
 mod clients;
 mod config;
 mod error;
@@ -62,6 +63,7 @@ mod event_time;
 #[cfg(feature = "fault-injection")]
 mod fault;
 mod metrics;
+mod open_transaction;
 mod outbox;
 mod runtime;
 mod security;

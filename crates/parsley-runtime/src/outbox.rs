@@ -215,6 +215,11 @@ impl ClientContext for AckContext {
     fn error(&self, error: KafkaError, reason: &str) {
         self.watch.event(&error, reason);
     }
+
+    /// librdkafka's lines, the harmless start-up warnings demoted (`client_log`).
+    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, log_message: &str) {
+        crate::client_log::forward(level, fac, log_message);
+    }
 }
 
 impl ProducerContext for AckContext {
@@ -256,6 +261,8 @@ pub(crate) struct Outbox {
     /// only by [`Outbox::send_changelog`] (a few sends per commit); [`Outbox::send`] has
     /// `&mut self` and reads it without the lock.
     topics: Mutex<Vec<TopicHandle>>,
+    /// The producer's `transactional.id`, if it has one (named in what its init waits for).
+    transactional_id: Option<String>,
 }
 
 impl Drop for Outbox {
@@ -329,6 +336,7 @@ impl Outbox {
             tags: VecDeque::new(),
             first_id: 1,
             topics: Mutex::new(Vec::new()),
+            transactional_id: config.get("transactional.id").map(str::to_string),
         })
     }
 
@@ -389,14 +397,43 @@ impl Outbox {
             took_us = started.elapsed().as_micros() as u64,
             "producer connected to the cluster"
         );
-        self.producer
-            .init_transactions(timeout.saturating_sub(started.elapsed()))
-            .map_err(|e| {
-                self.serve();
-                self.ctx()
-                    .watch
-                    .explain(Error::kafka("initialising transactions", e))
-            })
+        self.init_in_slices(started + timeout, timeout)
+    }
+
+    /// `rd_kafka_init_transactions` until `deadline`, in slices of
+    /// [`INIT_SLICE`](crate::client_log::INIT_SLICE): librdkafka resumes an init whose call
+    /// timed out, and the retriable error of a slice says what it waits for, which is logged
+    /// once at INFO per cause (`client_log::init_wait`; `timeout` is the whole init's).
+    fn init_in_slices(&self, deadline: Instant, timeout: Duration) -> Result<()> {
+        let mut said = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let slice = left.min(crate::client_log::INIT_SLICE);
+            match self.producer.init_transactions(slice) {
+                Err(KafkaError::Transaction(e)) if e.is_retriable() && left > slice => {
+                    let code = e.code();
+                    if !said.contains(&code)
+                        && let Some(notice) = crate::client_log::init_wait(code, timeout)
+                    {
+                        said.push(code);
+                        tracing::info!(
+                            transactional_id = self.transactional_id.as_deref().unwrap_or(""),
+                            code = ?code,
+                            "{notice}"
+                        );
+                    }
+                }
+                result => {
+                    return result.map_err(|e| {
+                        // A failure to authenticate or to set up TLS explains it.
+                        self.serve();
+                        self.ctx()
+                            .watch
+                            .explain(Error::kafka("initialising transactions", e))
+                    });
+                }
+            }
+        }
     }
 
     /// The producer, for a helper thread that commits while the stream thread goes on

@@ -328,7 +328,8 @@ fn a_task_restored_while_the_last_commit_is_pending_gets_exactly_that_commit() {
     );
 
     // Phase 2: T_n's offset is stable; b's restore aims at the high watermark and waits at
-    // the held offset for T_n's changelog records instead of stopping at the LSO.
+    // the held offset for T_n's changelog records instead of stopping at the LSO — and its
+    // error says so: X1's open transaction holds the last stable offset below the end.
     x2.commit_transaction(DEADLINE).unwrap();
     assert_eq!(group_offset(&group, &input.name, 0), Some(6));
     assert_eq!(
@@ -344,10 +345,11 @@ fn a_task_restored_while_the_last_commit_is_pending_gets_exactly_that_commit() {
     assert!(
         matches!(
             &*failure,
-            Error::Timeout { what, timeout }
-                if what.starts_with(&format!(
-                    "restoring {changelog}/0: position {held} of high watermark {end} "
-                )) && *timeout == wait
+            Error::RestoreBlocked { topic, partition: 0, last_stable_offset, high_watermark, timeout, .. }
+                if *topic == changelog
+                    && *last_stable_offset == held
+                    && *high_watermark == end
+                    && *timeout == wait
         ),
         "{failure:?}"
     );

@@ -40,6 +40,7 @@
 //! | `transaction` | begin, commit, overlap, commit first, recovery |
 //! | `sources` | the sources' identity, checked while the stage runs |
 //! | `startup` | resolving topics and creating the clients |
+//! | `waits` | saying what a slow group join waits for |
 //!
 //! Invariant: a task's committed offsets and its last committed snapshot describe the same
 //! moment — both are written in the same transaction, after its outputs are acknowledged.
@@ -56,6 +57,7 @@ mod sources;
 mod startup;
 mod task;
 mod transaction;
+mod waits;
 
 #[cfg(test)]
 mod tests;
@@ -116,6 +118,8 @@ pub(crate) struct StageRunner {
     metrics: Arc<StageMetrics>,
     observer: Option<Sender<Progress>>,
     shutdown: Arc<AtomicBool>,
+    /// The wait for the first assignment, until it comes (module `waits`).
+    join_wait: Option<waits::JoinWait>,
 }
 
 impl StageRunner {
@@ -174,6 +178,8 @@ impl StageRunner {
             .until_due(self.config.commit_interval)
             .min(MAX_POLL_WAIT);
         self.take_batch(Taking::Waiting(wait))?;
+        // After the poll: an assignment ready by now has been handled.
+        self.watch_join();
         self.read_evidence()?;
         self.resolve_impossible()?;
         self.deliver()?;

@@ -191,7 +191,10 @@ impl StageRunner {
         for event in self.intake.take_events() {
             match event {
                 RebalanceEvent::Assigned(positions) => {
-                    info!(?positions, "assigned");
+                    match self.joined() {
+                        Some(joined_after_ms) => info!(?positions, joined_after_ms, "assigned"),
+                        None => info!(?positions, "assigned"),
+                    }
                     let mut by_task: BTreeMap<i32, Vec<(Channel, i64)>> = BTreeMap::new();
                     for (topic, partition, position) in positions {
                         let source = self.ctx.source_index(&topic)?;

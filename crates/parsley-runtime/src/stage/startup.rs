@@ -23,6 +23,7 @@ use super::evidence::Evidence;
 use super::intake::Intake;
 use super::sources::SourceCheck;
 use super::transaction::{OwnWrites, Transaction};
+use super::waits::JoinWait;
 use crate::admin::{Admin, TopicInfo};
 use crate::changelog;
 use crate::clients::ClientRole;
@@ -85,6 +86,7 @@ impl StageRunner {
                 // The group join runs while the changelog is made ready and the producer
                 // initialises (the assignment waits for the first poll).
                 let intake = Intake::subscribe(&config, &group, &admin, spec.sources())?;
+                let join_wait = JoinWait::new();
                 let changelog = changelog::ensure_topic(
                     &admin,
                     &changelog::changelog_topic(&group),
@@ -100,7 +102,7 @@ impl StageRunner {
                     dead_letters,
                     changelog,
                 };
-                Ok((resolved, intake))
+                Ok((resolved, intake, join_wait))
             })();
             let outbox = match producing.join() {
                 Ok(outbox) => outbox,
@@ -108,7 +110,7 @@ impl StageRunner {
             };
             (resolved, outbox)
         });
-        let (resolved, intake) = resolved?;
+        let (resolved, intake, join_wait) = resolved?;
         let outbox = outbox?;
         debug!(
             took_ms = started.elapsed().as_millis() as u64,
@@ -173,6 +175,7 @@ impl StageRunner {
             metrics,
             observer,
             shutdown,
+            join_wait: Some(join_wait),
         })
     }
 }

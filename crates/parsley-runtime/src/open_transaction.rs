@@ -1,0 +1,178 @@
+//! A changelog restore held by an open transaction: found out, said once, and named in the
+//! error when the restore gives up.
+//!
+//! A restore reads its changelog partition `read_committed` up to the high watermark taken when
+//! it starts (`changelog::restore`). While another producer's transaction is open on the
+//! partition, the partition's last stable offset (LSO) — the first offset of the oldest open
+//! transaction — stays below the high watermark, and a `read_committed` consumer reads nothing
+//! past it: the restore's position stands at the LSO until the transaction ends. No client
+//! error says so. [`OpenTransactionWatch`] asks the partition's LSO (`ListOffsets` with
+//! `READ_COMMITTED`) once the position has stood still for [`CHECK_AFTER`], at most once per
+//! [`CHECK_EVERY`], and when the position stands at an LSO below the high watermark it logs
+//! once, at INFO, what the restore waits for and the longest it can take: the transaction ends
+//! when its producer commits or aborts it, or when the coordinator aborts it after that
+//! producer's `transaction.timeout.ms`. If the restore then times out, its error is
+//! [`Error::RestoreBlocked`], naming the partition and both offsets.
+//!
+//! The producer holding the transaction is not named: that takes `DescribeProducers`
+//! (KIP-664), which librdkafka 2.12 does not offer.
+
+use std::time::{Duration, Instant};
+
+use tracing::{debug, info};
+
+use crate::admin::Admin;
+use crate::error::Error;
+
+/// How long a restore's position stands still before its LSO is asked.
+pub(crate) const CHECK_AFTER: Duration = Duration::from_secs(1);
+/// Least time between two LSO requests of one restore.
+pub(crate) const CHECK_EVERY: Duration = Duration::from_secs(1);
+
+/// Watches one restore for an open transaction holding its position.
+#[derive(Debug)]
+pub(crate) struct OpenTransactionWatch {
+    topic: String,
+    partition: i32,
+    /// The high watermark the restore reads up to.
+    end: i64,
+    /// This stage's producers' `transaction.timeout.ms`.
+    transaction_timeout: Duration,
+    /// When the LSO was last asked.
+    checked: Option<Instant>,
+    /// The LSO that holds the position, as last found; `None` when none does.
+    held_at: Option<i64>,
+    /// The LSO the INFO line was logged for.
+    said: Option<i64>,
+}
+
+impl OpenTransactionWatch {
+    /// A watch for the restore of `topic`/`partition` up to `end`.
+    pub(crate) fn new(
+        topic: &str,
+        partition: i32,
+        end: i64,
+        transaction_timeout: Duration,
+    ) -> Self {
+        OpenTransactionWatch {
+            topic: topic.to_string(),
+            partition,
+            end,
+            transaction_timeout,
+            checked: None,
+            held_at: None,
+            said: None,
+        }
+    }
+
+    /// Looks at the restore: its next offset to read `at`, unmoved for `still`. Asks the LSO
+    /// when the position has stood still long enough (module docs).
+    pub(crate) fn observe(&mut self, admin: &Admin, at: i64, still: Duration) {
+        if still < CHECK_AFTER {
+            self.held_at = None;
+            return;
+        }
+        if self.checked.is_some_and(|t| t.elapsed() < CHECK_EVERY) {
+            return;
+        }
+        self.check(admin, at);
+    }
+
+    /// `true` when the last look found the position held by an open transaction: the restore
+    /// waits for it, and a new consumer would not read further.
+    pub(crate) fn held(&self) -> bool {
+        self.held_at.is_some()
+    }
+
+    /// The error of a restore that timed out at `at` after `timeout`: asks the LSO once more,
+    /// and returns [`Error::RestoreBlocked`] when an open transaction holds the position,
+    /// else `None` (the caller's own timeout error).
+    pub(crate) fn timed_out(&mut self, admin: &Admin, at: i64, timeout: Duration) -> Option<Error> {
+        self.check(admin, at);
+        self.held_at.map(|lso| Error::RestoreBlocked {
+            topic: self.topic.clone(),
+            partition: self.partition,
+            last_stable_offset: lso,
+            high_watermark: self.end,
+            timeout,
+            transaction_timeout: self.transaction_timeout,
+        })
+    }
+
+    fn check(&mut self, admin: &Admin, at: i64) {
+        self.checked = Some(Instant::now());
+        let lso = match admin.last_stable_offsets(&[(self.topic.as_str(), self.partition)]) {
+            Ok(lso) => lso[0],
+            Err(e) => {
+                debug!(topic = %self.topic, partition = self.partition, error = %e, "cannot read the changelog's last stable offset");
+                return;
+            }
+        };
+        self.held_at = held_by(at, lso, self.end);
+        if let Some(lso) = self.held_at
+            && self.said != Some(lso)
+        {
+            self.said = Some(lso);
+            info!(
+                topic = %self.topic,
+                partition = self.partition,
+                last_stable_offset = lso,
+                high_watermark = self.end,
+                transaction_timeout_ms = self.transaction_timeout.as_millis() as u64,
+                "{}",
+                notice(&self.topic, self.partition, lso, self.end, self.transaction_timeout)
+            );
+        }
+    }
+}
+
+/// The LSO that holds a restore at next offset `at` reading up to `end`: `Some(lso)` when the
+/// position stands at an LSO below `end`.
+fn held_by(at: i64, lso: i64, end: i64) -> Option<i64> {
+    (lso < end && at >= lso).then_some(lso)
+}
+
+/// The INFO line of a restore held by an open transaction.
+fn notice(
+    topic: &str,
+    partition: i32,
+    lso: i64,
+    end: i64,
+    transaction_timeout: Duration,
+) -> String {
+    format!(
+        "the restore of {topic}/{partition} waits for a transaction open on the partition: \
+         read_committed stops at the last stable offset {lso}, below the high watermark {end}, \
+         until the transaction ends — when its producer commits or aborts it, or at most that \
+         producer's transaction.timeout.ms after it began, when the coordinator aborts it (this \
+         stage's producers: {} ms)",
+        transaction_timeout.as_millis()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_position_at_an_lso_below_the_end_is_held() {
+        assert_eq!(held_by(4, 4, 5), Some(4));
+        // Still reading below the LSO: not held yet.
+        assert_eq!(held_by(3, 4, 5), None);
+        // No open transaction: the LSO is the high watermark.
+        assert_eq!(held_by(5, 5, 5), None);
+        // A transaction opened after the restore took its end: the LSO is past the end.
+        assert_eq!(held_by(5, 7, 5), None);
+    }
+
+    #[test]
+    fn the_notice_names_the_partition_the_offsets_and_the_longest_wait() {
+        let n = notice("app.s.changelog", 2, 4, 5, Duration::from_secs(60));
+        assert!(n.contains("app.s.changelog/2"), "{n}");
+        assert!(
+            n.contains("last stable offset 4, below the high watermark 5"),
+            "{n}"
+        );
+        assert!(n.contains("(this stage's producers: 60000 ms)"), "{n}");
+    }
+}
