@@ -33,7 +33,7 @@ use super::context::TaskContext;
 use super::evidence;
 use super::output::Header;
 use super::rebalance::{RebalanceContext, RebalanceEvent};
-use super::task::{Fetched, Payload, Rare};
+use super::record::{Fetched, Payload, Rare};
 use crate::admin::Admin;
 use crate::clients::ClientRole;
 use crate::config::{GateMode, RuntimeConfig};

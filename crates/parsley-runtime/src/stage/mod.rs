@@ -29,6 +29,7 @@
 //! | module | its one job |
 //! |---|---|
 //! | `task` | the pure task: gate, handler call, stamping, fold state, event time, snapshot |
+//! | `record` | what moves through a task: fetched records, payloads, counts of work |
 //! | `context` | what the tasks of a stage share: topics by role, processor, policy |
 //! | `output` | the narrow traits a task hands its records to |
 //! | `policy` | impossible stamps and dead letters |
@@ -52,6 +53,7 @@ mod intake;
 mod output;
 mod policy;
 mod rebalance;
+mod record;
 mod restore;
 mod sources;
 mod startup;

@@ -14,16 +14,19 @@
 //! Invariant: a task reports [`TaskPhase::Running`] only once everything restored is in
 //! place — the snapshot, the state, the event-time state and its counters.
 
+use std::collections::BTreeMap;
 use std::time::Instant;
 
 use parsley_clock::Channel;
+use parsley_gate::Part;
 use tracing::{info, info_span};
 
 use super::StageRunner;
-use super::task::{self, Task};
+use super::context::TaskContext;
+use super::task::Task;
 use crate::changelog;
 use crate::clients::ClientRole;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::event_time::EventTime;
 use crate::metrics::TaskPhase;
 
@@ -93,7 +96,7 @@ impl StageRunner {
             )
             .map_err(|e| self.ctx.gate_error(partition, e))?,
         };
-        let event_time = task::event_time_of(
+        let event_time = event_time_of(
             &self.ctx,
             self.spec.event_time(),
             partition,
@@ -188,4 +191,48 @@ impl StageRunner {
         );
         Ok(et)
     }
+}
+
+/// The event-time order of a task just restored, when the stage orders by event time (not
+/// started yet: the caller reads the startup ends): decoded from `bytes` (the changelog's
+/// event-time record committed with the task's snapshot) and `timers`, or fresh.
+///
+/// # Errors
+/// [`Error::EventTime`] for a record that does not decode, or for parked records in the
+/// changelog of a stage that no longer orders by event time (they would be lost).
+pub(crate) fn event_time_of(
+    ctx: &TaskContext,
+    order: Option<&parsley_stage::EventTimeOrder>,
+    partition: i32,
+    bytes: Option<&[u8]>,
+    timers: &BTreeMap<Part<Vec<u8>>, Vec<u8>>,
+) -> Result<Option<EventTime>> {
+    let event_error = |message: String| Error::EventTime {
+        stage: ctx.stage.clone(),
+        partition,
+        message,
+    };
+    let Some(order) = order else {
+        if timers.keys().any(|p| matches!(p, Part::Segment(_))) {
+            return Err(event_error(
+                "the changelog holds parked records but the stage no longer orders by event time; they would be lost".into(),
+            ));
+        }
+        return Ok(None);
+    };
+    let control = match &order.control {
+        Some(c) => Some((ctx.sources[ctx.source_index(&c.topic)?].id, c.lag_ms)),
+        None => None,
+    };
+    let inputs: Vec<Channel> = ctx
+        .sources
+        .iter()
+        .filter(|t| Some(t.id) != control.map(|(id, _)| id))
+        .map(|t| Channel::new(t.id, partition))
+        .collect();
+    let topics = ctx.sources.iter().map(|t| (t.id, t.name.clone()));
+    Ok(Some(match bytes {
+        Some(b) => EventTime::decode(inputs, control, topics, b, timers).map_err(event_error)?,
+        None => EventTime::new(inputs, control, topics),
+    }))
 }

@@ -20,17 +20,17 @@
 //! - `snapshot_offsets` are the input offsets the last written snapshot was committed with:
 //!   both describe the same moment, as the changelog and the group's offsets do after a commit.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::time::Instant;
+use std::collections::{BTreeSet, HashMap};
 
-use parsley_clock::{CausalClock, Channel, Coordinate, SenderId, Stamp, TopicId, codec};
-use parsley_gate::{Arrival, Gate, GateError, Part};
+use parsley_clock::{CausalClock, Channel, Coordinate, SenderId, TopicId, codec};
+use parsley_gate::{Gate, GateError};
 use parsley_stage::{BadRecordKind, BadRecordPolicy, RawDelivery, RawEmission, StateChange};
 use tracing::{trace, warn};
 
 use super::context::{DeadLetterTopic, TaskContext};
 use super::output::{ChangelogWriter, Header, Outgoing, Output};
 use super::policy::{Bad, DeadLetterCause};
+use super::record::{Fetched, Payload, Rare, TaskCounts, Work};
 use super::{backpressure, policy};
 use crate::changelog::{EVENT_TIME_KEY, META_KEY, STATE_PREFIX, TaskSnapshot};
 use crate::error::{Error, Result};
@@ -47,105 +47,6 @@ pub const DELIVERY_TARGET: &str = "parsley::delivery";
 /// The timestamp a handler sees for a record without one (a message format before v1), and
 /// the emission timestamp that leaves the choice to the producer's clock.
 pub const NO_TIMESTAMP: i64 = -1;
-
-/// What the gate hands back on delivery.
-#[derive(Debug)]
-pub(crate) struct Payload {
-    /// Index of the source topic in [`TaskContext::sources`].
-    pub source: usize,
-    /// Key bytes.
-    pub key: Option<Vec<u8>>,
-    /// Value bytes.
-    pub value: Option<Vec<u8>>,
-    /// When the record's poll batch was taken (gate-wait metrics).
-    pub arrived: Instant,
-    /// The Kafka record timestamp, ms since the epoch (the event time of an event-time stage);
-    /// `None` when the record has none.
-    pub record_timestamp: Option<i64>,
-    /// What few records carry; boxed: every record moves through the gate by value, and the
-    /// common case should be small.
-    pub rare: Option<Box<Rare>>,
-}
-
-/// What few records carry ([`Payload::rare`]).
-#[derive(Debug, Default)]
-pub(crate) struct Rare {
-    /// The stamp, when the gate does not check it ([`crate::GateMode::Off`]): still merged
-    /// into the node clock on delivery.
-    pub unchecked_stamp: Option<Stamp>,
-    /// Why the record goes to the dead-letter topic instead of the handler, if it does.
-    pub dead_letter: Option<Box<str>>,
-    /// The record's headers, kept only when the stage may dead-letter it.
-    pub headers: Box<[Header]>,
-}
-
-impl Rare {
-    /// The stamp the gate did not check, if any.
-    fn unchecked_stamp(rare: &Option<Box<Rare>>) -> Option<&Stamp> {
-        rare.as_ref()?.unchecked_stamp.as_ref()
-    }
-
-    /// Why the record goes to the dead-letter topic, if it does.
-    fn dead_letter(rare: &Option<Box<Rare>>) -> Option<&str> {
-        rare.as_ref()?.dead_letter.as_deref()
-    }
-
-    /// The record's headers, when the stage keeps them; else none.
-    fn headers(rare: &Option<Box<Rare>>) -> &[Header] {
-        rare.as_ref().map_or(&[], |r| &r.headers)
-    }
-}
-
-/// A polled record, copied out of the consumer's buffer.
-#[derive(Debug)]
-pub(crate) struct Fetched {
-    /// The task's partition.
-    pub partition: i32,
-    /// The record's channel.
-    pub channel: Channel,
-    /// What the gate takes.
-    pub arrival: Arrival<Payload>,
-    /// The stamp header could not be decoded (the record is unstamped in `arrival`).
-    pub malformed: Option<Box<Error>>,
-}
-
-/// Work done since the last commit: what makes a commit worth writing.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Work {
-    /// Records delivered to the handler or dead-lettered.
-    pub deliveries: u64,
-    /// Records sent (emissions and dead letters).
-    pub emissions: u64,
-    /// Gate deliveries parked in an event-time queue (the queue changed: commit it).
-    pub parked: u64,
-}
-
-impl Work {
-    /// No delivery, send or parked record.
-    pub(crate) fn is_empty(&self) -> bool {
-        *self == Work::default()
-    }
-}
-
-impl std::ops::AddAssign for Work {
-    fn add_assign(&mut self, other: Work) {
-        self.deliveries += other.deliveries;
-        self.emissions += other.emissions;
-        self.parked += other.parked;
-    }
-}
-
-/// Per-task deliveries not yet added to the task's [`crate::TaskMetrics`] (one lock per
-/// delivery round, not per record).
-#[derive(Debug, Default)]
-pub(crate) struct TaskCounts {
-    pub delivered: u64,
-    pub held: u64,
-    pub gate_wait_us: u64,
-    pub max_gate_wait_us: u64,
-    pub late: u64,
-    pub raised: u64,
-}
 
 /// One record handed to the handler.
 struct Handled<'a> {
@@ -967,48 +868,4 @@ impl Task {
         }
         Ok(committed)
     }
-}
-
-/// The event-time order of a task just restored, when the stage orders by event time (not
-/// started yet: the caller reads the startup ends): decoded from `bytes` (the changelog's
-/// event-time record committed with the task's snapshot) and `timers`, or fresh.
-///
-/// # Errors
-/// [`Error::EventTime`] for a record that does not decode, or for parked records in the
-/// changelog of a stage that no longer orders by event time (they would be lost).
-pub(crate) fn event_time_of(
-    ctx: &TaskContext,
-    order: Option<&parsley_stage::EventTimeOrder>,
-    partition: i32,
-    bytes: Option<&[u8]>,
-    timers: &BTreeMap<Part<Vec<u8>>, Vec<u8>>,
-) -> Result<Option<EventTime>> {
-    let event_error = |message: String| Error::EventTime {
-        stage: ctx.stage.clone(),
-        partition,
-        message,
-    };
-    let Some(order) = order else {
-        if timers.keys().any(|p| matches!(p, Part::Segment(_))) {
-            return Err(event_error(
-                "the changelog holds parked records but the stage no longer orders by event time; they would be lost".into(),
-            ));
-        }
-        return Ok(None);
-    };
-    let control = match &order.control {
-        Some(c) => Some((ctx.sources[ctx.source_index(&c.topic)?].id, c.lag_ms)),
-        None => None,
-    };
-    let inputs: Vec<Channel> = ctx
-        .sources
-        .iter()
-        .filter(|t| Some(t.id) != control.map(|(id, _)| id))
-        .map(|t| Channel::new(t.id, partition))
-        .collect();
-    let topics = ctx.sources.iter().map(|t| (t.id, t.name.clone()));
-    Ok(Some(match bytes {
-        Some(b) => EventTime::decode(inputs, control, topics, b, timers).map_err(event_error)?,
-        None => EventTime::new(inputs, control, topics),
-    }))
 }

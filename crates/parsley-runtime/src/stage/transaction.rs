@@ -39,7 +39,8 @@ use tracing::{debug, debug_span, warn};
 
 use super::StageRunner;
 use super::output::{ChangelogWriter, HeldSend, Outgoing, Output};
-use super::task::{Task, Work};
+use super::record::Work;
+use super::task::Task;
 use crate::admin::TopicInfo;
 use crate::config::StatisticsSink;
 use crate::error::{Error, Result};
