@@ -8,60 +8,17 @@ use parsley_runtime::{
     DLQ_KIND_HEADER, DLQ_OFFSET_HEADER, DLQ_PARTITION_HEADER, DLQ_STAGE_HEADER, DLQ_TOPIC_HEADER,
     Error, Runtime, RuntimeConfig,
 };
-use parsley_stage::{BadRecordPolicy, Handler, HandlerResult, Json, Record, Step, Topology, Utf8};
+use parsley_stage::{BadRecordPolicy, Json, Topology, Utf8};
 use parsley_testkit::fixtures::{
-    DEADLINE, bootstrap, committed_values, create_topic, next_failure, raw_producer,
-    read_committed, unique_topic, wait_committed,
+    CopyRecords, DEADLINE, SumValues, bootstrap, committed_values, create_topic, next_failure,
+    raw_producer, read_committed, unique_topic, wait_committed,
 };
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, Producer};
 
-/// Sums the `u32` values (JSON) of each key into `sink` as `key=total`; fails on 13.
-struct Sum(String);
-
-impl Handler for Sum {
-    type Key = String;
-    type Value = u32;
-    type Output = String;
-    type State = u32;
-
-    fn handle(
-        &self,
-        r: Record<'_, String, u32>,
-        s: Option<u32>,
-    ) -> HandlerResult<String, String, u32> {
-        if r.value == 13 {
-            return Err("unlucky".into());
-        }
-        let total = s.unwrap_or(0) + r.value;
-        let line = format!("{}={total}", r.key);
-        Ok(Step::none()
-            .set_state(total)
-            .emit(self.0.as_str(), r.key, line))
-    }
-}
-
-/// Copies every record, keyless ones too; keeps no fold state.
-struct Copy(String);
-
-impl Handler for Copy {
-    type Key = Option<String>;
-    type Value = String;
-    type Output = String;
-    type State = ();
-
-    fn handle(
-        &self,
-        r: Record<'_, Option<String>, String>,
-        _: Option<()>,
-    ) -> HandlerResult<Option<String>, String, ()> {
-        Ok(Step::none().emit(self.0.as_str(), r.key, r.value))
-    }
-}
-
 fn sum_topology(app: &str, input: &str, output: &str, policy: BadRecordPolicy) -> Topology {
     Topology::builder(app)
-        .stage("sum", Sum(output.to_string()), |s| {
+        .stage("sum", SumValues(output.to_string()), |s| {
             s.source(input)
                 .sink(output)
                 .key_codec(Utf8)
@@ -234,14 +191,14 @@ fn c19_keyless_records_pass_a_stateless_stage_and_stop_a_stateful_one() {
     produce(&input.name, &[(None, "1"), (None, "2"), (None, "3")]);
     let app = unique_topic("c19");
     let topology = Topology::builder(&app)
-        .stage("copy", Copy(copied.name.clone()), |s| {
+        .stage("copy", CopyRecords(copied.name.clone()), |s| {
             s.source(&input.name)
                 .sink(&copied.name)
                 .key_codec(Json)
                 .value_codec(Utf8)
                 .output_codec(Utf8)
         })
-        .stage("sum", Sum(summed.name.clone()), |s| {
+        .stage("sum", SumValues(summed.name.clone()), |s| {
             s.source(&input.name)
                 .sink(&summed.name)
                 .key_codec(Utf8)

@@ -513,6 +513,55 @@ impl parsley_stage::Handler for CountKeys {
     }
 }
 
+/// A stage handler that sums the `u32` values (JSON) of each key into one topic as
+/// `key=total` (UTF-8 keys and output) and fails on the value 13 (`"unlucky"`): a value that
+/// does not decode, a handler error and a record without a key are its bad records.
+#[derive(Debug, Clone)]
+pub struct SumValues(pub String);
+
+impl parsley_stage::Handler for SumValues {
+    type Key = String;
+    type Value = u32;
+    type Output = String;
+    type State = u32;
+
+    fn handle(
+        &self,
+        r: parsley_stage::Record<'_, String, u32>,
+        s: Option<u32>,
+    ) -> parsley_stage::HandlerResult<String, String, u32> {
+        if r.value == 13 {
+            return Err("unlucky".into());
+        }
+        let total = s.unwrap_or(0) + r.value;
+        let line = format!("{}={total}", r.key);
+        Ok(parsley_stage::Step::none()
+            .set_state(total)
+            .emit(self.0.as_str(), r.key, line))
+    }
+}
+
+/// A stage handler that keeps no fold state (`State = ()`) and copies each record to one topic,
+/// a record without a key too: its keys are `Option<String>` (JSON: an absent key is `None`),
+/// its values UTF-8 text.
+#[derive(Debug, Clone)]
+pub struct CopyRecords(pub String);
+
+impl parsley_stage::Handler for CopyRecords {
+    type Key = Option<String>;
+    type Value = String;
+    type Output = String;
+    type State = ();
+
+    fn handle(
+        &self,
+        r: parsley_stage::Record<'_, Option<String>, String>,
+        _: Option<()>,
+    ) -> parsley_stage::HandlerResult<Option<String>, String, ()> {
+        Ok(parsley_stage::Step::none().emit(self.0.as_str(), r.key, r.value))
+    }
+}
+
 /// A topology of application `app` with one stage, `forward`, that reads `sources` and
 /// forwards every record to `sink` ([`Forward`]), with `policy` for impossible stamps.
 ///

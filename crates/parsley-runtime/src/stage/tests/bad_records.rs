@@ -3,6 +3,7 @@
 
 use parsley_clock::codec;
 use parsley_stage::{BadRecordPolicy, Handler, HandlerResult, Json, Record, Step, Topology, Utf8};
+use parsley_testkit::fixtures::{CopyRecords, SumValues};
 
 use super::*;
 use crate::outbox::partition_for;
@@ -11,50 +12,9 @@ use crate::{
     DLQ_STAGE_HEADER, DLQ_STAMP_HEADER, DLQ_TOPIC_HEADER,
 };
 
-/// Sums the `u32` values (JSON) of each key into `out` as `key=total`; fails on 13.
-struct Sum;
-
-impl Handler for Sum {
-    type Key = String;
-    type Value = u32;
-    type Output = String;
-    type State = u32;
-
-    fn handle(
-        &self,
-        r: Record<'_, String, u32>,
-        s: Option<u32>,
-    ) -> HandlerResult<String, String, u32> {
-        if r.value == 13 {
-            return Err("unlucky".into());
-        }
-        let total = s.unwrap_or(0) + r.value;
-        let line = format!("{}={total}", r.key);
-        Ok(Step::none().set_state(total).emit("out", r.key, line))
-    }
-}
-
-/// Copies each record to `out`, keyless ones too (`State = ()`: it keeps no fold state).
-struct Copy;
-
-impl Handler for Copy {
-    type Key = Option<String>;
-    type Value = String;
-    type Output = String;
-    type State = ();
-
-    fn handle(
-        &self,
-        r: Record<'_, Option<String>, String>,
-        _: Option<()>,
-    ) -> HandlerResult<Option<String>, String, ()> {
-        Ok(Step::none().emit("out", r.key, r.value))
-    }
-}
-
 fn sum(policy: BadRecordPolicy) -> TaskContext {
     let topology = Topology::builder("app")
-        .stage("sum", Sum, |s| {
+        .stage("sum", SumValues("out".into()), |s| {
             s.source("in")
                 .source("side")
                 .sink("out")
@@ -239,7 +199,7 @@ fn c19_a_keyless_record_in_a_stateful_stage_goes_to_the_policy_naming_the_missin
 #[test]
 fn c19_a_stage_that_keeps_no_state_takes_keyless_records() {
     let topology = Topology::builder("app")
-        .stage("copy", Copy, |s| {
+        .stage("copy", CopyRecords("out".into()), |s| {
             s.source("in")
                 .source("side")
                 .sink("out")
