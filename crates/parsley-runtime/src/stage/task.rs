@@ -19,8 +19,10 @@
 //!   is set by every delivery and release since then.
 //! - `snapshot_offsets` are the input offsets the last written snapshot was committed with:
 //!   both describe the same moment, as the changelog and the group's offsets do after a commit.
+//! - `causes` names the input record of every send made since the last changelog write (by the
+//!   sequence of the first send of each run): a send refused for good names its input.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::time::Instant;
 
 use parsley_clock::{CausalClock, Channel, Coordinate, SenderId, Stamp, TopicId, codec};
@@ -33,7 +35,7 @@ use super::output::{ChangelogWriter, Header, Outgoing, Output};
 use super::policy::{Bad, DeadLetterCause};
 use super::{backpressure, policy};
 use crate::changelog::{EVENT_TIME_KEY, META_KEY, STATE_PREFIX, TaskSnapshot};
-use crate::error::{Error, Result};
+use crate::error::{Error, InputRecord, Refusal, Result};
 use crate::event_time::{Delivered, EventTime, HandOver, ParkedRecord};
 use crate::outbox::{SendTag, partition_for};
 
@@ -209,6 +211,79 @@ fn partition_of(key: Option<&[u8]>, task: i32, partitions: i32) -> i32 {
     }
 }
 
+/// The input record whose delivery made a run of sends ([`Task::cause_of`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Cause {
+    /// Index of its source topic in [`TaskContext::sources`].
+    pub source: usize,
+    /// Its offset.
+    pub offset: i64,
+    /// The sends are its dead letter.
+    pub dead_letter: bool,
+}
+
+/// An input record one of whose outputs was refused for good ([`Error::OutputRefused`]),
+/// under a bad-record policy that takes it: the redo applies the policy to it instead of
+/// handling it ([`BadRecordKind::OutputRefused`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RefusedInput {
+    /// Index of its source topic in [`TaskContext::sources`].
+    pub source: usize,
+    /// Its offset.
+    pub offset: i64,
+    /// The stage.
+    pub stage: String,
+    /// The input record, named.
+    pub input: InputRecord,
+    /// The refused output's topic and partition.
+    pub topic: String,
+    /// Its partition.
+    pub partition: i32,
+    /// Why it was refused.
+    pub reason: Refusal,
+    /// The policy took it in the open transaction: dropped once that commits.
+    used: bool,
+}
+
+impl RefusedInput {
+    /// The input of `error` (an [`Error::OutputRefused`] of an output, not of a dead letter,
+    /// with its input known), read from source `source`.
+    pub(crate) fn of(error: &Error, source: usize) -> Option<Self> {
+        match error {
+            Error::OutputRefused {
+                stage,
+                input: Some(input),
+                dead_letter: false,
+                topic,
+                partition,
+                reason,
+            } => Some(RefusedInput {
+                source,
+                offset: input.offset,
+                stage: stage.clone(),
+                input: (**input).clone(),
+                topic: topic.clone(),
+                partition: *partition,
+                reason: (**reason).clone(),
+                used: false,
+            }),
+            _ => None,
+        }
+    }
+
+    /// The error it was refused with.
+    fn error(&self) -> Error {
+        Error::OutputRefused {
+            stage: self.stage.clone(),
+            input: Some(Box::new(self.input.clone())),
+            dead_letter: false,
+            topic: self.topic.clone(),
+            partition: self.partition,
+            reason: Box::new(self.reason.clone()),
+        }
+    }
+}
+
 /// One task: partition `p` of every source.
 pub(crate) struct Task {
     partition: i32,
@@ -227,6 +302,12 @@ pub(crate) struct Task {
     event_time: Option<EventTime>,
     /// The stamp encoder's buffer, reused across sends.
     stamp_buf: Vec<u8>,
+    /// The input record of each run of sends not known to be acknowledged yet, by the send
+    /// sequence of its first send (ascending): names the input of a refused send. Cleared at
+    /// each changelog write, when every send is acknowledged.
+    causes: VecDeque<(u64, Cause)>,
+    /// Input records whose outputs were refused for good, to skip or dead-letter on delivery.
+    refused: Vec<RefusedInput>,
 }
 
 impl Task {
@@ -248,6 +329,8 @@ impl Task {
             counts: TaskCounts::default(),
             event_time: None,
             stamp_buf: Vec::with_capacity(256),
+            causes: VecDeque::new(),
+            refused: Vec::new(),
         }
     }
 
@@ -402,6 +485,45 @@ impl Task {
         std::mem::take(&mut self.counts)
     }
 
+    /// The input record whose delivery made send `seq` of this task, if the send is not
+    /// known to be acknowledged yet.
+    pub(crate) fn cause_of(&self, seq: u64) -> Option<Cause> {
+        let after = self.causes.partition_point(|(first, _)| *first <= seq);
+        after.checked_sub(1).map(|i| self.causes[i].1)
+    }
+
+    /// Notes that the sends from the next sequence on are made for `cause`.
+    fn note_cause(&mut self, cause: Cause) {
+        let first = self.clock.next_seq();
+        match self.causes.back_mut() {
+            Some((seq, last)) if *seq == first => *last = cause,
+            _ => self.causes.push_back((first, cause)),
+        }
+    }
+
+    /// Input records whose outputs were refused for good: delivered again, they go to the
+    /// bad-record policy instead of the handler. Given to a task just restored by a recovery.
+    pub(crate) fn refuse(&mut self, refused: impl IntoIterator<Item = RefusedInput>) {
+        for mut r in refused {
+            r.used = false;
+            if !self.is_refused(r.source, r.offset) {
+                self.refused.push(r);
+            }
+        }
+    }
+
+    /// Takes the refused input records, for the task that replaces this one.
+    pub(crate) fn take_refused(&mut self) -> Vec<RefusedInput> {
+        std::mem::take(&mut self.refused)
+    }
+
+    /// Whether the record at `offset` of source `source` is a refused input record.
+    pub(crate) fn is_refused(&self, source: usize, offset: i64) -> bool {
+        self.refused
+            .iter()
+            .any(|r| r.source == source && r.offset == offset)
+    }
+
     /// Offers a fetched record of this task to its gate, applying the policy to a malformed
     /// stamp first; a full channel that an in-flight claim needs spills at once.
     ///
@@ -483,7 +605,8 @@ impl Task {
     ///
     /// # Errors
     /// The processor's; a clock or gate error; [`Error::NoEventTime`] for a record without a
-    /// timestamp in an event-time stage; a refused send.
+    /// timestamp in an event-time stage; a refused send ([`Error::OutputRefused`] naming the
+    /// stage and the input record for one refused for good).
     pub(crate) fn deliver(&mut self, ctx: &TaskContext, out: &mut dyn Output) -> Result<Work> {
         let mut work = Work::default();
         while let Some(d) = self.gate.next_delivery() {
@@ -636,8 +759,10 @@ impl Task {
     ///
     /// A record the stage cannot process (a key or value that does not decode or is missing
     /// where it is needed, a handler error) goes to the stage's bad-record policy: a record
-    /// without a key in a stage that keeps fold state is one, before its handler runs. The
-    /// value is copied first only when the policy may send it to the dead-letter topic.
+    /// without a key in a stage that keeps fold state is one, before its handler runs, and so
+    /// is a record the task was told an output of was refused for good ([`Task::refuse`]),
+    /// instead of its handler. The value is copied first only when the policy may send it to
+    /// the dead-letter topic.
     fn handle(
         &mut self,
         ctx: &TaskContext,
@@ -654,6 +779,29 @@ impl Task {
             headers: record.headers,
             timestamp,
         };
+        if !self.refused.is_empty()
+            && let Some(refused) = self
+                .refused
+                .iter_mut()
+                .find(|r| r.source == record.source && r.offset == record.offset)
+        {
+            refused.used = true;
+            let error = refused.error();
+            let mut original = original(record.value);
+            if matches!(refused.reason, Refusal::Timestamp { .. }) {
+                // Its dead letter would be refused too: it gets the producer's clock, and the
+                // refused timestamp is in its reason.
+                original.timestamp = None;
+            }
+            return self.bad_record(
+                ctx,
+                out,
+                work,
+                original,
+                BadRecordKind::OutputRefused,
+                error,
+            );
+        }
         if record.key.is_none() && ctx.keeps_state {
             let error = Error::KeylessRecord {
                 stage: ctx.stage.clone(),
@@ -706,14 +854,33 @@ impl Task {
                 self.dirty.insert(state_key.to_vec());
             }
         }
+        if !step.emit.is_empty() {
+            self.note_cause(Cause {
+                source: record.source,
+                offset: record.offset,
+                dead_letter: false,
+            });
+        }
         for emission in step.emit {
-            self.emit(ctx, out, emission, record.timestamp)?;
+            self.emit(ctx, out, emission, record.timestamp)
+                .map_err(|e| self.refused_output(ctx, e, record.source, record.offset))?;
             work.emissions += 1;
         }
         work.deliveries += 1;
         ctx.metrics.delivered();
         self.counts.delivered += 1;
         Ok(())
+    }
+
+    /// `e`, naming the stage and the input record at `offset` of source `source` if it is an
+    /// [`Error::OutputRefused`] of one of its outputs (or of its dead letter, `dead_letter`).
+    fn refused_output(&self, ctx: &TaskContext, e: Error, source: usize, offset: i64) -> Error {
+        let input = InputRecord {
+            topic: ctx.sources[source].name.clone(),
+            partition: self.partition,
+            offset,
+        };
+        e.refused_in(&ctx.stage, Some(input), false)
     }
 
     /// Stamps one emission with the node clock and hands it to `out`, with record timestamp
@@ -804,6 +971,12 @@ impl Task {
             dlq.info.id,
             partition_of(record.key, self.partition, dlq.info.partitions),
         );
+        let offset = record.offset;
+        self.note_cause(Cause {
+            source: record.source,
+            offset,
+            dead_letter: true,
+        });
         let stamp = self.clock.stamp(channel)?;
         let tag = SendTag {
             task: self.partition,
@@ -824,7 +997,12 @@ impl Task {
         });
         if let Err(err) = sent {
             self.clock.failed(tag.seq, channel)?;
-            return Err(err);
+            let input = InputRecord {
+                topic: cause.topic.to_string(),
+                partition: cause.partition,
+                offset,
+            };
+            return Err(err.refused_in(cause.stage, Some(input), true));
         }
         work.emissions += 1;
         Ok(())
@@ -924,6 +1102,10 @@ impl Task {
         writer: &mut dyn ChangelogWriter,
     ) -> Result<Vec<(Channel, i64)>> {
         let committed = self.input_offsets();
+        // Every send so far is acknowledged: no refusal can name their inputs any more.
+        self.causes.clear();
+        // A refused input record the policy took commits with this transaction.
+        self.refused.retain(|r| !r.used);
         let mut key = vec![STATE_PREFIX];
         for k in std::mem::take(&mut self.dirty) {
             key.truncate(1);
