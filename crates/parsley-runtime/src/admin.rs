@@ -740,6 +740,42 @@ impl Admin {
         }
     }
 
+    /// The configuration of `topic` (`DescribeConfigs`): every entry with a value, as name and
+    /// value, the broker's defaults included (`max.message.bytes`,
+    /// `message.timestamp.after.max.ms`, `cleanup.policy`, …).
+    ///
+    /// # Errors
+    /// [`Error::Admin`] naming the topic when the broker refuses (an unknown topic).
+    pub fn topic_config(&self, topic: &str) -> Result<Vec<(String, String)>> {
+        let resource = rdkafka::admin::ResourceSpecifier::Topic(topic);
+        let results = block_on(self.client.describe_configs([&resource], &self.options()))
+            .map_err(|e| Error::kafka(format!("describing the configuration of {topic}"), e))?;
+        let described = results.into_iter().next().ok_or_else(|| Error::Admin {
+            operation: format!("describing the configuration of {topic}"),
+            message: "no result".into(),
+        })?;
+        let resource = described.map_err(|code| Error::Admin {
+            operation: format!("describing the configuration of {topic}"),
+            message: code.to_string(),
+        })?;
+        Ok(resource
+            .entries
+            .into_iter()
+            .filter_map(|e| Some((e.name, e.value?)))
+            .collect())
+    }
+
+    /// The settings of `topic` that a refusal of one of its records is judged against.
+    ///
+    /// # Errors
+    /// As [`Admin::topic_config`].
+    pub(crate) fn topic_limits(&self, topic: &str) -> Result<crate::refusal::TopicLimits> {
+        let config = self.topic_config(topic)?;
+        Ok(crate::refusal::TopicLimits::from_entries(
+            config.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+        ))
+    }
+
     /// Deletes `names` and returns once `DescribeTopics` no longer knows them.
     ///
     /// # Errors

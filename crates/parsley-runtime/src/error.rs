@@ -154,7 +154,9 @@ pub enum Error {
     /// A clock operation failed.
     #[error("clock: {0}")]
     Clock(Box<parsley_clock::Error>),
-    /// A send was not acknowledged.
+    /// A send was not acknowledged, for a reason the next try may not meet (a record refused
+    /// for what it is — too large, a timestamp outside the topic's window — is
+    /// [`Error::OutputRefused`] instead).
     #[error("send to {channel} (topic {topic}) failed: {source}")]
     Send {
         /// Topic name.
@@ -163,6 +165,50 @@ pub enum Error {
         channel: Box<Channel>,
         /// The client's error.
         source: KafkaError,
+    },
+    /// An output record that the stage's producer or the broker refuses for what it is, and
+    /// would refuse on every try: larger than a size limit (librdkafka's `MSG_SIZE_TOO_LARGE`
+    /// from `produce()`, the broker's `MESSAGE_TOO_LARGE` for its batch), or a timestamp
+    /// outside the window the topic accepts (the broker's `INVALID_TIMESTAMP`, or
+    /// `INVALID_RECORD` for it; Kafka 4 refuses by default a `CreateTime` more than an hour
+    /// ahead of its clock, KIP-1030). Cases C16 and C17.
+    ///
+    /// It is not retried: the transaction that made the record is aborted, so nothing of it
+    /// becomes visible and its input offsets do not move. When the input record that caused the
+    /// record is known, the stage's [`BadRecordPolicy`](parsley_stage::BadRecordPolicy)
+    /// applies to that input record
+    /// ([`BadRecordKind::OutputRefused`](parsley_stage::BadRecordKind::OutputRefused)): under
+    /// `Fail` the stage stops with this error; under `Skip` or `DeadLetter` the transaction is
+    /// aborted, every task returns to its last commit, and the redo skips or dead-letters that
+    /// input record instead of handling it — none of its outputs is written, a transaction
+    /// that lost one of them never commits. A refused dead letter or changelog record, or one
+    /// whose input is not known, stops the stage under every policy.
+    ///
+    /// When the broker refuses a batch, every record in it fails; the one named is the record
+    /// that explains the refusal alone (too large alone, or a timestamp outside the topic's
+    /// window). A refused batch that no single record explains (records that fit one by one
+    /// in a batch that does not) stays an [`Error::Send`]. After the broker refused a batch the
+    /// runtime replaces the stage's producer before the redo: librdkafka goes on counting the
+    /// refused batch's sequence numbers, which would make the broker refuse the next
+    /// transaction's first send as `OUT_OF_ORDER_SEQUENCE_NUMBER`.
+    #[error(
+        "stage {stage}: {} to {topic}/{partition} refused: {reason} (not retried)",
+        refused_what(input.as_deref(), *dead_letter)
+    )]
+    OutputRefused {
+        /// The stage.
+        stage: String,
+        /// The input record whose delivery made the refused record (with `dead_letter`: the
+        /// record the refused dead letter carries), when known; `None` for a changelog record.
+        input: Option<Box<InputRecord>>,
+        /// The refused record is a dead letter.
+        dead_letter: bool,
+        /// The refused record's topic.
+        topic: String,
+        /// Its partition.
+        partition: i32,
+        /// Why it is refused.
+        reason: Box<Refusal>,
     },
     /// Another producer initialised this stage's transactional id while the stage's
     /// transaction had been open for less than `transaction.timeout.ms`, so the transaction
@@ -446,6 +492,87 @@ pub enum Error {
     },
 }
 
+/// A record of a stage's source: `topic/partition@offset`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InputRecord {
+    /// The source topic.
+    pub topic: String,
+    /// The partition.
+    pub partition: i32,
+    /// The offset.
+    pub offset: i64,
+}
+
+impl std::fmt::Display for InputRecord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}@{}", self.topic, self.partition, self.offset)
+    }
+}
+
+/// Why an output record is refused for good ([`Error::OutputRefused`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Refusal {
+    /// The record is larger than a size limit.
+    #[error(
+        "{size} B, its headers included, is over the limit of {} ({setting})",
+        limit.map_or("unknown size".to_string(), |l| format!("{l} B"))
+    )]
+    TooLarge {
+        /// The record's size as the limit counts it, its headers (the stamp's among them)
+        /// included: for the producer's `message.max.bytes`, librdkafka's bound (key, value
+        /// and serialized headers plus 36 B of record framing); for the topic's
+        /// `max.message.bytes`, the size of an uncompressed batch holding the record alone
+        /// (61 B of batch header plus the framed record).
+        size: u64,
+        /// The limit, bytes; `None` when it could not be read.
+        limit: Option<u64>,
+        /// The setting that sets it: [`PRODUCER_SIZE_LIMIT`] or [`TOPIC_SIZE_LIMIT`].
+        setting: &'static str,
+    },
+    /// The record's timestamp is outside the window the topic accepts (`CreateTime` topics).
+    #[error(
+        "record timestamp {timestamp} ms is {} ms {} this host's clock, beyond {setting}{}",
+        skew_ms.unsigned_abs(),
+        if *skew_ms >= 0 { "ahead of" } else { "behind" },
+        max_ms.map_or(String::new(), |m| format!(" = {m} ms"))
+    )]
+    Timestamp {
+        /// The record timestamp, ms since the epoch.
+        timestamp: i64,
+        /// How far it was from this host's clock when refused, ms (positive: ahead).
+        skew_ms: i64,
+        /// The topic setting it breaks: [`TIMESTAMP_AFTER_LIMIT`] or
+        /// [`TIMESTAMP_BEFORE_LIMIT`] (the broker's `log.`-prefixed settings are their
+        /// defaults).
+        setting: &'static str,
+        /// The setting's value, ms; `None` when it could not be read.
+        max_ms: Option<i64>,
+    },
+}
+
+impl Refusal {
+    /// `true` when the broker refused the record (in its batch's delivery report), `false`
+    /// when librdkafka's `produce()` did (nothing was sent).
+    pub fn by_broker(&self) -> bool {
+        match self {
+            Refusal::TooLarge { setting, .. } => *setting != PRODUCER_SIZE_LIMIT,
+            Refusal::Timestamp { .. } => true,
+        }
+    }
+}
+
+/// The producer setting of [`Refusal::TooLarge`] checked in librdkafka's `produce()`.
+pub const PRODUCER_SIZE_LIMIT: &str = "message.max.bytes of the stage's producer";
+/// The topic setting of [`Refusal::TooLarge`] checked by the broker.
+pub const TOPIC_SIZE_LIMIT: &str = "max.message.bytes of the topic";
+/// The topic setting of [`Refusal::Timestamp`] for a timestamp ahead of the broker's clock
+/// (the broker's default: `log.message.timestamp.after.max.ms`, one hour since Kafka 4.0).
+pub const TIMESTAMP_AFTER_LIMIT: &str = "message.timestamp.after.max.ms of the topic";
+/// The topic setting of [`Refusal::Timestamp`] for a timestamp behind the broker's clock
+/// (the broker's default: `log.message.timestamp.before.max.ms`, unlimited).
+pub const TIMESTAMP_BEFORE_LIMIT: &str = "message.timestamp.before.max.ms of the topic";
+
 /// Why a record given to [`CausalProducer::send_record`](crate::CausalProducer::send_record) is
 /// refused ([`Error::InvalidRecord`]).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -478,6 +605,35 @@ impl Error {
         }
     }
 
+    /// Names the stage, and the input record when known, in an [`Error::OutputRefused`] made
+    /// where they are not known (the producer's side: its `stage` is empty); any other error
+    /// is returned unchanged.
+    pub(crate) fn refused_in(
+        self,
+        stage: &str,
+        input: Option<InputRecord>,
+        dead_letter: bool,
+    ) -> Error {
+        match self {
+            Error::OutputRefused {
+                stage: named,
+                input: known,
+                dead_letter: was,
+                topic,
+                partition,
+                reason,
+            } if named.is_empty() => Error::OutputRefused {
+                stage: stage.to_string(),
+                input: known.or(input.map(Box::new)),
+                dead_letter: was || dead_letter,
+                topic,
+                partition,
+                reason,
+            },
+            other => other,
+        }
+    }
+
     /// The error a stage itself ended with: the `source` of an [`Error::StageFailed`] (through
     /// any nesting), or `self` for every other error. The classification methods below look
     /// at this error.
@@ -498,8 +654,10 @@ impl Error {
     ///   [`Error::is_fenced`]: the recovery tells a transaction the coordinator aborted for
     ///   its age, which is redone, from another process running as this instance, which ends
     ///   the stage with [`Error::Fenced`]);
-    /// - [`Error::Send`]: a send the broker refused (the abort decides: a fenced producer
-    ///   cannot abort, and the stage ends then);
+    /// - [`Error::Send`]: a send that failed (the abort decides: a fenced producer cannot
+    ///   abort, and the stage ends then) — not [`Error::OutputRefused`], a record refused for
+    ///   good, which is never retried as it was (the stage's bad-record policy may take its
+    ///   input record out of the redo);
     /// - [`Error::Kafka`] holding a transactional API error ([`KafkaError::Transaction`])
     ///   that requires an abort and is not fatal, or whose code is a fence.
     ///
@@ -564,7 +722,8 @@ impl Error {
     /// [`Error::MalformedStamp`], [`Error::Gate`], [`Error::Stage`],
     /// [`Error::RestoreMismatch`], [`Error::Changelog`], [`Error::ChangelogPartitions`],
     /// [`Error::SourceChanged`], [`Error::SourceDeleted`], [`Error::NotCoPartitioned`],
-    /// [`Error::NoEventTime`], [`Error::EventTime`], … — and also a fatal [`Error::Transaction`]
+    /// [`Error::NoEventTime`], [`Error::EventTime`], [`Error::OutputRefused`], … — and also a
+    /// fatal [`Error::Transaction`]
     /// whose code is not a fence (the producer cannot be used any more), [`Error::Admin`],
     /// [`Error::Timeout`], [`Error::RestoreBlocked`], [`Error::StagePanicked`], [`Error::ThreadSpawn`],
     /// [`Error::Signals`], [`Error::InvalidRecord`], and an [`Error::Kafka`] that is neither
@@ -610,6 +769,16 @@ pub(crate) fn render_key(key: &[u8]) -> String {
             let hex: String = shown.iter().map(|b| format!("{b:02x}")).collect();
             format!("0x{hex}{more}")
         }
+    }
+}
+
+/// What [`Error::OutputRefused`] says was refused.
+fn refused_what(input: Option<&InputRecord>, dead_letter: bool) -> String {
+    match (input, dead_letter) {
+        (Some(i), false) => format!("an output of input record {i}"),
+        (Some(i), true) => format!("the dead letter of input record {i}"),
+        (None, true) => "a dead letter".to_string(),
+        (None, false) => "a record".to_string(),
     }
 }
 
@@ -669,6 +838,86 @@ mod tests {
             operation: "polling".into(),
             source,
         }
+    }
+
+    fn input() -> super::InputRecord {
+        super::InputRecord {
+            topic: "in".into(),
+            partition: 0,
+            offset: 7,
+        }
+    }
+
+    fn output_refused(input: Option<super::InputRecord>, dead_letter: bool) -> Error {
+        Error::OutputRefused {
+            stage: "emit".into(),
+            input: input.map(Box::new),
+            dead_letter,
+            topic: "out".into(),
+            partition: 0,
+            reason: Box::new(super::Refusal::TooLarge {
+                size: 100_022,
+                limit: Some(100_000),
+                setting: super::PRODUCER_SIZE_LIMIT,
+            }),
+        }
+    }
+
+    #[test]
+    fn an_output_refused_names_the_stage_its_input_the_record_and_the_limit() {
+        assert_eq!(
+            output_refused(Some(input()), false).to_string(),
+            "stage emit: an output of input record in/0@7 to out/0 refused: 100022 B, its \
+             headers included, is over the limit of 100000 B (message.max.bytes of the stage's \
+             producer) (not retried)"
+        );
+        assert!(
+            output_refused(Some(input()), true)
+                .to_string()
+                .starts_with("stage emit: the dead letter of input record in/0@7 to out/0")
+        );
+        assert!(
+            output_refused(None, false)
+                .to_string()
+                .starts_with("stage emit: a record to out/0 refused")
+        );
+        // Named below the task (the producer's side), then by the task.
+        let unnamed = Error::OutputRefused {
+            stage: String::new(),
+            input: None,
+            dead_letter: false,
+            topic: "out".into(),
+            partition: 0,
+            reason: Box::new(super::Refusal::Timestamp {
+                timestamp: 1_000,
+                skew_ms: -5,
+                setting: super::TIMESTAMP_BEFORE_LIMIT,
+                max_ms: None,
+            }),
+        };
+        let named = unnamed.refused_in("emit", Some(input()), false);
+        assert!(
+            matches!(&named, Error::OutputRefused { stage, input: Some(i), .. }
+                if stage == "emit" && **i == input()),
+            "{named:?}"
+        );
+        assert!(named.to_string().contains(
+            "record timestamp 1000 ms is 5 ms behind this host's clock, beyond \
+             message.timestamp.before.max.ms of the topic"
+        ));
+        // Named once: a second naming changes nothing; other errors pass through.
+        let again = named.refused_in("other", None, true);
+        assert!(
+            matches!(&again, Error::OutputRefused { stage, dead_letter: false, .. } if stage == "emit")
+        );
+        let timeout = Error::Timeout {
+            what: "x".into(),
+            timeout: Duration::from_secs(1),
+        };
+        assert!(matches!(
+            timeout.refused_in("emit", Some(input()), false),
+            Error::Timeout { .. }
+        ));
     }
 
     fn fenced() -> Error {
@@ -752,6 +1001,9 @@ mod tests {
             topic: "out".into(),
             problem: super::RecordProblem::ReservedHeader("parsley.stamp".into()),
         };
+        let too_large = output_refused(None, false);
+        let too_large_input = output_refused(Some(input()), false);
+        let dead_letter = output_refused(Some(input()), true);
         #[rustfmt::skip]
         let rows: Vec<Row> = vec![
             // A failed transaction: aborted, every task back to its last commit.
@@ -793,6 +1045,10 @@ mod tests {
             // The caller's: signal handlers, a refused record.
             ("Signals", signals, Fatal, NOT_FENCED),
             ("InvalidRecord", refused, Fatal, NOT_FENCED),
+            // An output refused for good: never retried (the policy may take its input).
+            ("OutputRefused", too_large, Fatal, NOT_FENCED),
+            ("OutputRefused with its input", too_large_input, Fatal, NOT_FENCED),
+            ("OutputRefused dead letter", dead_letter, Fatal, NOT_FENCED),
         ];
         rows
     }

@@ -65,6 +65,7 @@ mod fault;
 mod metrics;
 mod open_transaction;
 mod outbox;
+mod refusal;
 mod runtime;
 mod security;
 mod signals;
@@ -75,7 +76,10 @@ pub use causal_producer::{Acked, CausalProducer, CausalProducerConfig, OutgoingR
 pub use changelog::changelog_topic;
 pub use clients::{ClientRole, ClientSettings};
 pub use config::{GateMode, RuntimeConfig, StatisticsSink};
-pub use error::{Error, RecordProblem, Result};
+pub use error::{
+    Error, InputRecord, PRODUCER_SIZE_LIMIT, RecordProblem, Refusal, Result, TIMESTAMP_AFTER_LIMIT,
+    TIMESTAMP_BEFORE_LIMIT, TOPIC_SIZE_LIMIT,
+};
 #[cfg(feature = "fault-injection")]
 pub use fault::CrashPoint;
 pub use metrics::{

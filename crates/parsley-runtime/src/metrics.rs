@@ -49,7 +49,7 @@ pub struct StageMetrics {
     overlapped: AtomicU64,
     own_write_commits: AtomicU64,
     /// Bad records by kind, in [`BadRecordKind::ALL`]'s order.
-    bad_records: [AtomicU64; 5],
+    bad_records: [AtomicU64; 6],
     skipped: AtomicU64,
     tasks: Mutex<BTreeMap<i32, TaskMetrics>>,
     /// The per-key violation counter of event-time tasks: `(task, key) -> late records`.
@@ -230,6 +230,8 @@ pub struct BadRecordCounts {
     pub missing_value: u64,
     /// Handler errors.
     pub handler: u64,
+    /// Records one of whose outputs was refused for good ([`BadRecordKind::OutputRefused`]).
+    pub output_refused: u64,
 }
 
 impl BadRecordCounts {
@@ -241,6 +243,7 @@ impl BadRecordCounts {
             BadRecordKind::MissingKey => self.missing_key,
             BadRecordKind::MissingValue => self.missing_value,
             BadRecordKind::Handler => self.handler,
+            BadRecordKind::OutputRefused => self.output_refused,
             _ => 0,
         }
     }
@@ -284,6 +287,7 @@ impl StageMetrics {
                 missing_key: g(&self.bad_records[2]),
                 missing_value: g(&self.bad_records[3]),
                 handler: g(&self.bad_records[4]),
+                output_refused: g(&self.bad_records[5]),
             },
             skipped: g(&self.skipped),
         }

@@ -67,6 +67,7 @@ use rdkafka_sys as rdsys;
 use crate::clients::ClientRole;
 use crate::config::{StatisticsSink, forward_statistics};
 use crate::error::{Error, Result};
+use crate::refusal::RecordShape;
 use crate::security::{Endpoint, SecurityWatch, WATCH_STEP};
 
 /// Identifies one send in its delivery report.
@@ -87,12 +88,15 @@ pub struct Ack {
     pub tag: Option<SendTag>,
     /// The record's offset, or the error.
     pub result: std::result::Result<i64, KafkaError>,
+    /// For a failed send: what the broker's limits look at in the record (sizes, timestamp).
+    pub failed: Option<RecordShape>,
 }
 
 /// A delivery report as the callback records it: the send id and the result.
 struct Report {
     id: usize,
     result: std::result::Result<i64, KafkaError>,
+    failed: Option<RecordShape>,
 }
 
 /// The delivery opaque of an untagged send (a changelog write).
@@ -125,6 +129,9 @@ struct Pending {
     tag: SendTag,
     /// Never read: it keeps the buffer librdkafka was given alive.
     _value: Option<Vec<u8>>,
+    /// The record timestamp it was sent with (`None`: the producer's clock): librdkafka's
+    /// report of a failed send does not give it back.
+    timestamp: Option<i64>,
 }
 
 /// A librdkafka topic handle of the outbox's producer, made on the topic's first send and
@@ -226,14 +233,15 @@ impl ProducerContext for AckContext {
     type DeliveryOpaque = usize;
 
     fn delivery(&self, result: &DeliveryResult<'_>, id: usize) {
-        let result = match result {
-            Ok(m) => Ok(m.offset()),
-            Err((e, _)) => Err(e.clone()),
+        let (result, failed) = match result {
+            Ok(m) => (Ok(m.offset()), None),
+            // Only a failure is measured: which record of a refused batch explains it.
+            Err((e, m)) => (Err(e.clone()), Some(RecordShape::of_message(m))),
         };
         self.acks
             .lock()
             .expect("ack state")
-            .push(Report { id, result });
+            .push(Report { id, result, failed });
         self.outstanding.fetch_sub(1, Ordering::Relaxed);
         self.reports.fetch_add(1, Ordering::Relaxed);
     }
@@ -571,7 +579,11 @@ impl Outbox {
         }
         // The buffer stays where it is when the `Vec` moves into the queue.
         let buffer = value.as_ref().map(|v| (v.as_ptr(), v.len()));
-        self.tags.push_back(Some(Pending { tag, _value: value }));
+        self.tags.push_back(Some(Pending {
+            tag,
+            _value: value,
+            timestamp,
+        }));
         // SAFETY: `ptr` and `len` describe the buffer now owned by the queue entry, which is
         // neither changed nor dropped until the send's report is drained (module docs), or
         // right below when the send is refused.
@@ -807,18 +819,34 @@ impl Outbox {
         let reports = std::mem::take(&mut *self.ctx().acks.lock().expect("ack state"));
         let acks = reports
             .into_iter()
-            .map(|Report { id, result }| {
-                let tag = if id == UNTAGGED {
-                    None
-                } else {
-                    let index = id.wrapping_sub(self.first_id as usize);
-                    // Dropping the entry frees the value: librdkafka is done with it.
-                    let tag = self.tags.get_mut(index).and_then(Option::take);
-                    debug_assert!(tag.is_some(), "a report for send id {id} without a send");
-                    tag.map(|p| p.tag)
-                };
-                Ack { tag, result }
-            })
+            .map(
+                |Report {
+                     id,
+                     result,
+                     mut failed,
+                 }| {
+                    let tag = if id == UNTAGGED {
+                        None
+                    } else {
+                        let index = id.wrapping_sub(self.first_id as usize);
+                        // Dropping the entry frees the value: librdkafka is done with it.
+                        let pending = self.tags.get_mut(index).and_then(Option::take);
+                        debug_assert!(
+                            pending.is_some(),
+                            "a report for send id {id} without a send"
+                        );
+                        if let (Some(f), Some(p)) = (failed.as_mut(), &pending) {
+                            f.timestamp = f.timestamp.or(p.timestamp);
+                        }
+                        pending.map(|p| p.tag)
+                    };
+                    Ack {
+                        tag,
+                        result,
+                        failed,
+                    }
+                },
+            )
             .collect();
         while self.tags.front().is_some_and(Option::is_none) {
             self.tags.pop_front();

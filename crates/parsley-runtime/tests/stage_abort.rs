@@ -15,13 +15,20 @@ use parsley_testkit::fixtures::{
 use rdkafka::producer::Producer;
 
 /// Counts the records of each key and emits `value:count`. When `armed`, the first record
-/// whose value is `fault` makes its emission too large for the producer (2 MB, above
-/// librdkafka's 1 MB `message.max.bytes`): the send fails, the open transaction aborts and the
-/// stage recovers; the record is then handled again, normally.
+/// whose value is `fault` stalls its handler past the producer's transaction timeout (7 s
+/// against 5 s, plus the test broker's 1 s abort sweep): the coordinator aborts the open
+/// transaction, its commit fails and the stage recovers; the record is then handled again,
+/// normally. (An emission too large for the producer was the fault here until such a record
+/// became a refusal for good, `Error::OutputRefused`, which is not redone: case C16.)
 struct CountWithFault {
     out: String,
     armed: AtomicBool,
 }
+
+/// The producer's transaction timeout of both runs.
+const TRANSACTION_TIMEOUT_MS: &str = "5000";
+/// How long the fault stalls the handler.
+const STALL: std::time::Duration = std::time::Duration::from_secs(7);
 
 impl Handler for CountWithFault {
     type Key = String;
@@ -35,11 +42,10 @@ impl Handler for CountWithFault {
         state: Option<u64>,
     ) -> HandlerResult<String, String, u64> {
         let n = state.unwrap_or(0) + 1;
-        let value = if r.value == "fault" && self.armed.swap(false, Ordering::SeqCst) {
-            "x".repeat(2 << 20)
-        } else {
-            format!("{}:{n}", r.value)
-        };
+        if r.value == "fault" && self.armed.swap(false, Ordering::SeqCst) {
+            std::thread::sleep(STALL);
+        }
+        let value = format!("{}:{n}", r.value);
         Ok(Step::none()
             .set_state(n)
             .emit(self.out.as_str(), r.key, value))
@@ -94,9 +100,9 @@ fn run(fault: bool) -> (TopicInfo, TopicInfo, MetricsSnapshot) {
             );
         }
     };
-    let running = Runtime::new(topology, RuntimeConfig::new(bootstrap()))
-        .start()
-        .unwrap();
+    let config = RuntimeConfig::new(bootstrap())
+        .producer_property("transaction.timeout.ms", TRANSACTION_TIMEOUT_MS);
+    let running = Runtime::new(topology, config).start().unwrap();
     send(&raw_producer(None), 0);
     wait_committed(&running, "count", PHASE as u64);
     let p = raw_producer(Some(&unique_topic("abort-p")));

@@ -122,9 +122,13 @@ pub enum KeyPartitioning {
 
 /// What a stage does with a record it cannot process: a key or value that does not decode, a
 /// key or value that is absent where the stage needs one (a record without a key in a stage
-/// that keeps fold state, a tombstone), or a handler error. Kafka Streams' deserialization and
-/// processing exception handlers (KIP-1033) and its dead-letter queue (KIP-1034) are the
-/// reference.
+/// that keeps fold state, a tombstone), a handler error, or an output of it that the producer
+/// or the broker refuses for good (too large, a timestamp the topic does not accept:
+/// [`BadRecordKind::OutputRefused`]). Kafka Streams' deserialization, processing and
+/// production exception handlers (KIP-1033) and its dead-letter queue (KIP-1034) are the
+/// reference — except that an output refused for good never lets the other outputs of its
+/// input record commit without it: the transaction is aborted and the redo applies the policy
+/// to the input record.
 ///
 /// A skipped or dead-lettered record counts as **processed**: its offset is committed with the
 /// transaction that handled it, the task's node clock has observed it, and records that claim
@@ -164,20 +168,28 @@ pub enum BadRecordKind {
     MissingValue,
     /// The handler returned an error.
     Handler,
+    /// One of the records the handler emitted for it was refused for good by the stage's
+    /// producer or the broker — larger than a size limit, or a timestamp outside the window the
+    /// topic accepts (the runtime's `Error::OutputRefused`). The transaction holding its other
+    /// outputs is aborted, and the redo applies the policy to the input record instead of
+    /// handling it: none of its outputs is written.
+    OutputRefused,
 }
 
 impl BadRecordKind {
     /// Every kind, in the order metrics list them.
-    pub const ALL: [BadRecordKind; 5] = [
+    pub const ALL: [BadRecordKind; 6] = [
         BadRecordKind::KeyDecode,
         BadRecordKind::ValueDecode,
         BadRecordKind::MissingKey,
         BadRecordKind::MissingValue,
         BadRecordKind::Handler,
+        BadRecordKind::OutputRefused,
     ];
 
     /// The kind's name, as a dead-lettered record's `parsley.dlq.kind` header gives it:
-    /// `key-decode`, `value-decode`, `missing-key`, `missing-value`, `handler`.
+    /// `key-decode`, `value-decode`, `missing-key`, `missing-value`, `handler`,
+    /// `output-refused`.
     pub fn name(self) -> &'static str {
         match self {
             BadRecordKind::KeyDecode => "key-decode",
@@ -185,6 +197,7 @@ impl BadRecordKind {
             BadRecordKind::MissingKey => "missing-key",
             BadRecordKind::MissingValue => "missing-value",
             BadRecordKind::Handler => "handler",
+            BadRecordKind::OutputRefused => "output-refused",
         }
     }
 }
@@ -192,9 +205,13 @@ impl BadRecordKind {
 /// Orders a stage's deliveries by event time per task (DESIGN.md §5; the book's chapter
 /// "Ordering by event time").
 ///
-/// The **event time** of a record is its Kafka record timestamp, ms since the Unix epoch
-/// (`CreateTime` as the producer set it, or `LogAppendTime` when the topic says so); there is
-/// no extractor. Each task parks every record the causal gate delivers in a timer queue and
+/// The **event time** of a record is its Kafka record timestamp, ms since the Unix epoch;
+/// there is no extractor. On a source topic with `message.timestamp.type=CreateTime` (Kafka's
+/// default) that is the time the producer set. On a topic with
+/// `message.timestamp.type=LogAppendTime` the broker overwrites every record's timestamp with
+/// the time it appended the record, so event time is **append time**: the stage orders that
+/// source by when the broker wrote each record, which follows the partition's offset order,
+/// whatever timestamps the producers gave (case C17). Each task parks every record the causal gate delivers in a timer queue and
 /// hands it to the handler when the task's watermark reaches it, in ascending event time
 /// (ties in delivery order). The watermark is moved only by Kafka's evidence: the end offsets
 /// read at task start, the gate's frontiers and the last stable offsets read after each poll

@@ -28,7 +28,7 @@
 //! # Layout
 //! | module | its one job |
 //! |---|---|
-//! | `task` | the pure task: gate, handler call, stamping, fold state, event time, snapshot |
+//! | `task` | the pure task: gate, handler call, stamping, fold state, event time, snapshot; its `bad` part: policies, dead letters, refused outputs |
 //! | `record` | what moves through a task: fetched records, payloads, counts of work |
 //! | `context` | what the tasks of a stage share: topics by role, processor, policy |
 //! | `output` | the narrow traits a task hands its records to |
@@ -145,15 +145,21 @@ impl StageRunner {
     }
 
     /// Runs turns until shutdown. A transaction that cannot commit (a timed-out or otherwise
-    /// aborted transaction, a send the broker refused: [`crate::Error::is_retriable`]) is aborted and
-    /// every task returns to its last commit ([`StageRunner::recover`]); a fence by another
-    /// process running as this instance or any other error ends the stage. Recoveries without a commit in between are
-    /// bounded, so a persistent fault cannot loop forever.
+    /// aborted transaction, a send the broker refused: [`crate::Error::is_retriable`]) is
+    /// aborted and every task returns to its last commit ([`StageRunner::recover`]); a fence by
+    /// another process running as this instance or any other error ends the stage. Recoveries
+    /// without a commit in between are bounded, so a persistent fault cannot loop forever.
+    ///
+    /// An output refused for good ([`crate::Error::OutputRefused`]) is never retried as it
+    /// was: under a bad-record policy that takes records, its transaction is aborted the same
+    /// way and the redo skips or dead-letters its input record
+    /// ([`StageRunner::refused_input`]); otherwise the stage ends with it. Such a recovery is
+    /// not counted: each takes one more input record out, so they cannot loop.
     fn run_loop(&mut self) -> Result<()> {
         let mut recoveries = 0;
         loop {
             let transactions = self.metrics.snapshot().transactions;
-            match self.run_batch() {
+            match self.run_batch().map_err(|e| self.explained(e)) {
                 Ok(Turn::Stopped) => return Ok(()),
                 Ok(Turn::Running) => {
                     if self.metrics.snapshot().transactions > transactions {
@@ -162,11 +168,74 @@ impl StageRunner {
                 }
                 Err(e) if e.is_retriable() && recoveries < MAX_RECOVERIES => {
                     recoveries += 1;
-                    self.recover(&e)?;
+                    self.recover(&e, None)?;
                 }
-                Err(e) => return Err(e),
+                Err(e) => match self.refused_input(&e) {
+                    Some(refused) => self.recover(&e, Some(refused))?,
+                    None => return Err(e),
+                },
             }
         }
+    }
+
+    /// `e`, or the refusal that explains it: once the broker refused a record, librdkafka
+    /// refuses further sends of the transaction in `produce()` (`_STATE`), so a send error met
+    /// before the refused record's delivery report was settled is explained by that report
+    /// (and a refused batch no record explains may be explained by reports still to come).
+    /// For such send errors the outstanding reports are awaited (a flush) and settled; an
+    /// [`crate::Error::OutputRefused`] among them replaces `e`.
+    fn explained(&mut self, e: crate::Error) -> crate::Error {
+        let crate::Error::Send { source, .. } = &e else {
+            return e;
+        };
+        let explainable = source.rdkafka_error_code().is_some_and(|code| {
+            code == rdkafka::types::RDKafkaErrorCode::State || crate::refusal::is_refusal(code)
+        });
+        if !explainable {
+            return e;
+        }
+        if let Err(flush) = self.txn.flush(self.config.timeout) {
+            debug!(error = %flush, "no delivery reports to explain a refused send");
+            return e;
+        }
+        match self.settle_acks() {
+            Err(refused @ crate::Error::OutputRefused { .. }) => refused,
+            _ => e,
+        }
+    }
+
+    /// The input record that the stage's bad-record policy takes for `e`: an output of it
+    /// refused for good ([`crate::Error::OutputRefused`]) under `Skip` or `DeadLetter`, the
+    /// first time. A refused dead letter or changelog record, an input not known, or `Fail`
+    /// leave the error to end the stage (counted as a bad record when its input is known).
+    fn refused_input(&self, e: &crate::Error) -> Option<task::RefusedInput> {
+        let crate::Error::OutputRefused {
+            input: Some(input),
+            dead_letter: false,
+            ..
+        } = e
+        else {
+            return None;
+        };
+        if self.ctx.bad_records == parsley_stage::BadRecordPolicy::Fail {
+            // Counted here: under the other policies the redo counts it.
+            self.ctx
+                .metrics
+                .bad_record(parsley_stage::BadRecordKind::OutputRefused);
+            return None;
+        }
+        let source = self.ctx.source_index(&input.topic).ok()?;
+        let again = self
+            .tasks
+            .get(&input.partition)
+            .is_some_and(|t| t.is_refused(source, input.offset));
+        if again {
+            // The policy took it already and an output of it was refused again: nothing more
+            // to take out.
+            return None;
+        }
+        warn!(error = %e, "an output was refused for good: the transaction is aborted and the redo applies the bad-record policy to its input record");
+        task::RefusedInput::of(e, source)
     }
 
     /// One turn: the phases of the module docs.

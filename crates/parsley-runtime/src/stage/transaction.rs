@@ -21,7 +21,10 @@
 //! **Recovery.** A transaction that cannot commit (timed out, a send refused) is aborted and
 //! every task returns to its last commit in place; a producer fenced for its transaction's age
 //! (case C08) is replaced; a fence by another process running as this instance (case C09)
-//! ends the stage with [`Error::Fenced`].
+//! ends the stage with [`Error::Fenced`]. An output refused for good ([`Error::OutputRefused`],
+//! cases C16 and C17: named from the delivery reports by [`refusal::culprit`]) is never redone
+//! as it was: the redo skips or dead-letters its input record under a policy that takes it,
+//! and after a batch the broker refused the producer is replaced.
 //!
 //! Invariant: a task's committed offsets and its last committed snapshot describe the same
 //! moment — both are written in the same transaction, after its outputs are acknowledged.
@@ -33,19 +36,22 @@ use std::time::{Duration, Instant};
 use parsley_clock::{Channel, Coordinate, TopicId};
 use parsley_gate::Awaiting;
 use rdkafka::consumer::ConsumerGroupMetadata;
+use rdkafka::error::KafkaError;
 use rdkafka::producer::Producer;
+use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use tracing::{debug, debug_span, warn};
 
 use super::StageRunner;
 use super::output::{ChangelogWriter, HeldSend, Outgoing, Output};
 use super::record::Work;
-use super::task::Task;
+use super::task::{Cause, RefusedInput, Task};
 use crate::admin::TopicInfo;
 use crate::config::StatisticsSink;
-use crate::error::{Error, Result};
+use crate::error::{Error, InputRecord, Result};
 use crate::metrics::Progress;
-use crate::outbox::Outbox;
+use crate::outbox::{Ack, Outbox};
+use crate::refusal::{self, RecordShape};
 
 /// Recoveries in a row, without a commit in between, before a stage gives up.
 pub(crate) const MAX_RECOVERIES: u32 = 5;
@@ -232,9 +238,51 @@ impl Transaction {
         })
     }
 
+    /// Waits until every send so far has a delivery report (recorded, not settled).
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] when they do not arrive within `timeout`.
+    pub(crate) fn flush(&self, timeout: Duration) -> Result<()> {
+        self.outbox.flush(timeout)
+    }
+
     /// Aborts the open transaction when a stage ends with an error (best effort).
     pub(crate) fn abort(&self) {
         let _ = self.outbox.abort_transaction(self.timeout);
+    }
+
+    /// The producer's `message.max.bytes`.
+    fn message_max_bytes(&self) -> u64 {
+        self.producer_config
+            .get("message.max.bytes")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(refusal::DEFAULT_MESSAGE_MAX_BYTES)
+    }
+
+    /// `e`, or [`Error::OutputRefused`] when it is librdkafka's `MSG_SIZE_TOO_LARGE` from
+    /// `produce()` for the record of `shape` (it will never fit the producer's
+    /// `message.max.bytes`). The stage and the input record are named by the caller
+    /// ([`Error::refused_in`]). librdkafka does not mark the transaction for abort for a
+    /// record it refuses in `produce()`: the caller must not commit it.
+    fn refused_by_producer(&self, e: Error, shape: &RecordShape) -> Error {
+        match e {
+            Error::Send {
+                topic,
+                channel,
+                source: KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge),
+            } => Error::OutputRefused {
+                stage: String::new(),
+                input: None,
+                dead_letter: false,
+                topic,
+                partition: channel.partition,
+                reason: Box::new(refusal::too_large_for_producer(
+                    shape,
+                    self.message_max_bytes(),
+                )),
+            },
+            other => other,
+        }
     }
 }
 
@@ -247,7 +295,8 @@ impl Output for Transaction {
                     .iter()
                     .map(|(k, v)| (k.as_ref(), v.as_deref()))
                     .collect();
-                self.outbox.send(
+                let value_len = r.value.as_ref().map(Vec::len);
+                let sent = self.outbox.send(
                     &r.topic,
                     r.tag,
                     r.key.as_deref(),
@@ -256,7 +305,19 @@ impl Output for Transaction {
                     &headers,
                     r.timestamp,
                     self.timeout,
-                )
+                );
+                sent.map_err(|e| {
+                    let stamp = (parsley_clock::STAMP_HEADER.len(), Some(r.stamp.len()));
+                    let shape = RecordShape::new(
+                        r.tag.channel.partition,
+                        r.key.as_ref().map(Vec::len),
+                        value_len,
+                        std::iter::once(stamp)
+                            .chain(headers.iter().map(|(k, v)| (k.len(), v.map(<[u8]>::len)))),
+                        r.timestamp,
+                    );
+                    self.refused_by_producer(e, &shape)
+                })
             }
             Sends::Held(held) => {
                 held.push(HeldSend::hold(r));
@@ -268,16 +329,26 @@ impl Output for Transaction {
 
 /// The changelog partition of one task, in the open transaction.
 struct TaskChangelog<'a> {
-    outbox: &'a Outbox,
-    topic: &'a str,
+    txn: &'a Transaction,
     channel: Channel,
     timeout: Duration,
 }
 
 impl ChangelogWriter for TaskChangelog<'_> {
     fn write(&mut self, key: &[u8], value: Option<&[u8]>) -> Result<()> {
-        self.outbox
-            .send_changelog(self.channel, self.topic, key, value, self.timeout)
+        let txn = self.txn;
+        txn.outbox
+            .send_changelog(self.channel, &txn.changelog.name, key, value, self.timeout)
+            .map_err(|e| {
+                let shape = RecordShape::new(
+                    self.channel.partition,
+                    Some(key.len()),
+                    value.map(<[u8]>::len),
+                    [],
+                    None,
+                );
+                txn.refused_by_producer(e, &shape)
+            })
     }
 }
 
@@ -304,17 +375,17 @@ impl StageRunner {
     /// Applies the delivery reports recorded so far to the tasks' clocks.
     ///
     /// # Errors
-    /// [`Error::Send`] for a send or changelog write the broker refused.
+    /// For a send or changelog write the broker refused: [`Error::OutputRefused`] when a record
+    /// of the refused batch explains the refusal alone (too large alone, a timestamp outside
+    /// the topic's window: [`refusal::culprit`]), naming it and the input record that made it;
+    /// else [`Error::Send`].
     pub(super) fn settle_acks(&mut self) -> Result<()> {
-        for ack in self.txn.outbox.drain() {
+        let acks = self.txn.outbox.drain();
+        for (i, ack) in acks.iter().enumerate() {
             let Some(tag) = ack.tag else {
                 // A changelog write: only its failure matters.
-                if let Err(source) = ack.result {
-                    return Err(Error::Send {
-                        topic: self.txn.changelog.name.clone(),
-                        channel: Box::new(Channel::new(self.txn.changelog.id, -1)),
-                        source,
-                    });
+                if ack.result.is_err() {
+                    return Err(self.send_failed(&acks, i));
                 }
                 continue;
             };
@@ -327,16 +398,88 @@ impl StageRunner {
                     task.acked(tag, offset)?;
                     self.txn.own_writes.acked(tag.channel, offset);
                 }
-                Err(source) => {
-                    return Err(Error::Send {
-                        topic: self.ctx.topic_name(tag.channel.topic),
-                        channel: Box::new(tag.channel),
-                        source,
-                    });
-                }
+                Err(_) => return Err(self.send_failed(&acks, i)),
             }
         }
         Ok(())
+    }
+
+    /// The error of the failed delivery report `acks[i]`: [`Error::OutputRefused`] when the
+    /// broker refused a record for what it is and one record among the failed reports of the
+    /// same topic explains it alone, else [`Error::Send`].
+    fn send_failed(&self, acks: &[Ack], i: usize) -> Error {
+        let ack = &acks[i];
+        let source = ack.result.as_ref().expect_err("a failed report").clone();
+        let changelog = Channel::new(self.txn.changelog.id, -1);
+        let (topic, channel) = match ack.tag {
+            Some(tag) => (self.ctx.topic_name(tag.channel.topic), tag.channel),
+            None => (self.txn.changelog.name.clone(), changelog),
+        };
+        let code = source.rdkafka_error_code();
+        let send = Error::Send {
+            topic: topic.clone(),
+            channel: Box::new(channel),
+            source,
+        };
+        let Some(code) = code.filter(|c| refusal::is_refusal(*c)) else {
+            return send;
+        };
+        // Every failed report of the same topic with the same code: the refused batch is
+        // among them (a batch's reports arrive together).
+        let same_topic = |a: &Ack| match (a.tag, ack.tag) {
+            (Some(a), Some(b)) => a.channel.topic == b.channel.topic,
+            (None, None) => true,
+            _ => false,
+        };
+        let failed: Vec<(&Ack, RecordShape)> = acks
+            .iter()
+            .filter(|a| same_topic(a))
+            .filter(|a| matches!(&a.result, Err(e) if e.rdkafka_error_code() == Some(code)))
+            .filter_map(|a| Some((a, a.failed?)))
+            .collect();
+        let shapes: Vec<RecordShape> = failed.iter().map(|(_, s)| *s).collect();
+        let limits = match self.evidence.admin().topic_limits(&topic) {
+            Ok(limits) => limits,
+            Err(e) => {
+                warn!(error = %e, %topic, "cannot read the topic's limits to explain a refusal");
+                refusal::TopicLimits::default()
+            }
+        };
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        let Some((j, reason)) = refusal::culprit(code, &shapes, &limits, now_ms) else {
+            warn!(error = %send, "the broker refused a batch that no record explains alone");
+            return send;
+        };
+        let (culprit, shape) = &failed[j];
+        let (input, dead_letter) = match culprit.tag {
+            Some(tag) => match self.tasks.get(&tag.task).and_then(|t| t.cause_of(tag.seq)) {
+                Some(cause) => (
+                    Some(Box::new(self.input_record(tag.task, &cause))),
+                    cause.dead_letter,
+                ),
+                None => (None, false),
+            },
+            None => (None, false),
+        };
+        Error::OutputRefused {
+            stage: self.ctx.stage.clone(),
+            input,
+            dead_letter,
+            topic,
+            partition: shape.partition,
+            reason: Box::new(reason),
+        }
+    }
+
+    /// The input record `cause` of a send of task `task`.
+    fn input_record(&self, task: i32, cause: &Cause) -> InputRecord {
+        InputRecord {
+            topic: self.ctx.sources[cause.source].name.clone(),
+            partition: task,
+            offset: cause.offset,
+        }
     }
 
     /// Commits the open transaction with the input offsets of every task, then begins the
@@ -426,12 +569,14 @@ impl StageRunner {
         let mut offsets = TopicPartitionList::new();
         for task in self.tasks.values_mut() {
             let mut writer = TaskChangelog {
-                outbox: &self.txn.outbox,
-                topic: &self.txn.changelog.name,
+                txn: &self.txn,
                 channel: Channel::new(self.txn.changelog.id, task.partition()),
                 timeout: self.config.timeout,
             };
-            for (channel, next) in task.write_changelog(&self.ctx, &mut writer)? {
+            let written = task
+                .write_changelog(&self.ctx, &mut writer)
+                .map_err(|e| e.refused_in(&self.ctx.stage, None, false))?;
+            for (channel, next) in written {
                 offsets
                     .add_partition_offset(
                         &self.ctx.source_of(channel)?.name,
@@ -498,10 +643,14 @@ impl StageRunner {
         for record in held {
             let tag = record.tag();
             if let Err(err) = record.send_to(&mut self.txn) {
+                let mut cause = None;
                 if let Some(task) = self.tasks.get_mut(&tag.task) {
                     task.send_failed(tag)?;
+                    cause = task.cause_of(tag.seq);
                 }
-                return Err(err);
+                let input = cause.as_ref().map(|c| self.input_record(tag.task, c));
+                let dead_letter = cause.is_some_and(|c| c.dead_letter);
+                return Err(err.refused_in(&self.ctx.stage, input, dead_letter));
             }
         }
         Ok(())
@@ -509,17 +658,33 @@ impl StageRunner {
 
     /// Aborts the open transaction and returns every task to its last commit: restored from
     /// the changelog at the group's committed offsets (read with `require_stable`), the
-    /// consumer sought back there, fetch evidence dropped (DESIGN.md §7).
+    /// consumer sought back there, fetch evidence dropped (DESIGN.md §7). The input records
+    /// whose outputs were refused for good stay refused in the restored tasks, `refused` (the
+    /// one `cause` names) among them.
     ///
     /// # Errors
     /// [`Error::Fenced`] when another process running as this instance fenced the producer;
     /// the abort's own error when the producer cannot abort otherwise; the restore's errors.
-    pub(super) fn recover(&mut self, cause: &Error) -> Result<()> {
+    pub(super) fn recover(&mut self, cause: &Error, refused: Option<RefusedInput>) -> Result<()> {
         warn!(error = %cause, "aborting the transaction; every task returns to its last commit");
         match self.txn.outbox.abort_transaction(self.config.timeout) {
             Ok(()) => {
                 self.txn.outbox.wait_acked(self.config.timeout)?;
                 self.txn.outbox.discard();
+                if let Error::OutputRefused { reason, .. } = cause
+                    && reason.by_broker()
+                {
+                    // librdkafka keeps counting the sequence numbers of the batch the broker
+                    // refused, so the next transaction's first send to that partition would be
+                    // refused as OUT_OF_ORDER_SEQUENCE_NUMBER and aborted in turn. A new
+                    // producer takes the transactional id (a new epoch, sequences from 0).
+                    warn!("the broker refused a batch: replacing the producer");
+                    self.txn.outbox = Transaction::producer(
+                        &self.txn.producer_config,
+                        self.txn.statistics.clone(),
+                        self.config.timeout,
+                    )?;
+                }
             }
             Err(rdkafka::error::KafkaError::Transaction(t)) if t.is_fatal() => {
                 // Fenced: the coordinator bumped the epoch (it aborted a timed-out transaction,
@@ -561,6 +726,12 @@ impl StageRunner {
         self.txn.sends = Sends::Open;
         let positions = self.intake.start_positions()?;
         self.intake.resume_all(&self.ctx)?;
+        let mut refused: Vec<RefusedInput> = self
+            .tasks
+            .values_mut()
+            .flat_map(Task::take_refused)
+            .chain(refused)
+            .collect();
         self.tasks.clear();
         let mut by_task: BTreeMap<i32, Vec<(Channel, i64)>> = BTreeMap::new();
         for (topic, partition, position) in positions {
@@ -574,7 +745,8 @@ impl StageRunner {
                 .push((channel, position));
         }
         for (partition, positions) in by_task {
-            let task = self.restore_task(partition, positions)?;
+            let mut task = self.restore_task(partition, positions)?;
+            task.refuse(refused.extract_if(.., |r| r.input.partition == partition));
             self.tasks.insert(partition, task);
         }
         // Nothing was held (the sends were dropped above).

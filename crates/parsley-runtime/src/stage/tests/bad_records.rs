@@ -289,3 +289,174 @@ fn a_stateless_stage_whose_key_type_cannot_be_absent_counts_a_missing_key() {
     let m = ctx.metrics.snapshot();
     assert_eq!((m.bad_records.missing_key, m.skipped), (1, 1));
 }
+
+/// Takes every send but those whose value starts with `refused`, which it refuses as the
+/// producer refuses a record too large for it (an [`Error::OutputRefused`] not named yet).
+struct RefusingSome {
+    sent: Sends,
+    refused: &'static str,
+    reason: crate::Refusal,
+}
+
+impl Output for RefusingSome {
+    fn send(&mut self, r: Outgoing<'_>) -> Result<()> {
+        let value = String::from_utf8(r.value.clone().unwrap_or_default()).unwrap();
+        if value.starts_with(self.refused) {
+            return Err(Error::OutputRefused {
+                stage: String::new(),
+                input: None,
+                dead_letter: false,
+                topic: r.topic.to_string(),
+                partition: r.tag.channel.partition,
+                reason: Box::new(self.reason.clone()),
+            });
+        }
+        self.sent.send(r)
+    }
+}
+
+fn too_large() -> crate::Refusal {
+    crate::Refusal::TooLarge {
+        size: 100_022,
+        limit: Some(100_000),
+        setting: crate::PRODUCER_SIZE_LIMIT,
+    }
+}
+
+/// Case C16 on a task: an output refused for good names the stage and its input record; the
+/// redo of a task that refuses that input record dead-letters it (kind `output-refused`, the
+/// error as the reason) instead of handling it, and handles the others.
+#[test]
+fn c16_an_input_whose_output_is_refused_goes_to_the_policy_on_its_redo() {
+    let ctx = sum(dead_letter());
+    let mut t = task(&ctx);
+    let mut out = RefusingSome {
+        sent: Sends::default(),
+        refused: "b=",
+        reason: too_large(),
+    };
+    for (offset, key) in [(0, "a"), (1, "b"), (2, "c")] {
+        t.offer(&ctx, fetched(0, offset, key, "5", None)).unwrap();
+    }
+    let err = t.deliver(&ctx, &mut out).unwrap_err();
+    let expected_input = crate::InputRecord {
+        topic: "in".into(),
+        partition: 0,
+        offset: 1,
+    };
+    assert!(
+        matches!(&err, Error::OutputRefused { stage, input: Some(i), dead_letter: false, topic, .. }
+            if stage == "sum" && **i == expected_input && topic == "out"),
+        "{err:?}"
+    );
+    assert_eq!(
+        t.clock().unacked(),
+        1,
+        "the refused send's claim is released"
+    );
+
+    // The recovery: a task back at the last commit, told which input was refused.
+    let refused = super::super::task::RefusedInput::of(&err, 0).expect("an input to take");
+    let mut t = task(&ctx);
+    t.refuse([refused]);
+    assert!(t.is_refused(0, 1));
+    let mut out = Sends::default();
+    for (offset, key) in [(0, "a"), (1, "b"), (2, "c")] {
+        t.offer(&ctx, fetched(0, offset, key, "5", None)).unwrap();
+    }
+    let work = t.deliver(&ctx, &mut out).unwrap();
+    let sent: Vec<(&str, &str)> = out
+        .0
+        .iter()
+        .map(|s| (s.topic.as_str(), s.value.as_str()))
+        .collect();
+    assert_eq!(sent, [("out", "a=5"), ("dlq", "5"), ("out", "c=5")]);
+    let dlq = &out.0[1];
+    assert_eq!(
+        dlq.header(DLQ_KIND_HEADER).as_deref(),
+        Some("output-refused")
+    );
+    assert_eq!(dlq.header(DLQ_SOURCE_HEADER).as_deref(), Some("in/0@1"));
+    assert_eq!(dlq.header(DLQ_REASON_HEADER), Some(err.to_string()));
+    assert_eq!(
+        dlq.timestamp,
+        Some(1_001),
+        "a size refusal keeps the timestamp"
+    );
+    assert_eq!((work.deliveries, work.emissions), (3, 3));
+    let m = ctx.metrics.snapshot();
+    assert_eq!((m.bad_records.output_refused, m.dead_lettered), (1, 1));
+    assert_eq!(t.input_offsets()[0], (ch(1), 3), "b commits as processed");
+
+    // Sends name their input until every send is acknowledged and the changelog written.
+    let seq = |i: usize| out.0[i].tag.seq;
+    let cause = |t: &Task, i| t.cause_of(seq(i)).map(|c| (c.offset, c.dead_letter));
+    assert_eq!(
+        [cause(&t, 0), cause(&t, 1), cause(&t, 2)],
+        [Some((0, false)), Some((1, true)), Some((2, false))]
+    );
+    let mut next = BTreeMap::new();
+    ack_all(&mut t, &out.0, &mut next);
+    t.write_changelog(&ctx, &mut Written::default()).unwrap();
+    assert_eq!(cause(&t, 0), None);
+    assert!(!t.is_refused(0, 1), "taken, and committed: forgotten");
+}
+
+/// Case C17 on a task: the dead letter of an input whose output's timestamp was refused gets
+/// the producer's clock (its own timestamp would be refused too); the refused timestamp is in
+/// the reason.
+#[test]
+fn c17_the_dead_letter_of_a_refused_timestamp_gets_the_producers_clock() {
+    let ctx = sum(dead_letter());
+    let reason = crate::Refusal::Timestamp {
+        timestamp: 1_000,
+        skew_ms: 7_200_000,
+        setting: crate::TIMESTAMP_AFTER_LIMIT,
+        max_ms: Some(3_600_000),
+    };
+    let mut t = task(&ctx);
+    let mut out = RefusingSome {
+        sent: Sends::default(),
+        refused: "a=",
+        reason,
+    };
+    t.offer(&ctx, fetched(0, 0, "a", "5", None)).unwrap();
+    let err = t.deliver(&ctx, &mut out).unwrap_err();
+    let mut t = task(&ctx);
+    t.refuse(super::super::task::RefusedInput::of(&err, 0));
+    let mut out = Sends::default();
+    t.offer(&ctx, fetched(0, 0, "a", "5", None)).unwrap();
+    t.deliver(&ctx, &mut out).unwrap();
+    assert_eq!(out.0.len(), 1);
+    assert_eq!(out.0[0].topic, "dlq");
+    assert_eq!(out.0[0].timestamp, None);
+    assert!(
+        out.0[0]
+            .header(DLQ_REASON_HEADER)
+            .unwrap()
+            .contains("7200000 ms ahead of this host's clock"),
+        "{:?}",
+        out.0[0].header(DLQ_REASON_HEADER)
+    );
+}
+
+/// A refused dead letter names the record it carries, and the policy cannot take it.
+#[test]
+fn a_refused_dead_letter_is_named_as_one() {
+    let ctx = sum(dead_letter());
+    let mut t = task(&ctx);
+    let mut out = RefusingSome {
+        sent: Sends::default(),
+        refused: "not a number",
+        reason: too_large(),
+    };
+    t.offer(&ctx, fetched(0, 0, "a", "not a number", None))
+        .unwrap();
+    let err = t.deliver(&ctx, &mut out).unwrap_err();
+    assert!(
+        matches!(&err, Error::OutputRefused { stage, input: Some(i), dead_letter: true, topic, .. }
+            if stage == "sum" && i.offset == 0 && topic == "dlq"),
+        "{err:?}"
+    );
+    assert!(super::super::task::RefusedInput::of(&err, 0).is_none());
+}

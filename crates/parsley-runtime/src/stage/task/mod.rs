@@ -19,8 +19,14 @@
 //!   is set by every delivery and release since then.
 //! - `snapshot_offsets` are the input offsets the last written snapshot was committed with:
 //!   both describe the same moment, as the changelog and the group's offsets do after a commit.
+//! - `causes` names the input record of every send made since the last changelog write (by the
+//!   sequence of the first send of each run): a send refused for good names its input.
 
-use std::collections::{BTreeSet, HashMap};
+mod bad;
+
+use bad::check_key;
+pub(crate) use bad::{Cause, RefusedInput};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 
 use parsley_clock::{CausalClock, Channel, Coordinate, SenderId, TopicId, codec};
 use parsley_gate::{Gate, GateError};
@@ -33,7 +39,7 @@ use super::policy::{Bad, DeadLetterCause};
 use super::record::{Fetched, Payload, Rare, TaskCounts, Work};
 use super::{backpressure, policy};
 use crate::changelog::{EVENT_TIME_KEY, META_KEY, STATE_PREFIX, TaskSnapshot};
-use crate::error::{Error, Result};
+use crate::error::{Error, InputRecord, Refusal, Result};
 use crate::event_time::{Delivered, EventTime, HandOver, ParkedRecord};
 use crate::outbox::{SendTag, partition_for};
 
@@ -72,34 +78,6 @@ struct Original<'a> {
     timestamp: Option<i64>,
 }
 
-/// Checks that a delivered record of source `source` with key `key` is on the partition
-/// murmur2 gives its key ([`parsley_stage::KeyPartitioning`]; case C20).
-///
-/// # Errors
-/// [`Error::KeyPartitionMismatch`] naming the record, its key and the partition expected.
-fn check_key(
-    ctx: &TaskContext,
-    source: usize,
-    partition: i32,
-    offset: i64,
-    key: &[u8],
-) -> Result<()> {
-    let partitions = ctx.sources[source].partitions;
-    let expected = partition_for(key, partitions);
-    if expected == partition {
-        return Ok(());
-    }
-    Err(Error::KeyPartitionMismatch {
-        stage: ctx.stage.clone(),
-        topic: ctx.sources[source].name.clone(),
-        partition,
-        offset,
-        key: crate::error::render_key(key),
-        expected,
-        partitions,
-    })
-}
-
 /// The partition of a record with key `key` among `partitions`: murmur2 of the key, as the
 /// Java client chooses; a record without a key goes to the sending task's partition (modulo
 /// the count), so where it lands does not depend on timing.
@@ -128,6 +106,12 @@ pub(crate) struct Task {
     event_time: Option<EventTime>,
     /// The stamp encoder's buffer, reused across sends.
     stamp_buf: Vec<u8>,
+    /// The input record of each run of sends not known to be acknowledged yet, by the send
+    /// sequence of its first send (ascending): names the input of a refused send. Cleared at
+    /// each changelog write, when every send is acknowledged.
+    causes: VecDeque<(u64, Cause)>,
+    /// Input records whose outputs were refused for good, to skip or dead-letter on delivery.
+    refused: Vec<RefusedInput>,
 }
 
 impl Task {
@@ -149,6 +133,8 @@ impl Task {
             counts: TaskCounts::default(),
             event_time: None,
             stamp_buf: Vec::with_capacity(256),
+            causes: VecDeque::new(),
+            refused: Vec::new(),
         }
     }
 
@@ -346,45 +332,13 @@ impl Task {
         Ok(())
     }
 
-    /// Applies the stage's policy to the impossible stamps the gate found; a dead-lettered
-    /// record goes to `out`.
-    ///
-    /// # Errors
-    /// The policy's error ([`Error::ImpossibleStamp`] under `Fail`); the gate's; a refused send.
-    pub(crate) fn resolve_impossible(
-        &mut self,
-        ctx: &TaskContext,
-        out: &mut dyn Output,
-    ) -> Result<Work> {
-        let mut work = Work::default();
-        for stamp in self.gate.take_impossible() {
-            ctx.metrics.impossible();
-            ctx.metrics
-                .task(self.partition, |m| m.impossible_stamps += 1);
-            let error = Error::ImpossibleStamp {
-                stage: ctx.stage.clone(),
-                topic: ctx.topic_name(stamp.record.channel.topic),
-                stamp: Box::new(stamp),
-            };
-            let verdict = policy::on_impossible(&ctx.policy, error)?;
-            let discarded = self
-                .gate
-                .resolve(stamp.record, verdict.resolution())
-                .map_err(|e| ctx.gate_error(self.partition, e))?;
-            if let (Some(d), policy::Impossible::DeadLetter(reason)) = (discarded, &verdict) {
-                work.deliveries += 1;
-                self.impossible_dead_letter(ctx, out, &mut work, &d.payload, d.coordinate, reason)?;
-            }
-        }
-        Ok(work)
-    }
-
     /// Delivers what the gate releases; for an event-time stage, parks each delivery in the
     /// timer queue and hands over what the watermark releases (module docs of `event_time`).
     ///
     /// # Errors
     /// The processor's; a clock or gate error; [`Error::NoEventTime`] for a record without a
-    /// timestamp in an event-time stage; a refused send.
+    /// timestamp in an event-time stage; a refused send ([`Error::OutputRefused`] naming the
+    /// stage and the input record for one refused for good).
     pub(crate) fn deliver(&mut self, ctx: &TaskContext, out: &mut dyn Output) -> Result<Work> {
         let mut work = Work::default();
         while let Some(d) = self.gate.next_delivery() {
@@ -537,8 +491,10 @@ impl Task {
     ///
     /// A record the stage cannot process (a key or value that does not decode or is missing
     /// where it is needed, a handler error) goes to the stage's bad-record policy: a record
-    /// without a key in a stage that keeps fold state is one, before its handler runs. The
-    /// value is copied first only when the policy may send it to the dead-letter topic.
+    /// without a key in a stage that keeps fold state is one, before its handler runs, and so
+    /// is a record the task was told an output of was refused for good ([`Task::refuse`]),
+    /// instead of its handler. The value is copied first only when the policy may send it to
+    /// the dead-letter topic.
     fn handle(
         &mut self,
         ctx: &TaskContext,
@@ -555,6 +511,29 @@ impl Task {
             headers: record.headers,
             timestamp,
         };
+        if !self.refused.is_empty()
+            && let Some(refused) = self
+                .refused
+                .iter_mut()
+                .find(|r| r.source == record.source && r.offset == record.offset)
+        {
+            refused.used = true;
+            let error = refused.error();
+            let mut original = original(record.value);
+            if matches!(refused.reason, Refusal::Timestamp { .. }) {
+                // Its dead letter would be refused too: it gets the producer's clock, and the
+                // refused timestamp is in its reason.
+                original.timestamp = None;
+            }
+            return self.bad_record(
+                ctx,
+                out,
+                work,
+                original,
+                BadRecordKind::OutputRefused,
+                error,
+            );
+        }
         if record.key.is_none() && ctx.keeps_state {
             let error = Error::KeylessRecord {
                 stage: ctx.stage.clone(),
@@ -607,8 +586,16 @@ impl Task {
                 self.dirty.insert(state_key.to_vec());
             }
         }
+        if !step.emit.is_empty() {
+            self.note_cause(Cause {
+                source: record.source,
+                offset: record.offset,
+                dead_letter: false,
+            });
+        }
         for emission in step.emit {
-            self.emit(ctx, out, emission, record.timestamp)?;
+            self.emit(ctx, out, emission, record.timestamp)
+                .map_err(|e| self.refused_output(ctx, e, record.source, record.offset))?;
             work.emissions += 1;
         }
         work.deliveries += 1;
@@ -652,122 +639,6 @@ impl Task {
             return Err(err);
         }
         ctx.metrics.emitted();
-        Ok(())
-    }
-
-    /// Sends a record whose stamp is impossible to the stage's dead-letter topic.
-    fn impossible_dead_letter(
-        &mut self,
-        ctx: &TaskContext,
-        out: &mut dyn Output,
-        work: &mut Work,
-        payload: &Payload,
-        coordinate: Coordinate,
-        reason: &str,
-    ) -> Result<()> {
-        let cause = DeadLetterCause {
-            stage: &ctx.stage,
-            topic: &ctx.sources[payload.source].name,
-            partition: coordinate.channel.partition,
-            offset: coordinate.offset,
-            kind: policy::IMPOSSIBLE_STAMP_KIND,
-            reason,
-        };
-        let record = Original {
-            source: payload.source,
-            offset: coordinate.offset,
-            key: payload.key.as_deref(),
-            value: payload.value.clone(),
-            headers: Rare::headers(&payload.rare),
-            timestamp: payload.record_timestamp,
-        };
-        self.dead_letter(out, work, ctx.dead_letter.as_ref(), record, &cause)?;
-        ctx.metrics.dead_lettered();
-        Ok(())
-    }
-
-    /// Sends `record` to the dead-letter topic `dlq`, stamped by the task, with its original
-    /// key, value and headers and headers naming `cause` (module docs of `policy`).
-    fn dead_letter(
-        &mut self,
-        out: &mut dyn Output,
-        work: &mut Work,
-        dlq: Option<&DeadLetterTopic>,
-        record: Original<'_>,
-        cause: &DeadLetterCause<'_>,
-    ) -> Result<()> {
-        let Some(dlq) = dlq else {
-            return Err(Error::UnknownTopic {
-                topic: "(no dead-letter topic)".into(),
-            });
-        };
-        let channel = Channel::new(
-            dlq.info.id,
-            partition_of(record.key, self.partition, dlq.info.partitions),
-        );
-        let stamp = self.clock.stamp(channel)?;
-        let tag = SendTag {
-            task: self.partition,
-            channel,
-            seq: stamp.sender.expect("stage stamps carry a sender").seq,
-        };
-        warn!(source = %cause.source(), kind = cause.kind, reason = cause.reason,
-            topic = %dlq.name, "dead-lettered");
-        let headers = policy::dead_letter_headers(cause, record.headers);
-        let sent = out.send(Outgoing {
-            topic: dlq.name.clone(),
-            tag,
-            key: record.key.map(<[u8]>::to_vec),
-            value: record.value,
-            stamp: &codec::encode(&stamp),
-            headers: &headers,
-            timestamp: record.timestamp,
-        });
-        if let Err(err) = sent {
-            self.clock.failed(tag.seq, channel)?;
-            return Err(err);
-        }
-        work.emissions += 1;
-        Ok(())
-    }
-
-    /// Applies the stage's bad-record policy to `record`, which failed as `kind` with
-    /// `error`: the error under `Fail`; else the record counts as processed (skipped, or sent
-    /// to the dead-letter topic).
-    fn bad_record(
-        &mut self,
-        ctx: &TaskContext,
-        out: &mut dyn Output,
-        work: &mut Work,
-        record: Original<'_>,
-        kind: BadRecordKind,
-        error: Error,
-    ) -> Result<()> {
-        ctx.metrics.bad_record(kind);
-        match policy::on_bad_record(&ctx.bad_records, kind, error)? {
-            Bad::Skip => ctx.metrics.skipped(),
-            Bad::DeadLetter(reason) => {
-                let cause = DeadLetterCause {
-                    stage: &ctx.stage,
-                    topic: &ctx.sources[record.source].name,
-                    partition: self.partition,
-                    offset: record.offset,
-                    kind: kind.name(),
-                    reason: &reason,
-                };
-                self.dead_letter(
-                    out,
-                    work,
-                    ctx.bad_record_dead_letter.as_ref(),
-                    record,
-                    &cause,
-                )?;
-                ctx.metrics.dead_lettered();
-            }
-        }
-        work.deliveries += 1;
-        ctx.metrics.delivered();
-        self.counts.delivered += 1;
         Ok(())
     }
 
@@ -825,6 +696,10 @@ impl Task {
         writer: &mut dyn ChangelogWriter,
     ) -> Result<Vec<(Channel, i64)>> {
         let committed = self.input_offsets();
+        // Every send so far is acknowledged: no refusal can name their inputs any more.
+        self.causes.clear();
+        // A refused input record the policy took commits with this transaction.
+        self.refused.retain(|r| !r.used);
         let mut key = vec![STATE_PREFIX];
         for k in std::mem::take(&mut self.dirty) {
             key.truncate(1);
