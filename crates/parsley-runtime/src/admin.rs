@@ -151,7 +151,16 @@ impl Admin {
     /// [`Error::UnknownTopic`] naming the first topic the cluster does not know;
     /// [`Error::Admin`] for any other failure.
     pub fn describe_topics(&self, names: &[&str]) -> Result<Vec<TopicInfo>> {
-        let found = self.describe_raw(names)?;
+        self.describe_topics_within(names, self.timeout)
+    }
+
+    /// [`Admin::describe_topics`] with its own deadline `timeout`.
+    pub(crate) fn describe_topics_within(
+        &self,
+        names: &[&str],
+        timeout: Duration,
+    ) -> Result<Vec<TopicInfo>> {
+        let found = self.describe_raw(names, timeout)?;
         names
             .iter()
             .zip(found)
@@ -177,6 +186,7 @@ impl Admin {
     fn describe_raw(
         &self,
         names: &[&str],
+        timeout: Duration,
     ) -> Result<Vec<std::result::Result<TopicInfo, (RDKafkaErrorCode, String)>>> {
         let cnames: Vec<CString> = names
             .iter()
@@ -197,7 +207,7 @@ impl Admin {
             );
             let event = self.request(
                 "describing topics",
-                self.timeout,
+                timeout,
                 rdsys::rd_kafka_admin_op_t::RD_KAFKA_ADMIN_OP_DESCRIBETOPICS,
                 |_| Ok(()),
                 |rk, options, queue| {
@@ -486,7 +496,7 @@ impl Admin {
             .collect();
         let refs: Vec<&str> = names.iter().map(String::as_str).collect();
         Ok(self
-            .describe_raw(&refs)?
+            .describe_raw(&refs, self.timeout)?
             .into_iter()
             .filter_map(|r| r.ok())
             .filter(|t| ids.contains(&t.id))
@@ -660,7 +670,7 @@ impl Admin {
         let names: Vec<&str> = topics.iter().map(|t| t.name.as_str()).collect();
         let deadline = Instant::now() + self.timeout;
         loop {
-            let found = self.describe_raw(&names)?;
+            let found = self.describe_raw(&names, self.timeout)?;
             if found.iter().zip(topics).all(|(r, t)| {
                 r.as_ref()
                     .is_ok_and(|i| i.partitions == t.partitions || existed)
@@ -793,7 +803,7 @@ impl Admin {
         }
         let deadline = Instant::now() + self.timeout;
         loop {
-            let found = self.describe_raw(names)?;
+            let found = self.describe_raw(names, self.timeout)?;
             if found.iter().all(|r| {
                 matches!(r, Err((code, _)) if *code == RDKafkaErrorCode::UnknownTopicOrPartition)
             }) {

@@ -23,6 +23,9 @@
 //!   Key `0x02` held one parked record per key in an earlier form (no longer read: a restore
 //!   that meets one fails, naming it).
 //!
+//! Every record carries a `parsley.txn` header: the transactional id of the producer that
+//! wrote it, so a restore held by an open transaction names whose it is (`open_transaction`).
+//!
 //! Invariants:
 //! - the runtime writes the changelog only inside the stage's transaction, after every output
 //!   of the transaction is acknowledged (so the clock has no in-flight claims), together with
@@ -299,7 +302,7 @@ pub(crate) fn restore(
     progress: &mut dyn FnMut(i64, i64),
 ) -> Result<Restored> {
     let end = admin.high_watermarks(&[(topic, partition)])?[0];
-    let mut watch = OpenTransactionWatch::new(topic, partition, end, transaction_timeout);
+    let mut watch = OpenTransactionWatch::new(topic, partition, end, transaction_timeout, client);
     let mut restored = Restored::default();
     progress(0, end);
     if end == 0 {

@@ -462,10 +462,13 @@ pub enum Error {
     /// mid-transaction, or one that still runs with another `instance_id`. It ends when its
     /// producer commits or aborts it, when a producer with its transactional id starts
     /// (restarting that instance), or when the coordinator aborts it after that producer's
-    /// `transaction.timeout.ms`. librdkafka 2.12 offers no `DescribeProducers` (KIP-664), so
-    /// the producer is not named.
+    /// `transaction.timeout.ms`. The producer is named by the transactional id that Parsley's
+    /// producers write on every changelog record (header `parsley.txn`), read from the open
+    /// transaction's first record; a producer that is not a Parsley stage is not named
+    /// (librdkafka 2.12 offers no `DescribeProducers`, KIP-664).
     #[error(
-        "restoring {topic}/{partition}: the read stopped at the last stable offset {last_stable_offset}, below the high watermark {high_watermark}: a transaction open on the partition since offset {last_stable_offset} did not end within {timeout:?}; it ends when its producer commits or aborts it, or when the coordinator aborts it after that producer's transaction.timeout.ms (this stage's producers: {transaction_timeout:?})"
+        "restoring {topic}/{partition}: the read stopped at the last stable offset {last_stable_offset}, below the high watermark {high_watermark}: a transaction open on the partition since offset {last_stable_offset}{} did not end within {timeout:?}; it ends when its producer commits or aborts it, or when the coordinator aborts it after that producer's transaction.timeout.ms (this stage's producers: {transaction_timeout:?})",
+        producer.as_deref().map_or(String::new(), |p| format!(", by the producer with transactional id {p},"))
     )]
     RestoreBlocked {
         /// The changelog topic.
@@ -481,6 +484,9 @@ pub enum Error {
         timeout: std::time::Duration,
         /// This stage's producers' `transaction.timeout.ms`.
         transaction_timeout: std::time::Duration,
+        /// The transactional id of the producer whose transaction holds the partition, when
+        /// its first record names one (every changelog record a stage writes does).
+        producer: Option<String>,
     },
     /// Something did not happen within its deadline.
     #[error("{what} did not complete within {timeout:?}")]
@@ -981,6 +987,7 @@ mod tests {
             high_watermark: 5,
             timeout: Duration::from_secs(30),
             transaction_timeout: Duration::from_secs(60),
+            producer: Some("app.s-a-0".into()),
         };
         let admin = Error::Admin {
             operation: "rebalancing".into(),

@@ -14,15 +14,25 @@
 //! producer's `transaction.timeout.ms`. If the restore then times out, its error is
 //! [`Error::RestoreBlocked`], naming the partition and both offsets.
 //!
-//! The producer holding the transaction is not named: that takes `DescribeProducers`
-//! (KIP-664), which librdkafka 2.12 does not offer.
+//! The producer holding the transaction is named by the transactional id that Parsley's
+//! producers write on every changelog record (header `parsley.txn`): the restore reads the
+//! record at the LSO — the open transaction's first — `read_uncommitted`, once per LSO found.
+//! A producer that is not a Parsley stage writes no such header and is not named
+//! (`DescribeProducers`, KIP-664, would name any producer; librdkafka 2.12 does not offer it).
 
 use std::time::{Duration, Instant};
 
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Headers, Message};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use tracing::{debug, info};
 
 use crate::admin::Admin;
 use crate::error::Error;
+use crate::outbox::TXN_HEADER;
+
+/// How long reading the open transaction's first record may take.
+const READ_WRITER: Duration = Duration::from_secs(2);
 
 /// How long a restore's position stands still before its LSO is asked.
 pub(crate) const CHECK_AFTER: Duration = Duration::from_secs(1);
@@ -44,15 +54,21 @@ pub(crate) struct OpenTransactionWatch {
     held_at: Option<i64>,
     /// The LSO the INFO line was logged for.
     said: Option<i64>,
+    /// The restore's consumer configuration, to read the open transaction's first record.
+    client: ClientConfig,
+    /// The transactional id that record names, once read.
+    producer: Option<String>,
 }
 
 impl OpenTransactionWatch {
-    /// A watch for the restore of `topic`/`partition` up to `end`.
+    /// A watch for the restore of `topic`/`partition` up to `end`, read with consumers of
+    /// `client`.
     pub(crate) fn new(
         topic: &str,
         partition: i32,
         end: i64,
         transaction_timeout: Duration,
+        client: &ClientConfig,
     ) -> Self {
         OpenTransactionWatch {
             topic: topic.to_string(),
@@ -62,6 +78,8 @@ impl OpenTransactionWatch {
             checked: None,
             held_at: None,
             said: None,
+            client: client.clone(),
+            producer: None,
         }
     }
 
@@ -96,6 +114,7 @@ impl OpenTransactionWatch {
             high_watermark: self.end,
             timeout,
             transaction_timeout: self.transaction_timeout,
+            producer: self.producer.clone(),
         })
     }
 
@@ -113,17 +132,55 @@ impl OpenTransactionWatch {
             && self.said != Some(lso)
         {
             self.said = Some(lso);
+            self.producer = writer_at(&self.client, &self.topic, self.partition, lso);
             info!(
                 topic = %self.topic,
                 partition = self.partition,
                 last_stable_offset = lso,
                 high_watermark = self.end,
                 transaction_timeout_ms = self.transaction_timeout.as_millis() as u64,
+                producer = self.producer.as_deref().unwrap_or(""),
                 "{}",
-                notice(&self.topic, self.partition, lso, self.end, self.transaction_timeout)
+                notice(
+                    &self.topic,
+                    self.partition,
+                    lso,
+                    self.end,
+                    self.transaction_timeout,
+                    self.producer.as_deref()
+                )
             );
         }
     }
+}
+
+/// The transactional id named on the record at `offset` of `topic`/`partition` (the open
+/// transaction's first), read `read_uncommitted` with a consumer of `client`; `None` when it
+/// names none, or when it cannot be read within [`READ_WRITER`].
+fn writer_at(client: &ClientConfig, topic: &str, partition: i32, offset: i64) -> Option<String> {
+    let mut config = client.clone();
+    config.set("isolation.level", "read_uncommitted");
+    let consumer: BaseConsumer = config.create().ok()?;
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, partition, Offset::Offset(offset))
+        .ok()?;
+    consumer.assign(&tpl).ok()?;
+    let deadline = Instant::now() + READ_WRITER;
+    while Instant::now() < deadline {
+        let Some(Ok(m)) = consumer.poll(Duration::from_millis(100)) else {
+            continue;
+        };
+        if m.offset() != offset {
+            return None;
+        }
+        return m
+            .headers()?
+            .iter()
+            .find(|h| h.key == TXN_HEADER)
+            .and_then(|h| h.value)
+            .map(|v| String::from_utf8_lossy(v).into_owned());
+    }
+    None
 }
 
 /// The LSO that holds a restore at next offset `at` reading up to `end`: `Some(lso)` when the
@@ -139,9 +196,13 @@ fn notice(
     lso: i64,
     end: i64,
     transaction_timeout: Duration,
+    producer: Option<&str>,
 ) -> String {
+    let by = producer.map_or(String::new(), |p| {
+        format!(" by the producer with transactional id {p}")
+    });
     format!(
-        "the restore of {topic}/{partition} waits for a transaction open on the partition: \
+        "the restore of {topic}/{partition} waits for a transaction open on the partition{by}: \
          read_committed stops at the last stable offset {lso}, below the high watermark {end}, \
          until the transaction ends — when its producer commits or aborts it, or at most that \
          producer's transaction.timeout.ms after it began, when the coordinator aborts it (this \
@@ -167,12 +228,24 @@ mod tests {
 
     #[test]
     fn the_notice_names_the_partition_the_offsets_and_the_longest_wait() {
-        let n = notice("app.s.changelog", 2, 4, 5, Duration::from_secs(60));
+        let n = notice("app.s.changelog", 2, 4, 5, Duration::from_secs(60), None);
         assert!(n.contains("app.s.changelog/2"), "{n}");
         assert!(
             n.contains("last stable offset 4, below the high watermark 5"),
             "{n}"
         );
         assert!(n.contains("(this stage's producers: 60000 ms)"), "{n}");
+        let n = notice(
+            "app.s.changelog",
+            2,
+            4,
+            5,
+            Duration::from_secs(60),
+            Some("app.s-a-0"),
+        );
+        assert!(
+            n.contains("open on the partition by the producer with transactional id app.s-a-0:"),
+            "{n}"
+        );
     }
 }

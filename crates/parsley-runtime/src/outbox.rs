@@ -105,6 +105,12 @@ const UNTAGGED: usize = 0;
 /// [`parsley_clock::STAMP_HEADER`] as librdkafka takes a header name.
 const STAMP_HEADER_C: &CStr = c"parsley.stamp";
 
+/// The header of a changelog record naming the transactional id of the producer that wrote
+/// it.
+pub(crate) const TXN_HEADER: &str = "parsley.txn";
+/// [`TXN_HEADER`] as librdkafka takes a header name.
+const TXN_HEADER_C: &CStr = c"parsley.txn";
+
 /// One record as [`Outbox::produce`] hands it to librdkafka.
 struct Produce<'a> {
     /// The topic handle ([`topic_handle`]).
@@ -619,6 +625,12 @@ impl Outbox {
             let mut topics = self.topics.lock().unwrap_or_else(PoisonError::into_inner);
             topic_handle(&self.producer, &mut topics, topic, channel)?
         };
+        // Names this producer on the record: a restore held by its open transaction says
+        // whose it is (`open_transaction`).
+        let writer = self
+            .transactional_id
+            .as_deref()
+            .map(|id| [(TXN_HEADER_C, Some(id.as_bytes()))]);
         let record = Produce {
             rkt,
             partition: channel.partition,
@@ -627,7 +639,7 @@ impl Outbox {
             copy_value: true,
             opaque: UNTAGGED,
             timestamp: None,
-            headers: &[],
+            headers: writer.as_ref().map_or(&[][..], |h| &h[..]),
         };
         self.enqueue(&record, topic, channel, timeout)
     }
@@ -983,6 +995,11 @@ pub fn partition_for(key: &[u8], partitions: i32) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_c_header_names_are_the_header_names() {
+        assert_eq!(TXN_HEADER_C.to_str().unwrap(), TXN_HEADER);
+    }
 
     #[test]
     fn the_c_stamp_header_name_is_the_stamp_header() {

@@ -326,6 +326,7 @@ fn a_restore_held_by_an_open_transaction_says_so_and_fails_naming_the_offsets() 
                 high_watermark: 1,
                 timeout,
                 transaction_timeout,
+                producer: None,
             } if *topic == changelog && *timeout == wait && *transaction_timeout == Duration::from_secs(60)
         ),
         "{failure:?}"
@@ -359,4 +360,79 @@ fn a_restore_held_by_an_open_transaction_says_so_and_fails_naming_the_offsets() 
         t.len() == 1 && t[0].phase == TaskPhase::Running
     });
     running.stop().unwrap();
+}
+
+/// The child of
+/// `a_restore_held_by_a_dead_stages_transaction_names_its_transactional_id`: a counting stage
+/// armed to abort its process between a commit's changelog write and its offsets, leaving its
+/// transaction open on the changelog. Does nothing unless that test starts it.
+#[test]
+#[ignore = "a child process of the named-producer test, started by it"]
+fn dying_child_leaves_its_transaction_open_on_the_changelog() {
+    let Ok(names) = std::env::var("PARSLEY_DYING_CHILD") else {
+        return;
+    };
+    let names: Vec<&str> = names.split(',').collect();
+    let mut config = RuntimeConfig::new(bootstrap())
+        .consumer_property("session.timeout.ms", "6000")
+        .consumer_property("heartbeat.interval.ms", "1000")
+        .crash_at(parsley_runtime::CrashPoint::AfterChangelog);
+    config.instance_id = names[3].to_string();
+    let running = Runtime::new(forward(names[0], names[1], names[2]), config)
+        .start()
+        .unwrap();
+    let error = next_failure(&running);
+    panic!("the crash point did not abort the process; the stage failed instead: {error}");
+}
+
+/// A stage that died mid-transaction (its changelog records written, its commit never made)
+/// holds the changelog partition; another instance's restore of the task is held by that open
+/// transaction and fails naming its producer: the dead stage's transactional id, read from the
+/// open transaction's first changelog record.
+#[test]
+fn a_restore_held_by_a_dead_stages_transaction_names_its_transactional_id() {
+    use std::os::unix::process::ExitStatusExt;
+    captured();
+    let input = create_topic("dead-in", 1);
+    let output = create_topic("dead-out", 1);
+    let app = unique_topic("dead");
+    let dead = unique_topic("dead-i");
+    send(&input.name, 0..3);
+    let status = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "dying_child_leaves_its_transaction_open_on_the_changelog",
+            "--exact",
+            "--ignored",
+            "--nocapture",
+        ])
+        .env(
+            "PARSLEY_DYING_CHILD",
+            format!("{app},{},{},{dead}", input.name, output.name),
+        )
+        .status()
+        .unwrap();
+    assert_eq!(status.signal(), Some(6), "the child aborted: {status:?}");
+
+    // Another instance (its own transactional id: it does not end the dead one's transaction)
+    // takes the task once the dead member's session times out, and its restore is held.
+    let wait = Duration::from_secs(5);
+    let mut config = RuntimeConfig::new(bootstrap());
+    config.timeout = wait;
+    config.instance_id = unique_topic("alive-i");
+    let running = Runtime::new(forward(&app, &input.name, &output.name), config)
+        .start()
+        .unwrap();
+    let failure = next_failure(&running);
+    let _ = running.stop();
+    let dead_id = format!("{app}.forward-{dead}-0");
+    assert!(
+        matches!(&*failure, Error::RestoreBlocked { producer: Some(p), .. } if *p == dead_id),
+        "{failure:?}"
+    );
+    assert!(
+        failure
+            .to_string()
+            .contains(&format!("by the producer with transactional id {dead_id}")),
+        "{failure}"
+    );
 }

@@ -396,7 +396,9 @@ impl StageRunner {
         match e.rdkafka_error_code() {
             Some(C::UnknownTopicOrPartition | C::UnknownTopic | C::UnknownPartition) => {
                 // Deleted ends the stage, recreated too (a new id); else metadata catching up.
-                self.verify_sources()?;
+                if let Some(change) = self.source_change(self.config.timeout)? {
+                    return Err(change);
+                }
                 warn!(error = %e, "consumer: a source is unknown to it but exists: carrying on");
                 return Ok(());
             }
@@ -408,8 +410,10 @@ impl StageRunner {
             _ => {}
         }
         // A source recreated under the stage explains errors like a position out of range on
-        // the new topic: say that instead.
-        self.verify_sources()?;
+        // the new topic: say that instead (a description that fails explains nothing).
+        if let Ok(Some(change)) = self.source_change(self.config.timeout) {
+            return Err(change);
+        }
         Err(Error::kafka("polling", e))
     }
 

@@ -16,6 +16,8 @@
 
 use std::time::{Duration, Instant};
 
+use tracing::warn;
+
 use super::StageRunner;
 use crate::admin::TopicInfo;
 use crate::error::{Error, Result};
@@ -23,6 +25,10 @@ use crate::error::{Error, Result};
 /// How often a running stage describes its sources (as often as its consumer refreshes its
 /// metadata: `topic.metadata.refresh.interval.ms=5000`).
 pub(crate) const CHECK_EVERY: Duration = Duration::from_secs(5);
+
+/// The longest a periodic check waits for the cluster's answer: a check that cannot be made
+/// now is made at the next interval, and the stream thread is not held longer.
+const CHECK_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Checks that every source of `sources` (as resolved when the stage started) has the same id
 /// and partition count in `now` (the same topics, described again, in the same order).
@@ -60,31 +66,44 @@ impl SourceCheck {
 }
 
 impl StageRunner {
-    /// Describes the sources when [`CHECK_EVERY`] has passed since the last time (module docs).
+    /// Describes the sources when [`CHECK_EVERY`] has passed since the last time (module
+    /// docs). A description that fails (the cluster unreachable, a broker restarting) proves
+    /// nothing: it is logged and tried again at the next interval.
     ///
     /// # Errors
-    /// [`Error::SourceChanged`], [`Error::SourceDeleted`]; admin errors.
+    /// [`Error::SourceChanged`], [`Error::SourceDeleted`].
     pub(super) fn check_sources(&mut self) -> Result<()> {
         if self.source_check.last.elapsed() < CHECK_EVERY {
             return Ok(());
         }
         self.source_check.last = Instant::now();
-        self.verify_sources()
+        match self.source_change(CHECK_TIMEOUT.min(self.config.timeout)) {
+            Ok(Some(change)) => Err(change),
+            Ok(None) => Ok(()),
+            Err(e) => {
+                warn!(error = %e, "cannot describe the sources now; checking again in {CHECK_EVERY:?}");
+                Ok(())
+            }
+        }
     }
 
-    /// Describes the sources now and compares them with what the stage started with.
+    /// What changed in the sources since the stage started, described now within `timeout`:
+    /// [`Error::SourceChanged`] or [`Error::SourceDeleted`], or `None` when nothing did.
     ///
     /// # Errors
-    /// [`Error::SourceChanged`]; [`Error::SourceDeleted`] for a source the cluster does not
-    /// know; admin errors.
-    pub(super) fn verify_sources(&self) -> Result<()> {
+    /// The admin client's, when the sources cannot be described.
+    pub(super) fn source_change(&self, timeout: Duration) -> Result<Option<Error>> {
         let names: Vec<&str> = self.ctx.sources.iter().map(|t| t.name.as_str()).collect();
-        match self.evidence.admin().describe_topics(&names) {
-            Ok(now) => compare(&self.ctx.stage, &self.ctx.sources, &now),
-            Err(Error::UnknownTopic { topic }) => Err(Error::SourceDeleted {
+        match self
+            .evidence
+            .admin()
+            .describe_topics_within(&names, timeout)
+        {
+            Ok(now) => Ok(compare(&self.ctx.stage, &self.ctx.sources, &now).err()),
+            Err(Error::UnknownTopic { topic }) => Ok(Some(Error::SourceDeleted {
                 stage: self.ctx.stage.clone(),
                 topic,
-            }),
+            })),
             Err(other) => Err(other),
         }
     }
