@@ -303,6 +303,21 @@ pub enum Error {
         /// The sources' partition count.
         expected: i32,
     },
+    /// An internal topic of the topology (a repartition topic) exists with another partition
+    /// count than the topics it takes its count from
+    /// ([`InternalTopic::partitions_of`](parsley_stage::InternalTopic::partitions_of)): created
+    /// by hand, or left from an earlier topology whose sources had another count.
+    #[error(
+        "internal topic {topic} has {partitions} partitions, the topics it is co-partitioned with have {expected}"
+    )]
+    InternalTopicPartitions {
+        /// The internal topic.
+        topic: String,
+        /// Its partition count.
+        partitions: i32,
+        /// The largest partition count of the topics it takes its count from.
+        expected: i32,
+    },
     /// A changelog record does not decode.
     #[error("changelog {topic}/{partition}@{offset}: {message}")]
     Changelog {
@@ -727,6 +742,7 @@ impl Error {
     /// another process — [`Error::RecordsLost`], [`Error::Fenced`], [`Error::ImpossibleStamp`],
     /// [`Error::MalformedStamp`], [`Error::Gate`], [`Error::Stage`],
     /// [`Error::RestoreMismatch`], [`Error::Changelog`], [`Error::ChangelogPartitions`],
+    /// [`Error::InternalTopicPartitions`],
     /// [`Error::SourceChanged`], [`Error::SourceDeleted`], [`Error::NotCoPartitioned`],
     /// [`Error::NoEventTime`], [`Error::EventTime`], [`Error::OutputRefused`], … — and also a
     /// fatal [`Error::Transaction`]

@@ -14,15 +14,17 @@
 mod codec;
 mod error;
 mod handler;
+mod internal;
 mod processor;
 pub mod topology;
 
 pub use codec::{Bincode, Bytes, Codec, CodecError, Json, Nullable, Utf8};
 pub use error::{Error, Result};
 pub use handler::{Emission, Handler, HandlerError, HandlerResult, Record, StateChange, Step};
+pub use internal::InternalTopic;
 pub use parsley_clock::CausalClock;
 pub use processor::{Part, Processor, RawDelivery, RawEmission, RawRecord, RawStep};
 pub use topology::{
     BadRecordKind, BadRecordPolicy, ControlStream, EventTimeOrder, ImpossiblePolicy,
-    KeyPartitioning, StageBuilder, StageSpec, Topology, TopologyBuilder,
+    KeyPartitioning, StageBuilder, StageSettings, StageSpec, Topology, TopologyBuilder,
 };

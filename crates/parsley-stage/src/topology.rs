@@ -41,6 +41,7 @@ use std::sync::Arc;
 use crate::codec::{Codec, Json};
 use crate::error::{Error, Result};
 use crate::handler::Handler;
+use crate::internal::InternalTopic;
 use crate::processor::{Codecs, Processor, Typed};
 
 /// A validated set of stages of one application.
@@ -48,6 +49,7 @@ use crate::processor::{Codecs, Processor, Typed};
 pub struct Topology {
     application_id: String,
     stages: Vec<StageSpec>,
+    internal: Vec<InternalTopic>,
 }
 
 impl fmt::Debug for Topology {
@@ -55,6 +57,7 @@ impl fmt::Debug for Topology {
         f.debug_struct("Topology")
             .field("application_id", &self.application_id)
             .field("stages", &self.stages)
+            .field("internal", &self.internal)
             .finish()
     }
 }
@@ -66,6 +69,7 @@ impl Topology {
         TopologyBuilder {
             application_id: application_id.into(),
             stages: Vec::new(),
+            internal: Vec::new(),
             problems: Vec::new(),
         }
     }
@@ -84,6 +88,12 @@ impl Topology {
     pub fn stage(&self, name: &str) -> Option<&StageSpec> {
         self.stages.iter().find(|s| s.name == name)
     }
+
+    /// The topics the topology creates for itself (repartition topics), in the order they were
+    /// declared.
+    pub fn internal_topics(&self) -> &[InternalTopic] {
+        &self.internal
+    }
 }
 
 /// One validated stage: its sources, sinks and processor.
@@ -98,6 +108,8 @@ pub struct StageSpec {
     /// Sources whose writers partition by key some other way on purpose (not checked).
     unchecked: Vec<String>,
     event_time: Option<EventTimeOrder>,
+    /// The internal topics among its sources and sinks (filled in by `build`).
+    internal: Vec<InternalTopic>,
 }
 
 /// How the writers of a source partition its records by key.
@@ -289,6 +301,7 @@ impl fmt::Debug for StageSpec {
             .field("bad_records", &self.bad_records)
             .field("unchecked", &self.unchecked)
             .field("event_time", &self.event_time)
+            .field("internal", &self.internal)
             .finish_non_exhaustive()
     }
 }
@@ -338,6 +351,12 @@ impl StageSpec {
         self.event_time.as_ref()
     }
 
+    /// The internal topics among the stage's sources and sinks: the runtime creates each one
+    /// that is absent before the stage starts (see [`InternalTopic`]).
+    pub fn internal_topics(&self) -> &[InternalTopic] {
+        &self.internal
+    }
+
     /// The consumer group of this stage: `{application_id}.{stage}`.
     pub fn group_id(&self, application_id: &str) -> String {
         format!("{application_id}.{}", self.name)
@@ -348,10 +367,32 @@ impl StageSpec {
 pub struct TopologyBuilder {
     application_id: String,
     stages: Vec<StageSpec>,
+    internal: Vec<InternalTopic>,
     problems: Vec<String>,
 }
 
 impl TopologyBuilder {
+    /// Declares a topic the topology creates for itself (see [`InternalTopic`]). Checked by
+    /// [`TopologyBuilder::build`]: a legal name, declared once, a source or sink of some stage,
+    /// its partition count taken from at least one topic that is not internal.
+    pub fn internal_topic(mut self, topic: InternalTopic) -> Self {
+        self.internal.push(topic);
+        self
+    }
+
+    /// Adds a stage named `name` running `processor` — a stage's logic over bytes, for front
+    /// ends that compile to processors themselves (the DSL) — with the sources, sinks and
+    /// policies of `settings`.
+    pub fn processor_stage(
+        mut self,
+        name: impl Into<String>,
+        processor: Arc<dyn Processor>,
+        settings: StageSettings,
+    ) -> Self {
+        self.stages.push(settings.into_spec(name.into(), processor));
+        self
+    }
+
     /// Adds a stage named `name` running `handler`, configured by `configure`.
     pub fn stage<H: Handler>(
         mut self,
@@ -363,15 +404,15 @@ impl TopologyBuilder {
         Json: Codec<H::Key> + Codec<H::Value> + Codec<H::Output> + Codec<H::State>,
     {
         let name = name.into();
-        let builder = configure(StageBuilder {
+        let StageBuilder {
+            name: _,
+            handler,
+            settings,
+            codecs,
+        } = configure(StageBuilder {
             name: name.clone(),
             handler,
-            sources: Vec::new(),
-            sinks: Vec::new(),
-            impossible: ImpossiblePolicy::Fail,
-            bad_records: BadRecordPolicy::Fail,
-            unchecked: Vec::new(),
-            event_time: None,
+            settings: StageSettings::default(),
             codecs: Codecs {
                 key: Arc::new(Json),
                 value: Arc::new(Json),
@@ -379,33 +420,13 @@ impl TopologyBuilder {
                 state: Arc::new(Json),
             },
         });
-        let StageBuilder {
-            handler,
-            sources,
-            sinks,
-            codecs,
-            impossible,
-            bad_records,
-            unchecked,
-            event_time,
-            ..
-        } = builder;
         let processor: Arc<dyn Processor> = Arc::new(Typed {
             stage: name.clone(),
             handler,
             codecs,
-            sinks: sinks.clone(),
+            sinks: settings.sinks.clone(),
         });
-        self.stages.push(StageSpec {
-            name,
-            sources,
-            sinks,
-            processor,
-            impossible,
-            bad_records,
-            unchecked,
-            event_time,
-        });
+        self.stages.push(settings.into_spec(name, processor));
         self
     }
 
@@ -500,57 +521,83 @@ impl TopologyBuilder {
                 }
             }
         }
+        for (i, topic) in self.internal.iter().enumerate() {
+            let name = &topic.name;
+            if let Err(why) = legal_name(name) {
+                problems.push(format!("internal topic {name:?}: {why}"));
+            }
+            if self.internal[..i].iter().any(|t| t.name == *name) {
+                problems.push(format!("internal topic {name:?} is declared twice"));
+            }
+            if !self
+                .stages
+                .iter()
+                .any(|s| s.sources.contains(name) || s.sinks.contains(name))
+            {
+                problems.push(format!(
+                    "internal topic {name:?} is neither a source nor a sink of any stage"
+                ));
+            }
+            if topic.partitions_of.is_empty() {
+                problems.push(format!(
+                    "internal topic {name:?} takes its partition count from no topic"
+                ));
+            }
+            for of in &topic.partitions_of {
+                if self.internal.iter().any(|t| t.name == *of) {
+                    problems.push(format!(
+                        "internal topic {name:?} takes its partition count from {of:?}, which is internal too"
+                    ));
+                }
+            }
+        }
         if !problems.is_empty() {
             return Err(Error::InvalidTopology { problems });
         }
+        let mut stages = self.stages;
+        for stage in &mut stages {
+            stage.internal = self
+                .internal
+                .iter()
+                .filter(|t| stage.sources.contains(&t.name) || stage.sinks.contains(&t.name))
+                .cloned()
+                .collect();
+        }
         Ok(Topology {
             application_id: self.application_id,
-            stages: self.stages,
+            stages,
+            internal: self.internal,
         })
     }
 }
 
-/// Configures one stage: sources, sinks and codecs (JSON by default).
-pub struct StageBuilder<H: Handler> {
-    name: String,
-    handler: H,
+/// A stage's sources, sinks and policies: what [`StageBuilder`] configures besides codecs, and
+/// what [`TopologyBuilder::processor_stage`] takes.
+#[derive(Debug, Clone, Default)]
+pub struct StageSettings {
     sources: Vec<String>,
     sinks: Vec<String>,
-    codecs: Codecs<H>,
     impossible: ImpossiblePolicy,
     bad_records: BadRecordPolicy,
     unchecked: Vec<String>,
     event_time: Option<EventTimeOrder>,
 }
 
-impl<H: Handler> StageBuilder<H> {
+impl StageSettings {
+    /// No source, no sink, the default policies.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
     /// Adds a source topic. All sources of a stage must be co-partitioned.
     pub fn source(mut self, topic: impl Into<String>) -> Self {
         self.sources.push(topic.into());
         self
     }
 
-    /// Declares a sink topic the handler may emit to.
+    /// Declares a sink topic the stage may emit to.
     pub fn sink(mut self, topic: impl Into<String>) -> Self {
         self.sinks.push(topic.into());
-        self
-    }
-
-    /// The codec of input and output keys (and of the state key).
-    pub fn key_codec(mut self, codec: impl Codec<H::Key> + 'static) -> Self {
-        self.codecs.key = Arc::new(codec);
-        self
-    }
-
-    /// The codec of input values.
-    pub fn value_codec(mut self, codec: impl Codec<H::Value> + 'static) -> Self {
-        self.codecs.value = Arc::new(codec);
-        self
-    }
-
-    /// The codec of emitted values.
-    pub fn output_codec(mut self, codec: impl Codec<H::Output> + 'static) -> Self {
-        self.codecs.output = Arc::new(codec);
         self
     }
 
@@ -592,9 +639,113 @@ impl<H: Handler> StageBuilder<H> {
         self
     }
 
+    /// The source topics declared so far.
+    pub fn sources(&self) -> &[String] {
+        &self.sources
+    }
+
+    /// The sink topics declared so far.
+    pub fn sinks(&self) -> &[String] {
+        &self.sinks
+    }
+
+    fn into_spec(self, name: String, processor: Arc<dyn Processor>) -> StageSpec {
+        let StageSettings {
+            sources,
+            sinks,
+            impossible,
+            bad_records,
+            unchecked,
+            event_time,
+        } = self;
+        StageSpec {
+            name,
+            sources,
+            sinks,
+            processor,
+            impossible,
+            bad_records,
+            unchecked,
+            event_time,
+            internal: Vec::new(),
+        }
+    }
+}
+
+/// Configures one stage: sources, sinks, policies ([`StageSettings`]) and codecs (JSON by
+/// default).
+pub struct StageBuilder<H: Handler> {
+    name: String,
+    handler: H,
+    settings: StageSettings,
+    codecs: Codecs<H>,
+}
+
+impl<H: Handler> StageBuilder<H> {
+    /// Adds a source topic. All sources of a stage must be co-partitioned.
+    pub fn source(mut self, topic: impl Into<String>) -> Self {
+        self.settings = self.settings.source(topic);
+        self
+    }
+
+    /// Declares a sink topic the handler may emit to.
+    pub fn sink(mut self, topic: impl Into<String>) -> Self {
+        self.settings = self.settings.sink(topic);
+        self
+    }
+
+    /// The codec of input and output keys (and of the state key).
+    pub fn key_codec(mut self, codec: impl Codec<H::Key> + 'static) -> Self {
+        self.codecs.key = Arc::new(codec);
+        self
+    }
+
+    /// The codec of input values.
+    pub fn value_codec(mut self, codec: impl Codec<H::Value> + 'static) -> Self {
+        self.codecs.value = Arc::new(codec);
+        self
+    }
+
+    /// The codec of emitted values.
+    pub fn output_codec(mut self, codec: impl Codec<H::Output> + 'static) -> Self {
+        self.codecs.output = Arc::new(codec);
+        self
+    }
+
     /// The codec of the fold state.
     pub fn state_codec(mut self, codec: impl Codec<H::State> + 'static) -> Self {
         self.codecs.state = Arc::new(codec);
+        self
+    }
+
+    /// What to do with records whose stamps are impossible (default: fail the task).
+    pub fn on_impossible_stamp(mut self, policy: ImpossiblePolicy) -> Self {
+        self.settings = self.settings.on_impossible_stamp(policy);
+        self
+    }
+
+    /// How the writers of source `topic` partition it by key; see
+    /// [`StageSettings::key_partitioning`].
+    pub fn key_partitioning(
+        mut self,
+        topic: impl Into<String>,
+        partitioning: KeyPartitioning,
+    ) -> Self {
+        self.settings = self.settings.key_partitioning(topic, partitioning);
+        self
+    }
+
+    /// What to do with records the stage cannot process; see
+    /// [`StageSettings::on_bad_record`].
+    pub fn on_bad_record(mut self, policy: BadRecordPolicy) -> Self {
+        self.settings = self.settings.on_bad_record(policy);
+        self
+    }
+
+    /// Orders the stage's deliveries by event time; see
+    /// [`StageSettings::order_by_event_time`].
+    pub fn order_by_event_time(mut self, order: EventTimeOrder) -> Self {
+        self.settings = self.settings.order_by_event_time(order);
         self
     }
 
@@ -674,6 +825,47 @@ mod tests {
             Topology::builder("x").build(),
             Err(Error::InvalidTopology { .. })
         ));
+    }
+
+    #[test]
+    fn internal_topics_are_validated_and_handed_to_the_stages_that_touch_them() {
+        let rep = InternalTopic::new("app-sum-repartition", ["in".to_string()]);
+        let t = Topology::builder("app")
+            .stage("rekey", Echo, |s| {
+                s.source("in").sink("app-sum-repartition")
+            })
+            .stage("sum", Echo, |s| s.source("app-sum-repartition").sink("out"))
+            .stage("other", Echo, |s| s.source("in").sink("out"))
+            .internal_topic(rep.clone())
+            .build()
+            .unwrap();
+        assert_eq!(t.internal_topics(), [rep.clone()]);
+        assert_eq!(t.stage("rekey").unwrap().internal_topics(), [rep.clone()]);
+        assert_eq!(t.stage("sum").unwrap().internal_topics(), [rep.clone()]);
+        assert!(t.stage("other").unwrap().internal_topics().is_empty());
+
+        let err = Topology::builder("app")
+            .stage("a", Echo, |s| s.source("in").sink("app-x-repartition"))
+            .internal_topic(InternalTopic::new(
+                "app-x-repartition",
+                ["app-y".to_string()],
+            ))
+            .internal_topic(InternalTopic::new("app-x-repartition", Vec::new()))
+            .internal_topic(InternalTopic::new("app-y", ["in".to_string()]))
+            .build()
+            .unwrap_err();
+        let Error::InvalidTopology { problems } = err else {
+            panic!("{err}")
+        };
+        assert_eq!(
+            problems,
+            [
+                "internal topic \"app-x-repartition\" takes its partition count from \"app-y\", which is internal too",
+                "internal topic \"app-x-repartition\" is declared twice",
+                "internal topic \"app-x-repartition\" takes its partition count from no topic",
+                "internal topic \"app-y\" is neither a source nor a sink of any stage",
+            ]
+        );
     }
 
     #[test]

@@ -24,7 +24,7 @@ use super::intake::Intake;
 use super::sources::SourceCheck;
 use super::transaction::{OwnWrites, Transaction};
 use super::waits::JoinWait;
-use crate::admin::{Admin, TopicInfo};
+use crate::admin::{Admin, TopicInfo, TopicSpec};
 use crate::changelog;
 use crate::clients::ClientRole;
 use crate::config::RuntimeConfig;
@@ -49,6 +49,7 @@ impl StageRunner {
     ///
     /// # Errors
     /// [`Error::UnknownTopic`], [`Error::NotCoPartitioned`], [`Error::ChangelogPartitions`],
+    /// [`Error::InternalTopicPartitions`],
     /// client and admin errors.
     pub(crate) fn new(
         app: &str,
@@ -78,6 +79,7 @@ impl StageRunner {
             let producing = scope
                 .spawn(|| Transaction::producer(&pc, config.statistics_sink(), config.timeout));
             let resolved = (|| -> Result<_> {
+                ensure_internal_topics(&admin, &spec)?;
                 let (sources, sinks, dead_letters) = describe(&admin, &spec)?;
                 debug!(
                     took_ms = started.elapsed().as_millis() as u64,
@@ -182,6 +184,47 @@ impl StageRunner {
 
 /// Describes the stage's sources, sinks and dead-letter topics, and checks that its sources
 /// are co-partitioned.
+/// Creates each internal topic of the stage that is absent, with as many partitions as the
+/// largest of the topics it takes its count from, and checks the count of those that exist.
+/// Every stage touching an internal topic computes the same count, so whichever starts first
+/// creates it.
+///
+/// # Errors
+/// [`Error::InternalTopicPartitions`]; [`Error::UnknownTopic`] when a topic it takes its count
+/// from does not exist; admin errors.
+fn ensure_internal_topics(admin: &Admin, spec: &StageSpec) -> Result<()> {
+    for topic in spec.internal_topics() {
+        let of: Vec<&str> = topic.partitions_of.iter().map(String::as_str).collect();
+        let expected = admin
+            .describe_topics(&of)?
+            .iter()
+            .map(|t| t.partitions)
+            .max()
+            .unwrap_or(1);
+        let info = match admin.describe_topics(&[topic.name.as_str()]) {
+            Ok(mut t) => t.remove(0),
+            Err(Error::UnknownTopic { .. }) => {
+                let mut new = TopicSpec::new(topic.name.clone(), expected);
+                for (k, v) in &topic.config {
+                    new = new.config(k.clone(), v.clone());
+                }
+                // Another stage or instance may create it at the same moment.
+                admin.create_topic_if_absent(&new)?
+            }
+            Err(e) => return Err(e),
+        };
+        if info.partitions != expected {
+            return Err(Error::InternalTopicPartitions {
+                topic: topic.name.clone(),
+                partitions: info.partitions,
+                expected,
+            });
+        }
+        debug!(topic = %topic.name, partitions = expected, "startup: internal topic ready");
+    }
+    Ok(())
+}
+
 fn describe(
     admin: &Admin,
     spec: &StageSpec,
