@@ -839,9 +839,15 @@ mod tests {
             .internal_topic(rep.clone())
             .build()
             .unwrap();
-        assert_eq!(t.internal_topics(), [rep.clone()]);
-        assert_eq!(t.stage("rekey").unwrap().internal_topics(), [rep.clone()]);
-        assert_eq!(t.stage("sum").unwrap().internal_topics(), [rep.clone()]);
+        assert_eq!(t.internal_topics(), std::slice::from_ref(&rep));
+        assert_eq!(
+            t.stage("rekey").unwrap().internal_topics(),
+            std::slice::from_ref(&rep)
+        );
+        assert_eq!(
+            t.stage("sum").unwrap().internal_topics(),
+            std::slice::from_ref(&rep)
+        );
         assert!(t.stage("other").unwrap().internal_topics().is_empty());
 
         let err = Topology::builder("app")
