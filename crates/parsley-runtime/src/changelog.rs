@@ -110,10 +110,7 @@ const SNAPSHOT_VERSION: u8 = 1;
 /// Largest snapshot decoded (a corrupt length never allocates more).
 const SNAPSHOT_LIMIT: usize = 64 << 20;
 
-/// The changelog topic of the stage whose consumer group is `group`.
-pub fn changelog_topic(group: &str) -> String {
-    format!("{group}.changelog")
-}
+pub use parsley_stage::changelog_topic;
 
 /// Describes the changelog topic, creating it (`cleanup.policy=compact`, `partitions`
 /// partitions) when it does not exist.

@@ -3,7 +3,8 @@
 //! A [`Codec<T>`] turns a typed value into the bytes of a Kafka key or value (or of a state
 //! entry) and back. [`Json`] is readable on the wire and the default; [`Bincode`] is compact;
 //! [`Utf8`] writes a `String` as its bytes, the common choice for keys shared with other
-//! clients; [`Bytes`] passes `Vec<u8>` through unchanged. Keys of co-partitioned topics must be
+//! clients; [`Bytes`] passes `Vec<u8>` through unchanged; [`Auto`] picks per type as Kafka
+//! clients do (text, bytes, else JSON) and is the DSL's default. Keys of co-partitioned topics must be
 //! encoded the same way by every writer: the partition is a hash of the key's bytes.
 //!
 //! # Absent keys and values
@@ -119,6 +120,113 @@ impl<T: Serialize + DeserializeOwned> Codec<T> for Json {
     fn encode_part(&self, value: T) -> Result<Option<Vec<u8>>, CodecError> {
         let bytes = serde_json::to_vec(&value)?;
         Ok((bytes != b"null").then_some(bytes))
+    }
+}
+
+/// The usual choice per type, as Kafka clients make it: a `String` as its UTF-8 bytes (Kafka's
+/// `StringSerializer`), a `Vec<u8>` as it is (`ByteArraySerializer`), an `Option` of either
+/// with `None` as an absent part, and every other type as JSON ([`Json`], which maps an absent
+/// part to `null`). The DSL's default codec: a `String` key written by any Kafka client
+/// decodes, and the key bytes Parsley writes hash to the partition other clients expect.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Auto;
+
+/// What [`Auto`] does with a type.
+enum AutoKind {
+    Text,
+    Raw,
+    OptionalText,
+    OptionalRaw,
+    Json,
+}
+
+fn auto_kind<T: 'static>() -> AutoKind {
+    use std::any::TypeId;
+    let t = TypeId::of::<T>();
+    if t == TypeId::of::<String>() {
+        AutoKind::Text
+    } else if t == TypeId::of::<Vec<u8>>() {
+        AutoKind::Raw
+    } else if t == TypeId::of::<Option<String>>() {
+        AutoKind::OptionalText
+    } else if t == TypeId::of::<Option<Vec<u8>>>() {
+        AutoKind::OptionalRaw
+    } else {
+        AutoKind::Json
+    }
+}
+
+/// `value` as a `T`, when `T` is its type (checked by [`auto_kind`] before the call).
+fn cast<T: 'static, U: 'static>(value: U) -> Result<T, CodecError> {
+    let boxed: Box<dyn std::any::Any> = Box::new(value);
+    boxed
+        .downcast::<T>()
+        .map(|b| *b)
+        .map_err(|_| CodecError::Absent)
+}
+
+impl<T: Serialize + DeserializeOwned + 'static> Codec<T> for Auto {
+    fn encode(&self, value: &T) -> Result<Vec<u8>, CodecError> {
+        let any = value as &dyn std::any::Any;
+        if let Some(s) = any.downcast_ref::<String>() {
+            Ok(s.as_bytes().to_vec())
+        } else if let Some(b) = any.downcast_ref::<Vec<u8>>() {
+            Ok(b.clone())
+        } else if let Some(s) = any.downcast_ref::<Option<String>>() {
+            s.as_ref()
+                .map(|s| s.as_bytes().to_vec())
+                .ok_or(CodecError::Absent)
+        } else if let Some(b) = any.downcast_ref::<Option<Vec<u8>>>() {
+            b.clone().ok_or(CodecError::Absent)
+        } else {
+            Json.encode(value)
+        }
+    }
+
+    fn decode(&self, bytes: &[u8]) -> Result<T, CodecError> {
+        match auto_kind::<T>() {
+            AutoKind::Text => cast(Utf8.decode(bytes)?),
+            AutoKind::Raw => cast(bytes.to_vec()),
+            AutoKind::OptionalText => cast(Some(Utf8.decode(bytes)?)),
+            AutoKind::OptionalRaw => cast(Some(bytes.to_vec())),
+            AutoKind::Json => Json.decode(bytes),
+        }
+    }
+
+    fn encode_owned(&self, value: T) -> Result<Vec<u8>, CodecError> {
+        match auto_kind::<T>() {
+            AutoKind::Text => Ok(cast::<String, T>(value)?.into_bytes()),
+            AutoKind::Raw => cast::<Vec<u8>, T>(value),
+            _ => self.encode(&value),
+        }
+    }
+
+    fn decode_owned(&self, bytes: Vec<u8>) -> Result<T, CodecError> {
+        match auto_kind::<T>() {
+            AutoKind::Text => cast(Utf8.decode_owned(bytes)?),
+            AutoKind::Raw => cast(bytes),
+            AutoKind::OptionalText => cast(Some(Utf8.decode_owned(bytes)?)),
+            AutoKind::OptionalRaw => cast(Some(bytes)),
+            AutoKind::Json => Json.decode(&bytes),
+        }
+    }
+
+    fn decode_absent(&self) -> Result<T, CodecError> {
+        match auto_kind::<T>() {
+            AutoKind::Text | AutoKind::Raw => Err(CodecError::Absent),
+            AutoKind::OptionalText => cast(None::<String>),
+            AutoKind::OptionalRaw => cast(None::<Vec<u8>>),
+            AutoKind::Json => Json.decode_absent(),
+        }
+    }
+
+    fn encode_part(&self, value: T) -> Result<Option<Vec<u8>>, CodecError> {
+        match auto_kind::<T>() {
+            AutoKind::Text | AutoKind::Raw => self.encode_owned(value).map(Some),
+            AutoKind::OptionalText => Ok(cast::<Option<String>, T>(value)?.map(String::into_bytes)),
+            AutoKind::OptionalRaw => cast::<Option<Vec<u8>>, T>(value),
+            AutoKind::Json => Json.encode_part(value),
+        }
     }
 }
 
@@ -293,6 +401,45 @@ mod tests {
         );
         assert!(matches!(n.encode(&None), Err(CodecError::Absent)));
         assert_eq!(Utf8.encode_part("k".into()).unwrap(), Some(b"k".to_vec()));
+    }
+
+    #[test]
+    fn auto_writes_strings_and_bytes_as_they_are_and_the_rest_as_json() {
+        assert_eq!(Auto.encode(&"o-1".to_string()).unwrap(), b"o-1");
+        let s: String = Auto.decode(b"o-1").unwrap();
+        assert_eq!(s, "o-1");
+        let s: String = Auto.decode_owned(b"o-2".to_vec()).unwrap();
+        assert_eq!(s, "o-2");
+        assert_eq!(Auto.encode_owned("o-3".to_string()).unwrap(), b"o-3");
+        assert!(matches!(
+            <Auto as Codec<String>>::decode_absent(&Auto),
+            Err(CodecError::Absent)
+        ));
+        assert!(<Auto as Codec<String>>::decode(&Auto, &[0xff]).is_err());
+        assert_eq!(Auto.encode(&vec![0u8, 255]).unwrap(), [0, 255]);
+        let b: Vec<u8> = Auto.decode_owned(vec![1, 2]).unwrap();
+        assert_eq!(b, [1, 2]);
+        let none: Option<String> = Auto.decode_absent().unwrap();
+        assert_eq!(none, None);
+        let some: Option<String> = Auto.decode(b"k").unwrap();
+        assert_eq!(some.as_deref(), Some("k"));
+        assert_eq!(Auto.encode_part(None::<String>).unwrap(), None);
+        assert_eq!(
+            Auto.encode_part(Some("k".to_string())).unwrap(),
+            Some(b"k".to_vec())
+        );
+        let raw: Option<Vec<u8>> = Auto.decode(b"\x01").unwrap();
+        assert_eq!(raw, Some(vec![1]));
+        assert_eq!(Auto.encode_part(None::<Vec<u8>>).unwrap(), None);
+        // Anything else is JSON, absent parts included.
+        let e = Event::Sold { qty: 3 };
+        assert_eq!(Auto.encode(&e).unwrap(), Json.encode(&e).unwrap());
+        let back: Event = Auto.decode_owned(Auto.encode_owned(e).unwrap()).unwrap();
+        assert_eq!(back, Event::Sold { qty: 3 });
+        assert_eq!(Auto.encode_part(7i64).unwrap(), Some(b"7".to_vec()));
+        let unit: () = Auto.decode_absent().unwrap();
+        assert_eq!(unit, ());
+        assert!(<Auto as Codec<Event>>::decode(&Auto, b"{nope").is_err());
     }
 
     #[test]

@@ -12,13 +12,15 @@
 #![doc(test(attr(deny(warnings))))]
 
 mod codec;
+mod describe;
 mod error;
 mod handler;
 mod internal;
 mod processor;
 pub mod topology;
 
-pub use codec::{Bincode, Bytes, Codec, CodecError, Json, Nullable, Utf8};
+pub use codec::{Auto, Bincode, Bytes, Codec, CodecError, Json, Nullable, Utf8};
+pub use describe::{StageDescription, TopologyDescription};
 pub use error::{Error, Result};
 pub use handler::{Emission, Handler, HandlerError, HandlerResult, Record, StateChange, Step};
 pub use internal::InternalTopic;
@@ -27,4 +29,5 @@ pub use processor::{Part, Processor, RawDelivery, RawEmission, RawRecord, RawSte
 pub use topology::{
     BadRecordKind, BadRecordPolicy, ControlStream, EventTimeOrder, ImpossiblePolicy,
     KeyPartitioning, StageBuilder, StageSettings, StageSpec, Topology, TopologyBuilder,
+    changelog_topic,
 };

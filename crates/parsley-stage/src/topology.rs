@@ -110,6 +110,8 @@ pub struct StageSpec {
     event_time: Option<EventTimeOrder>,
     /// The internal topics among its sources and sinks (filled in by `build`).
     internal: Vec<InternalTopic>,
+    /// One line per operator, from the front end that compiled the stage.
+    operators: Vec<String>,
 }
 
 /// How the writers of a source partition its records by key.
@@ -302,6 +304,7 @@ impl fmt::Debug for StageSpec {
             .field("unchecked", &self.unchecked)
             .field("event_time", &self.event_time)
             .field("internal", &self.internal)
+            .field("operators", &self.operators)
             .finish_non_exhaustive()
     }
 }
@@ -361,6 +364,26 @@ impl StageSpec {
     pub fn group_id(&self, application_id: &str) -> String {
         format!("{application_id}.{}", self.name)
     }
+
+    /// The stage's changelog topic: `{application_id}.{stage}.changelog` (see
+    /// [`changelog_topic`]).
+    pub fn changelog_topic(&self, application_id: &str) -> String {
+        changelog_topic(&self.group_id(application_id))
+    }
+
+    /// What the stage runs, one line per operator, as its front end described it (the DSL
+    /// names its fused operators); empty for a stage added with a handler.
+    pub fn operators(&self) -> &[String] {
+        &self.operators
+    }
+}
+
+/// The changelog topic of the stage whose consumer group is `group`: `{group}.changelog`,
+/// compacted, with as many partitions as the stage's sources. The runtime creates it and
+/// writes each task's fold state and Parsley's own state (clock, sender sequence, gate
+/// snapshot) to it in the same transaction as the task's outputs.
+pub fn changelog_topic(group: &str) -> String {
+    format!("{group}.changelog")
 }
 
 /// Builds a [`Topology`]; see the module docs.
@@ -581,6 +604,7 @@ pub struct StageSettings {
     bad_records: BadRecordPolicy,
     unchecked: Vec<String>,
     event_time: Option<EventTimeOrder>,
+    operators: Vec<String>,
 }
 
 impl StageSettings {
@@ -639,6 +663,13 @@ impl StageSettings {
         self
     }
 
+    /// Describes what the stage runs, one line per operator ([`StageSpec::operators`], shown
+    /// by [`Topology::describe`]).
+    pub fn operators(mut self, lines: Vec<String>) -> Self {
+        self.operators = lines;
+        self
+    }
+
     /// The source topics declared so far.
     pub fn sources(&self) -> &[String] {
         &self.sources
@@ -657,6 +688,7 @@ impl StageSettings {
             bad_records,
             unchecked,
             event_time,
+            operators,
         } = self;
         StageSpec {
             name,
@@ -668,6 +700,7 @@ impl StageSettings {
             unchecked,
             event_time,
             internal: Vec::new(),
+            operators,
         }
     }
 }
