@@ -39,6 +39,9 @@ pub enum CodecError {
     /// Bytes that are not UTF-8 where a string was expected.
     #[error("not UTF-8: {0}")]
     Utf8(#[from] std::string::FromUtf8Error),
+    /// The bytes decode but break a rule of their format (a version byte, an order).
+    #[error("malformed: {0}")]
+    Malformed(String),
     /// The part is absent (a record without a key, a tombstone) and the type cannot stand for
     /// an absent part (see the module docs: use an `Option` with [`Json`] or [`Nullable`]).
     #[error("the part is absent and its type cannot stand for an absent part")]

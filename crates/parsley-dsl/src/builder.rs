@@ -1,0 +1,244 @@
+//! The entry point: [`StreamsBuilder`], the sources it reads, and the codecs of sources and
+//! sinks ([`Consumed`], [`Produced`]).
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use parsley_stage::{Auto, BadRecordPolicy, Codec, Error, ImpossiblePolicy, Part, Topology};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::flow::{Change, Codecs, Ctx, Outlet, forward};
+use crate::graph::Graph;
+use crate::processor::{Root, Value};
+use crate::stream::KStream;
+use crate::table::KTable;
+
+/// What a stream's keys and values must be: owned, cloneable (a record reaching two operators
+/// is cloned), sendable to the stream threads, and serde-encodable (they cross topics and
+/// state). Implemented for every such type.
+pub trait Data: Clone + Serialize + DeserializeOwned + Send + Sync + 'static {}
+
+impl<T: Clone + Serialize + DeserializeOwned + Send + Sync + 'static> Data for T {}
+
+/// The codecs a source is read with (Kafka Streams' `Consumed`). The default is [`Auto`] for
+/// both: a `String` as UTF-8, bytes as they are, everything else JSON.
+pub struct Consumed<K, V> {
+    pub(crate) codecs: Codecs<K, V>,
+}
+
+impl<K: Data, V: Data> Consumed<K, V> {
+    /// Reads keys with `key` and values with `value`.
+    pub fn with(key: impl Codec<K> + 'static, value: impl Codec<V> + 'static) -> Self {
+        Consumed {
+            codecs: Codecs {
+                key: Arc::new(key),
+                value: Arc::new(value),
+            },
+        }
+    }
+}
+
+impl<K: Data, V: Data> Default for Consumed<K, V> {
+    fn default() -> Self {
+        Consumed::with(Auto, Auto)
+    }
+}
+
+/// The codecs a sink is written with (Kafka Streams' `Produced`); the default is [`Auto`] for
+/// both. The partition of a written record is murmur2 of its key bytes, as Kafka Streams and
+/// the Java client's default partitioner compute it.
+pub struct Produced<K, V> {
+    pub(crate) codecs: Codecs<K, V>,
+}
+
+impl<K: Data, V: Data> Produced<K, V> {
+    /// Writes keys with `key` and values with `value`.
+    pub fn with(key: impl Codec<K> + 'static, value: impl Codec<V> + 'static) -> Self {
+        Produced {
+            codecs: Codecs {
+                key: Arc::new(key),
+                value: Arc::new(value),
+            },
+        }
+    }
+}
+
+impl<K: Data, V: Data> Default for Produced<K, V> {
+    fn default() -> Self {
+        Produced::with(Auto, Auto)
+    }
+}
+
+/// Builds a DSL topology (Kafka Streams' `StreamsBuilder`): read streams and tables, chain
+/// operators on them, then [`StreamsBuilder::build`] compiles the pipeline into stages.
+///
+/// ```
+/// use parsley_dsl::StreamsBuilder;
+///
+/// let builder = StreamsBuilder::new("wordcount");
+/// builder
+///     .stream::<(), String>("lines")
+///     .flat_map_values(|line| line.split_whitespace().map(str::to_lowercase).collect::<Vec<_>>())
+///     .group_by(|_, word| word.clone())
+///     .count()
+///     .to_stream()
+///     .to("word-counts");
+/// let topology = builder.build()?;
+/// assert_eq!(topology.stages().len(), 2); // split, then count after the repartition
+/// # Ok::<(), parsley_stage::Error>(())
+/// ```
+pub struct StreamsBuilder {
+    pub(crate) graph: Rc<RefCell<Graph>>,
+}
+
+impl StreamsBuilder {
+    /// A builder for the application `application_id`: the prefix of every consumer group,
+    /// transactional id, changelog and repartition topic.
+    pub fn new(application_id: impl Into<String>) -> Self {
+        StreamsBuilder {
+            graph: Rc::new(RefCell::new(Graph::new(application_id.into()))),
+        }
+    }
+
+    /// What every stage does with a record it cannot process (default: fail the stage);
+    /// Kafka Streams' deserialization and processing exception handlers.
+    pub fn on_bad_record(&self, policy: BadRecordPolicy) -> &Self {
+        self.graph.borrow_mut().set_bad_records(policy);
+        self
+    }
+
+    /// What every stage does with a record whose stamp is impossible (default: fail the task).
+    pub fn on_impossible_stamp(&self, policy: ImpossiblePolicy) -> &Self {
+        self.graph.borrow_mut().set_impossible(policy);
+        self
+    }
+
+    /// The records of `topic` as a stream, read with [`Auto`] codecs.
+    ///
+    /// # Panics
+    /// After [`StreamsBuilder::build`].
+    pub fn stream<K: Data, V: Data>(&self, topic: impl Into<String>) -> KStream<K, V> {
+        self.stream_with(topic, Consumed::default())
+    }
+
+    /// The records of `topic` as a stream, read with `consumed`'s codecs.
+    ///
+    /// # Panics
+    /// After [`StreamsBuilder::build`].
+    pub fn stream_with<K: Data, V: Data>(
+        &self,
+        topic: impl Into<String>,
+        consumed: Consumed<K, V>,
+    ) -> KStream<K, V> {
+        source_stream(&self.graph, topic.into(), consumed.codecs, None)
+    }
+
+    /// The records of `topic` as a table (Kafka Streams' `KTable`): the latest value of each
+    /// key, a record without a value (a tombstone) deleting it. The table is kept in the state
+    /// of the stage that reads it, in its changelog.
+    ///
+    /// # Panics
+    /// After [`StreamsBuilder::build`].
+    pub fn table<K: Data, V: Data>(&self, topic: impl Into<String>) -> KTable<K, V> {
+        self.table_with(topic, Consumed::default())
+    }
+
+    /// [`StreamsBuilder::table`] read with `consumed`'s codecs.
+    ///
+    /// # Panics
+    /// After [`StreamsBuilder::build`].
+    pub fn table_with<K: Data, V: Data>(
+        &self,
+        topic: impl Into<String>,
+        consumed: Consumed<K, V>,
+    ) -> KTable<K, V> {
+        let topic = topic.into();
+        let mut g = self.graph.borrow_mut();
+        let name = g.name("table", None);
+        let node = g.add(name.clone(), format!("table {topic}"), &[], true, false);
+        let (out, freeze) = Outlet::<K, Change<V>>::new();
+        g.on_freeze(freeze);
+        let children = out.children();
+        let codecs = consumed.codecs;
+        let slot = name;
+        let root: Root = Arc::new(move |ctx: &mut Ctx<'_>, key, value| {
+            let key = decode_key(ctx, &codecs, key)?;
+            let new = match value {
+                Value::Borrowed(Some(v)) => Some(codecs.value.decode(v)),
+                Value::Owned(Some(v)) => Some(codecs.value.decode_owned(v)),
+                Value::Borrowed(None) | Value::Owned(None) => None,
+            }
+            .transpose()
+            .map_err(|e| ctx.decode_error(Part::Value, e))?;
+            let old: Option<V> = ctx.load(&slot)?;
+            if old.is_none() && new.is_none() {
+                return Ok(());
+            }
+            ctx.store(&slot, new.as_ref())?;
+            forward(&children, ctx, key, Change { old, new })
+        });
+        g.add_source(topic, node, root, None);
+        KTable::new(self.graph.clone(), node, out)
+    }
+
+    /// Compiles the pipeline into a validated [`Topology`] of stages, repartition topics
+    /// declared as internal topics. Print [`Topology::describe`] to see what it became.
+    ///
+    /// # Errors
+    /// [`Error::InvalidTopology`] listing every problem: an operator name used twice, a topic
+    /// read by two operators, no source, and the topology's own checks (names).
+    ///
+    /// # Panics
+    /// When called twice.
+    pub fn build(self) -> Result<Topology, Error> {
+        self.graph.borrow_mut().build()
+    }
+}
+
+/// Decodes a record's key with `codecs` (an absent key as the codec allows).
+pub(crate) fn decode_key<K, V>(
+    ctx: &Ctx<'_>,
+    codecs: &Codecs<K, V>,
+    key: Option<&[u8]>,
+) -> Result<K, Error> {
+    match key {
+        Some(k) => codecs.key.decode(k),
+        None => codecs.key.decode_absent(),
+    }
+    .map_err(|e| ctx.decode_error(Part::Key, e))
+}
+
+/// A stream read from `topic` (an internal topic when `internal` names the operator it
+/// repartitions for).
+pub(crate) fn source_stream<K: Data, V: Data>(
+    graph: &Rc<RefCell<Graph>>,
+    topic: String,
+    codecs: Codecs<K, V>,
+    internal: Option<String>,
+) -> KStream<K, V> {
+    let mut g = graph.borrow_mut();
+    let name = g.name("source", None);
+    let what = match &internal {
+        Some(_) => format!("source {topic} (internal)"),
+        None => format!("source {topic}"),
+    };
+    let node = g.add(name, what, &[], false, false);
+    let (out, freeze) = Outlet::<K, V>::new();
+    g.on_freeze(freeze);
+    let children = out.children();
+    let root: Root = Arc::new(move |ctx: &mut Ctx<'_>, key, value| {
+        let key = decode_key(ctx, &codecs, key)?;
+        let value = match value {
+            Value::Borrowed(Some(v)) => codecs.value.decode(v),
+            Value::Owned(Some(v)) => codecs.value.decode_owned(v),
+            Value::Borrowed(None) | Value::Owned(None) => codecs.value.decode_absent(),
+        }
+        .map_err(|e| ctx.decode_error(Part::Value, e))?;
+        forward(&children, ctx, key, value)
+    });
+    g.add_source(topic, node, root, internal);
+    drop(g);
+    KStream::new(graph.clone(), node, out, false)
+}

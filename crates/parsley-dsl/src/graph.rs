@@ -1,0 +1,333 @@
+//! The untyped shape of a DSL topology: operators, the edges between them, sources, sinks and
+//! repartition topics — and its compilation into stages.
+//!
+//! Operators joined by an edge that is not a repartition are **fused** into one stage: one
+//! consumer group, one handler call per delivered record running every operator the record
+//! reaches, no topic in between. A stage is a connected component of fused edges (Kafka
+//! Streams' sub-topology). A repartition edge is a sink in the writing stage and a source in
+//! the reading one, through an internal topic `{application}-{operator}-repartition`.
+//!
+//! Invariants:
+//! - Operator names are unique in a topology; a stateful operator's state slot is its name.
+//! - A topic is the source of at most one operator.
+//! - Nothing is attached after `build`: every outlet is frozen exactly once, by `build`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use parsley_stage::{
+    BadRecordPolicy, Error, ImpossiblePolicy, InternalTopic, StageSettings, Topology,
+};
+
+use crate::processor::{DslProcessor, Root};
+
+/// One operator.
+pub(crate) struct Node {
+    pub(crate) name: String,
+    /// What it does, for `describe`.
+    pub(crate) what: String,
+    pub(crate) preds: Vec<usize>,
+    /// Whether it keeps state by key.
+    pub(crate) stateful: bool,
+}
+
+/// A source topic and the operator that reads it.
+struct Source {
+    topic: String,
+    node: usize,
+    root: Root,
+    /// For an internal topic: the name of the operator it repartitions for.
+    internal: Option<String>,
+}
+
+/// An internal topic: written by one operator, read by another.
+struct Internal {
+    topic: String,
+    writer: usize,
+    reader: usize,
+}
+
+/// The topology under construction.
+pub(crate) struct Graph {
+    app: String,
+    nodes: Vec<Node>,
+    /// Union-find over fused edges.
+    parent: Vec<usize>,
+    sources: Vec<Source>,
+    sinks: Vec<(String, usize)>,
+    internal: Vec<Internal>,
+    freezers: Vec<Box<dyn FnOnce()>>,
+    problems: Vec<String>,
+    bad_records: BadRecordPolicy,
+    impossible: ImpossiblePolicy,
+    built: bool,
+}
+
+impl Graph {
+    pub(crate) fn new(app: String) -> Self {
+        Graph {
+            app,
+            nodes: Vec::new(),
+            parent: Vec::new(),
+            sources: Vec::new(),
+            sinks: Vec::new(),
+            internal: Vec::new(),
+            freezers: Vec::new(),
+            problems: Vec::new(),
+            bad_records: BadRecordPolicy::Fail,
+            impossible: ImpossiblePolicy::Fail,
+            built: false,
+        }
+    }
+
+    pub(crate) fn app(&self) -> &str {
+        &self.app
+    }
+
+    pub(crate) fn set_bad_records(&mut self, policy: BadRecordPolicy) {
+        self.bad_records = policy;
+    }
+
+    pub(crate) fn set_impossible(&mut self, policy: ImpossiblePolicy) {
+        self.impossible = policy;
+    }
+
+    /// # Panics
+    /// When the topology was built already: an operator added after `build` would never run.
+    fn check_open(&self) {
+        assert!(
+            !self.built,
+            "an operator was added to a DSL topology after StreamsBuilder::build"
+        );
+    }
+
+    /// The name of a new operator: `given`, or `{kind}-{index}` (index: the operator count so
+    /// far, four digits).
+    pub(crate) fn name(&self, kind: &str, given: Option<String>) -> String {
+        given.unwrap_or_else(|| format!("{kind}-{:04}", self.nodes.len()))
+    }
+
+    /// Adds an operator after `preds`, fused with them into their stage unless `fused` is
+    /// false (a source).
+    pub(crate) fn add(
+        &mut self,
+        name: String,
+        what: String,
+        preds: &[usize],
+        stateful: bool,
+        fused: bool,
+    ) -> usize {
+        self.check_open();
+        if self.nodes.iter().any(|n| n.name == name) {
+            self.problems
+                .push(format!("operator name {name:?} is used twice"));
+        }
+        let id = self.nodes.len();
+        self.nodes.push(Node {
+            name,
+            what,
+            preds: preds.to_vec(),
+            stateful,
+        });
+        self.parent.push(id);
+        if fused {
+            for &p in preds {
+                self.union(p, id);
+            }
+        }
+        id
+    }
+
+    pub(crate) fn node(&self, id: usize) -> &Node {
+        &self.nodes[id]
+    }
+
+    pub(crate) fn on_freeze(&mut self, freeze: Box<dyn FnOnce()>) {
+        self.freezers.push(freeze);
+    }
+
+    pub(crate) fn add_source(
+        &mut self,
+        topic: String,
+        node: usize,
+        root: Root,
+        internal: Option<String>,
+    ) {
+        if self.sources.iter().any(|s| s.topic == topic) {
+            self.problems
+                .push(format!("topic {topic:?} is the source of two operators"));
+        }
+        self.sources.push(Source {
+            topic,
+            node,
+            root,
+            internal,
+        });
+    }
+
+    pub(crate) fn add_sink(&mut self, topic: String, node: usize) {
+        self.sinks.push((topic, node));
+    }
+
+    pub(crate) fn add_internal(&mut self, topic: String, writer: usize, reader: usize) {
+        self.internal.push(Internal {
+            topic,
+            writer,
+            reader,
+        });
+    }
+
+    fn find(&mut self, mut x: usize) -> usize {
+        while self.parent[x] != x {
+            self.parent[x] = self.parent[self.parent[x]];
+            x = self.parent[x];
+        }
+        x
+    }
+
+    fn union(&mut self, a: usize, b: usize) {
+        let (ra, rb) = (self.find(a), self.find(b));
+        // The older operator's root stays: stages are ordered by their first operator.
+        if ra < rb {
+            self.parent[rb] = ra;
+        } else if rb < ra {
+            self.parent[ra] = rb;
+        }
+    }
+
+    /// Compiles the graph into a validated [`Topology`] (module docs).
+    ///
+    /// # Errors
+    /// [`Error::InvalidTopology`] listing every problem found: the DSL's own (a name used
+    /// twice, a topic read by two operators) and the topology's.
+    pub(crate) fn build(&mut self) -> Result<Topology, Error> {
+        self.check_open();
+        self.built = true;
+        for freeze in std::mem::take(&mut self.freezers) {
+            freeze();
+        }
+        let mut problems = std::mem::take(&mut self.problems);
+        if self.sources.is_empty() {
+            problems.push("the topology reads no topic".to_string());
+        }
+        // Stages: components, ordered by their first operator.
+        let roots: Vec<usize> = (0..self.nodes.len()).map(|n| self.find(n)).collect();
+        let components: BTreeSet<usize> = roots.iter().copied().collect();
+        let mut stage_names = BTreeMap::new();
+        for &c in &components {
+            let base = self
+                .sources
+                .iter()
+                .find(|s| roots[s.node] == c)
+                .map(|s| s.internal.clone().unwrap_or_else(|| s.topic.clone()))
+                .unwrap_or_else(|| self.nodes[c].name.clone());
+            let mut name = base.clone();
+            let mut n = 2;
+            while stage_names.values().any(|v| *v == name) {
+                name = format!("{base}-{n}");
+                n += 1;
+            }
+            stage_names.insert(c, name);
+        }
+        let mut builder = Topology::builder(self.app.clone());
+        for &c in &components {
+            let sources: Vec<&Source> =
+                self.sources.iter().filter(|s| roots[s.node] == c).collect();
+            let sinks: Vec<&String> = self
+                .sinks
+                .iter()
+                .filter(|(_, n)| roots[*n] == c)
+                .map(|(t, _)| t)
+                .collect();
+            let mut settings = StageSettings::new()
+                .on_bad_record(self.bad_records.clone())
+                .on_impossible_stamp(self.impossible.clone())
+                .operators(self.describe(&roots, c));
+            for s in &sources {
+                settings = settings.source(s.topic.clone());
+            }
+            for t in sinks {
+                if !settings.sinks().contains(t) {
+                    settings = settings.sink(t.clone());
+                }
+            }
+            let stage = stage_names[&c].clone();
+            let processor = DslProcessor {
+                stage: stage.clone(),
+                roots: sources
+                    .iter()
+                    .map(|s| (s.topic.clone(), Arc::clone(&s.root)))
+                    .collect(),
+                stateful: (0..self.nodes.len()).any(|n| roots[n] == c && self.nodes[n].stateful),
+            };
+            builder = builder.processor_stage(stage, Arc::new(processor), settings);
+        }
+        for t in &self.internal {
+            let of = self.external_sources(&roots, roots[t.reader], &mut BTreeSet::new());
+            let of = if of.is_empty() {
+                self.external_sources(&roots, roots[t.writer], &mut BTreeSet::new())
+            } else {
+                of
+            };
+            builder = builder.internal_topic(InternalTopic::new(t.topic.clone(), of));
+        }
+        match builder.build() {
+            Ok(topology) if problems.is_empty() => Ok(topology),
+            Ok(_) => Err(Error::InvalidTopology { problems }),
+            Err(Error::InvalidTopology { problems: more }) => {
+                problems.extend(more);
+                Err(Error::InvalidTopology { problems })
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The topics that are not internal among the sources of stage `c`, or, when it has none,
+    /// of the stages that write its internal sources (the topics a repartition topic takes its
+    /// partition count from).
+    fn external_sources(
+        &self,
+        roots: &[usize],
+        c: usize,
+        seen: &mut BTreeSet<usize>,
+    ) -> Vec<String> {
+        if !seen.insert(c) {
+            return Vec::new();
+        }
+        let mut out: Vec<String> = self
+            .sources
+            .iter()
+            .filter(|s| roots[s.node] == c && s.internal.is_none())
+            .map(|s| s.topic.clone())
+            .collect();
+        if out.is_empty() {
+            for t in self.internal.iter().filter(|t| roots[t.reader] == c) {
+                for topic in self.external_sources(roots, roots[t.writer], seen) {
+                    if !out.contains(&topic) {
+                        out.push(topic);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// One line per operator of stage `c`: `name: what --> successors`.
+    fn describe(&self, roots: &[usize], c: usize) -> Vec<String> {
+        (0..self.nodes.len())
+            .filter(|&n| roots[n] == c)
+            .map(|n| {
+                let next: Vec<&str> = (0..self.nodes.len())
+                    .filter(|&m| roots[m] == c && self.nodes[m].preds.contains(&n))
+                    .map(|m| self.nodes[m].name.as_str())
+                    .collect();
+                let node = &self.nodes[n];
+                if next.is_empty() {
+                    format!("{}: {}", node.name, node.what)
+                } else {
+                    format!("{}: {} --> {}", node.name, node.what, next.join(", "))
+                }
+            })
+            .collect()
+    }
+}

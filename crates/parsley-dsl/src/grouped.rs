@@ -1,0 +1,120 @@
+//! [`KGroupedStream`]: a stream grouped by key, and its aggregations into tables.
+//!
+//! An aggregation keeps one value per key in the state of its stage (so in the stage's
+//! changelog, committed with the outputs and input offsets) and emits the key's new value
+//! after each record: the resulting [`KTable`]'s changes. A grouped stream whose key changed
+//! is sent through a repartition topic first, so each key's records are aggregated in one
+//! task.
+
+use std::sync::Arc;
+
+use parsley_stage::Codec;
+
+use crate::builder::Data;
+use crate::flow::{Change, Codecs, Ctx, Outlet, forward};
+use crate::stream::{KStream, auto_codecs};
+use crate::table::KTable;
+
+/// A stream grouped by key (Kafka Streams' `KGroupedStream`), from [`KStream::group_by_key`]
+/// or [`KStream::group_by`].
+pub struct KGroupedStream<K, V> {
+    stream: KStream<K, V>,
+    pub(crate) name: Option<String>,
+    codecs: Codecs<K, V>,
+}
+
+impl<K: Data, V: Data> KGroupedStream<K, V> {
+    pub(crate) fn new(stream: KStream<K, V>) -> Self {
+        let name = stream.next_name.clone();
+        KGroupedStream {
+            stream,
+            name,
+            codecs: auto_codecs(),
+        }
+    }
+
+    /// Names the aggregation (Kafka Streams' `Grouped.as` and `Materialized.as` in one): its
+    /// state slot, its repartition topic `{application}-{name}-repartition` and its line in
+    /// `describe`. Name aggregations to keep their state when the pipeline changes around
+    /// them.
+    pub fn named(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+
+    /// The codecs of the repartition topic, when there is one (Kafka Streams' `Grouped.with`;
+    /// default [`Auto`](parsley_stage::Auto)).
+    pub fn with_codecs(
+        mut self,
+        key: impl Codec<K> + 'static,
+        value: impl Codec<V> + 'static,
+    ) -> Self {
+        self.codecs = Codecs {
+            key: Arc::new(key),
+            value: Arc::new(value),
+        };
+        self
+    }
+
+    /// The number of records per key.
+    pub fn count(self) -> KTable<K, i64> {
+        self.fold("count", "count", |_k: &K, _v, n: Option<i64>| {
+            n.unwrap_or(0) + 1
+        })
+    }
+
+    /// Per key, the records' values combined by `reducer` (the first value as it is).
+    pub fn reduce(self, reducer: impl Fn(V, V) -> V + Send + Sync + 'static) -> KTable<K, V> {
+        self.fold("reduce", "reduce", move |_k, v, agg: Option<V>| match agg {
+            Some(agg) => reducer(agg, v),
+            None => v,
+        })
+    }
+
+    /// Per key, `initializer()` folded with `aggregator` over the records' values.
+    pub fn aggregate<A: Data>(
+        self,
+        initializer: impl Fn() -> A + Send + Sync + 'static,
+        aggregator: impl Fn(&K, V, A) -> A + Send + Sync + 'static,
+    ) -> KTable<K, A> {
+        self.fold("aggregate", "aggregate", move |k, v, agg: Option<A>| {
+            aggregator(k, v, agg.unwrap_or_else(&initializer))
+        })
+    }
+
+    fn fold<A: Data>(
+        self,
+        kind: &str,
+        what: &str,
+        step: impl Fn(&K, V, Option<A>) -> A + Send + Sync + 'static,
+    ) -> KTable<K, A> {
+        let name = self
+            .name
+            .clone()
+            .unwrap_or_else(|| self.stream.graph.borrow().name(kind, None));
+        let input = self.stream.keyed(&name, self.codecs);
+        let graph = input.graph.clone();
+        let mut g = graph.borrow_mut();
+        let node = g.add(name.clone(), what.to_string(), &[input.node], true, true);
+        let (out, freeze) = Outlet::<K, Change<A>>::new();
+        g.on_freeze(freeze);
+        drop(g);
+        let children = out.children();
+        let slot = name;
+        input.out.attach(Arc::new(move |ctx: &mut Ctx<'_>, k, v| {
+            let old: Option<A> = ctx.load(&slot)?;
+            let new = step(&k, v, old.clone());
+            ctx.store(&slot, Some(&new))?;
+            forward(
+                &children,
+                ctx,
+                k,
+                Change {
+                    old,
+                    new: Some(new),
+                },
+            )
+        }));
+        KTable::new(graph, node, out)
+    }
+}

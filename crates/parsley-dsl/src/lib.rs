@@ -1,0 +1,64 @@
+//! Parsley's Kafka-Streams-style DSL: streams, tables, re-keying, aggregations and causally
+//! consistent joins, compiled into the stages the runtime runs.
+//!
+//! A [`StreamsBuilder`] reads topics as [`KStream`]s and [`KTable`]s; operators named as in
+//! Kafka Streams chain on them; [`StreamsBuilder::build`] compiles the pipeline into a
+//! [`Topology`](parsley_stage::Topology) that `parsley_runtime::Runtime` runs with every
+//! guarantee of a hand-written stage: each delivered record after its causes, outputs stamped,
+//! outputs, state and input offsets committed in one transaction.
+//!
+//! How a pipeline compiles (see [`Topology::describe`](parsley_stage::Topology::describe)):
+//! - operators connected without a repartition are **fused** into one stage (one consumer
+//!   group, one handler call per delivered record, no topic in between);
+//! - a key change (`map`, `select_key`, `flat_map`, `group_by`, `process`) before a stateful
+//!   operator sends the stream through a **repartition topic**
+//!   `{application}-{operator}-repartition`, created by the runtime with the partition count
+//!   of what it is co-partitioned with, and starts a new stage; the records crossing it stay
+//!   stamped, so causal order survives the hop;
+//! - stateful operators (tables, aggregations, joins, `process`) keep their values in their
+//!   stage's per-key state, one slot per operator, committed with the outputs.
+//!
+//! ```
+//! use parsley_dsl::StreamsBuilder;
+//! use serde::{Deserialize, Serialize};
+//!
+//! #[derive(Clone, Serialize, Deserialize)]
+//! struct Order { customer: String, amount_cents: i64 }
+//! #[derive(Clone, Serialize, Deserialize)]
+//! struct Payment { amount_cents: i64 }
+//!
+//! let builder = StreamsBuilder::new("shop");
+//! let orders = builder.table::<String, Order>("orders");
+//! builder
+//!     .stream::<String, Payment>("payments")
+//!     .join(&orders, |_payment, order| order.clone())
+//!     .select_key(|_order_id, order| order.customer.clone())
+//!     .group_by_key()
+//!     .named("revenue")
+//!     .aggregate(|| 0i64, |_customer, order, total| total + order.amount_cents)
+//!     .to_stream()
+//!     .to("revenue");
+//! let topology = builder.build()?;
+//! println!("{}", topology.describe());
+//! # Ok::<(), parsley_stage::Error>(())
+//! ```
+#![forbid(unsafe_code)]
+#![doc(test(attr(deny(warnings))))]
+
+mod builder;
+mod flow;
+mod graph;
+mod grouped;
+mod processor;
+mod state;
+mod stream;
+mod table;
+
+pub use builder::{Consumed, Data, Produced, StreamsBuilder};
+pub use grouped::KGroupedStream;
+pub use state::read_slot;
+pub use stream::{KStream, Split};
+pub use table::KTable;
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,99 @@
+//! A compiled stage: its sources' entry points over the fused operators, as the runtime's
+//! [`Processor`].
+
+use std::sync::Arc;
+
+use parsley_stage::{Error, Processor, RawDelivery, RawRecord, RawStep};
+
+use crate::flow::Ctx;
+use crate::state::Slots;
+
+/// A record's value bytes, borrowed or handed over.
+pub(crate) enum Value<'a> {
+    Borrowed(Option<&'a [u8]>),
+    Owned(Option<Vec<u8>>),
+}
+
+/// A source's entry point: decodes the record's key and value and pushes them into the
+/// source's operators.
+pub(crate) type Root =
+    Arc<dyn Fn(&mut Ctx<'_>, Option<&[u8]>, Value<'_>) -> Result<(), Error> + Send + Sync>;
+
+/// A stage the DSL compiled.
+pub(crate) struct DslProcessor {
+    pub(crate) stage: String,
+    /// Entry point per source topic.
+    pub(crate) roots: Vec<(String, Root)>,
+    /// Whether an operator of the stage keeps state by key.
+    pub(crate) stateful: bool,
+}
+
+impl DslProcessor {
+    fn run(
+        &self,
+        record: RawRecord<'_>,
+        value: Value<'_>,
+        state: Option<&[u8]>,
+    ) -> Result<RawStep, Error> {
+        let Some((_, root)) = self.roots.iter().find(|(t, _)| t == record.topic) else {
+            return Err(Error::Handler {
+                stage: self.stage.clone(),
+                topic: record.topic.to_string(),
+                partition: record.partition,
+                offset: record.offset,
+                source: format!("{} is not a source of this stage", record.topic).into(),
+            });
+        };
+        let mut ctx = Ctx {
+            stage: &self.stage,
+            topic: record.topic,
+            partition: record.partition,
+            offset: record.offset,
+            timestamp: record.timestamp,
+            state: Slots::new(state),
+            emit: Vec::new(),
+        };
+        root(&mut ctx, record.key, value)?;
+        let Ctx { state, emit, .. } = ctx;
+        let state = state.into_change().map_err(|source| Error::Encode {
+            stage: self.stage.clone(),
+            what: "state",
+            source,
+        })?;
+        Ok(RawStep { emit, state })
+    }
+}
+
+impl Processor for DslProcessor {
+    fn process(&self, record: RawRecord<'_>, state: Option<&[u8]>) -> Result<RawStep, Error> {
+        self.run(record, Value::Borrowed(record.value), state)
+    }
+
+    fn process_delivery(
+        &self,
+        delivery: RawDelivery<'_>,
+        state: Option<&[u8]>,
+    ) -> Result<RawStep, Error> {
+        let RawDelivery {
+            topic,
+            partition,
+            offset,
+            timestamp,
+            key,
+            value,
+        } = delivery;
+        let record = RawRecord {
+            topic,
+            partition,
+            offset,
+            timestamp,
+            key,
+            value: None,
+        };
+        self.run(record, Value::Owned(value), state)
+    }
+
+    fn keeps_state(&self) -> bool {
+        self.stateful
+    }
+}

@@ -1,0 +1,511 @@
+//! [`KStream`]: a stream of keyed records and its operators, named as in Kafka Streams.
+//!
+//! Stateless operators (`filter`, `map_values`, `flat_map`, …) are fused into the stage of
+//! the operator before them: they run in the same handler call, with no topic in between.
+//! An operator that changes the key (`map`, `select_key`, `flat_map`, `process`) marks the
+//! stream as re-keyed; a stateful operator after it (`group_by_key` then an aggregation, a
+//! join, `process`) first sends the stream through a repartition topic, so that each key's
+//! records meet in one task, as Kafka Streams does. Records crossing a repartition topic are
+//! stamped like every output, so causal order survives the hop.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use parsley_stage::{Auto, Error, Handler, Record, StateChange};
+
+use crate::builder::{Data, Produced, source_stream};
+use crate::flow::{Children, Codecs, Ctx, Outlet, Push, forward};
+use crate::graph::Graph;
+use crate::grouped::KGroupedStream;
+use crate::table::KTable;
+
+/// A stream of keyed records (Kafka Streams' `KStream`). Operators take `&self`: a stream
+/// may feed several operators, each record reaching all of them in the order they were
+/// attached.
+pub struct KStream<K, V> {
+    pub(crate) graph: Rc<RefCell<Graph>>,
+    pub(crate) node: usize,
+    pub(crate) out: Outlet<K, V>,
+    /// Whether an operator changed the key since the last source or repartition.
+    pub(crate) rekeyed: bool,
+    /// The name the next operator takes ([`KStream::named`]).
+    pub(crate) next_name: Option<String>,
+}
+
+impl<K, V> Clone for KStream<K, V> {
+    fn clone(&self) -> Self {
+        KStream {
+            graph: self.graph.clone(),
+            node: self.node,
+            out: self.out.clone(),
+            rekeyed: self.rekeyed,
+            next_name: self.next_name.clone(),
+        }
+    }
+}
+
+/// A predicate on a record.
+type Predicate<K, V> = Arc<dyn Fn(&K, &V) -> bool + Send + Sync>;
+
+impl<K: Data, V: Data> KStream<K, V> {
+    pub(crate) fn new(
+        graph: Rc<RefCell<Graph>>,
+        node: usize,
+        out: Outlet<K, V>,
+        rekeyed: bool,
+    ) -> Self {
+        KStream {
+            graph,
+            node,
+            out,
+            rekeyed,
+            next_name: None,
+        }
+    }
+
+    /// Names the next operator applied to the returned stream (Kafka Streams' `Named`). The
+    /// name appears in `describe`, names the operator's repartition topic
+    /// (`{application}-{name}-repartition`) and, for a stateful operator, its state: name
+    /// stateful operators to keep their state when the pipeline changes around them. Without
+    /// a name an operator is called `{kind}-{n}`, `n` its position in the pipeline.
+    pub fn named(&self, name: impl Into<String>) -> KStream<K, V> {
+        KStream {
+            next_name: Some(name.into()),
+            ..self.clone()
+        }
+    }
+
+    /// Adds an operator after this stream's; `make` builds its push function from its
+    /// children and its name.
+    pub(crate) fn then<K2: Data, V2: Data>(
+        &self,
+        kind: &str,
+        what: String,
+        stateful: bool,
+        rekeyed: bool,
+        make: impl FnOnce(Children<K2, V2>, String) -> Push<K, V>,
+    ) -> KStream<K2, V2> {
+        let mut g = self.graph.borrow_mut();
+        let name = g.name(kind, self.next_name.clone());
+        let node = g.add(name.clone(), what, &[self.node], stateful, true);
+        let (out, freeze) = Outlet::new();
+        g.on_freeze(freeze);
+        drop(g);
+        self.out.attach(make(out.children(), name));
+        KStream::new(self.graph.clone(), node, out, rekeyed)
+    }
+
+    /// The records for which `predicate` holds.
+    pub fn filter(
+        &self,
+        predicate: impl Fn(&K, &V) -> bool + Send + Sync + 'static,
+    ) -> KStream<K, V> {
+        self.then("filter", "filter".into(), false, self.rekeyed, |out, _| {
+            Arc::new(move |ctx, k, v| {
+                if predicate(&k, &v) {
+                    forward(&out, ctx, k, v)
+                } else {
+                    Ok(())
+                }
+            })
+        })
+    }
+
+    /// The records for which `predicate` does not hold.
+    pub fn filter_not(
+        &self,
+        predicate: impl Fn(&K, &V) -> bool + Send + Sync + 'static,
+    ) -> KStream<K, V> {
+        self.filter(move |k, v| !predicate(k, v))
+    }
+
+    /// Each value replaced by `mapper`'s; keys unchanged (no repartition needed after it).
+    pub fn map_values<V2: Data>(
+        &self,
+        mapper: impl Fn(V) -> V2 + Send + Sync + 'static,
+    ) -> KStream<K, V2> {
+        self.then(
+            "map-values",
+            "map values".into(),
+            false,
+            self.rekeyed,
+            |out, _| Arc::new(move |ctx, k, v| forward(&out, ctx, k, mapper(v))),
+        )
+    }
+
+    /// Each record replaced by `mapper`'s key and value (a new key: a stateful operator after
+    /// it repartitions).
+    pub fn map<K2: Data, V2: Data>(
+        &self,
+        mapper: impl Fn(K, V) -> (K2, V2) + Send + Sync + 'static,
+    ) -> KStream<K2, V2> {
+        self.then("map", "map (new key)".into(), false, true, |out, _| {
+            Arc::new(move |ctx, k, v| {
+                let (k, v) = mapper(k, v);
+                forward(&out, ctx, k, v)
+            })
+        })
+    }
+
+    /// Each record with the key `selector` gives (a new key: a stateful operator after it
+    /// repartitions).
+    pub fn select_key<K2: Data>(
+        &self,
+        selector: impl Fn(&K, &V) -> K2 + Send + Sync + 'static,
+    ) -> KStream<K2, V> {
+        self.then("select-key", "select key".into(), false, true, |out, _| {
+            Arc::new(move |ctx, k, v| {
+                let k = selector(&k, &v);
+                forward(&out, ctx, k, v)
+            })
+        })
+    }
+
+    /// Each record replaced by the records `mapper` returns, in order (new keys).
+    pub fn flat_map<K2: Data, V2: Data, I>(
+        &self,
+        mapper: impl Fn(K, V) -> I + Send + Sync + 'static,
+    ) -> KStream<K2, V2>
+    where
+        I: IntoIterator<Item = (K2, V2)>,
+    {
+        self.then(
+            "flat-map",
+            "flat map (new keys)".into(),
+            false,
+            true,
+            |out, _| {
+                Arc::new(move |ctx, k, v| {
+                    for (k, v) in mapper(k, v) {
+                        forward(&out, ctx, k, v)?;
+                    }
+                    Ok(())
+                })
+            },
+        )
+    }
+
+    /// Each record replaced by one record per value `mapper` returns, with its key.
+    pub fn flat_map_values<V2: Data, I>(
+        &self,
+        mapper: impl Fn(V) -> I + Send + Sync + 'static,
+    ) -> KStream<K, V2>
+    where
+        I: IntoIterator<Item = V2>,
+    {
+        self.then(
+            "flat-map-values",
+            "flat map values".into(),
+            false,
+            self.rekeyed,
+            |out, _| {
+                Arc::new(move |ctx, k, v| {
+                    for v in mapper(v) {
+                        forward(&out, ctx, k.clone(), v)?;
+                    }
+                    Ok(())
+                })
+            },
+        )
+    }
+
+    /// The same records, `action` called on each first (logging, metrics). Its effects are
+    /// outside the causal model: a record handled again after an abort calls it again.
+    pub fn peek(&self, action: impl Fn(&K, &V) + Send + Sync + 'static) -> KStream<K, V> {
+        self.then("peek", "peek".into(), false, self.rekeyed, |out, _| {
+            Arc::new(move |ctx, k, v| {
+                action(&k, &v);
+                forward(&out, ctx, k, v)
+            })
+        })
+    }
+
+    /// The records of this stream and `other`, in the order they are handled. Both end up in
+    /// one stage, so their topics must be co-partitioned (checked when the stage starts).
+    pub fn merge(&self, other: &KStream<K, V>) -> KStream<K, V> {
+        let mut g = self.graph.borrow_mut();
+        let name = g.name("merge", self.next_name.clone());
+        let node = g.add(name, "merge".into(), &[self.node, other.node], false, true);
+        let (out, freeze) = Outlet::<K, V>::new();
+        g.on_freeze(freeze);
+        drop(g);
+        for input in [&self.out, &other.out] {
+            let children = out.children();
+            input.attach(Arc::new(move |ctx, k, v| forward(&children, ctx, k, v)));
+        }
+        KStream::new(self.graph.clone(), node, out, self.rekeyed || other.rekeyed)
+    }
+
+    /// Splits the stream by predicates (Kafka Streams' `split`): each record goes to the first
+    /// branch whose predicate holds.
+    pub fn split(&self) -> Split<K, V> {
+        Split {
+            stream: self.clone(),
+            predicates: Vec::new(),
+        }
+    }
+
+    /// Writes every record to `topic` with [`Auto`] codecs.
+    pub fn to(&self, topic: impl Into<String>) {
+        self.to_with(topic, Produced::default());
+    }
+
+    /// Writes every record to `topic` with `produced`'s codecs.
+    pub fn to_with(&self, topic: impl Into<String>, produced: Produced<K, V>) {
+        self.sink(topic.into(), produced.codecs, "to");
+    }
+
+    /// Adds a sink operator writing to `topic`; returns its node.
+    fn sink(&self, topic: String, codecs: Codecs<K, V>, kind: &str) -> usize {
+        let mut g = self.graph.borrow_mut();
+        let name = g.name(kind, self.next_name.clone());
+        let node = g.add(name, format!("to {topic}"), &[self.node], false, true);
+        g.add_sink(topic.clone(), node);
+        drop(g);
+        let topic: Arc<str> = topic.into();
+        self.out
+            .attach(Arc::new(move |ctx, k, v| ctx.send(&topic, &codecs, k, v)));
+        node
+    }
+
+    /// The stream sent through a repartition topic (Kafka Streams' `repartition`), with
+    /// [`Auto`] codecs: after it, each key's records are in the task of the partition its key
+    /// hashes to.
+    pub fn repartition(&self) -> KStream<K, V> {
+        let name = self
+            .graph
+            .borrow()
+            .name("repartition", self.next_name.clone());
+        self.through(
+            name,
+            Codecs {
+                key: Arc::new(Auto),
+                value: Arc::new(Auto),
+            },
+        )
+    }
+
+    /// The stream sent through the repartition topic `{application}-{name}-repartition`.
+    pub(crate) fn through(&self, name: String, codecs: Codecs<K, V>) -> KStream<K, V> {
+        let topic = format!("{}-{name}-repartition", self.graph.borrow().app());
+        let writer = KStream {
+            next_name: Some(format!("{name}-sink")),
+            ..self.clone()
+        }
+        .sink(topic.clone(), codecs.clone(), "repartition-sink");
+        let read = source_stream(&self.graph, topic.clone(), codecs, Some(name));
+        self.graph
+            .borrow_mut()
+            .add_internal(topic, writer, read.node);
+        read
+    }
+
+    /// This stream keyed as its records' partitions are: repartitioned when an operator
+    /// changed the key, else itself. `name` names the repartition.
+    pub(crate) fn keyed(&self, name: &str, codecs: Codecs<K, V>) -> KStream<K, V> {
+        if self.rekeyed {
+            self.through(name.to_string(), codecs)
+        } else {
+            self.clone()
+        }
+    }
+
+    /// Groups the records by their key for an aggregation (repartitioned first when an
+    /// operator changed the key).
+    pub fn group_by_key(&self) -> KGroupedStream<K, V> {
+        KGroupedStream::new(self.clone())
+    }
+
+    /// Groups the records by the key `selector` gives (always repartitioned).
+    pub fn group_by<K2: Data>(
+        &self,
+        selector: impl Fn(&K, &V) -> K2 + Send + Sync + 'static,
+    ) -> KGroupedStream<K2, V> {
+        let name = self.next_name.clone();
+        let mut grouped = KGroupedStream::new(
+            KStream {
+                next_name: None,
+                ..self.clone()
+            }
+            .select_key(selector),
+        );
+        grouped.name = name;
+        grouped
+    }
+
+    /// Runs `handler` on each record (the processor API inside the DSL): it sees the record
+    /// and its key's fold state, and the records it emits continue downstream (the
+    /// emissions' topics are not used). Its fold state is kept per key in the stage's state,
+    /// so the stream is repartitioned first when an operator changed the key; the key may
+    /// change in its emissions, so a stateful operator after it repartitions again.
+    pub fn process<H>(&self, handler: H) -> KStream<K, H::Output>
+    where
+        H: Handler<Key = K, Value = V>,
+        H::Output: Data,
+    {
+        let keeps_state = std::any::TypeId::of::<H::State>() != std::any::TypeId::of::<()>();
+        let name = self.graph.borrow().name("process", self.next_name.clone());
+        let input = self.keyed(&format!("{name}-input"), auto_codecs());
+        let input = KStream {
+            next_name: Some(name),
+            ..input
+        };
+        input.then(
+            "process",
+            "process (handler)".into(),
+            keeps_state,
+            true,
+            |out, slot| {
+                Arc::new(move |ctx: &mut Ctx<'_>, k, v| {
+                    let state: Option<H::State> = if keeps_state { ctx.load(&slot)? } else { None };
+                    let (topic, partition, offset) = (ctx.topic, ctx.partition, ctx.offset);
+                    let record = Record {
+                        topic,
+                        partition,
+                        offset,
+                        timestamp: ctx.timestamp,
+                        key: k,
+                        value: v,
+                    };
+                    let step = handler
+                        .handle(record, state)
+                        .map_err(|source| Error::Handler {
+                            stage: ctx.stage.to_string(),
+                            topic: topic.to_string(),
+                            partition,
+                            offset,
+                            source,
+                        })?;
+                    match step.state {
+                        StateChange::Keep => {}
+                        StateChange::Set(s) => ctx.store(&slot, Some(&s))?,
+                        StateChange::Delete => ctx.store::<H::State>(&slot, None)?,
+                    }
+                    for e in step.emit {
+                        forward(&out, ctx, e.key, e.value)?;
+                    }
+                    Ok(())
+                })
+            },
+        )
+    }
+
+    /// Joins each record with `table`'s value for its key (inner join: records whose key has
+    /// no value are dropped). The join is **causally consistent**: a record whose stamp claims
+    /// a table update — it was produced after that update was seen — is joined with that
+    /// version or a later one, never an older one, whatever the fetch order, at startup and on
+    /// replay: the causal gate delivers the update first. The stream is repartitioned first,
+    /// co-partitioned with the table, when an operator changed its key.
+    pub fn join<T: Data, R: Data>(
+        &self,
+        table: &KTable<K, T>,
+        joiner: impl Fn(V, &T) -> R + Send + Sync + 'static,
+    ) -> KStream<K, R> {
+        self.join_table(table, "join", move |v, t| t.map(|t| joiner(v, t)))
+    }
+
+    /// Joins each record with `table`'s value for its key, `None` when it has none (left
+    /// join: every record gives one). Causally consistent as [`KStream::join`].
+    pub fn left_join<T: Data, R: Data>(
+        &self,
+        table: &KTable<K, T>,
+        joiner: impl Fn(V, Option<&T>) -> R + Send + Sync + 'static,
+    ) -> KStream<K, R> {
+        self.join_table(table, "left-join", move |v, t| Some(joiner(v, t)))
+    }
+
+    fn join_table<T: Data, R: Data>(
+        &self,
+        table: &KTable<K, T>,
+        kind: &str,
+        joiner: impl Fn(V, Option<&T>) -> Option<R> + Send + Sync + 'static,
+    ) -> KStream<K, R> {
+        let name = self.graph.borrow().name(kind, self.next_name.clone());
+        let stream = self.keyed(&format!("{name}-input"), auto_codecs());
+        let mut g = self.graph.borrow_mut();
+        let what = format!("{kind} stream with table {}", g.node(table.node).name);
+        let node = g.add(name.clone(), what, &[stream.node, table.node], true, true);
+        let (out, freeze) = Outlet::<K, R>::new();
+        g.on_freeze(freeze);
+        drop(g);
+        let slot: Arc<str> = name.into();
+        let s = slot.clone();
+        table.out.attach(Arc::new(move |ctx, _k, change| {
+            ctx.store(&s, change.new.as_ref())
+        }));
+        let children = out.children();
+        stream.out.attach(Arc::new(move |ctx, k, v| {
+            let t: Option<T> = ctx.load(&slot)?;
+            match joiner(v, t.as_ref()) {
+                Some(r) => forward(&children, ctx, k, r),
+                None => Ok(()),
+            }
+        }));
+        KStream::new(self.graph.clone(), node, out, false)
+    }
+}
+
+/// [`Auto`] codecs for a repartition topic.
+pub(crate) fn auto_codecs<K: Data, V: Data>() -> Codecs<K, V> {
+    Codecs {
+        key: Arc::new(Auto),
+        value: Arc::new(Auto),
+    }
+}
+
+/// A stream being split into branches ([`KStream::split`]).
+pub struct Split<K, V> {
+    stream: KStream<K, V>,
+    predicates: Vec<Predicate<K, V>>,
+}
+
+impl<K: Data, V: Data> Split<K, V> {
+    /// Adds a branch taking the records for which `predicate` holds and no earlier one did.
+    pub fn branch(mut self, predicate: impl Fn(&K, &V) -> bool + Send + Sync + 'static) -> Self {
+        self.predicates.push(Arc::new(predicate));
+        self
+    }
+
+    /// The branches, in order, then one with the records no predicate took.
+    pub fn default_branch(mut self) -> Vec<KStream<K, V>> {
+        self.predicates.push(Arc::new(|_, _| true));
+        self.no_default_branch()
+    }
+
+    /// The branches, in order; records no predicate took are dropped.
+    pub fn no_default_branch(self) -> Vec<KStream<K, V>> {
+        let Split { stream, predicates } = self;
+        let mut g = stream.graph.borrow_mut();
+        let name = g.name("split", stream.next_name.clone());
+        let split = g.add(name.clone(), "split".into(), &[stream.node], false, true);
+        let mut branches = Vec::new();
+        let mut outs = Vec::new();
+        for i in 0..predicates.len() {
+            let node = g.add(
+                format!("{name}-branch-{i}"),
+                "branch".into(),
+                &[split],
+                false,
+                true,
+            );
+            let (out, freeze) = Outlet::<K, V>::new();
+            g.on_freeze(freeze);
+            outs.push(out.children());
+            branches.push(KStream::new(
+                stream.graph.clone(),
+                node,
+                out,
+                stream.rekeyed,
+            ));
+        }
+        drop(g);
+        stream.out.attach(Arc::new(move |ctx, k, v| {
+            match predicates.iter().position(|p| p(&k, &v)) {
+                Some(i) => forward(&outs[i], ctx, k, v),
+                None => Ok(()),
+            }
+        }));
+        branches
+    }
+}

@@ -1,0 +1,250 @@
+//! [`KTable`]: a table of the latest value per key, its changes, and table–table joins.
+//!
+//! A table is a stream of changes: each update of a key carries its old and new value
+//! (`None`: absent or deleted). A source table ([`StreamsBuilder::table`](crate::StreamsBuilder::table))
+//! and an aggregation keep their values in their stage's state; `filter` and `map_values`
+//! derive a table from its parent's changes without keeping one; a join keeps both sides'
+//! latest values per key.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use crate::builder::Data;
+use crate::flow::{Change, Children, Outlet, Push, forward};
+use crate::graph::Graph;
+use crate::stream::KStream;
+
+/// A table: the latest value of each key (Kafka Streams' `KTable`).
+pub struct KTable<K, V> {
+    pub(crate) graph: Rc<RefCell<Graph>>,
+    pub(crate) node: usize,
+    pub(crate) out: Outlet<K, Change<V>>,
+    next_name: Option<String>,
+}
+
+impl<K, V> Clone for KTable<K, V> {
+    fn clone(&self) -> Self {
+        KTable {
+            graph: self.graph.clone(),
+            node: self.node,
+            out: self.out.clone(),
+            next_name: self.next_name.clone(),
+        }
+    }
+}
+
+/// Both sides of a table–table join for one key, as the join keeps them.
+type Sides<V, W> = (Option<V>, Option<W>);
+
+impl<K: Data, V: Data> KTable<K, V> {
+    pub(crate) fn new(graph: Rc<RefCell<Graph>>, node: usize, out: Outlet<K, Change<V>>) -> Self {
+        KTable {
+            graph,
+            node,
+            out,
+            next_name: None,
+        }
+    }
+
+    /// Names the next operator applied to the returned table (see [`KStream::named`]).
+    pub fn named(&self, name: impl Into<String>) -> KTable<K, V> {
+        KTable {
+            next_name: Some(name.into()),
+            ..self.clone()
+        }
+    }
+
+    fn then<K2: Data, V2: Data>(
+        &self,
+        kind: &str,
+        what: String,
+        make: impl FnOnce(Children<K2, Change<V2>>) -> Push<K, Change<V>>,
+    ) -> KTable<K2, V2> {
+        let mut g = self.graph.borrow_mut();
+        let name = g.name(kind, self.next_name.clone());
+        let node = g.add(name, what, &[self.node], false, true);
+        let (out, freeze) = Outlet::new();
+        g.on_freeze(freeze);
+        drop(g);
+        self.out.attach(make(out.children()));
+        KTable::new(self.graph.clone(), node, out)
+    }
+
+    /// The table of the values for which `predicate` holds: a value that stops passing is a
+    /// deletion downstream.
+    pub fn filter(
+        &self,
+        predicate: impl Fn(&K, &V) -> bool + Send + Sync + 'static,
+    ) -> KTable<K, V> {
+        self.then("table-filter", "filter".into(), |out| {
+            Arc::new(move |ctx, k, c: Change<V>| {
+                let keep = |v: Option<V>| v.filter(|v| predicate(&k, v));
+                let change = Change {
+                    old: keep(c.old),
+                    new: keep(c.new),
+                };
+                if change.old.is_none() && change.new.is_none() {
+                    return Ok(());
+                }
+                forward(&out, ctx, k, change)
+            })
+        })
+    }
+
+    /// The table of the values for which `predicate` does not hold.
+    pub fn filter_not(
+        &self,
+        predicate: impl Fn(&K, &V) -> bool + Send + Sync + 'static,
+    ) -> KTable<K, V> {
+        self.filter(move |k, v| !predicate(k, v))
+    }
+
+    /// The table of each value replaced by `mapper`'s.
+    pub fn map_values<V2: Data>(
+        &self,
+        mapper: impl Fn(&V) -> V2 + Send + Sync + 'static,
+    ) -> KTable<K, V2> {
+        self.then("table-map-values", "map values".into(), |out| {
+            Arc::new(move |ctx, k, c: Change<V>| {
+                let change = Change {
+                    old: c.old.as_ref().map(&mapper),
+                    new: c.new.as_ref().map(&mapper),
+                };
+                forward(&out, ctx, k, change)
+            })
+        })
+    }
+
+    /// The table's updates as a stream: the new value of each update; deletions are left out
+    /// (see [`KTable::to_change_stream`]).
+    pub fn to_stream(&self) -> KStream<K, V> {
+        self.stream_of("to-stream", |c: Change<V>| c.new)
+    }
+
+    /// The table's updates as a stream of `Option`s, `None` for a deletion (Kafka Streams'
+    /// `toStream`, whose deletions are null values): written to a topic with a codec that
+    /// maps `None` to an absent value, a deletion is a tombstone.
+    pub fn to_change_stream(&self) -> KStream<K, Option<V>> {
+        self.stream_of("to-change-stream", |c: Change<V>| Some(c.new))
+    }
+
+    fn stream_of<V2: Data>(
+        &self,
+        kind: &str,
+        pick: impl Fn(Change<V>) -> Option<V2> + Send + Sync + 'static,
+    ) -> KStream<K, V2> {
+        let mut g = self.graph.borrow_mut();
+        let name = g.name(kind, self.next_name.clone());
+        let node = g.add(name, "to stream".into(), &[self.node], false, true);
+        let (out, freeze) = Outlet::<K, V2>::new();
+        g.on_freeze(freeze);
+        drop(g);
+        let children = out.children();
+        self.out.attach(Arc::new(move |ctx, k, c| match pick(c) {
+            Some(v) => forward(&children, ctx, k, v),
+            None => Ok(()),
+        }));
+        KStream::new(self.graph.clone(), node, out, false)
+    }
+
+    /// The inner join with `other`: a value for each key both tables have, `joiner`'s of the
+    /// two. Both tables end up in one stage: their topics must be co-partitioned.
+    pub fn join<W: Data, R: Data>(
+        &self,
+        other: &KTable<K, W>,
+        joiner: impl Fn(&V, &W) -> R + Send + Sync + 'static,
+    ) -> KTable<K, R> {
+        self.join_tables(other, "table-join", move |v, w| match (v, w) {
+            (Some(v), Some(w)) => Some(joiner(v, w)),
+            _ => None,
+        })
+    }
+
+    /// The left join with `other`: a value for each key this table has.
+    pub fn left_join<W: Data, R: Data>(
+        &self,
+        other: &KTable<K, W>,
+        joiner: impl Fn(&V, Option<&W>) -> R + Send + Sync + 'static,
+    ) -> KTable<K, R> {
+        self.join_tables(other, "table-left-join", move |v, w| {
+            v.map(|v| joiner(v, w))
+        })
+    }
+
+    /// The outer join with `other`: a value for each key either table has.
+    pub fn outer_join<W: Data, R: Data>(
+        &self,
+        other: &KTable<K, W>,
+        joiner: impl Fn(Option<&V>, Option<&W>) -> R + Send + Sync + 'static,
+    ) -> KTable<K, R> {
+        self.join_tables(other, "table-outer-join", move |v, w| {
+            (v.is_some() || w.is_some()).then(|| joiner(v, w))
+        })
+    }
+
+    fn join_tables<W: Data, R: Data>(
+        &self,
+        other: &KTable<K, W>,
+        kind: &str,
+        joiner: impl Fn(Option<&V>, Option<&W>) -> Option<R> + Send + Sync + 'static,
+    ) -> KTable<K, R> {
+        let mut g = self.graph.borrow_mut();
+        let name = g.name(kind, self.next_name.clone());
+        let what = format!(
+            "{kind} of {} with {}",
+            g.node(self.node).name,
+            g.node(other.node).name
+        );
+        let node = g.add(name.clone(), what, &[self.node, other.node], true, true);
+        let (out, freeze) = Outlet::<K, Change<R>>::new();
+        g.on_freeze(freeze);
+        drop(g);
+        let joiner = Arc::new(joiner);
+        let slot: Arc<str> = name.into();
+        // One update function per side: store the side's new value, emit the join's change.
+        let (children, j, s) = (out.children(), joiner.clone(), slot.clone());
+        self.out.attach(Arc::new(move |ctx, k, c: Change<V>| {
+            let (_, right): Sides<V, W> = ctx.load(&s)?.unwrap_or((None, None));
+            let old = j(c.old.as_ref(), right.as_ref());
+            let new = j(c.new.as_ref(), right.as_ref());
+            let sides: Sides<V, W> = (c.new, right);
+            store_sides(ctx, &s, sides)?;
+            emit(&children, ctx, k, old, new)
+        }));
+        let children = out.children();
+        other.out.attach(Arc::new(move |ctx, k, c: Change<W>| {
+            let (left, _): Sides<V, W> = ctx.load(&slot)?.unwrap_or((None, None));
+            let old = joiner(left.as_ref(), c.old.as_ref());
+            let new = joiner(left.as_ref(), c.new.as_ref());
+            store_sides(ctx, &slot, (left, c.new))?;
+            emit(&children, ctx, k, old, new)
+        }));
+        KTable::new(self.graph.clone(), node, out)
+    }
+}
+
+fn store_sides<V: Data, W: Data>(
+    ctx: &mut crate::flow::Ctx<'_>,
+    slot: &str,
+    sides: Sides<V, W>,
+) -> Result<(), parsley_stage::Error> {
+    if sides.0.is_none() && sides.1.is_none() {
+        ctx.store::<Sides<V, W>>(slot, None)
+    } else {
+        ctx.store(slot, Some(&sides))
+    }
+}
+
+fn emit<K: Data, R: Data>(
+    children: &Children<K, Change<R>>,
+    ctx: &mut crate::flow::Ctx<'_>,
+    k: K,
+    old: Option<R>,
+    new: Option<R>,
+) -> Result<(), parsley_stage::Error> {
+    if old.is_none() && new.is_none() {
+        return Ok(());
+    }
+    forward(children, ctx, k, Change { old, new })
+}
