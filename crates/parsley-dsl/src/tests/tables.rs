@@ -155,15 +155,10 @@ fn table_table_joins_emit_the_join_of_both_sides_latest_values() {
     h.pipe("left", Some("k"), None).unwrap();
     h.pipe("right", Some("k"), None).unwrap();
     assert_eq!(h.lines("inner"), ["k=1a", "k=2a", "k=-"]);
-    assert_eq!(
-        h.lines("left-join"),
-        ["k=1?", "k=1a", "k=2a", "k=-"]
-    );
+    assert_eq!(h.lines("left-join"), ["k=1?", "k=1a", "k=2a", "k=-"]);
     assert_eq!(
         h.lines("outer"),
-        [
-            "k=1?", "k=1a", "k=2a", "j=?b", "k=?a", "k=-"
-        ]
+        ["k=1?", "k=1a", "k=2a", "j=?b", "k=?a", "k=-"]
     );
     // Once both sides of a key are gone, its join slots are gone too.
     let j = h.state("left", "j").unwrap();
