@@ -227,7 +227,7 @@ fn a_payment_that_claims_an_order_update_joins_that_version_and_without_the_gate
     let joined = joined_customers(GateMode::Causal, &orders.name, &payments.name, total);
     assert_eq!(
         joined,
-        [latest.clone()],
+        std::slice::from_ref(&latest),
         "the payment joins the version it claims"
     );
 
