@@ -1,0 +1,99 @@
+//! Parsley: Kafka stream processing in which nothing is released on silence.
+//!
+//! Stream processors usually guess when their inputs are complete from time — windows, idle
+//! timeouts, reconciliation jobs — and those guesses let records out of order at startup and
+//! on replay. Parsley decides from Kafka's own evidence instead. Every record a stage writes
+//! is stamped with a vector clock over `(topic id, partition) → offset`; a gate per task
+//! delivers a record only after the records it claims as causes; event time is ordered by a
+//! timer queue whose completeness comes from end offsets, not timeouts; and outputs, state,
+//! clocks and input offsets commit in one Kafka transaction (exactly-once, EOS v2).
+//!
+//! This crate is the one to depend on. It re-exports:
+//! - the DSL ([`StreamsBuilder`], [`KStream`], [`KTable`], [`KGroupedStream`]), named as in
+//!   Kafka Streams, which compiles a pipeline into stages;
+//! - the processor API ([`Handler`], [`Topology`]) for stages written by hand;
+//! - the runtime ([`Runtime`], [`RuntimeConfig`], [`CausalProducer`]) that runs a topology
+//!   against a broker, and stamps the records of plain producers that feed it;
+//! - codecs ([`Auto`], [`Json`], [`Bincode`], [`Utf8`], [`Bytes`], [`Nullable`]);
+//! - the causal vocabulary ([`Stamp`], [`Channel`], [`Coordinate`], …).
+//!
+//! [`prelude`] has what a service's `main.rs` needs. A whole service:
+//!
+//! ```no_run
+//! use parsley::prelude::*;
+//! use serde::{Deserialize, Serialize};
+//!
+//! #[derive(Clone, Serialize, Deserialize)]
+//! struct Order { customer: String, amount_cents: i64 }
+//! #[derive(Clone, Serialize, Deserialize)]
+//! struct Payment { amount_cents: i64 }
+//!
+//! fn main() -> Result<(), parsley::Error> {
+//!     let builder = StreamsBuilder::new("shop");
+//!     let orders = builder.table::<String, Order>("orders");
+//!     builder
+//!         .stream::<String, Payment>("payments")
+//!         .join(&orders, |_payment, order| order.clone())
+//!         .select_key(|_order_id, order| order.customer.clone())
+//!         .group_by_key()
+//!         .named("revenue")
+//!         .aggregate(|| 0i64, |_customer, order, total| total + order.amount_cents)
+//!         .to_stream()
+//!         .to("revenue");
+//!     let topology = builder.build()?;
+//!     println!("{}", topology.describe());
+//!     Runtime::new(topology, RuntimeConfig::new("127.0.0.1:9092")).run_until_signal()?;
+//!     Ok(())
+//! }
+//! ```
+//!
+//! The crates behind it, for what the root does not re-export: [`clock`] (clocks, stamps and
+//! their encoding), [`stage`] (handlers, codecs, topologies), [`dsl`] and [`runtime`].
+#![forbid(unsafe_code)]
+#![doc(test(attr(deny(warnings))))]
+
+pub use parsley_clock::{CausalClock, Channel, Clock, Coordinate, SenderId, Stamp, TopicId};
+pub use parsley_dsl::{
+    Consumed, Data, KGroupedStream, KStream, KTable, Produced, Split, StreamsBuilder,
+};
+pub use parsley_runtime::{
+    Admin, CausalProducer, CausalProducerConfig, ClientRole, ClientSettings, Error,
+    MetricsSnapshot, Progress, Result, Running, Runtime, RuntimeConfig, TopicInfo, TopicSpec,
+};
+pub use parsley_stage::{
+    Auto, BadRecordKind, BadRecordPolicy, Bincode, Bytes, Codec, CodecError, ControlStream,
+    Emission, EventTimeOrder, Handler, HandlerError, HandlerResult, ImpossiblePolicy,
+    InternalTopic, Json, KeyPartitioning, Nullable, Record, StageBuilder, StageSettings, StageSpec,
+    StateChange, Step, Topology, TopologyBuilder, TopologyDescription, Utf8,
+};
+
+/// Clocks, stamps, channels and the stamp header's encoding (`parsley-clock`).
+pub mod clock {
+    pub use parsley_clock::*;
+}
+
+/// Handlers, codecs and the topology builder (`parsley-stage`).
+pub mod stage {
+    pub use parsley_stage::*;
+}
+
+/// The Kafka-Streams-style DSL (`parsley-dsl`).
+pub mod dsl {
+    pub use parsley_dsl::*;
+}
+
+/// The runtime: stream threads, transactions, the causal producer, the admin client
+/// (`parsley-runtime`).
+pub mod runtime {
+    pub use parsley_runtime::*;
+}
+
+/// What a service's `main.rs` needs: the DSL, the processor API, the runtime, the causal
+/// producer, the common codecs and policies.
+pub mod prelude {
+    pub use crate::{
+        Auto, BadRecordPolicy, Bincode, CausalProducer, CausalProducerConfig, Consumed,
+        EventTimeOrder, Handler, HandlerError, Json, KGroupedStream, KStream, KTable, Produced,
+        Record, Runtime, RuntimeConfig, Step, StreamsBuilder, Topology, Utf8,
+    };
+}
