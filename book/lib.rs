@@ -15,6 +15,7 @@ chapter!(Guarantee, "src/guarantee.md");
 chapter!(Clock, "src/clock.md");
 chapter!(Gate, "src/gate.md");
 chapter!(Stage, "src/stage.md");
+chapter!(Dsl, "src/dsl.md");
 chapter!(Runtime, "src/runtime.md");
 chapter!(Recovery, "src/recovery.md");
 chapter!(Ordering, "src/ordering.md");
