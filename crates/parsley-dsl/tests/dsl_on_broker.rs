@@ -156,8 +156,15 @@ fn revenue_per_customer_through_a_join_and_a_repartition() {
     let running = Runtime::new(topology, RuntimeConfig::new(bootstrap()))
         .start()
         .unwrap();
-    wait_committed(&running, "revenue", 80);
-    running.stop().unwrap();
+    // Every input and every repartitioned record consumed and committed: the evidence is
+    // offsets, not a count of the test's own.
+    running.wait_until_caught_up(DEADLINE).unwrap();
+    let metrics = running.stop().unwrap();
+    let revenue_stage = metrics.iter().find(|(n, _)| n == "revenue").unwrap();
+    assert_eq!(
+        revenue_stage.1.committed_deliveries, 80,
+        "one per paid order"
+    );
     let got: BTreeMap<String, i64> = last_values(read_committed(&revenue));
     assert_eq!(got, expected);
 }
@@ -238,4 +245,42 @@ fn a_payment_that_claims_an_order_update_joins_that_version_and_without_the_gate
         "negative control: without the gate the payment overtakes the update it claims and \
          joins an older version of the order (or none)"
     );
+}
+
+#[test]
+fn waiting_to_catch_up_ends_with_the_error_of_a_stage_that_fails() {
+    let input = create_topic("dsl-bad-in", 1);
+    let out = create_topic("dsl-bad-out", 1);
+    let producer = raw_producer(None);
+    for value in ["1", "2", "three"] {
+        producer
+            .send(BaseRecord::to(&input.name).key("k").payload(value))
+            .map_err(|(e, _)| e)
+            .unwrap();
+    }
+    producer.flush(DEADLINE).unwrap();
+    let builder = StreamsBuilder::new(unique_topic("dsl-bad"));
+    builder
+        .stream::<String, i64>(&input.name)
+        .group_by_key()
+        .named("sum")
+        .reduce(|a, b| a + b)
+        .to_stream()
+        .to(&out.name);
+    let running = Runtime::new(builder.build().unwrap(), RuntimeConfig::new(bootstrap()))
+        .start()
+        .unwrap();
+    let err = running.wait_until_caught_up(DEADLINE).unwrap_err();
+    let parsley_runtime::Error::StageFailed { stage, source } = &err else {
+        panic!("expected the stage's failure, got {err}")
+    };
+    assert_eq!(stage, &input.name);
+    assert!(
+        matches!(
+            &**source,
+            parsley_runtime::Error::Stage(parsley_stage::Error::Decode { offset: 2, .. })
+        ),
+        "{source}"
+    );
+    let _ = running.stop();
 }

@@ -53,6 +53,7 @@
 //!   `RuntimeConfig::crash_at`). Off by default: a default build has no crash point.
 
 mod admin;
+mod caught_up;
 mod causal_producer;
 mod changelog;
 mod client_log;

@@ -45,7 +45,7 @@ impl Shutdown {
 #[derive(Debug, Clone)]
 pub struct Runtime {
     topology: Topology,
-    config: RuntimeConfig,
+    pub(crate) config: RuntimeConfig,
 }
 
 impl Runtime {
@@ -189,6 +189,7 @@ impl Runtime {
             stages,
             shutdown,
             progress: rx,
+            runtime: self.clone(),
         })
     }
 }
@@ -203,6 +204,8 @@ pub struct Running {
     stages: Vec<(String, StageThread, Arc<StageMetrics>)>,
     shutdown: Shutdown,
     progress: Receiver<Progress>,
+    /// The runtime that started the stages (topology and configuration).
+    pub(crate) runtime: Runtime,
 }
 
 impl Running {
@@ -235,6 +238,64 @@ impl Running {
             .iter()
             .map(|(n, _, m)| (n.clone(), m.late_by_key()))
             .collect()
+    }
+
+    /// Waits until every stage of these has consumed and committed everything written to its
+    /// sources before the wait: its consumer group's committed offsets reach the last stable
+    /// offset of every source partition, read now, stage after stage in topology order (so a
+    /// stage reading another's output is checked after that one is). For a batch run — inputs
+    /// written, pipeline started, results read once it is done — and for tests.
+    ///
+    /// Evidence is re-read whenever a commit is reported, and at least every 100 ms. Progress
+    /// events that arrive meanwhile are read and dropped. Records written to a source during
+    /// the wait may or may not be waited for.
+    ///
+    /// # Errors
+    /// [`Error::StageFailed`] when a stage fails meanwhile (its own error as `source`);
+    /// [`Error::Timeout`] when the stages are not caught up within `timeout`; admin and client
+    /// errors reading the offsets.
+    pub fn wait_until_caught_up(&self, timeout: Duration) -> Result<()> {
+        let deadline = std::time::Instant::now() + timeout;
+        let app = self.runtime.topology.application_id();
+        let config = &self.runtime.config;
+        let admin = crate::admin::Admin::from_config(
+            &config.client_config(&format!("{app}.progress"), crate::ClientRole::Admin, &[]),
+            config.timeout,
+        )?;
+        let stages = self
+            .runtime
+            .topology
+            .stages()
+            .iter()
+            .filter(|s| self.stages.iter().any(|(n, _, _)| n == s.name()))
+            .map(|s| crate::caught_up::StageProgress::new(app, s, config))
+            .collect::<Result<Vec<_>>>()?;
+        loop {
+            let mut all = true;
+            for stage in &stages {
+                if !stage.caught_up(&admin, config.timeout)? {
+                    all = false;
+                    break;
+                }
+            }
+            if all {
+                return Ok(());
+            }
+            let now = std::time::Instant::now();
+            if now >= deadline {
+                return Err(Error::Timeout {
+                    what: "the stages to catch up with their sources".into(),
+                    timeout,
+                });
+            }
+            let wait = (deadline - now).min(Duration::from_millis(100));
+            if let Ok(Progress::Failed { stage, error }) = self.progress.recv_timeout(wait) {
+                return Err(Error::StageFailed {
+                    stage,
+                    source: error,
+                });
+            }
+        }
     }
 
     /// The shutdown signal of these stages.
@@ -483,8 +544,31 @@ mod tests {
             stages: threads,
             shutdown,
             progress: rx,
+            runtime: super::Runtime::new(idle_topology(), crate::RuntimeConfig::new("127.0.0.1:9")),
         };
         (running, stopped)
+    }
+
+    /// A one-stage topology the fake stages stand for (never run).
+    fn idle_topology() -> parsley_stage::Topology {
+        struct Idle;
+        impl parsley_stage::Handler for Idle {
+            type Key = String;
+            type Value = String;
+            type Output = String;
+            type State = ();
+            fn handle(
+                &self,
+                _: parsley_stage::Record<'_, String, String>,
+                _: Option<()>,
+            ) -> parsley_stage::HandlerResult<String, String, ()> {
+                Ok(parsley_stage::Step::none())
+            }
+        }
+        parsley_stage::Topology::builder("app")
+            .stage("idle", Idle, |s| s.source("in"))
+            .build()
+            .expect("a valid topology")
     }
 
     #[test]

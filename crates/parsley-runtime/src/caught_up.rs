@@ -1,0 +1,80 @@
+//! Whether started stages have consumed and committed everything written to their sources:
+//! the evidence behind [`Running::wait_until_caught_up`](crate::Running::wait_until_caught_up).
+//!
+//! A stage is caught up when its consumer group's committed offset of every partition of
+//! every source is at or beyond that partition's last stable offset (LSO), both read now. The
+//! group's offsets are committed in the same transaction as the stage's outputs, so a stage
+//! found caught up has also committed everything it wrote for those inputs. Stages are checked
+//! in topology order, each after the ones before it: a downstream stage's sources (a
+//! repartition topic) are read after the stage writing them was found caught up, so they
+//! include that stage's last outputs.
+
+use std::time::Duration;
+
+use parsley_stage::StageSpec;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::{Offset, TopicPartitionList};
+
+use crate::admin::Admin;
+use crate::clients::ClientRole;
+use crate::config::RuntimeConfig;
+use crate::error::{Error, Result};
+
+/// What is needed to read one stage's progress.
+pub(crate) struct StageProgress {
+    spec: StageSpec,
+    /// A consumer of the stage's group that never joins it: it only reads committed offsets
+    /// (with `read_committed`, so offsets of open transactions are waited for, not read).
+    consumer: BaseConsumer,
+}
+
+impl StageProgress {
+    pub(crate) fn new(app: &str, spec: &StageSpec, config: &RuntimeConfig) -> Result<Self> {
+        let group = spec.group_id(app);
+        let consumer = config
+            .client_config(
+                &format!("{group}.progress"),
+                ClientRole::Consumer,
+                &[
+                    ("group.id", group.as_str()),
+                    ("isolation.level", "read_committed"),
+                    ("enable.auto.commit", "false"),
+                ],
+            )
+            .create()
+            .map_err(|e| Error::kafka(format!("create a progress reader of group {group}"), e))?;
+        Ok(StageProgress {
+            spec: spec.clone(),
+            consumer,
+        })
+    }
+
+    /// Whether the stage is caught up now (module docs).
+    pub(crate) fn caught_up(&self, admin: &Admin, timeout: Duration) -> Result<bool> {
+        let names: Vec<&str> = self.spec.sources().iter().map(String::as_str).collect();
+        let topics = admin.describe_topics(&names)?;
+        let partitions: Vec<(&str, i32)> = topics
+            .iter()
+            .flat_map(|t| (0..t.partitions).map(move |p| (t.name.as_str(), p)))
+            .collect();
+        let stable = admin.last_stable_offsets(&partitions)?;
+        let mut tpl = TopicPartitionList::new();
+        for (topic, partition) in &partitions {
+            tpl.add_partition(topic, *partition);
+        }
+        let committed = self
+            .consumer
+            .committed_offsets(tpl, timeout)
+            .map_err(|e| Error::kafka("read committed offsets", e))?;
+        Ok(partitions.iter().zip(&stable).all(|((topic, p), lso)| {
+            let at = committed
+                .find_partition(topic, *p)
+                .map(|e| match e.offset() {
+                    Offset::Offset(o) => o,
+                    _ => 0,
+                })
+                .unwrap_or(0);
+            at >= *lso
+        }))
+    }
+}
