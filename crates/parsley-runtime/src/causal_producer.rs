@@ -109,11 +109,11 @@ pub struct Acked {
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OutgoingRecord<'a> {
-    topic: &'a str,
-    key: &'a [u8],
-    value: &'a [u8],
-    timestamp: Option<i64>,
-    headers: Vec<(&'a str, &'a [u8])>,
+    pub(crate) topic: &'a str,
+    pub(crate) key: &'a [u8],
+    pub(crate) value: &'a [u8],
+    pub(crate) timestamp: Option<i64>,
+    pub(crate) headers: Vec<(&'a str, &'a [u8])>,
 }
 
 impl<'a> OutgoingRecord<'a> {
@@ -153,7 +153,7 @@ impl<'a> OutgoingRecord<'a> {
     }
 
     /// Why the record cannot be sent as asked, if it cannot.
-    fn check(&self) -> Result<()> {
+    pub(crate) fn check(&self) -> Result<()> {
         let problem = if let Some(ms) = self.timestamp.filter(|ms| *ms <= 0) {
             RecordProblem::Timestamp(ms)
         } else if let Some((name, _)) = self.headers.iter().find(|(n, _)| *n == STAMP_HEADER) {

@@ -48,6 +48,9 @@
 //! is aborted and the stage's tasks return to their last commit in place; any other error stops
 //! the stage and reaches the caller typed ([`Error`], with its classification).
 //!
+//! A [`TopologyTestDriver`] runs a topology in memory, with no broker, through the same tasks
+//! (gate, stamping, fold state, event-time order, changelog and restore): module [`driver`].
+//!
 //! # Features
 //! - `fault-injection`: crash points for fault-injection tests (`CrashPoint`,
 //!   `RuntimeConfig::crash_at`). Off by default: a default build has no crash point.
@@ -59,6 +62,7 @@ mod changelog;
 mod client_log;
 mod clients;
 mod config;
+pub mod driver;
 mod error;
 mod event_time;
 #[cfg(feature = "fault-injection")]
@@ -77,6 +81,7 @@ pub use causal_producer::{Acked, CausalProducer, CausalProducerConfig, OutgoingR
 pub use changelog::changelog_topic;
 pub use clients::{ClientRole, ClientSettings};
 pub use config::{GateMode, RuntimeConfig, StatisticsSink};
+pub use driver::TopologyTestDriver;
 pub use error::{
     Error, InputRecord, PRODUCER_SIZE_LIMIT, RecordProblem, Refusal, Result, TIMESTAMP_AFTER_LIMIT,
     TIMESTAMP_BEFORE_LIMIT, TOPIC_SIZE_LIMIT,

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use parsley_clock::{Channel, TopicId};
 use parsley_gate::GateError;
-use parsley_stage::{BadRecordPolicy, ImpossiblePolicy, Processor};
+use parsley_stage::{BadRecordPolicy, ImpossiblePolicy, KeyPartitioning, Processor, StageSpec};
 
 use crate::admin::TopicInfo;
 use crate::config::GateMode;
@@ -68,6 +68,46 @@ pub(crate) struct TaskContext {
 }
 
 impl TaskContext {
+    /// The context of the tasks of `spec`, its topics resolved: `sources` in the stage's
+    /// order, `sinks`, and the dead-letter topics of impossible stamps and of bad records.
+    /// Records keep their headers only when a policy may dead-letter them.
+    pub(crate) fn new(
+        spec: &StageSpec,
+        sources: Vec<TopicInfo>,
+        sinks: Vec<TopicInfo>,
+        (dead_letter, bad_record_dead_letter): (Option<TopicInfo>, Option<TopicInfo>),
+        gate_mode: GateMode,
+        cap: usize,
+        metrics: Arc<StageMetrics>,
+    ) -> Self {
+        let checked_keys = sources
+            .iter()
+            .map(|t| spec.key_partitioning(&t.name) == KeyPartitioning::Murmur2)
+            .collect();
+        TaskContext {
+            stage: spec.name().to_string(),
+            sources,
+            checked_keys,
+            sinks,
+            dead_letter: dead_letter.map(DeadLetterTopic::new),
+            bad_record_dead_letter: bad_record_dead_letter.map(DeadLetterTopic::new),
+            processor: spec.processor().clone(),
+            keeps_state: spec.processor().keeps_state(),
+            policy: spec.impossible_policy().clone(),
+            bad_records: spec.bad_record_policy().clone(),
+            keep_headers: matches!(
+                spec.impossible_policy(),
+                ImpossiblePolicy::DeadLetter { .. }
+            ) || matches!(
+                spec.bad_record_policy(),
+                BadRecordPolicy::DeadLetter { .. }
+            ),
+            gate_mode,
+            cap,
+            metrics,
+        }
+    }
+
     /// The channels a task of `partition` consumes: partition `partition` of every source.
     pub(crate) fn consumed(&self, partition: i32) -> Vec<Channel> {
         self.sources

@@ -20,8 +20,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use parsley_clock::{Channel, Stamp, codec};
-use parsley_gate::Arrival;
+use parsley_clock::Channel;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{BorrowedMessage, Headers, Message};
@@ -33,10 +32,10 @@ use super::context::TaskContext;
 use super::evidence;
 use super::output::Header;
 use super::rebalance::{RebalanceContext, RebalanceEvent};
-use super::record::{Fetched, Payload, Rare};
+use super::record::{Fetched, FetchedMessage, fetched};
 use crate::admin::Admin;
 use crate::clients::ClientRole;
-use crate::config::{GateMode, RuntimeConfig};
+use crate::config::RuntimeConfig;
 use crate::error::{Error, Result};
 use crate::security::{Endpoint, is_security_failure};
 
@@ -438,97 +437,45 @@ impl StageRunner {
     }
 }
 
-/// Copies what the task needs out of a polled message and decodes its stamp.
-///
-/// # Errors
-/// [`Error::UnknownTopic`] when the message's topic is not a source of the stage.
-fn fetched(
-    ctx: &TaskContext,
-    m: &BorrowedMessage<'_>,
-    arrival: u64,
-    epoch: u64,
-    arrived: Instant,
-) -> Result<Fetched> {
-    let source = ctx.source_index(m.topic())?;
-    let channel = Channel::new(ctx.sources[source].id, m.partition());
-    let (stamp, malformed) = match decode_stamp(m, channel) {
-        Ok(stamp) => (stamp, None),
-        Err(e) => (None, Some(Box::new(e))),
-    };
-    let record_timestamp = m.timestamp().to_millis();
-    // Kafka's v2 record format always has a timestamp; it only orders deliverable records.
-    let mut timestamp = record_timestamp.unwrap_or(i64::MIN);
-    let (stamp, unchecked_stamp) = match ctx.gate_mode {
-        GateMode::Causal => (stamp, None),
-        GateMode::Off => {
-            // A plain consumer: deliver in arrival order.
-            timestamp = arrival as i64;
-            (None, stamp)
-        }
-    };
-    Ok(Fetched {
-        partition: m.partition(),
-        channel,
-        arrival: Arrival {
-            offset: m.offset(),
-            epoch,
-            timestamp,
-            stamp,
-            payload: Payload {
-                source,
-                key: m.key().map(<[u8]>::to_vec),
-                value: m.payload().map(<[u8]>::to_vec),
-                arrived,
-                record_timestamp,
-                rare: (unchecked_stamp.is_some() || ctx.keep_headers).then(|| {
-                    Box::new(Rare {
-                        unchecked_stamp,
-                        dead_letter: None,
-                        headers: if ctx.keep_headers {
-                            headers_of(m)
-                        } else {
-                            Box::default()
-                        },
-                    })
-                }),
-            },
-        },
-        malformed,
-    })
-}
+/// A polled message as [`fetched`] reads it.
+impl FetchedMessage for BorrowedMessage<'_> {
+    fn topic(&self) -> &str {
+        Message::topic(self)
+    }
 
-/// Every header of `m`, copied.
-fn headers_of(m: &BorrowedMessage<'_>) -> Box<[Header]> {
-    m.headers().map_or_else(Box::default, |headers| {
-        headers
+    fn partition(&self) -> i32 {
+        Message::partition(self)
+    }
+
+    fn offset(&self) -> i64 {
+        Message::offset(self)
+    }
+
+    fn timestamp_ms(&self) -> Option<i64> {
+        Message::timestamp(self).to_millis()
+    }
+
+    fn key(&self) -> Option<&[u8]> {
+        Message::key(self)
+    }
+
+    fn value(&self) -> Option<&[u8]> {
+        self.payload()
+    }
+
+    fn stamp_header(&self) -> Option<&[u8]> {
+        Message::headers(self)?
             .iter()
-            .map(|h| (Cow::Owned(h.key.to_string()), h.value.map(<[u8]>::to_vec)))
-            .collect()
-    })
-}
+            .find(|h| h.key == parsley_clock::STAMP_HEADER)
+            .map(|h| h.value.unwrap_or_default())
+    }
 
-/// Decodes the `parsley.stamp` header of `m`; `None` when the record has none.
-///
-/// # Errors
-/// [`Error::MalformedStamp`] naming the record and the decoder's finding.
-fn decode_stamp(m: &BorrowedMessage<'_>, channel: Channel) -> Result<Option<Stamp>> {
-    let Some(headers) = m.headers() else {
-        return Ok(None);
-    };
-    let Some(value) = headers
-        .iter()
-        .find(|h| h.key == parsley_clock::STAMP_HEADER)
-        .map(|h| h.value.unwrap_or_default())
-    else {
-        return Ok(None);
-    };
-    codec::decode(value)
-        .map(Some)
-        .map_err(|source| Error::MalformedStamp {
-            topic: m.topic().to_string(),
-            partition: m.partition(),
-            offset: m.offset(),
-            record: channel.at(m.offset()),
-            source: Box::new(source),
+    fn all_headers(&self) -> Box<[Header]> {
+        Message::headers(self).map_or_else(Box::default, |headers| {
+            headers
+                .iter()
+                .map(|h| (Cow::Owned(h.key.to_string()), h.value.map(<[u8]>::to_vec)))
+                .collect()
         })
+    }
 }

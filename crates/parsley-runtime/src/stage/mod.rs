@@ -61,6 +61,13 @@ mod task;
 mod transaction;
 mod waits;
 
+// The pure parts the in-memory test driver (`crate::driver`) runs as the stream thread does.
+pub(crate) use self::context::TaskContext;
+pub(crate) use self::output::{ChangelogWriter, Header, Outgoing, Output};
+pub(crate) use self::record::{FetchedMessage, Work, fetched};
+pub(crate) use self::restore::{StartEvidence, rebuild_task};
+pub(crate) use self::task::Task;
+
 #[cfg(test)]
 mod tests;
 
@@ -80,11 +87,9 @@ pub use policy::{
 pub use task::{DELIVERY_TARGET, NO_TIMESTAMP};
 
 use self::backpressure::Step;
-use self::context::TaskContext;
 use self::evidence::Evidence;
 use self::intake::{Intake, Taking};
 use self::sources::SourceCheck;
-use self::task::Task;
 use self::transaction::{MAX_RECOVERIES, Overlap, Transaction};
 use crate::config::RuntimeConfig;
 use crate::error::Result;
@@ -314,35 +319,11 @@ impl StageRunner {
 
     /// Adds each task's counted deliveries to its metrics and sets the stage's gauges.
     fn publish_task_metrics(&mut self) {
-        let mut blocked_total = 0;
-        let mut parked_total = 0;
-        for task in self.tasks.values_mut() {
-            let counts = task.take_counts();
-            let blocked = task.gate().blocked_count() as u64;
-            blocked_total += blocked;
-            let event_time = task
-                .event_time()
-                .map(|et| (et.parked() as u64, et.watermark(), et.catching_up() as u64));
-            parked_total += event_time.map_or(0, |(parked, _, _)| parked);
-            self.metrics.task(task.partition(), |m| {
-                m.delivered += counts.delivered;
-                m.held += counts.held;
-                m.gate_wait_us += counts.gate_wait_us;
-                m.max_gate_wait_us = m.max_gate_wait_us.max(counts.max_gate_wait_us);
-                m.blocked_heads = blocked;
-                m.late += counts.late;
-                m.raised += counts.raised;
-                if let Some((parked, watermark, catching_up)) = event_time {
-                    m.parked = parked;
-                    m.watermark_ms = watermark;
-                    m.catching_up = catching_up;
-                }
-            });
-        }
-        self.metrics.blocked_heads(blocked_total);
-        if self.spec.event_time().is_some() {
-            self.metrics.parked(parked_total);
-        }
+        publish_counts(
+            self.tasks.values_mut(),
+            &self.metrics,
+            self.spec.event_time().is_some(),
+        );
     }
 
     /// Applies each task's backpressure plan: gate steps first, then the consumer's pauses and
@@ -387,5 +368,43 @@ impl StageRunner {
                 .seek(&self.ctx, channel, offset, self.config.timeout)?;
         }
         Ok(())
+    }
+}
+
+/// Adds each of `tasks`' counted deliveries to its metrics and sets the stage's gauges
+/// (`event_time`: the stage orders by event time).
+pub(crate) fn publish_counts<'a>(
+    tasks: impl IntoIterator<Item = &'a mut Task>,
+    metrics: &StageMetrics,
+    event_time: bool,
+) {
+    let mut blocked_total = 0;
+    let mut parked_total = 0;
+    for task in tasks {
+        let counts = task.take_counts();
+        let blocked = task.gate().blocked_count() as u64;
+        blocked_total += blocked;
+        let et = task
+            .event_time()
+            .map(|et| (et.parked() as u64, et.watermark(), et.catching_up() as u64));
+        parked_total += et.map_or(0, |(parked, _, _)| parked);
+        metrics.task(task.partition(), |m| {
+            m.delivered += counts.delivered;
+            m.held += counts.held;
+            m.gate_wait_us += counts.gate_wait_us;
+            m.max_gate_wait_us = m.max_gate_wait_us.max(counts.max_gate_wait_us);
+            m.blocked_heads = blocked;
+            m.late += counts.late;
+            m.raised += counts.raised;
+            if let Some((parked, watermark, catching_up)) = et {
+                m.parked = parked;
+                m.watermark_ms = watermark;
+                m.catching_up = catching_up;
+            }
+        });
+    }
+    metrics.blocked_heads(blocked_total);
+    if event_time {
+        metrics.parked(parked_total);
     }
 }

@@ -1,18 +1,21 @@
 //! What moves through a task: a fetched record on its way to the gate ([`Fetched`]), what
 //! the gate hands back on delivery ([`Payload`], its rare parts boxed in [`Rare`]), and the
 //! counts a task keeps of its work ([`Work`] for the open transaction, [`TaskCounts`] for its
-//! metrics).
+//! metrics). [`fetched`] builds a [`Fetched`] from any [`FetchedMessage`]: a polled Kafka
+//! message in the stream thread, a stored record in the test driver — one path for both.
 //!
 //! Invariant: a payload's common part stays small — every record moves through the gate by
 //! value — and whatever only some records carry is in [`Rare`], absent for the others.
 
 use std::time::Instant;
 
-use parsley_clock::{Channel, Stamp};
+use parsley_clock::{Channel, Stamp, codec};
 use parsley_gate::Arrival;
 
+use super::context::TaskContext;
 use super::output::Header;
-use crate::error::Error;
+use crate::config::GateMode;
+use crate::error::{Error, Result};
 
 /// What the gate hands back on delivery.
 #[derive(Debug)]
@@ -111,4 +114,106 @@ pub(crate) struct TaskCounts {
     pub max_gate_wait_us: u64,
     pub late: u64,
     pub raised: u64,
+}
+
+/// A record read from a source partition, as [`fetched`] copies it: a message polled by the
+/// stage's consumer, or a record of the test driver's in-memory log.
+pub(crate) trait FetchedMessage {
+    /// The topic's name.
+    fn topic(&self) -> &str;
+    /// The partition.
+    fn partition(&self) -> i32;
+    /// The offset.
+    fn offset(&self) -> i64;
+    /// The record timestamp, ms since the epoch; `None` when it has none.
+    fn timestamp_ms(&self) -> Option<i64>;
+    /// The key bytes; `None`: a record without a key.
+    fn key(&self) -> Option<&[u8]>;
+    /// The value bytes; `None`: a tombstone.
+    fn value(&self) -> Option<&[u8]>;
+    /// The value of the first `parsley.stamp` header (empty for a null value); `None` when the
+    /// record has none.
+    fn stamp_header(&self) -> Option<&[u8]>;
+    /// Every header, copied.
+    fn all_headers(&self) -> Box<[Header]>;
+}
+
+/// Copies what the task needs out of a read record and decodes its stamp. `arrival` counts
+/// the records fetched so far (the delivery order under [`GateMode::Off`]), `epoch` is the
+/// poll batch's, `arrived` when the batch took its first record.
+///
+/// # Errors
+/// [`Error::UnknownTopic`] when the record's topic is not a source of the stage.
+pub(crate) fn fetched<M: FetchedMessage + ?Sized>(
+    ctx: &TaskContext,
+    m: &M,
+    arrival: u64,
+    epoch: u64,
+    arrived: Instant,
+) -> Result<Fetched> {
+    let source = ctx.source_index(m.topic())?;
+    let channel = Channel::new(ctx.sources[source].id, m.partition());
+    let (stamp, malformed) = match decode_stamp(m, channel) {
+        Ok(stamp) => (stamp, None),
+        Err(e) => (None, Some(Box::new(e))),
+    };
+    let record_timestamp = m.timestamp_ms();
+    // Kafka's v2 record format always has a timestamp; it only orders deliverable records.
+    let mut timestamp = record_timestamp.unwrap_or(i64::MIN);
+    let (stamp, unchecked_stamp) = match ctx.gate_mode {
+        GateMode::Causal => (stamp, None),
+        GateMode::Off => {
+            // A plain consumer: deliver in arrival order.
+            timestamp = arrival as i64;
+            (None, stamp)
+        }
+    };
+    Ok(Fetched {
+        partition: m.partition(),
+        channel,
+        arrival: Arrival {
+            offset: m.offset(),
+            epoch,
+            timestamp,
+            stamp,
+            payload: Payload {
+                source,
+                key: m.key().map(<[u8]>::to_vec),
+                value: m.value().map(<[u8]>::to_vec),
+                arrived,
+                record_timestamp,
+                rare: (unchecked_stamp.is_some() || ctx.keep_headers).then(|| {
+                    Box::new(Rare {
+                        unchecked_stamp,
+                        dead_letter: None,
+                        headers: if ctx.keep_headers {
+                            m.all_headers()
+                        } else {
+                            Box::default()
+                        },
+                    })
+                }),
+            },
+        },
+        malformed,
+    })
+}
+
+/// Decodes the `parsley.stamp` header of `m`; `None` when the record has none.
+///
+/// # Errors
+/// [`Error::MalformedStamp`] naming the record and the decoder's finding.
+fn decode_stamp<M: FetchedMessage + ?Sized>(m: &M, channel: Channel) -> Result<Option<Stamp>> {
+    let Some(value) = m.stamp_header() else {
+        return Ok(None);
+    };
+    codec::decode(value)
+        .map(Some)
+        .map_err(|source| Error::MalformedStamp {
+            topic: m.topic().to_string(),
+            partition: m.partition(),
+            offset: m.offset(),
+            record: channel.at(m.offset()),
+            source: Box::new(source),
+        })
 }

@@ -24,6 +24,7 @@ use tracing::{info, info_span};
 use super::StageRunner;
 use super::context::TaskContext;
 use super::task::Task;
+use crate::admin::Admin;
 use crate::changelog;
 use crate::clients::ClientRole;
 use crate::error::{Error, Result};
@@ -47,7 +48,7 @@ impl StageRunner {
         let metrics = self.metrics.clone();
         metrics.task(partition, |m| m.phase = TaskPhase::Restoring);
         let client = self.restore_client();
-        let mut restored = changelog::restore(
+        let restored = changelog::restore(
             &client,
             self.evidence.admin(),
             self.txn.changelog_name(),
@@ -61,66 +62,26 @@ impl StageRunner {
                 })
             },
         )?;
-        // The event-time record belongs to the snapshot it was committed with.
-        let event_bytes = restored
-            .snapshot
-            .as_ref()
-            .and(restored.event_time.as_ref())
-            .cloned();
-        let timers = std::mem::take(&mut restored.timers);
-        let mut task = match restored.snapshot {
-            Some(snapshot) => {
-                let (mut task, fresh) =
-                    Task::restore(&self.ctx, partition, positions, snapshot, restored.state)?;
-                for (channel, position) in fresh {
-                    let topic = &self.ctx.source_of(channel)?.name;
-                    let start = self
-                        .evidence
-                        .admin()
-                        .log_start_offsets(&[(topic.as_str(), channel.partition)])?[0];
-                    info!(partition, %channel, group_offset = position, start, "a channel new to the task starts at its log start");
-                    if start != position {
-                        self.intake
-                            .seek(&self.ctx, channel, start, self.config.timeout)?;
-                    }
-                    task.seed(channel, start)
-                        .map_err(|e| self.ctx.gate_error(partition, e))?;
-                }
-                task
-            }
-            None => Task::fresh(
-                partition,
-                self.ctx.consumed(partition),
-                &positions,
-                restored.state,
-            )
-            .map_err(|e| self.ctx.gate_error(partition, e))?,
-        };
-        let event_time = event_time_of(
+        let (records, replaced) = (restored.records, restored.replaced);
+        let mut cluster = Cluster(self.evidence.admin());
+        let (task, moved) = rebuild_task(
             &self.ctx,
             self.spec.event_time(),
             partition,
-            event_bytes.as_deref(),
-            &timers,
+            positions,
+            restored,
+            &mut cluster,
         )?;
-        let event_time = match event_time {
-            Some(et) => Some(self.start_event_time(&task, et)?),
-            None => None,
-        };
-        task.set_event_time(event_time);
-        self.metrics.set_late_keys(
-            partition,
-            true,
-            task.event_time()
-                .into_iter()
-                .flat_map(EventTime::late_by_key),
-        );
+        for (channel, start) in moved {
+            self.intake
+                .seek(&self.ctx, channel, start, self.config.timeout)?;
+        }
         self.metrics
             .task(partition, |m| m.phase = TaskPhase::Running);
         info!(
             partition,
-            records = restored.records,
-            consumers_replaced = restored.replaced,
+            records,
+            consumers_replaced = replaced,
             keys = task.state_len(),
             sender = %task.clock().sender(),
             next_seq = task.clock().next_seq(),
@@ -147,50 +108,153 @@ impl StageRunner {
             ],
         )
     }
+}
 
-    /// Starts the event-time order `et` of `task` just restored: the startup end of each input
-    /// — one batched `ListOffsets(LATEST, READ_UNCOMMITTED)` — and the restored gate's
-    /// frontiers (DESIGN.md §5).
+/// Where a task being restored reads what it needs from its sources' partitions: the cluster
+/// (the stream thread), or the in-memory logs (the test driver).
+pub(crate) trait StartEvidence {
+    /// The log start offset of source channel `channel`.
     ///
     /// # Errors
-    /// Admin errors; the tracker's, naming the task.
-    fn start_event_time(&self, task: &Task, mut et: EventTime) -> Result<EventTime> {
-        let partition = task.partition();
-        let inputs = et.inputs();
-        let mut request = Vec::with_capacity(inputs.len());
-        for c in &inputs {
-            request.push((self.ctx.source_of(*c)?.name.as_str(), c.partition));
-        }
-        let admin = self.evidence.admin();
-        let ends = admin.high_watermarks(&request)?;
-        let stable = admin.last_stable_offsets(&request)?;
-        for ((c, end), lso) in inputs.iter().zip(ends).zip(stable) {
-            et.start(*c, end)
-                .map_err(|e| self.ctx.gate_error(partition, e))?;
-            // Completeness waits for an open transaction to resolve (DESIGN.md §5): say which
-            // channel waits and for what, rather than guess.
-            if lso < end && task.gate().first_undelivered(c).is_some_and(|f| f < end) {
-                info!(
-                    topic = %self.ctx.source_of(*c)?.name,
-                    partition = c.partition,
-                    last_stable_offset = lso,
-                    startup_end = end,
-                    "event-time catch-up waits for an open transaction: history ends at the \
-                     high watermark, above the last stable offset, until it commits or aborts"
-                );
-            }
-        }
-        et.follow(task.gate())
-            .map_err(|e| self.ctx.gate_error(partition, e))?;
-        info!(
-            partition,
-            parked = et.parked(),
-            watermark = ?et.watermark(),
-            catching_up = et.catching_up(),
-            "event-time order started"
-        );
-        Ok(et)
+    /// The read's.
+    fn log_start(&mut self, ctx: &TaskContext, channel: Channel) -> Result<i64>;
+
+    /// The high watermark (`READ_UNCOMMITTED`) and the last stable offset of each of
+    /// `channels`, in order.
+    ///
+    /// # Errors
+    /// The read's.
+    fn ends(&mut self, ctx: &TaskContext, channels: &[Channel]) -> Result<Vec<(i64, i64)>>;
+}
+
+/// The cluster, through the stage's admin client.
+struct Cluster<'a>(&'a Admin);
+
+impl StartEvidence for Cluster<'_> {
+    fn log_start(&mut self, ctx: &TaskContext, channel: Channel) -> Result<i64> {
+        let topic = &ctx.source_of(channel)?.name;
+        Ok(self
+            .0
+            .log_start_offsets(&[(topic.as_str(), channel.partition)])?[0])
     }
+
+    fn ends(&mut self, ctx: &TaskContext, channels: &[Channel]) -> Result<Vec<(i64, i64)>> {
+        let mut request = Vec::with_capacity(channels.len());
+        for c in channels {
+            request.push((ctx.source_of(*c)?.name.as_str(), c.partition));
+        }
+        let ends = self.0.high_watermarks(&request)?;
+        let stable = self.0.last_stable_offsets(&request)?;
+        Ok(ends.into_iter().zip(stable).collect())
+    }
+}
+
+/// Builds the task of `partition`, assigned at `positions` (the group's committed offsets, or
+/// the log start where it has none), from what its changelog partition holds (`restored`):
+/// from its snapshot ([`Task::restore`]) when it has one, else fresh ([`Task::fresh`]); a
+/// consumed channel the snapshot does not name is seeded at its log start; an event-time
+/// task's order is restored and started ([`start_event_time`]), and its per-key late counts
+/// published. Returns the task and the channels whose fetch position must move to their log
+/// start, with it.
+///
+/// # Errors
+/// [`Error::RestoreMismatch`]; [`Error::EventTime`]; the gate's; `evidence`'s.
+pub(crate) fn rebuild_task(
+    ctx: &TaskContext,
+    order: Option<&parsley_stage::EventTimeOrder>,
+    partition: i32,
+    positions: Vec<(Channel, i64)>,
+    mut restored: changelog::Restored,
+    evidence: &mut dyn StartEvidence,
+) -> Result<(Task, Vec<(Channel, i64)>)> {
+    // The event-time record belongs to the snapshot it was committed with.
+    let event_bytes = restored
+        .snapshot
+        .as_ref()
+        .and(restored.event_time.as_ref())
+        .cloned();
+    let timers = std::mem::take(&mut restored.timers);
+    let mut moved = Vec::new();
+    let mut task = match restored.snapshot {
+        Some(snapshot) => {
+            let (mut task, fresh) =
+                Task::restore(ctx, partition, positions, snapshot, restored.state)?;
+            for (channel, position) in fresh {
+                let start = evidence.log_start(ctx, channel)?;
+                info!(partition, %channel, group_offset = position, start, "a channel new to the task starts at its log start");
+                if start != position {
+                    moved.push((channel, start));
+                }
+                task.seed(channel, start)
+                    .map_err(|e| ctx.gate_error(partition, e))?;
+            }
+            task
+        }
+        None => Task::fresh(
+            partition,
+            ctx.consumed(partition),
+            &positions,
+            restored.state,
+        )
+        .map_err(|e| ctx.gate_error(partition, e))?,
+    };
+    let event_time = event_time_of(ctx, order, partition, event_bytes.as_deref(), &timers)?;
+    let event_time = match event_time {
+        Some(et) => Some(start_event_time(ctx, &task, et, evidence)?),
+        None => None,
+    };
+    task.set_event_time(event_time);
+    ctx.metrics.set_late_keys(
+        partition,
+        true,
+        task.event_time()
+            .into_iter()
+            .flat_map(EventTime::late_by_key),
+    );
+    Ok((task, moved))
+}
+
+/// Starts the event-time order `et` of `task` just restored: the startup end of each input —
+/// one batched `ListOffsets(LATEST, READ_UNCOMMITTED)` in the stream thread — and the restored
+/// gate's frontiers (DESIGN.md §5).
+///
+/// # Errors
+/// `evidence`'s; the tracker's, naming the task.
+fn start_event_time(
+    ctx: &TaskContext,
+    task: &Task,
+    mut et: EventTime,
+    evidence: &mut dyn StartEvidence,
+) -> Result<EventTime> {
+    let partition = task.partition();
+    let inputs = et.inputs();
+    let ends = evidence.ends(ctx, &inputs)?;
+    for (c, (end, lso)) in inputs.iter().zip(ends) {
+        et.start(*c, end)
+            .map_err(|e| ctx.gate_error(partition, e))?;
+        // Completeness waits for an open transaction to resolve (DESIGN.md §5): say which
+        // channel waits and for what, rather than guess.
+        if lso < end && task.gate().first_undelivered(c).is_some_and(|f| f < end) {
+            info!(
+                topic = %ctx.source_of(*c)?.name,
+                partition = c.partition,
+                last_stable_offset = lso,
+                startup_end = end,
+                "event-time catch-up waits for an open transaction: history ends at the \
+                 high watermark, above the last stable offset, until it commits or aborts"
+            );
+        }
+    }
+    et.follow(task.gate())
+        .map_err(|e| ctx.gate_error(partition, e))?;
+    info!(
+        partition,
+        parked = et.parked(),
+        watermark = ?et.watermark(),
+        catching_up = et.catching_up(),
+        "event-time order started"
+    );
+    Ok(et)
 }
 
 /// The event-time order of a task just restored, when the stage orders by event time (not

@@ -14,11 +14,11 @@ use std::sync::atomic::AtomicBool;
 use std::sync::mpsc::Sender;
 use std::time::Instant;
 
-use parsley_stage::{BadRecordPolicy, ImpossiblePolicy, KeyPartitioning, StageSpec};
+use parsley_stage::{BadRecordPolicy, ImpossiblePolicy, StageSpec};
 use tracing::debug;
 
 use super::StageRunner;
-use super::context::{DeadLetterTopic, TaskContext};
+use super::context::TaskContext;
 use super::evidence::Evidence;
 use super::intake::Intake;
 use super::sources::SourceCheck;
@@ -138,32 +138,15 @@ impl StageRunner {
             OwnWrites::new(looped),
             config.timeout,
         );
-        let checked_keys = sources
-            .iter()
-            .map(|t| spec.key_partitioning(&t.name) == KeyPartitioning::Murmur2)
-            .collect();
-        let ctx = TaskContext {
-            stage: spec.name().to_string(),
+        let ctx = TaskContext::new(
+            &spec,
             sources,
-            checked_keys,
             sinks,
-            dead_letter: dead_letter.map(DeadLetterTopic::new),
-            bad_record_dead_letter: bad_record_dead_letter.map(DeadLetterTopic::new),
-            processor: spec.processor().clone(),
-            keeps_state: spec.processor().keeps_state(),
-            policy: spec.impossible_policy().clone(),
-            bad_records: spec.bad_record_policy().clone(),
-            keep_headers: matches!(
-                spec.impossible_policy(),
-                ImpossiblePolicy::DeadLetter { .. }
-            ) || matches!(
-                spec.bad_record_policy(),
-                BadRecordPolicy::DeadLetter { .. }
-            ),
-            gate_mode: config.gate,
-            cap: config.max_queued_per_channel,
-            metrics: metrics.clone(),
-        };
+            (dead_letter, bad_record_dead_letter),
+            config.gate,
+            config.max_queued_per_channel,
+            metrics.clone(),
+        );
         Ok(StageRunner {
             app: app.to_string(),
             spec,

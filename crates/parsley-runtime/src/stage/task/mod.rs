@@ -279,6 +279,11 @@ impl Task {
         &self.clock
     }
 
+    /// The fold state, by key bytes.
+    pub(crate) fn state(&self) -> &HashMap<Vec<u8>, Vec<u8>> {
+        &self.state
+    }
+
     /// Keys with fold state.
     pub(crate) fn state_len(&self) -> usize {
         self.state.len()
