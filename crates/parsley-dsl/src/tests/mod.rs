@@ -1,123 +1,95 @@
-//! The DSL's operators in memory, through a minimal stage runner: each stage's compiled
-//! processor called per record, its per-key state kept in a map, emissions handed to the
-//! stages that read their topic in order. No gate and one partition: the causal behaviour of
-//! compiled stages is tested through the runtime and the topology test driver.
+//! The DSL's operators through the topology test driver: each compiled topology runs in
+//! memory through the runtime's own tasks (gate, stamping, fold state, changelog), one
+//! partition per topic unless a test says otherwise. The causal join is also tested on the
+//! broker (`tests/dsl_on_broker.rs`) and the driver's own tests cover the gate in detail.
 
+mod causal;
 mod operators;
 mod tables;
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
-
+use parsley_runtime::driver::{RawInput, TopologyTestDriver};
 use parsley_stage::{Error, RawRecord, StateChange, Topology};
 
-/// A record as bytes: key, value.
-pub(crate) type Bytes = (Option<Vec<u8>>, Option<Vec<u8>>);
-
-/// Runs a topology's stages in memory (module docs).
+/// A driver over a compiled topology, read back as text.
 pub(crate) struct Harness {
-    topology: Topology,
-    /// Per stage, per key: the stage's state.
-    state: HashMap<(String, Vec<u8>), Vec<u8>>,
-    /// Every record written to each topic, in order.
-    topics: BTreeMap<String, Vec<Bytes>>,
+    driver: TopologyTestDriver,
 }
 
 impl Harness {
     pub(crate) fn new(topology: Topology) -> Self {
         Harness {
-            topology,
-            state: HashMap::new(),
-            topics: BTreeMap::new(),
+            driver: TopologyTestDriver::builder(topology).build().unwrap(),
         }
     }
 
-    /// Writes a record to `topic` and runs every stage until nothing is left to handle.
+    /// Writes a record to `topic` (UTF-8 key and value; `None` for an absent part) and runs the
+    /// topology until nothing more can be delivered.
+    ///
+    /// # Errors
+    /// As [`TopologyTestDriver::run`]: a stage stopped by a bad record or a failing handler.
     pub(crate) fn pipe(
-        &mut self,
+        &self,
         topic: &str,
         key: Option<&str>,
         value: Option<&str>,
-    ) -> Result<(), Error> {
-        let mut queue = VecDeque::from([(
-            topic.to_string(),
-            key.map(|k| k.as_bytes().to_vec()),
-            value.map(|v| v.as_bytes().to_vec()),
-        )]);
-        while let Some((topic, key, value)) = queue.pop_front() {
-            let log = self.topics.entry(topic.clone()).or_default();
-            let offset = log.len() as i64;
-            log.push((key.clone(), value.clone()));
-            for stage in self.topology.stages() {
-                if !stage.sources().contains(&topic) {
-                    continue;
-                }
-                let at = (stage.name().to_string(), key.clone().unwrap_or_default());
-                let step = stage.processor().process(
-                    RawRecord {
-                        topic: &topic,
-                        partition: 0,
-                        offset,
-                        timestamp: 1_000 + offset,
-                        key: key.as_deref(),
-                        value: value.as_deref(),
-                    },
-                    self.state.get(&at).map(Vec::as_slice),
-                )?;
-                match step.state {
-                    StateChange::Keep => {}
-                    StateChange::Set(s) => {
-                        self.state.insert(at, s);
-                    }
-                    StateChange::Delete => {
-                        self.state.remove(&at);
-                    }
-                }
-                for e in step.emit {
-                    queue.push_back((e.topic.to_string(), e.key, e.value));
-                }
-            }
-        }
-        Ok(())
+    ) -> Result<(), parsley_runtime::Error> {
+        self.driver
+            .pipe_raw(
+                topic,
+                RawInput::new(key.map(str::as_bytes), value.map(str::as_bytes)),
+            )
+            .map(|_| ())
     }
 
-    /// The records written to `topic`, as text (`None` for an absent part).
-    pub(crate) fn read(&self, topic: &str) -> Vec<(Option<String>, Option<String>)> {
-        let text =
-            |b: &Option<Vec<u8>>| b.as_ref().map(|b| String::from_utf8_lossy(b).into_owned());
-        self.topics
-            .get(topic)
-            .map(|log| log.iter().map(|(k, v)| (text(k), text(v))).collect())
-            .unwrap_or_default()
-    }
-
-    /// The records written to `topic`, as `key=value` text (`-` for an absent part).
+    /// Every record of `topic` from its start, as `key=value` text (`-` for an absent part).
     pub(crate) fn lines(&self, topic: &str) -> Vec<String> {
-        self.read(topic)
-            .into_iter()
-            .map(|(k, v)| {
-                format!(
-                    "{}={}",
-                    k.as_deref().unwrap_or("-"),
-                    v.as_deref().unwrap_or("-")
-                )
-            })
+        let text = |b: Option<Vec<u8>>| {
+            b.map_or_else(
+                || "-".to_string(),
+                |b| String::from_utf8_lossy(&b).into_owned(),
+            )
+        };
+        let mut out = self
+            .driver
+            .output_topic(topic, parsley_stage::Bytes, parsley_stage::Bytes)
+            .unwrap();
+        std::iter::from_fn(|| out.read_raw_record())
+            .map(|r| format!("{}={}", text(r.key), text(r.value)))
             .collect()
     }
 
     /// The stored state of `key` in stage `stage`.
-    pub(crate) fn state(&self, stage: &str, key: &str) -> Option<&[u8]> {
-        self.state
-            .get(&(stage.to_string(), key.as_bytes().to_vec()))
-            .map(Vec::as_slice)
+    pub(crate) fn state(&self, stage: &str, key: &str) -> Option<Vec<u8>> {
+        self.driver.raw_state(stage, key.as_bytes()).unwrap()
     }
+}
 
-    /// Overwrites the stored state of `key` in stage `stage`.
-    pub(crate) fn corrupt_state(&mut self, stage: &str, key: &str, bytes: Vec<u8>) {
-        self.state
-            .insert((stage.to_string(), key.as_bytes().to_vec()), bytes);
-    }
-
-    pub(crate) fn topology(&self) -> &Topology {
-        &self.topology
-    }
+/// Calls the compiled processor of `topology`'s stage `stage` on one record directly, with
+/// `state` as the key's stored state: for the decoding errors of bad records and bad state,
+/// which the driver would turn into a stopped stage.
+pub(crate) fn process_once(
+    topology: &Topology,
+    stage: &str,
+    (topic, offset): (&str, i64),
+    (key, value): (Option<&str>, Option<&str>),
+    state: Option<&[u8]>,
+) -> Result<StateChange<Vec<u8>>, Error> {
+    let spec = topology
+        .stages()
+        .iter()
+        .find(|s| s.name() == stage)
+        .unwrap();
+    spec.processor()
+        .process(
+            RawRecord {
+                topic,
+                partition: 0,
+                offset,
+                timestamp: 1_000,
+                key: key.map(str::as_bytes),
+                value: value.map(str::as_bytes),
+            },
+            state,
+        )
+        .map(|step| step.state)
 }

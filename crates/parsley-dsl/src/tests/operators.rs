@@ -1,9 +1,14 @@
 //! Stream operators: stateless ones fused, re-keying and repartitioning, aggregations,
 //! `process`, errors.
 
-use parsley_stage::{Error, Handler, HandlerError, InternalTopic, Json, Part, Record, Step, Utf8};
+use parsley_runtime::driver::TopologyTestDriver;
+use parsley_runtime::partition_for;
+use parsley_stage::{
+    BadRecordPolicy, Bytes, Error, Handler, HandlerError, InternalTopic, Json, Part, Record, Step,
+    Utf8,
+};
 
-use super::Harness;
+use super::{Harness, process_once};
 use crate::{Consumed, Produced, StreamsBuilder, read_slot};
 
 #[test]
@@ -36,7 +41,7 @@ fn stateless_operators_fuse_into_one_stage_and_keep_order() {
     let t = b.build().unwrap();
     assert_eq!(t.stages().len(), 1, "{}", t.describe());
     assert!(!t.stages()[0].processor().keeps_state());
-    let mut h = Harness::new(t);
+    let h = Harness::new(t);
     for (k, v) in [("a", "2"), ("b", "-1"), ("c", "1")] {
         h.pipe("in", Some(k), Some(v)).unwrap();
     }
@@ -67,7 +72,7 @@ fn merge_takes_both_streams_and_codecs_apply_at_sources_and_sinks() {
     let t = b.build().unwrap();
     assert_eq!(t.stages().len(), 1);
     assert_eq!(t.stages()[0].sources(), ["left", "right"]);
-    let mut h = Harness::new(t);
+    let h = Harness::new(t);
     h.pipe("left", Some("k"), Some("\"from left\"")).unwrap();
     h.pipe("right", Some("k"), Some("from right")).unwrap();
     assert_eq!(
@@ -100,7 +105,7 @@ fn word_count_repartitions_by_word_and_counts() {
     assert!(!t.stages()[0].processor().keeps_state(), "keyless lines");
     assert_eq!(t.stages()[1].sources(), [rep]);
     assert!(t.stages()[1].processor().keeps_state());
-    let mut h = Harness::new(t);
+    let h = Harness::new(t);
     h.pipe("lines", None, Some("the cat The dog")).unwrap();
     h.pipe("lines", None, Some("a cat")).unwrap();
     assert_eq!(
@@ -108,7 +113,7 @@ fn word_count_repartitions_by_word_and_counts() {
         ["the=1", "cat=1", "the=2", "dog=1", "a=1", "cat=2"]
     );
     let state = h.state("count-0003", "cat").unwrap();
-    assert_eq!(read_slot::<i64>(state, "count-0003").unwrap(), Some(2));
+    assert_eq!(read_slot::<i64>(&state, "count-0003").unwrap(), Some(2));
 }
 
 #[test]
@@ -137,7 +142,7 @@ fn group_by_key_aggregates_in_place_unless_the_key_changed() {
         t.stages()[0].sinks(),
         ["sums", "maxes", "app-parity-repartition"]
     );
-    let mut h = Harness::new(t);
+    let h = Harness::new(t);
     for (k, v) in [("a", "1"), ("b", "4"), ("a", "7"), ("a", "2")] {
         h.pipe("in", Some(k), Some(v)).unwrap();
     }
@@ -146,10 +151,10 @@ fn group_by_key_aggregates_in_place_unless_the_key_changed() {
     assert_eq!(h.lines("parity"), ["odd=1", "even=1", "odd=2", "even=2"]);
     // Two aggregations of one stage keep two slots of the key's state.
     let a = h.state("in", "a").unwrap();
-    assert_eq!(read_slot::<i64>(a, "sum").unwrap(), Some(110));
-    assert_eq!(read_slot::<i64>(a, "max").unwrap(), Some(7));
+    assert_eq!(read_slot::<i64>(&a, "sum").unwrap(), Some(110));
+    assert_eq!(read_slot::<i64>(&a, "max").unwrap(), Some(7));
     assert_eq!(
-        read_slot::<i64>(h.state("parity", "odd").unwrap(), "parity").unwrap(),
+        read_slot::<i64>(&h.state("parity", "odd").unwrap(), "parity").unwrap(),
         Some(2)
     );
 }
@@ -195,7 +200,7 @@ fn process_runs_a_handler_with_state_after_a_repartition_when_rekeyed() {
         t.internal_topics()[0].name,
         "app-by-value-input-repartition"
     );
-    let mut h = Harness::new(t);
+    let h = Harness::new(t);
     h.pipe("in", Some("k"), Some("x")).unwrap();
     h.pipe("in", Some("k"), Some("y")).unwrap();
     h.pipe("in", Some("j"), Some("x")).unwrap();
@@ -203,9 +208,12 @@ fn process_runs_a_handler_with_state_after_a_repartition_when_rekeyed() {
     assert_eq!(h.lines("by-value"), ["x#1=x@0", "y#1=y@1", "x#2=x@2"]);
     let err = h.pipe("in", Some("k"), Some("boom")).unwrap_err();
     assert!(
-        matches!(&err, Error::Handler { stage, topic, offset: 3, .. } if stage == "in" && topic == "in"),
+        matches!(err.stage_error(), parsley_runtime::Error::Stage(Error::Handler { stage, topic, offset: 3, .. })
+            if stage == "in" && topic == "in"),
         "{err}"
     );
+    // The stopped stage kept what it had committed: nothing of the failed record.
+    assert_eq!(h.lines("direct").len(), 3);
 }
 
 #[test]
@@ -217,13 +225,14 @@ fn bad_records_and_bad_state_are_typed_errors_naming_the_record() {
         .count()
         .to_stream()
         .to("out");
-    let mut h = Harness::new(b.build().unwrap());
-    let err = h.pipe("in", Some("k"), Some("not a number")).unwrap_err();
+    let t = b.build().unwrap();
+    let at = |offset| ("in", offset);
+    let err = process_once(&t, "in", at(0), (Some("k"), Some("not a number")), None).unwrap_err();
     assert!(
         matches!(&err, Error::Decode { topic, offset: 0, part: Part::Value, .. } if topic == "in"),
         "{err}"
     );
-    let err = h.pipe("in", None, Some("1")).unwrap_err();
+    let err = process_once(&t, "in", at(1), (None, Some("1")), None).unwrap_err();
     assert!(
         matches!(
             &err,
@@ -235,7 +244,7 @@ fn bad_records_and_bad_state_are_typed_errors_naming_the_record() {
         ),
         "{err}"
     );
-    let err = h.pipe("in", Some("k"), None).unwrap_err();
+    let err = process_once(&t, "in", at(2), (Some("k"), None), None).unwrap_err();
     assert!(
         matches!(
             &err,
@@ -247,8 +256,7 @@ fn bad_records_and_bad_state_are_typed_errors_naming_the_record() {
         ),
         "{err}"
     );
-    h.corrupt_state("in", "k", vec![9, 9, 9]);
-    let err = h.pipe("in", Some("k"), Some("1")).unwrap_err();
+    let err = process_once(&t, "in", at(3), (Some("k"), Some("1")), Some(&[9, 9, 9])).unwrap_err();
     assert!(
         matches!(
             &err,
@@ -257,6 +265,22 @@ fn bad_records_and_bad_state_are_typed_errors_naming_the_record() {
                 offset: 3,
                 ..
             }
+        ),
+        "{err}"
+    );
+
+    // Through the driver, the first bad record stops the stage with that error, and nothing
+    // of it reaches the output.
+    let h = Harness::new(t);
+    let err = h.pipe("in", Some("k"), Some("not a number")).unwrap_err();
+    assert!(
+        matches!(
+            err.stage_error(),
+            parsley_runtime::Error::Stage(Error::Decode {
+                offset: 0,
+                part: Part::Value,
+                ..
+            })
         ),
         "{err}"
     );
@@ -322,4 +346,95 @@ fn describe_names_every_operator_and_its_successors() {
     ] {
         assert!(text.contains(line), "{line:?} missing in:\n{text}");
     }
+}
+
+#[test]
+fn repartition_branches_without_default_grouped_codecs_table_codecs_and_skip_policy() {
+    let b = StreamsBuilder::new("app");
+    b.on_bad_record(BadRecordPolicy::Skip);
+    let s = b.stream::<String, i64>("in");
+    let branches = s.split().branch(|_, v| *v > 0).no_default_branch();
+    assert_eq!(branches.len(), 1);
+    branches[0]
+        .select_key(|_, v| format!("n{v}"))
+        .repartition()
+        .to("by-number");
+    s.group_by(|k, _| k.to_uppercase())
+        .named("upper")
+        .with_codecs(Json, Json)
+        .count()
+        .to_stream()
+        .to("upper-counts");
+    b.table_with("names", Consumed::with(Utf8, Utf8))
+        .map_values(|n: &String| n.len() as i64)
+        .to_stream()
+        .to("name-lengths");
+    let t = b.build().unwrap();
+    let repartition = t
+        .internal_topics()
+        .iter()
+        .map(|i| i.name.clone())
+        .find(|n| n != "app-upper-repartition")
+        .unwrap();
+    let driver = TopologyTestDriver::builder(t)
+        .partitions("in", 3)
+        .build()
+        .unwrap();
+    assert_eq!(driver.topic(&repartition).unwrap().partitions, 3);
+    let input = driver.input_topic("in", Utf8, Utf8).unwrap();
+    for (k, v) in [
+        ("a", "1"),
+        ("b", "-2"),
+        ("c", "3"),
+        ("a", "oops"),
+        ("d", "4"),
+    ] {
+        input.pipe(k.into(), v.into()).unwrap();
+    }
+    driver
+        .input_topic("names", Utf8, Utf8)
+        .unwrap()
+        .pipe("c1".into(), "Ann".into())
+        .unwrap();
+
+    // The bad record was skipped and counted; everything after it went on.
+    assert_eq!(driver.metrics("in").unwrap().skipped, 1);
+    // Every record crossed the repartition topic into the partition its new key hashes to.
+    let mut crossed = driver.output_topic(&repartition, Bytes, Bytes).unwrap();
+    let crossed = std::iter::from_fn(|| crossed.read_raw_record()).collect::<Vec<_>>();
+    assert_eq!(crossed.len(), 3);
+    for r in &crossed {
+        let key = r.key.as_deref().unwrap();
+        assert_eq!(r.partition, partition_for(key, 3), "{r:?}");
+    }
+    let mut by_number = driver.output_topic("by-number", Utf8, Utf8).unwrap();
+    let mut numbers = by_number.read_key_values();
+    numbers.sort();
+    assert_eq!(
+        numbers,
+        [
+            ("n1".into(), "1".into()),
+            ("n3".into(), "3".into()),
+            ("n4".into(), "4".into())
+        ]
+    );
+    // The grouped codecs apply to the repartition topic alone: JSON keys there, UTF-8 after.
+    let mut upper = driver
+        .output_topic("app-upper-repartition", Bytes, Bytes)
+        .unwrap();
+    let first = upper.read_raw_record().unwrap();
+    assert_eq!(first.key.as_deref(), Some(&b"\"A\""[..]));
+    let counts = driver
+        .output_topic("upper-counts", Utf8, Json)
+        .unwrap()
+        .read_key_values_to_map();
+    assert_eq!(counts.get("A"), Some(&1i64));
+    assert_eq!(counts.len(), 4);
+    assert_eq!(
+        driver
+            .output_topic("name-lengths", Utf8, Json)
+            .unwrap()
+            .read_key_values(),
+        [("c1".to_string(), 3i64)]
+    );
 }

@@ -30,7 +30,7 @@ fn a_stream_table_join_reads_the_latest_value_and_a_tombstone_deletes_it() {
     let t = b.build().unwrap();
     assert_eq!(t.stages().len(), 1);
     assert_eq!(t.stages()[0].sources(), ["orders", "payments"]);
-    let mut h = Harness::new(t);
+    let h = Harness::new(t);
     h.pipe("payments", Some("o1"), Some("5")).unwrap();
     h.pipe(
         "orders",
@@ -79,7 +79,7 @@ fn a_rekeyed_stream_is_repartitioned_co_partitioned_with_the_table_it_joins() {
     let rep = &t.internal_topics()[0];
     assert_eq!(rep.name, "shop-with-name-input-repartition");
     assert_eq!(rep.partitions_of, ["customers"]);
-    let mut h = Harness::new(t);
+    let h = Harness::new(t);
     h.pipe("customers", Some("c1"), Some("Ann")).unwrap();
     h.pipe(
         "orders",
@@ -106,7 +106,7 @@ fn derived_tables_forward_changes_and_deletions() {
         .filter_not(|_, v| *v >= 0)
         .to_stream()
         .to("negative");
-    let mut h = Harness::new(b.build().unwrap());
+    let h = Harness::new(b.build().unwrap());
     for (k, v) in [
         ("a", Some("12")),
         ("a", Some("3")),
@@ -147,7 +147,7 @@ fn table_table_joins_emit_the_join_of_both_sides_latest_values() {
         .to("outer");
     let t = b.build().unwrap();
     assert_eq!(t.stages().len(), 1);
-    let mut h = Harness::new(t);
+    let h = Harness::new(t);
     h.pipe("left", Some("k"), Some("1")).unwrap();
     h.pipe("right", Some("k"), Some("a")).unwrap();
     h.pipe("left", Some("k"), Some("2")).unwrap();
@@ -163,9 +163,8 @@ fn table_table_joins_emit_the_join_of_both_sides_latest_values() {
     // Once both sides of a key are gone, its join slots are gone too.
     let j = h.state("left", "j").unwrap();
     assert_eq!(
-        read_slot::<(Option<i64>, Option<String>)>(j, "outer").unwrap(),
+        read_slot::<(Option<i64>, Option<String>)>(&j, "outer").unwrap(),
         Some((None, Some("b".into())))
     );
     assert_eq!(h.state("left", "k"), None);
-    let _ = h.topology();
 }

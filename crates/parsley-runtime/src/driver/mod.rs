@@ -106,6 +106,9 @@ use crate::config::GateMode;
 use crate::error::{Error, Result};
 use crate::metrics::{LateKey, MetricsSnapshot, TaskMetrics};
 
+/// One record of a stage's changelog: the key, and the value (`None`: a tombstone).
+pub type ChangelogRecord = (Vec<u8>, Option<Vec<u8>>);
+
 /// The most turns one [`TopologyTestDriver::run`] takes by default before it decides the
 /// topology feeds itself forever ([`TopologyTestDriverBuilder::max_turns`]).
 pub const DEFAULT_MAX_TURNS: usize = 100_000;
@@ -656,11 +659,7 @@ impl TopologyTestDriver {
     ///
     /// # Errors
     /// [`Error::UnknownStage`].
-    pub fn changelog(
-        &self,
-        stage: &str,
-        partition: i32,
-    ) -> Result<Vec<(Vec<u8>, Option<Vec<u8>>)>> {
+    pub fn changelog(&self, stage: &str, partition: i32) -> Result<Vec<ChangelogRecord>> {
         self.with(|d| {
             Ok(d.stage(stage)?
                 .changelog

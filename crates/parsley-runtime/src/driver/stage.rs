@@ -221,7 +221,7 @@ impl StageRun {
                 work += done?;
             }
             work += self.deliver(logs, time, appended)?;
-            if self.spec.event_time().is_some() && false {
+            if self.spec.event_time().is_some() {
                 self.read_heads(logs)?;
                 work += self.deliver(logs, time, appended)?;
             }
