@@ -16,6 +16,7 @@ chapter!(Clock, "src/clock.md");
 chapter!(Gate, "src/gate.md");
 chapter!(Stage, "src/stage.md");
 chapter!(Dsl, "src/dsl.md");
+chapter!(Testing, "src/testing.md");
 chapter!(Runtime, "src/runtime.md");
 chapter!(Recovery, "src/recovery.md");
 chapter!(Ordering, "src/ordering.md");

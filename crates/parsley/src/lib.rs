@@ -47,8 +47,32 @@
 //! }
 //! ```
 //!
+//! A topology is tested without a broker by [`TopologyTestDriver`] (Kafka Streams'
+//! `TopologyTestDriver`): records piped in, outputs and state read back, through the same
+//! gate, stamping and state code the runtime runs.
+//!
+//! ```
+//! use parsley::prelude::*;
+//! use parsley::TopologyTestDriver;
+//!
+//! let builder = StreamsBuilder::new("wordcount");
+//! builder
+//!     .stream::<(), String>("lines")
+//!     .flat_map_values(|line| line.split_whitespace().map(str::to_lowercase).collect::<Vec<_>>())
+//!     .group_by(|_, word| word.clone())
+//!     .count()
+//!     .to_stream()
+//!     .to("counts");
+//! let driver = TopologyTestDriver::builder(builder.build()?).build()?;
+//! driver.input_topic("lines", Auto, Utf8)?.pipe((), "the cat and the hat".into())?;
+//! let counts = driver.output_topic("counts", Utf8, Json)?.read_key_values_to_map();
+//! assert_eq!(counts.get("the"), Some(&2i64));
+//! # Ok::<(), parsley::Error>(())
+//! ```
+//!
 //! The crates behind it, for what the root does not re-export: [`clock`] (clocks, stamps and
-//! their encoding), [`stage`] (handlers, codecs, topologies), [`dsl`] and [`runtime`].
+//! their encoding), [`stage`] (handlers, codecs, topologies), [`dsl`], [`runtime`] and
+//! [`driver`].
 #![forbid(unsafe_code)]
 #![doc(test(attr(deny(warnings))))]
 
@@ -59,6 +83,7 @@ pub use parsley_dsl::{
 pub use parsley_runtime::{
     Admin, CausalProducer, CausalProducerConfig, ClientRole, ClientSettings, Error,
     MetricsSnapshot, Progress, Result, Running, Runtime, RuntimeConfig, TopicInfo, TopicSpec,
+    TopologyTestDriver,
 };
 pub use parsley_stage::{
     Auto, BadRecordKind, BadRecordPolicy, Bincode, Bytes, Codec, CodecError, ControlStream,
@@ -86,6 +111,12 @@ pub mod dsl {
 /// (`parsley-runtime`).
 pub mod runtime {
     pub use parsley_runtime::*;
+}
+
+/// The topology test driver: a topology run in memory, with no broker, through the runtime's
+/// own tasks (`parsley_runtime::driver`).
+pub mod driver {
+    pub use parsley_runtime::driver::*;
 }
 
 /// What a service's `main.rs` needs: the DSL, the processor API, the runtime, the causal
