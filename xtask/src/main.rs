@@ -13,10 +13,16 @@
 //!   under `target/experiment/`, stops what it started;
 //! - `bench e2e`: starts the broker if none, runs the end-to-end benchmark (a raw
 //!   transactional loop against a Parsley pass-through stage, release build) and prints its
-//!   table, stops what it started.
+//!   table, stops what it started;
+//! - `compare`: starts the broker if none, runs the word count and shop pipelines in Kafka
+//!   Streams and in Parsley on the same generated input and compares the final value of every
+//!   key with each other and with the answer the inputs give (see [`compare`]), stops what it
+//!   started.
 //!
 //! Missing Java or Maven are installed from Debian's packages when running as root on a
 //! Debian-like machine; elsewhere the error says what to install.
+
+mod compare;
 
 use std::process::{Command, ExitCode};
 
@@ -104,6 +110,10 @@ enum Cmd {
         #[command(subcommand)]
         kind: BenchCmd,
     },
+    /// Run the word count and shop pipelines in Kafka Streams 4.4 and in Parsley on the same
+    /// input (local broker, started if none is running) and compare the final value of every
+    /// key with each other and with the answer computed from the inputs.
+    Compare(compare::CompareArgs),
     /// Format check, clippy (warnings denied) and every workspace test on the local broker.
     Test {
         /// Leave a broker this command started running afterwards.
@@ -264,6 +274,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             args,
             keep_broker,
         ),
+        Cmd::Compare(args) => compare::run(args),
         Cmd::Test { keep_broker } => with_broker(keep_broker, |bootstrap| {
             let steps: [(&str, &[&str]); 4] = [
                 ("cargo fmt --check", &["fmt", "--all", "--", "--check"]),

@@ -1,0 +1,15 @@
+//! A shop on Kafka, one of the two pipelines `cargo xtask compare` runs in Parsley and in
+//! Kafka Streams on the same input: orders, payments of most of them, and revenue per
+//! customer (each payment joined with its order, summed by the order's customer).
+//!
+//! - [`model`]: the records (JSON values; keys are order ids or customer ids, UTF-8);
+//! - [`orders`]: the seeded order generator and its plain producer (`produce-orders`);
+//! - [`payments`]: the payments service (`payments`): it reads the orders and pays each one
+//!   (but every K-th) through Parsley's [`CausalProducer`](parsley_runtime::CausalProducer),
+//!   so that each payment's stamp claims its order;
+//! - [`plain`]: the plain idempotent producer the generator writes with.
+
+pub mod model;
+pub mod orders;
+pub mod payments;
+pub mod plain;
