@@ -92,8 +92,8 @@ pub fn last_values(records: &[Record], decode: impl Fn(&[u8]) -> Result<i64>) ->
     Ok(finals)
 }
 
-/// The word counts `lines` (the values of the input topic) give: each line split on
-/// whitespace.
+/// The word counts `lines` (the values of the input topic) give: each line lowercased and
+/// split on whitespace.
 ///
 /// # Errors
 /// A record without a value or with a value that is not UTF-8.
@@ -113,7 +113,7 @@ pub fn expected_word_counts(lines: &[Record]) -> Result<Finals> {
             )
         })?;
         for word in line.split_whitespace() {
-            *counts.entry(word.to_string()).or_default() += 1;
+            *counts.entry(word.to_lowercase()).or_default() += 1;
         }
     }
     Ok(counts)
@@ -440,7 +440,7 @@ mod tests {
     fn word_counts_are_expected_from_the_lines() {
         let lines = [
             record(0, None, Some(b"the cat and the hat"), 1),
-            record(1, None, Some(b"  the  end "), 1),
+            record(1, None, Some(b"  The  end "), 1),
         ];
         assert_eq!(
             expected_word_counts(&lines).unwrap(),

@@ -1,6 +1,7 @@
 package dev.parsley.compare;
 
 import java.util.Arrays;
+import java.util.Locale;
 
 import org.apache.kafka.common.serialization.Serde;
 import org.apache.kafka.common.serialization.Serdes;
@@ -21,14 +22,14 @@ final class Pipelines {
     private Pipelines() {}
 
     /**
-     * Word count: each line split on whitespace, regrouped by word, counted; every update of a
-     * count goes to {@code output} (String key, Long value).
+     * Word count: each line lowercased and split on whitespace, regrouped by word, counted;
+     * every update of a count goes to {@code output} (String key, Long value).
      */
     static Topology wordCount(String input, String output) {
         StreamsBuilder builder = new StreamsBuilder();
         KStream<String, String> lines =
                 builder.stream(input, Consumed.with(Serdes.String(), Serdes.String()));
-        lines.flatMapValues(line -> Arrays.stream(line.split("\\s+"))
+        lines.flatMapValues(line -> Arrays.stream(line.toLowerCase(Locale.ROOT).split("\\s+"))
                         .filter(word -> !word.isEmpty())
                         .toList())
                 .groupBy((key, word) -> word, Grouped.with("words", Serdes.String(), Serdes.String()))
