@@ -1,16 +1,20 @@
 //! `wordcount`: the word-count pipeline's command line.
 //!
-//! - `produce-lines`: writes generated lines (keyless records) to an existing topic.
+//! - `produce-lines`: writes generated lines (keyless records) to an existing topic;
+//! - `run`: the word count in Parsley, until Ctrl-C or, with `--until-caught-up`, until it has
+//!   consumed and committed everything its input held.
 //!
 //! `cargo xtask compare` runs it, and the same pipeline in Kafka Streams, on the same input.
 
 use std::process::ExitCode;
+use std::time::{Duration, Instant};
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
+use parsley::prelude::*;
 use wordcount::produce::produce_lines;
 
-/// Word count on Kafka: input generator.
+/// Word count on Kafka: input generator and the Parsley pipeline.
 #[derive(Parser, Debug)]
 #[command(name = "wordcount")]
 struct Cli {
@@ -18,7 +22,7 @@ struct Cli {
     command: Cmd,
 }
 
-/// The subcommands. The Parsley pipeline itself (`run`) is not part of this binary yet.
+/// The subcommands.
 #[derive(Subcommand, Debug)]
 enum Cmd {
     /// Write N lines of 3–12 words (seeded, Zipf-like over 200 words) as keyless records to an
@@ -36,6 +40,34 @@ enum Cmd {
         /// Seed of the generator: the same seed writes the same lines.
         #[arg(long, default_value_t = 1)]
         seed: u64,
+    },
+    /// Run the word count in Parsley: lines from the input topic, the count of every word to
+    /// the output topic (UTF-8 key, JSON number), until Ctrl-C (SIGINT or SIGTERM), or with
+    /// --until-caught-up until every line and every repartitioned word is consumed and
+    /// committed. Topics the pipeline creates itself: `{application-id}-words-repartition`.
+    Run {
+        /// Kafka bootstrap servers.
+        #[arg(long)]
+        bootstrap: String,
+        /// The application id: the prefix of the consumer groups, transactional ids and
+        /// internal topics.
+        #[arg(long, default_value = "wordcount")]
+        application_id: String,
+        /// The topic of lines (it must exist).
+        #[arg(long, default_value = "lines")]
+        input: String,
+        /// The topic of counts (it must exist).
+        #[arg(long, default_value = "word-counts")]
+        output: String,
+        /// Stop cleanly and exit 0 once every stage has committed everything its sources hold.
+        #[arg(long)]
+        until_caught_up: bool,
+        /// With --until-caught-up: fail if that takes longer than this many seconds.
+        #[arg(long, default_value_t = 600)]
+        timeout_secs: u64,
+        /// Print the compiled topology before starting.
+        #[arg(long)]
+        describe: bool,
     },
 }
 
@@ -63,6 +95,49 @@ fn run(cli: Cli) -> Result<()> {
                 p.records,
                 p.words,
                 p.elapsed.as_secs_f64()
+            );
+            Ok(())
+        }
+        Cmd::Run {
+            bootstrap,
+            application_id,
+            input,
+            output,
+            until_caught_up,
+            timeout_secs,
+            describe,
+        } => {
+            let topology = wordcount::pipeline::topology(&application_id, &input, &output)
+                .context("building the topology")?;
+            if describe {
+                println!("{}", topology.describe());
+            }
+            let runtime = Runtime::new(topology, RuntimeConfig::new(&bootstrap));
+            let started = Instant::now();
+            println!("wordcount: running {application_id}: {input} -> {output} on {bootstrap}");
+            let stages = if until_caught_up {
+                let running = runtime.start()?;
+                if let Err(e) = running.wait_until_caught_up(Duration::from_secs(timeout_secs)) {
+                    let _ = running.stop();
+                    return Err(e).context("waiting for the word count to catch up");
+                }
+                running.stop()?
+            } else {
+                runtime.run_until_signal()?
+            };
+            let per_stage: Vec<String> = stages
+                .iter()
+                .map(|(stage, m)| format!("{stage} {}", m.committed_deliveries))
+                .collect();
+            println!(
+                "wordcount: {} after {:.1} s; records committed per stage: {}",
+                if until_caught_up {
+                    "caught up"
+                } else {
+                    "stopped"
+                },
+                started.elapsed().as_secs_f64(),
+                per_stage.join(", ")
             );
             Ok(())
         }
