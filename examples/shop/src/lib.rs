@@ -5,11 +5,15 @@
 //! - [`model`]: the records (JSON values; keys are order ids or customer ids, UTF-8);
 //! - [`orders`]: the seeded order generator and its plain producer (`produce-orders`);
 //! - [`payments`]: the payments service (`payments`): it reads the orders and pays each one
-//!   (but every K-th) through Parsley's [`CausalProducer`](parsley_runtime::CausalProducer),
+//!   (but every K-th) through Parsley's [`CausalProducer`](parsley::CausalProducer),
 //!   so that each payment's stamp claims its order;
-//! - [`plain`]: the plain idempotent producer the generator writes with.
+//! - [`plain`]: the plain idempotent producer the generator writes with;
+//! - [`pipeline`]: revenue per customer in Parsley's DSL, compiled into a
+//!   [`Topology`](parsley::Topology) (with the Kafka Streams version beside it, and both line
+//!   counts); the binary's `run` subcommand runs it with Parsley's runtime.
 
 pub mod model;
 pub mod orders;
 pub mod payments;
+pub mod pipeline;
 pub mod plain;

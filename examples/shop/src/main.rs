@@ -2,18 +2,22 @@
 //!
 //! - `produce-orders`: writes generated orders to an existing topic;
 //! - `payments`: the payments service: pays the orders (but every K-th), each payment stamped
-//!   with a claim on its order.
+//!   with a claim on its order;
+//! - `run`: revenue per customer in Parsley, until Ctrl-C or, with `--until-caught-up`, until
+//!   it has consumed and committed everything its inputs held.
 //!
 //! `cargo xtask compare` runs them, and the same pipeline in Kafka Streams, on the same input.
 
 use std::process::ExitCode;
+use std::time::{Duration, Instant};
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
+use parsley::prelude::*;
 use shop::orders::produce_orders;
 use shop::payments::{self, PaymentsConfig};
 
-/// A shop on Kafka: order generator and payments service.
+/// A shop on Kafka: order generator, payments service and the Parsley pipeline.
 #[derive(Parser, Debug)]
 #[command(name = "shop")]
 struct Cli {
@@ -21,7 +25,7 @@ struct Cli {
     command: Cmd,
 }
 
-/// The subcommands. The Parsley pipeline itself (`run`) is not part of this binary yet.
+/// The subcommands.
 #[derive(Subcommand, Debug)]
 enum Cmd {
     /// Write N orders (keys: order ids `o-000001`…, values: JSON, timestamps: now) to an
@@ -66,6 +70,39 @@ enum Cmd {
         /// service whose clock runs behind); 0: the time of sending.
         #[arg(long, default_value_t = 0)]
         clock_skew_ms: i64,
+    },
+    /// Run revenue per customer in Parsley: each payment joined with its order (causally: a
+    /// payment is joined after the order its stamp claims), re-keyed by the order's customer
+    /// and summed; every new total to the output topic (UTF-8 key, JSON number of cents).
+    /// Runs until Ctrl-C (SIGINT or SIGTERM), or with --until-caught-up until every input and
+    /// repartitioned record is consumed and committed. Topics the pipeline creates itself:
+    /// `{application-id}-revenue-repartition`.
+    Run {
+        /// Kafka bootstrap servers.
+        #[arg(long)]
+        bootstrap: String,
+        /// The application id: the prefix of the consumer groups, transactional ids and
+        /// internal topics.
+        #[arg(long, default_value = "shop")]
+        application_id: String,
+        /// The orders topic (read as a table keyed by order id).
+        #[arg(long, default_value = "orders")]
+        orders: String,
+        /// The payments topic (keyed by order id; co-partitioned with the orders).
+        #[arg(long, default_value = "payments")]
+        payments: String,
+        /// The topic of revenue per customer (it must exist).
+        #[arg(long, default_value = "revenue")]
+        output: String,
+        /// Stop cleanly and exit 0 once every stage has committed everything its sources hold.
+        #[arg(long)]
+        until_caught_up: bool,
+        /// With --until-caught-up: fail if that takes longer than this many seconds.
+        #[arg(long, default_value_t = 600)]
+        timeout_secs: u64,
+        /// Print the compiled topology before starting.
+        #[arg(long)]
+        describe: bool,
     },
 }
 
@@ -119,6 +156,51 @@ fn run(cli: Cli) -> Result<()> {
                 r.paid_cents,
                 r.unpaid,
                 r.elapsed.as_secs_f64()
+            );
+        }
+        Cmd::Run {
+            bootstrap,
+            application_id,
+            orders,
+            payments,
+            output,
+            until_caught_up,
+            timeout_secs,
+            describe,
+        } => {
+            let topology = shop::pipeline::topology(&application_id, &orders, &payments, &output)
+                .context("building the topology")?;
+            if describe {
+                println!("{}", topology.describe());
+            }
+            let runtime = Runtime::new(topology, RuntimeConfig::new(&bootstrap));
+            let started = Instant::now();
+            println!(
+                "shop: running {application_id}: {orders} and {payments} -> {output} on {bootstrap}"
+            );
+            let stages = if until_caught_up {
+                let running = runtime.start()?;
+                if let Err(e) = running.wait_until_caught_up(Duration::from_secs(timeout_secs)) {
+                    let _ = running.stop();
+                    return Err(e).context("waiting for the shop pipeline to catch up");
+                }
+                running.stop()?
+            } else {
+                runtime.run_until_signal()?
+            };
+            let per_stage: Vec<String> = stages
+                .iter()
+                .map(|(stage, m)| format!("{stage} {}", m.committed_deliveries))
+                .collect();
+            println!(
+                "shop: {} after {:.1} s; records committed per stage: {}",
+                if until_caught_up {
+                    "caught up"
+                } else {
+                    "stopped"
+                },
+                started.elapsed().as_secs_f64(),
+                per_stage.join(", ")
             );
         }
     }

@@ -22,11 +22,11 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use parsley_runtime::rdkafka::ClientConfig;
-use parsley_runtime::rdkafka::Message;
-use parsley_runtime::rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
-use parsley_runtime::rdkafka::message::OwnedMessage;
-use parsley_runtime::{Admin, CausalProducer, CausalProducerConfig, OutgoingRecord};
+use parsley::runtime::rdkafka::ClientConfig;
+use parsley::runtime::rdkafka::Message;
+use parsley::runtime::rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use parsley::runtime::rdkafka::message::OwnedMessage;
+use parsley::runtime::{Admin, CausalProducer, CausalProducerConfig, OutgoingRecord};
 
 use crate::model::{Order, Payment, order_number, unpaid};
 
@@ -71,7 +71,8 @@ pub struct PaymentsReport {
 ///
 /// # Errors
 /// A client error, an order that does not decode or has no key, a skew that would make a
-/// timestamp non-positive, a send the broker did not acknowledge, or [`DEADLINE`] passed.
+/// timestamp non-positive, a send the broker did not acknowledge, or the deadline (10 minutes)
+/// passed.
 pub fn run(config: &PaymentsConfig) -> Result<PaymentsReport> {
     let started = Instant::now();
     let admin = Admin::new(&config.bootstrap, Duration::from_secs(30))?;

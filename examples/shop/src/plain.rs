@@ -7,11 +7,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use parsley_runtime::rdkafka::ClientConfig;
-use parsley_runtime::rdkafka::client::ClientContext;
-use parsley_runtime::rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use parsley_runtime::rdkafka::message::DeliveryResult;
-use parsley_runtime::rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext};
+use parsley::runtime::rdkafka::ClientConfig;
+use parsley::runtime::rdkafka::client::ClientContext;
+use parsley::runtime::rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use parsley::runtime::rdkafka::message::DeliveryResult;
+use parsley::runtime::rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext};
 
 /// How long [`PlainProducer::finish`] may wait for the last acknowledgements.
 const FLUSH_DEADLINE: Duration = Duration::from_secs(120);
