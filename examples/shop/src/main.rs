@@ -1,6 +1,6 @@
 //! `shop`: the shop pipeline's command line.
 //!
-//! - `produce-orders`: writes generated orders to an existing topic;
+//! - `produce-orders`: writes generated orders to a topic (created if absent);
 //! - `payments`: the payments service: pays the orders (but every K-th), each payment stamped
 //!   with a claim on its order;
 //! - `run`: revenue per customer in Parsley, until Ctrl-C or, with `--until-caught-up`, until
@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use parsley::prelude::*;
+use parsley::{Admin, TopicSpec};
 use shop::orders::produce_orders;
 use shop::payments::{self, PaymentsConfig};
 
@@ -28,15 +29,18 @@ struct Cli {
 /// The subcommands.
 #[derive(Subcommand, Debug)]
 enum Cmd {
-    /// Write N orders (keys: order ids `o-000001`…, values: JSON, timestamps: now) to an
-    /// existing topic; returns once every order is acknowledged.
+    /// Write N orders (keys: order ids `o-000001`…, values: JSON, timestamps: now) to a topic
+    /// (created if absent); returns once every order is acknowledged.
     ProduceOrders {
         /// Kafka bootstrap servers.
         #[arg(long)]
         bootstrap: String,
-        /// The orders topic (it must exist).
+        /// The orders topic.
         #[arg(long, default_value = "orders")]
         topic: String,
+        /// The topic's partitions, when it is created (an existing topic is used as it is).
+        #[arg(long, default_value_t = 4)]
+        partitions: i32,
         /// How many orders.
         #[arg(long)]
         orders: u64,
@@ -57,7 +61,8 @@ enum Cmd {
         /// The orders topic (read).
         #[arg(long, default_value = "orders")]
         orders_topic: String,
-        /// The payments topic (written; it must exist).
+        /// The payments topic (written; created with the orders' partition count if absent,
+        /// so that the two are co-partitioned).
         #[arg(long, default_value = "payments")]
         payments_topic: String,
         /// The service's consumer group.
@@ -91,7 +96,8 @@ enum Cmd {
         /// The payments topic (keyed by order id; co-partitioned with the orders).
         #[arg(long, default_value = "payments")]
         payments: String,
-        /// The topic of revenue per customer (it must exist).
+        /// The topic of revenue per customer (created with the orders' partition count if
+        /// absent).
         #[arg(long, default_value = "revenue")]
         output: String,
         /// Stop cleanly and exit 0 once every stage has committed everything its sources hold.
@@ -121,10 +127,14 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::ProduceOrders {
             bootstrap,
             topic,
+            partitions,
             orders,
             customers,
             seed,
         } => {
+            admin(&bootstrap)?
+                .create_topic_if_absent(&TopicSpec::new(&topic, partitions))
+                .with_context(|| format!("creating {topic}"))?;
             let p = produce_orders(&bootstrap, &topic, orders, customers, seed)?;
             println!(
                 "shop: wrote {} orders ({} cents in all) to {topic} in {:.1} s",
@@ -141,6 +151,7 @@ fn run(cli: Cli) -> Result<()> {
             skip_every,
             clock_skew_ms,
         } => {
+            create_like(&bootstrap, &payments_topic, &orders_topic)?;
             let r = payments::run(&PaymentsConfig {
                 bootstrap,
                 orders_topic,
@@ -168,6 +179,7 @@ fn run(cli: Cli) -> Result<()> {
             timeout_secs,
             describe,
         } => {
+            create_like(&bootstrap, &output, &orders)?;
             let topology = shop::pipeline::topology(&application_id, &orders, &payments, &output)
                 .context("building the topology")?;
             if describe {
@@ -204,5 +216,21 @@ fn run(cli: Cli) -> Result<()> {
             );
         }
     }
+    Ok(())
+}
+
+/// An admin client of the cluster at `bootstrap`.
+fn admin(bootstrap: &str) -> Result<Admin> {
+    Admin::new(bootstrap, Duration::from_secs(30))
+        .with_context(|| format!("connecting to {bootstrap}"))
+}
+
+/// Creates `topic`, unless it exists, with as many partitions as `like` has.
+fn create_like(bootstrap: &str, topic: &str, like: &str) -> Result<()> {
+    let admin = admin(bootstrap)?;
+    let partitions = admin.describe_topics(&[like])?[0].partitions;
+    admin
+        .create_topic_if_absent(&TopicSpec::new(topic, partitions))
+        .with_context(|| format!("creating {topic}"))?;
     Ok(())
 }

@@ -1,6 +1,6 @@
 //! `wordcount`: the word-count pipeline's command line.
 //!
-//! - `produce-lines`: writes generated lines (keyless records) to an existing topic;
+//! - `produce-lines`: writes generated lines (keyless records) to a topic (created if absent);
 //! - `run`: the word count in Parsley, until Ctrl-C or, with `--until-caught-up`, until it has
 //!   consumed and committed everything its input held.
 //!
@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use parsley::prelude::*;
+use parsley::{Admin, TopicSpec};
 use wordcount::produce::produce_lines;
 
 /// Word count on Kafka: input generator and the Parsley pipeline.
@@ -25,15 +26,18 @@ struct Cli {
 /// The subcommands.
 #[derive(Subcommand, Debug)]
 enum Cmd {
-    /// Write N lines of 3–12 words (seeded, Zipf-like over 200 words) as keyless records to an
-    /// existing topic; returns once every record is acknowledged.
+    /// Write N lines of 3–12 words (seeded, Zipf-like over 200 words) as keyless records to a
+    /// topic (created if absent); returns once every record is acknowledged.
     ProduceLines {
         /// Kafka bootstrap servers.
         #[arg(long)]
         bootstrap: String,
-        /// The topic (it must exist).
-        #[arg(long)]
+        /// The topic.
+        #[arg(long, default_value = "lines")]
         topic: String,
+        /// The topic's partitions, when it is created (an existing topic is used as it is).
+        #[arg(long, default_value_t = 4)]
+        partitions: i32,
         /// How many lines.
         #[arg(long)]
         lines: u64,
@@ -56,7 +60,7 @@ enum Cmd {
         /// The topic of lines (it must exist).
         #[arg(long, default_value = "lines")]
         input: String,
-        /// The topic of counts (it must exist).
+        /// The topic of counts (created with the input's partition count if absent).
         #[arg(long, default_value = "word-counts")]
         output: String,
         /// Stop cleanly and exit 0 once every stage has committed everything its sources hold.
@@ -86,9 +90,13 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::ProduceLines {
             bootstrap,
             topic,
+            partitions,
             lines,
             seed,
         } => {
+            admin(&bootstrap)?
+                .create_topic_if_absent(&TopicSpec::new(&topic, partitions))
+                .with_context(|| format!("creating {topic}"))?;
             let p = produce_lines(&bootstrap, &topic, lines, seed)?;
             println!(
                 "wordcount: wrote {} lines ({} words) to {topic} in {:.1} s",
@@ -107,6 +115,11 @@ fn run(cli: Cli) -> Result<()> {
             timeout_secs,
             describe,
         } => {
+            let admin = admin(&bootstrap)?;
+            let partitions = admin.describe_topics(&[input.as_str()])?[0].partitions;
+            admin
+                .create_topic_if_absent(&TopicSpec::new(&output, partitions))
+                .with_context(|| format!("creating {output}"))?;
             let topology = wordcount::pipeline::topology(&application_id, &input, &output)
                 .context("building the topology")?;
             if describe {
@@ -142,4 +155,10 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
     }
+}
+
+/// An admin client of the cluster at `bootstrap`.
+fn admin(bootstrap: &str) -> Result<Admin> {
+    Admin::new(bootstrap, Duration::from_secs(30))
+        .with_context(|| format!("connecting to {bootstrap}"))
 }
