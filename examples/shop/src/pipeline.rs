@@ -157,4 +157,54 @@ mod tests {
         assert_eq!(t.stages().len(), 2, "{}", t.describe());
         assert_eq!(t.internal_topics()[0].name, "shop-revenue-repartition");
     }
+
+    fn json<T: serde::Serialize>(value: &T) -> Vec<u8> {
+        serde_json::to_vec(value).unwrap()
+    }
+
+    /// The payments service's view in a driver test: `orders` written by a plain producer,
+    /// each payment stamped with a claim on its order by a causal producer that saw it.
+    #[test]
+    fn revenue_per_customer_in_memory_with_a_payment_ahead_of_its_order() {
+        use parsley::TopologyTestDriver;
+
+        let t = topology("shop", "orders", "payments", "revenue").unwrap();
+        let driver = TopologyTestDriver::builder(t)
+            .partitions("orders", 4)
+            .partitions("payments", 4)
+            .build()
+            .unwrap();
+        let shop = driver.causal_producer("shop");
+        let payments = driver.causal_producer("payments");
+        let order = |id: &str, customer: &str, cents: i64| {
+            let o = Order {
+                customer: customer.into(),
+                amount_cents: cents,
+            };
+            shop.send("orders", id.as_bytes(), &json(&o)).unwrap()
+        };
+        let pay = |id: &str, cents: i64| {
+            let p = Payment {
+                order: id.into(),
+                amount_cents: cents,
+            };
+            payments.send("payments", id.as_bytes(), &json(&p)).unwrap();
+        };
+        let o1 = order("o-1", "c-1", 500);
+        payments.observe(o1.coordinate, None);
+        pay("o-1", 500);
+        // An order in the shop's open transaction: written, not visible to the join yet. The
+        // payments service saw it and pays; the payment waits for it.
+        shop.begin();
+        let o2 = order("o-2", "c-1", 250);
+        payments.observe(o2.coordinate, None);
+        pay("o-2", 250);
+        let mut revenue = driver.output_topic("revenue", Utf8, Json).unwrap();
+        assert_eq!(revenue.read_key_values(), [("c-1".to_string(), 500i64)]);
+        shop.commit().unwrap();
+        assert_eq!(revenue.read_key_values(), [("c-1".to_string(), 750i64)]);
+        // A payment of an order that never existed joins nothing (an inner join).
+        pay("o-9", 100);
+        assert!(revenue.read_key_values().is_empty());
+    }
 }

@@ -131,4 +131,36 @@ mod tests {
         assert_eq!(t.stages().len(), 2, "{}", t.describe());
         assert_eq!(t.internal_topics()[0].name, "wc-words-repartition");
     }
+
+    #[test]
+    fn counts_words_in_memory_across_partitions_and_a_restart() {
+        use parsley::TopologyTestDriver;
+
+        let t = topology("wc", "lines", "counts").unwrap();
+        let driver = TopologyTestDriver::builder(t)
+            .partitions("lines", 3)
+            .build()
+            .unwrap();
+        let lines = driver.input_topic("lines", Auto, Utf8).unwrap();
+        for (p, line) in ["The cat", "the HAT", "a cat"].into_iter().enumerate() {
+            let record = parsley::driver::RawInput::new(None, Some(line.as_bytes()));
+            driver
+                .pipe_raw("lines", record.partition(p as i32))
+                .unwrap();
+        }
+        driver.restart().unwrap();
+        lines.pipe((), "cat".into()).unwrap();
+        let counts = driver
+            .output_topic("counts", Utf8, Json)
+            .unwrap()
+            .read_key_values_to_map();
+        let expected = [("a", 1i64), ("cat", 3), ("hat", 1), ("the", 2)];
+        assert_eq!(
+            counts,
+            expected
+                .map(|(w, n)| (w.to_string(), n))
+                .into_iter()
+                .collect()
+        );
+    }
 }
