@@ -10,8 +10,7 @@
 //! 4. Reads the inputs back and computes the expected answers: the count of every word, and
 //!    per customer the amounts of every paid order ([`verdict`]).
 //! 5. Runs each pipeline in Kafka Streams to completion (the program decides it from the
-//!    application's committed offsets), then in Parsley when the binaries have a `run`
-//!    subcommand:
+//!    application's committed offsets), then in Parsley:
 //!    `wordcount run --bootstrap B --application-id A --input T --output OUT --until-caught-up`
 //!    and
 //!    `shop run --bootstrap B --application-id A --orders T --payments T --output OUT --until-caught-up`,
@@ -75,8 +74,6 @@ pub struct CompareArgs {
 struct Binaries {
     wordcount: PathBuf,
     shop: PathBuf,
-    /// Whether both have the Parsley pipeline's `run` subcommand.
-    parsley: bool,
 }
 
 /// This run's names: topics and application ids.
@@ -149,12 +146,6 @@ pub fn run(args: CompareArgs) -> Result<ExitCode> {
     let mut t = Timings::default();
     let jar = t.step("build the Kafka Streams program (Maven)", java::build)?;
     let bins = t.step("build the example binaries (release)", build_binaries)?;
-    if !bins.parsley {
-        println!(
-            "xtask: compare: Parsley side not available: the wordcount and shop binaries have \
-             no `run` subcommand yet; Kafka Streams is checked against the expected answers alone"
-        );
-    }
     super::with_broker(args.keep_broker, |bootstrap| {
         let code = compare(bootstrap, &args, &jar, &bins, &mut t)?;
         println!("xtask: compare: timings");
@@ -166,8 +157,7 @@ pub fn run(args: CompareArgs) -> Result<ExitCode> {
     })
 }
 
-/// Builds the `wordcount` and `shop` binaries in release mode and asks them whether they have
-/// the `run` subcommand.
+/// Builds the `wordcount` and `shop` binaries in release mode.
 fn build_binaries() -> Result<Binaries> {
     let status = super::cargo()
         .args([
@@ -185,32 +175,10 @@ fn build_binaries() -> Result<Binaries> {
         bail!("cargo build --release of the examples failed ({status})");
     }
     let release = java::target_dir().join("release");
-    let wordcount = release.join("wordcount");
-    let shop = release.join("shop");
-    let parsley = has_run(&wordcount)? && has_run(&shop)?;
     Ok(Binaries {
-        wordcount,
-        shop,
-        parsley,
+        wordcount: release.join("wordcount"),
+        shop: release.join("shop"),
     })
-}
-
-/// Whether the binary's `--help` lists a `run` subcommand.
-fn has_run(bin: &Path) -> Result<bool> {
-    let out = Command::new(bin)
-        .arg("--help")
-        .output()
-        .with_context(|| format!("running {} --help", bin.display()))?;
-    Ok(lists_run_subcommand(&String::from_utf8_lossy(&out.stdout)))
-}
-
-/// Whether clap's help text lists a subcommand named `run` under `Commands:`.
-fn lists_run_subcommand(help: &str) -> bool {
-    help.lines()
-        .skip_while(|l| l.trim() != "Commands:")
-        .skip(1)
-        .take_while(|l| l.starts_with(' '))
-        .any(|l| l.split_whitespace().next() == Some("run"))
 }
 
 /// Runs `cmd` (described as `what`); fails unless it exits 0.
@@ -233,16 +201,15 @@ fn compare(
     let n = Names::new();
     let admin = Admin::new(bootstrap, Duration::from_secs(30))?;
     t.step("create this run's topics", || {
-        let mut topics = vec![
+        let topics = [
             n.lines.as_str(),
             &n.orders,
             &n.payments,
             &n.wordcount_ks,
             &n.shop_ks,
+            &n.wordcount_parsley,
+            &n.shop_parsley,
         ];
-        if bins.parsley {
-            topics.extend([n.wordcount_parsley.as_str(), &n.shop_parsley]);
-        }
         println!(
             "xtask: compare: topics {}-*: {}",
             n.prefix,
@@ -359,29 +326,27 @@ fn compare(
     })?;
 
     // Parsley.
-    if bins.parsley {
-        t.step("Parsley: word count", || {
-            run_ok(
-                Command::new(&bins.wordcount)
-                    .args(["run", "--bootstrap", bootstrap])
-                    .args(["--application-id", &Names::app(&n.wordcount_parsley)])
-                    .args(["--input", &n.lines, "--output", &n.wordcount_parsley])
-                    .arg("--until-caught-up"),
-                "the Parsley word count",
-            )
-        })?;
-        t.step("Parsley: shop", || {
-            run_ok(
-                Command::new(&bins.shop)
-                    .args(["run", "--bootstrap", bootstrap])
-                    .args(["--application-id", &Names::app(&n.shop_parsley)])
-                    .args(["--orders", &n.orders, "--payments", &n.payments])
-                    .args(["--output", &n.shop_parsley])
-                    .arg("--until-caught-up"),
-                "the Parsley shop",
-            )
-        })?;
-    }
+    t.step("Parsley: word count", || {
+        run_ok(
+            Command::new(&bins.wordcount)
+                .args(["run", "--bootstrap", bootstrap])
+                .args(["--application-id", &Names::app(&n.wordcount_parsley)])
+                .args(["--input", &n.lines, "--output", &n.wordcount_parsley])
+                .arg("--until-caught-up"),
+            "the Parsley word count",
+        )
+    })?;
+    t.step("Parsley: shop", || {
+        run_ok(
+            Command::new(&bins.shop)
+                .args(["run", "--bootstrap", bootstrap])
+                .args(["--application-id", &Names::app(&n.shop_parsley)])
+                .args(["--orders", &n.orders, "--payments", &n.payments])
+                .args(["--output", &n.shop_parsley])
+                .arg("--until-caught-up"),
+            "the Parsley shop",
+        )
+    })?;
 
     // The outputs.
     let finals = |topic: &str, decode: fn(&[u8]) -> Result<i64>| -> Result<Finals> {
@@ -392,18 +357,12 @@ fn compare(
         let words = Outcome::new(
             &expected_words,
             &finals(&n.wordcount_ks, verdict::decode_ks_long)?,
-            bins.parsley
-                .then(|| finals(&n.wordcount_parsley, verdict::decode_json_number))
-                .transpose()?
-                .as_ref(),
+            &finals(&n.wordcount_parsley, verdict::decode_json_number)?,
         );
         let shop = Outcome::new(
             &expected_shop.revenue,
             &finals(&n.shop_ks, verdict::decode_ks_long)?,
-            bins.parsley
-                .then(|| finals(&n.shop_parsley, verdict::decode_json_number))
-                .transpose()?
-                .as_ref(),
+            &finals(&n.shop_parsley, verdict::decode_json_number)?,
         );
         Ok((words, shop))
     })?;
@@ -419,17 +378,12 @@ fn compare(
         skewed,
     );
     if skewed {
-        explain_skew(&shop, &expected_shop, bins.parsley);
+        explain_skew(&shop, &expected_shop);
     }
     let failed = [word_verdict, shop_verdict].contains(&Verdict::Fail);
     println!(
-        "xtask: compare: verdict: {}{}",
-        if failed { "FAILED" } else { "ok" },
-        if bins.parsley {
-            ""
-        } else {
-            " (Kafka Streams against the expected answers only: Parsley side not available)"
-        }
+        "xtask: compare: verdict: {}",
+        if failed { "FAILED" } else { "ok" }
     );
     Ok(if failed {
         ExitCode::FAILURE
@@ -445,19 +399,14 @@ fn report(pipeline: &str, outcome: &Outcome, difference_expected: bool) -> Verdi
         "  Kafka Streams vs expected: {}",
         outcome.kafka_streams.summary("expected", "Kafka Streams")
     );
-    match (&outcome.parsley, &outcome.between) {
-        (Some(parsley), Some(between)) => {
-            println!(
-                "  Parsley vs expected:       {}",
-                parsley.summary("expected", "Parsley")
-            );
-            println!(
-                "  Kafka Streams vs Parsley:  {}",
-                between.summary("Kafka Streams", "Parsley")
-            );
-        }
-        _ => println!("  Parsley: not available (no `run` subcommand yet)"),
-    }
+    println!(
+        "  Parsley vs expected:       {}",
+        outcome.parsley.summary("expected", "Parsley")
+    );
+    println!(
+        "  Kafka Streams vs Parsley:  {}",
+        outcome.between.summary("Kafka Streams", "Parsley")
+    );
     let v = verdict::verdict(outcome, difference_expected);
     println!(
         "  verdict: {}",
@@ -472,7 +421,7 @@ fn report(pipeline: &str, outcome: &Outcome, difference_expected: bool) -> Verdi
 }
 
 /// Says which side of the skewed shop is right, and how far Kafka Streams is off.
-fn explain_skew(shop: &Outcome, expected: &verdict::ExpectedRevenue, parsley: bool) {
+fn explain_skew(shop: &Outcome, expected: &verdict::ExpectedRevenue) {
     let ks_right = shop.kafka_streams.agrees();
     let short: i64 = shop
         .kafka_streams
@@ -502,34 +451,9 @@ fn explain_skew(shop: &Outcome, expected: &verdict::ExpectedRevenue, parsley: bo
             )
         }
     );
-    match &shop.parsley {
-        Some(p) if p.agrees() => println!("  Parsley matches it: Parsley is right"),
-        Some(_) => println!("  Parsley does not match it"),
-        None if parsley => {}
-        None => println!("  Parsley: not available"),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::lists_run_subcommand;
-
-    #[test]
-    fn the_run_subcommand_is_found_in_claps_help_only_under_commands() {
-        let without = "Word count on Kafka\n\nUsage: wordcount <COMMAND>\n\nCommands:\n  \
-                       produce-lines  Write N lines\n  help           Print this message\n\n\
-                       Options:\n  -h, --help  Print help\n";
-        assert!(!lists_run_subcommand(without));
-        let with = without.replace(
-            "  help ",
-            "  run            Run the Parsley pipeline\n  help ",
-        );
-        assert!(lists_run_subcommand(&with));
-        assert!(!lists_run_subcommand(
-            "Usage: x\n\nOptions:\n  run  not a command\n"
-        ));
-        assert!(!lists_run_subcommand(
-            "Commands:\n  produce-lines  run it\n"
-        ));
+    if shop.parsley.agrees() {
+        println!("  Parsley matches it: Parsley is right");
+    } else {
+        println!("  Parsley does not match it");
     }
 }

@@ -281,35 +281,35 @@ pub fn compare(left: &Finals, right: &Finals) -> Comparison {
 pub struct Outcome {
     /// Kafka Streams against the expected answer.
     pub kafka_streams: Comparison,
-    /// Parsley against the expected answer, when Parsley ran.
-    pub parsley: Option<Comparison>,
-    /// Kafka Streams against Parsley, when Parsley ran.
-    pub between: Option<Comparison>,
+    /// Parsley against the expected answer.
+    pub parsley: Comparison,
+    /// Kafka Streams against Parsley.
+    pub between: Comparison,
 }
 
 impl Outcome {
     /// Compares the sides' final values with `expected` and with each other.
-    pub fn new(expected: &Finals, kafka_streams: &Finals, parsley: Option<&Finals>) -> Self {
+    pub fn new(expected: &Finals, kafka_streams: &Finals, parsley: &Finals) -> Self {
         Outcome {
             kafka_streams: compare(expected, kafka_streams),
-            parsley: parsley.map(|p| compare(expected, p)),
-            between: parsley.map(|p| compare(kafka_streams, p)),
+            parsley: compare(expected, parsley),
+            between: compare(kafka_streams, parsley),
         }
     }
 
-    /// Whether every side that ran agrees with the expected answer (and so with the other).
+    /// Whether both sides agree with the expected answer (and so with each other).
     pub fn all_right(&self) -> bool {
-        self.kafka_streams.agrees() && self.parsley.as_ref().is_none_or(Comparison::agrees)
+        self.kafka_streams.agrees() && self.parsley.agrees()
     }
 }
 
 /// The verdict on one pipeline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {
-    /// Every side that ran matches the expected answer.
+    /// Both sides match the expected answer.
     Agree,
     /// A difference the setup makes expected (a clock skew before a stream–table join): Kafka
-    /// Streams misses what the expected answer has, Parsley (if it ran) does not.
+    /// Streams misses what the expected answer has, Parsley does not.
     ExpectedDifference,
     /// A difference that should not be there.
     Fail,
@@ -323,8 +323,10 @@ pub fn verdict(outcome: &Outcome, difference_expected: bool) -> Verdict {
     if outcome.all_right() {
         return Verdict::Agree;
     }
-    let parsley_right = outcome.parsley.as_ref().is_none_or(Comparison::agrees);
-    if difference_expected && parsley_right && outcome.kafka_streams.right_only_falls_short() {
+    if difference_expected
+        && outcome.parsley.agrees()
+        && outcome.kafka_streams.right_only_falls_short()
+    {
         Verdict::ExpectedDifference
     } else {
         Verdict::Fail
@@ -480,36 +482,29 @@ mod tests {
     fn verdicts() {
         let expected = finals(&[("c-1", 140), ("c-2", 250)]);
         let short = finals(&[("c-1", 140)]);
-        // Kafka Streams only (Parsley not available).
-        let o = Outcome::new(&expected, &expected, None);
+        let o = Outcome::new(&expected, &expected, &expected);
         assert_eq!(verdict(&o, false), Verdict::Agree);
-        assert!(o.between.is_none());
-        let o = Outcome::new(&expected, &short, None);
+        assert!(o.between.agrees());
+        // Kafka Streams short, Parsley right: expected only under a skew.
+        let o = Outcome::new(&expected, &short, &expected);
         assert_eq!(verdict(&o, false), Verdict::Fail);
         assert_eq!(verdict(&o, true), Verdict::ExpectedDifference);
-        // Both sides.
-        let o = Outcome::new(&expected, &expected, Some(&expected));
-        assert_eq!(verdict(&o, false), Verdict::Agree);
-        assert!(o.between.as_ref().unwrap().agrees());
-        let o = Outcome::new(&expected, &short, Some(&expected));
-        assert_eq!(verdict(&o, false), Verdict::Fail);
-        assert_eq!(verdict(&o, true), Verdict::ExpectedDifference);
-        assert_eq!(o.between.as_ref().unwrap().only_right, ["c-2"]);
+        assert_eq!(o.between.only_right, ["c-2"]);
         // Kafka Streams above the expected answer: not what a skew explains.
         let more = finals(&[("c-1", 140), ("c-2", 251)]);
         assert_eq!(
-            verdict(&Outcome::new(&expected, &more, None), true),
+            verdict(&Outcome::new(&expected, &more, &expected), true),
             Verdict::Fail
         );
         let extra = finals(&[("c-1", 140), ("c-2", 250), ("c-9", 1)]);
         assert_eq!(
-            verdict(&Outcome::new(&expected, &extra, None), true),
+            verdict(&Outcome::new(&expected, &extra, &expected), true),
             Verdict::Fail
         );
         // Parsley wrong: a failure even where Kafka Streams is expected to differ.
-        let o = Outcome::new(&expected, &short, Some(&short));
+        let o = Outcome::new(&expected, &short, &short);
         assert_eq!(verdict(&o, true), Verdict::Fail);
-        let o = Outcome::new(&expected, &expected, Some(&short));
+        let o = Outcome::new(&expected, &expected, &short);
         assert_eq!(verdict(&o, true), Verdict::Fail);
     }
 }
