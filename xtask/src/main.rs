@@ -155,6 +155,16 @@ enum KafkaCmd {
     Down,
     /// Show whether the broker runs and where.
     Status,
+    /// Print a topic as a `read_committed` consumer sees it, up to its end offsets: one
+    /// `key<TAB>value` line per record (UTF-8; `-` for a null key or a tombstone), or with
+    /// `--last` the last value of each key, sorted by key.
+    Read {
+        /// The topic.
+        topic: String,
+        /// Only the last value of each key.
+        #[arg(long)]
+        last: bool,
+    },
 }
 
 fn main() -> ExitCode {
@@ -196,6 +206,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     }
                     Status::Stopped => println!("kafka: not running"),
                 },
+                KafkaCmd::Read { topic, last } => {
+                    return with_broker(true, |bootstrap| {
+                        compare::print_topic(bootstrap, &topic, last)?;
+                        Ok(ExitCode::SUCCESS)
+                    });
+                }
             }
             Ok(ExitCode::SUCCESS)
         }

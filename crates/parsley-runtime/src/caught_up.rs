@@ -13,12 +13,15 @@ use std::time::Duration;
 
 use parsley_stage::StageSpec;
 use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
+use tracing::debug;
 
 use crate::admin::Admin;
 use crate::clients::ClientRole;
 use crate::config::RuntimeConfig;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, transient};
 
 /// What is needed to read one stage's progress.
 pub(crate) struct StageProgress {
@@ -62,10 +65,16 @@ impl StageProgress {
         for (topic, partition) in &partitions {
             tpl.add_partition(topic, *partition);
         }
-        let committed = self
-            .consumer
-            .committed_offsets(tpl, timeout)
-            .map_err(|e| Error::kafka("read committed offsets", e))?;
+        let committed = match self.consumer.committed_offsets(tpl, timeout) {
+            Ok(committed) => committed,
+            // The group's coordinator is being chosen or loaded (a broker's offsets topic is
+            // created by its first group): ask again, until the caller's deadline.
+            Err(e) if not_yet(&e) => {
+                debug!(stage = self.spec.name(), error = %e, "committed offsets not readable yet");
+                return Ok(false);
+            }
+            Err(e) => return Err(Error::kafka("read committed offsets", e)),
+        };
         Ok(partitions.iter().zip(&stable).all(|((topic, p), lso)| {
             let at = committed
                 .find_partition(topic, *p)
@@ -76,5 +85,40 @@ impl StageProgress {
                 .unwrap_or(0);
             at >= *lso
         }))
+    }
+}
+
+/// Whether reading a group's committed offsets failed only because its coordinator is not
+/// ready yet (being elected or loading its offsets, as while a new broker creates its offsets
+/// topic) or the network hiccupped: worth asking again.
+fn not_yet(e: &KafkaError) -> bool {
+    transient(e)
+        || matches!(
+            e.rdkafka_error_code(),
+            Some(
+                RDKafkaErrorCode::NotCoordinator
+                    | RDKafkaErrorCode::CoordinatorLoadInProgress
+                    | RDKafkaErrorCode::CoordinatorNotAvailable
+            )
+        )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_coordinator_not_ready_yet_is_asked_again_and_other_errors_end_the_wait() {
+        for code in [
+            RDKafkaErrorCode::NotCoordinator,
+            RDKafkaErrorCode::CoordinatorLoadInProgress,
+            RDKafkaErrorCode::CoordinatorNotAvailable,
+            RDKafkaErrorCode::RequestTimedOut,
+        ] {
+            assert!(not_yet(&KafkaError::MetadataFetch(code)), "{code:?}");
+        }
+        assert!(!not_yet(&KafkaError::MetadataFetch(
+            RDKafkaErrorCode::GroupAuthorizationFailed
+        )));
     }
 }

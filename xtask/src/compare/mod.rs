@@ -457,3 +457,36 @@ fn explain_skew(shop: &Outcome, expected: &verdict::ExpectedRevenue) {
         println!("  Parsley does not match it");
     }
 }
+
+/// Prints `topic` as `cargo xtask kafka read` does: every record up to the end offsets read
+/// now (`key<TAB>value`, UTF-8, `-` for an absent part), or with `last` the last value of each
+/// key sorted by key; then a count.
+///
+/// # Errors
+/// An admin or consumer error.
+pub fn print_topic(bootstrap: &str, topic: &str, last: bool) -> Result<()> {
+    let admin = Admin::new(bootstrap, Duration::from_secs(30))?;
+    let records = topics::read_to_end(bootstrap, &admin, topic)?;
+    let text = |b: &Option<Vec<u8>>| {
+        b.as_deref().map_or_else(
+            || "-".to_string(),
+            |b| String::from_utf8_lossy(b).into_owned(),
+        )
+    };
+    if last {
+        let finals: std::collections::BTreeMap<String, String> = records
+            .iter()
+            .map(|r| (text(&r.key), text(&r.value)))
+            .collect();
+        for (k, v) in &finals {
+            println!("{k}\t{v}");
+        }
+        eprintln!("{topic}: {} records, {} keys", records.len(), finals.len());
+    } else {
+        for r in &records {
+            println!("{}\t{}", text(&r.key), text(&r.value));
+        }
+        eprintln!("{topic}: {} records", records.len());
+    }
+    Ok(())
+}

@@ -46,7 +46,7 @@ pub fn read_to_end(bootstrap: &str, admin: &Admin, topic: &str) -> Result<Vec<Re
         .set("bootstrap.servers", bootstrap)
         .set("isolation.level", "read_committed")
         .set("enable.auto.commit", "false")
-        .set("group.id", format!("{topic}.compare-reader"))
+        .set("group.id", format!("{topic}.xtask-reader"))
         .create()
         .context("creating a reader")?;
     let mut tpl = TopicPartitionList::new();
