@@ -2,7 +2,9 @@
 //! time with no ticker of the user's. Live records over two inputs, produced with delays below
 //! the lag, leave in event-time order with none late; a restart resumes the parked records and
 //! the clock and releases everything in order; the clock's topic exists, compacted, with the
-//! partitions of the stage's sources, and holds the committed ticks of every task.
+//! partitions of the stage's sources, and holds the committed ticks of every task; when one of
+//! two instances stops, the other ticks for the task it takes over and releases its parked
+//! records in order.
 //!
 //! The tests wait on committed deliveries and task gauges, never on time. Event times are
 //! wall-clock times minus a producer delay (or plus an offset for records that must stay
@@ -15,7 +17,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use parsley_runtime::{Running, Runtime, RuntimeConfig, TaskMetrics};
 use parsley_stage::{EventTimeOrder, Topology, clock_topic};
 use parsley_testkit::fixtures::{
-    DEADLINE, admin, bootstrap, committed_values, create_topic, forward_topology_with,
+    DEADLINE, admin, bootstrap, committed_values, create_topic, forward_topology_with, key_on,
     raw_producer, read_committed, unique_topic, wait_committed, wait_tasks,
 };
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
@@ -41,8 +43,8 @@ fn now_ms() -> i64 {
 /// unique (a tie would leave in delivery order, which the tests do not predict).
 struct Live {
     producer: BaseProducer,
-    /// `(event time, value)` of every record sent.
-    sent: Vec<(i64, String)>,
+    /// `(partition, event time, value)` of every record sent.
+    sent: Vec<(i32, i64, String)>,
     times: BTreeSet<i64>,
 }
 
@@ -55,10 +57,23 @@ impl Live {
         }
     }
 
-    /// Sends `n` records named `{prefix}{i}`, alternately to `topics`, with event time
-    /// `now + offset_ms - DELAYS[i]` (lowered by a millisecond while taken), and waits for
-    /// their acknowledgements.
+    /// Sends `n` records named `{prefix}{i}`, alternately to `topics`, to partition 0 with
+    /// key `k`, with event time `now + offset_ms - DELAYS[i]` (lowered by a millisecond while
+    /// taken), and waits for their acknowledgements.
     fn send(&mut self, topics: &[&str], prefix: &str, n: usize, offset_ms: i64) {
+        self.send_to(topics, 0, "k", prefix, n, offset_ms);
+    }
+
+    /// [`Live::send`] to `partition`, with `key` (murmur2 must put it on `partition`).
+    fn send_to(
+        &mut self,
+        topics: &[&str],
+        partition: i32,
+        key: &str,
+        prefix: &str,
+        n: usize,
+        offset_ms: i64,
+    ) {
         for i in 0..n {
             let mut t = now_ms() + offset_ms - DELAYS[i % DELAYS.len()];
             while !self.times.insert(t) {
@@ -68,28 +83,38 @@ impl Live {
             self.producer
                 .send(
                     BaseRecord::to(topics[i % topics.len()])
-                        .partition(0)
-                        .key("k")
+                        .partition(partition)
+                        .key(key)
                         .payload(&value)
                         .timestamp(t),
                 )
                 .map_err(|(e, _)| e)
                 .expect("send");
-            self.sent.push((t, value));
+            self.sent.push((partition, t, value));
         }
         self.producer.flush(DEADLINE).expect("flush");
     }
 
-    /// The values sent, in event-time order.
-    fn in_event_time_order(&self) -> Vec<String> {
-        let mut sent = self.sent.clone();
+    /// The values sent to `partition`, in event-time order.
+    fn in_event_time_order_on(&self, partition: i32) -> Vec<String> {
+        let mut sent: Vec<(i64, String)> = self
+            .sent
+            .iter()
+            .filter(|(p, _, _)| *p == partition)
+            .map(|(_, t, v)| (*t, v.clone()))
+            .collect();
         sent.sort();
         sent.into_iter().map(|(_, v)| v).collect()
     }
 
+    /// The values sent (all to partition 0), in event-time order.
+    fn in_event_time_order(&self) -> Vec<String> {
+        self.in_event_time_order_on(0)
+    }
+
     /// The values sent, in the order sent.
     fn in_send_order(&self) -> Vec<String> {
-        self.sent.iter().map(|(_, v)| v.clone()).collect()
+        self.sent.iter().map(|(_, _, v)| v.clone()).collect()
     }
 }
 
@@ -105,6 +130,13 @@ fn start(topology: &Topology) -> Running {
     Runtime::new(topology.clone(), RuntimeConfig::new(bootstrap()))
         .start()
         .unwrap()
+}
+
+/// Starts `topology` as instance `instance` (its transactional ids are its own).
+fn start_as(topology: &Topology, instance: &str) -> Running {
+    let mut config = RuntimeConfig::new(bootstrap());
+    config.instance_id = instance.to_string();
+    Runtime::new(topology.clone(), config).start().unwrap()
 }
 
 /// Waits until every one of `tasks` tasks of `forward` has a watermark: its clock has ticked
@@ -228,5 +260,59 @@ fn the_clock_topic_is_compacted_co_partitioned_and_holds_every_tasks_committed_t
             let t = r.timestamp.unwrap();
             assert!((started_ms..=stopped_ms).contains(&t), "{r:?}");
         }
+    }
+}
+
+#[test]
+fn when_one_of_two_instances_stops_the_other_ticks_for_its_tasks_and_releases_them_in_order() {
+    let a = create_topic("clk-two-a", 2);
+    let b = create_topic("clk-two-b", 2);
+    let out = create_topic("clk-two-out", 2);
+    let topology = clocked(&unique_topic("clk-two"), &[&a.name, &b.name], &out.name);
+    let inputs = [a.name.as_str(), b.name.as_str()];
+    let x = start_as(&topology, "x");
+    clock_running(&x, 2);
+    let y = start_as(&topology, "y");
+    // Each instance owns one task and ticks for it.
+    let on_y = wait_tasks(&y, "forward", "a task moved to y, ticking", |t| {
+        t.len() == 1 && t[0].ticks > 0 && t[0].watermark_ms.is_some()
+    })[0]
+        .partition;
+    wait_tasks(&x, "forward", "x kept the other task", |t| {
+        t.len() == 1 && t[0].partition != on_y
+    });
+
+    // Records on both partitions, event times three seconds ahead: parked on both instances,
+    // certainly until y has stopped.
+    let mut live = Live::new();
+    for p in 0..2 {
+        live.send_to(&inputs, p, &key_on(p, 2), &format!("p{p}-"), 8, 3_000);
+    }
+    wait_tasks(&y, "forward", "y's records parked", |t| {
+        t.len() == 1 && t[0].parked == 8
+    });
+    wait_tasks(&x, "forward", "x's records parked", |t| {
+        t.len() == 1 && t[0].parked == 8
+    });
+    // y stops: its last transaction commits, and its task moves back to x with its parked
+    // records; x writes that task's ticks from now on.
+    let stopped = y.stop().unwrap();
+    assert_eq!(stopped[0].1.parked, 8, "{:?}", stopped[0].1);
+    let m = wait_committed(&x, "forward", 16);
+    assert_eq!(m.late, 0, "{m:?}");
+    let tasks = wait_tasks(&x, "forward", "both tasks drained", |t| {
+        t.len() == 2 && t.iter().all(|t| t.parked == 0)
+    });
+    let moved = tasks.iter().find(|t| t.partition == on_y).unwrap();
+    assert!(moved.ticks > 0, "x ticks for the moved task: {moved:?}");
+    x.stop().unwrap();
+    let records = read_committed(&out);
+    for p in 0..2 {
+        let got: Vec<String> = records
+            .iter()
+            .filter(|r| r.partition == p)
+            .map(|r| String::from_utf8(r.value.clone().unwrap()).unwrap())
+            .collect();
+        assert_eq!(got, live.in_event_time_order_on(p), "partition {p}");
     }
 }
