@@ -15,6 +15,8 @@
 //!   state changes, and each emission is stamped with the node clock and handed to the output.
 //!   The clock is transactional: sends not acknowledged yet are claimed in flight, so no send
 //!   waits for another's acknowledgement (`parsley_clock::CausalClock`).
+//! - A tick of the built-in clock is the exception: delivered, it only moves processing time
+//!   (not observed, not handled); sent, it claims nothing (module `ticks`).
 //! - A send the output refuses releases its claim in the clock before the error returns.
 //! - `dirty` names exactly the state keys changed since the last changelog write; `changed`
 //!   is set by every delivery and release since then.
@@ -346,6 +348,8 @@ impl Task {
 
     /// Delivers what the gate releases; for an event-time stage, parks each delivery in the
     /// timer queue and hands over what the watermark releases (module docs of `event_time`).
+    /// A tick of the built-in clock moves processing time and goes no further (module
+    /// `ticks`).
     ///
     /// # Errors
     /// The processor's; a clock or gate error; [`Error::NoEventTime`] for a record without a
