@@ -63,6 +63,13 @@
 //! once, or, if it claims parked records, parked at their highest park time (so it still
 //! follows its causes; never counted late).
 //!
+//! # The built-in clock
+//! The topic of a [`BuiltInClock`](parsley_stage::BuiltInClock) is the stage's control stream:
+//! its channel is not an event-time input either, and each tick the gate delivers feeds
+//! [`WatermarkTracker::control`] with its record timestamp ([`EventTime::tick`]). Unlike a
+//! control record it is never parked and never handed to the handler (the task's module
+//! `ticks` writes and reads them).
+//!
 //! # State
 //! [`EventTime::take_changes`] gives the task's event-time record (the watermark snapshot, the
 //! names of the topics whose records may be parked, by topic id, and the timer queue's header:
@@ -587,6 +594,16 @@ impl EventTime {
             }
             Parking::Released(r) => Delivered::Now(HandOver::new(r.key, r.value, r.late)),
         })
+    }
+
+    /// A tick of the built-in clock, read back: processing time moves to its record timestamp
+    /// `timestamp` (ms since the epoch), as a control record's would. A tick is never parked
+    /// nor handed over (it claims nothing, and the handler never sees one).
+    ///
+    /// # Errors
+    /// [`GateError::NoControlStream`] for a task without a control stream.
+    pub(crate) fn tick(&mut self, timestamp: i64) -> Result<(), GateError> {
+        self.tracker.control(timestamp)
     }
 
     /// Releases every parked record at or below the tracker's watermark; returns how many.

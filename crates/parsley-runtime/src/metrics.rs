@@ -48,6 +48,8 @@ pub struct StageMetrics {
     parked: AtomicU64,
     overlapped: AtomicU64,
     own_write_commits: AtomicU64,
+    ticks: AtomicU64,
+    ticks_read: AtomicU64,
     /// Bad records by kind, in [`BadRecordKind::ALL`]'s order.
     bad_records: [AtomicU64; 6],
     skipped: AtomicU64,
@@ -109,6 +111,7 @@ pub struct TaskMetrics {
     /// over the task's channels and updated at every commit interval; `None` until every
     /// channel has had a fetch response. Commit markers and aborted records count as offsets,
     /// so a caught-up task can show a lag of a few offsets while its input ends in a marker.
+    /// The built-in clock's topic is not counted (the task's own ticks).
     pub frontier_lag: Option<i64>,
     /// Event-time stages: records parked in the task's timer queue now (a gauge; restored
     /// records included). `0` for other stages.
@@ -130,6 +133,9 @@ pub struct TaskMetrics {
     /// start (a gauge; one that stays above zero with nothing fetched waits for an open
     /// transaction). `0` for other stages.
     pub catching_up: u64,
+    /// Stages with the built-in clock: ticks this instance wrote for the task (committed or
+    /// not; `0` for other stages).
+    pub ticks: u64,
 }
 
 impl TaskMetrics {
@@ -151,6 +157,7 @@ impl TaskMetrics {
             raised: 0,
             watermark_ms: None,
             catching_up: 0,
+            ticks: 0,
         }
     }
 }
@@ -158,9 +165,10 @@ impl TaskMetrics {
 /// A copy of a stage's counters at one moment.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct MetricsSnapshot {
-    /// Records fetched and handed to the gate.
+    /// Records fetched and handed to the gate (the built-in clock's ticks included).
     pub fetched: u64,
-    /// Records delivered to the handler (committed or not).
+    /// Records delivered to the handler (committed or not); ticks of the built-in clock are
+    /// never delivered.
     pub delivered: u64,
     /// Delivered records that the gate held because a claimed cause was not delivered yet.
     pub held: u64,
@@ -210,6 +218,12 @@ pub struct MetricsSnapshot {
     /// record of the open transaction itself (a stage that reads a topic it writes; DESIGN.md
     /// §7: a task never waits on its own open transaction).
     pub own_write_commits: u64,
+    /// Stages with the built-in clock: ticks written by this instance's tasks (committed or
+    /// not; an aborted transaction's ticks are counted and never read).
+    pub ticks: u64,
+    /// Stages with the built-in clock: ticks read back (each moved its task's processing
+    /// time; none was handed to the handler).
+    pub ticks_read: u64,
     /// Records the stage could not process, by kind, under any bad-record policy.
     pub bad_records: BadRecordCounts,
     /// Bad records skipped ([`BadRecordPolicy::Skip`](parsley_stage::BadRecordPolicy::Skip));
@@ -281,6 +295,8 @@ impl StageMetrics {
             parked: g(&self.parked),
             overlapped: g(&self.overlapped),
             own_write_commits: g(&self.own_write_commits),
+            ticks: g(&self.ticks),
+            ticks_read: g(&self.ticks_read),
             bad_records: BadRecordCounts {
                 key_decode: g(&self.bad_records[0]),
                 value_decode: g(&self.bad_records[1]),
@@ -380,6 +396,16 @@ impl StageMetrics {
 
     pub(crate) fn own_write_commit(&self) {
         self.own_write_commits.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A tick of the built-in clock written.
+    pub(crate) fn tick_written(&self) {
+        self.ticks.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A tick of the built-in clock read back.
+    pub(crate) fn tick_read(&self) {
+        self.ticks_read.fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn late(&self) {

@@ -529,10 +529,10 @@ impl Outbox {
         })
     }
 
-    /// Sends one record to an explicit partition with the stamp header (and `extra` headers,
-    /// whose values may be null) and record timestamp `timestamp` (ms since the epoch; `None`:
-    /// the producer's clock). A `None` key is a record without a key, a `None` value a
-    /// tombstone. When librdkafka's queue is full it waits for acknowledgements to make room.
+    /// Sends one record to an explicit partition with the stamp header (none for an empty
+    /// `stamp`: a tick), `extra` headers (whose values may be null) and record timestamp
+    /// `timestamp` (ms since the epoch; `None`: the producer's clock). A `None` key is a record
+    /// without a key, a `None` value a tombstone. When librdkafka's queue is full it waits for acknowledgements to make room.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn send(
         &mut self,
@@ -562,11 +562,15 @@ impl Outbox {
                 source: KafkaError::from(e),
             })?;
         let stamp_only = [(STAMP_HEADER_C, Some(stamp))];
+        // An encoded stamp is never empty: an empty one is no header.
+        let stamp_header = &stamp_only[..usize::from(!stamp.is_empty())];
         let with_extra: Vec<(&CStr, Option<&[u8]>)>;
         let headers: &[(&CStr, Option<&[u8]>)] = if extra.is_empty() {
-            &stamp_only
+            stamp_header
         } else {
-            with_extra = std::iter::once((STAMP_HEADER_C, Some(stamp)))
+            with_extra = stamp_header
+                .iter()
+                .copied()
                 .chain(
                     extra_names
                         .iter()

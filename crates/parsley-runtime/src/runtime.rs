@@ -242,7 +242,8 @@ impl Running {
 
     /// Waits until every stage of these has consumed and committed everything written to its
     /// sources before the wait: its consumer group's committed offsets reach the last stable
-    /// offset of every source partition, read now, stage after stage in topology order (so a
+    /// offset of every source partition (a built-in clock's topic aside: the stage's own ticks
+    /// are always ahead), read now, stage after stage in topology order (so a
     /// stage reading another's output is checked after that one is). For a batch run — inputs
     /// written, pipeline started, results read once it is done — and for tests.
     ///

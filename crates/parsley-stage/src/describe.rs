@@ -15,6 +15,9 @@ use crate::topology::Topology;
 ///     operators:
 ///       …
 ///     sinks: shop-revenue-repartition (internal, partitions as orders)
+///   Stage revenue (consumer group shop.revenue, changelog shop.revenue.changelog)
+///     sources: shop-revenue-repartition (internal), shop-revenue-clock (internal, built-in clock: lag 500 ms, a tick every 100 ms)
+///     …
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TopologyDescription {
@@ -33,7 +36,8 @@ pub struct StageDescription {
     pub group: String,
     /// Its changelog topic.
     pub changelog: String,
-    /// Its source topics, each with `(internal)` when the topology creates it.
+    /// Its source topics, each with `(internal)` when the topology creates it; the topic of a
+    /// built-in clock with its lag and tick interval.
     pub sources: Vec<String>,
     /// Its sink topics, each with `(internal, partitions as …)` when the topology creates it.
     pub sinks: Vec<String>,
@@ -67,7 +71,17 @@ impl Topology {
                     name: s.name().to_string(),
                     group: s.group_id(app),
                     changelog: s.changelog_topic(app),
-                    sources: s.sources().iter().map(|t| internal(t, false)).collect(),
+                    sources: s
+                        .sources()
+                        .iter()
+                        .map(|t| match s.event_time().and_then(|o| o.clock) {
+                            Some(c) if s.clock_topic() == Some(t.as_str()) => format!(
+                                "{t} (internal, built-in clock: lag {} ms, a tick every {} ms)",
+                                c.lag_ms, c.tick_interval_ms
+                            ),
+                            _ => internal(t, false),
+                        })
+                        .collect(),
                     sinks: s.sinks().iter().map(|t| internal(t, true)).collect(),
                     operators: s.operators().to_vec(),
                 })
@@ -105,7 +119,7 @@ impl fmt::Display for TopologyDescription {
 #[cfg(test)]
 mod tests {
     use crate::handler::{HandlerError, Record, Step};
-    use crate::{Handler, InternalTopic, Topology};
+    use crate::{EventTimeOrder, Handler, InternalTopic, Topology};
 
     struct Pass;
     impl Handler for Pass {
@@ -139,6 +153,28 @@ mod tests {
              \x20 Stage second (consumer group app.second, changelog app.second.changelog)\n\
              \x20   sources: app-x-repartition (internal)\n\
              \x20   sinks: none\n"
+        );
+    }
+
+    #[test]
+    fn describe_shows_a_built_in_clock_with_its_lag_and_interval() {
+        let t = Topology::builder("app")
+            .stage("first", Pass, |s| s.source("in").sink("app-x-repartition"))
+            .stage("second", Pass, |s| {
+                s.source("app-x-repartition")
+                    .order_by_event_time(EventTimeOrder::new().clock(500).tick_interval_ms(50))
+            })
+            .internal_topic(InternalTopic::new("app-x-repartition", ["in".to_string()]))
+            .build()
+            .unwrap();
+        let text = t.describe().to_string();
+        assert!(
+            text.contains(
+                "  Stage second (consumer group app.second, changelog app.second.changelog)\n\
+                 \x20   sources: app-x-repartition (internal), app-second-clock (internal, \
+                 built-in clock: lag 500 ms, a tick every 50 ms)\n"
+            ),
+            "{text}"
         );
     }
 }

@@ -1,5 +1,6 @@
 //! Internal topics: topics a topology creates for itself, such as the repartition topics the
-//! DSL inserts where a key changes before a stateful operator.
+//! DSL inserts where a key changes before a stateful operator, and the topic of a stage's
+//! built-in clock (`{application}-{stage}-clock`, added by `TopologyBuilder::build`).
 //!
 //! Kafka Streams' internal topics are the reference: named from the application id, created
 //! by the application when it starts, with a partition count taken from the topics they are
@@ -14,7 +15,8 @@
 /// A topic the topology creates for itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InternalTopic {
-    /// The topic's name (for a repartition topic: `{application}-{operator}-repartition`).
+    /// The topic's name (for a repartition topic: `{application}-{operator}-repartition`; for
+    /// a built-in clock's: `{application}-{stage}-clock`).
     pub name: String,
     /// The topics whose largest partition count it takes; none of them internal. For a
     /// repartition topic: the topics it is co-partitioned with downstream when there are any,

@@ -14,6 +14,7 @@
 mod codec;
 mod describe;
 mod error;
+mod event_time;
 mod handler;
 mod internal;
 mod processor;
@@ -27,7 +28,7 @@ pub use internal::InternalTopic;
 pub use parsley_clock::CausalClock;
 pub use processor::{Part, Processor, RawDelivery, RawEmission, RawRecord, RawStep};
 pub use topology::{
-    BadRecordKind, BadRecordPolicy, ControlStream, EventTimeOrder, ImpossiblePolicy,
-    KeyPartitioning, StageBuilder, StageSettings, StageSpec, Topology, TopologyBuilder,
-    changelog_topic,
+    BadRecordKind, BadRecordPolicy, BuiltInClock, ControlStream, DEFAULT_TICK_INTERVAL_MS,
+    EventTimeOrder, ImpossiblePolicy, KeyPartitioning, StageBuilder, StageSettings, StageSpec,
+    Topology, TopologyBuilder, changelog_topic, clock_topic,
 };

@@ -28,7 +28,9 @@
 //! application id and stage names, at least one stage, unique stage names, every stage has at
 //! least one source and no duplicate source or sink, topic names are legal Kafka names; an
 //! [`EventTimeOrder`]'s control topic is one of the stage's sources, not its only one, with a
-//! lag `>= 0`.
+//! lag `>= 0`; its built-in clock has a lag `>= 0` and a tick interval `> 0`, and is not
+//! combined with a control topic. A stage with the built-in clock gets its clock's topic as one
+//! more source and internal topic ([`clock_topic`]).
 //! A stage may write a topic it also reads (a loop through itself: its own outputs come back
 //! to it once committed); the runtime commits first when a task's gate waits on a record of
 //! the open transaction itself (DESIGN.md §7).
@@ -40,6 +42,10 @@ use std::sync::Arc;
 
 use crate::codec::{Codec, Json};
 use crate::error::{Error, Result};
+use crate::event_time;
+pub use crate::event_time::{
+    BuiltInClock, ControlStream, DEFAULT_TICK_INTERVAL_MS, EventTimeOrder, clock_topic,
+};
 use crate::handler::Handler;
 use crate::internal::InternalTopic;
 use crate::processor::{Codecs, Processor, Typed};
@@ -89,8 +95,8 @@ impl Topology {
         self.stages.iter().find(|s| s.name == name)
     }
 
-    /// The topics the topology creates for itself (repartition topics), in the order they were
-    /// declared.
+    /// The topics the topology creates for itself: the repartition topics, in the order they
+    /// were declared, then the built-in clocks' topics, in the order of their stages.
     pub fn internal_topics(&self) -> &[InternalTopic] {
         &self.internal
     }
@@ -108,6 +114,8 @@ pub struct StageSpec {
     /// Sources whose writers partition by key some other way on purpose (not checked).
     unchecked: Vec<String>,
     event_time: Option<EventTimeOrder>,
+    /// The topic of its built-in clock, among its sources (filled in by `build`).
+    clock_topic: Option<String>,
     /// The internal topics among its sources and sinks (filled in by `build`).
     internal: Vec<InternalTopic>,
     /// One line per operator, from the front end that compiled the stage.
@@ -216,63 +224,6 @@ impl BadRecordKind {
     }
 }
 
-/// Orders a stage's deliveries by event time per task (DESIGN.md §5; the book's chapter
-/// "Ordering by event time").
-///
-/// The **event time** of a record is its Kafka record timestamp, ms since the Unix epoch;
-/// there is no extractor. On a source topic with `message.timestamp.type=CreateTime` (Kafka's
-/// default) that is the time the producer set. On a topic with
-/// `message.timestamp.type=LogAppendTime` the broker overwrites every record's timestamp with
-/// the time it appended the record, so event time is **append time**: the stage orders that
-/// source by when the broker wrote each record, which follows the partition's offset order,
-/// whatever timestamps the producers gave (case C17). Each task parks every record the causal gate delivers in a timer queue and
-/// hands it to the handler when the task's watermark reaches it, in ascending event time
-/// (ties in delivery order). The watermark is moved only by Kafka's evidence: the end offsets
-/// read at task start, the gate's frontiers and the last stable offsets read after each poll
-/// batch, and, with a [`ControlStream`], processing time minus a lag. A record that arrives
-/// with an event time below the watermark is handed over at once and counted as late.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub struct EventTimeOrder {
-    /// The optional control stream; `None`: the watermark follows the inputs alone.
-    pub control: Option<ControlStream>,
-}
-
-impl EventTimeOrder {
-    /// Event-time order with no control stream: once every input is caught up and at its live
-    /// head, records are released on arrival (late ones counted).
-    pub fn new() -> Self {
-        EventTimeOrder::default()
-    }
-
-    /// Adds a control stream: `topic` (one of the stage's sources, with no event time of its
-    /// own) contributes processing time minus `lag_ms` milliseconds.
-    pub fn control(mut self, topic: impl Into<String>, lag_ms: i64) -> Self {
-        self.control = Some(ControlStream {
-            topic: topic.into(),
-            lag_ms,
-        });
-        self
-    }
-}
-
-/// The control stream of an [`EventTimeOrder`]: a source topic with no event time whose
-/// records tick the task's processing-time clock.
-///
-/// Its records are not parked: each is handed to the handler when the gate delivers it (after
-/// its parked causal ancestors, if any), and its **record timestamp** (ms since the epoch) is
-/// the processing time it contributes. The clock therefore moves only when control records
-/// arrive — nothing is released on silence — and replays the same way after a restart.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ControlStream {
-    /// The control topic: must also be a source of the stage (co-partitioned: task `p` reads
-    /// its partition `p` through the same gate).
-    pub topic: String,
-    /// How far the control clock runs behind the control records' timestamps, ms (`>= 0`):
-    /// the longest a live record is held, and the producer delay beyond which it is late.
-    pub lag_ms: i64,
-}
-
 /// What a stage does with a record whose stamp no truthful sender can produce (DESIGN.md §4:
 /// a malformed or unknown-version header, a claim on its own channel at or beyond itself, a
 /// claim beyond the channel's high watermark). Nothing is dropped silently under any policy.
@@ -303,6 +254,7 @@ impl fmt::Debug for StageSpec {
             .field("bad_records", &self.bad_records)
             .field("unchecked", &self.unchecked)
             .field("event_time", &self.event_time)
+            .field("clock_topic", &self.clock_topic)
             .field("internal", &self.internal)
             .field("operators", &self.operators)
             .finish_non_exhaustive()
@@ -352,6 +304,28 @@ impl StageSpec {
     /// The stage's event-time order, if it orders by event time.
     pub fn event_time(&self) -> Option<&EventTimeOrder> {
         self.event_time.as_ref()
+    }
+
+    /// The topic of the stage's built-in clock ([`EventTimeOrder::clock`]): one of its sources
+    /// and an internal topic of the topology, `{application}-{stage}-clock`. `None` without a
+    /// built-in clock.
+    pub fn clock_topic(&self) -> Option<&str> {
+        self.clock_topic.as_deref()
+    }
+
+    /// The control stream that moves the stage's processing-time clock: the hand-run one
+    /// ([`EventTimeOrder::control`]), or the built-in clock's topic with its lag. `None` for a
+    /// stage with neither, or that does not order by event time.
+    pub fn control_stream(&self) -> Option<ControlStream> {
+        let order = self.event_time.as_ref()?;
+        match (&order.control, &order.clock, &self.clock_topic) {
+            (Some(control), _, _) => Some(control.clone()),
+            (None, Some(clock), Some(topic)) => Some(ControlStream {
+                topic: topic.clone(),
+                lag_ms: clock.lag_ms,
+            }),
+            _ => None,
+        }
     }
 
     /// The internal topics among the stage's sources and sinks: the runtime creates each one
@@ -521,39 +495,27 @@ impl TopologyBuilder {
                     ));
                 }
             }
-            if let Some(EventTimeOrder {
-                control: Some(control),
-            }) = &stage.event_time
-            {
-                if !stage.sources.contains(&control.topic) {
-                    problems.push(format!(
-                        "stage {name:?}: control topic {:?} is not a source of the stage",
-                        control.topic
-                    ));
-                } else if stage.sources.len() == 1 {
-                    problems.push(format!(
-                        "stage {name:?}: control topic {:?} is the only source: nothing has an event time",
-                        control.topic
-                    ));
-                }
-                if control.lag_ms < 0 {
-                    problems.push(format!(
-                        "stage {name:?}: control lag {} ms is negative",
-                        control.lag_ms
-                    ));
-                }
+            if let Some(order) = &stage.event_time {
+                event_time::problems(name, &stage.sources, order, &mut problems);
             }
         }
-        for (i, topic) in self.internal.iter().enumerate() {
+        let mut stages = self.stages;
+        let mut internal = self.internal;
+        add_clock_topics(
+            &self.application_id,
+            &mut stages,
+            &mut internal,
+            &mut problems,
+        );
+        for (i, topic) in internal.iter().enumerate() {
             let name = &topic.name;
             if let Err(why) = legal_name(name) {
                 problems.push(format!("internal topic {name:?}: {why}"));
             }
-            if self.internal[..i].iter().any(|t| t.name == *name) {
+            if internal[..i].iter().any(|t| t.name == *name) {
                 problems.push(format!("internal topic {name:?} is declared twice"));
             }
-            if !self
-                .stages
+            if !stages
                 .iter()
                 .any(|s| s.sources.contains(name) || s.sinks.contains(name))
             {
@@ -567,7 +529,7 @@ impl TopologyBuilder {
                 ));
             }
             for of in &topic.partitions_of {
-                if self.internal.iter().any(|t| t.name == *of) {
+                if internal.iter().any(|t| t.name == *of) {
                     problems.push(format!(
                         "internal topic {name:?} takes its partition count from {of:?}, which is internal too"
                     ));
@@ -577,10 +539,8 @@ impl TopologyBuilder {
         if !problems.is_empty() {
             return Err(Error::InvalidTopology { problems });
         }
-        let mut stages = self.stages;
         for stage in &mut stages {
-            stage.internal = self
-                .internal
+            stage.internal = internal
                 .iter()
                 .filter(|t| stage.sources.contains(&t.name) || stage.sinks.contains(&t.name))
                 .cloned()
@@ -589,8 +549,59 @@ impl TopologyBuilder {
         Ok(Topology {
             application_id: self.application_id,
             stages,
-            internal: self.internal,
+            internal,
         })
+    }
+}
+
+/// How long a segment of a clock topic stays open, ms: compaction, which keeps the latest tick
+/// of each partition, never touches the open segment.
+const CLOCK_SEGMENT_MS: &str = "3600000";
+
+/// Adds the topic of each stage's built-in clock ([`clock_topic`]) to the stage's sources
+/// (its keys unchecked: a tick's key is its partition number) and to `internal`, co-partitioned
+/// with the stage's other sources — through their own counts for internal ones. A stage with no
+/// source gets none (that is reported already); a stage that lists the clock's topic as a
+/// source itself is a problem.
+fn add_clock_topics(
+    application_id: &str,
+    stages: &mut [StageSpec],
+    internal: &mut Vec<InternalTopic>,
+    problems: &mut Vec<String>,
+) {
+    let declared = internal.len();
+    for stage in stages {
+        if stage.event_time.as_ref().is_none_or(|o| o.clock.is_none()) || stage.sources.is_empty() {
+            continue;
+        }
+        let topic = clock_topic(application_id, &stage.name);
+        if stage.sources.contains(&topic) {
+            problems.push(format!(
+                "stage {:?}: source {topic:?} is the name of its built-in clock's topic",
+                stage.name
+            ));
+            continue;
+        }
+        let mut partitions_of: Vec<String> = Vec::new();
+        for source in &stage.sources {
+            let of = match internal[..declared].iter().find(|t| t.name == *source) {
+                Some(t) => t.partitions_of.clone(),
+                None => vec![source.clone()],
+            };
+            for name in of {
+                if !partitions_of.contains(&name) {
+                    partitions_of.push(name);
+                }
+            }
+        }
+        internal.push(
+            InternalTopic::new(topic.clone(), partitions_of)
+                .config("cleanup.policy", "compact")
+                .config("segment.ms", CLOCK_SEGMENT_MS),
+        );
+        stage.sources.push(topic.clone());
+        stage.unchecked.push(topic.clone());
+        stage.clock_topic = Some(topic);
     }
 }
 
@@ -657,7 +668,8 @@ impl StageSettings {
 
     /// Orders the stage's deliveries by event time (the Kafka record timestamp) per task; see
     /// [`EventTimeOrder`]. Checked by [`TopologyBuilder::build`]: a control topic must be a
-    /// source of the stage, not its only one, with a lag `>= 0`.
+    /// source of the stage, not its only one, with a lag `>= 0`; a built-in clock needs a lag
+    /// `>= 0`, a tick interval `> 0` and no control topic beside it.
     pub fn order_by_event_time(mut self, order: EventTimeOrder) -> Self {
         self.event_time = Some(order);
         self
@@ -699,6 +711,7 @@ impl StageSettings {
             bad_records,
             unchecked,
             event_time,
+            clock_topic: None,
             internal: Vec::new(),
             operators,
         }
@@ -959,6 +972,132 @@ mod tests {
                 "stage \"a\": control lag -1 ms is negative",
                 "stage \"b\": control topic \"ticks\" is the only source: nothing has an event time",
             ]
+        );
+    }
+
+    #[test]
+    fn a_built_in_clock_adds_its_topic_as_a_source_and_an_internal_topic() {
+        let t = Topology::builder("app")
+            .stage("rekey", Echo, |s| {
+                s.source("in").sink("app-sum-repartition")
+            })
+            .stage("sum", Echo, |s| {
+                s.source("app-sum-repartition")
+                    .source("more")
+                    .sink("out")
+                    .order_by_event_time(EventTimeOrder::new().clock(250))
+            })
+            .internal_topic(InternalTopic::new(
+                "app-sum-repartition",
+                ["in".to_string()],
+            ))
+            .build()
+            .unwrap();
+        let sum = t.stage("sum").unwrap();
+        assert_eq!(sum.clock_topic(), Some("app-sum-clock"));
+        assert_eq!(
+            sum.sources(),
+            ["app-sum-repartition", "more", "app-sum-clock"]
+        );
+        assert_eq!(
+            sum.key_partitioning("app-sum-clock"),
+            KeyPartitioning::Unchecked,
+            "a tick's key is its partition number"
+        );
+        assert_eq!(
+            sum.control_stream(),
+            Some(ControlStream {
+                topic: "app-sum-clock".into(),
+                lag_ms: 250
+            })
+        );
+        assert_eq!(
+            sum.event_time().unwrap().clock,
+            Some(BuiltInClock {
+                lag_ms: 250,
+                tick_interval_ms: DEFAULT_TICK_INTERVAL_MS
+            })
+        );
+        // Co-partitioned with the other sources: an internal one through its own counts.
+        let clock = &t.internal_topics()[1];
+        assert_eq!(clock.name, "app-sum-clock");
+        assert_eq!(clock.partitions_of, ["in", "more"]);
+        assert!(
+            clock
+                .config
+                .contains(&("cleanup.policy".into(), "compact".into()))
+        );
+        assert_eq!(sum.internal_topics().len(), 2);
+        assert!(t.stage("rekey").unwrap().clock_topic().is_none());
+        assert!(t.stage("rekey").unwrap().control_stream().is_none());
+    }
+
+    #[test]
+    fn a_built_in_clock_is_validated_at_build_time() {
+        let err = Topology::builder("app")
+            .stage("a", Echo, |s| {
+                s.source("in")
+                    .source("ticks")
+                    .sink("out")
+                    .order_by_event_time(EventTimeOrder::new().control("ticks", 0).clock(-5))
+            })
+            .stage("b", Echo, |s| {
+                s.source("in")
+                    .sink("out")
+                    .order_by_event_time(EventTimeOrder::new().clock(0).tick_interval_ms(0))
+            })
+            .stage("c", Echo, |s| {
+                s.source("in")
+                    .source("app-c-clock")
+                    .order_by_event_time(EventTimeOrder::new().clock(0))
+            })
+            .build()
+            .unwrap_err();
+        let Error::InvalidTopology { problems } = err else {
+            panic!("{err}")
+        };
+        assert_eq!(
+            problems,
+            [
+                "stage \"a\": the built-in clock and the control stream \"ticks\" together: choose one",
+                "stage \"a\": clock lag -5 ms is negative",
+                "stage \"b\": clock tick interval 0 ms is not positive",
+                "stage \"c\": source \"app-c-clock\" is the name of its built-in clock's topic",
+            ]
+        );
+        // A clock name longer than Kafka allows is reported like any internal topic's.
+        let long = "s".repeat(240);
+        let err = Topology::builder("app")
+            .stage(long.as_str(), Echo, |s| {
+                s.source("in")
+                    .order_by_event_time(EventTimeOrder::new().clock(0))
+            })
+            .build()
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("-clock\": is longer than 249"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    #[should_panic(expected = "turn the built-in clock on first")]
+    fn a_tick_interval_without_a_clock_panics() {
+        let _ = EventTimeOrder::new().tick_interval_ms(50);
+    }
+
+    #[test]
+    fn a_second_clock_call_keeps_the_interval() {
+        let order = EventTimeOrder::new()
+            .clock(100)
+            .tick_interval_ms(30)
+            .clock(200);
+        assert_eq!(
+            order.clock,
+            Some(BuiltInClock {
+                lag_ms: 200,
+                tick_interval_ms: 30
+            })
         );
     }
 

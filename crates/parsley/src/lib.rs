@@ -86,10 +86,11 @@ pub use parsley_runtime::{
     TopologyTestDriver,
 };
 pub use parsley_stage::{
-    Auto, BadRecordKind, BadRecordPolicy, Bincode, Bytes, Codec, CodecError, ControlStream,
-    Emission, EventTimeOrder, Handler, HandlerError, HandlerResult, ImpossiblePolicy,
-    InternalTopic, Json, KeyPartitioning, Nullable, Record, StageBuilder, StageSettings, StageSpec,
-    StateChange, Step, Topology, TopologyBuilder, TopologyDescription, Utf8,
+    Auto, BadRecordKind, BadRecordPolicy, Bincode, BuiltInClock, Bytes, Codec, CodecError,
+    ControlStream, Emission, EventTimeOrder, Handler, HandlerError, HandlerResult,
+    ImpossiblePolicy, InternalTopic, Json, KeyPartitioning, Nullable, Record, StageBuilder,
+    StageSettings, StageSpec, StateChange, Step, Topology, TopologyBuilder, TopologyDescription,
+    Utf8,
 };
 
 /// Clocks, stamps, channels and the stamp header's encoding (`parsley-clock`).

@@ -57,7 +57,8 @@
 //! known: a position is the last stable offset just read up to, a high watermark the end of
 //! the partition); impossible stamps go to the stage's policy; what the gates release is
 //! delivered, its emissions stamped by the task's clock, appended and acknowledged at once;
-//! an event-time task gets its live-head evidence and delivers again; then every task writes
+//! an event-time task gets its live-head evidence and delivers again; a task of a stage with
+//! the built-in clock writes a tick when one is due (below); then every task writes
 //! its changelog records into the stage's in-memory changelog and its input offsets become the
 //! group's committed offsets. [`TopologyTestDriver::restart`] rebuilds every task from that
 //! changelog at those offsets, as an assignment does after a restart.
@@ -66,8 +67,10 @@
 //! - Deterministic: the same topology, pipes and calls give the same deliveries, outputs,
 //!   offsets and state. Nothing moves by the wall clock: a record piped without a timestamp
 //!   gets the driver's time ([`TopologyTestDriver::time_ms`], moved only by
-//!   [`TopologyTestDriver::advance_time`]), and a control stream's processing time moves only
-//!   with the control records piped.
+//!   [`TopologyTestDriver::advance_time`]), a control stream's processing time moves only
+//!   with the control records piped, and a built-in clock ticks on the driver's time: a task
+//!   writes a tick, stamped with the driver's time, at its first turn and then at the first
+//!   turn after the time has moved at least one tick interval since its last tick.
 //! - Offsets are `i64`, dense from 0 in every partition; timestamps are ms since the epoch.
 //! - A stage's outputs become visible only when its turn commits; a turn that fails leaves no
 //!   output, changelog record or committed offset, and its stage stays stopped until it is
@@ -674,10 +677,26 @@ impl TopologyTestDriver {
         self.with(|d| d.time_ms)
     }
 
-    /// Moves the driver's time forward by `ms` milliseconds. Nothing runs: the time is only a
-    /// timestamp for records written without one.
-    pub fn advance_time(&self, ms: i64) {
-        self.with(|d| d.time_ms += ms);
+    /// Moves the driver's time forward by `ms` milliseconds, then runs the topology (unless
+    /// auto-run is off). The time is the timestamp of records written without one and of the
+    /// built-in clock's ticks: a stage with a [`BuiltInClock`](parsley_stage::BuiltInClock)
+    /// writes a tick at the next turn of each task once the time has moved at least one tick
+    /// interval since its last tick, and only then.
+    ///
+    /// # Errors
+    /// As [`TopologyTestDriver::run`].
+    ///
+    /// # Panics
+    /// When `ms` is negative: the driver's time never goes back.
+    pub fn advance_time(&self, ms: i64) -> Result<()> {
+        assert!(
+            ms >= 0,
+            "the driver's time never goes back (advance_time({ms}))"
+        );
+        self.with(|d| {
+            d.time_ms += ms;
+            d.after_write()
+        })
     }
 
     /// The next visible record of `topic` at or after `next` ([`Inner::next_visible`]).

@@ -9,7 +9,10 @@
 //! 3. **resolve** impossible stamps by the stage's policy; 4. **deliver** what the gates
 //!    release; 5. for an event-time stage, hand each caught-up input its **live-head
 //!    evidence** and deliver again;
-//! 6. **acknowledge** every send at once (the record was appended) and **commit**: each task
+//! 6. for a stage with the built-in clock, **write a tick** for every task whose tick interval
+//!    has passed on the driver's time since its last tick (or that has written none since it
+//!    was built), with the driver's time as its timestamp;
+//! 7. **acknowledge** every send at once (the record was appended) and **commit**: each task
 //!    writes its changelog records ([`Task::write_changelog`]) and the offsets it names become
 //!    the group's committed offsets.
 //!
@@ -197,9 +200,10 @@ impl StageRun {
         self.failed = Some(Arc::new(error));
     }
 
-    /// One turn (module docs); `Ok(true)` when it offered a record or did any work. `appended`
-    /// collects the records it sends, to remove them if it fails; `time` is the timestamp of a
-    /// send without one (ms since the epoch).
+    /// One turn (module docs); `Ok(true)` when it offered a record or did any work (a tick
+    /// written or read is work). `appended` collects the records it sends, to remove them if it
+    /// fails; `time` is the driver's time, the timestamp of a tick and of a send without one
+    /// (ms since the epoch).
     ///
     /// # Errors
     /// Whatever the stream thread's batch would end the stage with.
@@ -224,6 +228,14 @@ impl StageRun {
             if self.spec.event_time().is_some() {
                 self.read_heads(logs)?;
                 work += self.deliver(logs, time, appended)?;
+            }
+            if self.ctx.clock.is_some() {
+                for task in self.tasks.values_mut() {
+                    let mut out = Sends::new(logs, time, appended);
+                    let done = task.tick(&self.ctx, &mut out, time);
+                    out.settle(task)?;
+                    work += done?;
+                }
             }
             Ok::<_, Error>(())
         })();
@@ -442,7 +454,9 @@ impl Output for Sends<'_> {
     fn send(&mut self, r: Outgoing<'_>) -> Result<()> {
         let partition = r.tag.channel.partition;
         let mut headers = Vec::with_capacity(1 + r.headers.len());
-        headers.push((STAMP_HEADER.to_string(), Some(r.stamp.to_vec())));
+        if !r.stamp.is_empty() {
+            headers.push((STAMP_HEADER.to_string(), Some(r.stamp.to_vec())));
+        }
         headers.extend(r.headers.iter().map(|(n, v)| (n.to_string(), v.clone())));
         let offset = self.logs.append(
             &r.topic,

@@ -34,6 +34,17 @@ impl DeadLetterTopic {
     }
 }
 
+/// The built-in clock of a stage ([`parsley_stage::BuiltInClock`]): where and how often its
+/// tasks write ticks.
+pub(crate) struct ClockTicks {
+    /// Index of the clock's topic in `TaskContext::sources`.
+    pub source: usize,
+    /// The clock's topic name, shared by every tick.
+    pub name: Arc<str>,
+    /// How often a task writes a tick, ms (`> 0`).
+    pub interval_ms: i64,
+}
+
 /// The stage as its tasks see it.
 pub(crate) struct TaskContext {
     /// The stage's name (in errors).
@@ -63,6 +74,12 @@ pub(crate) struct TaskContext {
     pub gate_mode: GateMode,
     /// Fetched-but-undelivered records per channel before it is paused or spills.
     pub cap: usize,
+    /// The control stream of an event-time stage (hand-run or the built-in clock's topic):
+    /// the index of its source and its lag, ms.
+    pub control: Option<(usize, i64)>,
+    /// The built-in clock, when the stage has one: its tasks write ticks and never hand one to
+    /// the processor.
+    pub clock: Option<ClockTicks>,
     /// The stage's counters.
     pub metrics: Arc<StageMetrics>,
 }
@@ -71,6 +88,10 @@ impl TaskContext {
     /// The context of the tasks of `spec`, its topics resolved: `sources` in the stage's
     /// order, `sinks`, and the dead-letter topics of impossible stamps and of bad records.
     /// Records keep their headers only when a policy may dead-letter them.
+    ///
+    /// # Panics
+    /// When the control stream's topic (the built-in clock's included) is not among `sources`:
+    /// the topology's build makes it a source.
     pub(crate) fn new(
         spec: &StageSpec,
         sources: Vec<TopicInfo>,
@@ -84,6 +105,21 @@ impl TaskContext {
             .iter()
             .map(|t| spec.key_partitioning(&t.name) == KeyPartitioning::Murmur2)
             .collect();
+        let index = |topic: &str| {
+            sources
+                .iter()
+                .position(|t| t.name == topic)
+                .expect("the build makes the control topic a source")
+        };
+        let control = spec.control_stream().map(|c| (index(&c.topic), c.lag_ms));
+        let clock = match (spec.clock_topic(), spec.event_time().and_then(|o| o.clock)) {
+            (Some(topic), Some(clock)) => Some(ClockTicks {
+                source: index(topic),
+                name: topic.into(),
+                interval_ms: clock.tick_interval_ms,
+            }),
+            _ => None,
+        };
         TaskContext {
             stage: spec.name().to_string(),
             sources,
@@ -104,6 +140,8 @@ impl TaskContext {
             ),
             gate_mode,
             cap,
+            control,
+            clock,
             metrics,
         }
     }

@@ -187,11 +187,16 @@ impl StageRunner {
     }
 
     /// Sets every task's frontier lag from the end offsets of the consumer's last fetch
-    /// responses (a local read, no request).
+    /// responses (a local read, no request). The built-in clock's topic is left out: the
+    /// task's own ticks are always a little ahead of what it has read.
     pub(super) fn publish_frontier_lag(&self) {
+        let clock = self.ctx.clock.as_ref().map(|c| c.source);
         for task in self.tasks.values() {
             let mut lag = Some(0);
-            for source in &self.ctx.sources {
+            for (i, source) in self.ctx.sources.iter().enumerate() {
+                if Some(i) == clock {
+                    continue;
+                }
                 let channel = Channel::new(source.id, task.partition());
                 let end =
                     cached_high_watermark(self.intake.consumer(), &source.name, task.partition());

@@ -17,9 +17,12 @@
 //!    releases;
 //! 6. **apply backpressure** — pauses, resumes, spills and re-fetches;
 //! 7. **settle acks** into the tasks' clocks;
-//! 8. **commit** when the interval is due, or at once when a gate waits on the open
+//! 8. for a stage with the built-in clock, **write a tick** for every task whose tick interval
+//!    has passed (the poll waits no longer than the next tick is due, so an idle stage ticks
+//!    too);
+//! 9. **commit** when the interval is due, or at once when a gate waits on the open
 //!    transaction's own write;
-//! 9. every few seconds, **check the sources**' topic ids and partition counts.
+//! 10. every few seconds, **check the sources**' topic ids and partition counts.
 //!
 //! While a commit's round trips run on a helper thread, [`StageRunner::overlap_batch`] repeats
 //! phases 1, 2, 4 and 6 with what is ready; the sends made meanwhile are held for the next
@@ -75,7 +78,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Sender;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use parsley_stage::StageSpec;
 use tracing::{debug, info, info_span, trace_span, warn};
@@ -95,9 +98,16 @@ use crate::config::RuntimeConfig;
 use crate::error::Result;
 use crate::metrics::{Progress, StageMetrics};
 
-/// The longest a poll waits for a first record: shutdown requests and due commits are looked
-/// at least this often.
+/// The longest a poll waits for a first record: shutdown requests, due commits and due ticks
+/// are looked at least this often.
 const MAX_POLL_WAIT: Duration = Duration::from_millis(100);
+
+/// The wall clock now, ms since the epoch: the timestamp of the built-in clock's ticks.
+fn wall_clock_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
 
 /// How a turn of the stream thread ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -252,7 +262,8 @@ impl StageRunner {
         let wait = self
             .txn
             .until_due(self.config.commit_interval)
-            .min(MAX_POLL_WAIT);
+            .min(MAX_POLL_WAIT)
+            .min(self.until_tick());
         self.take_batch(Taking::Waiting(wait))?;
         // After the poll: an assignment ready by now has been handled.
         self.watch_join();
@@ -265,9 +276,35 @@ impl StageRunner {
         }
         self.apply_backpressure()?;
         self.settle_acks()?;
+        self.write_ticks()?;
         self.commit_if_due()?;
         self.check_sources()?;
         Ok(Turn::Running)
+    }
+
+    /// Writes a tick of the built-in clock, in the open transaction, for every task whose tick
+    /// interval has passed (module `task::ticks`); the wall clock gives the ticks' timestamps.
+    fn write_ticks(&mut self) -> Result<()> {
+        if self.ctx.clock.is_none() {
+            return Ok(());
+        }
+        let now = wall_clock_ms();
+        for task in self.tasks.values_mut() {
+            let work = task.tick(&self.ctx, &mut self.txn, now)?;
+            self.txn.add(work);
+        }
+        Ok(())
+    }
+
+    /// How long until a task's next tick is due: the longest the next poll may wait (a stage
+    /// without the built-in clock, or with no task, waits for the other reasons only).
+    fn until_tick(&self) -> Duration {
+        let now = wall_clock_ms();
+        self.tasks
+            .values()
+            .filter_map(|t| t.tick_due_in(&self.ctx, now))
+            .min()
+            .map_or(Duration::MAX, |ms| Duration::from_millis(ms.max(0) as u64))
     }
 
     /// One poll batch while the transaction commits on a helper thread: the records ready now
@@ -396,6 +433,7 @@ pub(crate) fn publish_counts<'a>(
             m.blocked_heads = blocked;
             m.late += counts.late;
             m.raised += counts.raised;
+            m.ticks += counts.ticks;
             if let Some((parked, watermark, catching_up)) = et {
                 m.parked = parked;
                 m.watermark_ms = watermark;

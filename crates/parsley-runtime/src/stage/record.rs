@@ -87,10 +87,12 @@ pub(crate) struct Work {
     pub emissions: u64,
     /// Gate deliveries parked in an event-time queue (the queue changed: commit it).
     pub parked: u64,
+    /// Ticks of the built-in clock written (commit them: they count only once visible) or read.
+    pub ticks: u64,
 }
 
 impl Work {
-    /// No delivery, send or parked record.
+    /// No delivery, send, parked record or tick.
     pub(crate) fn is_empty(&self) -> bool {
         *self == Work::default()
     }
@@ -101,6 +103,7 @@ impl std::ops::AddAssign for Work {
         self.deliveries += other.deliveries;
         self.emissions += other.emissions;
         self.parked += other.parked;
+        self.ticks += other.ticks;
     }
 }
 
@@ -114,6 +117,8 @@ pub(crate) struct TaskCounts {
     pub max_gate_wait_us: u64,
     pub late: u64,
     pub raised: u64,
+    /// Ticks of the built-in clock written.
+    pub ticks: u64,
 }
 
 /// A record read from a source partition, as [`fetched`] copies it: a message polled by the

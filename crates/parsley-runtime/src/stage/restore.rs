@@ -204,6 +204,9 @@ pub(crate) fn rebuild_task(
         None => None,
     };
     task.set_event_time(event_time);
+    if let Some(clock) = &ctx.clock {
+        task.set_clock(Channel::new(ctx.sources[clock.source].id, partition));
+    }
     ctx.metrics.set_late_keys(
         partition,
         true,
@@ -276,18 +279,18 @@ pub(crate) fn event_time_of(
         partition,
         message,
     };
-    let Some(order) = order else {
+    if order.is_none() {
         if timers.keys().any(|p| matches!(p, Part::Segment(_))) {
             return Err(event_error(
                 "the changelog holds parked records but the stage no longer orders by event time; they would be lost".into(),
             ));
         }
         return Ok(None);
-    };
-    let control = match &order.control {
-        Some(c) => Some((ctx.sources[ctx.source_index(&c.topic)?].id, c.lag_ms)),
-        None => None,
-    };
+    }
+    // The hand-run control stream or the built-in clock's topic.
+    let control = ctx
+        .control
+        .map(|(source, lag_ms)| (ctx.sources[source].id, lag_ms));
     let inputs: Vec<Channel> = ctx
         .sources
         .iter()

@@ -313,6 +313,7 @@ impl Output for Transaction {
                         r.key.as_ref().map(Vec::len),
                         value_len,
                         std::iter::once(stamp)
+                            .filter(|_| !r.stamp.is_empty())
                             .chain(headers.iter().map(|(k, v)| (k.len(), v.map(<[u8]>::len)))),
                         r.timestamp,
                     );
@@ -454,7 +455,7 @@ impl StageRunner {
         };
         let (culprit, shape) = &failed[j];
         let (input, dead_letter) = match culprit.tag {
-            Some(tag) => match self.tasks.get(&tag.task).and_then(|t| t.cause_of(tag.seq)) {
+            Some(tag) => match self.tasks.get(&tag.task).and_then(|t| t.cause_of_send(tag)) {
                 Some(cause) => (
                     Some(Box::new(self.input_record(tag.task, &cause))),
                     cause.dead_letter,
@@ -646,7 +647,7 @@ impl StageRunner {
                 let mut cause = None;
                 if let Some(task) = self.tasks.get_mut(&tag.task) {
                     task.send_failed(tag)?;
-                    cause = task.cause_of(tag.seq);
+                    cause = task.cause_of_send(tag);
                 }
                 let input = cause.as_ref().map(|c| self.input_record(tag.task, c));
                 let dead_letter = cause.is_some_and(|c| c.dead_letter);

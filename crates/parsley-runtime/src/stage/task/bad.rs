@@ -116,6 +116,15 @@ impl Task {
         after.checked_sub(1).map(|i| self.causes[i].1)
     }
 
+    /// The input record whose delivery made the send `tag`, if known; `None` for a tick of the
+    /// built-in clock (no input record made it).
+    pub(crate) fn cause_of_send(&self, tag: SendTag) -> Option<Cause> {
+        if self.is_tick(&tag) {
+            return None;
+        }
+        self.cause_of(tag.seq)
+    }
+
     /// Notes that the sends from the next sequence on are made for `cause`.
     pub(super) fn note_cause(&mut self, cause: Cause) {
         let first = self.clock.next_seq();

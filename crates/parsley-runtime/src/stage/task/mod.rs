@@ -6,7 +6,8 @@
 //! heads); the task delivers what its gate releases ([`Task::deliver`]), stamps every emission
 //! with its node clock and hands it to an [`Output`]; delivery reports come back through
 //! [`Task::acked`]; at a commit the task writes what changed to a [`ChangelogWriter`]
-//! ([`Task::write_changelog`]) and names the input offsets to commit with it.
+//! ([`Task::write_changelog`]) and names the input offsets to commit with it. A task of a stage
+//! with the built-in clock also writes and reads its ticks (module `ticks`).
 //!
 //! # Invariants
 //! - Per delivered record, in this order: the node clock observes the record (its coordinate,
@@ -14,6 +15,8 @@
 //!   state changes, and each emission is stamped with the node clock and handed to the output.
 //!   The clock is transactional: sends not acknowledged yet are claimed in flight, so no send
 //!   waits for another's acknowledgement (`parsley_clock::CausalClock`).
+//! - A tick of the built-in clock is the exception: delivered, it only moves processing time
+//!   (not observed, not handled); sent, it claims nothing (module `ticks`).
 //! - A send the output refuses releases its claim in the clock before the error returns.
 //! - `dirty` names exactly the state keys changed since the last changelog write; `changed`
 //!   is set by every delivery and release since then.
@@ -23,10 +26,13 @@
 //!   sequence of the first send of each run): a send refused for good names its input.
 
 mod bad;
+mod ticks;
 
 use bad::check_key;
 pub(crate) use bad::{Cause, RefusedInput};
 use std::collections::{BTreeSet, HashMap, VecDeque};
+#[cfg(test)]
+pub(crate) use ticks::tick_due;
 
 use parsley_clock::{CausalClock, Channel, Coordinate, SenderId, TopicId, codec};
 use parsley_gate::{Gate, GateError};
@@ -112,6 +118,8 @@ pub(crate) struct Task {
     causes: VecDeque<(u64, Cause)>,
     /// Input records whose outputs were refused for good, to skip or dead-letter on delivery.
     refused: Vec<RefusedInput>,
+    /// Its partition of the built-in clock's topic and its last tick, when the stage has one.
+    ticker: Option<ticks::Ticker>,
 }
 
 impl Task {
@@ -135,6 +143,7 @@ impl Task {
             stamp_buf: Vec::with_capacity(256),
             causes: VecDeque::new(),
             refused: Vec::new(),
+            ticker: None,
         }
     }
 
@@ -339,6 +348,8 @@ impl Task {
 
     /// Delivers what the gate releases; for an event-time stage, parks each delivery in the
     /// timer queue and hands over what the watermark releases (module docs of `event_time`).
+    /// A tick of the built-in clock moves processing time and goes no further (module
+    /// `ticks`).
     ///
     /// # Errors
     /// The processor's; a clock or gate error; [`Error::NoEventTime`] for a record without a
@@ -349,6 +360,21 @@ impl Task {
         while let Some(d) = self.gate.next_delivery() {
             self.changed = true;
             let payload = d.payload;
+            if ctx
+                .clock
+                .as_ref()
+                .is_some_and(|c| c.source == payload.source)
+            {
+                // A tick: it moves processing time, and nothing else sees it.
+                self.read_tick(
+                    ctx,
+                    payload.source,
+                    d.coordinate.offset,
+                    payload.record_timestamp,
+                )?;
+                work.ticks += 1;
+                continue;
+            }
             let stamp = d.stamp.as_ref().or(Rare::unchecked_stamp(&payload.rare));
             self.clock.observe(d.coordinate, stamp);
             for r in &d.replacements {
@@ -648,11 +674,14 @@ impl Task {
     }
 
     /// Records the broker's offset for an acknowledged send: the clock replaces its in-flight
-    /// claim by the coordinate.
+    /// claim by the coordinate (a tick's report changes nothing: no claim was made).
     ///
     /// # Errors
     /// The clock's, for a send it does not know.
     pub(crate) fn acked(&mut self, tag: SendTag, offset: i64) -> Result<()> {
+        if self.is_tick(&tag) {
+            return Ok(());
+        }
         Ok(self.clock.acked(tag.seq, tag.channel.at(offset))?)
     }
 
@@ -661,6 +690,9 @@ impl Task {
     /// # Errors
     /// The clock's, for a send it does not know.
     pub(crate) fn send_failed(&mut self, tag: SendTag) -> Result<()> {
+        if self.is_tick(&tag) {
+            return Ok(());
+        }
         Ok(self.clock.failed(tag.seq, tag.channel)?)
     }
 

@@ -1,9 +1,10 @@
 //! Unit tests of the stream thread's pure parts, without a broker: a task's delivery path
 //! (gate, handler, stamped emission, snapshot), its exact restore, the commit-first decision,
 //! the backpressure plan and the assignment check; the bad-record policies
-//! (`bad_records.rs`).
+//! (`bad_records.rs`); the built-in clock's ticks (`ticks.rs`).
 
 mod bad_records;
+mod ticks;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -81,6 +82,8 @@ fn context_of(spec: &StageSpec, bad_records: BadRecordPolicy) -> TaskContext {
         bad_records,
         gate_mode: GateMode::Causal,
         cap: 10_000,
+        control: None,
+        clock: None,
         metrics: Arc::new(StageMetrics::default()),
     }
 }
