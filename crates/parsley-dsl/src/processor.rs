@@ -60,7 +60,11 @@ impl DslProcessor {
             what: "state",
             source,
         })?;
-        Ok(RawStep { emit, state })
+        Ok(RawStep {
+            emit,
+            state,
+            timers: Vec::new(),
+        })
     }
 }
 
@@ -81,6 +85,7 @@ impl Processor for DslProcessor {
             timestamp,
             key,
             value,
+            watermark,
         } = delivery;
         let record = RawRecord {
             topic,
@@ -89,6 +94,7 @@ impl Processor for DslProcessor {
             timestamp,
             key,
             value: None,
+            watermark,
         };
         self.run(record, Value::Owned(value), state)
     }

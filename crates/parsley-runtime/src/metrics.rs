@@ -45,6 +45,7 @@ pub struct StageMetrics {
     refetched: AtomicU64,
     late: AtomicU64,
     raised: AtomicU64,
+    timers_fired: AtomicU64,
     parked: AtomicU64,
     overlapped: AtomicU64,
     own_write_commits: AtomicU64,
@@ -130,6 +131,8 @@ pub struct TaskMetrics {
     /// start (a gauge; one that stays above zero with nothing fetched waits for an open
     /// transaction). `0` for other stages.
     pub catching_up: u64,
+    /// Event-time stages: keyed timers set and not fired yet (a gauge).
+    pub timers: u64,
 }
 
 impl TaskMetrics {
@@ -151,6 +154,7 @@ impl TaskMetrics {
             raised: 0,
             watermark_ms: None,
             catching_up: 0,
+            timers: 0,
         }
     }
 }
@@ -201,6 +205,9 @@ pub struct MetricsSnapshot {
     /// Event-time stages: records parked above their own event time behind a parked causal
     /// ancestor (summed over tasks; see [`TaskMetrics::raised`]).
     pub raised: u64,
+    /// Event-time stages: keyed timers fired ([`parsley_stage::Processor::on_timer`] calls,
+    /// summed over tasks).
+    pub timers_fired: u64,
     /// Event-time stages: records parked in the tasks' timer queues at the last look (a gauge).
     pub parked: u64,
     /// Records polled and offered to the gates while a transaction committed (the commit's
@@ -278,6 +285,7 @@ impl StageMetrics {
             refetched: g(&self.refetched),
             late: g(&self.late),
             raised: g(&self.raised),
+            timers_fired: g(&self.timers_fired),
             parked: g(&self.parked),
             overlapped: g(&self.overlapped),
             own_write_commits: g(&self.own_write_commits),
@@ -388,6 +396,10 @@ impl StageMetrics {
 
     pub(crate) fn raised(&self) {
         self.raised.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn timer_fired(&self) {
+        self.timers_fired.fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn parked(&self, n: u64) {

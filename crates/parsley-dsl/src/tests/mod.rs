@@ -88,6 +88,7 @@ pub(crate) fn process_once(
                 timestamp: 1_000,
                 key: key.map(str::as_bytes),
                 value: value.map(str::as_bytes),
+                watermark: None,
             },
             state,
         )
