@@ -16,10 +16,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use parsley_stage::{
-    BadRecordPolicy, Error, ImpossiblePolicy, InternalTopic, StageSettings, Topology,
+    BadRecordPolicy, Error, EventTimeOrder, ImpossiblePolicy, InternalTopic, StageSettings,
+    Topology,
 };
 
-use crate::processor::{DslProcessor, Root};
+use crate::processor::{DslProcessor, OnTimer, Root};
+use crate::window::LatePolicy;
 
 /// One operator.
 pub(crate) struct Node {
@@ -60,6 +62,11 @@ pub(crate) struct Graph {
     problems: Vec<String>,
     bad_records: BadRecordPolicy,
     impossible: ImpossiblePolicy,
+    /// The timers of windowed operators, by operator.
+    timers: Vec<(usize, OnTimer)>,
+    /// The event-time order of stages with a windowed operator.
+    event_time: EventTimeOrder,
+    late: LatePolicy,
     built: bool,
 }
 
@@ -76,6 +83,9 @@ impl Graph {
             problems: Vec::new(),
             bad_records: BadRecordPolicy::Fail,
             impossible: ImpossiblePolicy::Fail,
+            timers: Vec::new(),
+            event_time: EventTimeOrder::new(),
+            late: LatePolicy::Count,
             built: false,
         }
     }
@@ -90,6 +100,24 @@ impl Graph {
 
     pub(crate) fn set_impossible(&mut self, policy: ImpossiblePolicy) {
         self.impossible = policy;
+    }
+
+    pub(crate) fn set_event_time(&mut self, order: EventTimeOrder) {
+        self.event_time = order;
+    }
+
+    pub(crate) fn set_late(&mut self, policy: LatePolicy) {
+        self.late = policy;
+    }
+
+    /// The late policy windowed operators added from now on take.
+    pub(crate) fn late(&self) -> &LatePolicy {
+        &self.late
+    }
+
+    /// Registers the timer of windowed operator `node`: its stage orders by event time.
+    pub(crate) fn add_timer(&mut self, node: usize, on_timer: OnTimer) {
+        self.timers.push((node, on_timer));
     }
 
     /// # Panics
@@ -251,8 +279,18 @@ impl Graph {
                     settings = settings.sink(t.clone());
                 }
             }
+            let on_timer: Vec<OnTimer> = self
+                .timers
+                .iter()
+                .filter(|(n, _)| roots[*n] == c)
+                .map(|(_, f)| Arc::clone(f))
+                .collect();
+            if !on_timer.is_empty() {
+                settings = settings.order_by_event_time(self.event_time.clone());
+            }
             let stage = stage_names[&c].clone();
             let processor = DslProcessor {
+                on_timer,
                 stage: stage.clone(),
                 roots: sources
                     .iter()

@@ -53,12 +53,14 @@ mod processor;
 mod state;
 mod stream;
 mod table;
+mod window;
 
 pub use builder::{Consumed, Data, Produced, StreamsBuilder};
 pub use grouped::KGroupedStream;
 pub use state::read_slot;
 pub use stream::{KStream, Split};
 pub use table::KTable;
+pub use window::{LatePolicy, LateRecord, TimeWindowedKStream, TimeWindows, Windowed};
 
 #[cfg(test)]
 mod tests;

@@ -35,6 +35,7 @@ impl Processor for Reminders {
             )],
             state: StateChange::Set(vec![seen]),
             timers: vec![r.timestamp + 10],
+            too_late: 0,
         })
     }
 
@@ -47,6 +48,7 @@ impl Processor for Reminders {
             )],
             state: StateChange::Delete,
             timers: Vec::new(),
+            too_late: 0,
         })
     }
 

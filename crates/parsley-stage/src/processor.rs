@@ -93,6 +93,10 @@ pub struct RawStep {
     /// (a timer set twice for the same key and time fires once). Only a stage that orders by
     /// event time and whose processor says [`Processor::uses_timers`] may set timers.
     pub timers: Vec<i64>,
+    /// Records this step found too late to use — a windowed operator's record whose windows
+    /// had all closed — and did not drop silently: the runtime counts them
+    /// (`MetricsSnapshot::too_late`); the operator may also have routed them to a topic.
+    pub too_late: u32,
 }
 
 impl RawStep {
@@ -102,6 +106,7 @@ impl RawStep {
             emit: Vec::new(),
             state: StateChange::Keep,
             timers: Vec::new(),
+            too_late: 0,
         }
     }
 }
@@ -363,6 +368,7 @@ impl<H: Handler> Typed<H> {
             emit,
             state,
             timers: Vec::new(),
+            too_late: 0,
         })
     }
 }

@@ -6,6 +6,7 @@
 mod causal;
 mod operators;
 mod tables;
+mod windows;
 
 use parsley_runtime::driver::{RawInput, TopologyTestDriver};
 use parsley_stage::{Error, RawRecord, StateChange, Topology};

@@ -671,6 +671,9 @@ impl Task {
         timestamp: i64,
         cause: Option<Cause>,
     ) -> Result<()> {
+        if step.too_late > 0 {
+            ctx.metrics.too_late(step.too_late);
+        }
         match step.state {
             StateChange::Keep => {}
             StateChange::Set(s) => {
