@@ -50,6 +50,7 @@ mod flow;
 mod graph;
 mod grouped;
 mod processor;
+mod session;
 mod state;
 mod stream;
 mod table;
@@ -57,10 +58,11 @@ mod window;
 
 pub use builder::{Consumed, Data, Produced, StreamsBuilder};
 pub use grouped::KGroupedStream;
+pub use session::{SessionWindowedKStream, SessionWindows};
 pub use state::read_slot;
 pub use stream::{KStream, Split};
 pub use table::KTable;
-pub use window::{LatePolicy, LateRecord, TimeWindowedKStream, TimeWindows, Windowed};
+pub use window::{LatePolicy, LateRecord, TimeWindowedKStream, TimeWindows, Windowed, Windowing};
 
 #[cfg(test)]
 mod tests;

@@ -28,7 +28,8 @@ use parsley_stage::Error;
 use serde::{Deserialize, Serialize};
 
 use crate::builder::Data;
-use crate::flow::{Change, Children, Ctx, Outlet, forward};
+use crate::flow::{Change, Children, Codecs, Ctx, Outlet, forward};
+use crate::graph::Graph;
 use crate::grouped::KGroupedStream;
 use crate::stream::auto_codecs;
 use crate::table::KTable;
@@ -171,6 +172,54 @@ pub struct LateRecord<V> {
     pub watermark: i64,
 }
 
+/// Where a windowed operator's records too late for every window go (its [`LatePolicy`]).
+pub(crate) struct LateRoute<K, V> {
+    operator: String,
+    topic: Option<(Arc<str>, Codecs<K, LateRecord<V>>)>,
+}
+
+impl<K: Data, V: Data> LateRoute<K, V> {
+    /// The route of operator `node` named `operator` under the graph's late policy (a topic
+    /// becomes a sink of the operator's stage).
+    pub(crate) fn new(g: &mut Graph, node: usize, operator: String) -> Self {
+        let topic = match g.late().clone() {
+            LatePolicy::Count => None,
+            LatePolicy::ToTopic(topic) => {
+                g.add_sink(topic.clone(), node);
+                Some((Arc::<str>::from(topic), auto_codecs::<K, LateRecord<V>>()))
+            }
+        };
+        LateRoute { operator, topic }
+    }
+
+    /// Counts the context's record `(key, value)`, too late for its latest window
+    /// `(start, end)`, and writes it to the late topic if there is one.
+    ///
+    /// # Errors
+    /// When the late record does not encode.
+    pub(crate) fn take(
+        &self,
+        ctx: &mut Ctx<'_>,
+        key: K,
+        value: V,
+        (window_start, window_end): (i64, i64),
+    ) -> Result<(), Error> {
+        ctx.too_late += 1;
+        if let Some((topic, codecs)) = &self.topic {
+            let record = LateRecord {
+                value,
+                timestamp: ctx.timestamp,
+                operator: self.operator.clone(),
+                window_start,
+                window_end,
+                watermark: ctx.watermark.unwrap_or(i64::MIN),
+            };
+            ctx.send(topic, codecs, key, record)?;
+        }
+        Ok(())
+    }
+}
+
 /// The open windows of one key (module docs).
 #[derive(Serialize, Deserialize)]
 struct Open<K, A> {
@@ -245,13 +294,7 @@ impl<K: Data, V: Data> TimeWindowedKStream<K, V> {
         let (out, freeze) = Outlet::<Windowed<K>, Change<A>>::new();
         let mut g = graph.borrow_mut();
         g.on_freeze(freeze);
-        let late = match g.late().clone() {
-            LatePolicy::Count => None,
-            LatePolicy::ToTopic(topic) => {
-                g.add_sink(topic.clone(), node);
-                Some((Arc::<str>::from(topic), auto_codecs::<K, LateRecord<V>>()))
-            }
-        };
+        let late = LateRoute::new(&mut g, node, name.clone());
         let children = out.children();
         let slot = name.clone();
         let on_timer_children = children.clone();
@@ -272,20 +315,9 @@ impl<K: Data, V: Data> TimeWindowedKStream<K, V> {
                 .filter(|s| windows.closes_at(*s) > watermark)
                 .collect();
             if starts.is_empty() {
-                ctx.too_late += 1;
-                if let Some((topic, codecs)) = &late {
-                    let start = windows.starts_of(t).last().copied().unwrap_or(t);
-                    let record = LateRecord {
-                        value: v,
-                        timestamp: t,
-                        operator: name.clone(),
-                        window_start: start,
-                        window_end: start.saturating_add(windows.size_ms),
-                        watermark,
-                    };
-                    ctx.send(topic, codecs, k, record)?;
-                }
-                return Ok(());
+                let start = windows.starts_of(t).last().copied().unwrap_or(t);
+                let end = start.saturating_add(windows.size_ms);
+                return late.take(ctx, k, v, (start, end));
             }
             let mut open: Open<K, A> = ctx.load(&slot)?.unwrap_or_else(|| Open {
                 key: k.clone(),
@@ -365,11 +397,30 @@ fn close<K: Data, A: Data>(
     ctx.store(slot, rest)
 }
 
+/// A kind of windows a grouped stream can be aggregated in ([`KGroupedStream::windowed_by`]):
+/// [`TimeWindows`] or [`SessionWindows`](crate::SessionWindows).
+pub trait Windowing<K, V> {
+    /// The windowed stream it makes.
+    type Stream;
+
+    /// `grouped` in these windows.
+    fn windowed(self, grouped: KGroupedStream<K, V>) -> Self::Stream;
+}
+
+impl<K: Data, V: Data> Windowing<K, V> for TimeWindows {
+    type Stream = TimeWindowedKStream<K, V>;
+
+    fn windowed(self, grouped: KGroupedStream<K, V>) -> TimeWindowedKStream<K, V> {
+        TimeWindowedKStream::new(grouped, self)
+    }
+}
+
 impl<K: Data, V: Data> KGroupedStream<K, V> {
-    /// The grouped stream in time windows: aggregations per key and window, each window's
-    /// result emitted once when the stage's watermark closes it (module docs of windows).
-    /// The stage that aggregates orders by event time.
-    pub fn windowed_by(self, windows: TimeWindows) -> TimeWindowedKStream<K, V> {
-        TimeWindowedKStream::new(self, windows)
+    /// The grouped stream in windows — [`TimeWindows`] (tumbling, hopping) or
+    /// [`SessionWindows`](crate::SessionWindows) — for aggregations per key and window, each
+    /// window's result emitted once when the stage's watermark closes it (module docs of
+    /// windows). The stage that aggregates orders by event time.
+    pub fn windowed_by<W: Windowing<K, V>>(self, windows: W) -> W::Stream {
+        windows.windowed(self)
     }
 }

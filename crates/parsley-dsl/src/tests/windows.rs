@@ -6,9 +6,9 @@
 use std::time::Duration;
 
 use parsley_runtime::driver::{RawInput, TopologyTestDriver};
-use parsley_stage::{Json, Topology, Utf8};
+use parsley_stage::{Json, Nullable, Topology, Utf8};
 
-use crate::{LatePolicy, LateRecord, StreamsBuilder, TimeWindows, Windowed};
+use crate::{LatePolicy, LateRecord, SessionWindows, StreamsBuilder, TimeWindows, Windowed};
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
@@ -216,4 +216,98 @@ fn window_starts_cover_every_window_that_holds_a_time() {
     assert_eq!(hopping.starts_of(10), [3, 6, 9]);
     assert_eq!(hopping.starts_of(2), [-6, -3, 0]);
     assert_eq!(TimeWindows::of_size(ms(1)).starts_of(i64::MAX), [i64::MAX]);
+}
+
+#[test]
+fn sessions_merge_within_the_gap_and_close_once_nothing_can_extend_them() {
+    let b = StreamsBuilder::new("app");
+    b.stream::<String, String>("clicks")
+        .group_by_key()
+        .named("visits")
+        .windowed_by(SessionWindows::with_inactivity_gap(ms(10)))
+        .count()
+        .to_stream()
+        .to("visits");
+    let t = b.build().unwrap();
+    assert!(
+        t.describe()
+            .to_string()
+            .contains("visits: session count (gap 10 ms, grace 0 ms)")
+    );
+    let driver = TopologyTestDriver::builder(t).build().unwrap();
+    let mut read = 0;
+    pipe(&driver, "clicks", "a", "x", 100);
+    pipe(&driver, "clicks", "a", "x", 108); // within the gap: [100, 108]
+    pipe(&driver, "clicks", "b", "x", 109);
+    pipe(&driver, "clicks", "a", "x", 118); // [100, 118]
+    assert!(results(&driver, "visits", &mut read).is_empty());
+    // b's [109, 109] could be extended up to 119: it closes at 120.
+    pipe(&driver, "clicks", "b", "x", 125);
+    assert_eq!(
+        results(&driver, "visits", &mut read),
+        [("b".into(), 109, 109, 1, 120)]
+    );
+    pipe(&driver, "clicks", "b", "x", 128); // b: [125, 128]
+    assert!(
+        results(&driver, "visits", &mut read).is_empty(),
+        "a closes at 129"
+    );
+    pipe(&driver, "clicks", "b", "x", 129);
+    assert_eq!(
+        results(&driver, "visits", &mut read),
+        [("a".into(), 100, 118, 3, 129)]
+    );
+    // No open session of a within the gap, and its own would be closed: too late.
+    pipe(&driver, "clicks", "a", "x", 105);
+    assert_eq!(driver.metrics("clicks").unwrap().too_late, 1);
+    pipe(&driver, "clicks", "b", "x", 140); // beyond the gap: b's [125, 129] closes at 140
+    assert_eq!(
+        results(&driver, "visits", &mut read),
+        [("b".into(), 125, 129, 3, 140)]
+    );
+}
+
+#[test]
+fn session_updates_retract_merged_sessions_and_aggregate_merges_in_time_order() {
+    let b = StreamsBuilder::new("app");
+    b.stream::<String, String>("words")
+        .group_by_key()
+        .windowed_by(SessionWindows::with_inactivity_gap(ms(5)).grace(ms(2)))
+        .emit_updates()
+        .aggregate(String::new, |_, w, acc| acc + &w, |_, a, b| a + &b)
+        .to_change_stream()
+        .to("sentences");
+    let driver = TopologyTestDriver::builder(b.build().unwrap())
+        .build()
+        .unwrap();
+    pipe(&driver, "words", "k", "a", 10);
+    pipe(&driver, "words", "k", "c", 16); // 6 ms later: a session of its own
+    pipe(&driver, "words", "k", "b", 13); // within 5 ms of both: a b c
+    let mut out = driver
+        .output_topic("sentences", Json, Nullable(Utf8))
+        .unwrap();
+    let changes: Vec<(Windowed<String>, Option<String>)> = out.read_key_values();
+    let w = |start, end| Windowed {
+        key: "k".to_string(),
+        start,
+        end,
+    };
+    assert_eq!(
+        changes,
+        [
+            (w(10, 10), Some("a".into())),
+            (w(16, 16), Some("c".into())),
+            (w(10, 10), None),
+            (w(16, 16), None),
+            (w(10, 16), Some("abc".into())),
+        ]
+    );
+    // Closes at 16 + 5 + 1 + 2 = 24; j's updates come first.
+    pipe(&driver, "words", "j", "x", 23);
+    assert_eq!(out.read_key_values().len(), 1, "j's own session only");
+    pipe(&driver, "words", "j", "y", 24);
+    assert_eq!(
+        out.read_key_values().last(),
+        Some(&(w(10, 16), Some("abc".to_string())))
+    );
 }
