@@ -175,8 +175,11 @@ pub struct LateRecord<V> {
 /// Where a windowed operator's records too late for every window go (its [`LatePolicy`]).
 pub(crate) struct LateRoute<K, V> {
     operator: String,
-    topic: Option<(Arc<str>, Codecs<K, LateRecord<V>>)>,
+    topic: Option<LateTopic<K, V>>,
 }
+
+/// The late topic and its codecs.
+type LateTopic<K, V> = (Arc<str>, Codecs<K, LateRecord<V>>);
 
 impl<K: Data, V: Data> LateRoute<K, V> {
     /// The route of operator `node` named `operator` under the graph's late policy (a topic
