@@ -53,6 +53,7 @@ mod processor;
 mod session;
 mod state;
 mod stream;
+mod stream_join;
 mod table;
 mod window;
 
@@ -61,6 +62,7 @@ pub use grouped::KGroupedStream;
 pub use session::{SessionWindowedKStream, SessionWindows};
 pub use state::read_slot;
 pub use stream::{KStream, Split};
+pub use stream_join::JoinWindows;
 pub use table::KTable;
 pub use window::{LatePolicy, LateRecord, TimeWindowedKStream, TimeWindows, Windowed, Windowing};
 
