@@ -175,6 +175,7 @@ impl StreamsBuilder {
         let mut g = self.graph.borrow_mut();
         let name = g.name("table", None);
         let node = g.add(name.clone(), format!("table {topic}"), &[], true, false);
+        g.materialised(node);
         let (out, freeze) = Outlet::<K, Change<V>>::new();
         g.on_freeze(freeze);
         let children = out.children();

@@ -31,6 +31,8 @@ pub(crate) struct Node {
     pub(crate) preds: Vec<usize>,
     /// Whether it keeps state by key.
     pub(crate) stateful: bool,
+    /// Whether its state slot holds a table's value per key (a source table, an aggregation).
+    pub(crate) materialised: bool,
 }
 
 /// A source topic and the operator that reads it.
@@ -156,6 +158,7 @@ impl Graph {
             what,
             preds: preds.to_vec(),
             stateful,
+            materialised: false,
         });
         self.parent.push(id);
         if fused {
@@ -168,6 +171,16 @@ impl Graph {
 
     pub(crate) fn node(&self, id: usize) -> &Node {
         &self.nodes[id]
+    }
+
+    /// Marks operator `id` as holding a table's value per key in its slot.
+    pub(crate) fn materialised(&mut self, id: usize) {
+        self.nodes[id].materialised = true;
+    }
+
+    /// Records a problem `build` reports.
+    pub(crate) fn problem(&mut self, problem: String) {
+        self.problems.push(problem);
     }
 
     pub(crate) fn on_freeze(&mut self, freeze: Box<dyn FnOnce()>) {

@@ -114,6 +114,7 @@ impl<K: Data, V: Data> KGroupedStream<K, V> {
         let (graph, node, input, name) = self.stateful_node(kind, what.to_string());
         let (out, freeze) = Outlet::<K, Change<A>>::new();
         graph.borrow_mut().on_freeze(freeze);
+        graph.borrow_mut().materialised(node);
         let children = out.children();
         let slot = name;
         input.attach(Arc::new(move |ctx: &mut Ctx<'_>, k, v| {

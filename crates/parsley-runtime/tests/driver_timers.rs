@@ -1,6 +1,7 @@
 //! Keyed event-time timers in the topology test driver: set by a processor, fired once in
-//! (time, key) order when the task's watermark reaches them — after the records the
-//! watermark released — and restored from the changelog after a restart.
+//! (time, key) order when the task's watermark reaches them — interleaved with the records
+//! the watermark released, in event-time order — and restored from the changelog after a
+//! restart.
 
 use std::sync::Arc;
 
@@ -79,7 +80,7 @@ fn pipe(driver: &TopologyTestDriver, key: &str, value: &str, at: i64) {
 }
 
 #[test]
-fn timers_fire_once_in_time_order_after_the_records_the_watermark_released() {
+fn timers_fire_once_interleaved_with_the_released_records_in_event_time_order() {
     let driver = TopologyTestDriver::builder(topology(true).unwrap())
         .build()
         .unwrap();
@@ -88,15 +89,15 @@ fn timers_fire_once_in_time_order_after_the_records_the_watermark_released() {
     pipe(&driver, "a", "a1", 102); // timer a@112
     pipe(&driver, "b", "b2", 100); // timer b@110 again: set once
     assert_eq!(driver.task_metrics("reminders").unwrap()[0].timers, 2);
-    pipe(&driver, "c", "c1", 111); // the watermark reaches 111: b fires after c1
+    pipe(&driver, "c", "c1", 111); // the watermark reaches 111: b's timer (110) first
     assert_eq!(
         out.read_key_values(),
         [
             ("b".to_string(), "b1 (watermark Some(100))".to_string()),
             ("a".into(), "a1 (watermark Some(102))".into()),
             ("b".into(), "b2 (watermark Some(102))".into()),
-            ("c".into(), "c1 (watermark Some(111))".into()),
             ("b".into(), "timer 110 after 2 (watermark 111)".into()),
+            ("c".into(), "c1 (watermark Some(111))".into()),
         ]
     );
     assert_eq!(driver.metrics("reminders").unwrap().timers_fired, 1);

@@ -150,8 +150,9 @@ pub trait Processor: Send + Sync {
     }
 
     /// Called once for each event-time timer the processor set ([`RawStep::timers`]) when the
-    /// task's watermark reaches its time: after every record with an event time at or below
-    /// the watermark has been handed over, in ascending (time, key) order. `state` is the
+    /// task's watermark reaches its time, interleaved in event-time order with the records the
+    /// watermark releases: after those released at its time or earlier, before those at a
+    /// later time; timers of one time in ascending key order. `state` is the
     /// key's fold state; the step's emissions carry the timer's time as their timestamp. The
     /// default does nothing.
     ///

@@ -101,3 +101,80 @@ fn left_and_outer_joins_give_unmatched_results_once_the_watermark_closes_their_w
     let keys: Vec<Vec<u8>> = driver.raw_states("orders").unwrap().into_keys().collect();
     assert_eq!(keys, [b"o5".to_vec()]);
 }
+
+#[test]
+fn table_rows_expire_by_event_time_and_a_join_then_no_longer_finds_them() {
+    let b = StreamsBuilder::new("shop");
+    let orders = b
+        .table::<String, String>("orders")
+        .expire_after(Duration::from_millis(100));
+    orders.to_change_stream().to("order-changes");
+    b.stream::<String, i64>("payments")
+        .left_join(&orders, |paid, order| match order {
+            Some(o) => format!("{paid} against {o}"),
+            None => format!("{paid} against nothing"),
+        })
+        .to("settled");
+    let t = b.build().unwrap();
+    assert!(t.stages()[0].event_time().is_some());
+    let driver = TopologyTestDriver::builder(t).build().unwrap();
+    let order = |key: &str, value: &str, at: i64| {
+        driver
+            .pipe_raw(
+                "orders",
+                RawInput::new(Some(key.as_bytes()), Some(value.as_bytes())).timestamp(at),
+            )
+            .unwrap();
+    };
+    order("o1", "ann", 1000);
+    order("o2", "bob", 1000);
+    order("o2", "bob again", 1080); // an update keeps o2 until 1180
+    pipe(&driver, "payments", "o1", 1050);
+    pipe(&driver, "payments", "o1", 1101); // o1 expires at 1100: before this payment
+    pipe(&driver, "payments", "o1", 1102);
+    pipe(&driver, "payments", "o2", 1103);
+    let mut settled = driver.output_topic("settled", Utf8, Utf8).unwrap();
+    assert_eq!(
+        settled.read_values(),
+        [
+            "1050 against ann",
+            "1101 against nothing", // o1 expired at 1100, before it in event time
+            "1102 against nothing",
+            "1103 against bob again",
+        ]
+    );
+    let mut changes = driver
+        .output_topic("order-changes", Utf8, parsley_stage::Nullable(Utf8))
+        .unwrap();
+    let deletions: Vec<String> = changes
+        .read_key_values()
+        .into_iter()
+        .filter(|(_, v)| v.is_none())
+        .map(|(k, _)| k)
+        .collect();
+    assert_eq!(deletions, ["o1"]);
+    assert_eq!(
+        driver.raw_state("orders", b"o1").unwrap(),
+        None,
+        "no row, no copy"
+    );
+}
+
+#[test]
+fn expiring_a_table_that_keeps_no_rows_is_refused_at_build() {
+    let b = StreamsBuilder::new("shop");
+    b.table::<String, String>("orders")
+        .filter(|_, v| !v.is_empty())
+        .expire_after(Duration::from_secs(1))
+        .to_stream()
+        .to("out");
+    let Err(parsley_stage::Error::InvalidTopology { problems }) = b.build() else {
+        panic!("expected an invalid topology")
+    };
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.contains("only a source table or an aggregation")),
+        "{problems:?}"
+    );
+}

@@ -464,22 +464,19 @@ impl Task {
             if et.release() > 0 {
                 self.changed = true;
             }
-            while let Some(h) = self.event_time.as_mut().and_then(EventTime::next_release) {
-                self.hand_over(ctx, out, &mut work, h)?;
-            }
-            self.fire_timers(ctx, out, &mut work)?;
+            self.release_in_time_order(ctx, out, &mut work)?;
         }
         Ok(work)
     }
 
-    /// Calls the processor for every keyed timer due at the watermark, in (time, key) order,
-    /// after every record the watermark released (timers set meanwhile at or below it fire in
-    /// the same pass); each timer's emissions carry its time as their timestamp.
+    /// Hands over the records the watermark released and fires the keyed timers due at it,
+    /// interleaved in event-time order: a timer before every record released at a later time,
+    /// after those at its time or earlier (timers set meanwhile at or below the watermark take
+    /// their place in the same pass). Timers fire in (time, key) order.
     ///
     /// # Errors
-    /// The processor's (a timer has no input record for a bad-record policy); as
-    /// [`Task::deliver`].
-    fn fire_timers(
+    /// As [`Task::deliver`].
+    fn release_in_time_order(
         &mut self,
         ctx: &TaskContext,
         out: &mut dyn Output,
@@ -488,7 +485,42 @@ impl Task {
         let Some(watermark) = self.event_time.as_ref().and_then(EventTime::watermark) else {
             return Ok(());
         };
-        while let Some((time, key)) = self.timers.take_due(watermark) {
+        loop {
+            let record = self
+                .event_time
+                .as_ref()
+                .and_then(EventTime::next_release_time);
+            let timer = self.timers.next_due(watermark);
+            match (record, timer) {
+                (Some(r), Some(t)) if t < r => self.fire_timer(ctx, out, work, watermark)?,
+                (Some(_), _) => {
+                    let h = self
+                        .event_time
+                        .as_mut()
+                        .and_then(EventTime::next_release)
+                        .expect("a released record");
+                    self.hand_over(ctx, out, work, h)?;
+                }
+                (None, Some(_)) => self.fire_timer(ctx, out, work, watermark)?,
+                (None, None) => return Ok(()),
+            }
+        }
+    }
+
+    /// Calls the processor for the first keyed timer due at `watermark`; its emissions carry
+    /// its time as their timestamp.
+    ///
+    /// # Errors
+    /// The processor's (a timer has no input record for a bad-record policy); as
+    /// [`Task::deliver`].
+    fn fire_timer(
+        &mut self,
+        ctx: &TaskContext,
+        out: &mut dyn Output,
+        work: &mut Work,
+        watermark: i64,
+    ) -> Result<()> {
+        if let Some((time, key)) = self.timers.take_due(watermark) {
             self.changed = true;
             let step = ctx.processor.on_timer(
                 RawTimer {

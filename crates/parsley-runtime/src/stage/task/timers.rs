@@ -68,6 +68,14 @@ impl KeyedTimers {
         }
     }
 
+    /// The time of the first timer due at `watermark` (time `<= watermark`), if any.
+    pub(crate) fn next_due(&self, watermark: i64) -> Option<i64> {
+        self.set
+            .first()
+            .map(|(t, _)| *t)
+            .filter(|t| *t <= watermark)
+    }
+
     /// Takes the first timer due at `watermark` (time `<= watermark`), if any.
     pub(crate) fn take_due(&mut self, watermark: i64) -> Option<(i64, Vec<u8>)> {
         let first = self.set.first()?;
