@@ -96,7 +96,7 @@ fn timers_fire_once_interleaved_with_the_released_records_in_event_time_order() 
             ("b".to_string(), "b1 (watermark Some(100))".to_string()),
             ("a".into(), "a1 (watermark Some(102))".into()),
             ("b".into(), "b2 (watermark Some(102))".into()),
-            ("b".into(), "timer 110 after 2 (watermark 111)".into()),
+            ("b".into(), "timer 110 after 2 (watermark 110)".into()),
             ("c".into(), "c1 (watermark Some(111))".into()),
         ]
     );
@@ -141,8 +141,8 @@ fn timers_survive_a_restart_through_the_changelog() {
     assert_eq!(
         fired,
         [
-            "timer 110 after 1 (watermark 200)",
-            "timer 115 after 1 (watermark 200)"
+            "timer 110 after 1 (watermark 110)",
+            "timer 115 after 1 (watermark 115)"
         ]
     );
     // Fired timers are tombstoned: a second restart brings back only c's.

@@ -25,10 +25,12 @@ pub struct RawRecord<'a> {
     pub key: Option<&'a [u8]>,
     /// Value bytes, `None` for a tombstone.
     pub value: Option<&'a [u8]>,
-    /// The task's event-time watermark when the record is handed over, ms since the epoch:
-    /// every record with an event time at or below it has been handed over already, except
-    /// late ones. `None` when the stage does not order by event time, or before the watermark
-    /// is first set.
+    /// The task's event-time position when the record is handed over, ms since the epoch:
+    /// every record with an event time at or below it has been handed over already (late ones
+    /// aside) and every timer at or below it has fired. While a backlog is released in
+    /// event-time order it is the release time of the record itself; otherwise the task's
+    /// watermark. It never decreases and never passes the watermark. `None` when the stage
+    /// does not order by event time, or before its watermark is first set.
     pub watermark: Option<i64>,
 }
 
@@ -120,7 +122,8 @@ pub struct RawTimer<'a> {
     pub partition: i32,
     /// The time it was set for, ms since the epoch.
     pub time: i64,
-    /// The task's watermark now, ms since the epoch (`>= time`).
+    /// The task's event-time position as the timer fires, ms since the epoch (the timer's
+    /// time: timers fire in event-time order; see [`RawRecord::watermark`]).
     pub watermark: i64,
 }
 

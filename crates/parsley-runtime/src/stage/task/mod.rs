@@ -110,6 +110,10 @@ pub(crate) struct Task {
     event_time: Option<EventTime>,
     /// The processor's keyed event-time timers.
     timers: KeyedTimers,
+    /// The event-time position of what the task has handed over: the release time of the
+    /// last record handed over or timer fired while a release runs, the watermark after it
+    /// (`None`: not ordering by event time, or no watermark yet). Never decreases.
+    position: Option<i64>,
     /// The stamp encoder's buffer, reused across sends.
     stamp_buf: Vec<u8>,
     /// The input record of each run of sends not known to be acknowledged yet, by the send
@@ -139,6 +143,7 @@ impl Task {
             counts: TaskCounts::default(),
             event_time: None,
             timers: KeyedTimers::default(),
+            position: None,
             stamp_buf: Vec::with_capacity(256),
             causes: VecDeque::new(),
             refused: Vec::new(),
@@ -248,7 +253,13 @@ impl Task {
 
     /// Sets the task's event-time order (after its restore).
     pub(crate) fn set_event_time(&mut self, event_time: Option<EventTime>) {
+        self.position = event_time.as_ref().and_then(EventTime::watermark);
         self.event_time = event_time;
+    }
+
+    /// Moves the event-time position up to `time`.
+    fn advance_position(&mut self, time: i64) {
+        self.position = Some(self.position.map_or(time, |p| p.max(time)));
     }
 
     /// Gives the task its restored keyed timers.
@@ -493,7 +504,8 @@ impl Task {
             let timer = self.timers.next_due(watermark);
             match (record, timer) {
                 (Some(r), Some(t)) if t < r => self.fire_timer(ctx, out, work, watermark)?,
-                (Some(_), _) => {
+                (Some(r), _) => {
+                    self.advance_position(r);
                     let h = self
                         .event_time
                         .as_mut()
@@ -502,7 +514,10 @@ impl Task {
                     self.hand_over(ctx, out, work, h)?;
                 }
                 (None, Some(_)) => self.fire_timer(ctx, out, work, watermark)?,
-                (None, None) => return Ok(()),
+                (None, None) => {
+                    self.advance_position(watermark);
+                    return Ok(());
+                }
             }
         }
     }
@@ -522,12 +537,13 @@ impl Task {
     ) -> Result<()> {
         if let Some((time, key)) = self.timers.take_due(watermark) {
             self.changed = true;
+            self.advance_position(time);
             let step = ctx.processor.on_timer(
                 RawTimer {
                     key: &key,
                     partition: self.partition,
                     time,
-                    watermark,
+                    watermark: self.position.unwrap_or(time),
                 },
                 self.state.get(&key).map(Vec::as_slice),
             )?;
@@ -651,7 +667,7 @@ impl Task {
                 timestamp: record.timestamp,
                 key: record.key,
                 value: record.value,
-                watermark: self.event_time.as_ref().and_then(EventTime::watermark),
+                watermark: self.position,
             },
             self.state.get(state_key).map(Vec::as_slice),
         );
