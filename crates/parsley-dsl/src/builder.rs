@@ -5,7 +5,9 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::Arc;
 
-use parsley_stage::{Auto, BadRecordPolicy, Codec, Error, ImpossiblePolicy, Part, Topology};
+use parsley_stage::{
+    Auto, BadRecordPolicy, Codec, Error, EventTimeOrder, ImpossiblePolicy, Part, Topology,
+};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -14,6 +16,7 @@ use crate::graph::Graph;
 use crate::processor::{Root, Value};
 use crate::stream::KStream;
 use crate::table::KTable;
+use crate::window::LatePolicy;
 
 /// What a stream's keys and values must be: owned, cloneable (a record reaching two operators
 /// is cloned), sendable to the stream threads, and serde-encodable (they cross topics and
@@ -115,6 +118,20 @@ impl StreamsBuilder {
         self
     }
 
+    /// The event-time order of every stage with a windowed operator (default:
+    /// `EventTimeOrder::new()`, moved by the inputs' evidence alone).
+    pub fn event_time(&self, order: EventTimeOrder) -> &Self {
+        self.graph.borrow_mut().set_event_time(order);
+        self
+    }
+
+    /// What windowed operators added from now on do with a record that arrives after its
+    /// windows closed (default: count it; [`LatePolicy`]).
+    pub fn on_late_record(&self, policy: LatePolicy) -> &Self {
+        self.graph.borrow_mut().set_late(policy);
+        self
+    }
+
     /// The records of `topic` as a stream, read with [`Auto`] codecs.
     ///
     /// # Panics
@@ -158,6 +175,7 @@ impl StreamsBuilder {
         let mut g = self.graph.borrow_mut();
         let name = g.name("table", None);
         let node = g.add(name.clone(), format!("table {topic}"), &[], true, false);
+        g.materialised(node);
         let (out, freeze) = Outlet::<K, Change<V>>::new();
         g.on_freeze(freeze);
         let children = out.children();

@@ -30,10 +30,17 @@ pub(crate) struct Ctx<'a> {
     pub(crate) offset: i64,
     /// Its timestamp, ms since the epoch (`-1` for none).
     pub(crate) timestamp: i64,
+    /// The task's event-time watermark, ms since the epoch (`None`: no event-time order, or
+    /// not set yet).
+    pub(crate) watermark: Option<i64>,
     /// The composite state of its key.
     pub(crate) state: Slots<'a>,
     /// The records emitted for it, in order.
     pub(crate) emit: Vec<RawEmission>,
+    /// Event-time timers set for its key, ms since the epoch.
+    pub(crate) timers: Vec<i64>,
+    /// Records found too late for a closed window.
+    pub(crate) too_late: u32,
 }
 
 impl Ctx<'_> {

@@ -16,10 +16,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use parsley_stage::{
-    BadRecordPolicy, Error, ImpossiblePolicy, InternalTopic, StageSettings, Topology,
+    BadRecordPolicy, Error, EventTimeOrder, ImpossiblePolicy, InternalTopic, StageSettings,
+    Topology,
 };
 
-use crate::processor::{DslProcessor, Root};
+use crate::processor::{DslProcessor, OnTimer, Root};
+use crate::window::LatePolicy;
 
 /// One operator.
 pub(crate) struct Node {
@@ -29,6 +31,8 @@ pub(crate) struct Node {
     pub(crate) preds: Vec<usize>,
     /// Whether it keeps state by key.
     pub(crate) stateful: bool,
+    /// Whether its state slot holds a table's value per key (a source table, an aggregation).
+    pub(crate) materialised: bool,
 }
 
 /// A source topic and the operator that reads it.
@@ -60,6 +64,11 @@ pub(crate) struct Graph {
     problems: Vec<String>,
     bad_records: BadRecordPolicy,
     impossible: ImpossiblePolicy,
+    /// The timers of windowed operators, by operator.
+    timers: Vec<(usize, OnTimer)>,
+    /// The event-time order of stages with a windowed operator.
+    event_time: EventTimeOrder,
+    late: LatePolicy,
     built: bool,
 }
 
@@ -76,6 +85,9 @@ impl Graph {
             problems: Vec::new(),
             bad_records: BadRecordPolicy::Fail,
             impossible: ImpossiblePolicy::Fail,
+            timers: Vec::new(),
+            event_time: EventTimeOrder::new(),
+            late: LatePolicy::Count,
             built: false,
         }
     }
@@ -90,6 +102,24 @@ impl Graph {
 
     pub(crate) fn set_impossible(&mut self, policy: ImpossiblePolicy) {
         self.impossible = policy;
+    }
+
+    pub(crate) fn set_event_time(&mut self, order: EventTimeOrder) {
+        self.event_time = order;
+    }
+
+    pub(crate) fn set_late(&mut self, policy: LatePolicy) {
+        self.late = policy;
+    }
+
+    /// The late policy windowed operators added from now on take.
+    pub(crate) fn late(&self) -> &LatePolicy {
+        &self.late
+    }
+
+    /// Registers the timer of windowed operator `node`: its stage orders by event time.
+    pub(crate) fn add_timer(&mut self, node: usize, on_timer: OnTimer) {
+        self.timers.push((node, on_timer));
     }
 
     /// # Panics
@@ -128,6 +158,7 @@ impl Graph {
             what,
             preds: preds.to_vec(),
             stateful,
+            materialised: false,
         });
         self.parent.push(id);
         if fused {
@@ -140,6 +171,16 @@ impl Graph {
 
     pub(crate) fn node(&self, id: usize) -> &Node {
         &self.nodes[id]
+    }
+
+    /// Marks operator `id` as holding a table's value per key in its slot.
+    pub(crate) fn materialised(&mut self, id: usize) {
+        self.nodes[id].materialised = true;
+    }
+
+    /// Records a problem `build` reports.
+    pub(crate) fn problem(&mut self, problem: String) {
+        self.problems.push(problem);
     }
 
     pub(crate) fn on_freeze(&mut self, freeze: Box<dyn FnOnce()>) {
@@ -251,8 +292,18 @@ impl Graph {
                     settings = settings.sink(t.clone());
                 }
             }
+            let on_timer: Vec<OnTimer> = self
+                .timers
+                .iter()
+                .filter(|(n, _)| roots[*n] == c)
+                .map(|(_, f)| Arc::clone(f))
+                .collect();
+            if !on_timer.is_empty() {
+                settings = settings.order_by_event_time(self.event_time.clone());
+            }
             let stage = stage_names[&c].clone();
             let processor = DslProcessor {
+                on_timer,
                 stage: stage.clone(),
                 roots: sources
                     .iter()

@@ -6,12 +6,15 @@
 //! is sent through a repartition topic first, so each key's records are aggregated in one
 //! task.
 
+use std::cell::RefCell;
+use std::rc::Rc;
 use std::sync::Arc;
 
 use parsley_stage::Codec;
 
 use crate::builder::Data;
 use crate::flow::{Change, Codecs, Ctx, Outlet, forward};
+use crate::graph::Graph;
 use crate::stream::{KStream, auto_codecs};
 use crate::table::KTable;
 
@@ -82,26 +85,39 @@ impl<K: Data, V: Data> KGroupedStream<K, V> {
         })
     }
 
-    fn fold<A: Data>(
+    /// The stateful operator an aggregation of `kind` adds, doing `what` (for `describe`):
+    /// its graph, its node, the outlet of its keyed input (after a repartition when the key
+    /// changed) to attach its push function to, and its name (its state slot).
+    pub(crate) fn stateful_node(
         self,
         kind: &str,
-        what: &str,
-        step: impl Fn(&K, V, Option<A>) -> A + Send + Sync + 'static,
-    ) -> KTable<K, A> {
+        what: String,
+    ) -> (Rc<RefCell<Graph>>, usize, Outlet<K, V>, String) {
         let name = self
             .name
             .clone()
             .unwrap_or_else(|| self.stream.graph.borrow().name(kind, None));
         let input = self.stream.keyed(&name, self.codecs);
         let graph = input.graph.clone();
-        let mut g = graph.borrow_mut();
-        let node = g.add(name.clone(), what.to_string(), &[input.node], true, true);
+        let node = graph
+            .borrow_mut()
+            .add(name.clone(), what, &[input.node], true, true);
+        (graph, node, input.out, name)
+    }
+
+    fn fold<A: Data>(
+        self,
+        kind: &str,
+        what: &str,
+        step: impl Fn(&K, V, Option<A>) -> A + Send + Sync + 'static,
+    ) -> KTable<K, A> {
+        let (graph, node, input, name) = self.stateful_node(kind, what.to_string());
         let (out, freeze) = Outlet::<K, Change<A>>::new();
-        g.on_freeze(freeze);
-        drop(g);
+        graph.borrow_mut().on_freeze(freeze);
+        graph.borrow_mut().materialised(node);
         let children = out.children();
         let slot = name;
-        input.out.attach(Arc::new(move |ctx: &mut Ctx<'_>, k, v| {
+        input.attach(Arc::new(move |ctx: &mut Ctx<'_>, k, v| {
             let old: Option<A> = ctx.load(&slot)?;
             let new = step(&k, v, old.clone());
             ctx.store(&slot, Some(&new))?;

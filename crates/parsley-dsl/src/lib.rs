@@ -1,5 +1,5 @@
-//! Parsley's Kafka-Streams-style DSL: streams, tables, re-keying, aggregations and causally
-//! consistent joins, compiled into the stages the runtime runs.
+//! Parsley's Kafka-Streams-style DSL: streams, tables, re-keying, aggregations, windows closed
+//! by evidence and causally consistent joins, compiled into the stages the runtime runs.
 //!
 //! A [`StreamsBuilder`] reads topics as [`KStream`]s and [`KTable`]s; operators named as in
 //! Kafka Streams chain on them; [`StreamsBuilder::build`] compiles the pipeline into a
@@ -16,7 +16,12 @@
 //!   of what it is co-partitioned with, and starts a new stage; the records crossing it stay
 //!   stamped, so causal order survives the hop;
 //! - stateful operators (tables, aggregations, joins, `process`) keep their values in their
-//!   stage's per-key state, one slot per operator, committed with the outputs.
+//!   stage's per-key state, one slot per operator, committed with the outputs;
+//! - windows ([`TimeWindows`], [`SessionWindows`]), windowed stream–stream joins
+//!   ([`JoinWindows`]) and expiring table rows ([`KTable::expire_after`]) close on the stage's
+//!   event-time watermark through keyed timers: each result is emitted once, when Kafka's
+//!   evidence proves the window complete, and records too late for every window are counted
+//!   and routed ([`LatePolicy`]), never dropped silently.
 //!
 //! ```
 //! use parsley_dsl::StreamsBuilder;
@@ -50,15 +55,21 @@ mod flow;
 mod graph;
 mod grouped;
 mod processor;
+mod session;
 mod state;
 mod stream;
+mod stream_join;
 mod table;
+mod window;
 
 pub use builder::{Consumed, Data, Produced, StreamsBuilder};
 pub use grouped::KGroupedStream;
+pub use session::{SessionWindowedKStream, SessionWindows};
 pub use state::read_slot;
 pub use stream::{KStream, Split};
+pub use stream_join::JoinWindows;
 pub use table::KTable;
+pub use window::{LatePolicy, LateRecord, TimeWindowedKStream, TimeWindows, Windowed, Windowing};
 
 #[cfg(test)]
 mod tests;

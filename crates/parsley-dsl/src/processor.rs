@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use parsley_stage::{Error, Processor, RawDelivery, RawRecord, RawStep};
+use parsley_stage::{Error, Processor, RawDelivery, RawRecord, RawStep, RawTimer};
 
 use crate::flow::Ctx;
 use crate::state::Slots;
@@ -19,6 +19,10 @@ pub(crate) enum Value<'a> {
 pub(crate) type Root =
     Arc<dyn Fn(&mut Ctx<'_>, Option<&[u8]>, Value<'_>) -> Result<(), Error> + Send + Sync>;
 
+/// A windowed operator's timer: closes the windows of the key in the context's state that
+/// the watermark (the context's) has passed.
+pub(crate) type OnTimer = Arc<dyn Fn(&mut Ctx<'_>) -> Result<(), Error> + Send + Sync>;
+
 /// A stage the DSL compiled.
 pub(crate) struct DslProcessor {
     pub(crate) stage: String,
@@ -26,6 +30,8 @@ pub(crate) struct DslProcessor {
     pub(crate) roots: Vec<(String, Root)>,
     /// Whether an operator of the stage keeps state by key.
     pub(crate) stateful: bool,
+    /// The timers of the stage's windowed operators, each called on every timer of a key.
+    pub(crate) on_timer: Vec<OnTimer>,
 }
 
 impl DslProcessor {
@@ -50,17 +56,36 @@ impl DslProcessor {
             partition: record.partition,
             offset: record.offset,
             timestamp: record.timestamp,
+            watermark: record.watermark,
             state: Slots::new(state),
             emit: Vec::new(),
+            timers: Vec::new(),
+            too_late: 0,
         };
         root(&mut ctx, record.key, value)?;
-        let Ctx { state, emit, .. } = ctx;
+        self.step(ctx)
+    }
+
+    /// The step a context made.
+    fn step(&self, ctx: Ctx<'_>) -> Result<RawStep, Error> {
+        let Ctx {
+            state,
+            emit,
+            timers,
+            too_late,
+            ..
+        } = ctx;
         let state = state.into_change().map_err(|source| Error::Encode {
             stage: self.stage.clone(),
             what: "state",
             source,
         })?;
-        Ok(RawStep { emit, state })
+        Ok(RawStep {
+            emit,
+            state,
+            timers,
+            too_late,
+        })
     }
 }
 
@@ -81,6 +106,7 @@ impl Processor for DslProcessor {
             timestamp,
             key,
             value,
+            watermark,
         } = delivery;
         let record = RawRecord {
             topic,
@@ -89,8 +115,32 @@ impl Processor for DslProcessor {
             timestamp,
             key,
             value: None,
+            watermark,
         };
         self.run(record, Value::Owned(value), state)
+    }
+
+    fn on_timer(&self, timer: RawTimer<'_>, state: Option<&[u8]>) -> Result<RawStep, Error> {
+        let mut ctx = Ctx {
+            stage: &self.stage,
+            topic: "",
+            partition: timer.partition,
+            offset: -1,
+            timestamp: timer.time,
+            watermark: Some(timer.watermark),
+            state: Slots::new(state),
+            emit: Vec::new(),
+            timers: Vec::new(),
+            too_late: 0,
+        };
+        for on_timer in &self.on_timer {
+            on_timer(&mut ctx)?;
+        }
+        self.step(ctx)
+    }
+
+    fn uses_timers(&self) -> bool {
+        !self.on_timer.is_empty()
     }
 
     fn keeps_state(&self) -> bool {

@@ -11,7 +11,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use crate::builder::Data;
-use crate::flow::{Change, Children, Outlet, Push, forward};
+use crate::flow::{Change, Children, Ctx, Outlet, Push, forward};
 use crate::graph::Graph;
 use crate::stream::KStream;
 
@@ -114,6 +114,63 @@ impl<K: Data, V: Data> KTable<K, V> {
                 forward(&out, ctx, k, change)
             })
         })
+    }
+
+    /// The table with rows that expire by event time: a row is deleted — from this table's
+    /// state, and as a deletion downstream, so a join no longer finds it — once the stage's
+    /// watermark reaches its last update's event time plus `retention`. An update in between
+    /// keeps it. Kafka's evidence decides, not the wall clock: the watermark passes a time only
+    /// once every record up to it has been handed over. For a source table or an aggregation;
+    /// the stage then orders by event time.
+    ///
+    /// # Panics
+    /// When `retention` is over `i64::MAX` ms.
+    pub fn expire_after(&self, retention: std::time::Duration) -> KTable<K, V> {
+        let retention_ms =
+            i64::try_from(retention.as_millis()).expect("a retention of at most i64::MAX ms");
+        let mut g = self.graph.borrow_mut();
+        let table = g.node(self.node).name.clone();
+        if !g.node(self.node).materialised {
+            g.problem(format!(
+                "expire_after on {table}: only a source table or an aggregation keeps rows to expire"
+            ));
+        }
+        let name = g.name("expire", self.next_name.clone());
+        let what = format!("expire rows of {table} {retention_ms} ms after their last update");
+        let node = g.add(name.clone(), what, &[self.node], true, true);
+        let (out, freeze) = Outlet::<K, Change<V>>::new();
+        g.on_freeze(freeze);
+        let children = out.children();
+        let (timer_children, slot, timer_table) = (children.clone(), name.clone(), table.clone());
+        g.add_timer(
+            node,
+            Arc::new(move |ctx: &mut Ctx<'_>| {
+                let Some((key, updated)) = ctx.load::<(K, i64)>(&slot)? else {
+                    return Ok(());
+                };
+                if updated.saturating_add(retention_ms) > ctx.timestamp {
+                    return Ok(()); // updated since: a later timer expires it
+                }
+                let old: Option<V> = ctx.load(&timer_table)?;
+                ctx.store::<V>(&timer_table, None)?;
+                ctx.store::<(K, i64)>(&slot, None)?;
+                forward(&timer_children, ctx, key, Change { old, new: None })
+            }),
+        );
+        drop(g);
+        let slot = name;
+        self.out
+            .attach(Arc::new(move |ctx: &mut Ctx<'_>, k: K, c: Change<V>| {
+                if c.new.is_some() {
+                    let t = ctx.timestamp;
+                    ctx.store(&slot, Some(&(k.clone(), t)))?;
+                    ctx.timers.push(t.saturating_add(retention_ms));
+                } else {
+                    ctx.store::<(K, i64)>(&slot, None)?;
+                }
+                forward(&children, ctx, k, c)
+            }));
+        KTable::new(self.graph.clone(), node, out)
     }
 
     /// The table's updates as a stream: the new value of each update; deletions are left out

@@ -18,7 +18,10 @@
 //!     older segment; a tombstone once none of its records is parked. A released record is not
 //!     written: an entry is parked iff its park time is above the watermark of the event-time
 //!     record committed with it;
-//!   - key `0x03 ++ k`, value the late count of key `k`.
+//!   - key `0x03 ++ k`, value the late count of key `k`;
+//!   - key `0x05 ++ time (8 bytes big-endian, sign bit flipped) ++ k`, an empty value: a keyed
+//!     timer the processor set for key `k` at that event time, not fired yet (a tombstone
+//!     once it fired).
 //!
 //!   Key `0x02` held one parked record per key in an earlier form (no longer read: a restore
 //!   that meets one fails, naming it).
@@ -37,7 +40,7 @@
 //! - a snapshot is used only when its input offsets equal the group's committed offsets; fetch
 //!   evidence (queues, positions, high watermarks) is never restored, it is fetched again.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use parsley_clock::{Channel, Clock, SenderId, TopicId};
@@ -51,6 +54,7 @@ use crate::clients::ClientRole;
 use crate::error::{Error, Result};
 use crate::open_transaction::OpenTransactionWatch;
 use crate::security::Endpoint;
+use crate::stage::{TIMER_PREFIX, timer_of};
 use tracing::warn;
 
 /// Key prefix of fold-state records.
@@ -262,6 +266,8 @@ pub(crate) struct Restored {
     pub event_time: Option<Vec<u8>>,
     /// The latest record of every part of the timer queue that has one (undecoded).
     pub timers: BTreeMap<Part<Vec<u8>>, Vec<u8>>,
+    /// The processor's keyed timers set at the last commit: (time, key).
+    pub keyed_timers: BTreeSet<(i64, Vec<u8>)>,
     /// Records read.
     pub records: u64,
     /// Consumers replaced after reading nothing for [`RESTORE_STALL`].
@@ -438,6 +444,12 @@ impl Restored {
             match value {
                 Some(v) => self.state.insert(k.to_vec(), v.to_vec()),
                 None => self.state.remove(k),
+            };
+        } else if key.first() == Some(&TIMER_PREFIX) {
+            let timer = timer_of(key)?;
+            match value {
+                Some(_) => self.keyed_timers.insert(timer),
+                None => self.keyed_timers.remove(&timer),
             };
         } else if let Some(part) = timer_part_of(key) {
             let part = part?;

@@ -616,6 +616,11 @@ impl EventTime {
         }
     }
 
+    /// The park time of the record [`EventTime::next_release`] gives next, ms.
+    pub(crate) fn next_release_time(&self) -> Option<i64> {
+        self.queue.next_released_time()
+    }
+
     /// The next record [`EventTime::release`] released, in release order.
     pub(crate) fn next_release(&mut self) -> Option<HandOver> {
         let r = self.queue.next_released()?;

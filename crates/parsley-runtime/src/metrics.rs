@@ -45,6 +45,8 @@ pub struct StageMetrics {
     refetched: AtomicU64,
     late: AtomicU64,
     raised: AtomicU64,
+    timers_fired: AtomicU64,
+    too_late: AtomicU64,
     parked: AtomicU64,
     overlapped: AtomicU64,
     own_write_commits: AtomicU64,
@@ -136,6 +138,8 @@ pub struct TaskMetrics {
     /// Stages with the built-in clock: ticks this instance wrote for the task (committed or
     /// not; `0` for other stages).
     pub ticks: u64,
+    /// Event-time stages: keyed timers set and not fired yet (a gauge).
+    pub timers: u64,
 }
 
 impl TaskMetrics {
@@ -158,6 +162,7 @@ impl TaskMetrics {
             watermark_ms: None,
             catching_up: 0,
             ticks: 0,
+            timers: 0,
         }
     }
 }
@@ -209,6 +214,13 @@ pub struct MetricsSnapshot {
     /// Event-time stages: records parked above their own event time behind a parked causal
     /// ancestor (summed over tasks; see [`TaskMetrics::raised`]).
     pub raised: u64,
+    /// Event-time stages: keyed timers fired ([`parsley_stage::Processor::on_timer`] calls,
+    /// summed over tasks).
+    pub timers_fired: u64,
+    /// Records a processor found too late to use and counted instead of dropping silently (a
+    /// DSL window's record that arrived after every window it belongs to had closed;
+    /// [`parsley_stage::RawStep::too_late`]).
+    pub too_late: u64,
     /// Event-time stages: records parked in the tasks' timer queues at the last look (a gauge).
     pub parked: u64,
     /// Records polled and offered to the gates while a transaction committed (the commit's
@@ -292,6 +304,8 @@ impl StageMetrics {
             refetched: g(&self.refetched),
             late: g(&self.late),
             raised: g(&self.raised),
+            timers_fired: g(&self.timers_fired),
+            too_late: g(&self.too_late),
             parked: g(&self.parked),
             overlapped: g(&self.overlapped),
             own_write_commits: g(&self.own_write_commits),
@@ -414,6 +428,14 @@ impl StageMetrics {
 
     pub(crate) fn raised(&self) {
         self.raised.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn timer_fired(&self) {
+        self.timers_fired.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn too_late(&self, n: u32) {
+        self.too_late.fetch_add(u64::from(n), Ordering::Relaxed);
     }
 
     pub(crate) fn parked(&self, n: u64) {

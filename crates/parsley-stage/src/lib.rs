@@ -26,7 +26,7 @@ pub use error::{Error, Result};
 pub use handler::{Emission, Handler, HandlerError, HandlerResult, Record, StateChange, Step};
 pub use internal::InternalTopic;
 pub use parsley_clock::CausalClock;
-pub use processor::{Part, Processor, RawDelivery, RawEmission, RawRecord, RawStep};
+pub use processor::{Part, Processor, RawDelivery, RawEmission, RawRecord, RawStep, RawTimer};
 pub use topology::{
     BadRecordKind, BadRecordPolicy, BuiltInClock, ControlStream, DEFAULT_TICK_INTERVAL_MS,
     EventTimeOrder, ImpossiblePolicy, KeyPartitioning, StageBuilder, StageSettings, StageSpec,

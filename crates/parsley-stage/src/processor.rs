@@ -25,6 +25,13 @@ pub struct RawRecord<'a> {
     pub key: Option<&'a [u8]>,
     /// Value bytes, `None` for a tombstone.
     pub value: Option<&'a [u8]>,
+    /// The task's event-time position when the record is handed over, ms since the epoch:
+    /// every record with an event time at or below it has been handed over already (late ones
+    /// aside) and every timer at or below it has fired. While a backlog is released in
+    /// event-time order it is the release time of the record itself; otherwise the task's
+    /// watermark. It never decreases and never passes the watermark. `None` when the stage
+    /// does not order by event time, or before its watermark is first set.
+    pub watermark: Option<i64>,
 }
 
 /// A delivered record as bytes, its value handed over: what the runtime passes to
@@ -44,6 +51,9 @@ pub struct RawDelivery<'a> {
     pub key: Option<&'a [u8]>,
     /// Value bytes, `None` for a tombstone.
     pub value: Option<Vec<u8>>,
+    /// The task's event-time watermark when the record is handed over
+    /// ([`RawRecord::watermark`]).
+    pub watermark: Option<i64>,
 }
 
 impl RawDelivery<'_> {
@@ -56,6 +66,7 @@ impl RawDelivery<'_> {
             timestamp: self.timestamp,
             key: self.key,
             value: self.value.as_deref(),
+            watermark: self.watermark,
         }
     }
 }
@@ -72,13 +83,48 @@ pub struct RawEmission {
     pub value: Option<Vec<u8>>,
 }
 
-/// The encoded result of handling one record.
+/// The encoded result of handling one record or one timer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RawStep {
     /// Records to produce, in order.
     pub emit: Vec<RawEmission>,
     /// Fold state change for the record's key, encoded.
     pub state: StateChange<Vec<u8>>,
+    /// Event-time timers to set for the record's key, ms since the epoch: the runtime calls
+    /// [`Processor::on_timer`] for the key once the task's event-time watermark reaches each
+    /// (a timer set twice for the same key and time fires once). Only a stage that orders by
+    /// event time and whose processor says [`Processor::uses_timers`] may set timers.
+    pub timers: Vec<i64>,
+    /// Records this step found too late to use — a windowed operator's record whose windows
+    /// had all closed — and did not drop silently: the runtime counts them
+    /// (`MetricsSnapshot::too_late`); the operator may also have routed them to a topic.
+    pub too_late: u32,
+}
+
+impl RawStep {
+    /// No emission, no state change, no timer.
+    pub fn keep() -> Self {
+        RawStep {
+            emit: Vec::new(),
+            state: StateChange::Keep,
+            timers: Vec::new(),
+            too_late: 0,
+        }
+    }
+}
+
+/// An event-time timer that fired: what the runtime passes to [`Processor::on_timer`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RawTimer<'a> {
+    /// The key the timer was set for (the fold state's key).
+    pub key: &'a [u8],
+    /// The partition of the task.
+    pub partition: i32,
+    /// The time it was set for, ms since the epoch.
+    pub time: i64,
+    /// The task's event-time position as the timer fires, ms since the epoch (the timer's
+    /// time: timers fire in event-time order; see [`RawRecord::watermark`]).
+    pub watermark: i64,
 }
 
 /// A stage's logic over bytes: decode, handle, encode.
@@ -104,6 +150,27 @@ pub trait Processor: Send + Sync {
         state: Option<&[u8]>,
     ) -> Result<RawStep, Error> {
         self.process(delivery.as_record(), state)
+    }
+
+    /// Called once for each event-time timer the processor set ([`RawStep::timers`]) when the
+    /// task's watermark reaches its time, interleaved in event-time order with the records the
+    /// watermark releases: after those released at its time or earlier, before those at a
+    /// later time; timers of one time in ascending key order. `state` is the
+    /// key's fold state; the step's emissions carry the timer's time as their timestamp. The
+    /// default does nothing.
+    ///
+    /// # Errors
+    /// As [`Processor::process`] (an error stops the stage: a timer has no input record to
+    /// give a bad-record policy).
+    fn on_timer(&self, timer: RawTimer<'_>, state: Option<&[u8]>) -> Result<RawStep, Error> {
+        let _ = (timer, state);
+        Ok(RawStep::keep())
+    }
+
+    /// Whether the processor sets event-time timers; such a stage must order by event time
+    /// (checked by [`crate::TopologyBuilder::build`]). The default: `false`.
+    fn uses_timers(&self) -> bool {
+        false
     }
 
     /// Whether the stage keeps fold state by key. A stage that keeps none takes records
@@ -166,6 +233,7 @@ impl<H: Handler> Processor for Typed<H> {
             timestamp,
             key,
             value,
+            watermark,
         } = delivery;
         let record = RawRecord {
             topic,
@@ -174,6 +242,7 @@ impl<H: Handler> Processor for Typed<H> {
             timestamp,
             key,
             value: None,
+            watermark,
         };
         self.run(record, Value::Owned(value), state)
     }
@@ -299,6 +368,11 @@ impl<H: Handler> Typed<H> {
                     .map_err(|x| encode_err("state", x))?,
             ),
         };
-        Ok(RawStep { emit, state })
+        Ok(RawStep {
+            emit,
+            state,
+            timers: Vec::new(),
+            too_late: 0,
+        })
     }
 }

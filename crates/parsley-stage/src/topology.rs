@@ -495,6 +495,11 @@ impl TopologyBuilder {
                     ));
                 }
             }
+            if stage.processor.uses_timers() && stage.event_time.is_none() {
+                problems.push(format!(
+                    "stage {name:?} sets event-time timers but does not order by event time"
+                ));
+            }
             if let Some(order) = &stage.event_time {
                 event_time::problems(name, &stage.sources, order, &mut problems);
             }
@@ -1120,6 +1125,7 @@ mod tests {
             timestamp: 0,
             key: Some(b"k"),
             value: Some(value),
+            watermark: None,
         };
         let state = Bincode.encode(&5u32).unwrap();
         let step = p.process(raw(b"3"), Some(&state)).unwrap();
@@ -1153,6 +1159,7 @@ mod tests {
             timestamp: 0,
             key: Some(b"k"),
             value: value.map(<[u8]>::to_vec),
+            watermark: None,
         };
         assert_eq!(
             p.process_delivery(delivery(Some(b"3")), Some(&state))
@@ -1189,6 +1196,7 @@ mod tests {
                     timestamp: 0,
                     key: Some(b"k"),
                     value: Some(b"1"),
+                    watermark: None,
                 },
                 None,
             )

@@ -78,7 +78,8 @@
 
 pub use parsley_clock::{CausalClock, Channel, Clock, Coordinate, SenderId, Stamp, TopicId};
 pub use parsley_dsl::{
-    Consumed, Data, KGroupedStream, KStream, KTable, Produced, Split, StreamsBuilder,
+    Consumed, Data, JoinWindows, KGroupedStream, KStream, KTable, LatePolicy, LateRecord, Produced,
+    SessionWindows, Split, StreamsBuilder, TimeWindows, Windowed,
 };
 pub use parsley_runtime::{
     Admin, CausalProducer, CausalProducerConfig, ClientRole, ClientSettings, Error,
@@ -125,7 +126,8 @@ pub mod driver {
 pub mod prelude {
     pub use crate::{
         Auto, BadRecordPolicy, Bincode, CausalProducer, CausalProducerConfig, Consumed,
-        EventTimeOrder, Handler, HandlerError, Json, KGroupedStream, KStream, KTable, Produced,
-        Record, Runtime, RuntimeConfig, Step, StreamsBuilder, Topology, Utf8,
+        EventTimeOrder, Handler, HandlerError, JoinWindows, Json, KGroupedStream, KStream, KTable,
+        LatePolicy, Produced, Record, Runtime, RuntimeConfig, SessionWindows, Step, StreamsBuilder,
+        TimeWindows, Topology, Utf8, Windowed,
     };
 }

@@ -5,7 +5,9 @@
 
 mod causal;
 mod operators;
+mod stream_joins;
 mod tables;
+mod windows;
 
 use parsley_runtime::driver::{RawInput, TopologyTestDriver};
 use parsley_stage::{Error, RawRecord, StateChange, Topology};
@@ -88,6 +90,7 @@ pub(crate) fn process_once(
                 timestamp: 1_000,
                 key: key.map(str::as_bytes),
                 value: value.map(str::as_bytes),
+                watermark: None,
             },
             state,
         )

@@ -378,6 +378,14 @@ impl<K: Ord + Clone, V> TimerQueue<K, V> {
         })
     }
 
+    /// The park time of the next record released and not taken yet, ms: what
+    /// [`next_released`](Self::next_released) would give next.
+    pub fn next_released_time(&self) -> Option<i64> {
+        self.ready
+            .front()
+            .map(|((park_time_ms, _), _)| *park_time_ms)
+    }
+
     /// Records released and not taken yet ([`raise`](Self::raise)).
     pub fn released_untaken(&self) -> usize {
         self.ready.len()

@@ -69,7 +69,7 @@ pub(crate) use self::context::TaskContext;
 pub(crate) use self::output::{ChangelogWriter, Header, Outgoing, Output};
 pub(crate) use self::record::{FetchedMessage, Work, fetched};
 pub(crate) use self::restore::{StartEvidence, rebuild_task};
-pub(crate) use self::task::Task;
+pub(crate) use self::task::{TIMER_PREFIX, Task, timer_of};
 
 #[cfg(test)]
 mod tests;
@@ -421,6 +421,7 @@ pub(crate) fn publish_counts<'a>(
         let counts = task.take_counts();
         let blocked = task.gate().blocked_count() as u64;
         blocked_total += blocked;
+        let timers = task.timers_set() as u64;
         let et = task
             .event_time()
             .map(|et| (et.parked() as u64, et.watermark(), et.catching_up() as u64));
@@ -438,6 +439,7 @@ pub(crate) fn publish_counts<'a>(
                 m.parked = parked;
                 m.watermark_ms = watermark;
                 m.catching_up = catching_up;
+                m.timers = timers;
             }
         });
     }

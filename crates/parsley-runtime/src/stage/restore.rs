@@ -23,7 +23,7 @@ use tracing::{info, info_span};
 
 use super::StageRunner;
 use super::context::TaskContext;
-use super::task::Task;
+use super::task::{KeyedTimers, Task};
 use crate::admin::Admin;
 use crate::changelog;
 use crate::clients::ClientRole;
@@ -174,6 +174,7 @@ pub(crate) fn rebuild_task(
         .and(restored.event_time.as_ref())
         .cloned();
     let timers = std::mem::take(&mut restored.timers);
+    let keyed_timers = std::mem::take(&mut restored.keyed_timers);
     let mut moved = Vec::new();
     let mut task = match restored.snapshot {
         Some(snapshot) => {
@@ -203,10 +204,21 @@ pub(crate) fn rebuild_task(
         Some(et) => Some(start_event_time(ctx, &task, et, evidence)?),
         None => None,
     };
+    if !keyed_timers.is_empty() && event_time.is_none() {
+        return Err(Error::EventTime {
+            stage: ctx.stage.clone(),
+            partition,
+            message: format!(
+                "{} keyed timers are set, but the stage no longer orders by event time",
+                keyed_timers.len()
+            ),
+        });
+    }
     task.set_event_time(event_time);
     if let Some(clock) = &ctx.clock {
         task.set_clock(Channel::new(ctx.sources[clock.source].id, partition));
     }
+    task.set_timers(KeyedTimers::restored(keyed_timers));
     ctx.metrics.set_late_keys(
         partition,
         true,

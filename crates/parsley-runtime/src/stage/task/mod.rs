@@ -27,16 +27,20 @@
 
 mod bad;
 mod ticks;
+mod timers;
 
 use bad::check_key;
 pub(crate) use bad::{Cause, RefusedInput};
 use std::collections::{BTreeSet, HashMap, VecDeque};
 #[cfg(test)]
 pub(crate) use ticks::tick_due;
+pub(crate) use timers::{KeyedTimers, TIMER_PREFIX, timer_of};
 
 use parsley_clock::{CausalClock, Channel, Coordinate, SenderId, TopicId, codec};
 use parsley_gate::{Gate, GateError};
-use parsley_stage::{BadRecordKind, BadRecordPolicy, RawDelivery, RawEmission, StateChange};
+use parsley_stage::{
+    BadRecordKind, BadRecordPolicy, RawDelivery, RawEmission, RawStep, RawTimer, StateChange,
+};
 use tracing::{trace, warn};
 
 use super::context::{DeadLetterTopic, TaskContext};
@@ -110,6 +114,12 @@ pub(crate) struct Task {
     counts: TaskCounts,
     /// Event-time order (watermark and timer queue), when the stage orders by event time.
     event_time: Option<EventTime>,
+    /// The processor's keyed event-time timers.
+    timers: KeyedTimers,
+    /// The event-time position of what the task has handed over: the release time of the
+    /// last record handed over or timer fired while a release runs, the watermark after it
+    /// (`None`: not ordering by event time, or no watermark yet). Never decreases.
+    position: Option<i64>,
     /// The stamp encoder's buffer, reused across sends.
     stamp_buf: Vec<u8>,
     /// The input record of each run of sends not known to be acknowledged yet, by the send
@@ -140,6 +150,8 @@ impl Task {
             snapshot_offsets,
             counts: TaskCounts::default(),
             event_time: None,
+            timers: KeyedTimers::default(),
+            position: None,
             stamp_buf: Vec::with_capacity(256),
             causes: VecDeque::new(),
             refused: Vec::new(),
@@ -250,7 +262,23 @@ impl Task {
 
     /// Sets the task's event-time order (after its restore).
     pub(crate) fn set_event_time(&mut self, event_time: Option<EventTime>) {
+        self.position = event_time.as_ref().and_then(EventTime::watermark);
         self.event_time = event_time;
+    }
+
+    /// Moves the event-time position up to `time`.
+    fn advance_position(&mut self, time: i64) {
+        self.position = Some(self.position.map_or(time, |p| p.max(time)));
+    }
+
+    /// Gives the task its restored keyed timers.
+    pub(crate) fn set_timers(&mut self, timers: KeyedTimers) {
+        self.timers = timers;
+    }
+
+    /// Keyed timers set now.
+    pub(crate) fn timers_set(&self) -> usize {
+        self.timers.len()
     }
 
     /// The task's partition.
@@ -473,11 +501,82 @@ impl Task {
             if et.release() > 0 {
                 self.changed = true;
             }
-            while let Some(h) = self.event_time.as_mut().and_then(EventTime::next_release) {
-                self.hand_over(ctx, out, &mut work, h)?;
-            }
+            self.release_in_time_order(ctx, out, &mut work)?;
         }
         Ok(work)
+    }
+
+    /// Hands over the records the watermark released and fires the keyed timers due at it,
+    /// interleaved in event-time order: a timer before every record released at a later time,
+    /// after those at its time or earlier (timers set meanwhile at or below the watermark take
+    /// their place in the same pass). Timers fire in (time, key) order.
+    ///
+    /// # Errors
+    /// As [`Task::deliver`].
+    fn release_in_time_order(
+        &mut self,
+        ctx: &TaskContext,
+        out: &mut dyn Output,
+        work: &mut Work,
+    ) -> Result<()> {
+        let Some(watermark) = self.event_time.as_ref().and_then(EventTime::watermark) else {
+            return Ok(());
+        };
+        loop {
+            let record = self
+                .event_time
+                .as_ref()
+                .and_then(EventTime::next_release_time);
+            let timer = self.timers.next_due(watermark);
+            match (record, timer) {
+                (Some(r), Some(t)) if t < r => self.fire_timer(ctx, out, work, watermark)?,
+                (Some(r), _) => {
+                    self.advance_position(r);
+                    let h = self
+                        .event_time
+                        .as_mut()
+                        .and_then(EventTime::next_release)
+                        .expect("a released record");
+                    self.hand_over(ctx, out, work, h)?;
+                }
+                (None, Some(_)) => self.fire_timer(ctx, out, work, watermark)?,
+                (None, None) => {
+                    self.advance_position(watermark);
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    /// Calls the processor for the first keyed timer due at `watermark`; its emissions carry
+    /// its time as their timestamp.
+    ///
+    /// # Errors
+    /// The processor's (a timer has no input record for a bad-record policy); as
+    /// [`Task::deliver`].
+    fn fire_timer(
+        &mut self,
+        ctx: &TaskContext,
+        out: &mut dyn Output,
+        work: &mut Work,
+        watermark: i64,
+    ) -> Result<()> {
+        if let Some((time, key)) = self.timers.take_due(watermark) {
+            self.changed = true;
+            self.advance_position(time);
+            let step = ctx.processor.on_timer(
+                RawTimer {
+                    key: &key,
+                    partition: self.partition,
+                    time,
+                    watermark: self.position.unwrap_or(time),
+                },
+                self.state.get(&key).map(Vec::as_slice),
+            )?;
+            self.apply(ctx, out, work, &key, step, time, None)?;
+            ctx.metrics.timer_fired();
+        }
+        Ok(())
     }
 
     /// Hands a record released by the timer queue to the handler (late records are counted
@@ -594,6 +693,7 @@ impl Task {
                 timestamp: record.timestamp,
                 key: record.key,
                 value: record.value,
+                watermark: self.position,
             },
             self.state.get(state_key).map(Vec::as_slice),
         );
@@ -606,6 +706,48 @@ impl Task {
                 };
             }
         };
+        let cause = Cause {
+            source: record.source,
+            offset: record.offset,
+            dead_letter: false,
+        };
+        self.apply(
+            ctx,
+            out,
+            work,
+            state_key,
+            step,
+            record.timestamp,
+            Some(cause),
+        )?;
+        work.deliveries += 1;
+        ctx.metrics.delivered();
+        self.counts.delivered += 1;
+        Ok(())
+    }
+
+    /// Applies a processor's step for the fold state of `state_key`: the state change, the
+    /// timers it sets, and its emissions with record timestamp `timestamp` (ms since the
+    /// epoch; [`NO_TIMESTAMP`]: the producer's clock). `cause`: the input record it handled
+    /// (`None` for a timer), named when an output is refused for good.
+    ///
+    /// # Errors
+    /// [`Error::EventTime`] for timers in a stage that does not order by event time; a refused
+    /// send.
+    #[allow(clippy::too_many_arguments)]
+    fn apply(
+        &mut self,
+        ctx: &TaskContext,
+        out: &mut dyn Output,
+        work: &mut Work,
+        state_key: &[u8],
+        step: RawStep,
+        timestamp: i64,
+        cause: Option<Cause>,
+    ) -> Result<()> {
+        if step.too_late > 0 {
+            ctx.metrics.too_late(step.too_late);
+        }
         match step.state {
             StateChange::Keep => {}
             StateChange::Set(s) => {
@@ -617,21 +759,32 @@ impl Task {
                 self.dirty.insert(state_key.to_vec());
             }
         }
-        if !step.emit.is_empty() {
-            self.note_cause(Cause {
-                source: record.source,
-                offset: record.offset,
-                dead_letter: false,
-            });
+        if !step.timers.is_empty() {
+            if self.event_time.is_none() {
+                return Err(Error::EventTime {
+                    stage: ctx.stage.clone(),
+                    partition: self.partition,
+                    message:
+                        "the processor set a timer, but the stage does not order by event time"
+                            .to_string(),
+                });
+            }
+            for time in step.timers {
+                self.timers.set(time, state_key);
+            }
+        }
+        if let (false, Some(cause)) = (step.emit.is_empty(), &cause) {
+            self.note_cause(*cause);
         }
         for emission in step.emit {
-            self.emit(ctx, out, emission, record.timestamp)
-                .map_err(|e| self.refused_output(ctx, e, record.source, record.offset))?;
+            let sent = self.emit(ctx, out, emission, timestamp);
+            match (&cause, sent) {
+                (_, Ok(())) => {}
+                (Some(c), Err(e)) => return Err(self.refused_output(ctx, e, c.source, c.offset)),
+                (None, Err(e)) => return Err(e),
+            }
             work.emissions += 1;
         }
-        work.deliveries += 1;
-        ctx.metrics.delivered();
-        self.counts.delivered += 1;
         Ok(())
     }
 
@@ -758,6 +911,9 @@ impl Task {
         };
         for (key, record) in event_time.iter().flat_map(|c| &c.parts) {
             writer.write(key, record.as_deref())?;
+        }
+        for (key, value) in self.timers.take_changes() {
+            writer.write(&key, value.as_deref())?;
         }
         // A timer-queue change needs its header (watermark, segment numbers) in the same
         // transaction.

@@ -1,0 +1,429 @@
+//! Time windows closed by evidence: [`TimeWindows`] (tumbling and hopping), the windowed
+//! aggregations of a [`TimeWindowedKStream`] into a table keyed by [`Windowed`] keys, and the
+//! [`LatePolicy`] for records that arrive after their windows closed.
+//!
+//! A record with event time `t` (its Kafka record timestamp, ms since the epoch) belongs to
+//! every window `[start, start + size)` with `start <= t < start + size`, where `start` is a
+//! multiple of the advance (the size for tumbling windows). A window **closes** when the
+//! stage's event-time watermark reaches `end + grace`: the watermark moves only on Kafka's
+//! evidence (offset completeness during history, the clock once live), so a window closes once
+//! every record that belongs to it has been handed over, except records written later than
+//! `grace` behind. At that moment its final result is emitted — once, with the window's end
+//! plus grace as its timestamp — and its state is dropped. Intermediate results are emitted
+//! too on request ([`TimeWindowedKStream::emit_updates`]).
+//!
+//! Invariants:
+//! - Per key, the operator's state slot holds the key and the aggregate of every open window
+//!   by start; a window is in it iff it received a record and has not closed.
+//! - A timer is set at `end + grace` for every window when it opens; the timer closes every
+//!   window of the key that closes at or before its time, in start order.
+//! - A record whose windows have all closed when it arrives is never dropped silently: it is
+//!   counted (`too_late`) and, under [`LatePolicy::ToTopic`], written to that topic.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parsley_stage::Error;
+use serde::{Deserialize, Serialize};
+
+use crate::builder::Data;
+use crate::flow::{Change, Children, Codecs, Ctx, Outlet, forward};
+use crate::graph::Graph;
+use crate::grouped::KGroupedStream;
+use crate::stream::auto_codecs;
+use crate::table::KTable;
+
+/// Windows of a fixed size that start at multiples of an advance (Kafka Streams'
+/// `TimeWindows`): tumbling when the advance is the size, hopping when it is smaller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimeWindows {
+    size_ms: i64,
+    advance_ms: i64,
+    grace_ms: i64,
+}
+
+impl TimeWindows {
+    /// Tumbling windows of `size` (no grace: a window closes when the watermark reaches its
+    /// end).
+    ///
+    /// # Panics
+    /// When `size` is under 1 ms or over `i64::MAX` ms.
+    pub fn of_size(size: Duration) -> Self {
+        let size_ms = millis(size);
+        assert!(size_ms > 0, "a window is at least 1 ms long");
+        TimeWindows {
+            size_ms,
+            advance_ms: size_ms,
+            grace_ms: 0,
+        }
+    }
+
+    /// Hopping windows: one starts every `advance`.
+    ///
+    /// # Panics
+    /// When `advance` is under 1 ms or longer than the size.
+    pub fn advance_by(mut self, advance: Duration) -> Self {
+        let advance_ms = millis(advance);
+        assert!(
+            advance_ms > 0 && advance_ms <= self.size_ms,
+            "a window's advance is between 1 ms and its size"
+        );
+        self.advance_ms = advance_ms;
+        self
+    }
+
+    /// Keeps each window open `grace` longer, for producers known to write late: a window
+    /// closes when the watermark reaches its end plus `grace`.
+    pub fn grace(mut self, grace: Duration) -> Self {
+        self.grace_ms = millis(grace);
+        self
+    }
+
+    /// The size, ms.
+    pub fn size_ms(&self) -> i64 {
+        self.size_ms
+    }
+
+    /// The advance, ms.
+    pub fn advance_ms(&self) -> i64 {
+        self.advance_ms
+    }
+
+    /// The grace, ms.
+    pub fn grace_ms(&self) -> i64 {
+        self.grace_ms
+    }
+
+    /// The starts of the windows that hold event time `t`, ascending.
+    pub fn starts_of(&self, t: i64) -> Vec<i64> {
+        let last = t - t.rem_euclid(self.advance_ms);
+        let mut starts: Vec<i64> =
+            std::iter::successors(Some(last), |s| s.checked_sub(self.advance_ms))
+                .take_while(|s| s.checked_add(self.size_ms).is_none_or(|end| end > t))
+                .collect();
+        starts.reverse();
+        starts
+    }
+
+    /// The time the window starting at `start` closes at: end plus grace, ms.
+    fn closes_at(&self, start: i64) -> i64 {
+        start
+            .saturating_add(self.size_ms)
+            .saturating_add(self.grace_ms)
+    }
+
+    fn describe(&self) -> String {
+        if self.advance_ms == self.size_ms {
+            format!("tumbling {} ms, grace {} ms", self.size_ms, self.grace_ms)
+        } else {
+            format!(
+                "hopping {} ms every {} ms, grace {} ms",
+                self.size_ms, self.advance_ms, self.grace_ms
+            )
+        }
+    }
+}
+
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).expect("a duration of at most i64::MAX ms")
+}
+
+/// A key and the window `[start, end)` of a windowed aggregation's result (Kafka Streams'
+/// `Windowed`); times in ms since the epoch. With the default codecs it is written as JSON:
+/// `{"key":…,"start":…,"end":…}`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Windowed<K> {
+    /// The grouping key.
+    pub key: K,
+    /// The window's start, inclusive.
+    pub start: i64,
+    /// The window's end, exclusive.
+    pub end: i64,
+}
+
+/// What a windowed operator does with a record that arrives after every window it belongs to
+/// has closed (set with `StreamsBuilder::on_late_record`). Either way it is counted
+/// (`MetricsSnapshot::too_late`); nothing is dropped silently.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum LatePolicy {
+    /// Count it.
+    #[default]
+    Count,
+    /// Count it and write it to `topic` as a [`LateRecord`], keyed by its key.
+    ToTopic(String),
+}
+
+/// A record too late for its windows, as [`LatePolicy::ToTopic`] writes it (JSON with the
+/// default codecs); times in ms since the epoch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LateRecord<V> {
+    /// The record's value.
+    pub value: V,
+    /// Its event time.
+    pub timestamp: i64,
+    /// The operator it was late for.
+    pub operator: String,
+    /// The latest window it belongs to: its start…
+    pub window_start: i64,
+    /// …and its end.
+    pub window_end: i64,
+    /// The task's watermark when it arrived.
+    pub watermark: i64,
+}
+
+/// Where a windowed operator's records too late for every window go (its [`LatePolicy`]).
+pub(crate) struct LateRoute<K, V> {
+    operator: String,
+    topic: Option<LateTopic<K, V>>,
+}
+
+/// The late topic and its codecs.
+type LateTopic<K, V> = (Arc<str>, Codecs<K, LateRecord<V>>);
+
+impl<K: Data, V: Data> LateRoute<K, V> {
+    /// The route of operator `node` named `operator` under the graph's late policy (a topic
+    /// becomes a sink of the operator's stage).
+    pub(crate) fn new(g: &mut Graph, node: usize, operator: String) -> Self {
+        let topic = match g.late().clone() {
+            LatePolicy::Count => None,
+            LatePolicy::ToTopic(topic) => {
+                g.add_sink(topic.clone(), node);
+                Some((Arc::<str>::from(topic), auto_codecs::<K, LateRecord<V>>()))
+            }
+        };
+        LateRoute { operator, topic }
+    }
+
+    /// Counts the context's record `(key, value)`, too late for its latest window
+    /// `(start, end)`, and writes it to the late topic if there is one.
+    ///
+    /// # Errors
+    /// When the late record does not encode.
+    pub(crate) fn take(
+        &self,
+        ctx: &mut Ctx<'_>,
+        key: K,
+        value: V,
+        (window_start, window_end): (i64, i64),
+    ) -> Result<(), Error> {
+        ctx.too_late += 1;
+        if let Some((topic, codecs)) = &self.topic {
+            let record = LateRecord {
+                value,
+                timestamp: ctx.timestamp,
+                operator: self.operator.clone(),
+                window_start,
+                window_end,
+                watermark: ctx.watermark.unwrap_or(i64::MIN),
+            };
+            ctx.send(topic, codecs, key, record)?;
+        }
+        Ok(())
+    }
+}
+
+/// The open windows of one key (module docs).
+#[derive(Serialize, Deserialize)]
+struct Open<K, A> {
+    key: K,
+    windows: BTreeMap<i64, A>,
+}
+
+/// A grouped stream in time windows (Kafka Streams' `TimeWindowedKStream`), from
+/// [`KGroupedStream::windowed_by`].
+pub struct TimeWindowedKStream<K, V> {
+    grouped: KGroupedStream<K, V>,
+    windows: TimeWindows,
+    updates: bool,
+}
+
+impl<K: Data, V: Data> TimeWindowedKStream<K, V> {
+    pub(crate) fn new(grouped: KGroupedStream<K, V>, windows: TimeWindows) -> Self {
+        TimeWindowedKStream {
+            grouped,
+            windows,
+            updates: false,
+        }
+    }
+
+    /// Also emits each window's new value after every record, before its final result (Kafka
+    /// Streams' default `EmitStrategy.onWindowUpdate`). Without it only final results are
+    /// emitted, once per window.
+    pub fn emit_updates(mut self) -> Self {
+        self.updates = true;
+        self
+    }
+
+    /// The number of records per key and window.
+    pub fn count(self) -> KTable<Windowed<K>, i64> {
+        self.fold("count", |_k: &K, _v, n: Option<i64>| n.unwrap_or(0) + 1)
+    }
+
+    /// Per key and window, the records' values combined by `reducer` (the first as it is).
+    pub fn reduce(
+        self,
+        reducer: impl Fn(V, V) -> V + Send + Sync + 'static,
+    ) -> KTable<Windowed<K>, V> {
+        self.fold("reduce", move |_k, v, agg: Option<V>| match agg {
+            Some(agg) => reducer(agg, v),
+            None => v,
+        })
+    }
+
+    /// Per key and window, `initializer()` folded with `aggregator` over the records' values.
+    pub fn aggregate<A: Data>(
+        self,
+        initializer: impl Fn() -> A + Send + Sync + 'static,
+        aggregator: impl Fn(&K, V, A) -> A + Send + Sync + 'static,
+    ) -> KTable<Windowed<K>, A> {
+        self.fold("aggregate", move |k, v, agg: Option<A>| {
+            aggregator(k, v, agg.unwrap_or_else(&initializer))
+        })
+    }
+
+    fn fold<A: Data>(
+        self,
+        kind: &str,
+        step: impl Fn(&K, V, Option<A>) -> A + Send + Sync + 'static,
+    ) -> KTable<Windowed<K>, A> {
+        let TimeWindowedKStream {
+            grouped,
+            windows,
+            updates,
+        } = self;
+        let what = format!("windowed {kind} ({})", windows.describe());
+        let (graph, node, input, name) = grouped.stateful_node(kind, what);
+        let (out, freeze) = Outlet::<Windowed<K>, Change<A>>::new();
+        let mut g = graph.borrow_mut();
+        g.on_freeze(freeze);
+        let late = LateRoute::new(&mut g, node, name.clone());
+        let children = out.children();
+        let slot = name.clone();
+        let on_timer_children = children.clone();
+        let on_timer_slot = slot.clone();
+        g.add_timer(
+            node,
+            Arc::new(move |ctx: &mut Ctx<'_>| {
+                close(ctx, &on_timer_slot, windows, &on_timer_children)
+            }),
+        );
+        drop(g);
+        input.attach(Arc::new(move |ctx: &mut Ctx<'_>, k: K, v: V| {
+            let t = ctx.timestamp;
+            let watermark = ctx.watermark.unwrap_or(i64::MIN);
+            let starts: Vec<i64> = windows
+                .starts_of(t)
+                .into_iter()
+                .filter(|s| windows.closes_at(*s) > watermark)
+                .collect();
+            if starts.is_empty() {
+                let start = windows.starts_of(t).last().copied().unwrap_or(t);
+                let end = start.saturating_add(windows.size_ms);
+                return late.take(ctx, k, v, (start, end));
+            }
+            let mut open: Open<K, A> = ctx.load(&slot)?.unwrap_or_else(|| Open {
+                key: k.clone(),
+                windows: BTreeMap::new(),
+            });
+            for start in starts {
+                let old = open.windows.remove(&start);
+                if old.is_none() {
+                    ctx.timers.push(windows.closes_at(start));
+                }
+                let new = step(&k, v.clone(), old.clone());
+                open.windows.insert(start, new.clone());
+                if updates {
+                    let key = Windowed {
+                        key: k.clone(),
+                        start,
+                        end: start.saturating_add(windows.size_ms),
+                    };
+                    forward(
+                        &children,
+                        ctx,
+                        key,
+                        Change {
+                            old,
+                            new: Some(new),
+                        },
+                    )?;
+                }
+            }
+            ctx.store(&slot, Some(&open))
+        }));
+        KTable::new(graph, node, out)
+    }
+}
+
+/// The timer of the context's key at time `ctx.timestamp` (its windows' closing time): closes
+/// every window in slot `slot` that closes at or before it, in start order — forwards its
+/// final result and drops it. Windows that close later have timers of their own, so each
+/// final result carries its own closing time as its timestamp.
+fn close<K: Data, A: Data>(
+    ctx: &mut Ctx<'_>,
+    slot: &str,
+    windows: TimeWindows,
+    children: &Children<Windowed<K>, Change<A>>,
+) -> Result<(), Error> {
+    let Some(mut open) = ctx.load::<Open<K, A>>(slot)? else {
+        return Ok(());
+    };
+    let now = ctx.timestamp;
+    let due: Vec<i64> = open
+        .windows
+        .keys()
+        .copied()
+        .filter(|s| windows.closes_at(*s) <= now)
+        .collect();
+    if due.is_empty() {
+        return Ok(());
+    }
+    for start in due {
+        let value = open.windows.remove(&start).expect("a due window");
+        let key = Windowed {
+            key: open.key.clone(),
+            start,
+            end: start.saturating_add(windows.size_ms),
+        };
+        forward(
+            children,
+            ctx,
+            key,
+            Change {
+                old: None,
+                new: Some(value),
+            },
+        )?;
+    }
+    let rest = (!open.windows.is_empty()).then_some(&open);
+    ctx.store(slot, rest)
+}
+
+/// A kind of windows a grouped stream can be aggregated in ([`KGroupedStream::windowed_by`]):
+/// [`TimeWindows`] or [`SessionWindows`](crate::SessionWindows).
+pub trait Windowing<K, V> {
+    /// The windowed stream it makes.
+    type Stream;
+
+    /// `grouped` in these windows.
+    fn windowed(self, grouped: KGroupedStream<K, V>) -> Self::Stream;
+}
+
+impl<K: Data, V: Data> Windowing<K, V> for TimeWindows {
+    type Stream = TimeWindowedKStream<K, V>;
+
+    fn windowed(self, grouped: KGroupedStream<K, V>) -> TimeWindowedKStream<K, V> {
+        TimeWindowedKStream::new(grouped, self)
+    }
+}
+
+impl<K: Data, V: Data> KGroupedStream<K, V> {
+    /// The grouped stream in windows — [`TimeWindows`] (tumbling, hopping) or
+    /// [`SessionWindows`](crate::SessionWindows) — for aggregations per key and window, each
+    /// window's result emitted once when the stage's watermark closes it (module docs of
+    /// windows). The stage that aggregates orders by event time.
+    pub fn windowed_by<W: Windowing<K, V>>(self, windows: W) -> W::Stream {
+        windows.windowed(self)
+    }
+}
