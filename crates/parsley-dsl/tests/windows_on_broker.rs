@@ -1,13 +1,15 @@
 //! Windows on the real broker: a tumbling count over a history written before the start gives
 //! exactly one final result per key and closed window, with the count the input gives; the
 //! windows still open when the runtime stops close after a restart with the records from
-//! before it (their state and keyed timers come back from the changelog).
+//! before it (their state and keyed timers come back from the changelog); on live traffic with
+//! the built-in clock, windows close when the clock passes them, with no further input.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use parsley_dsl::{StreamsBuilder, TimeWindows, Windowed};
 use parsley_runtime::{Runtime, RuntimeConfig, partition_for};
+use parsley_stage::EventTimeOrder;
 use parsley_testkit::fixtures::{
     DEADLINE, bootstrap, create_topic, raw_producer, read_committed, unique_topic, wait_committed,
 };
@@ -133,5 +135,72 @@ fn tumbling_windows_give_one_final_count_each_and_survive_a_restart() {
         finals(&counts),
         after.iter().map(|(k, n)| (k.clone(), vec![*n])).collect(),
         "each window exactly once, with every click of its window"
+    );
+}
+
+#[test]
+fn live_windows_close_on_the_built_in_clock_with_no_further_input() {
+    let clicks = create_topic("win-live", PARTITIONS);
+    let counts = create_topic("win-live-counts", PARTITIONS);
+    let app = unique_topic("win-live-app");
+    let b = StreamsBuilder::new(app.clone());
+    b.event_time(EventTimeOrder::new().clock(300).tick_interval_ms(50));
+    b.stream::<String, String>(&clicks.name)
+        .group_by_key()
+        .named("per-half-second")
+        .windowed_by(TimeWindows::of_size(Duration::from_millis(500)))
+        .count()
+        .to_stream()
+        .to(&counts.name);
+    let running = Runtime::new(b.build().unwrap(), RuntimeConfig::new(bootstrap()))
+        .start()
+        .unwrap();
+    // Live clicks with event times over the next 1.2 s: parked until the clock (wall time
+    // minus 300 ms) passes them, and their windows closed by the clock alone — nothing is
+    // written after them.
+    let start = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let live: Vec<(String, i64)> = (0..60i64)
+        .map(|i| (format!("u{}", i % 6), start + i * 20))
+        .collect();
+    write(&clicks.name, &live);
+    let mut windows = BTreeMap::<(String, i64), i64>::new();
+    for (user, at) in &live {
+        *windows
+            .entry((user.clone(), at - at.rem_euclid(500)))
+            .or_insert(0) += 1;
+    }
+    // Wait for the evidence: every window's final result committed.
+    let deadline = std::time::Instant::now() + DEADLINE;
+    let mut got = BTreeMap::<(String, i64), Vec<i64>>::new();
+    while got.values().map(Vec::len).sum::<usize>() < windows.len() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} of {} windows closed",
+            got.len(),
+            windows.len()
+        );
+        got = BTreeMap::new();
+        for r in read_committed(&counts) {
+            let w: Windowed<String> = serde_json::from_slice(&r.key.unwrap()).unwrap();
+            let n: i64 = serde_json::from_slice(&r.value.unwrap()).unwrap();
+            got.entry((w.key, w.start)).or_default().push(n);
+        }
+    }
+    let m = running
+        .metrics()
+        .into_iter()
+        .find(|(s, _)| *s == clicks.name)
+        .unwrap()
+        .1;
+    running.stop().unwrap();
+    assert_eq!(m.too_late, 0);
+    assert_eq!(m.late, 0);
+    assert_eq!(
+        got,
+        windows.iter().map(|(k, n)| (k.clone(), vec![*n])).collect(),
+        "each window once, closed by the clock"
     );
 }
