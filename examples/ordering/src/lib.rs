@@ -9,7 +9,9 @@
 //! - [`baseline`]: (a) a fixed event-time window, (b) timeout idleness in two layers, (c) in
 //!   one layer — honest Flink-like jobs on one rdkafka consumer per topic.
 //! - [`offsets`]: (d) offset completeness, the Parsley stage ordered by event time with the
-//!   control stream.
+//!   built-in clock (or the hand-run control stream).
+//! - [`observe`]: a `read_committed` consumer that notes when records became visible (the
+//!   clock's ticks, windowed results).
 //! - [`run`], [`measure`], [`report`]: one measured run per strategy and seed, the figures, the
 //!   table and the chart (`cargo xtask experiment`).
 //!
@@ -27,6 +29,7 @@ pub mod baseline;
 pub mod cli;
 mod error;
 pub mod measure;
+pub mod observe;
 pub mod offsets;
 pub mod plain;
 pub mod produce;

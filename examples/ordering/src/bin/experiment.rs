@@ -11,8 +11,9 @@ use anyhow::{Context, Result};
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
 use parsley_ordering::cli::{WorkloadArgs, bootstrap};
+use parsley_ordering::offsets::{self, Clock};
+use parsley_ordering::report;
 use parsley_ordering::run::{self, Strategy, StrategySettings};
-use parsley_ordering::{offsets, report};
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
 use tracing_subscriber::{EnvFilter, Layer as _};
@@ -59,9 +60,18 @@ struct Cli {
     /// (a)–(c) one event topic per seed is slow: its consumer starts within this many ms.
     #[arg(long, default_value_t = 2_000)]
     slow_start_ms: u64,
-    /// (b)–(d) control stream lag, ms.
-    #[arg(long, default_value_t = 100)]
+    /// (b)–(d) the clock's lag, ms: the baselines' processing-time source and the Parsley
+    /// stage's clock trail wall time by this much.
+    #[arg(long, default_value_t = 20)]
     lag_ms: i64,
+    /// (d) the built-in clock's tick interval, ms.
+    #[arg(long, default_value_t = 20)]
+    tick_interval_ms: i64,
+    /// (d) order the Parsley stage by the hand-run control stream (the workload's control
+    /// topic, written by a ticker every --control-interval-ms) instead of the built-in clock.
+    /// Without it no control records are written.
+    #[arg(long)]
+    ticker: bool,
     /// (d) the runtime's commit interval, ms.
     #[arg(long, default_value_t = 100)]
     commit_interval_ms: u64,
@@ -111,6 +121,31 @@ fn experiment(cli: Cli) -> Result<()> {
         .iter()
         .map(|s| Strategy::from_slug(s))
         .collect::<parsley_ordering::Result<Vec<_>>>()?;
+    let clock = if cli.ticker {
+        Clock::Ticker
+    } else {
+        Clock::BuiltIn {
+            tick_interval_ms: cli.tick_interval_ms,
+        }
+    };
+    let targets = report::Targets {
+        lag_ms: cli.lag_ms,
+        commit_interval: Duration::from_millis(cli.commit_interval_ms),
+        tick_ms: if cli.ticker {
+            cli.workload.control_interval_ms as i64
+        } else {
+            cli.tick_interval_ms
+        },
+        clock: clock.describe(),
+    };
+    // The same input for every row: with the built-in clock, no ticker writes control records.
+    let workload_config = |prefix: &str, seed: u64| {
+        let mut c = cli.workload.config(prefix, seed);
+        if !cli.ticker {
+            c.control_interval_ms = 0;
+        }
+        c
+    };
     let settings = StrategySettings {
         window_ms: cli.window_ms,
         source_idle: Duration::from_millis(cli.source_idle_ms),
@@ -120,6 +155,7 @@ fn experiment(cli: Cli) -> Result<()> {
         start_spread: Duration::from_millis(cli.start_spread_ms),
         slow_start: Duration::from_millis(cli.slow_start_ms),
         control_lag_ms: cli.lag_ms,
+        clock,
         commit_interval: Duration::from_millis(cli.commit_interval_ms),
         output: false,
         plain_reference: true,
@@ -127,7 +163,7 @@ fn experiment(cli: Cli) -> Result<()> {
     let command = std::env::args().collect::<Vec<_>>().join(" ");
     let w = &cli.workload;
     println!(
-        "Event-time ordering experiment on {bootstrap}: seeds {:?}; {} topics × {} partitions, {} products, {} history events over {} days, live {} events/s for {} s, silent partition {} ms; window {} ms; idleness {} ms (one layer), {} ms source / {} ms union (two layers), watermarks every {} ms, consumers start within {} ms, one slow topic within {} ms; control lag {} ms, commit interval {} ms",
+        "Event-time ordering experiment on {bootstrap}: seeds {:?}; {} topics × {} partitions, {} products, {} history events over {} days, live {} events/s for {} s, silent partition {} ms; window {} ms; idleness {} ms (one layer), {} ms source / {} ms union (two layers), watermarks every {} ms, consumers start within {} ms, one slow topic within {} ms; lag {} ms, {}, commit interval {} ms",
         cli.seeds,
         w.topics,
         w.partitions,
@@ -145,6 +181,7 @@ fn experiment(cli: Cli) -> Result<()> {
         cli.start_spread_ms,
         cli.slow_start_ms,
         cli.lag_ms,
+        targets.clock,
         cli.commit_interval_ms
     );
     let bar = ProgressBar::new(0);
@@ -153,7 +190,7 @@ fn experiment(cli: Cli) -> Result<()> {
             .progress_chars("=> "),
     );
     if let Some(&seed) = cli.seeds.first() {
-        let mut config = w.config("ordering-warmup", seed);
+        let mut config = workload_config("ordering-warmup", seed);
         // The history is what warms the broker; a second of live traffic is enough.
         config.live_ms = config.live_ms.min(1_000);
         for round in 1..=cli.warmup {
@@ -171,7 +208,7 @@ fn experiment(cli: Cli) -> Result<()> {
     }
     let mut outcomes = Vec::new();
     for &seed in &cli.seeds {
-        let config = w.config("ordering", seed);
+        let config = workload_config("ordering", seed);
         for &strategy in &strategies {
             let o = run::run(
                 &bootstrap,
@@ -182,10 +219,10 @@ fn experiment(cli: Cli) -> Result<()> {
                 &bar,
             )
             .with_context(|| format!("seed {seed}, {}", strategy.name()))?;
-            let latency = steady_live_latency(&o.releases);
+            let l = &o.summary.live;
             bar.suspend(|| {
                 println!(
-                    "seed {seed} {}: {} released, {:.2} % out of order, drain {:?}{}{}",
+                    "seed {seed} {}: {} released, {:.2} % out of order, drain {:?}{}; steady live hold from production avg {:.1} ms, p50 {:.1} ms, p99 {:.1} ms ({} records){}",
                     strategy.name(),
                     o.summary.records,
                     o.summary.out_of_order_pct(),
@@ -194,8 +231,19 @@ fn experiment(cli: Cli) -> Result<()> {
                         " (plain consumer {:?})",
                         p.elapsed
                     )),
-                    latency.map_or(String::new(), |(avg, p99)| format!(
-                        "; steady live end to end (release minus event time) avg {avg:.0} ms, p99 {p99} ms"
+                    l.avg_ms,
+                    l.p50_ms,
+                    l.p99_ms,
+                    l.records,
+                    o.clock.map_or(String::new(), |c| format!(
+                        "; to the releasing tick avg {:.1} ms, tick to release avg {:.1} ms (p99 {:.1}); commits every {:.1} ms (p99 {:.1}), visible {:.1} ms (p99 {:.1}) after their last tick",
+                        c.to_tick.avg_ms,
+                        c.tick_to_release.avg_ms,
+                        c.tick_to_release.p99_ms,
+                        c.commit_cycle.avg_ms,
+                        c.commit_cycle.p99_ms,
+                        c.commit_latency.avg_ms,
+                        c.commit_latency.p99_ms
                     ))
                 )
             });
@@ -203,11 +251,7 @@ fn experiment(cli: Cli) -> Result<()> {
         }
     }
     bar.finish_and_clear();
-    let table = report::markdown(
-        &outcomes,
-        cli.lag_ms,
-        Duration::from_millis(cli.commit_interval_ms),
-    );
+    let table = report::markdown(&outcomes, &targets);
     println!("\n{table}");
     std::fs::create_dir_all(&cli.out).with_context(|| format!("creating {}", cli.out.display()))?;
     let md = cli.out.join("results.md");
@@ -220,37 +264,4 @@ fn experiment(cli: Cli) -> Result<()> {
     report::chart(&outcomes, &svg)?;
     println!("wrote {} and {}", md.display(), svg.display());
     Ok(())
-}
-
-/// Release wall-clock time minus event time (the record's creation: live events are stamped
-/// with the time they are produced) of the live records produced after the last history record
-/// was released, ms: average and 99th percentile (nearest rank). Unlike the hold, it does not
-/// start when the record reached the job, so it includes the time spent getting there (and
-/// it leaves out records written during catch-up).
-fn steady_live_latency(releases: &[parsley_ordering::measure::Release]) -> Option<(f64, i64)> {
-    use parsley_ordering::workload::Phase;
-    let now = std::time::Instant::now();
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .ok()?
-        .as_millis() as i64;
-    let drained = releases
-        .iter()
-        .filter(|r| r.phase == Phase::History)
-        .map(|r| r.released)
-        .max()?;
-    let wall = |t: std::time::Instant| now_ms - now.saturating_duration_since(t).as_millis() as i64;
-    let drained_ms = wall(drained);
-    let mut ms: Vec<i64> = releases
-        .iter()
-        .filter(|r| r.phase == Phase::Live && r.event_time_ms >= drained_ms)
-        .map(|r| wall(r.released) - r.event_time_ms)
-        .collect();
-    if ms.is_empty() {
-        return None;
-    }
-    ms.sort_unstable();
-    let avg = ms.iter().sum::<i64>() as f64 / ms.len() as f64;
-    let rank = ((0.99 * ms.len() as f64).ceil() as usize).clamp(1, ms.len());
-    Some((avg, ms[rank - 1]))
 }
