@@ -12,8 +12,11 @@
 //!   built-in clock (or the hand-run control stream).
 //! - [`observe`]: a `read_committed` consumer that notes when records became visible (the
 //!   clock's ticks, windowed results).
+//! - [`windows`]: windowed counting on the same workload, closed by evidence (a Parsley DSL
+//!   pipeline) against Kafka Streams' stream time with grace, compared with a batch ground
+//!   truth.
 //! - [`run`], [`measure`], [`report`]: one measured run per strategy and seed, the figures, the
-//!   table and the chart (`cargo xtask experiment`).
+//!   tables and the chart (`cargo xtask experiment`).
 //!
 //! ```
 //! use parsley_ordering::workload::{Workload, WorkloadConfig};
@@ -35,6 +38,7 @@ pub mod plain;
 pub mod produce;
 pub mod report;
 pub mod run;
+pub mod windows;
 pub mod workload;
 
 pub use error::{Error, Result};

@@ -48,16 +48,13 @@ pub fn create_topics(admin: &Admin, workload: &Workload) -> Result<Vec<TopicInfo
         .map_err(|e| Error::runtime("creating the workload's topics", e))
 }
 
-/// A live event the broker acknowledged: when it became visible, at the latest.
+/// A live event the broker acknowledged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Acked {
     /// Product index.
     pub product: u32,
     /// Event time (= when it was produced), ms since the epoch.
     pub event_time_ms: i64,
-    /// When its acknowledgement reached the producer: the record was in the log (visible to a
-    /// consumer) by then.
-    pub at: Instant,
 }
 
 /// Counts the records the broker did not acknowledge; logs the live events it did, if asked.
@@ -84,7 +81,6 @@ impl ProducerContext for Acks {
             }
             Ok(m) => {
                 let Some(log) = &self.live else { return };
-                let at = Instant::now();
                 let live = m
                     .payload()
                     .and_then(|v| EventValue::decode(v).ok())
@@ -97,7 +93,6 @@ impl ProducerContext for Acks {
                     log.push(Acked {
                         product,
                         event_time_ms,
-                        at,
                     });
                 }
             }

@@ -14,6 +14,7 @@ use parsley_ordering::cli::{WorkloadArgs, bootstrap};
 use parsley_ordering::offsets::{self, Clock};
 use parsley_ordering::report;
 use parsley_ordering::run::{self, Strategy, StrategySettings};
+use parsley_ordering::windows::run::{self as windows_run, WindowMethod, WindowSettings};
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
 use tracing_subscriber::{EnvFilter, Layer as _};
@@ -86,6 +87,24 @@ struct Cli {
     /// (`perf record -a`), on a two-core machine the stage shares. 0: none.
     #[arg(long, default_value_t = 2)]
     warmup: u32,
+    /// Windowed counting, comma-separated (evidence: the Parsley DSL pipeline closed by its
+    /// watermark; stream-time: Kafka Streams' stream time with grace, one row per grace;
+    /// none: skip).
+    #[arg(long, value_delimiter = ',', default_value = "evidence,stream-time")]
+    windows: Vec<String>,
+    /// Windowed counting: tumbling window size, ms.
+    #[arg(long, default_value_t = 1_000)]
+    window_size_ms: i64,
+    /// Stream time: graces, ms, comma-separated (one row each, on one record sequence).
+    #[arg(long, value_delimiter = ',', default_value = "0,2000")]
+    graces_ms: Vec<i64>,
+    /// Stream time: Kafka Streams' `max.task.idle.ms` (0, the default: wait for partitions
+    /// whose lag is unknown or above 0; -1: never wait).
+    #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
+    task_idle_ms: i64,
+    /// Windowed counting: skip the replay over everything written.
+    #[arg(long)]
+    no_replay: bool,
     /// Where the table and the chart go.
     #[arg(long, default_value = "target/experiment")]
     out: PathBuf,
@@ -116,11 +135,29 @@ fn experiment(cli: Cli) -> Result<()> {
     let bootstrap = bootstrap(cli.bootstrap.clone()).context(
         "no broker: pass --bootstrap, set PARSLEY_BOOTSTRAP or run `cargo xtask experiment`",
     )?;
-    let strategies = cli
-        .strategies
+    let named = |list: &[String]| -> Vec<String> {
+        list.iter()
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty() && s != "none")
+            .collect()
+    };
+    let strategies = named(&cli.strategies)
         .iter()
         .map(|s| Strategy::from_slug(s))
         .collect::<parsley_ordering::Result<Vec<_>>>()?;
+    let window_methods = named(&cli.windows)
+        .iter()
+        .map(|s| WindowMethod::from_slug(s))
+        .collect::<parsley_ordering::Result<Vec<_>>>()?;
+    let window_settings = WindowSettings {
+        size_ms: cli.window_size_ms,
+        graces_ms: cli.graces_ms.clone(),
+        task_idle_ms: cli.task_idle_ms,
+        lag_ms: cli.lag_ms,
+        tick_interval_ms: cli.tick_interval_ms,
+        commit_interval: Duration::from_millis(cli.commit_interval_ms),
+        replay: !cli.no_replay,
+    };
     let clock = if cli.ticker {
         Clock::Ticker
     } else {
@@ -207,6 +244,7 @@ fn experiment(cli: Cli) -> Result<()> {
         }
     }
     let mut outcomes = Vec::new();
+    let mut window_rows = Vec::new();
     for &seed in &cli.seeds {
         let config = workload_config("ordering", seed);
         for &strategy in &strategies {
@@ -249,9 +287,53 @@ fn experiment(cli: Cli) -> Result<()> {
             });
             outcomes.push(o);
         }
+        for &method in &window_methods {
+            let rows = windows_run::run(
+                &bootstrap,
+                &config,
+                method,
+                &window_settings,
+                Duration::from_millis(cli.grace_ms),
+                &bar,
+            )
+            .with_context(|| format!("seed {seed}, windows {}", method.slug()))?;
+            for r in &rows {
+                let f = &r.live.figures;
+                bar.suspend(|| {
+                    println!(
+                        "seed {seed} windows, {}: {} windows, {} differ after startup and live ({} left out as late); catch-up final after avg {:.0} ms; steady live windows final after avg {:.1} ms / p50 {:.1} ms / p99 {:.1} ms ({} windows; emitted after avg {:.1} ms){}",
+                        r.name,
+                        f.windows,
+                        f.differing(),
+                        r.live.dropped,
+                        f.catch_up_final.avg_ms,
+                        f.live_final.avg_ms,
+                        f.live_final.p50_ms,
+                        f.live_final.p99_ms,
+                        f.live_final.records,
+                        f.live_emitted.avg_ms,
+                        r.replay.map_or(String::new(), |p| format!(
+                            "; replay: {} differ, final after avg {:.0} ms / p99 {:.0} ms",
+                            p.figures.differing(),
+                            p.figures.catch_up_final.avg_ms,
+                            p.figures.catch_up_final.p99_ms
+                        ))
+                    )
+                });
+            }
+            window_rows.extend(rows);
+        }
     }
     bar.finish_and_clear();
-    let table = report::markdown(&outcomes, &targets);
+    let mut table = if outcomes.is_empty() {
+        String::new()
+    } else {
+        report::markdown(&outcomes, &targets)
+    };
+    if !window_rows.is_empty() {
+        table.push('\n');
+        table.push_str(&report::windows_markdown(&window_rows, &window_settings));
+    }
     println!("\n{table}");
     std::fs::create_dir_all(&cli.out).with_context(|| format!("creating {}", cli.out.display()))?;
     let md = cli.out.join("results.md");
@@ -261,7 +343,7 @@ fn experiment(cli: Cli) -> Result<()> {
         "# Event-time ordering experiment\n\n`{command}`\n\n{table}"
     )?;
     let svg = cli.out.join("results.svg");
-    report::chart(&outcomes, &svg)?;
+    report::chart(&outcomes, &window_rows, &svg)?;
     println!("wrote {} and {}", md.display(), svg.display());
     Ok(())
 }
