@@ -31,7 +31,7 @@ struct Cli {
     #[arg(long, value_delimiter = ',', default_value = "1,2,3")]
     seeds: Vec<u64>,
     /// Strategies, comma-separated (window, two-layer, one-layer, offsets, and arrival: the
-    /// Parsley stage without event-time ordering, as a reference).
+    /// Parsley stage without event-time ordering, as a reference; none: skip).
     #[arg(
         long,
         value_delimiter = ',',
@@ -76,7 +76,8 @@ struct Cli {
     /// (d) the runtime's commit interval, ms.
     #[arg(long, default_value_t = 100)]
     commit_interval_ms: u64,
-    /// How long a run waits for held records after the live events end, ms.
+    /// How long a run waits for held records after the live events end, ms; a windows phase
+    /// that makes no progress for this long ends there.
     #[arg(long, default_value_t = 3_000)]
     grace_ms: u64,
     /// Warm-up runs before the measured ones, not reported: offset completeness (with its
