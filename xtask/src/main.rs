@@ -9,8 +9,9 @@
 //! - `chaos`: the inventory stages as processes under injected faults, checked by the oracle;
 //! - `experiment`: starts the broker if none, runs the event-time ordering experiment (a fixed
 //!   window, timeout idleness in two layers and in one, offset completeness, on the same
-//!   generated input per seed; release build), prints its table and writes it with a chart
-//!   under `target/experiment/`, stops what it started;
+//!   generated input per seed; then windowed counting closed by evidence against stream time;
+//!   release build), prints its tables and writes them with a chart under
+//!   `target/experiment/`, stops what it started;
 //! - `bench e2e`: starts the broker if none, runs the end-to-end benchmark (a raw
 //!   transactional loop against a Parsley pass-through stage, release build) and prints its
 //!   table, stops what it started;
@@ -84,7 +85,9 @@ enum Cmd {
     },
     /// The event-time ordering experiment (DESIGN.md §5) on the local broker (started if none
     /// is running): the same generated input through a fixed window, timeout idleness in two
-    /// layers and in one, and offset completeness; table and chart under `target/experiment/`.
+    /// layers and in one, and offset completeness with the built-in clock; then windowed
+    /// counting closed by evidence against stream time with grace, against a batch ground
+    /// truth; tables and chart under `target/experiment/`.
     Experiment {
         /// Generator seeds, comma-separated (default: 1,2,3).
         #[arg(long)]

@@ -28,7 +28,8 @@ pub struct WorkloadArgs {
     /// Seconds of live events.
     #[arg(long, default_value_t = 30.0)]
     pub live_secs: f64,
-    /// A control record per control partition every this many ms.
+    /// A control record per control partition every this many ms: the hand-run ticker of a
+    /// stage ordered by a control stream (`experiment` writes none unless `--ticker`; 0: none).
     #[arg(long, default_value_t = 20)]
     pub control_interval_ms: u64,
     /// Partition 0 of the first event topic has no history and gets live events only this

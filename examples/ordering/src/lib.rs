@@ -9,9 +9,14 @@
 //! - [`baseline`]: (a) a fixed event-time window, (b) timeout idleness in two layers, (c) in
 //!   one layer — honest Flink-like jobs on one rdkafka consumer per topic.
 //! - [`offsets`]: (d) offset completeness, the Parsley stage ordered by event time with the
-//!   control stream.
+//!   built-in clock (or the hand-run control stream).
+//! - [`observe`]: a `read_committed` consumer that notes when records became visible (the
+//!   clock's ticks, windowed results).
+//! - [`windows`]: windowed counting on the same workload, closed by evidence (a Parsley DSL
+//!   pipeline) against Kafka Streams' stream time with grace, compared with a batch ground
+//!   truth.
 //! - [`run`], [`measure`], [`report`]: one measured run per strategy and seed, the figures, the
-//!   table and the chart (`cargo xtask experiment`).
+//!   tables and the chart (`cargo xtask experiment`).
 //!
 //! ```
 //! use parsley_ordering::workload::{Workload, WorkloadConfig};
@@ -27,11 +32,13 @@ pub mod baseline;
 pub mod cli;
 mod error;
 pub mod measure;
+pub mod observe;
 pub mod offsets;
 pub mod plain;
 pub mod produce;
 pub mod report;
 pub mod run;
+pub mod windows;
 pub mod workload;
 
 pub use error::{Error, Result};

@@ -1,6 +1,8 @@
 //! Offset completeness: the Parsley runtime stage with
-//! [`order_by_event_time`](parsley_stage::StageBuilder::order_by_event_time) and the control
-//! stream (DESIGN.md §5), measured without touching the runtime.
+//! [`order_by_event_time`](parsley_stage::StageBuilder::order_by_event_time) (DESIGN.md §5) and
+//! its live clock — the built-in clock ([`Clock::BuiltIn`]: the runtime writes and reads its
+//! own ticks) or the hand-run control stream ([`Clock::Ticker`]: the workload's control topic,
+//! written by the live traffic's ticker) — measured without touching the runtime.
 //!
 //! - **Release** is the handler call: the stage's handler, [`Tap`], reports each event it is
 //!   handed (and, for tests, forwards it to an output topic, so the committed output is the
@@ -184,10 +186,11 @@ where
 }
 
 /// The stage's handler: reports each released event to the run and, if `output` is set,
-/// forwards it there unchanged. Control records are passed by.
+/// forwards it there unchanged. Control records (with a hand-run ticker) are passed by.
 #[derive(Debug)]
 pub struct Tap {
-    control: String,
+    /// The hand-run control topic, if the stage reads one.
+    control: Option<String>,
     /// Shared with each emission (no allocation per record).
     output: Option<Arc<str>>,
     out: Sender<Release>,
@@ -208,7 +211,7 @@ impl Handler for Tap {
         let mut j = journal()
             .lock()
             .map_err(|_| "the delivery journal is poisoned")?;
-        if r.topic == self.control {
+        if self.control.as_deref() == Some(r.topic) {
             j.remove(r.topic, r.partition, r.offset);
             return Ok(Step::none());
         }
@@ -241,13 +244,43 @@ impl Handler for Tap {
     }
 }
 
+/// What moves the stage's clock once its inputs are live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Clock {
+    /// The runtime's built-in clock (`EventTimeOrder::clock`): each task writes a tick to its
+    /// partition of the stage's clock topic every `tick_interval_ms`, in its transaction. No
+    /// ticker process, no control topic among the sources.
+    BuiltIn {
+        /// The tick interval, ms.
+        tick_interval_ms: i64,
+    },
+    /// The hand-run control stream (`EventTimeOrder::control`): the workload's control topic,
+    /// a source of the stage, ticked by the live traffic's writer.
+    Ticker,
+}
+
+impl Clock {
+    /// How it reads in the table and the log.
+    pub fn describe(&self) -> String {
+        match self {
+            Clock::BuiltIn { tick_interval_ms } => {
+                format!("built-in clock, a tick every {tick_interval_ms} ms")
+            }
+            Clock::Ticker => "hand-run control stream".to_string(),
+        }
+    }
+}
+
 /// Settings of the offset-completeness run.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OffsetsSettings {
     /// Order by event time (offset completeness); `false`: the same stage in arrival order,
     /// the reference row that shows what ordering costs.
     pub event_time: bool,
-    /// The control stream's lag, ms.
+    /// The live clock.
+    pub clock: Clock,
+    /// The clock's lag, ms: live records wait until processing time passes their event time
+    /// by this much.
     pub lag_ms: i64,
     /// The runtime's commit interval.
     pub commit_interval: Duration,
@@ -255,8 +288,17 @@ pub struct OffsetsSettings {
     pub output: Option<String>,
 }
 
-/// The topology: one stage reading every topic of `workload`, ordered by event time with the
-/// control topic as control stream (or, with `settings.event_time` off, in arrival order).
+/// The topics the stage reads: the event topics, and the control topic with a hand-run
+/// ticker.
+pub fn sources(workload: &Workload, clock: Clock) -> Vec<String> {
+    match clock {
+        Clock::BuiltIn { .. } => workload.event_topics(),
+        Clock::Ticker => workload.topics(),
+    }
+}
+
+/// The topology: one stage reading [`sources`], ordered by event time with `settings.clock`
+/// (or, with `settings.event_time` off, in arrival order).
 ///
 /// # Errors
 /// [`Error::Config`] when the topology does not validate.
@@ -268,20 +310,28 @@ pub fn topology(
 ) -> Result<Topology> {
     let control = workload.control_topic();
     let tap = Tap {
-        control: control.clone(),
+        control: (settings.clock == Clock::Ticker).then(|| control.clone()),
         output: settings.output.as_deref().map(Arc::from),
         out,
     };
+    let order = match settings.clock {
+        Clock::BuiltIn { tick_interval_ms } => EventTimeOrder::new()
+            .clock(settings.lag_ms)
+            .tick_interval_ms(tick_interval_ms),
+        Clock::Ticker => EventTimeOrder::new().control(&control, settings.lag_ms),
+    };
     Topology::builder(application)
         .stage(STAGE, tap, |s| {
-            let s = workload.topics().iter().fold(s, |s, t| s.source(t));
+            let s = sources(workload, settings.clock)
+                .iter()
+                .fold(s, |s, t| s.source(t));
             let s = match &settings.output {
                 Some(o) => s.sink(o),
                 None => s,
             };
             let s = s.key_codec(Utf8).value_codec(Utf8).output_codec(Utf8);
             if settings.event_time {
-                s.order_by_event_time(EventTimeOrder::new().control(&control, settings.lag_ms))
+                s.order_by_event_time(order)
             } else {
                 s
             }

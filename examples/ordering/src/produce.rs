@@ -14,12 +14,13 @@ use rand::rngs::StdRng;
 use rdkafka::ClientConfig;
 use rdkafka::client::ClientContext;
 use rdkafka::error::KafkaError;
+use rdkafka::message::Message;
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
 use rdkafka::types::RDKafkaErrorCode;
 use tracing::debug;
 
 use crate::error::{Error, Result};
-use crate::workload::{EventValue, History, Phase, Workload, product_key};
+use crate::workload::{EventValue, History, Phase, Workload, parse_product, product_key};
 
 /// Deadline of a producer flush.
 const FLUSH_DEADLINE: Duration = Duration::from_secs(60);
@@ -47,11 +48,22 @@ pub fn create_topics(admin: &Admin, workload: &Workload) -> Result<Vec<TopicInfo
         .map_err(|e| Error::runtime("creating the workload's topics", e))
 }
 
-/// Counts the records the broker did not acknowledge.
+/// A live event the broker acknowledged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Acked {
+    /// Product index.
+    pub product: u32,
+    /// Event time (= when it was produced), ms since the epoch.
+    pub event_time_ms: i64,
+}
+
+/// Counts the records the broker did not acknowledge; logs the live events it did, if asked.
 #[derive(Default)]
 struct Acks {
     failed: AtomicU64,
     first: Mutex<Option<String>>,
+    /// `Some`: every acknowledged live event is logged here.
+    live: Option<Mutex<Vec<Acked>>>,
 }
 
 impl ClientContext for Acks {}
@@ -60,10 +72,29 @@ impl ProducerContext for Acks {
     type DeliveryOpaque = ();
 
     fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
-        if let Err((e, _)) = result {
-            self.failed.fetch_add(1, Ordering::Relaxed);
-            if let Ok(mut first) = self.first.lock() {
-                first.get_or_insert_with(|| e.to_string());
+        match result {
+            Err((e, _)) => {
+                self.failed.fetch_add(1, Ordering::Relaxed);
+                if let Ok(mut first) = self.first.lock() {
+                    first.get_or_insert_with(|| e.to_string());
+                }
+            }
+            Ok(m) => {
+                let Some(log) = &self.live else { return };
+                let live = m
+                    .payload()
+                    .and_then(|v| EventValue::decode(v).ok())
+                    .is_some_and(|v| v.phase == Phase::Live);
+                let product = m.key().and_then(|k| parse_product(k).ok());
+                if let (true, Some(product), Some(event_time_ms)) =
+                    (live, product, m.timestamp().to_millis())
+                    && let Ok(mut log) = log.lock()
+                {
+                    log.push(Acked {
+                        product,
+                        event_time_ms,
+                    });
+                }
             }
         }
     }
@@ -76,7 +107,7 @@ struct Writer {
 }
 
 impl Writer {
-    fn new(bootstrap: &str, what: &'static str, linger_ms: u32) -> Result<Self> {
+    fn new(bootstrap: &str, what: &'static str, linger_ms: u32, log_live: bool) -> Result<Self> {
         let producer = ClientConfig::new()
             .set("bootstrap.servers", bootstrap)
             // The Java client's partitioner, which the workload's product partitions and the
@@ -85,7 +116,10 @@ impl Writer {
             .set("enable.idempotence", "true")
             .set("linger.ms", linger_ms.to_string())
             .set("queue.buffering.max.messages", "200000")
-            .create_with_context(Acks::default())
+            .create_with_context(Acks {
+                live: log_live.then(Mutex::default),
+                ..Acks::default()
+            })
             .map_err(|e| Error::kafka(format!("creating the {what} producer"), e))?;
         Ok(Writer { producer, what })
     }
@@ -146,7 +180,7 @@ pub fn write_history(
     history: &History,
     bar: &ProgressBar,
 ) -> Result<()> {
-    let writer = Writer::new(bootstrap, "history", 20)?;
+    let writer = Writer::new(bootstrap, "history", 20, false)?;
     let topics = workload.event_topics();
     let control = workload.control_topic();
     let now = now_ms();
@@ -194,16 +228,18 @@ impl LiveProgress {
 }
 
 /// What live traffic wrote.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct LiveSummary {
     /// Live events.
     pub records: u64,
     /// Control records.
     pub control_records: u64,
+    /// Every live event the broker acknowledged, in acknowledgement order.
+    pub acked: Vec<Acked>,
 }
 
 /// Live traffic on its own thread: `live_rate` events per second for `live_ms` (event time =
-/// now), then control records only, until [`LiveTraffic::stop`].
+/// now), then control records only (if any), until [`LiveTraffic::stop`].
 pub struct LiveTraffic {
     progress: Arc<LiveProgress>,
     stop: Arc<AtomicBool>,
@@ -218,7 +254,7 @@ impl LiveTraffic {
     /// [`Error::Kafka`] when the producer cannot be created, [`Error::Worker`] when the thread
     /// cannot be spawned.
     pub fn start(bootstrap: &str, workload: &Workload, history: &History) -> Result<Self> {
-        let writer = Writer::new(bootstrap, "live", 1)?;
+        let writer = Writer::new(bootstrap, "live", 1, true)?;
         let progress = Arc::new(LiveProgress::default());
         let stop = Arc::new(AtomicBool::new(false));
         let (p, s, w) = (progress.clone(), stop.clone(), workload.clone());
@@ -283,9 +319,15 @@ fn live(
     let control = workload.control_topic();
     let total = u64::from(c.live_rate) * c.live_ms / 1000;
     let per_partition: Vec<Vec<u32>> = (0..c.partitions).map(|p| workload.products_of(p)).collect();
-    let tick = Duration::from_millis(c.control_interval_ms);
+    // No hand-run ticker: the next tick never comes.
+    let ticker = c.control_interval_ms > 0;
+    let tick = Duration::from_millis(c.control_interval_ms.max(1));
     let started = Instant::now();
-    let mut next_tick = started;
+    let mut next_tick = if ticker {
+        started
+    } else {
+        started + Duration::from_secs(86_400 * 365)
+    };
     let mut summary = LiveSummary::default();
     let mut records_done = total == 0;
     if records_done {
@@ -349,5 +391,10 @@ fn live(
         }
     }
     writer.finish()?;
+    if let Some(log) = &writer.producer.context().live {
+        summary.acked = std::mem::take(&mut *log.lock().map_err(|_| {
+            Error::Worker("live-traffic: the acknowledgement log is poisoned".into())
+        })?);
+    }
     Ok(summary)
 }

@@ -13,8 +13,9 @@ use tracing::{info, warn};
 
 use crate::baseline::{BaselineSettings, Job, Mechanism};
 use crate::error::{Error, Result};
-use crate::measure::{Release, Summary};
-use crate::offsets::{self, OffsetsSettings};
+use crate::measure::{Anchor, ClockBreakdown, Release, Summary, TickSeen};
+use crate::observe::Observer;
+use crate::offsets::{self, Clock, OffsetsSettings};
 use crate::plain::{self, PlainDrain};
 use crate::produce::{self, LiveTraffic};
 use crate::workload::{History, Workload, WorkloadConfig};
@@ -105,8 +106,11 @@ pub struct StrategySettings {
     /// (a)–(c): one event topic per seed is slow to start: its delay is drawn from
     /// `[0, slow_start]`.
     pub slow_start: Duration,
-    /// (b)–(d): the control stream's lag, ms.
+    /// (b)–(d): the clock's lag, ms (the baselines' processing-time source and the Parsley
+    /// stage's clock).
     pub control_lag_ms: i64,
+    /// (d): the Parsley stage's live clock.
+    pub clock: Clock,
     /// (d): the runtime's commit interval.
     pub commit_interval: Duration,
     /// (d): forward released events to an output topic (tests read it back).
@@ -118,7 +122,8 @@ pub struct StrategySettings {
 impl Default for StrategySettings {
     /// Window 5 s; idleness 1 s per partition (one layer and the two-layer source), 500 ms
     /// per topic at the union; watermarks every 200 ms (Flink's default); consumers start
-    /// within 300 ms, one slow topic within 2 s; control lag 100 ms; commit interval 100 ms.
+    /// within 300 ms, one slow topic within 2 s; lag 20 ms; the built-in clock ticking every
+    /// 20 ms; commit interval 100 ms.
     fn default() -> Self {
         StrategySettings {
             window_ms: 5_000,
@@ -128,7 +133,10 @@ impl Default for StrategySettings {
             watermark_interval: Duration::from_millis(200),
             start_spread: Duration::from_millis(300),
             slow_start: Duration::from_millis(2_000),
-            control_lag_ms: 100,
+            control_lag_ms: 20,
+            clock: Clock::BuiltIn {
+                tick_interval_ms: 20,
+            },
             commit_interval: Duration::from_millis(100),
             output: false,
             plain_reference: true,
@@ -161,6 +169,8 @@ pub struct RunOutcome {
     /// Offset completeness: the runtime's violation counter (records that arrived with an
     /// event time below their task's watermark).
     pub late: Option<u64>,
+    /// Offset completeness with the built-in clock: where the steady live hold went.
+    pub clock: Option<ClockBreakdown>,
 }
 
 /// The per-topic start delays of seed `seed`, in [`Workload::topics`] order: every consumer
@@ -242,6 +252,12 @@ fn measure(
     cleanup: &mut Vec<String>,
 ) -> Result<RunOutcome> {
     let c = workload.config();
+    if settings.clock == Clock::Ticker && c.control_interval_ms == 0 {
+        return Err(Error::config(
+            "control_interval_ms",
+            "the hand-run control stream needs a ticker: a control interval above 0",
+        ));
+    }
     let history = workload.history(produce::now_ms());
     bar.set_length(history.events.len() as u64);
     bar.set_position(0);
@@ -260,7 +276,7 @@ fn measure(
         let p = plain::drain(
             bootstrap,
             admin,
-            &workload.topics(),
+            &offsets::sources(workload, settings.clock),
             c.partitions,
             &format!("{}.plain", c.prefix),
         )?;
@@ -271,13 +287,14 @@ fn measure(
     let (tx, rx) = std::sync::mpsc::channel();
     let delays = start_delays(c.seed, workload, settings.start_spread, settings.slow_start);
     let mut output = None;
-    let start = Instant::now();
+    let anchor = Anchor::now();
     info!(
         strategy = strategy.name(),
         seed = c.seed,
         "run started: the drain is timed from here"
     );
     let mut late = None;
+    let mut ticks = None;
     let (releases, live) = match strategy {
         Strategy::Offsets | Strategy::Arrival => {
             let out_topic = settings.output.then(|| format!("{}.released", c.prefix));
@@ -290,6 +307,7 @@ fn measure(
             let application = format!("{}-app", c.prefix);
             let o = OffsetsSettings {
                 event_time: strategy == Strategy::Offsets,
+                clock: settings.clock,
                 lag_ms: settings.control_lag_ms,
                 commit_interval: settings.commit_interval,
                 output: out_topic.clone(),
@@ -300,6 +318,19 @@ fn measure(
                 cleanup.push(changelog_topic(&stage.group_id(&application)));
             }
             let running = offsets::start(bootstrap, topology, &o)?;
+            // The clock's ticks, as a `read_committed` consumer sees them commit.
+            let observer = match (strategy, settings.clock) {
+                (Strategy::Offsets, Clock::BuiltIn { .. }) => {
+                    let topic = parsley_stage::clock_topic(&application, offsets::STAGE);
+                    cleanup.push(topic.clone());
+                    Some(Observer::start(
+                        bootstrap,
+                        &[(topic, c.partitions)],
+                        Box::new(|_, _| Some(())),
+                    )?)
+                }
+                _ => None,
+            };
             let live = LiveTraffic::start(bootstrap, workload, &history)?;
             let label = format!("seed {}: {}", c.seed, strategy.name());
             let collected = collect(&rx, &history, &live, grace, bar, || {
@@ -313,6 +344,18 @@ fn measure(
             let stopped = running
                 .stop()
                 .map_err(|e| Error::runtime("stopping the offset-completeness stage", e));
+            if let Some(o) = observer {
+                ticks = Some(
+                    o.stop()?
+                        .into_iter()
+                        .map(|t| TickSeen {
+                            partition: t.partition,
+                            timestamp_ms: t.timestamp,
+                            visible: t.at,
+                        })
+                        .collect::<Vec<_>>(),
+                );
+            }
             let summary = live.stop()?;
             let mut releases = collected?;
             late = stopped?.iter().map(|(_, m)| m.late).reduce(|a, b| a + b);
@@ -351,7 +394,17 @@ fn measure(
         }
     };
     let history_records = history.events.len() as u64;
-    let summary = Summary::of(&releases, start, history_records, live.records);
+    let summary = Summary::of(&releases, anchor, history_records, live.records);
+    let clock = ticks.zip(summary.history_drain).map(|(ticks, drain)| {
+        ClockBreakdown::of(
+            &releases,
+            &ticks,
+            anchor,
+            anchor.instant + drain,
+            settings.control_lag_ms,
+            |p| workload.partition_of(p),
+        )
+    });
     Ok(RunOutcome {
         strategy,
         seed: c.seed,
@@ -367,6 +420,7 @@ fn measure(
         output,
         releases,
         late,
+        clock,
     })
 }
 

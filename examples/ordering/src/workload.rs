@@ -17,8 +17,8 @@
 //!   topics, chosen by seeded weights per (topic, partition), so partitions have different
 //!   lengths.
 //! - **Live**: after the history, `live_rate` events per second for `live_ms`, event time =
-//!   the time of writing, and a control record per control partition every
-//!   `control_interval_ms`.
+//!   the time of writing, and (with a hand-run ticker, `control_interval_ms > 0`) a control
+//!   record per control partition every `control_interval_ms`.
 //! - **A silent partition**: one (topic, partition) has no history and receives live events
 //!   only `silent_ms` after live traffic starts (the events of its products go to the other
 //!   topics meanwhile, so no product's order is disturbed).
@@ -53,7 +53,9 @@ pub struct WorkloadConfig {
     pub live_rate: u32,
     /// How long live events are written, ms.
     pub live_ms: u64,
-    /// A control record is written to every control partition this often, ms.
+    /// A control record is written to every control partition this often, ms: the hand-run
+    /// ticker of a stage ordered by a control stream. 0: none (a stage with the built-in clock
+    /// needs no ticker; the baselines' processing-time source reads none either).
     pub control_interval_ms: u64,
     /// The silent partition, if any.
     pub silent: Option<Silent>,
@@ -223,9 +225,6 @@ impl Workload {
         }
         if !(0.0..1.0).contains(&config.skew) {
             return Err(Error::config("skew", "must be in [0, 1)"));
-        }
-        if config.control_interval_ms == 0 {
-            return Err(Error::config("control_interval_ms", "must be positive"));
         }
         if let Some(s) = config.silent {
             if s.topic >= config.event_topics || !(0..config.partitions).contains(&s.partition) {
