@@ -16,7 +16,8 @@
 //! 2. the stages that feed it — the stages writing the topic, the stages writing their
 //!    sources, and so on — are taken one after the other, upstream first. For each, the last
 //!    stable offsets of its sources are read when its turn comes (for the first, at task
-//!    start), and the channel waits until that stage's consumer group has **committed** them:
+//!    start; for one whose sources do not exist yet, once they do), and the channel waits
+//!    until that stage's consumer group has **committed** them:
 //!    EOS commits a stage's outputs with its input offsets, so everything that stage writes for
 //!    that history is then in the topic (a stage that orders by event time may still hold
 //!    parked records: their outputs come later, as live records);
@@ -50,7 +51,7 @@ use super::context::FedByStages;
 use crate::admin::Admin;
 use crate::caught_up::StageProgress;
 use crate::config::RuntimeConfig;
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// The stages that feed each source of `stage` that other stages of `topology` write: per
 /// such source, the stages writing it and, transitively, those writing their sources, ordered
@@ -123,8 +124,19 @@ struct Waiting {
     topic: String,
     /// The stage it waits for now: an index into its chain.
     step: usize,
-    /// What that stage must commit: `(topic, partition, offset)`.
-    targets: Vec<(String, i32, i64)>,
+    /// What that stage must commit: `(topic, partition, offset)`; `None` until its sources
+    /// exist (an internal topic is created when a stage touching it starts).
+    targets: Option<Vec<(String, i32, i64)>>,
+}
+
+/// The last stable offsets of `reader`'s stage's sources, read now; `None` while one of them
+/// does not exist yet.
+fn targets_of(reader: &StageProgress, admin: &Admin) -> Result<Option<Vec<(String, i32, i64)>>> {
+    match reader.stable_ends(admin) {
+        Ok(ends) => Ok(Some(ends)),
+        Err(Error::UnknownTopic { .. }) => Ok(None),
+        Err(e) => Err(e),
+    }
 }
 
 /// The feeding stages of a stage's inputs and the channels waiting for them (module docs).
@@ -193,7 +205,7 @@ impl Upstreams {
         let Some((chain, _)) = self.chains.get(topic) else {
             return Ok(());
         };
-        let targets = self.readers[chain[0]].stable_ends(admin)?;
+        let targets = targets_of(&self.readers[chain[0]], admin)?;
         info!(
             topic,
             partition = channel.partition,
@@ -228,14 +240,22 @@ impl Upstreams {
         let mut done = Vec::new();
         for (channel, w) in &mut self.waiting {
             let chain = &self.chains[&w.topic].0;
-            while self.readers[chain[w.step]].reached(&w.targets, timeout)? {
+            loop {
+                let reader = &self.readers[chain[w.step]];
+                if w.targets.is_none() {
+                    w.targets = targets_of(reader, admin)?;
+                }
+                let Some(targets) = &w.targets else {
+                    break; // its sources do not exist yet
+                };
+                if !reader.reached(targets, timeout)? {
+                    break;
+                }
                 w.step += 1;
-                match chain.get(w.step) {
-                    Some(&next) => w.targets = self.readers[next].stable_ends(admin)?,
-                    None => {
-                        done.push((*channel, w.topic.clone()));
-                        break;
-                    }
+                w.targets = None;
+                if w.step == chain.len() {
+                    done.push((*channel, w.topic.clone()));
+                    break;
                 }
             }
         }
