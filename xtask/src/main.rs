@@ -18,12 +18,17 @@
 //! - `compare`: starts the broker if none, runs the word count and shop pipelines in Kafka
 //!   Streams and in Parsley on the same generated input and compares the final value of every
 //!   key with each other and with the answer the inputs give (see [`compare`]), stops what it
-//!   started.
+//!   started;
+//! - `replay`: starts the broker if none, runs the shop's revenue per customer and hour live
+//!   while its input is written, then replays it under fresh application ids with randomized
+//!   fetch sizes and compares every output key's values with the live run's (see [`replay`]),
+//!   stops what it started.
 //!
 //! Missing Java or Maven are installed from Debian's packages when running as root on a
 //! Debian-like machine; elsewhere the error says what to install.
 
 mod compare;
+mod replay;
 
 use std::process::{Command, ExitCode};
 
@@ -117,6 +122,11 @@ enum Cmd {
     /// input (local broker, started if none is running) and compare the final value of every
     /// key with each other and with the answer computed from the inputs.
     Compare(compare::CompareArgs),
+    /// "Replay equals live": run the shop's revenue per customer and hour live while its input
+    /// is written, replay the input N times under fresh application ids with randomized fetch
+    /// sizes, and compare every output key's sequence of values with the live run's (local
+    /// broker, started if none is running).
+    Replay(replay::ReplayArgs),
     /// Format check, clippy (warnings denied) and every workspace test on the local broker.
     Test {
         /// Leave a broker this command started running afterwards.
@@ -294,6 +304,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             keep_broker,
         ),
         Cmd::Compare(args) => compare::run(args),
+        Cmd::Replay(args) => replay::run(args),
         Cmd::Test { keep_broker } => with_broker(keep_broker, |bootstrap| {
             let steps: [(&str, &[&str]); 4] = [
                 ("cargo fmt --check", &["fmt", "--all", "--", "--check"]),

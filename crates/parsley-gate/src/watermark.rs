@@ -44,6 +44,13 @@
 //!   partition in event-time order). A channel that breaks this has its lower records counted
 //!   as late; no interleaving of channels can make a record late otherwise while its channel
 //!   is still reading history.
+//! - Except for an **unordered** input ([`WatermarkTracker::unordered`]): one written by
+//!   several writers, such as a topic another stage writes from all its tasks, whose event
+//!   times interleave within a partition. Its delivered maximum bounds nothing while it reads
+//!   history, so it **holds the watermark while it is catching up** (it contributes the lowest
+//!   value, as an input with nothing delivered does) and counts like any other input once it
+//!   is caught up: its history is parked whole and released in event-time order when it is
+//!   read to its startup end.
 //! - The head condition uses the frontier, like caught up: `F + 1 >= LSO` means every record
 //!   the last fetch response reported is delivered, not merely returned by a poll.
 //!
@@ -87,6 +94,9 @@ struct Input {
     /// Event times delivered above the frontier (look-ahead deliveries, and deliveries the
     /// frontier reading has not passed yet): offset → event time. Every key is `> frontier`.
     above: Above,
+    /// Written by several writers: holds the watermark while catching up
+    /// ([`WatermarkTracker::unordered`]).
+    unordered: bool,
 }
 
 /// Event times by offset, ascending and unique by offset. Deliveries come in offset order
@@ -284,6 +294,21 @@ impl WatermarkTracker {
         Ok(())
     }
 
+    /// Marks `channel` as **unordered** (module docs: assumptions): its event times may
+    /// decrease within the channel because several writers interleave in it (a topic written
+    /// by another stage's tasks). While it is not caught up it holds the watermark, whatever
+    /// it has delivered; once caught up it counts like any other input. Not part of the
+    /// snapshot: the runtime marks the channel again when it starts the task.
+    ///
+    /// # Errors
+    /// [`GateError::NotConsumed`].
+    pub fn unordered(&mut self, channel: Channel) -> Result<(), GateError> {
+        let i = self.catch_up.index(&channel)?;
+        self.inputs[i].unordered = true;
+        self.advance();
+        Ok(())
+    }
+
     /// Records the gate's frontier of `channel` ([`Gate::frontier`]): deliveries at offsets
     /// `<= frontier` join the delivered prefix, and caught up and the live head are judged
     /// against `frontier + 1`.
@@ -336,20 +361,24 @@ impl WatermarkTracker {
                 return Ok(()); // nothing changed
             }
             self.inputs[i].prefix_max = Some(event_time_ms);
-            let in_minimum =
-                Self::state_of(&self.catch_up.channels[i], &self.inputs[i]) != InputState::Left;
-            let unmoved = if in_minimum {
-                // Raised from above the minimum (or from a value while another input or the
-                // control clock holds it at its lowest): the minimum stays where it is.
-                match (self.last_bound, old) {
-                    (Bound::Lowest, Some(_)) => true,
-                    (Bound::At(c), Some(o)) => o > c,
-                    _ => false,
-                }
-            } else {
-                // Out of the minimum, it counts only where there is no control stream.
-                self.control.is_some()
-            };
+            let state = Self::state_of(&self.catch_up.channels[i], &self.inputs[i]);
+            let in_minimum = state != InputState::Left;
+            let unmoved =
+                if in_minimum && self.inputs[i].unordered && state == InputState::CatchingUp {
+                    // An unordered input holds the minimum at its lowest while catching up.
+                    true
+                } else if in_minimum {
+                    // Raised from above the minimum (or from a value while another input or the
+                    // control clock holds it at its lowest): the minimum stays where it is.
+                    match (self.last_bound, old) {
+                        (Bound::Lowest, Some(_)) => true,
+                        (Bound::At(c), Some(o)) => o > c,
+                        _ => false,
+                    }
+                } else {
+                    // Out of the minimum, it counts only where there is no control stream.
+                    self.control.is_some()
+                };
             if unmoved {
                 debug_assert_eq!(
                     self.candidate().1,
@@ -484,8 +513,10 @@ impl WatermarkTracker {
     fn candidate(&self) -> (Option<i64>, Bound) {
         let mut bound = Bound::Unbounded;
         for (p, i) in self.catch_up.channels.iter().zip(&self.inputs) {
-            if Self::state_of(p, i) != InputState::Left {
-                bound = bound.min(Bound::of(i.prefix_max));
+            match Self::state_of(p, i) {
+                InputState::Left => {}
+                InputState::CatchingUp if i.unordered => bound = Bound::Lowest,
+                _ => bound = bound.min(Bound::of(i.prefix_max)),
             }
         }
         if self.control.is_some() {
@@ -555,6 +586,42 @@ mod tests {
             w.delivered(c, o, t).unwrap();
             w.frontier(c, o).unwrap();
         }
+    }
+
+    #[test]
+    fn an_unordered_input_holds_the_watermark_while_catching_up() {
+        let (a, b) = (ch(1, 0), ch(2, 0));
+        // Two writers interleaved in a: 100, 10, 110, 20.
+        let history = [(0, 100), (1, 10), (2, 110), (3, 20)];
+        let mut ordered = WatermarkTracker::new([a, b], Some(Control { lag_ms: 100 }));
+        let mut unordered = ordered.clone();
+        unordered.unordered(a).unwrap();
+        for w in [&mut ordered, &mut unordered] {
+            w.control(10_000).unwrap();
+            w.start(a, 4).unwrap();
+            w.start(b, 0).unwrap();
+            deliver(w, a, &history[..3]);
+        }
+        assert_eq!(
+            ordered.watermark(),
+            Some(110),
+            "an ordered input's delivered maximum bounds it: 20 would come late"
+        );
+        assert_eq!(unordered.watermark(), None, "held while a catches up");
+        deliver(&mut unordered, a, &history[3..]);
+        assert_eq!(unordered.state(&a), Some(InputState::Left));
+        assert_eq!(unordered.watermark(), Some(9_900), "caught up: the clock");
+        // Caught up, it counts like any input: behind, its delivered maximum bounds a rise.
+        unordered.fetched_head(a, 6).unwrap();
+        assert_eq!(unordered.state(&a), Some(InputState::Behind));
+        unordered.control(20_000).unwrap();
+        assert_eq!(unordered.watermark(), Some(9_900));
+        deliver(&mut unordered, a, &[(4, 15_000), (5, 15_001)]);
+        assert_eq!(unordered.watermark(), Some(19_900));
+        assert!(matches!(
+            unordered.unordered(ch(9, 0)),
+            Err(GateError::NotConsumed { .. })
+        ));
     }
 
     #[test]

@@ -55,6 +55,14 @@ impl StageProgress {
 
     /// Whether the stage is caught up now (module docs).
     pub(crate) fn caught_up(&self, admin: &Admin, timeout: Duration) -> Result<bool> {
+        let ends = self.stable_ends(admin)?;
+        self.reached(&ends, timeout)
+    }
+
+    /// Every partition of every source of the stage (its built-in clock's topic aside) with
+    /// its last stable offset read now: what the stage must commit to be caught up with what
+    /// its sources hold now.
+    pub(crate) fn stable_ends(&self, admin: &Admin) -> Result<Vec<(String, i32, i64)>> {
         // A built-in clock's topic is left out: it is not an input to catch up with, and the
         // stage's own ticks run ahead of what it has committed (a commit can carry the next
         // one), so its LSO is reached only at some moments.
@@ -71,8 +79,27 @@ impl StageProgress {
             .flat_map(|t| (0..t.partitions).map(move |p| (t.name.as_str(), p)))
             .collect();
         let stable = admin.last_stable_offsets(&partitions)?;
+        Ok(partitions
+            .iter()
+            .zip(stable)
+            .map(|((t, p), lso)| (t.to_string(), *p, lso))
+            .collect())
+    }
+
+    /// Whether the stage's group has committed, on every `(topic, partition, offset)` of
+    /// `targets`, an offset at or beyond it (the next offset to read: every record below it is
+    /// consumed, and the outputs of a stage that does not order by event time committed with
+    /// it). `false` while the group's coordinator is not ready.
+    pub(crate) fn reached(
+        &self,
+        targets: &[(String, i32, i64)],
+        timeout: Duration,
+    ) -> Result<bool> {
+        if targets.iter().all(|(_, _, end)| *end <= 0) {
+            return Ok(true);
+        }
         let mut tpl = TopicPartitionList::new();
-        for (topic, partition) in &partitions {
+        for (topic, partition, _) in targets {
             tpl.add_partition(topic, *partition);
         }
         let committed = match self.consumer.committed_offsets(tpl, timeout) {
@@ -85,7 +112,7 @@ impl StageProgress {
             }
             Err(e) => return Err(Error::kafka("read committed offsets", e)),
         };
-        Ok(partitions.iter().zip(&stable).all(|((topic, p), lso)| {
+        Ok(targets.iter().all(|(topic, p, end)| {
             let at = committed
                 .find_partition(topic, *p)
                 .map(|e| match e.offset() {
@@ -93,8 +120,13 @@ impl StageProgress {
                     _ => 0,
                 })
                 .unwrap_or(0);
-            at >= *lso
+            at >= *end
         }))
+    }
+
+    /// The stage's name.
+    pub(crate) fn stage(&self) -> &str {
+        self.spec.name()
     }
 }
 

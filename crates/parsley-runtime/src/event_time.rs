@@ -49,6 +49,13 @@
 //! - for each replacement coordinate the gate hands over, the parked records of its channel at
 //!   offsets `<=` it.
 //!
+//! On an unordered input that other stages write and none of its writers reads (a
+//! repartition topic: module `stage::upstream`), a claim on the record's own channel is its
+//! writing task's acknowledged earlier send, not a record it read: there the channel's parked
+//! records of the same sender at offsets `<=` the claim are its ancestors, not the other
+//! writers' records below it (those are not its causes, and counting them would park it behind
+//! later event times while history is read, and not live).
+//!
 //! Records the task already released may be claimed too; they change nothing (their park time
 //! is at or below the watermark). Cost: each claim scans the parked records of its channel
 //! below it (`O(k)`), so a stamped delivery during a long catch-up pays for what is parked.
@@ -233,6 +240,11 @@ pub(crate) struct EventTime {
     /// restore the topics of parked records that are no longer sources (deleted or recreated
     /// under a new id; the handler gets them under their name).
     topics: BTreeMap<TopicId, String>,
+    /// Unordered inputs whose writers do not read them (topics other stages write): a claim
+    /// on a record's own channel there is its writer's own earlier send, so only that
+    /// sender's parked records of the channel are its ancestors (module docs). Not state: the
+    /// runtime marks them when it starts the task.
+    own_sends: std::collections::BTreeSet<TopicId>,
 }
 
 /// Parked records by channel and offset: `(park time ms, sender tag)`.
@@ -273,6 +285,7 @@ impl EventTime {
             index: None,
             control: control.map(|(t, _)| t),
             topics: topics.into_iter().collect(),
+            own_sends: Default::default(),
         }
     }
 
@@ -362,6 +375,7 @@ impl EventTime {
             index: None,
             control: control.map(|(t, _)| t),
             topics,
+            own_sends: Default::default(),
         })
     }
 
@@ -428,6 +442,23 @@ impl EventTime {
     /// Records the startup end (high watermark at task start) of an input.
     pub(crate) fn start(&mut self, channel: Channel, end_offset: i64) -> Result<(), GateError> {
         self.tracker.start(channel, end_offset)
+    }
+
+    /// Marks an input written by several writers (another stage's tasks): it holds the
+    /// watermark while catching up ([`WatermarkTracker::unordered`]). `read_by_writers`: some
+    /// writer also reads it, so a claim on the channel may come from reading it; otherwise a
+    /// claim on a record's own channel makes only its sender's parked records there its
+    /// ancestors (module docs: parked ancestors).
+    pub(crate) fn unordered(
+        &mut self,
+        channel: Channel,
+        read_by_writers: bool,
+    ) -> Result<(), GateError> {
+        self.tracker.unordered(channel)?;
+        if !read_by_writers {
+            self.own_sends.insert(channel.topic);
+        }
+        Ok(())
     }
 
     /// Reads the gate's frontiers.
@@ -501,10 +532,16 @@ impl EventTime {
 
     /// The highest park time among the parked records `stamp` and `replacements` claim
     /// (module docs: the ancestor rule); `None` when none is parked.
-    fn ancestors(&mut self, stamp: Option<&Stamp>, replacements: &[Coordinate]) -> Option<i64> {
+    fn ancestors(
+        &mut self,
+        stamp: Option<&Stamp>,
+        replacements: &[Coordinate],
+        channel: Channel,
+    ) -> Option<i64> {
         if stamp.is_none() && replacements.is_empty() {
             return None;
         }
+        let own_sends = self.own_sends.contains(&channel.topic);
         let index = self.index();
         let below = |c: &Channel, offset: i64| {
             index
@@ -515,6 +552,17 @@ impl EventTime {
         let mut take = |t: Option<i64>| max = max.max(t);
         if let Some(s) = stamp {
             for (c, o) in s.clock.entries() {
+                if own_sends && *c == channel {
+                    // Its writer's own sends: only that sender's records are its causes.
+                    let sender = s.sender.map(|t| t.sender);
+                    take(index.get(c).and_then(|m| {
+                        m.range(..=*o)
+                            .filter(|(_, (_, tag))| tag.map(|t| t.sender) == sender)
+                            .map(|(_, (t, _))| *t)
+                            .max()
+                    }));
+                    continue;
+                }
                 take(below(c, *o));
             }
             if let Some(tag) = s.sender {
@@ -552,7 +600,7 @@ impl EventTime {
         record: ParkedRecord,
     ) -> Result<Delivered, GateError> {
         let channel = record.channel();
-        let ancestors = self.ancestors(stamp, replacements);
+        let ancestors = self.ancestors(stamp, replacements, channel);
         let event_time = if Some(channel.topic) == self.control {
             self.tracker.control(record.timestamp)?;
             match ancestors {
@@ -747,8 +795,8 @@ mod tests {
         ));
         // b@1 at t=200 claims nothing parked.
         deliver(&mut et, None, rec(b, 1, 200, "j")).unwrap();
-        assert_eq!(et.ancestors(Some(&claims_a0), &[]), Some(500));
-        assert_eq!(et.ancestors(None, &[b.at(0)]), Some(500));
+        assert_eq!(et.ancestors(Some(&claims_a0), &[], b), Some(500));
+        assert_eq!(et.ancestors(None, &[b.at(0)], a), Some(500));
 
         let changes = et.take_changes().unwrap();
         assert_eq!(
@@ -783,6 +831,49 @@ mod tests {
         assert_eq!(back.watermark(), Some(500));
         assert_eq!(offsets(&back.release_all()), [(2, 1), (1, 0), (2, 0)]);
         assert!(back.index().is_empty());
+    }
+
+    #[test]
+    fn on_a_topic_other_stages_write_a_claim_on_the_records_own_channel_names_its_senders_records()
+    {
+        let a = ch(1);
+        let (one, two) = (SenderId::from_bytes([1; 16]), SenderId::from_bytes([2; 16]));
+        let sent = |offset: i64, t: i64, sender: SenderId, seq: u64| {
+            let (key, mut r) = rec(a, offset, t, "k");
+            r.sender = Some((*sender.as_bytes(), seq));
+            (key, r)
+        };
+        for read_by_writers in [false, true] {
+            let mut et = EventTime::new(vec![a], None, names(&[a]));
+            et.unordered(a, read_by_writers).unwrap();
+            // Two writing tasks interleave; task two runs ahead in event time. Everything
+            // parks: an unordered input without a startup end holds the watermark.
+            deliver(&mut et, None, sent(0, 100, one, 0)).unwrap();
+            deliver(&mut et, None, sent(1, 900, two, 0)).unwrap();
+            deliver(&mut et, None, sent(2, 150, one, 1)).unwrap();
+            // Task one's next record claims its own acknowledged send at offset 2.
+            let stamp = Stamp::new(
+                Some(SenderTag {
+                    sender: one,
+                    seq: 2,
+                }),
+                Clock::try_from_sorted(vec![(a, 2)]).unwrap(),
+            );
+            let got = et
+                .deliver(
+                    Some(&stamp),
+                    &[],
+                    Some(b"k".to_vec()),
+                    sent(3, 200, one, 2).1,
+                )
+                .unwrap();
+            let raised = matches!(got, Delivered::Parked { raised: true, .. });
+            assert_eq!(
+                raised, read_by_writers,
+                "raised behind task two's record only when a writer may have read it"
+            );
+            assert_eq!(et.watermark(), None);
+        }
     }
 
     #[test]

@@ -88,9 +88,11 @@ impl Runtime {
             .stage(name)
             .ok_or_else(|| Error::UnknownStage(name.to_string()))?
             .clone();
+        let feeding = crate::stage::feeding_stages(&self.topology, &spec);
         StageRunner::new(
             self.topology.application_id(),
             spec,
+            &feeding,
             self.config.clone(),
             metrics,
             observer,

@@ -6,6 +6,9 @@
 //!   sees it;
 //! - [`oracle`]: the delivery-order oracle, which checks causal delivery from ground-truth
 //!   logs without reading Parsley's clocks (DESIGN.md §2, §8);
+//! - [`replay`]: "replay equals live": a pipeline run live while its input is written, then
+//!   replayed under fresh application ids with randomized fetch sizes, outputs compared key by
+//!   key;
 //! - [`sim`]: a deterministic simulator of partitions with gaps, producers and stage tasks that
 //!   drives the real gate and clock and checks them with the oracle, with negative controls.
 #![doc(test(attr(deny(warnings))))]
@@ -13,5 +16,6 @@
 pub mod broker;
 pub mod fixtures;
 pub mod oracle;
+pub mod replay;
 pub mod scenarios;
 pub mod sim;

@@ -10,7 +10,9 @@
 //! - [`plain`]: the plain idempotent producer the generator writes with;
 //! - [`pipeline`]: revenue per customer in Parsley's DSL, compiled into a
 //!   [`Topology`](parsley::Topology) (with the Kafka Streams version beside it, and both line
-//!   counts); the binary's `run` subcommand runs it with Parsley's runtime.
+//!   counts), and revenue per customer and hour in event-time windows
+//!   ([`pipeline::hourly_revenue`], which `cargo xtask replay` replays); the binary's `run`
+//!   subcommand runs either with Parsley's runtime.
 
 pub mod model;
 pub mod orders;

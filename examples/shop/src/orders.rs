@@ -62,12 +62,26 @@ pub fn produce_orders(
     seed: u64,
 ) -> Result<ProducedOrders> {
     ensure!(customers > 0, "--customers must be at least 1");
+    write_orders(bootstrap, topic, &generate(orders, customers, seed))
+}
+
+/// Writes `orders` (`(order id, order)`, as [`generate`] gives them) to `topic` in their
+/// order, as [`produce_orders`] does, and returns once every one is acknowledged. The topic
+/// must exist.
+///
+/// # Errors
+/// A producer error.
+pub fn write_orders(
+    bootstrap: &str,
+    topic: &str,
+    orders: &[(String, Order)],
+) -> Result<ProducedOrders> {
     let mut producer = PlainProducer::new(bootstrap)?;
     let started = Instant::now();
     let mut total_cents = 0;
-    for (id, order) in generate(orders, customers, seed) {
+    for (id, order) in orders {
         total_cents += order.amount_cents;
-        let value = serde_json::to_vec(&order).context("encoding an order")?;
+        let value = serde_json::to_vec(order).context("encoding an order")?;
         producer.send(topic, id.as_bytes(), &value)?;
     }
     let orders = producer

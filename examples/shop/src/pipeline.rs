@@ -51,6 +51,11 @@
 //! service whose clock runs behind) meets no order and is dropped. Parsley's causal gate
 //! delivers a payment only after the order version its stamp claims, whatever the timestamps
 //! say (the payments service stamps each payment with a claim on its order).
+//!
+//! [`hourly_revenue`] is the same join and re-keying with the sums in one-hour windows of
+//! event time, every update emitted: the pipeline `cargo xtask replay` runs live and replays.
+
+use std::time::Duration;
 
 use parsley::prelude::*;
 
@@ -89,8 +94,66 @@ pub fn topology(
     builder.build()
 }
 
+/// The lag of [`hourly_revenue`]'s built-in clock, ms: a live record is held this long after
+/// its event time before its window takes it, so records that reach the window stage up to
+/// this much later than records with later timestamps still go in event-time order. The shop's
+/// producers stamp records with the time of sending, and a payment reaches the window stage
+/// through the join stage within a few commit intervals (100 ms each), far below it.
+pub const HOURLY_CLOCK_LAG_MS: i64 = 2_000;
+
+/// The size of [`hourly_revenue`]'s windows: one hour.
+pub const HOUR: Duration = Duration::from_secs(3_600);
+
+/// Revenue per customer and hour: each payment joined with its order as in [`topology`],
+/// re-keyed by the order's customer, and summed per customer in tumbling one-hour windows of
+/// event time (the payment's record timestamp, ms since the epoch). Every payment gives an
+/// update of its window's sum (`emit_updates`), and each window's final sum follows once the
+/// stage's watermark passes the window's end. Output key: [`Windowed`] of the customer id
+/// (JSON `{"key":"c-0003","start":…,"end":…}`, ms since the epoch); value: cents as a JSON
+/// number.
+///
+/// The window stage orders by event time with the built-in clock
+/// (`EventTimeOrder::new().clock(`[`HOURLY_CLOCK_LAG_MS`]`)`), so windows move on live
+/// traffic: a live payment is taken [`HOURLY_CLOCK_LAG_MS`] after its event time. Topics the
+/// pipeline creates itself: `{application_id}-hourly-revenue-repartition` and the clock's
+/// `{application_id}-hourly-revenue-clock`.
+///
+/// # Errors
+/// An invalid topology (an empty or repeated topic name).
+pub fn hourly_revenue(
+    application_id: &str,
+    orders: &str,
+    payments: &str,
+    output: &str,
+) -> Result<Topology, parsley::stage::Error> {
+    let builder = StreamsBuilder::new(application_id);
+    builder.event_time(EventTimeOrder::new().clock(HOURLY_CLOCK_LAG_MS));
+    let orders = builder.table::<String, Order>(orders);
+    builder
+        .stream::<String, Payment>(payments)
+        .join(&orders, |payment, order| Settlement {
+            order: payment.order,
+            customer: order.customer.clone(),
+            amount_cents: payment.amount_cents,
+        })
+        .select_key(|_order_id, settlement| settlement.customer.clone())
+        .group_by_key()
+        .named("hourly-revenue")
+        .windowed_by(TimeWindows::of_size(HOUR))
+        .emit_updates()
+        .aggregate(
+            || 0i64,
+            |_customer, settlement, total| total + settlement.amount_cents,
+        )
+        .to_stream()
+        .to(output);
+    builder.build()
+}
+
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use super::*;
 
     /// The lines of the function in `source` whose signature starts with `signature` (after
@@ -156,6 +219,91 @@ mod tests {
         let t = topology("shop", "orders", "payments", "revenue").unwrap();
         assert_eq!(t.stages().len(), 2, "{}", t.describe());
         assert_eq!(t.internal_topics()[0].name, "shop-revenue-repartition");
+    }
+
+    #[test]
+    fn the_hourly_pipeline_windows_the_second_stage_on_the_built_in_clock() {
+        let t = hourly_revenue("shop", "orders", "payments", "hourly").unwrap();
+        assert_eq!(t.stages().len(), 2, "{}", t.describe());
+        let window = t.stage("hourly-revenue").unwrap();
+        let clock = window.event_time().unwrap().clock.unwrap();
+        assert_eq!(clock.lag_ms, HOURLY_CLOCK_LAG_MS);
+        assert_eq!(window.clock_topic(), Some("shop-hourly-revenue-clock"));
+        let internal: Vec<&str> = t
+            .internal_topics()
+            .iter()
+            .map(|t| t.name.as_str())
+            .collect();
+        assert!(
+            internal.contains(&"shop-hourly-revenue-repartition"),
+            "{internal:?}"
+        );
+    }
+
+    /// Payments in two hours: every payment updates its customer's hour, and an hour's final
+    /// sum follows once the clock has passed its end.
+    #[test]
+    fn hourly_revenue_in_memory_updates_each_hour_and_closes_it_on_the_clock() {
+        use parsley::TopologyTestDriver;
+
+        const H: i64 = 3_600_000;
+        let t0 = 480_000 * H;
+        let t = hourly_revenue("shop", "orders", "payments", "hourly").unwrap();
+        let driver = TopologyTestDriver::builder(t)
+            .partitions("orders", 4)
+            .partitions("payments", 4)
+            .start_time_ms(t0)
+            .build()
+            .unwrap();
+        let shop = driver.causal_producer("shop");
+        let payments = driver.causal_producer("payments");
+        let mut orders = BTreeMap::new();
+        for (id, customer, cents) in [
+            ("o-1", "c-1", 500),
+            ("o-2", "c-1", 250),
+            ("o-3", "c-2", 100),
+        ] {
+            let o = Order {
+                customer: customer.into(),
+                amount_cents: cents,
+            };
+            let sent = shop.send("orders", id.as_bytes(), &json(&o)).unwrap();
+            orders.insert(id, (sent.coordinate, cents));
+        }
+        // Each payment claims its order, and is timestamped with the driver's time.
+        let pay = |id: &str| {
+            let (order, cents) = orders[id];
+            payments.observe(order, None);
+            let p = Payment {
+                order: id.into(),
+                amount_cents: cents,
+            };
+            payments.send("payments", id.as_bytes(), &json(&p)).unwrap();
+        };
+        let minutes = |m: i64| driver.advance_time(m * 60_000).unwrap();
+        minutes(10);
+        pay("o-1");
+        minutes(40);
+        pay("o-2");
+        minutes(20);
+        pay("o-3");
+        minutes(1);
+        let mut hourly = driver.output_topic("hourly", Json, Json).unwrap();
+        let got: Vec<(Windowed<String>, i64)> = hourly.read_key_values();
+        let w = |c: &str, hour: i64| Windowed {
+            key: c.to_string(),
+            start: t0 + hour * H,
+            end: t0 + (hour + 1) * H,
+        };
+        assert_eq!(
+            got,
+            [
+                (w("c-1", 0), 500),
+                (w("c-1", 0), 750),
+                (w("c-1", 0), 750), // the final sum, once the clock passed the hour
+                (w("c-2", 1), 100),
+            ]
+        );
     }
 
     fn json<T: serde::Serialize>(value: &T) -> Vec<u8> {

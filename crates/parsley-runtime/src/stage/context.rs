@@ -45,6 +45,14 @@ pub(crate) struct ClockTicks {
     pub interval_ms: i64,
 }
 
+/// A source of the stage that other stages of the topology write (module `upstream`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct FedByStages {
+    /// A stage that writes it also reads it: a claim on it may come from reading it, not only
+    /// from the writer's own sends.
+    pub read_by_writers: bool,
+}
+
 /// The stage as its tasks see it.
 pub(crate) struct TaskContext {
     /// The stage's name (in errors).
@@ -80,6 +88,11 @@ pub(crate) struct TaskContext {
     /// The built-in clock, when the stage has one: its tasks write ticks and never hand one to
     /// the processor.
     pub clock: Option<ClockTicks>,
+    /// Per source (same order): other stages of the topology write it, so an event-time task
+    /// marks its channel unordered and starts its catch-up only once those stages have
+    /// committed their history (module `upstream`). All `None` unless the stream thread sets
+    /// them.
+    pub fed_by_stages: Vec<Option<FedByStages>>,
     /// The stage's counters.
     pub metrics: Arc<StageMetrics>,
 }
@@ -122,6 +135,7 @@ impl TaskContext {
         };
         TaskContext {
             stage: spec.name().to_string(),
+            fed_by_stages: vec![None; sources.len()],
             sources,
             checked_keys,
             sinks,

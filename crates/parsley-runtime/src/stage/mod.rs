@@ -13,8 +13,9 @@
 //! 2. **read evidence** — the consumer's positions and the high watermarks the gates ask for;
 //! 3. **resolve** the impossible stamps the gates found, by the stage's policy;
 //! 4. **deliver** what the gates release: handler, fold state, stamped emissions;
-//! 5. for an event-time stage, **read the live heads** and deliver what the watermark now
-//!    releases;
+//! 5. for an event-time stage, **read the progress of the stages that write its sources**
+//!    while an input waits for them (module `upstream`), **read the live heads** and deliver
+//!    what the watermark now releases;
 //! 6. **apply backpressure** — pauses, resumes, spills and re-fetches;
 //! 7. **settle acks** into the tasks' clocks;
 //! 8. for a stage with the built-in clock, **write a tick** for every task whose tick interval
@@ -44,6 +45,7 @@
 //! | `transaction` | begin, commit, overlap, commit first, recovery |
 //! | `sources` | the sources' identity, checked while the stage runs |
 //! | `startup` | resolving topics and creating the clients |
+//! | `upstream` | inputs other stages write: waiting for those stages to commit their history |
 //! | `waits` | saying what a slow group join waits for |
 //!
 //! Invariant: a task's committed offsets and its last committed snapshot describe the same
@@ -62,6 +64,7 @@ mod sources;
 mod startup;
 mod task;
 mod transaction;
+mod upstream;
 mod waits;
 
 // The pure parts the in-memory test driver (`crate::driver`) runs as the stream thread does.
@@ -70,6 +73,7 @@ pub(crate) use self::output::{ChangelogWriter, Header, Outgoing, Output};
 pub(crate) use self::record::{FetchedMessage, Work, fetched};
 pub(crate) use self::restore::{StartEvidence, rebuild_task};
 pub(crate) use self::task::{TIMER_PREFIX, Task, timer_of};
+pub(crate) use self::upstream::feeding_stages;
 
 #[cfg(test)]
 mod tests;
@@ -137,6 +141,9 @@ pub(crate) struct StageRunner {
     shutdown: Arc<AtomicBool>,
     /// The wait for the first assignment, until it comes (module `waits`).
     join_wait: Option<waits::JoinWait>,
+    /// The stages that write the stage's sources, and the event-time channels waiting for
+    /// them (module `upstream`).
+    upstreams: upstream::Upstreams,
 }
 
 impl StageRunner {
@@ -271,6 +278,7 @@ impl StageRunner {
         self.resolve_impossible()?;
         self.deliver()?;
         if self.spec.event_time().is_some() {
+            self.read_upstreams()?;
             self.read_heads()?;
             self.deliver()?;
         }

@@ -76,6 +76,9 @@ impl StageRunner {
             self.intake
                 .seek(&self.ctx, channel, start, self.config.timeout)?;
         }
+        if task.event_time().is_some() {
+            self.wait_for_upstream(partition)?;
+        }
         self.metrics
             .task(partition, |m| m.phase = TaskPhase::Running);
         info!(
@@ -242,7 +245,17 @@ fn start_event_time(
     evidence: &mut dyn StartEvidence,
 ) -> Result<EventTime> {
     let partition = task.partition();
-    let inputs = et.inputs();
+    // An input other stages write waits for them before it gets its startup end (module
+    // `upstream`); meanwhile it holds the watermark.
+    let mut inputs = Vec::new();
+    for c in et.inputs() {
+        if let Some(fed) = ctx.fed_by_stages[ctx.source_position(c)?] {
+            et.unordered(c, fed.read_by_writers)
+                .map_err(|e| ctx.gate_error(partition, e))?;
+        } else {
+            inputs.push(c);
+        }
+    }
     let ends = evidence.ends(ctx, &inputs)?;
     for (c, (end, lso)) in inputs.iter().zip(ends) {
         et.start(*c, end)

@@ -51,9 +51,13 @@ impl StageRunner {
     /// [`Error::UnknownTopic`], [`Error::NotCoPartitioned`], [`Error::ChangelogPartitions`],
     /// [`Error::InternalTopicPartitions`],
     /// client and admin errors.
+    ///
+    /// `feeding` names, per source that other stages of the topology write, those stages
+    /// ([`super::feeding_stages`]).
     pub(crate) fn new(
         app: &str,
         spec: StageSpec,
+        feeding: &[(String, Vec<StageSpec>)],
         config: RuntimeConfig,
         metrics: Arc<StageMetrics>,
         observer: Option<Sender<Progress>>,
@@ -138,7 +142,7 @@ impl StageRunner {
             OwnWrites::new(looped),
             config.timeout,
         );
-        let ctx = TaskContext::new(
+        let mut ctx = TaskContext::new(
             &spec,
             sources,
             sinks,
@@ -147,6 +151,14 @@ impl StageRunner {
             config.max_queued_per_channel,
             metrics.clone(),
         );
+        // Only an event-time stage waits for the stages that write its sources.
+        let feeding = if spec.event_time().is_some() {
+            feeding
+        } else {
+            &[]
+        };
+        let upstreams = super::upstream::Upstreams::new(app, feeding, &config)?;
+        ctx.fed_by_stages = ctx.sources.iter().map(|t| upstreams.fed(&t.name)).collect();
         Ok(StageRunner {
             app: app.to_string(),
             spec,
@@ -161,6 +173,7 @@ impl StageRunner {
             observer,
             shutdown,
             join_wait: Some(join_wait),
+            upstreams,
         })
     }
 }

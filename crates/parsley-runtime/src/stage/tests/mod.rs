@@ -84,6 +84,7 @@ fn context_of(spec: &StageSpec, bad_records: BadRecordPolicy) -> TaskContext {
         cap: 10_000,
         control: None,
         clock: None,
+        fed_by_stages: vec![None, None],
         metrics: Arc::new(StageMetrics::default()),
     }
 }
