@@ -37,7 +37,7 @@ pub(crate) struct ClientDigest {
     pub(crate) lag: Vec<PartitionLag>,
     /// Request round-trip time per broker over librdkafka's last window (`brokers.*.rtt`).
     pub(crate) rtt: Vec<BrokerRtt>,
-    /// The producer's transaction state (`eos.txn_state`) and how long it has been in it.
+    /// The producer's transaction state (`eos.txn_state`).
     pub(crate) transaction: Option<TransactionState>,
 }
 
@@ -68,10 +68,10 @@ pub(crate) struct BrokerRtt {
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct TransactionState {
     /// librdkafka's name of the state (`Ready`, `InTransaction`, `CommittingTransaction`,
-    /// `AbortableError`, `FatalError`, …).
+    /// `AbortableError`, `FatalError`, …). (The document's `txn_stateage` is not read:
+    /// librdkafka 2.12 never records when the transaction state changed, so it gives the time
+    /// since its clock's origin, the host's uptime.)
     pub(crate) state: String,
-    /// Time since the state last changed, seconds.
-    pub(crate) age: f64,
 }
 
 /// Which client a document came from.
@@ -145,10 +145,7 @@ pub(crate) fn digest(json: &[u8]) -> Result<(ClientKind, ClientDigest), String> 
     let transaction = doc
         .eos
         .filter(|e| !e.txn_state.is_empty())
-        .map(|e| TransactionState {
-            state: e.txn_state,
-            age: e.txn_stateage as f64 / 1_000.0,
-        });
+        .map(|e| TransactionState { state: e.txn_state });
     Ok((
         kind,
         ClientDigest {
@@ -221,9 +218,6 @@ fn unknown() -> i64 {
 struct Eos {
     #[serde(default)]
     txn_state: String,
-    /// ms.
-    #[serde(default)]
-    txn_stateage: i64,
 }
 
 #[cfg(test)]
@@ -278,7 +272,7 @@ mod tests {
     }
 
     #[test]
-    fn a_producers_document_gives_its_transaction_state_in_seconds() {
+    fn a_producers_document_gives_its_transaction_state() {
         let json = r#"{ "type": "producer", "brokers": {}, "topics": {
             "out": { "partitions": { "0": { "partition": 0 } } } },
             "eos": { "idemp_state": "Assigned", "txn_state": "InTransaction", "txn_stateage": 2500 } }"#;
@@ -288,8 +282,7 @@ mod tests {
         assert_eq!(
             producer.transaction,
             Some(TransactionState {
-                state: "InTransaction".into(),
-                age: 2.5
+                state: "InTransaction".into()
             })
         );
         assert!(producer.lag.is_empty(), "a producer has no consumer lag");

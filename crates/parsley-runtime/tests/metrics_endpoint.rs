@@ -191,11 +191,6 @@ fn a_scrape_shows_the_stage_and_task_metrics_and_the_clients_statistics() {
     let states = scraped.samples("parsley_kafka_transaction_state", &stage);
     assert_eq!(states.len(), 1, "one state: {states:?}");
     assert_eq!(states[0].value, 1.0);
-    assert!(
-        scraped
-            .value("parsley_kafka_transaction_state_age_seconds", &stage)
-            .is_some()
-    );
     let rtts = scraped.samples(
         "parsley_kafka_request_rtt_seconds",
         &[

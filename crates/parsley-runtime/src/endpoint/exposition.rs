@@ -270,12 +270,6 @@ const TRANSACTION_STATE: Family = own(
     Kind::Gauge,
     "1 for the state the stage's transactional producer was in at its last statistics (librdkafka's name).",
 );
-const TRANSACTION_STATE_AGE: Family = own(
-    "kafka_transaction_state_age",
-    Some("seconds"),
-    Kind::Gauge,
-    "Time the stage's transactional producer had spent in that state, at its last statistics.",
-);
 
 /// Every family a scrape describes, in its order.
 #[cfg(test)]
@@ -284,12 +278,7 @@ pub(crate) fn families() -> Vec<Family> {
     all.extend(STAGE.iter().map(|m| m.family));
     all.extend([BAD_RECORDS, IMPOSSIBLE_STAMPS, TASK_PHASE]);
     all.extend(TASK.iter().map(|m| m.family));
-    all.extend([
-        CONSUMER_LAG,
-        REQUEST_RTT,
-        TRANSACTION_STATE,
-        TRANSACTION_STATE_AGE,
-    ]);
+    all.extend([CONSUMER_LAG, REQUEST_RTT, TRANSACTION_STATE]);
     all
 }
 
@@ -422,24 +411,14 @@ fn encode_clients(e: &mut DescriptorEncoder<'_>, stages: &[StageView]) -> fmt::R
             })
         }),
     )?;
-    let transactions = || {
-        stages.iter().filter_map(|s| {
-            let t = s.clients.producer.as_ref()?.transaction.as_ref()?;
-            Some((s, t))
-        })
-    };
     family(
         e,
         &TRANSACTION_STATE,
-        transactions().map(|(s, t)| {
+        stages.iter().filter_map(|s| {
+            let t = s.clients.producer.as_ref()?.transaction.as_ref()?;
             let labels = vec![("stage", s.name.clone()), ("state", t.state.clone())];
-            (labels, Value::Count(1))
+            Some((labels, Value::Count(1)))
         }),
-    )?;
-    family(
-        e,
-        &TRANSACTION_STATE_AGE,
-        transactions().map(|(s, t)| (vec![("stage", s.name.clone())], Value::Real(t.age))),
     )
 }
 
