@@ -347,7 +347,7 @@ impl Running {
 
     /// The address of the metrics endpoint of these stages
     /// ([`RuntimeConfig::metrics_address`]; with port 0, the port picked); `None` when none was
-    /// asked for, and after [`Running::stop`].
+    /// asked for. It serves until [`Running::stop`] returns, or until the `Running` is dropped.
     pub fn metrics_address(&self) -> Option<SocketAddr> {
         self.endpoint.as_ref().map(Endpoint::address)
     }

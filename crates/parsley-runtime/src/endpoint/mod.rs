@@ -154,16 +154,26 @@ fn accept_loop(listener: TcpListener, served: &Served, closing: &AtomicBool) {
             );
             continue;
         }
-        let (served, active) = (served.clone(), active.clone());
+        let (served, slot) = (served.clone(), Slot(active.clone()));
         let spawned = std::thread::Builder::new()
             .name("parsley-metrics-conn".into())
             .spawn(move || {
+                let _slot = slot;
                 answer_connection(stream, &served);
-                active.fetch_sub(1, Ordering::SeqCst);
             });
         if let Err(e) = spawned {
             debug!(error = %e, "metrics endpoint: no thread for a connection");
         }
+    }
+}
+
+/// A connection's place among the [`MAX_CONNECTIONS`]: given back when its thread ends, even
+/// by a panic.
+struct Slot(Arc<AtomicUsize>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
