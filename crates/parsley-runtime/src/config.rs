@@ -248,8 +248,10 @@ impl RuntimeConfig {
     /// listener, for the stages it starts: with a fixed port, stop one group before starting
     /// another; port 0 picks a free port), [`Running::metrics_address`](crate::Running::metrics_address)
     /// reports it, and [`Running::stop`](crate::Running::stop) closes it once every stage has
-    /// stopped (so does dropping the [`Running`](crate::Running)).
-    /// [`Runtime::run_stage`](crate::Runtime::run_stage) serves nothing.
+    /// stopped (so does dropping the [`Running`](crate::Running)). An address that cannot be
+    /// bound makes the start fail with [`Error::MetricsListener`](crate::Error::MetricsListener)
+    /// before any stage starts. [`Runtime::run_stage`](crate::Runtime::run_stage) serves
+    /// nothing.
     ///
     /// With the endpoint on, each stage's consumer and producer report librdkafka's statistics
     /// every 5 s, or at the interval of [`RuntimeConfig::statistics`], whose sink still gets
