@@ -155,13 +155,16 @@ fn live_windows_close_on_the_built_in_clock_with_no_further_input() {
     let running = Runtime::new(b.build().unwrap(), RuntimeConfig::new(bootstrap()))
         .start()
         .unwrap();
-    // Live clicks with event times over the next 1.2 s: parked until the clock (wall time
-    // minus 300 ms) passes them, and their windows closed by the clock alone — nothing is
-    // written after them.
+    // Live clicks with event times over 1.2 s starting a second from now: parked until the
+    // clock (wall time minus 300 ms) passes them, and their windows closed by the clock alone —
+    // nothing is written after them. The second covers the writer's set-up (a new idempotent
+    // producer: about 0.6 s on the test machine), so that no click reaches the stage after the
+    // clock has passed its time: such a click would be late by the clock's own rule.
     let start = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap()
-        .as_millis() as i64;
+        .as_millis() as i64
+        + 1_000;
     let live: Vec<(String, i64)> = (0..60i64)
         .map(|i| (format!("u{}", i % 6), start + i * 20))
         .collect();
