@@ -1,6 +1,7 @@
 //! Runtime configuration.
 
 use std::fmt;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -51,6 +52,9 @@ pub struct RuntimeConfig {
     /// librdkafka statistics of the stage's consumer and producer: how often, and who
     /// receives them. Default: none.
     pub statistics: Option<(Duration, StatisticsSink)>,
+    /// Where the stages' metrics and health are served over HTTP. Default: nowhere. See
+    /// [`RuntimeConfig::metrics_address`].
+    pub metrics_address: Option<SocketAddr>,
     /// Where the stage aborts its process on purpose, for fault-injection tests.
     #[cfg(feature = "fault-injection")]
     crash: Option<crate::fault::CrashPoint>,
@@ -97,6 +101,7 @@ impl RuntimeConfig {
             gate: GateMode::Causal,
             clients: ClientSettings::new(),
             statistics: None,
+            metrics_address: None,
             #[cfg(feature = "fault-injection")]
             crash: None,
         }
@@ -228,6 +233,59 @@ impl RuntimeConfig {
         self
     }
 
+    /// Serves the stages' metrics and health over HTTP at `address` (off by default):
+    ///
+    /// - `GET /metrics`: every stage and task metric the runtime keeps, and librdkafka's
+    ///   consumer lag, request round-trip times and transaction state, in the Prometheus text
+    ///   format (version 0.0.4; names `parsley_…`, listed in the book's operations chapter);
+    /// - `GET /health/live`: 200 while the endpoint runs;
+    /// - `GET /health/ready`: 200 once every stage has its assignment and every task is
+    ///   restored; 503 with a plain-text reason while a stage waits for its assignment,
+    ///   restores a task, is stopping, or has ended (failed, panicked or stopped).
+    ///
+    /// [`Runtime::start`](crate::Runtime::start) and
+    /// [`Runtime::start_stages`](crate::Runtime::start_stages) bind it (each call its own
+    /// listener, for the stages it starts: with a fixed port, stop one group before starting
+    /// another; port 0 picks a free port), [`Running::metrics_address`](crate::Running::metrics_address)
+    /// reports it, and [`Running::stop`](crate::Running::stop) closes it once every stage has
+    /// stopped (so does dropping the [`Running`](crate::Running)). An address that cannot be
+    /// bound makes the start fail with [`Error::MetricsListener`](crate::Error::MetricsListener)
+    /// before any stage starts. [`Runtime::run_stage`](crate::Runtime::run_stage) serves
+    /// nothing.
+    ///
+    /// With the endpoint on, each stage's consumer and producer report librdkafka's statistics
+    /// every 5 s, or at the interval of [`RuntimeConfig::statistics`], whose sink still gets
+    /// every document; without a sink they are not logged.
+    ///
+    /// The endpoint has neither authentication nor TLS, and its metrics name the stages and
+    /// topics: bind it to an address only trusted clients reach (a wildcard address such as
+    /// `0.0.0.0` serves every interface).
+    pub fn metrics_address(mut self, address: impl Into<SocketAddr>) -> Self {
+        self.metrics_address = Some(address.into());
+        self
+    }
+
+    /// This configuration for the stage whose metrics are `metrics`, served on the metrics
+    /// endpoint: its clients' statistics documents are also digested into `metrics` (at the
+    /// interval set, else every [`ENDPOINT_STATISTICS_INTERVAL`]).
+    pub(crate) fn digesting_statistics(
+        mut self,
+        metrics: Arc<crate::metrics::StageMetrics>,
+    ) -> Self {
+        let (interval, user) = match self.statistics.take() {
+            Some((interval, sink)) => (interval, Some(sink)),
+            None => (ENDPOINT_STATISTICS_INTERVAL, None),
+        };
+        let sink = StatisticsSink::new(move |json| {
+            metrics.record_statistics(json);
+            if let Some(user) = &user {
+                user.receive(json);
+            }
+        });
+        self.statistics = Some((interval, sink));
+        self
+    }
+
     /// The configuration of a client of `role` for the stage whose consumer group is `group`
     /// (`client.id` `{group}-{role}`), with the runtime's own settings `own`; the stage's
     /// consumer and producer also report statistics when a sink is set, and its consumer gets
@@ -263,6 +321,10 @@ impl RuntimeConfig {
         self.statistics.as_ref().map(|(_, sink)| sink.clone())
     }
 }
+
+/// How often a stage's clients report librdkafka's statistics for the metrics endpoint when
+/// [`RuntimeConfig::statistics`] sets no interval.
+const ENDPOINT_STATISTICS_INTERVAL: Duration = Duration::from_secs(5);
 
 /// Hands librdkafka's statistics to `sink`; without one (statistics enabled through a raw
 /// client property), logs them as rdkafka's default context does.

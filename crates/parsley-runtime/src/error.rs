@@ -272,6 +272,17 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// The metrics endpoint ([`RuntimeConfig::metrics_address`](crate::RuntimeConfig::metrics_address))
+    /// cannot listen at `address` (in use, not an address of this host, a privileged port, …)
+    /// or cannot start its thread; no stage was started.
+    #[error("cannot serve metrics at {address}: {source}")]
+    MetricsListener {
+        /// The address asked for.
+        address: std::net::SocketAddr,
+        /// The operating system's error.
+        #[source]
+        source: std::io::Error,
+    },
     /// The handlers of SIGINT and SIGTERM could not be installed
     /// ([`Runtime::run_until_signal`](crate::Runtime::run_until_signal),
     /// [`Running::wait_for_signal`](crate::Running::wait_for_signal)); nothing was started or
@@ -748,7 +759,8 @@ impl Error {
     /// fatal [`Error::Transaction`]
     /// whose code is not a fence (the producer cannot be used any more), [`Error::Admin`],
     /// [`Error::Timeout`], [`Error::RestoreBlocked`], [`Error::StagePanicked`], [`Error::ThreadSpawn`],
-    /// [`Error::Signals`], [`Error::InvalidRecord`], and an [`Error::Kafka`] that is neither
+    /// [`Error::Signals`], [`Error::MetricsListener`], [`Error::InvalidRecord`], and an
+    /// [`Error::Kafka`] that is neither
     /// retriable nor transient.
     pub fn is_fatal(&self) -> bool {
         !self.is_retriable() && !self.is_transient()
@@ -1020,6 +1032,10 @@ mod tests {
         let signals = Error::Signals {
             source: std::io::Error::other("no handler"),
         };
+        let listener = Error::MetricsListener {
+            address: ([127, 0, 0, 1], 9464).into(),
+            source: std::io::Error::other("in use"),
+        };
         let refused = Error::InvalidRecord {
             topic: "out".into(),
             problem: super::RecordProblem::ReservedHeader("parsley.stamp".into()),
@@ -1067,6 +1083,7 @@ mod tests {
             ("ThreadSpawn", spawn, Fatal, NOT_FENCED),
             // The caller's: signal handlers, a refused record.
             ("Signals", signals, Fatal, NOT_FENCED),
+            ("MetricsListener", listener, Fatal, NOT_FENCED),
             ("InvalidRecord", refused, Fatal, NOT_FENCED),
             // An output refused for good: never retried (the policy may take its input).
             ("OutputRefused", too_large, Fatal, NOT_FENCED),

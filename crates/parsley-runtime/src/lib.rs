@@ -48,6 +48,10 @@
 //! is aborted and the stage's tasks return to their last commit in place; any other error stops
 //! the stage and reaches the caller typed ([`Error`], with its classification).
 //!
+//! With [`RuntimeConfig::metrics_address`] set, the stages started serve their metrics in the
+//! Prometheus text format (`/metrics`) and health probes (`/health/live`, `/health/ready`) over
+//! HTTP until they are stopped ([`Running::metrics_address`] says where).
+//!
 //! A [`TopologyTestDriver`] runs a topology in memory, with no broker, through the same tasks
 //! (gate, stamping, fold state, event-time order, changelog and restore): module [`driver`].
 //!
@@ -60,9 +64,11 @@ mod caught_up;
 mod causal_producer;
 mod changelog;
 mod client_log;
+mod client_stats;
 mod clients;
 mod config;
 pub mod driver;
+mod endpoint;
 mod error;
 mod event_time;
 #[cfg(feature = "fault-injection")]

@@ -10,17 +10,22 @@
 //! tasks' state, not this instance's count: published at every commit and when a task is
 //! restored, from the timer queue (which changelogs it).
 //!
+//! A stage's metrics also say where the stage stands — assigned or not, ended or not, and how —
+//! and keep the digest of its clients' librdkafka statistics, for the
+//! [metrics endpoint](crate::RuntimeConfig::metrics_address) and its readiness check.
+//!
 //! Invariants: stage counters only grow (except the `blocked_heads` gauge); a task's entry
-//! exists from the start of its restore until it is revoked, and its counters only grow while
-//! this instance owns it (a task that comes back after a revocation starts again at zero); a
-//! task's per-key late counts leave with it.
+//! exists from its assignment (in phase [`TaskPhase::Restoring`]) until it is revoked, and its
+//! counters only grow while this instance owns it (a task that comes back after a revocation
+//! starts again at zero); a task's per-key late counts leave with it.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use parsley_stage::BadRecordKind;
 
+use crate::client_stats::ClientStatistics;
 use crate::error::Error;
 
 /// Live counters of one stage (all tasks of one stream thread).
@@ -58,6 +63,23 @@ pub struct StageMetrics {
     tasks: Mutex<BTreeMap<i32, TaskMetrics>>,
     /// The per-key violation counter of event-time tasks: `(task, key) -> late records`.
     late_keys: Mutex<BTreeMap<(i32, Vec<u8>), u64>>,
+    /// The consumer holds an assignment (set when one is handled, cleared at a revocation).
+    assigned: AtomicBool,
+    /// How the stream thread ended, once it has.
+    ended: Mutex<Option<StageEnd>>,
+    /// The digest of the stage's clients' last librdkafka statistics.
+    clients: Mutex<ClientStatistics>,
+}
+
+/// How a stage's stream thread ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum StageEnd {
+    /// It stopped cleanly after a shutdown request.
+    Stopped,
+    /// It ended with an error (its text).
+    Failed(String),
+    /// It panicked.
+    Panicked,
 }
 
 /// The violation counter of one key of an event-time stage (DESIGN.md §5): how many of its
@@ -143,7 +165,8 @@ pub struct TaskMetrics {
 }
 
 impl TaskMetrics {
-    fn new(partition: i32) -> Self {
+    /// A task's entry at its assignment: restoring, every count zero.
+    pub(crate) fn new(partition: i32) -> Self {
         TaskMetrics {
             partition,
             phase: TaskPhase::Restoring,
@@ -386,6 +409,36 @@ impl StageMetrics {
         for (key, late) in counts {
             keys.insert((partition, key.to_vec()), late);
         }
+    }
+
+    /// The consumer got an assignment (`true`, before its tasks restore) or had it revoked.
+    pub(crate) fn set_assigned(&self, assigned: bool) {
+        self.assigned.store(assigned, Ordering::Relaxed);
+    }
+
+    /// `true` while the consumer holds an assignment (possibly of no partition).
+    pub(crate) fn is_assigned(&self) -> bool {
+        self.assigned.load(Ordering::Relaxed)
+    }
+
+    /// Records how the stream thread ended (the first record stands).
+    pub(crate) fn end(&self, end: StageEnd) {
+        self.ended.lock().expect("stage end").get_or_insert(end);
+    }
+
+    /// How the stream thread ended; `None` while it runs.
+    pub(crate) fn ended(&self) -> Option<StageEnd> {
+        self.ended.lock().expect("stage end").clone()
+    }
+
+    /// Keeps the digest of one client's librdkafka statistics document.
+    pub(crate) fn record_statistics(&self, json: &[u8]) {
+        self.clients.lock().expect("client statistics").record(json);
+    }
+
+    /// The digest of the stage's clients' last statistics documents.
+    pub(crate) fn client_statistics(&self) -> ClientStatistics {
+        self.clients.lock().expect("client statistics").clone()
     }
 
     pub(crate) fn fetched(&self) {

@@ -1,6 +1,7 @@
 //! Running a topology: one stream thread per stage, or one stage per process; until told to
 //! stop, or until SIGINT or SIGTERM ([`Runtime::run_until_signal`]).
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
@@ -10,8 +11,9 @@ use std::time::Duration;
 use parsley_stage::Topology;
 
 use crate::config::RuntimeConfig;
+use crate::endpoint::{Endpoint, Served};
 use crate::error::{Error, Result};
-use crate::metrics::{LateKey, MetricsSnapshot, Progress, StageMetrics, TaskMetrics};
+use crate::metrics::{LateKey, MetricsSnapshot, Progress, StageEnd, StageMetrics, TaskMetrics};
 use crate::signals::SignalWatch;
 use crate::stage::StageRunner;
 
@@ -143,10 +145,13 @@ impl Runtime {
     }
 
     /// Starts the named stages, each on its own stream thread (to start a downstream stage
-    /// later, as a replay or a late joiner does, call this once per group of stages).
+    /// later, as a replay or a late joiner does, call this once per group of stages). With
+    /// [`RuntimeConfig::metrics_address`] set, the metrics endpoint of these stages is bound
+    /// first and serves until [`Running::stop`].
     ///
     /// # Errors
-    /// [`Error::UnknownStage`] for a name not in the topology; [`Error::ThreadSpawn`] when a
+    /// [`Error::UnknownStage`] for a name not in the topology; [`Error::MetricsListener`] when
+    /// the metrics endpoint cannot listen (nothing started); [`Error::ThreadSpawn`] when a
     /// stream thread cannot be spawned. The errors of the stages themselves come later,
     /// typed: each stage that ends with an error sends [`Progress::Failed`] with it (the
     /// stage's own error, shared), and [`Running::stop`] returns the first such stage's as
@@ -154,24 +159,51 @@ impl Runtime {
     pub fn start_stages(&self, names: &[&str]) -> Result<Running> {
         let shutdown = Shutdown::new();
         let (tx, rx) = channel();
+        let specs = names
+            .iter()
+            .map(|name| {
+                self.topology
+                    .stage(name)
+                    .cloned()
+                    .ok_or_else(|| Error::UnknownStage(name.to_string()))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let served: Vec<_> = specs
+            .into_iter()
+            .map(|spec| (spec, Arc::new(StageMetrics::default())))
+            .collect();
+        let endpoint = match self.config.metrics_address {
+            Some(address) => {
+                let served = Served {
+                    stages: served.clone().into(),
+                    shutdown: shutdown.clone(),
+                };
+                Some(Endpoint::start(address, served)?)
+            }
+            None => None,
+        };
         let mut stages = Vec::new();
-        for name in names {
-            let name = self
-                .topology
-                .stage(name)
-                .ok_or_else(|| Error::UnknownStage(name.to_string()))?
-                .name()
-                .to_string();
-            let metrics = Arc::new(StageMetrics::default());
-            let runtime = self.clone();
+        for (spec, metrics) in served {
+            let name = spec.name().to_string();
+            let mut runtime = self.clone();
+            if endpoint.is_some() {
+                runtime.config = runtime.config.digesting_statistics(metrics.clone());
+            }
             let (sd, obs, m, n) = (shutdown.clone(), tx.clone(), metrics.clone(), name.clone());
             let handle = std::thread::Builder::new()
                 .name(format!("parsley-{name}"))
                 .spawn(move || {
+                    let _panicked = MarkPanic(m.clone());
                     // One error for both receivers: the observer's event and `stop`.
                     let result = runtime
-                        .run_stage_with(&n, &sd, Some(obs.clone()), m)
+                        .run_stage_with(&n, &sd, Some(obs.clone()), m.clone())
                         .map_err(Arc::new);
+                    // Recorded before the event, so that whoever waits for the event finds
+                    // the stage ended (the readiness check).
+                    m.end(match &result {
+                        Ok(()) => StageEnd::Stopped,
+                        Err(e) => StageEnd::Failed(e.to_string()),
+                    });
                     let _ = obs.send(match &result {
                         Ok(()) => Progress::Stopped { stage: n.clone() },
                         Err(e) => Progress::Failed {
@@ -192,7 +224,19 @@ impl Runtime {
             shutdown,
             progress: rx,
             runtime: self.clone(),
+            endpoint,
         })
+    }
+}
+
+/// Records a stage's end as a panic when its stream thread unwinds.
+struct MarkPanic(Arc<StageMetrics>);
+
+impl Drop for MarkPanic {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.end(StageEnd::Panicked);
+        }
     }
 }
 
@@ -208,6 +252,8 @@ pub struct Running {
     progress: Receiver<Progress>,
     /// The runtime that started the stages (topology and configuration).
     pub(crate) runtime: Runtime,
+    /// The metrics endpoint, when one was asked for.
+    endpoint: Option<Endpoint>,
 }
 
 impl Running {
@@ -299,6 +345,13 @@ impl Running {
                 });
             }
         }
+    }
+
+    /// The address of the metrics endpoint of these stages
+    /// ([`RuntimeConfig::metrics_address`]; with port 0, the port picked); `None` when none was
+    /// asked for. It serves until [`Running::stop`] returns, or until the `Running` is dropped.
+    pub fn metrics_address(&self) -> Option<SocketAddr> {
+        self.endpoint.as_ref().map(Endpoint::address)
     }
 
     /// The shutdown signal of these stages.
@@ -403,7 +456,8 @@ impl Running {
         }
     }
 
-    /// Stops every stage (each commits first) and returns their final counters.
+    /// Stops every stage (each commits first) and returns their final counters; then closes
+    /// the metrics endpoint, if any (its readiness says `stopping` meanwhile).
     ///
     /// Every stage is stopped and joined even when one failed; the error is that of the first
     /// failed stage in start order.
@@ -452,6 +506,9 @@ impl Running {
                 }
             }
             out.push((name, metrics.snapshot()));
+        }
+        if let Some(mut endpoint) = self.endpoint {
+            endpoint.close();
         }
         first_error.map_or(Ok(out), Err)
     }
@@ -548,6 +605,7 @@ mod tests {
             shutdown,
             progress: rx,
             runtime: super::Runtime::new(idle_topology(), crate::RuntimeConfig::new("127.0.0.1:9")),
+            endpoint: None,
         };
         (running, stopped)
     }

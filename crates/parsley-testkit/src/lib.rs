@@ -2,6 +2,8 @@
 //!
 //! - [`broker`]: a single-node Apache Kafka broker (KRaft) started from Maven Central jars on
 //!   the machine's Java 17, and the bootstrap address tests find it at;
+//! - [`exposition`]: a strict reader of the Prometheus text format, for tests of the runtime's
+//!   metrics endpoint;
 //! - [`fixtures`]: unique topics, an admin client, reading a topic back as `read_committed`
 //!   sees it;
 //! - [`oracle`]: the delivery-order oracle, which checks causal delivery from ground-truth
@@ -14,6 +16,7 @@
 #![doc(test(attr(deny(warnings))))]
 
 pub mod broker;
+pub mod exposition;
 pub mod fixtures;
 pub mod oracle;
 pub mod replay;

@@ -12,6 +12,7 @@
 //!    by the oracle. The exit status is non-zero on any violation or loss.
 
 use std::io::IsTerminal;
+use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -69,6 +70,14 @@ struct Args {
     /// reads the outputs back over the plain listener.
     #[arg(long, conflicts_with = "bootstrap")]
     secure: bool,
+    /// Where the stages serve their metrics (`/metrics`, Prometheus text) and health
+    /// (`/health/live`, `/health/ready`) while they run; port 0 picks a free port, printed at
+    /// start.
+    #[arg(long, default_value = "127.0.0.1:0")]
+    metrics_address: SocketAddr,
+    /// Serve no metrics endpoint.
+    #[arg(long, conflicts_with = "metrics_address")]
+    no_metrics: bool,
 }
 
 fn main() -> ExitCode {
@@ -152,17 +161,18 @@ fn run(args: Args) -> Result<bool> {
 
     let event_time = !(args.arrival_order || args.gate_off);
     let topology = topology(&run_id, &names, event_time)?;
-    let runtime = Runtime::new(
-        topology,
-        RuntimeConfig::new(&bootstrap)
-            .client_settings(clients)
-            .commit_interval(Duration::from_millis(args.commit_interval_ms))
-            .gate(if args.gate_off {
-                GateMode::Off
-            } else {
-                GateMode::Causal
-            }),
-    );
+    let mut config = RuntimeConfig::new(&bootstrap)
+        .client_settings(clients)
+        .commit_interval(Duration::from_millis(args.commit_interval_ms))
+        .gate(if args.gate_off {
+            GateMode::Off
+        } else {
+            GateMode::Causal
+        });
+    if !args.no_metrics {
+        config = config.metrics_address(args.metrics_address);
+    }
+    let runtime = Runtime::new(topology, config);
 
     let expected_one = truth.sales;
     let expected_two = truth.stock_events + truth.sales;
@@ -170,6 +180,7 @@ fn run(args: Args) -> Result<bool> {
     let (one, two, one_secs, two_secs);
     if args.together {
         let running = runtime.start()?;
+        announce(&running, "sales-facts + ledger");
         await_committed(
             &running,
             &[("sales-facts", expected_one), ("ledger", expected_two)],
@@ -180,13 +191,17 @@ fn run(args: Args) -> Result<bool> {
         (one_secs, two_secs) = (secs, secs);
     } else {
         let first = runtime.start_stages(&["sales-facts"])?;
+        announce(&first, "sales-facts");
         await_committed(&first, &[("sales-facts", expected_one)])?;
         one_secs = pipeline_started.elapsed().as_secs_f64();
+        // Stopped before the ledger starts (it has nothing left to do), so that the ledger's
+        // endpoint can take the same address.
+        one = first.stop()?[0].1;
         let second_started = Instant::now();
         let second = runtime.start_stages(&["ledger"])?;
+        announce(&second, "ledger");
         await_committed(&second, &[("ledger", expected_two)])?;
         two_secs = second_started.elapsed().as_secs_f64();
-        one = first.stop()?[0].1;
         two = second.stop()?[0].1;
     }
     let pipeline_secs = pipeline_started.elapsed().as_secs_f64();
@@ -282,6 +297,15 @@ fn print_row(name: &str, m: &MetricsSnapshot, secs: f64) {
         secs,
         m.committed_deliveries as f64 / secs
     );
+}
+
+/// Says where the metrics endpoint of `stages` serves, if it does.
+fn announce(running: &Running, stages: &str) {
+    if let Some(address) = running.metrics_address() {
+        println!(
+            "{stages}: metrics at http://{address}/metrics, health at http://{address}/health/live and /health/ready"
+        );
+    }
 }
 
 /// Waits until each stage has committed its expected deliveries, on progress events.

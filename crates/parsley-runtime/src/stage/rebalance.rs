@@ -29,6 +29,7 @@ use super::transaction::Overlap;
 use crate::admin::{Admin, TopicInfo};
 use crate::config::{RuntimeConfig, StatisticsSink, forward_statistics};
 use crate::error::{Error, Result};
+use crate::metrics::TaskPhase;
 
 /// What the rebalance callback tells the stream thread.
 #[derive(Debug)]
@@ -207,6 +208,13 @@ impl StageRunner {
                         self.ctx.sources.iter().map(|t| t.name.as_str()).collect();
                     let now = self.evidence.admin().describe_topics(&names)?;
                     check_assignment(&self.ctx.stage, &self.ctx.sources, &now, &by_task)?;
+                    // Every assigned task shows as restoring until its own restore is done, so
+                    // the readiness check never takes the first restored tasks for all of them.
+                    for partition in by_task.keys() {
+                        self.metrics
+                            .task(*partition, |m| m.phase = TaskPhase::Restoring);
+                    }
+                    self.metrics.set_assigned(true);
                     for (partition, positions) in by_task {
                         let task = self.restore_task(partition, positions)?;
                         self.tasks.insert(partition, task);
@@ -224,6 +232,7 @@ impl StageRunner {
                     self.intake.unassign()?;
                     self.tasks.clear();
                     self.metrics.retain_tasks(|_| false);
+                    self.metrics.set_assigned(false);
                 }
                 RebalanceEvent::Failed(error) => return Err(error),
             }

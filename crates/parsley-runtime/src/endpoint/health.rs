@@ -1,0 +1,163 @@
+//! Readiness: whether every stage of a [`Running`](crate::Running) is up with its tasks
+//! restored, and if not, why — in a line an operator reads in a probe's failure.
+
+use crate::metrics::{StageEnd, TaskMetrics, TaskPhase};
+
+/// Where one stage stands, as the readiness check reads it.
+#[derive(Debug, Clone)]
+pub(crate) struct StageHealth {
+    /// The stage's name.
+    pub(crate) name: String,
+    /// Its consumer holds an assignment.
+    pub(crate) assigned: bool,
+    /// How its stream thread ended, if it has.
+    pub(crate) ended: Option<StageEnd>,
+    /// Its tasks.
+    pub(crate) tasks: Vec<TaskMetrics>,
+}
+
+/// The longest reason given for an error, in characters (a stage's error can name many
+/// partitions).
+const MAX_ERROR: usize = 300;
+
+/// `Ok` with a line saying what runs when every stage runs with an assignment and every task
+/// is restored; else `Err` with every reason, `; `-separated: a stop was asked for
+/// (`stopping`), a stage ended (failed, panicked, stopped), waits for an assignment, or
+/// restores tasks.
+pub(crate) fn readiness(stages: &[StageHealth], stopping: bool) -> Result<String, String> {
+    let mut reasons = Vec::new();
+    if stopping {
+        reasons.push("stopping: a shutdown was requested".to_string());
+    }
+    for s in stages {
+        match &s.ended {
+            Some(StageEnd::Failed(error)) => {
+                let first_line = error.lines().next().unwrap_or_default();
+                let mut error: String = first_line.chars().take(MAX_ERROR).collect();
+                if error.len() < first_line.len() {
+                    error.push('…');
+                }
+                reasons.push(format!("stage {} failed: {error}", s.name));
+                continue;
+            }
+            Some(StageEnd::Panicked) => {
+                reasons.push(format!("stage {} panicked", s.name));
+                continue;
+            }
+            Some(StageEnd::Stopped) => {
+                reasons.push(format!("stage {} stopped", s.name));
+                continue;
+            }
+            None => {}
+        }
+        if !s.assigned {
+            reasons.push(format!(
+                "stage {} waits for an assignment from its consumer group",
+                s.name
+            ));
+            continue;
+        }
+        let restoring: Vec<&TaskMetrics> = s
+            .tasks
+            .iter()
+            .filter(|t| t.phase == TaskPhase::Restoring)
+            .collect();
+        if !restoring.is_empty() {
+            let partitions: Vec<String> =
+                restoring.iter().map(|t| t.partition.to_string()).collect();
+            let read: i64 = restoring.iter().map(|t| t.restore_position).sum();
+            let end: i64 = restoring.iter().map(|t| t.restore_end).sum();
+            reasons.push(format!(
+                "stage {} is restoring task(s) {} ({read} of {end} changelog offsets read)",
+                s.name,
+                partitions.join(", ")
+            ));
+        }
+    }
+    if reasons.is_empty() {
+        let tasks: usize = stages.iter().map(|s| s.tasks.len()).sum();
+        Ok(format!(
+            "ready: {} stage(s) running, {tasks} task(s) restored",
+            stages.len()
+        ))
+    } else {
+        Err(format!("not ready: {}", reasons.join("; ")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn task(partition: i32, phase: TaskPhase) -> TaskMetrics {
+        let mut t = TaskMetrics::new(partition);
+        t.phase = phase;
+        t
+    }
+
+    fn stage(name: &str, assigned: bool, tasks: Vec<TaskMetrics>) -> StageHealth {
+        StageHealth {
+            name: name.into(),
+            assigned,
+            ended: None,
+            tasks,
+        }
+    }
+
+    #[test]
+    fn ready_once_every_stage_is_assigned_and_every_task_restored() {
+        let a = stage("a", true, vec![task(0, TaskPhase::Running)]);
+        // An assignment of no partition (more instances than partitions) is ready too.
+        let b = stage("b", true, Vec::new());
+        assert_eq!(
+            readiness(&[a.clone(), b], false),
+            Ok("ready: 2 stage(s) running, 1 task(s) restored".into())
+        );
+        assert_eq!(
+            readiness(&[a], true),
+            Err("not ready: stopping: a shutdown was requested".into())
+        );
+    }
+
+    #[test]
+    fn not_ready_while_a_stage_waits_for_its_assignment_or_restores() {
+        let waiting = stage("a", false, Vec::new());
+        let mut restoring = task(2, TaskPhase::Restoring);
+        (restoring.restore_position, restoring.restore_end) = (40, 100);
+        let b = stage(
+            "b",
+            true,
+            vec![
+                task(0, TaskPhase::Running),
+                restoring,
+                task(3, TaskPhase::Restoring),
+            ],
+        );
+        assert_eq!(
+            readiness(&[waiting, b], false),
+            Err(
+                "not ready: stage a waits for an assignment from its consumer group; \
+                 stage b is restoring task(s) 2, 3 (40 of 100 changelog offsets read)"
+                    .into()
+            )
+        );
+    }
+
+    #[test]
+    fn not_ready_after_a_stage_ended_with_its_first_error_line_cut_short() {
+        let mut failed = stage("a", true, vec![task(0, TaskPhase::Running)]);
+        failed.ended = Some(StageEnd::Failed(format!(
+            "stage a: handler: {}\nsecond line",
+            "x".repeat(400)
+        )));
+        let mut panicked = stage("b", true, Vec::new());
+        panicked.ended = Some(StageEnd::Panicked);
+        let reason = readiness(&[failed, panicked], false).unwrap_err();
+        assert!(
+            reason.starts_with("not ready: stage a failed: stage a: handler: xxx"),
+            "{reason}"
+        );
+        assert!(reason.ends_with("…; stage b panicked"), "{reason}");
+        assert!(!reason.contains("second line"), "{reason}");
+    }
+}
