@@ -11,7 +11,7 @@
 /// interval plus one commit interval (the runtime's default commit interval is 100 ms too).
 pub const DEFAULT_TICK_INTERVAL_MS: i64 = 100;
 
-/// Orders a stage's deliveries by event time per task (DESIGN.md §5; the book's chapter
+/// Orders a stage's deliveries by event time per task (completeness from end offsets; the book.s chapter
 /// "Ordering by event time").
 ///
 /// The **event time** of a record is its Kafka record timestamp, ms since the Unix epoch;

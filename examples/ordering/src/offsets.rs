@@ -1,5 +1,5 @@
 //! Offset completeness: the Parsley runtime stage with
-//! [`order_by_event_time`](parsley_stage::StageBuilder::order_by_event_time) (DESIGN.md §5) and
+//! [`order_by_event_time`](parsley_stage::StageBuilder::order_by_event_time) (completeness from end offsets) and
 //! its live clock — the built-in clock ([`Clock::BuiltIn`]: the runtime writes and reads its
 //! own ticks) or the hand-run control stream ([`Clock::Ticker`]: the workload's control topic,
 //! written by the live traffic's ticker) — measured without touching the runtime.

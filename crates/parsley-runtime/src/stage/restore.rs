@@ -234,7 +234,7 @@ pub(crate) fn rebuild_task(
 
 /// Starts the event-time order `et` of `task` just restored: the startup end of each input —
 /// one batched `ListOffsets(LATEST, READ_UNCOMMITTED)` in the stream thread — and the restored
-/// gate's frontiers (DESIGN.md §5).
+/// gate's frontiers: completeness from end offsets, never from a timeout.
 ///
 /// # Errors
 /// `evidence`'s; the tracker's, naming the task.
@@ -260,7 +260,7 @@ fn start_event_time(
     for (c, (end, lso)) in inputs.iter().zip(ends) {
         et.start(*c, end)
             .map_err(|e| ctx.gate_error(partition, e))?;
-        // Completeness waits for an open transaction to resolve (DESIGN.md §5): say which
+        // Completeness waits for an open transaction to resolve (completeness is never guessed): say which
         // channel waits and for what, rather than guess.
         if lso < end && task.gate().first_undelivered(c).is_some_and(|f| f < end) {
             info!(

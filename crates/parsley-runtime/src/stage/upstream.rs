@@ -9,7 +9,7 @@
 //! ordered within a partition, since every task of the writing stage writes every partition,
 //! so its delivered maximum bounds nothing while it is read.
 //!
-//! So, for each such input channel of an event-time task (DESIGN.md §5, completeness from
+//! So, for each such input channel of an event-time task (completeness from
 //! Kafka's evidence, carried across stages):
 //! 1. at task start the channel is marked **unordered** for the watermark tracker (it holds the
 //!    watermark while catching up) and gets **no startup end**, so it is not caught up;
