@@ -512,6 +512,16 @@ impl EventTime {
         self.queue.len()
     }
 
+    /// The smallest park time, ms: the watermark the next release needs.
+    pub(crate) fn next_parked_time(&self) -> Option<i64> {
+        self.queue.next_release()
+    }
+
+    /// The control stream's lag, ms; `None` without a control stream.
+    pub(crate) fn lag_ms(&self) -> Option<i64> {
+        self.tracker.control_stream().map(|c| c.lag_ms)
+    }
+
     /// The ancestor index, built from the parked records on first use.
     fn index(&mut self) -> &AncestorIndex {
         self.index.get_or_insert_with(|| {

@@ -55,6 +55,7 @@ pub struct StageMetrics {
     parked: AtomicU64,
     overlapped: AtomicU64,
     own_write_commits: AtomicU64,
+    tick_commits: AtomicU64,
     ticks: AtomicU64,
     ticks_read: AtomicU64,
     /// Bad records by kind, in [`BadRecordKind::ALL`]'s order.
@@ -253,6 +254,10 @@ pub struct MetricsSnapshot {
     /// record of the open transaction itself (a stage that reads a topic it writes; DESIGN.md
     /// §7: a task never waits on its own open transaction).
     pub own_write_commits: u64,
+    /// Stages with the built-in clock: commits made before the commit interval was up because
+    /// a tick of the open transaction would release a parked record or fire a timer once
+    /// read back (a tick counts only once its transaction commits).
+    pub tick_commits: u64,
     /// Stages with the built-in clock: ticks written by this instance's tasks (committed or
     /// not; an aborted transaction's ticks are counted and never read).
     pub ticks: u64,
@@ -332,6 +337,7 @@ impl StageMetrics {
             parked: g(&self.parked),
             overlapped: g(&self.overlapped),
             own_write_commits: g(&self.own_write_commits),
+            tick_commits: g(&self.tick_commits),
             ticks: g(&self.ticks),
             ticks_read: g(&self.ticks_read),
             bad_records: BadRecordCounts {
@@ -463,6 +469,10 @@ impl StageMetrics {
 
     pub(crate) fn own_write_commit(&self) {
         self.own_write_commits.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn tick_commit(&self) {
+        self.tick_commits.fetch_add(1, Ordering::Relaxed);
     }
 
     /// A tick of the built-in clock written.

@@ -1,6 +1,7 @@
 //! The built-in clock on the real broker (`EventTimeOrder::clock`): a stage that orders by event
 //! time with no ticker of the user's. Live records over two inputs, produced with delays below
-//! the lag, leave in event-time order with none late; a restart resumes the parked records and
+//! the lag, leave in event-time order with none late; a tick that would release a parked record
+//! commits without waiting for the commit interval; a restart resumes the parked records and
 //! the clock and releases everything in order; the clock's topic exists, compacted, with the
 //! partitions of the stage's sources, and holds the committed ticks of every task; when one of
 //! two instances stops, the other ticks for the task it takes over and releases its parked
@@ -18,7 +19,7 @@ use parsley_runtime::{Running, Runtime, RuntimeConfig, TaskMetrics};
 use parsley_stage::{EventTimeOrder, Topology, clock_topic};
 use parsley_testkit::fixtures::{
     DEADLINE, admin, bootstrap, committed_values, create_topic, forward_topology_with, key_on,
-    raw_producer, read_committed, unique_topic, wait_committed, wait_tasks,
+    raw_producer, read_committed, unique_topic, wait_committed, wait_metrics, wait_tasks,
 };
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 
@@ -180,6 +181,32 @@ fn live_records_of_two_inputs_leave_in_event_time_order_with_no_ticker() {
         .map(|r| r.timestamp.unwrap())
         .collect();
     assert!(times.is_sorted(), "{times:?}");
+}
+
+/// A tick counts only once its transaction commits: a tick that would release a parked record
+/// commits at once. With a commit interval far beyond the test's deadline, only those early
+/// commits can make the clock's ticks visible, so the records are released only through them.
+#[test]
+fn a_tick_that_would_release_a_parked_record_commits_without_waiting_for_the_interval() {
+    let a = create_topic("clk-early-a", 1);
+    let out = create_topic("clk-early-out", 1);
+    let topology = clocked(&unique_topic("clk-early"), &[&a.name], &out.name);
+    let mut config = RuntimeConfig::new(bootstrap());
+    config.commit_interval = std::time::Duration::from_secs(3_600);
+    let running = Runtime::new(topology, config).start().unwrap();
+
+    let mut live = Live::new();
+    live.send(&[&a.name], "x", 16, 0);
+    let m = wait_metrics(&running, "forward", "16 records released", |m| {
+        m.delivered >= 16
+    });
+    assert!(
+        m.tick_commits >= 1,
+        "released through an early commit: {m:?}"
+    );
+    assert_eq!((m.delivered, m.late), (16, 0), "{m:?}");
+    running.stop().unwrap();
+    assert_eq!(committed_values(&out), live.in_event_time_order());
 }
 
 #[test]

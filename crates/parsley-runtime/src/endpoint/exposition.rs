@@ -187,6 +187,7 @@ const STAGE: &[Metric<MetricsSnapshot>] = &[
     m("records_too_late", None, Kind::Counter, "Records a processor found too late to use (a window's record after every window it belongs to closed).", |m| Some(Value::Count(m.too_late))),
     m("records_overlapped", None, Kind::Counter, "Records polled and offered while a transaction committed.", |m| Some(Value::Count(m.overlapped))),
     m("own_write_commits", None, Kind::Counter, "Commits made early because a gate waited on the open transaction's own write.", |m| Some(Value::Count(m.own_write_commits))),
+    m("tick_commits", None, Kind::Counter, "Stages with the built-in clock: commits made early because a tick of the open transaction would release a parked record.", |m| Some(Value::Count(m.tick_commits))),
     m("ticks_written", None, Kind::Counter, "Stages with the built-in clock: ticks written, committed or not.", |m| Some(Value::Count(m.ticks))),
     m("ticks_read", None, Kind::Counter, "Stages with the built-in clock: ticks read back.", |m| Some(Value::Count(m.ticks_read))),
 ];

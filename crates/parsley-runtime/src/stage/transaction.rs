@@ -356,7 +356,9 @@ impl ChangelogWriter for TaskChangelog<'_> {
 impl StageRunner {
     /// The commit due now, if any: the interval has passed, or a gate waits on the open
     /// transaction's own write (commit first: waiting for the interval would hold the head up
-    /// to a whole interval for nothing, and forever with no interval).
+    /// to a whole interval for nothing, and forever with no interval), or a tick of the open
+    /// transaction would release a parked record (module `task::ticks`: it counts only once
+    /// committed).
     pub(super) fn commit_if_due(&mut self) -> Result<()> {
         if self.txn.last_commit.elapsed() >= self.config.commit_interval {
             return self.commit(Overlap::Yes);
@@ -368,6 +370,18 @@ impl StageRunner {
                 "commit first: a gate waits on the open transaction's own write"
             );
             self.metrics.own_write_commit();
+            return self.commit(Overlap::Yes);
+        }
+        if let Some((partition, tick_ms)) = self
+            .tasks
+            .values()
+            .find_map(|t| Some((t.partition(), t.open_tick_releases()?)))
+        {
+            debug!(
+                partition,
+                tick_ms, "commit first: the open transaction's tick would release a parked record"
+            );
+            self.metrics.tick_commit();
             return self.commit(Overlap::Yes);
         }
         Ok(())
@@ -516,6 +530,9 @@ impl StageRunner {
         let started = Instant::now();
         // Counted from here: what an overlapped commit takes belongs to the next transaction.
         let done = std::mem::take(&mut self.txn.uncommitted);
+        for task in self.tasks.values_mut() {
+            task.tick_committing();
+        }
         let overlap = overlap == Overlap::Yes && !self.shutdown.load(Ordering::Relaxed);
         let mut overlapped = Ok(());
         if overlap {

@@ -13,6 +13,14 @@
 //! a tick is written at once: the watermark never decreases, so an earlier tick changes
 //! nothing, and the interval counts from it.
 //!
+//! **Committing early.** A tick counts only once its transaction commits. When the open
+//! transaction's tick would release a parked record or fire a timer once read back
+//! ([`Task::open_tick_releases`]), the stage commits at once instead of at the end of the
+//! commit interval: a live record then waits for the lag, the next tick and one commit, not
+//! for up to a whole commit interval more. Only once every input is caught up (before, offset
+//! completeness moves the watermark, and a commit per tick would slow the drain of history),
+//! so at most one early commit per tick interval.
+//!
 //! **Reading.** A tick the gate delivers ([`Task::read_tick`]) moves the task's processing time
 //! to its record timestamp ([`EventTime::tick`]); it is not observed by the node clock (no
 //! output claims it), never parked and never handed to the processor, and it counts in no
@@ -32,6 +40,9 @@ pub(super) struct Ticker {
     last_ms: Option<i64>,
     /// Ticks written by this task since it was built (their send sequence).
     written: u64,
+    /// The timestamp of the last tick written since the last commit started, ms since the
+    /// epoch: the tick the open transaction carries, not visible yet.
+    open_ms: Option<i64>,
 }
 
 /// Whether a tick is due at `now_ms` after one at `last_ms`, every `interval_ms` (module docs).
@@ -50,6 +61,7 @@ impl Task {
             channel,
             last_ms: None,
             written: 0,
+            open_ms: None,
         });
     }
 
@@ -103,6 +115,7 @@ impl Task {
             timestamp: Some(now_ms),
         })?;
         ticker.last_ms = Some(now_ms);
+        ticker.open_ms = Some(now_ms);
         ticker.written += 1;
         self.counts.ticks += 1;
         ctx.metrics.tick_written();
@@ -111,6 +124,32 @@ impl Task {
             ticks: 1,
             ..Work::default()
         })
+    }
+
+    /// The tick of the open transaction is no longer open: a commit started (module docs).
+    pub(crate) fn tick_committing(&mut self) {
+        if let Some(t) = self.ticker.as_mut() {
+            t.open_ms = None;
+        }
+    }
+
+    /// The timestamp of the open transaction's tick (ms since the epoch) when, once read
+    /// back, it would release a parked record or fire a keyed timer: every input caught up
+    /// (the clock, not offset completeness, moves the watermark) and the earliest parked
+    /// record or timer at or below that tick's timestamp minus the lag. `None` otherwise, and
+    /// without a built-in clock.
+    pub(crate) fn open_tick_releases(&self) -> Option<i64> {
+        let open = self.ticker.as_ref()?.open_ms?;
+        let et = self.event_time.as_ref()?;
+        if et.catching_up() > 0 {
+            return None;
+        }
+        let moved_to = open.saturating_sub(et.lag_ms()?);
+        let next = [et.next_parked_time(), self.timers.next()]
+            .into_iter()
+            .flatten()
+            .min()?;
+        (next <= moved_to).then_some(open)
     }
 
     /// A tick the gate delivered at `offset` with record timestamp `timestamp` (ms since the

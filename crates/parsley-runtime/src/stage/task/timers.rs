@@ -76,6 +76,11 @@ impl KeyedTimers {
             .filter(|t| *t <= watermark)
     }
 
+    /// The time of the first timer set, if any.
+    pub(crate) fn next(&self) -> Option<i64> {
+        self.set.first().map(|(t, _)| *t)
+    }
+
     /// Takes the first timer due at `watermark` (time `<= watermark`), if any.
     pub(crate) fn take_due(&mut self, watermark: i64) -> Option<(i64, Vec<u8>)> {
         let first = self.set.first()?;

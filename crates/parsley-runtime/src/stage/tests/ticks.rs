@@ -161,3 +161,28 @@ fn a_tick_read_back_moves_the_watermark_and_never_reaches_the_handler() {
     // Their offsets commit like any other.
     assert!(task.input_offsets().contains(&(ch(5), 2)));
 }
+
+#[test]
+fn an_open_tick_that_would_release_a_parked_record_asks_for_a_commit_until_one_starts() {
+    let ctx = clocked();
+    let mut task = clocked_task(&ctx);
+    let mut out = Sends::default();
+    // Nothing parked: a tick asks for nothing.
+    task.tick(&ctx, &mut out, 1_400).unwrap();
+    assert_eq!(task.open_tick_releases(), None);
+
+    // in@0, event time 1,000, parked. The open tick at 1,400 would move the watermark to 900.
+    task.offer(&ctx, fetched(0, 0, "a", "x", None)).unwrap();
+    assert_eq!(task.deliver(&ctx, &mut out).unwrap().parked, 1);
+    assert_eq!(task.open_tick_releases(), None);
+
+    // A tick at 1,500 would release it (1,500 - 500 lag = 1,000): commit it now.
+    task.tick(&ctx, &mut out, 1_500).unwrap();
+    assert_eq!(task.open_tick_releases(), Some(1_500));
+    // A commit started: that tick is no longer the open transaction's.
+    task.tick_committing();
+    assert_eq!(task.open_tick_releases(), None);
+    // The next interval's tick asks again while the record is still parked.
+    task.tick(&ctx, &mut out, 1_600).unwrap();
+    assert_eq!(task.open_tick_releases(), Some(1_600));
+}
