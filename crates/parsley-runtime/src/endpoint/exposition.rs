@@ -461,3 +461,7 @@ fn family(
 #[cfg(test)]
 #[path = "exposition_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "dashboard_tests.rs"]
+mod dashboard_tests;
