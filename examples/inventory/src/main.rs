@@ -7,7 +7,9 @@
 //!    stock history together with the facts — a late start, as after a deploy or a replay,
 //!    which is when fetch order and causal order part ways — ordered by event time, so each
 //!    product's ledger lists its movements in the order they happened (`--arrival-order`
-//!    keeps the causal arrival order instead).
+//!    keeps the causal arrival order instead). With `--pace-ms` both stages start first and
+//!    the generator writes while they run, pausing between its transactions: live traffic,
+//!    for watching the metrics endpoint.
 //! 4. The facts and the ledger are read back and the delivery order of every task is checked
 //!    by the oracle. The exit status is non-zero on any violation or loss.
 
@@ -20,7 +22,7 @@ use anyhow::{Context, Result, bail};
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
 use parsley_inventory::check::check;
-use parsley_inventory::generator::{GenConfig, generate};
+use parsley_inventory::generator::{GenConfig, GroundTruth, generate};
 use parsley_inventory::pipeline::{names, read_logs, topology};
 use parsley_runtime::{
     Admin, ClientSettings, GateMode, MetricsSnapshot, Progress, Running, Runtime, RuntimeConfig,
@@ -78,6 +80,12 @@ struct Args {
     /// Serve no metrics endpoint.
     #[arg(long, conflicts_with = "metrics_address")]
     no_metrics: bool,
+    /// Live traffic: start both stages first, then write the generator's transactions with
+    /// this pause, ms, between one and the next (0, the default: write every event first,
+    /// then start the stages). For watching the metrics of a pipeline that keeps up with its
+    /// input: `--rounds 100 --pace-ms 400` runs for about three minutes.
+    #[arg(long, default_value_t = 0, conflicts_with = "together")]
+    pace_ms: u64,
 }
 
 fn main() -> ExitCode {
@@ -138,27 +146,25 @@ fn run(args: Args) -> Result<bool> {
     )?;
     let (facts_info, ledger_info) = (infos[2].clone(), infos[3].clone());
 
-    let started = Instant::now();
-    let bar = ProgressBar::new(0);
-    let truth = generate(
-        &bootstrap,
-        &names.stock,
-        &names.sales,
-        &GenConfig {
-            products: args.products,
-            rounds: args.rounds,
-            partitions: args.partitions,
-            seed: args.seed,
-            note_bytes: args.note_bytes,
-            abort_ratio: args.abort_ratio,
-            transactional_prefix: format!("{run_id}-generator"),
-            pace: std::time::Duration::ZERO,
-            clients: clients.clone(),
-        },
-        &bar,
-    )?;
-    let generate_secs = started.elapsed().as_secs_f64();
-
+    // Writes the generator's events: before the stages start, or with `--pace-ms` while they
+    // run. The ground truth and the seconds it took.
+    let gen_config = GenConfig {
+        products: args.products,
+        rounds: args.rounds,
+        partitions: args.partitions,
+        seed: args.seed,
+        note_bytes: args.note_bytes,
+        abort_ratio: args.abort_ratio,
+        transactional_prefix: format!("{run_id}-generator"),
+        pace: Duration::from_millis(args.pace_ms),
+        clients: clients.clone(),
+    };
+    let write = || -> Result<(GroundTruth, f64)> {
+        let started = Instant::now();
+        let bar = ProgressBar::new(0);
+        let truth = generate(&bootstrap, &names.stock, &names.sales, &gen_config, &bar)?;
+        Ok((truth, started.elapsed().as_secs_f64()))
+    };
     let event_time = !(args.arrival_order || args.gate_off);
     let topology = topology(&run_id, &names, event_time)?;
     let mut config = RuntimeConfig::new(&bootstrap)
@@ -174,35 +180,54 @@ fn run(args: Args) -> Result<bool> {
     }
     let runtime = Runtime::new(topology, config);
 
-    let expected_one = truth.sales;
-    let expected_two = truth.stock_events + truth.sales;
-    let pipeline_started = Instant::now();
+    let (truth, generate_secs, pipeline_started);
     let (one, two, one_secs, two_secs);
-    if args.together {
+    if args.pace_ms > 0 {
+        // Live: the stages run while the generator writes.
         let running = runtime.start()?;
         announce(&running, "sales-facts + ledger");
-        await_committed(
-            &running,
-            &[("sales-facts", expected_one), ("ledger", expected_two)],
-        )?;
+        pipeline_started = Instant::now();
+        (truth, generate_secs) = write()?;
+        let expected = [
+            ("sales-facts", truth.sales),
+            ("ledger", truth.stock_events + truth.sales),
+        ];
+        await_committed(&running, &expected)?;
         let secs = pipeline_started.elapsed().as_secs_f64();
         let stats = running.stop()?;
         (one, two) = (stats[0].1, stats[1].1);
         (one_secs, two_secs) = (secs, secs);
     } else {
-        let first = runtime.start_stages(&["sales-facts"])?;
-        announce(&first, "sales-facts");
-        await_committed(&first, &[("sales-facts", expected_one)])?;
-        one_secs = pipeline_started.elapsed().as_secs_f64();
-        // Stopped before the ledger starts (it has nothing left to do), so that the ledger's
-        // endpoint can take the same address.
-        one = first.stop()?[0].1;
-        let second_started = Instant::now();
-        let second = runtime.start_stages(&["ledger"])?;
-        announce(&second, "ledger");
-        await_committed(&second, &[("ledger", expected_two)])?;
-        two_secs = second_started.elapsed().as_secs_f64();
-        two = second.stop()?[0].1;
+        (truth, generate_secs) = write()?;
+        let expected_one = truth.sales;
+        let expected_two = truth.stock_events + truth.sales;
+        pipeline_started = Instant::now();
+        if args.together {
+            let running = runtime.start()?;
+            announce(&running, "sales-facts + ledger");
+            await_committed(
+                &running,
+                &[("sales-facts", expected_one), ("ledger", expected_two)],
+            )?;
+            let secs = pipeline_started.elapsed().as_secs_f64();
+            let stats = running.stop()?;
+            (one, two) = (stats[0].1, stats[1].1);
+            (one_secs, two_secs) = (secs, secs);
+        } else {
+            let first = runtime.start_stages(&["sales-facts"])?;
+            announce(&first, "sales-facts");
+            await_committed(&first, &[("sales-facts", expected_one)])?;
+            one_secs = pipeline_started.elapsed().as_secs_f64();
+            // Stopped before the ledger starts (it has nothing left to do), so that the
+            // ledger's endpoint can take the same address.
+            one = first.stop()?[0].1;
+            let second_started = Instant::now();
+            let second = runtime.start_stages(&["ledger"])?;
+            announce(&second, "ledger");
+            await_committed(&second, &[("ledger", expected_two)])?;
+            two_secs = second_started.elapsed().as_secs_f64();
+            two = second.stop()?[0].1;
+        }
     }
     let pipeline_secs = pipeline_started.elapsed().as_secs_f64();
 

@@ -171,6 +171,7 @@ const STAGE: &[Metric<MetricsSnapshot>] = &[
     m("blocked_heads", None, Kind::Gauge, "Channel heads blocked on a claimed cause at the last look.", |m| Some(Value::Count(m.blocked_heads))),
     m("records_emitted", None, Kind::Counter, "Records sent by the handler, committed or not.", |m| Some(Value::Count(m.emitted))),
     m("transactions_committed", None, Kind::Counter, "Transactions committed.", |m| Some(Value::Count(m.transactions))),
+    m("commit", Some("seconds"), Kind::Counter, "Total time the committed transactions' commits took, from the start of each commit (outputs flushed, changelog written, input offsets sent) until the broker acknowledged it.", |m| Some(seconds(m.commit_us))),
     m("transactions_aborted", None, Kind::Counter, "Transactions aborted.", |m| Some(Value::Count(m.aborts))),
     m("committed_deliveries", None, Kind::Counter, "Deliveries covered by committed transactions.", |m| Some(Value::Count(m.committed_deliveries))),
     m("committed_emissions", None, Kind::Counter, "Emissions covered by committed transactions.", |m| Some(Value::Count(m.committed_emissions))),
@@ -461,3 +462,7 @@ fn family(
 #[cfg(test)]
 #[path = "exposition_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "dashboard_tests.rs"]
+mod dashboard_tests;

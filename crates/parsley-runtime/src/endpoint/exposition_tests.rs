@@ -38,6 +38,8 @@ fn views() -> Vec<StageView> {
         delivered: 42,
         gate_wait_us: 1_500_000,
         max_gate_wait_us: 900_000,
+        transactions: 3,
+        commit_us: 75_000,
         ..MetricsSnapshot::default()
     };
     metrics.bad_records.handler = 4;
@@ -84,7 +86,7 @@ fn views() -> Vec<StageView> {
     ]
 }
 
-fn scrape() -> Exposition {
+pub(super) fn scrape() -> Exposition {
     let text = encode(views());
     Exposition::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"))
 }
@@ -148,6 +150,14 @@ fn values_are_the_stages_figures_in_the_units_their_names_say() {
         Some(1.5)
     );
     assert_eq!(s.value("parsley_gate_wait_max_seconds", &ledger), Some(0.9));
+    assert_eq!(
+        s.value("parsley_transactions_committed_total", &ledger),
+        Some(3.0)
+    );
+    assert_eq!(
+        s.value("parsley_commit_seconds_total", &ledger),
+        Some(0.075)
+    );
     // Bad records: one series per kind, labelled with the stage's policy.
     let bad = s.samples("parsley_bad_records_total", &ledger);
     assert_eq!(bad.len(), BadRecordKind::ALL.len());

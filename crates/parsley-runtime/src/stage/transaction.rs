@@ -552,7 +552,9 @@ impl StageRunner {
         }
         self.txn.outbox.wait_acked(self.config.timeout)?;
         self.settle_acks()?;
-        self.metrics.committed(done.deliveries, done.emissions);
+        let commit_us = commit_started.elapsed().as_micros() as u64;
+        self.metrics
+            .committed(done.deliveries, done.emissions, commit_us);
         debug!(
             deliveries = done.deliveries,
             emissions = done.emissions,
