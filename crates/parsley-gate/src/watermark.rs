@@ -553,7 +553,9 @@ impl WatermarkTracker {
                 lowest = Some((bound, k));
             }
         }
-        let control = self.control.map(|c| (Bound::of(self.control_time), c.lag_ms));
+        let control = self
+            .control
+            .map(|c| (Bound::of(self.control_time), c.lag_ms));
         match (lowest, control) {
             (Some((bound, k)), control) if control.is_none_or(|(c, _)| bound <= c) => {
                 let (p, i) = (&self.catch_up.channels[k], &self.inputs[k]);

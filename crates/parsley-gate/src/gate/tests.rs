@@ -95,7 +95,11 @@ fn the_payload_of_a_held_record_is_readable_until_it_is_delivered_or_spilled() {
     assert_eq!(g.payload(&b.at(2)), None, "not fetched");
     assert_eq!(g.payload(&ch(9, 0).at(0)), None, "not consumed");
     g.spill(&b);
-    assert_eq!(g.payload(&b.at(0)), Some(&0), "a tracked head is never spilled");
+    assert_eq!(
+        g.payload(&b.at(0)),
+        Some(&0),
+        "a tracked head is never spilled"
+    );
     assert_eq!(g.payload(&b.at(1)), None, "spilled: payload dropped");
     g.offer(a, plain(0)).unwrap();
     g.offer(a, plain(1)).unwrap();

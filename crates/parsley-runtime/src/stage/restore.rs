@@ -61,6 +61,7 @@ impl StageRunner {
                     m.restore_end = end;
                 })
             },
+            &mut |wait| metrics.explained().set_restore(partition, wait),
         )?;
         let (records, replaced) = (restored.records, restored.replaced);
         let mut cluster = Cluster(self.evidence.admin());
