@@ -302,8 +302,7 @@ pub(crate) fn restore(
     admin: &Admin,
     topic: &str,
     partition: i32,
-    timeout: Duration,
-    transaction_timeout: Duration,
+    (timeout, transaction_timeout): (Duration, Duration),
     progress: &mut dyn FnMut(i64, i64),
     held: &mut dyn FnMut(Option<crate::explain::RestoreWait>),
 ) -> Result<Restored> {

@@ -53,8 +53,7 @@ impl StageRunner {
             self.evidence.admin(),
             self.txn.changelog_name(),
             partition,
-            self.config.timeout,
-            self.config.transaction_timeout(),
+            (self.config.timeout, self.config.transaction_timeout()),
             &mut |position, end| {
                 metrics.task(partition, |m| {
                     m.restore_position = position;
