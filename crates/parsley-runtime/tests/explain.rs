@@ -3,7 +3,10 @@
 //!   topic name, and offset), in memory and over HTTP; once the cause is written the
 //!   explanation is empty;
 //! - an event-time watermark held by a slow input names that input, catching up with its
-//!   history; once it has caught up nothing holds the watermark.
+//!   history; once it has caught up nothing holds the watermark;
+//! - a restore held by a transaction open on the changelog partition names the partition and
+//!   both offsets while the stream thread is busy restoring (the last snapshot, not fresh), and
+//!   is gone once the transaction ends and the task runs.
 //!
 //! The waits are made deterministic by open transactions, not by timing: a record written in
 //! a transaction that stays open is invisible to the stage's `read_committed` consumer (the
@@ -13,13 +16,14 @@
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use parsley_runtime::{
-    BlockedRecord, ChannelName, Explanation, Running, Runtime, RuntimeConfig, TaskExplanation,
-    TopicInfo, WaitsFor, WatermarkExplanation, WatermarkHolder,
+    BlockedRecord, ChannelName, Explanation, RestoreWait, Running, Runtime, RuntimeConfig,
+    StageExplanation, TaskExplanation, TopicInfo, TopicSpec, WaitsFor, WatermarkExplanation,
+    WatermarkHolder, changelog_topic,
 };
 use parsley_stage::{EventTimeOrder, ImpossiblePolicy};
 use parsley_testkit::fixtures::{
-    DEADLINE, bootstrap, create_topic, forward_topology, forward_topology_with, raw_producer,
-    send_stamped, unique_topic, wait_committed,
+    DEADLINE, admin, bootstrap, create_topic, forward_topology, forward_topology_with,
+    raw_producer, send_stamped, unique_topic, wait_committed,
 };
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 
@@ -36,8 +40,8 @@ fn named(topic: &TopicInfo) -> ChannelName {
     }
 }
 
-/// Asks `running` why it waits until the one stage's tasks satisfy `done` (a fresh snapshot),
-/// and returns that explanation.
+/// Asks `running` why it waits until the one stage's tasks satisfy `done` in a fresh
+/// snapshot, and returns that explanation.
 ///
 /// # Panics
 /// When a stage fails, or `done` does not hold within the deadline.
@@ -46,11 +50,25 @@ fn explain_until(
     what: &str,
     done: impl Fn(&[TaskExplanation]) -> bool,
 ) -> Explanation {
+    explain_until_stage(running, what, |s| s.fresh && done(&s.tasks))
+}
+
+/// Asks `running` why it waits until its one stage's explanation satisfies `done`, and returns
+/// that explanation.
+///
+/// # Panics
+/// When a stage fails, or `done` does not hold within the deadline.
+fn explain_until_stage(
+    running: &Running,
+    what: &str,
+    done: impl Fn(&StageExplanation) -> bool,
+) -> Explanation {
     let started = Instant::now();
     loop {
-        // Each call waits for the stream thread's next snapshot: it paces the loop.
+        // Each call waits for the stream thread's next snapshot (at most `ANSWER_WITHIN`): it
+        // paces the loop.
         let e = running.explain();
-        if e.stages[0].fresh && done(&e.stages[0].tasks) {
+        if done(&e.stages[0]) {
             return e;
         }
         assert!(
@@ -254,5 +272,56 @@ fn a_watermark_held_by_a_slow_input_names_that_input() {
     assert_eq!(et.held_by, None);
     assert_eq!(et.watermark_ms, Some(base + 200));
     assert!(e.is_idle());
+    running.stop().unwrap();
+}
+
+#[test]
+fn a_restore_held_by_an_open_transaction_is_explained_until_the_transaction_ends() {
+    let input = create_topic("explain-restore-in", 1);
+    let output = create_topic("explain-restore-out", 1);
+    let app = unique_topic("explain-restore");
+    let changelog = changelog_topic(&format!("{app}.forward"));
+    admin()
+        .create_topics(&[TopicSpec::new(&changelog, 1).config("cleanup.policy", "compact")])
+        .unwrap();
+    // Another producer opens a transaction on the changelog partition and leaves it open.
+    let other = raw_producer(Some(&unique_topic("explain-restore-txn")));
+    other.begin_transaction().unwrap();
+    send_stamped(&other, &changelog, 0, b"\x00k", b"1", None);
+    let topology = forward_topology(
+        &app,
+        &[input.name.as_str()],
+        &output.name,
+        ImpossiblePolicy::Fail,
+    );
+    // Long enough for the restore not to give up while the test looks at it.
+    let mut config = RuntimeConfig::new(bootstrap());
+    config.timeout = DEADLINE;
+    let running = Runtime::new(topology, config).start().unwrap();
+
+    let e = explain_until_stage(&running, "the restore held", |s| {
+        s.tasks.iter().any(|t| t.restore.is_some())
+    });
+    assert_eq!(
+        e.stages[0].tasks,
+        vec![TaskExplanation {
+            restore: Some(RestoreWait {
+                changelog: changelog.clone(),
+                partition: 0,
+                last_stable_offset: 0,
+                high_watermark: 1,
+                // Not a Parsley stage: it names itself on no changelog record.
+                producer: None,
+            }),
+            ..TaskExplanation::new(0)
+        }]
+    );
+    assert!(!e.stages[0].fresh, "the stream thread is restoring");
+    assert!(!e.is_idle());
+
+    other.abort_transaction(DEADLINE).unwrap();
+    explain_until(&running, "the task running, nothing waiting", |tasks| {
+        tasks == [TaskExplanation::new(0)]
+    });
     running.stop().unwrap();
 }
