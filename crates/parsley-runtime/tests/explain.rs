@@ -4,6 +4,9 @@
 //!   explanation is empty;
 //! - an event-time watermark held by a slow input names that input, catching up with its
 //!   history; once it has caught up nothing holds the watermark;
+//! - an input caught up with its history whose latest records are fetched but held (their
+//!   cause is in an open transaction) holds the watermark behind its live head, and is named
+//!   with that head (its last stable offset);
 //! - a restore held by a transaction open on the changelog partition names the partition and
 //!   both offsets while the stream thread is busy restoring (the last snapshot, not fresh), and
 //!   is gone once the transaction ends and the task runs.
@@ -323,5 +326,90 @@ fn a_restore_held_by_an_open_transaction_is_explained_until_the_transaction_ends
     explain_until(&running, "the task running, nothing waiting", |tasks| {
         tasks == [TaskExplanation::new(0)]
     });
+    running.stop().unwrap();
+}
+
+#[test]
+fn a_watermark_held_by_an_input_behind_its_live_head_names_it_and_its_head() {
+    let fast = create_topic("explain-head-fast", 1);
+    let slow = create_topic("explain-head-slow", 1);
+    let out = create_topic("explain-head-out", 1);
+    let base = now_ms() - 3_600_000;
+    let producer = raw_producer(None);
+    for (topic, key, t) in [(&fast, "a", 100), (&slow, "s", 150)] {
+        producer
+            .send(
+                BaseRecord::to(&topic.name)
+                    .partition(0)
+                    .key(key)
+                    .payload(key)
+                    .timestamp(base + t),
+            )
+            .map_err(|(e, _)| e)
+            .expect("send");
+    }
+    producer.flush(DEADLINE).expect("acknowledged");
+    let topology = forward_topology_with(
+        &unique_topic("explain-head"),
+        &[fast.name.as_str(), slow.name.as_str()],
+        &out.name,
+        |s| s.order_by_event_time(EventTimeOrder::new()),
+    );
+    let running = Runtime::new(topology, RuntimeConfig::new(bootstrap()))
+        .start()
+        .unwrap();
+    // Both inputs are read to their heads: nothing holds the watermark.
+    wait_committed(&running, "forward", 2);
+    explain_until(&running, "nothing holding the watermark", |tasks| {
+        tasks
+            .first()
+            .and_then(|t| t.event_time.as_ref())
+            .is_some_and(|et| et.held_by.is_none())
+    });
+
+    // slow@1 is appended in a transaction that stays open; fast@1 claims it, so fast@1 is
+    // fetched and held: fast's live head (its last stable offset, 2) is beyond what it
+    // delivered (through 0), and fast holds the watermark.
+    let slow_writer = open_transaction_with_one_record(&slow.name, base + 300);
+    let cause = parsley_runtime::Channel::new(slow.id, 0).at(1);
+    let stamp = parsley_runtime::Stamp::new(None, [cause].into_iter().collect());
+    send_stamped(&producer, &fast.name, 0, b"b", b"b", Some(&stamp));
+    let expected = vec![TaskExplanation {
+        blocked: vec![BlockedRecord {
+            channel: named(&fast),
+            offset: 1,
+            key: Some("b".into()),
+            waits_for: WaitsFor::Frontier {
+                channel: named(&slow),
+                offset: 1,
+                frontier: Some(0),
+            },
+        }],
+        event_time: Some(WatermarkExplanation {
+            watermark_ms: Some(base + 150),
+            parked: 0,
+            held_by: Some(WatermarkHolder::AwaitingLiveHead {
+                channel: named(&fast),
+                delivered_max_ms: Some(base + 100),
+                frontier: 0,
+                head: Some(2),
+            }),
+        }),
+        ..TaskExplanation::new(0)
+    }];
+    explain_until(&running, "fast behind its live head", |tasks| {
+        tasks == expected.as_slice()
+    });
+
+    // The cause is committed: both records are delivered and nothing holds the watermark.
+    slow_writer.commit_transaction(DEADLINE).expect("commit");
+    wait_committed(&running, "forward", 4);
+    let e = explain_until(&running, "nothing holding the watermark", |tasks| {
+        tasks
+            .first()
+            .and_then(|t| t.event_time.as_ref())
+            .is_some_and(|et| et.held_by.is_none())
+    });
+    assert!(e.is_idle(), "{e:#?}");
     running.stop().unwrap();
 }
