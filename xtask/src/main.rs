@@ -22,12 +22,15 @@
 //! - `replay`: starts the broker if none, runs the shop's revenue per customer and hour live
 //!   while its input is written, then replays it under fresh application ids with randomized
 //!   fetch sizes and compares every output key's values with the live run's (see [`replay`]),
-//!   stops what it started.
+//!   stops what it started;
+//! - `inspect`: asks a running process why its records wait (`GET /explain` on its metrics
+//!   endpoint) and prints a table (see [`inspect`]).
 //!
 //! Missing Java or Maven are installed from Debian's packages when running as root on a
 //! Debian-like machine; elsewhere the error says what to install.
 
 mod compare;
+mod inspect;
 mod replay;
 
 use std::process::{Command, ExitCode};
@@ -127,6 +130,9 @@ enum Cmd {
     /// sizes, and compare every output key's sequence of values with the live run's (local
     /// broker, started if none is running).
     Replay(replay::ReplayArgs),
+    /// Why is it waiting? Fetch `/explain` from a running process's metrics endpoint and print
+    /// every wait: stage, task, channel, offset, key, waits for.
+    Inspect(inspect::InspectArgs),
     /// Format check, clippy (warnings denied) and every workspace test on the local broker.
     Test {
         /// Leave a broker this command started running afterwards.
@@ -305,6 +311,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         ),
         Cmd::Compare(args) => compare::run(args),
         Cmd::Replay(args) => replay::run(args),
+        Cmd::Inspect(args) => inspect::run(args).map(|()| ExitCode::SUCCESS),
         Cmd::Test { keep_broker } => with_broker(keep_broker, |bootstrap| {
             let steps: [(&str, &[&str]); 4] = [
                 ("cargo fmt --check", &["fmt", "--all", "--", "--check"]),

@@ -87,4 +87,6 @@ pub use timers::{
     CARRY_FACTOR, CARRY_SLACK, Parking, Part, QueueParts, Released, SEGMENT_BYTES, TimerMetrics,
     TimerQueue, segment_ids,
 };
-pub use watermark::{Control, InputSnapshot, InputState, WatermarkSnapshot, WatermarkTracker};
+pub use watermark::{
+    Control, Hold, InputSnapshot, InputState, WatermarkSnapshot, WatermarkTracker,
+};

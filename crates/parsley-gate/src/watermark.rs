@@ -174,6 +174,42 @@ pub enum InputState {
     Left,
 }
 
+/// What holds a task's watermark where it is: the lowest bound of the minimum
+/// ([`WatermarkTracker::held_by`]). Offsets are `i64` Kafka offsets; times are `i64` ms since
+/// the Unix epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hold {
+    /// An input channel still in the minimum, whose bound is the lowest.
+    Input {
+        /// The input channel.
+        channel: Channel,
+        /// Why it is in the minimum: [`InputState::CatchingUp`] (reading the history that
+        /// existed at task start, up to `startup_end`) or [`InputState::Behind`] (caught up,
+        /// waiting for its live head, `head`). Never [`InputState::Left`].
+        state: InputState,
+        /// The highest event time in its delivered prefix, ms; `None` when nothing is
+        /// delivered there (or it is unordered and still catching up): it holds the watermark
+        /// at "no evidence".
+        delivered_max: Option<i64>,
+        /// The gate's frontier on it (`-1` before the first reading).
+        frontier: i64,
+        /// The high watermark read at task start; `None` before [`WatermarkTracker::start`].
+        startup_end: Option<i64>,
+        /// The latest head reading (the LSO of its latest fetch response, or the startup end
+        /// before one); `None` before [`WatermarkTracker::start`].
+        head: Option<i64>,
+    },
+    /// The control stream: processing time minus its lag is the lowest bound (or every input
+    /// has left the minimum and the control clock alone moves the watermark).
+    Control {
+        /// The highest processing time passed to [`WatermarkTracker::control`] minus the lag,
+        /// ms; `None` before the first one (the watermark waits for it).
+        time_ms: Option<i64>,
+        /// The control stream's lag, ms.
+        lag_ms: i64,
+    },
+}
+
 /// The committed part of a [`WatermarkTracker`] (DESIGN.md §7): what survives a restart.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct WatermarkSnapshot {
@@ -499,6 +535,50 @@ impl WatermarkTracker {
         self.inputs[i].prefix_max
     }
 
+    /// What holds the watermark where it is (see [`Hold`]): the input in the minimum with the
+    /// lowest bound — an input with no evidence first; on a tie, the first by channel order;
+    /// an input before the control stream on a tie — or the control stream when it is lower,
+    /// or when it alone is in the minimum. `None` when nothing is in the minimum and there is
+    /// no control stream: the watermark then follows the highest delivered event time and
+    /// nothing holds it (module docs). Computed on demand, `O(n)` in the inputs.
+    pub fn held_by(&self) -> Option<Hold> {
+        let mut lowest: Option<(Bound, usize)> = None;
+        for (k, (p, i)) in self.catch_up.channels.iter().zip(&self.inputs).enumerate() {
+            let bound = match Self::state_of(p, i) {
+                InputState::Left => continue,
+                InputState::CatchingUp if i.unordered => Bound::Lowest,
+                _ => Bound::of(i.prefix_max),
+            };
+            if lowest.is_none_or(|(b, _)| bound < b) {
+                lowest = Some((bound, k));
+            }
+        }
+        let control = self
+            .control
+            .map(|c| (Bound::of(self.control_time), c.lag_ms));
+        match (lowest, control) {
+            (Some((bound, k)), control) if control.is_none_or(|(c, _)| bound <= c) => {
+                let (p, i) = (&self.catch_up.channels[k], &self.inputs[k]);
+                Some(Hold::Input {
+                    channel: p.channel,
+                    state: Self::state_of(p, i),
+                    delivered_max: match bound {
+                        Bound::At(t) => Some(t),
+                        _ => None,
+                    },
+                    frontier: p.frontier,
+                    startup_end: p.startup_end,
+                    head: i.head,
+                })
+            }
+            (_, Some((_, lag_ms))) => Some(Hold::Control {
+                time_ms: self.control_time,
+                lag_ms,
+            }),
+            (_, None) => None,
+        }
+    }
+
     fn state_of(progress: &ChannelProgress, input: &Input) -> InputState {
         if !progress.caught_up() {
             InputState::CatchingUp
@@ -586,6 +666,86 @@ mod tests {
             w.delivered(c, o, t).unwrap();
             w.frontier(c, o).unwrap();
         }
+    }
+
+    #[test]
+    fn held_by_names_the_lowest_input_in_the_minimum_and_whether_it_catches_up_or_is_behind() {
+        let (a, b) = (ch(1, 0), ch(2, 0));
+        let mut w = WatermarkTracker::new([a, b], None);
+        assert_eq!(
+            w.held_by(),
+            Some(Hold::Input {
+                channel: a,
+                state: InputState::CatchingUp,
+                delivered_max: None,
+                frontier: -1,
+                startup_end: None,
+                head: None,
+            }),
+            "before any evidence the first input holds it"
+        );
+        w.start(a, 2).unwrap();
+        w.start(b, 3).unwrap();
+        deliver(&mut w, a, &[(0, 100), (1, 200)]);
+        deliver(&mut w, b, &[(0, 150)]);
+        // a is caught up and at its startup end: out of the minimum; b reads history.
+        assert_eq!(w.state(&a), Some(InputState::Left));
+        assert_eq!(
+            w.held_by(),
+            Some(Hold::Input {
+                channel: b,
+                state: InputState::CatchingUp,
+                delivered_max: Some(150),
+                frontier: 0,
+                startup_end: Some(3),
+                head: Some(3),
+            })
+        );
+        deliver(&mut w, b, &[(1, 160), (2, 170)]);
+        // Both left, no control stream: nothing holds it.
+        assert_eq!(w.held_by(), None);
+        // A fetch response shows a behind its live head: it holds the watermark again.
+        w.fetched_head(a, 5).unwrap();
+        assert_eq!(
+            w.held_by(),
+            Some(Hold::Input {
+                channel: a,
+                state: InputState::Behind,
+                delivered_max: Some(200),
+                frontier: 1,
+                startup_end: Some(2),
+                head: Some(5),
+            })
+        );
+    }
+
+    #[test]
+    fn held_by_names_the_control_stream_when_it_is_lower_or_alone() {
+        let a = ch(1, 0);
+        let mut w = WatermarkTracker::new([a], Some(Control { lag_ms: 1_000 }));
+        w.start(a, 1).unwrap();
+        w.control(5_000).unwrap();
+        // a has nothing delivered: it holds it, below the control clock.
+        assert!(matches!(w.held_by(), Some(Hold::Input { channel, .. }) if channel == a));
+        deliver(&mut w, a, &[(0, 9_000)]);
+        // a left the minimum: the control clock alone moves the watermark.
+        assert_eq!(
+            w.held_by(),
+            Some(Hold::Control {
+                time_ms: Some(4_000),
+                lag_ms: 1_000
+            })
+        );
+        assert_eq!(w.watermark(), Some(4_000));
+        // Behind again with a delivered maximum above the control clock: the clock holds it.
+        w.fetched_head(a, 3).unwrap();
+        assert_eq!(
+            w.held_by(),
+            Some(Hold::Control {
+                time_ms: Some(4_000),
+                lag_ms: 1_000
+            })
+        );
     }
 
     #[test]

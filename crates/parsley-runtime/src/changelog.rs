@@ -288,7 +288,9 @@ pub(crate) const RESTORE_STALL: Duration = Duration::from_secs(10);
 ///
 /// A transaction open on the partition holds the position at the last stable offset: that is
 /// found out and said once ([`OpenTransactionWatch`]); `transaction_timeout` is this stage's
-/// producers' `transaction.timeout.ms`, named as the longest such a wait can take.
+/// producers' `transaction.timeout.ms`, named as the longest such a wait can take. `held` is
+/// called with what the restore waits for whenever that changes (an open transaction found,
+/// or gone: `None`), and with `None` when the restore ends.
 ///
 /// # Errors
 /// [`Error::Changelog`] for a record that does not decode (topic, partition, offset named);
@@ -300,9 +302,38 @@ pub(crate) fn restore(
     admin: &Admin,
     topic: &str,
     partition: i32,
-    timeout: Duration,
-    transaction_timeout: Duration,
+    (timeout, transaction_timeout): (Duration, Duration),
     progress: &mut dyn FnMut(i64, i64),
+    held: &mut dyn FnMut(Option<crate::explain::RestoreWait>),
+) -> Result<Restored> {
+    let mut said = None;
+    let result = read_changelog(
+        client,
+        admin,
+        (topic, partition),
+        (timeout, transaction_timeout),
+        progress,
+        &mut |wait| {
+            if wait != said {
+                said = wait.clone();
+                held(wait);
+            }
+        },
+    );
+    if said.is_some() {
+        held(None);
+    }
+    result
+}
+
+/// [`restore`], `held` called with what the restore waits for after every look.
+fn read_changelog(
+    client: &ClientConfig,
+    admin: &Admin,
+    (topic, partition): (&str, i32),
+    (timeout, transaction_timeout): (Duration, Duration),
+    progress: &mut dyn FnMut(i64, i64),
+    held: &mut dyn FnMut(Option<crate::explain::RestoreWait>),
 ) -> Result<Restored> {
     let end = admin.high_watermarks(&[(topic, partition)])?[0];
     let mut watch = OpenTransactionWatch::new(topic, partition, end, transaction_timeout, client);
@@ -356,6 +387,7 @@ pub(crate) fn restore(
             return Ok(restored);
         }
         watch.observe(admin, at, moved.elapsed());
+        held(watch.wait());
         if started.elapsed() >= timeout {
             if let Some(blocked) = watch.timed_out(admin, at, timeout) {
                 return Err(blocked);

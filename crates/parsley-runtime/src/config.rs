@@ -52,7 +52,8 @@ pub struct RuntimeConfig {
     /// librdkafka statistics of the stage's consumer and producer: how often, and who
     /// receives them. Default: none.
     pub statistics: Option<(Duration, StatisticsSink)>,
-    /// Where the stages' metrics and health are served over HTTP. Default: nowhere. See
+    /// Where the stages' metrics, health and explanations are served over HTTP. Default:
+    /// nowhere. See
     /// [`RuntimeConfig::metrics_address`].
     pub metrics_address: Option<SocketAddr>,
     /// Where the stage aborts its process on purpose, for fault-injection tests.
@@ -241,7 +242,9 @@ impl RuntimeConfig {
     /// - `GET /health/live`: 200 while the endpoint runs;
     /// - `GET /health/ready`: 200 once every stage has its assignment and every task is
     ///   restored; 503 with a plain-text reason while a stage waits for its assignment,
-    ///   restores a task, is stopping, or has ended (failed, panicked or stopped).
+    ///   restores a task, is stopping, or has ended (failed, panicked or stopped);
+    /// - `GET /explain`: why each stage's records wait, as JSON
+    ///   ([`Running::explain`](crate::Running::explain)'s [`Explanation`](crate::Explanation)).
     ///
     /// [`Runtime::start`](crate::Runtime::start) and
     /// [`Runtime::start_stages`](crate::Runtime::start_stages) bind it (each call its own

@@ -507,6 +507,11 @@ impl EventTime {
         self.tracker.watermark()
     }
 
+    /// What holds the watermark where it is ([`WatermarkTracker::held_by`]).
+    pub(crate) fn held_by(&self) -> Option<parsley_gate::Hold> {
+        self.tracker.held_by()
+    }
+
     /// Records parked now.
     pub(crate) fn parked(&self) -> usize {
         self.queue.len()

@@ -71,6 +71,7 @@ pub mod driver;
 mod endpoint;
 mod error;
 mod event_time;
+mod explain;
 #[cfg(feature = "fault-injection")]
 mod fault;
 mod metrics;
@@ -91,6 +92,11 @@ pub use driver::TopologyTestDriver;
 pub use error::{
     Error, InputRecord, PRODUCER_SIZE_LIMIT, RecordProblem, Refusal, Result, TIMESTAMP_AFTER_LIMIT,
     TIMESTAMP_BEFORE_LIMIT, TOPIC_SIZE_LIMIT,
+};
+pub use explain::{
+    ANSWER_WITHIN, BlockedRecord, ChannelName, Explanation, MAX_BLOCKED_LISTED, PausedChannel,
+    RestoreWait, StageExplanation, TaskExplanation, WaitsFor, WatermarkExplanation,
+    WatermarkHolder,
 };
 #[cfg(feature = "fault-injection")]
 pub use fault::CrashPoint;

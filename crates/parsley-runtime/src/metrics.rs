@@ -27,6 +27,7 @@ use parsley_stage::BadRecordKind;
 
 use crate::client_stats::ClientStatistics;
 use crate::error::Error;
+use crate::explain::Explained;
 
 /// Live counters of one stage (all tasks of one stream thread).
 #[derive(Debug, Default)]
@@ -71,6 +72,9 @@ pub struct StageMetrics {
     ended: Mutex<Option<StageEnd>>,
     /// The digest of the stage's clients' last librdkafka statistics.
     clients: Mutex<ClientStatistics>,
+    /// What its tasks wait for, published by the stream thread on request (module
+    /// `explain`).
+    explained: Explained,
 }
 
 /// How a stage's stream thread ended.
@@ -388,6 +392,7 @@ impl StageMetrics {
             .lock()
             .expect("late keys")
             .retain(|(p, _), _| keep(*p));
+        self.explained.retain_restores(&keep);
     }
 
     /// The per-key violation counter of every event-time task this instance owns: keys with
@@ -421,6 +426,11 @@ impl StageMetrics {
         for (key, late) in counts {
             keys.insert((partition, key.to_vec()), late);
         }
+    }
+
+    /// What the stage's tasks wait for: its stream thread's side of `Running::explain`.
+    pub(crate) fn explained(&self) -> &Explained {
+        &self.explained
     }
 
     /// The consumer got an assignment (`true`, before its tasks restore) or had it revoked.

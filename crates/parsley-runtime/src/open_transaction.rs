@@ -96,6 +96,18 @@ impl OpenTransactionWatch {
         self.check(admin, at);
     }
 
+    /// What the restore waits for, as the last look found it: the open transaction pinning
+    /// the last stable offset ([`RestoreWait`](crate::RestoreWait)); `None` when none holds it.
+    pub(crate) fn wait(&self) -> Option<crate::explain::RestoreWait> {
+        self.held_at.map(|lso| crate::explain::RestoreWait {
+            changelog: self.topic.clone(),
+            partition: self.partition,
+            last_stable_offset: lso,
+            high_watermark: self.end,
+            producer: self.producer.clone(),
+        })
+    }
+
     /// `true` when the last look found the position held by an open transaction: the restore
     /// waits for it, and a new consumer would not read further.
     pub(crate) fn held(&self) -> bool {

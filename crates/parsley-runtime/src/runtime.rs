@@ -13,6 +13,7 @@ use parsley_stage::Topology;
 use crate::config::RuntimeConfig;
 use crate::endpoint::{Endpoint, Served};
 use crate::error::{Error, Result};
+use crate::explain::Explanation;
 use crate::metrics::{LateKey, MetricsSnapshot, Progress, StageEnd, StageMetrics, TaskMetrics};
 use crate::signals::SignalWatch;
 use crate::stage::StageRunner;
@@ -288,6 +289,28 @@ impl Running {
             .collect()
     }
 
+    /// Why each stage waits: per stage and per task, every record its gate holds back and the
+    /// exact evidence it waits for, the channels paused by backpressure, the event-time
+    /// watermark and the input that holds it down, and a restore held by an open transaction
+    /// ([`Explanation`]; the endpoint serves the same as JSON at `/explain`).
+    ///
+    /// Each stream thread takes its snapshot between two turns, when asked: the call asks every
+    /// stage at once and waits for their snapshots, at most [`ANSWER_WITHIN`] in all (a turn
+    /// polls for at most 100 ms; a commit or a restore can keep a stream thread longer). A stage
+    /// that did not answer in time, or that has ended, is explained by its last snapshot,
+    /// marked [`StageExplanation::fresh`] `false` with the time it was taken. Nothing is
+    /// locked per record: a stream thread nobody asks pays one atomic load per turn.
+    ///
+    /// [`ANSWER_WITHIN`]: crate::ANSWER_WITHIN
+    /// [`StageExplanation::fresh`]: crate::StageExplanation::fresh
+    pub fn explain(&self) -> Explanation {
+        explain_stages(
+            self.stages.iter().map(|(name, thread, metrics)| {
+                (name.as_str(), metrics.as_ref(), thread.is_finished())
+            }),
+        )
+    }
+
     /// Waits until every stage of these has consumed and committed everything written to its
     /// sources before the wait: its consumer group's committed offsets reach the last stable
     /// offset of every source partition (a built-in clock's topic aside: the stage's own ticks
@@ -512,6 +535,20 @@ impl Running {
         }
         first_error.map_or(Ok(out), Err)
     }
+}
+
+/// The explanation of `stages` (name, metrics, whether its stream thread has ended), each
+/// waited for at most [`crate::ANSWER_WITHIN`] in all.
+pub(crate) fn explain_stages<'a>(
+    stages: impl IntoIterator<Item = (&'a str, &'a StageMetrics, bool)>,
+) -> Explanation {
+    crate::explain::explain(
+        stages.into_iter().map(|(name, metrics, finished)| {
+            let ended = finished || metrics.ended().is_some();
+            (name, metrics.explained(), ended)
+        }),
+        crate::explain::ANSWER_WITHIN,
+    )
 }
 
 /// The stage and error of a [`Progress::Failed`] event.

@@ -72,9 +72,9 @@ struct Args {
     /// reads the outputs back over the plain listener.
     #[arg(long, conflicts_with = "bootstrap")]
     secure: bool,
-    /// Where the stages serve their metrics (`/metrics`, Prometheus text) and health
-    /// (`/health/live`, `/health/ready`) while they run; port 0 picks a free port, printed at
-    /// start.
+    /// Where the stages serve their metrics (`/metrics`, Prometheus text), health
+    /// (`/health/live`, `/health/ready`) and why records wait (`/explain`) while they run; port
+    /// 0 picks a free port, printed at start.
     #[arg(long, default_value = "127.0.0.1:0")]
     metrics_address: SocketAddr,
     /// Serve no metrics endpoint.

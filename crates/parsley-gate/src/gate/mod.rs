@@ -92,7 +92,7 @@
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap, HashMap, VecDeque};
 
-use parsley_clock::{Channel, SenderId};
+use parsley_clock::{Channel, Coordinate, SenderId};
 
 use crate::error::GateError;
 
@@ -307,6 +307,15 @@ impl<R> Gate<R> {
                 })
             })
             .collect()
+    }
+
+    /// The payload of the fetched, undelivered record at `coordinate`: what a caller shows of a
+    /// [`BlockedHead`] (its key, say). `None` when the gate holds no undelivered record there,
+    /// or holds it spilled (payload dropped until it is re-fetched: [`Gate::spill`]).
+    pub fn payload(&self, coordinate: &Coordinate) -> Option<&R> {
+        let idx = self.index(&coordinate.channel)?;
+        let pos = self.slot_pos(idx, coordinate.offset)?;
+        self.channels[idx].queue[pos].payload.as_ref()
     }
 
     /// The position of the record at `offset` in queue `idx`. The head is the common case.

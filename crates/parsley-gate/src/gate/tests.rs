@@ -85,6 +85,29 @@ fn a_record_waits_for_its_claimed_cause_on_another_consumed_channel() {
 }
 
 #[test]
+fn the_payload_of_a_held_record_is_readable_until_it_is_delivered_or_spilled() {
+    let (a, b) = (ch(1, 0), ch(2, 0));
+    let mut g = seeded(&[a, b]);
+    g.offer(b, rec(0, None, &[a.at(1)], &[])).unwrap();
+    g.offer(b, plain(1)).unwrap();
+    assert_eq!(g.payload(&b.at(0)), Some(&0));
+    assert_eq!(g.payload(&b.at(1)), Some(&1), "queued behind the head");
+    assert_eq!(g.payload(&b.at(2)), None, "not fetched");
+    assert_eq!(g.payload(&ch(9, 0).at(0)), None, "not consumed");
+    g.spill(&b);
+    assert_eq!(
+        g.payload(&b.at(0)),
+        Some(&0),
+        "a tracked head is never spilled"
+    );
+    assert_eq!(g.payload(&b.at(1)), None, "spilled: payload dropped");
+    g.offer(a, plain(0)).unwrap();
+    g.offer(a, plain(1)).unwrap();
+    assert_eq!(drain(&mut g), vec![a.at(0), a.at(1), b.at(0)]);
+    assert_eq!(g.payload(&b.at(0)), None, "delivered");
+}
+
+#[test]
 fn ignore_branch_baseline_and_unseeded_channels() {
     let (a, b, other) = (ch(1, 0), ch(2, 0), ch(3, 0));
     let mut g = Gate::new([a, b]);

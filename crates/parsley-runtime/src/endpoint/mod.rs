@@ -6,6 +6,7 @@
 //! | `GET /metrics` | 200, every metric in the Prometheus text format (version 0.0.4) |
 //! | `GET /health/live` | 200 `live` while the endpoint runs |
 //! | `GET /health/ready` | 200 once every stage has an assignment and every task is restored; 503 with the reasons while not (restoring, waiting for an assignment, a stage that ended, a stop under way) |
+//! | `GET /explain` | 200, why each stage waits, as JSON ([`Explanation`](crate::Explanation), what [`Running::explain`](crate::Running::explain) returns; answered within [`ANSWER_WITHIN`](crate::ANSWER_WITHIN)) |
 //! | other paths | 404; other methods than `GET` and `HEAD`: 405 |
 //!
 //! One thread accepts connections; each connection gets a thread of its own (at most
@@ -233,10 +234,10 @@ fn answer_connection(mut stream: TcpStream, served: &Served) {
 /// The answer to `method` on `path` (its query, if any, ignored).
 fn route(method: &str, path: &str, served: &Served) -> Answer {
     let path = path.split('?').next().unwrap_or_default();
-    if !["/metrics", "/health/live", "/health/ready"].contains(&path) {
+    if !["/metrics", "/health/live", "/health/ready", "/explain"].contains(&path) {
         return Answer::text(
             404,
-            "not found: the paths are /metrics, /health/live and /health/ready\n",
+            "not found: the paths are /metrics, /health/live, /health/ready and /explain\n",
         );
     }
     if method != "GET" && method != "HEAD" {
@@ -251,6 +252,10 @@ fn route(method: &str, path: &str, served: &Served) -> Answer {
             ..Answer::text(200, metrics_text(served))
         },
         "/health/live" => Answer::text(200, "live\n"),
+        "/explain" => Answer {
+            content_type: "application/json",
+            ..Answer::text(200, explain_json(served))
+        },
         _ => match health::readiness(&health_of(served), served.shutdown.is_triggered()) {
             Ok(line) => Answer::text(200, format!("{line}\n")),
             Err(reason) => Answer::text(503, format!("{reason}\n")),
@@ -267,6 +272,18 @@ fn metrics_text(served: &Served) -> String {
             .map(|(spec, metrics)| StageView::of(spec, metrics))
             .collect(),
     )
+}
+
+/// Why each stage of `served` waits, as JSON.
+fn explain_json(served: &Served) -> String {
+    let explanation = crate::runtime::explain_stages(
+        served
+            .stages
+            .iter()
+            .map(|(spec, metrics)| (spec.name(), metrics.as_ref(), false)),
+    );
+    // Plain data (strings, numbers, options, vectors): serialising it cannot fail.
+    serde_json::to_string_pretty(&explanation).expect("an explanation serialises")
 }
 
 /// Where each stage of `served` stands.

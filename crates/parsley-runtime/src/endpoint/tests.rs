@@ -164,3 +164,36 @@ fn connections_beyond_the_cap_are_turned_away_at_once() {
     );
     drop(idle);
 }
+
+#[test]
+fn explain_serves_the_stream_threads_snapshot_as_json() {
+    let (endpoint, metrics, _) = endpoint();
+    let address = endpoint.address();
+    let mut waiting = crate::TaskExplanation::new(2);
+    waiting.blocked_not_listed = 5;
+    // The stage's stream thread, as it answers between two turns.
+    let thread = {
+        let (metrics, waiting) = (metrics.clone(), waiting.clone());
+        std::thread::spawn(move || {
+            while !metrics.explained().wanted() {
+                std::thread::yield_now();
+            }
+            metrics.explained().publish(vec![waiting]);
+        })
+    };
+    let r = get(address, "/explain");
+    thread.join().unwrap();
+    assert_eq!(r.status_code, 200);
+    assert_eq!(r.header("content-type"), Some("application/json"));
+    let e: crate::Explanation = serde_json::from_str(r.as_str().unwrap()).unwrap();
+    assert_eq!(e.stages.len(), 1);
+    assert_eq!(e.stages[0].stage, "idle");
+    assert!(e.stages[0].fresh);
+    assert_eq!(e.stages[0].tasks, vec![waiting.clone()]);
+    // Once the stage has ended it is not waited for: its last snapshot, not fresh.
+    metrics.end(StageEnd::Stopped);
+    let r = get(address, "/explain");
+    let e: crate::Explanation = serde_json::from_str(r.as_str().unwrap()).unwrap();
+    assert!(!e.stages[0].fresh);
+    assert_eq!(e.stages[0].tasks, vec![waiting]);
+}

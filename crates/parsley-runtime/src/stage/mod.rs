@@ -23,7 +23,9 @@
 //!    too);
 //! 9. **commit** when the interval is due, or at once when a gate waits on the open
 //!    transaction's own write;
-//! 10. every few seconds, **check the sources**' topic ids and partition counts.
+//! 10. every few seconds, **check the sources**' topic ids and partition counts;
+//! 11. when a caller asked why the stage waits, **publish a snapshot** of what each task waits
+//!     for (module `explain`).
 //!
 //! While a commit's round trips run on a helper thread, [`StageRunner::overlap_batch`] repeats
 //! phases 1, 2, 4 and 6 with what is ready; the sends made meanwhile are held for the next
@@ -47,6 +49,7 @@
 //! | `startup` | resolving topics and creating the clients |
 //! | `upstream` | inputs other stages write: waiting for those stages to commit their history |
 //! | `waits` | saying what a slow group join waits for |
+//! | `explain` | the snapshot of what each task waits for, taken between turns on request |
 //!
 //! Invariant: a task's committed offsets and its last committed snapshot describe the same
 //! moment — both are written in the same transaction, after its outputs are acknowledged.
@@ -54,6 +57,7 @@
 mod backpressure;
 mod context;
 mod evidence;
+mod explain;
 mod intake;
 mod output;
 mod policy;
@@ -287,6 +291,7 @@ impl StageRunner {
         self.write_ticks()?;
         self.commit_if_due()?;
         self.check_sources()?;
+        self.explain_if_asked();
         Ok(Turn::Running)
     }
 

@@ -53,14 +53,14 @@ impl StageRunner {
             self.evidence.admin(),
             self.txn.changelog_name(),
             partition,
-            self.config.timeout,
-            self.config.transaction_timeout(),
+            (self.config.timeout, self.config.transaction_timeout()),
             &mut |position, end| {
                 metrics.task(partition, |m| {
                     m.restore_position = position;
                     m.restore_end = end;
                 })
             },
+            &mut |wait| metrics.explained().set_restore(partition, wait),
         )?;
         let (records, replaced) = (restored.records, restored.replaced);
         let mut cluster = Cluster(self.evidence.admin());

@@ -1,0 +1,49 @@
+//! The stream thread's side of "why is it waiting?" (`crate::explain`): between two turns,
+//! when a caller asked, a snapshot of what each task waits for — its blocked records, its
+//! paused channels, its watermark — published with the stage's metrics.
+//!
+//! Invariant: the snapshot is taken at the end of a turn, after delivery, backpressure and
+//! the commit check, so it describes the tasks as the next turn finds them; nothing is read
+//! per record, and a turn nobody asked about costs one relaxed atomic load.
+
+use super::StageRunner;
+use super::task::Task;
+use crate::explain::{self, TaskExplanation};
+
+impl StageRunner {
+    /// Publishes what every task waits for, when a caller asked since the last snapshot.
+    pub(super) fn explain_if_asked(&self) {
+        let explained = self.metrics.explained();
+        if !explained.wanted() {
+            return;
+        }
+        let tasks = self
+            .tasks
+            .values()
+            .map(|task| self.explain_task(task))
+            .collect();
+        explained.publish(tasks);
+    }
+
+    /// What `task` waits for now.
+    fn explain_task(&self, task: &Task) -> TaskExplanation {
+        let ctx = &self.ctx;
+        let names = |id| {
+            let name = ctx.topic_name(id);
+            (!name.is_empty()).then_some(name)
+        };
+        let gate = task.gate();
+        let (blocked, blocked_not_listed) =
+            explain::blocked_records(gate, |p| p.key.as_deref(), &names);
+        TaskExplanation {
+            partition: task.partition(),
+            blocked,
+            blocked_not_listed,
+            paused: explain::paused_channels(gate, self.intake.paused(), ctx.cap, &names),
+            event_time: task
+                .event_time()
+                .map(|et| explain::watermark(et.watermark(), et.parked(), et.held_by(), &names)),
+            restore: None,
+        }
+    }
+}
