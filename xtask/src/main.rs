@@ -22,12 +22,15 @@
 //! - `replay`: starts the broker if none, runs the shop's revenue per customer and hour live
 //!   while its input is written, then replays it under fresh application ids with randomized
 //!   fetch sizes and compares every output key's values with the live run's (see [`replay`]),
-//!   stops what it started.
+//!   stops what it started;
+//! - `fuzz`: the `cargo-fuzz` targets under `fuzz/` for a time or a number of executions each
+//!   (see [`fuzz`]).
 //!
 //! Missing Java or Maven are installed from Debian's packages when running as root on a
 //! Debian-like machine; elsewhere the error says what to install.
 
 mod compare;
+mod fuzz;
 mod replay;
 
 use std::process::{Command, ExitCode};
@@ -113,6 +116,9 @@ enum Cmd {
         #[arg(last = true)]
         args: Vec<String>,
     },
+    /// The cargo-fuzz targets (stamp decoder, timer queue changelog, gate sequences), each for
+    /// a time or a number of executions; installs cargo-fuzz when missing (needs nightly).
+    Fuzz(fuzz::FuzzArgs),
     /// Benchmarks on the local broker (started if none is running).
     Bench {
         #[command(subcommand)]
@@ -305,6 +311,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         ),
         Cmd::Compare(args) => compare::run(args),
         Cmd::Replay(args) => replay::run(args),
+        Cmd::Fuzz(args) => fuzz::run(args).map(|()| ExitCode::SUCCESS),
         Cmd::Test { keep_broker } => with_broker(keep_broker, |bootstrap| {
             let steps: [(&str, &[&str]); 4] = [
                 ("cargo fmt --check", &["fmt", "--all", "--", "--check"]),
@@ -380,6 +387,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
             if chaos(bootstrap, 1, 2, true)? != ExitCode::SUCCESS {
                 bail!("the event-time fault-injection run failed");
             }
+            println!("xtask: a short run of every fuzz target (cargo xtask fuzz --seconds 15)");
+            fuzz::run_short()?;
             println!("xtask: all checks passed");
             Ok(ExitCode::SUCCESS)
         }),
