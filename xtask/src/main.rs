@@ -4,7 +4,8 @@
 //! - `demo`: starts the broker if none, runs the inventory demo, stops what it started;
 //! - `test`: starts the broker if none, runs `cargo fmt --check`, clippy with warnings denied,
 //!   every workspace test (unit, integration, doctests, the book's examples), a small run of
-//!   the demo and one seeded fault-injection run, stops what it started;
+//!   the demo and one seeded fault-injection run, a short run of every fuzz target and its
+//!   negative control, stops what it started;
 //! - `soak-gate`: many random simulator histories through the gate and the oracle;
 //! - `chaos`: the inventory stages as processes under injected faults, checked by the oracle;
 //! - `experiment`: starts the broker if none, runs the event-time ordering experiment (a fixed
@@ -24,12 +25,15 @@
 //!   fetch sizes and compares every output key's values with the live run's (see [`replay`]),
 //!   stops what it started;
 //! - `inspect`: asks a running process why its records wait (`GET /explain` on its metrics
-//!   endpoint) and prints a table (see [`inspect`]).
+//!   endpoint) and prints a table (see [`inspect`]);
+//! - `fuzz`: the `cargo-fuzz` targets under `fuzz/` for a time or a number of executions each
+//!   (see [`fuzz`]).
 //!
 //! Missing Java or Maven are installed from Debian's packages when running as root on a
 //! Debian-like machine; elsewhere the error says what to install.
 
 mod compare;
+mod fuzz;
 mod inspect;
 mod replay;
 
@@ -116,6 +120,9 @@ enum Cmd {
         #[arg(last = true)]
         args: Vec<String>,
     },
+    /// The cargo-fuzz targets (stamp decoder, timer queue changelog, gate sequences), each for
+    /// a time or a number of executions; installs cargo-fuzz when missing (needs nightly).
+    Fuzz(fuzz::FuzzArgs),
     /// Benchmarks on the local broker (started if none is running).
     Bench {
         #[command(subcommand)]
@@ -312,6 +319,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Cmd::Compare(args) => compare::run(args),
         Cmd::Replay(args) => replay::run(args),
         Cmd::Inspect(args) => inspect::run(args).map(|()| ExitCode::SUCCESS),
+        Cmd::Fuzz(args) => fuzz::run(args).map(|()| ExitCode::SUCCESS),
         Cmd::Test { keep_broker } => with_broker(keep_broker, |bootstrap| {
             let steps: [(&str, &[&str]); 4] = [
                 ("cargo fmt --check", &["fmt", "--all", "--", "--check"]),
@@ -387,6 +395,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
             if chaos(bootstrap, 1, 2, true)? != ExitCode::SUCCESS {
                 bail!("the event-time fault-injection run failed");
             }
+            println!("xtask: a short run of every fuzz target (cargo xtask fuzz --seconds 15)");
+            fuzz::run_short()?;
             println!("xtask: all checks passed");
             Ok(ExitCode::SUCCESS)
         }),

@@ -1,0 +1,86 @@
+//! A forged stamp that announces a million topic groups, or a million entries in one group, is
+//! a bounded typed error: the decoder trusts no count for allocation. A counting allocator
+//! measures what the decode allocates.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use parsley_clock::codec::{decode, encode};
+use parsley_clock::{Channel, Clock, DecodeErrorKind, Error, Stamp, TopicId};
+
+/// The system allocator, counting the bytes asked for.
+struct Counting;
+
+static ALLOCATED: AtomicUsize = AtomicUsize::new(0);
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATED.fetch_add(layout.size(), Ordering::Relaxed);
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// LEB128 of one million.
+const MILLION: [u8; 3] = [0xC0, 0x84, 0x3D];
+
+/// Decodes `bytes` and returns the error and the bytes allocated meanwhile (other tests of this
+/// binary run on other threads and may add to the count: the bounds below are generous).
+fn decode_counting(bytes: &[u8]) -> (Error, usize) {
+    let before = ALLOCATED.load(Ordering::Relaxed);
+    let result = decode(bytes);
+    let allocated = ALLOCATED.load(Ordering::Relaxed) - before;
+    (result.expect_err("a forged count is refused"), allocated)
+}
+
+#[test]
+fn a_million_topic_groups_announced_is_a_truncation_with_no_allocation() {
+    // Version 1, no flags, then the clock's topic-group count.
+    let mut bytes = vec![1, 0];
+    bytes.extend_from_slice(&MILLION);
+    let (e, allocated) = decode_counting(&bytes);
+    assert!(
+        matches!(
+            e,
+            Error::Decode {
+                kind: DecodeErrorKind::Truncated,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    assert!(allocated < 4_096, "{allocated} bytes allocated");
+}
+
+#[test]
+fn a_million_entries_announced_in_one_group_is_a_truncation_bounded_by_the_input() {
+    // A real one-entry stamp, its entry count patched to a million.
+    let topic = TopicId::from_halves(0x0102_0304_0506_0708, 0x090a_0b0c_0d0e_0f10);
+    let mut clock = Clock::new();
+    clock.observe(Channel::new(topic, 3).at(42));
+    let real = encode(&Stamp::new(None, clock));
+    // version, flags, group count 1, 16 bytes of topic id, then the entry count.
+    assert_eq!(&real[..3], &[1, 0, 1]);
+    let mut forged = real[..19].to_vec();
+    forged.extend_from_slice(&MILLION);
+    forged.extend_from_slice(&real[20..]);
+    forged.extend_from_slice(&[0; 16]);
+    let (e, allocated) = decode_counting(&forged);
+    assert!(
+        matches!(
+            e,
+            Error::Decode {
+                kind: DecodeErrorKind::Truncated,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    assert!(allocated < 4_096, "{allocated} bytes allocated");
+}
