@@ -497,6 +497,9 @@ impl Restored {
 }
 
 #[cfg(test)]
+mod decode_properties;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
