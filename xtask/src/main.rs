@@ -88,10 +88,10 @@ enum Cmd {
         #[arg(long)]
         event_time: bool,
     },
-    /// The event-time ordering experiment (DESIGN.md §5) on the local broker (started if none
-    /// is running): the same generated input through a fixed window, timeout idleness in two
-    /// layers and in one, and offset completeness with the built-in clock; then windowed
-    /// counting closed by evidence against stream time with grace, against a batch ground
+    /// The event-time ordering experiment (the book's specification, §5) on the local broker
+    /// (started if none is running): the same generated input through a fixed window, timeout
+    /// idleness in two layers and in one, and offset completeness with the built-in clock; then
+    /// windowed counting closed by evidence against stream time with grace, against a batch ground
     /// truth; tables and chart under `target/experiment/`.
     Experiment {
         /// Generator seeds, comma-separated (default: 1,2,3).

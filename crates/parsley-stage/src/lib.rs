@@ -4,7 +4,7 @@
 //! state — and compose stages in `main.rs` with [`Topology::builder`]. The runtime
 //! (`parsley-runtime`) runs each stage as one consumer group whose tasks are co-partitioned
 //! slices of its sources, delivering records through the causal gate and committing outputs,
-//! fold state and input offsets in one transaction (DESIGN.md §6).
+//! fold state and input offsets in one transaction (the book's specification, §6).
 //!
 //! See [`topology`] for a complete example. [`CausalClock`] is re-exported for plain producers
 //! that feed a topology.

@@ -7,7 +7,7 @@
 //! - [`fixtures`]: unique topics, an admin client, reading a topic back as `read_committed`
 //!   sees it;
 //! - [`oracle`]: the delivery-order oracle, which checks causal delivery from ground-truth
-//!   logs without reading Parsley's clocks (DESIGN.md §2, §8);
+//!   logs without reading Parsley's clocks (the book's specification, §2, §8);
 //! - [`replay`]: "replay equals live": a pipeline run live while its input is written, then
 //!   replayed under fresh application ids with randomized fetch sizes, outputs compared key by
 //!   key;
