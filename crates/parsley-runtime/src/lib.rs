@@ -48,6 +48,13 @@
 //! is aborted and the stage's tasks return to their last commit in place; any other error stops
 //! the stage and reaches the caller typed ([`Error`], with its classification).
 //!
+//! Stages that order by event time ([`EventTimeOrder`](parsley_stage::EventTimeOrder)) are
+//! driven here too: end offsets read at task start, the live-head evidence of each fetch, the
+//! timer queue changelogged with the task's state, and the built-in clock, whose ticks the
+//! runtime writes inside its own transactions. All of it runs under injected faults — `kill -9`,
+//! a crash between a changelog write and its commit, instances joining and leaving, broker
+//! restarts — in the repository's fault-injection suite (`cargo xtask chaos`).
+//!
 //! With [`RuntimeConfig::metrics_address`] set, the stages started serve their metrics in the
 //! Prometheus text format (`/metrics`) and health probes (`/health/live`, `/health/ready`) over
 //! HTTP until they are stopped ([`Running::metrics_address`] says where).
