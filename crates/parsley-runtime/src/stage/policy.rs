@@ -29,8 +29,7 @@
 //! |---|---|
 //! | [`DLQ_SOURCE_HEADER`] | `topic/partition@offset` |
 //! | [`DLQ_STAGE_HEADER`] | the stage |
-//! | [`DLQ_TOPIC_HEADER`], [`DLQ_PARTITION_HEADER`], [`DLQ_OFFSET_HEADER`] | the source coordinate
-//! (decimal numbers) |
+//! | [`DLQ_TOPIC_HEADER`], [`DLQ_PARTITION_HEADER`], [`DLQ_OFFSET_HEADER`] | the source coordinate (decimal numbers) |
 //! | [`DLQ_KIND_HEADER`] | `impossible-stamp`, or a [`BadRecordKind`] name |
 //! | [`DLQ_REASON_HEADER`] | the error, rendered |
 //!
