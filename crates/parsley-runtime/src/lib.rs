@@ -61,6 +61,40 @@
 //!
 //! A [`TopologyTestDriver`] runs a topology in memory, with no broker, through the same tasks
 //! (gate, stamping, fold state, event-time order, changelog and restore): module [`driver`].
+//! Every output is stamped with what its task had delivered, the record it was handed included:
+//!
+//! ```
+//! use parsley_runtime::TopologyTestDriver;
+//! use parsley_stage::{Handler, HandlerResult, Record, Step, Topology, Utf8};
+//!
+//! /// Writes one invoice per order.
+//! struct Invoice;
+//! impl Handler for Invoice {
+//!     type Key = String;
+//!     type Value = String;
+//!     type Output = String;
+//!     type State = ();
+//!     fn handle(&self, r: Record<'_, String, String>, _: Option<()>)
+//!         -> HandlerResult<String, String, ()>
+//!     {
+//!         Ok(Step::none().emit("invoices", r.key, format!("invoice for {}", r.value)))
+//!     }
+//! }
+//!
+//! let topology = Topology::builder("shop")
+//!     .stage("invoice", Invoice, |s| {
+//!         s.source("orders").sink("invoices")
+//!             .key_codec(Utf8).value_codec(Utf8).output_codec(Utf8)
+//!     })
+//!     .build()?;
+//! let driver = TopologyTestDriver::builder(topology).build()?;
+//! let order = driver.input_topic("orders", Utf8, Utf8)?.pipe("alice".into(), "2 kg".into())?;
+//!
+//! let invoice = driver.output_topic("invoices", Utf8, Utf8)?.read_record().unwrap();
+//! assert_eq!(invoice.value, "invoice for 2 kg");
+//! assert!(invoice.stamp.unwrap().clock.covers(order)); // the invoice claims its order
+//! # Ok::<(), parsley_runtime::Error>(())
+//! ```
 //!
 //! # Features
 //! - `fault-injection`: crash points for fault-injection tests (`CrashPoint`,

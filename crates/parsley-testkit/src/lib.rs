@@ -1,5 +1,11 @@
 //! Test kit for Parsley (dev-only).
 //!
+//! **Internal: not published.** This crate is the repository's own test infrastructure — it
+//! downloads and starts a Kafka broker, and builds the gate with its deliberately wrong
+//! variants (`negative-controls`) for the simulator — so it has `publish = false` and no
+//! stability promise. A service tests its topologies with `parsley::TopologyTestDriver`,
+//! which needs no broker; the broker fixtures here serve Parsley's own integration tests.
+//!
 //! - [`broker`]: a single-node Apache Kafka broker (KRaft) started from Maven Central jars on
 //!   the machine's Java 17, and the bootstrap address tests find it at;
 //! - [`exposition`]: a strict reader of the Prometheus text format, for tests of the runtime's
