@@ -3,8 +3,12 @@
 //! - `kafka up|down|status`: the local single-node Kafka broker (see `parsley_testkit::broker`);
 //! - `demo`: starts the broker if none, runs the inventory demo, stops what it started;
 //! - `test`: starts the broker if none, runs `cargo fmt --check`, clippy with warnings denied,
-//!   every workspace test (unit, integration, doctests, the book's examples), a small run of
-//!   the demo and one seeded fault-injection run, stops what it started;
+//!   every workspace test (unit, integration, doctests, the book's examples), the book's build
+//!   and link check (`book`), a small run of the demo and two seeded fault-injection runs,
+//!   stops what it started;
+//! - `book`: builds the book with mdBook (installed at a pinned version when missing),
+//!   warnings denied, and checks every relative link and anchor of the built pages and every
+//!   relative link of the README (see [`book`]); needs no broker;
 //! - `soak-gate`: many random simulator histories through the gate and the oracle;
 //! - `chaos`: the inventory stages as processes under injected faults, checked by the oracle;
 //! - `experiment`: starts the broker if none, runs the event-time ordering experiment (a fixed
@@ -27,6 +31,7 @@
 //! Missing Java or Maven are installed from Debian's packages when running as root on a
 //! Debian-like machine; elsewhere the error says what to install.
 
+mod book;
 mod compare;
 mod replay;
 
@@ -127,7 +132,11 @@ enum Cmd {
     /// sizes, and compare every output key's sequence of values with the live run's (local
     /// broker, started if none is running).
     Replay(replay::ReplayArgs),
-    /// Format check, clippy (warnings denied) and every workspace test on the local broker.
+    /// Build the book with mdBook (installed at a pinned version when missing), warnings
+    /// denied, and check every relative link and anchor in it and in the README.
+    Book,
+    /// Format check, clippy (warnings denied), every workspace test on the local broker and the
+    /// book's build and link check.
     Test {
         /// Leave a broker this command started running afterwards.
         #[arg(long)]
@@ -305,6 +314,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
         ),
         Cmd::Compare(args) => compare::run(args),
         Cmd::Replay(args) => replay::run(args),
+        Cmd::Book => {
+            book::check()?;
+            Ok(ExitCode::SUCCESS)
+        }
         Cmd::Test { keep_broker } => with_broker(keep_broker, |bootstrap| {
             let steps: [(&str, &[&str]); 4] = [
                 ("cargo fmt --check", &["fmt", "--all", "--", "--check"]),
@@ -344,6 +357,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 }
             }
             println!("xtask: cargo test, all binaries: {counted}");
+            println!("xtask: the book: mdbook build (warnings denied) and its links checked");
+            book::check()?;
             // The README's first command, small: it must keep working.
             println!("xtask: a small run of the demo");
             if demo(
