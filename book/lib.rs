@@ -1,5 +1,5 @@
-//! The book's chapters, compiled as doctests so every Rust example in them builds and runs
-//! with `cargo test --doc` (the way timely-dataflow checks its mdBook).
+//! The book's chapters and the README, compiled as doctests so every Rust example in them
+//! builds and runs with `cargo test --doc` (the way timely-dataflow checks its mdBook).
 #![doc(test(attr(deny(warnings))))]
 
 macro_rules! chapter {
@@ -10,7 +10,9 @@ macro_rules! chapter {
     };
 }
 
+chapter!(Readme, "../README.md");
 chapter!(Introduction, "src/introduction.md");
+chapter!(Tutorial, "src/tutorial.md");
 chapter!(Guarantee, "src/guarantee.md");
 chapter!(Clock, "src/clock.md");
 chapter!(Gate, "src/gate.md");
@@ -25,3 +27,5 @@ chapter!(Testkit, "src/testkit.md");
 chapter!(Verification, "src/verification.md");
 chapter!(Benchmarks, "src/benchmarks.md");
 chapter!(Demo, "src/demo.md");
+chapter!(Specification, "src/specification.md");
+chapter!(Comparison, "src/comparison.md");

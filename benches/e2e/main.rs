@@ -11,14 +11,15 @@
 //! *Throughput phase*: a fresh 4-partition input topic is preloaded with `--records` records;
 //! each mode then copies all of them to a fresh output topic, in its own process, with a fresh
 //! consumer group, in the order raw, parsley, raw-stamped, then reversed (the machine is
-//! noisy, so each mode runs twice and the order alternates). Throughput is records divided by the time from the
-//! first record fetched to the end of the commit that covers the last one; the table compares
-//! each mode's best run (other work on the machine only ever slows a run down).
+//! noisy, so each mode runs twice and the order alternates). Throughput is records divided by the
+//! time from the first record fetched to the end of the commit that covers the last one; the table
+//! compares each mode's best run (other work on the machine only ever slows a run down).
 //!
-//! *Latency phase* (raw and parsley; `--skip-live` skips it): per mode, fresh topics; once one warm-up record per partition has come
-//! back (the loop has joined its group and committed), a producer writes records at `--rate`
-//! per second with their send time in the value, and a `read_committed` reader of the output
-//! takes each record's latency: receive time minus send time, what a downstream user sees.
+//! *Latency phase* (raw and parsley; `--skip-live` skips it): per mode, fresh topics; once one
+//! warm-up record per partition has come back (the loop has joined its group and committed), a
+//! producer writes records at `--rate` per second with their send time in the value, and a
+//! `read_committed` reader of the output takes each record's latency: receive time minus send time,
+//! what a downstream user sees.
 //!
 //! *Broker CPU*: with `--broker-pid` (or `$PARSLEY_BROKER_PID`, which `cargo xtask bench e2e`
 //! sets for the local broker), the broker process's CPU time over each throughput run, per
@@ -533,8 +534,8 @@ fn print_table(args: &BenchArgs, results: &[(usize, u64, [Row; 3])]) -> bool {
             met(latency_met)
         ));
         // What the wire format alone allows: every Parsley output carries the stamp header
-        // (DESIGN.md §3), so on a machine where the loops are CPU-bound Parsley cannot run
-        // faster than a raw loop that only adds it.
+        // (the book's specification, §3), so on a machine where the loops are CPU-bound Parsley
+        // cannot run faster than a raw loop that only adds it.
         let stamped = rows[Mode::RawStamped as usize].best_throughput();
         if stamped.is_finite() && stamped > 0.0 && raw_mean > 0.0 {
             verdicts.push(format!(

@@ -3,9 +3,12 @@
 //! - `kafka up|down|status`: the local single-node Kafka broker (see `parsley_testkit::broker`);
 //! - `demo`: starts the broker if none, runs the inventory demo, stops what it started;
 //! - `test`: starts the broker if none, runs `cargo fmt --check`, clippy with warnings denied,
-//!   every workspace test (unit, integration, doctests, the book's examples), a small run of
-//!   the demo and one seeded fault-injection run, a short run of every fuzz target and its
-//!   negative control, stops what it started;
+//!   every workspace test (unit, integration, doctests, the book's examples), the book's build
+//!   and link check (`book`), a small run of the demo and two seeded fault-injection runs, a
+//!   short run of every fuzz target and its negative control, stops what it started;
+//! - `book`: builds the book with mdBook (installed at a pinned version when missing),
+//!   warnings denied, and checks every relative link and anchor of the built pages and every
+//!   relative link of the README (see [`book`]); needs no broker;
 //! - `soak-gate`: many random simulator histories through the gate and the oracle;
 //! - `chaos`: the inventory stages as processes under injected faults, checked by the oracle;
 //! - `experiment`: starts the broker if none, runs the event-time ordering experiment (a fixed
@@ -32,6 +35,7 @@
 //! Missing Java or Maven are installed from Debian's packages when running as root on a
 //! Debian-like machine; elsewhere the error says what to install.
 
+mod book;
 mod compare;
 mod fuzz;
 mod inspect;
@@ -95,10 +99,10 @@ enum Cmd {
         #[arg(long)]
         event_time: bool,
     },
-    /// The event-time ordering experiment (DESIGN.md §5) on the local broker (started if none
-    /// is running): the same generated input through a fixed window, timeout idleness in two
-    /// layers and in one, and offset completeness with the built-in clock; then windowed
-    /// counting closed by evidence against stream time with grace, against a batch ground
+    /// The event-time ordering experiment (the book's specification, §5) on the local broker
+    /// (started if none is running): the same generated input through a fixed window, timeout
+    /// idleness in two layers and in one, and offset completeness with the built-in clock; then
+    /// windowed counting closed by evidence against stream time with grace, against a batch ground
     /// truth; tables and chart under `target/experiment/`.
     Experiment {
         /// Generator seeds, comma-separated (default: 1,2,3).
@@ -140,7 +144,11 @@ enum Cmd {
     /// Why is it waiting? Fetch `/explain` from a running process's metrics endpoint and print
     /// every wait: stage, task, channel, offset, key, waits for.
     Inspect(inspect::InspectArgs),
-    /// Format check, clippy (warnings denied) and every workspace test on the local broker.
+    /// Build the book with mdBook (installed at a pinned version when missing), warnings
+    /// denied, and check every relative link and anchor in it and in the README.
+    Book,
+    /// Format check, clippy (warnings denied), every workspace test on the local broker and the
+    /// book's build and link check.
     Test {
         /// Leave a broker this command started running afterwards.
         #[arg(long)]
@@ -320,6 +328,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Cmd::Replay(args) => replay::run(args),
         Cmd::Inspect(args) => inspect::run(args).map(|()| ExitCode::SUCCESS),
         Cmd::Fuzz(args) => fuzz::run(args).map(|()| ExitCode::SUCCESS),
+        Cmd::Book => {
+            book::check()?;
+            Ok(ExitCode::SUCCESS)
+        }
         Cmd::Test { keep_broker } => with_broker(keep_broker, |bootstrap| {
             let steps: [(&str, &[&str]); 4] = [
                 ("cargo fmt --check", &["fmt", "--all", "--", "--check"]),
@@ -359,6 +371,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 }
             }
             println!("xtask: cargo test, all binaries: {counted}");
+            println!("xtask: the book: mdbook build (warnings denied) and its links checked");
+            book::check()?;
             // The README's first command, small: it must keep working.
             println!("xtask: a small run of the demo");
             if demo(

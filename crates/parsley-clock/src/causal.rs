@@ -1,8 +1,8 @@
 //! `CausalClock`: the node clock of a sender, for stage tasks and plain producers alike.
 //!
-//! A node's clock accumulates (DESIGN.md §3): the highest offset it delivered (or, for a plain
-//! producer, consumed) on each channel, the stamps it learned from those records, and the
-//! coordinates of its own sends once they are acknowledged. [`CausalClock::stamp`] turns that
+//! A node's clock accumulates (the book's specification, §3): the highest offset it delivered (or,
+//! for a plain producer, consumed) on each channel, the stamps it learned from those records, and
+//! the coordinates of its own sends once they are acknowledged. [`CausalClock::stamp`] turns that
 //! into the [`Stamp`] of the next send.
 //!
 //! # Earlier sends that are not acknowledged yet

@@ -3,7 +3,7 @@
 //! A [`Channel`] is `(topic id, partition)` where the topic id is Kafka's topic UUID
 //! (KIP-516), not the topic's name: a topic deleted and recreated under the same name gets a
 //! new UUID and so is a *different* channel, and a [`Coordinate`] can never silently rebind
-//! to another record history (causal-model seed, "Channels, coordinates, clocks").
+//! to another record history (the book's specification, §1).
 //!
 //! Invariants kept here:
 //! - `Channel` orders by topic id, then partition; clocks and the header codec rely on this

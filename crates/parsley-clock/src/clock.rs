@@ -1,10 +1,10 @@
 //! Offset vector clocks over channels.
 //!
 //! A [`Clock`] maps channels to offset watermarks. An entry `(c, n)` claims every offset
-//! `<= n` on `c`; a channel without an entry claims nothing (causal-model seed, "Channels,
-//! coordinates, clocks"; DESIGN.md §1). The same type plays the two roles the literature calls
-//! `VT(m)` and `VT(p)`: attached to a record (inside a [`Stamp`](crate::Stamp)) it states the
-//! record's dependencies; held by a node it accumulates what the node delivered and learned.
+//! `<= n` on `c`; a channel without an entry claims nothing (the book's specification,
+//! §1). The same type plays the two roles the literature calls `VT(m)` and `VT(p)`: attached to a
+//! record (inside a [`Stamp`](crate::Stamp)) it states the record's dependencies; held by a node it
+//! accumulates what the node delivered and learned.
 //!
 //! Invariants kept here:
 //! - entries are sorted by [`Channel`] and each channel appears at most once;

@@ -1,4 +1,4 @@
-//! The decoder as it was before the rewrite for speed (issue 3), kept as a test oracle: the
+//! The decoder as it was before the rewrite for speed, kept as a test oracle: the
 //! current decoder must accept the same bytes and reject the rest with the same error, at the
 //! same position.
 

@@ -33,7 +33,7 @@ pub enum Error {
     },
     /// A send was about to be stamped while earlier sends to other channels are unacknowledged.
     ///
-    /// Without in-flight claims (issue 3) such a stamp could not claim those sends, and a
+    /// Without in-flight claims such a stamp could not claim those sends, and a
     /// receiver could deliver this record before them. Wait for their acks (flush) first.
     #[error(
         "cannot stamp a send to {target}: {pending} earlier send(s) to other channels are not acknowledged yet (first: {first_pending}); flush before switching channels"

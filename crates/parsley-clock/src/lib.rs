@@ -23,8 +23,8 @@
 //! # Ok::<(), parsley_clock::Error>(())
 //! ```
 //!
-//! This crate is pure: no I/O, no Kafka client. Source: the causal-model seed ("Channels,
-//! coordinates, clocks") and DESIGN.md §1 and §3.
+//! This crate is pure: no I/O, no Kafka client. Its vocabulary and rules are the book's
+//! specification, §1 and §3.
 #![forbid(unsafe_code)]
 #![doc(test(attr(deny(warnings))))]
 

@@ -1,9 +1,9 @@
 //! Sender identities and send sequences.
 //!
 //! Every stamped record names the task (or plain producer) that emitted it and the position of
-//! that send in the sender's own sequence (DESIGN.md §1 "sender tag"). Offsets are assigned by
-//! the broker and learned only from acks, so the send sequence is the one order a sender knows
-//! at send time.
+//! that send in the sender's own sequence ("sender tag" in the book's specification, §1). Offsets
+//! are assigned by the broker and learned only from acks, so the send sequence is the one order a
+//! sender knows at send time.
 //!
 //! Invariant: a [`SenderId`] names one *incarnation* of a sender. A stage task keeps its id in
 //! its committed state and takes a fresh one whenever its state is created fresh, so a

@@ -1,6 +1,6 @@
 //! Stamps: what an emitted record carries in its `parsley.stamp` header.
 //!
-//! A stamp says who sent the record and what it depends on (DESIGN.md §1, §3):
+//! A stamp says who sent the record and what it depends on (the book's specification, §1, §3):
 //! - the **sender tag**: the sender's identity and this send's sequence;
 //! - the **clock**: coordinates the sender had delivered, learned or had acknowledged;
 //! - **in-flight claims** `(channel, seq)`: "every send of *this stamp's sender* to `channel`
@@ -13,7 +13,7 @@
 //!
 //! A stamp only ever carries in-flight claims on its own sender's sends: a node that delivers
 //! a record resolves the record's in-flight claims by its own delivery or replaces them by a
-//! coordinate (DESIGN.md §3), so it has none of another sender's to pass on.
+//! coordinate (the book's specification, §3), so it has none of another sender's to pass on.
 //!
 //! Invariants (checked by [`Stamp::validate`] and by the decoder):
 //! - in-flight claims are sorted by channel, one per channel, and need a sender tag;

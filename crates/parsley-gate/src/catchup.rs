@@ -1,6 +1,6 @@
 //! The catch-up tracker: when has a task read the history that existed when it started?
 //!
-//! # The rule (DESIGN.md §5)
+//! # The rule (the book's specification, §5)
 //! At task start, before reading, the runtime reads the **startup end** of every input channel:
 //! its high watermark, from ListOffsets(LATEST) with `READ_UNCOMMITTED` isolation — not the
 //! LSO, because committed history can sit above the first offset of a transaction that is
@@ -41,8 +41,7 @@
 //! mid-history waits only for the offsets between its frontier and the fresh end, never for the
 //! data it processed before the restart.
 //!
-//! Source: the silence-problem seed (§04 "Three: Kafka decides when a stream is done") and
-//! DESIGN.md §5; cases C01, C02, C14.
+//! The rule is the book's specification, §5 ("Caught up"); cases C01, C02, C14.
 
 use parsley_clock::{Channel, TopicId};
 
@@ -71,7 +70,7 @@ impl ChannelProgress {
     /// Offsets between the first undelivered offset and the startup end (records, commit
     /// markers and aborted records alike): `0` when caught up, `None` before
     /// [`CatchUp::start`]. A channel that stays above zero with nothing fetched is waiting for
-    /// an open transaction to resolve (DESIGN.md §5: show it, do not guess).
+    /// an open transaction to resolve (the book's specification, §5: show it, do not guess).
     pub fn remaining(&self) -> Option<i64> {
         self.startup_end
             .map(|end| end.saturating_sub(self.frontier + 1).max(0))

@@ -2,7 +2,7 @@
 //!
 //! A [`Gate`] holds the fetched records of one task (partition `p` of every source topic of a
 //! stage) and releases a record only when every coordinate its stamp claims on the channels
-//! this task consumes has been delivered or proven absent (DESIGN.md §2 and §4).
+//! this task consumes has been delivered or proven absent (the book's specification, §2 and §4).
 //!
 //! ```
 //! use parsley_clock::{Channel, Clock, Stamp, TopicId};
@@ -28,7 +28,7 @@
 //! # Ok::<(), parsley_gate::GateError>(())
 //! ```
 //!
-//! # Event-time ordering (DESIGN.md §5)
+//! # Event-time ordering (the book's specification, §5)
 //! On top of causal delivery, a stage may order by event time per key. A [`CatchUp`] tracker
 //! says when each input has read the history that existed at task start (its frontier reaches
 //! the high watermark read then); a [`WatermarkTracker`] turns delivered event times, fetch
@@ -64,8 +64,7 @@
 //! # Ok::<(), parsley_gate::GateError>(())
 //! ```
 //!
-//! Source: the causal-model seed ("What breaks the textbook algorithms here") and DESIGN.md §4;
-//! the silence-problem seed and DESIGN.md §5 for event time.
+//! The rules are those of the book's specification, §4 (the gate) and §5 (event time).
 #![forbid(unsafe_code)]
 #![doc(test(attr(deny(warnings))))]
 

@@ -1,6 +1,6 @@
 //! The event-time watermark of one task, moved only by evidence from Kafka.
 //!
-//! # The rule (DESIGN.md §5)
+//! # The rule (the book's specification, §5)
 //! Every input channel contributes the **highest event time in its delivered prefix**: records
 //! at offsets `<= F[c]`, the gate's frontier. Records merely fetched may still be causally
 //! blocked in the gate, and a look-ahead delivery above the frontier joins the prefix only once
@@ -15,8 +15,8 @@
 //!
 //! It re-enters the minimum whenever a fetch response shows it behind again. Caught up with
 //! history alone is not enough: reading history takes time, and the live records written
-//! meanwhile carry event times below "now minus lag" (the model in DESIGN.md §5 put 1.36% of
-//! records out of order without this condition). The head is the LSO, not the high watermark,
+//! meanwhile carry event times below "now minus lag" (without this condition, a model of
+//! the workload put 1.36% of records out of order). The head is the LSO, not the high watermark,
 //! so that a producer that always holds a transaction open cannot stall the watermark.
 //!
 //! The **candidate** is the minimum over
@@ -63,8 +63,8 @@
 //! transaction as the gate's snapshot and the timer queue. End offsets and heads are fetch-time
 //! evidence and are read again after a restart.
 //!
-//! Source: the silence-problem seed (§04 "Two: the stream with no event time becomes the
-//! clock", "Three: Kafka decides when a stream is done") and DESIGN.md §5; cases C13, C14.
+//! The rules are the book's specification, §5 ("Live head", "Watermark", "Clock"); cases C13,
+//! C14.
 
 use std::collections::VecDeque;
 
@@ -75,7 +75,7 @@ use crate::error::GateError;
 use crate::gate::Gate;
 
 /// The control stream: a topic with no event time that contributes processing time minus a
-/// lag (DESIGN.md §5).
+/// lag (the book's specification, §5).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Control {
     /// How far the control clock runs behind processing time, ms: the longest a live record
@@ -210,7 +210,8 @@ pub enum Hold {
     },
 }
 
-/// The committed part of a [`WatermarkTracker`] (DESIGN.md §7): what survives a restart.
+/// The committed part of a [`WatermarkTracker`] (the book's specification, §7): what survives a
+/// restart.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct WatermarkSnapshot {
     /// The watermark, ms since the epoch; `None` when there was no evidence yet.

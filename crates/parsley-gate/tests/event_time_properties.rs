@@ -1,5 +1,5 @@
 //! Properties of the catch-up tracker, the event-time watermark and the timer queue
-//! (DESIGN.md §5), over random evidence sequences.
+//! (the book's specification, §5), over random evidence sequences.
 
 use std::collections::{BTreeMap, HashMap};
 

@@ -264,9 +264,9 @@ impl Admin {
     /// one batched `ListOffsets(LATEST)` request with `READ_UNCOMMITTED` isolation, answered by
     /// the partition leaders.
     ///
-    /// This is the end-offset evidence of DESIGN.md §4. Two obvious calls give other values: a
-    /// watermark query on a `read_committed` consumer returns the LSO, and the cached
-    /// watermarks come from a partition's last fetch response, which can predate the record
+    /// This is the end-offset evidence of the book's specification, §4. Two obvious calls give
+    /// other values: a watermark query on a `read_committed` consumer returns the LSO, and the
+    /// cached watermarks come from a partition's last fetch response, which can predate the record
     /// being judged.
     ///
     /// # Errors
@@ -284,11 +284,12 @@ impl Admin {
     /// `ListOffsets(LATEST)` request with `READ_COMMITTED` isolation, answered by the partition
     /// leaders.
     ///
-    /// The live-head evidence of event-time ordering (DESIGN.md §5). librdkafka keeps the LSO
-    /// of each fetch response (`rktp_ls_offset`) but exposes it only in its statistics JSON;
-    /// `rd_kafka_get_watermark_offsets` returns the fetch response's high watermark. A reading
-    /// taken after a poll is at or above the LSO of the responses that poll returned, so a
-    /// channel judged at its head by it is at least as far as by the fetch response's.
+    /// The live-head evidence of event-time ordering (the book's specification, §5). librdkafka
+    /// keeps the LSO of each fetch response (`rktp_ls_offset`) but exposes it only in its
+    /// statistics JSON; `rd_kafka_get_watermark_offsets` returns the fetch response's high
+    /// watermark. A reading taken after a poll is at or above the LSO of the responses that poll
+    /// returned, so a channel judged at its head by it is at least as far as by the fetch
+    /// response's.
     ///
     /// # Errors
     /// [`Error::Admin`] for a failed request or a partition that reports an error (named).

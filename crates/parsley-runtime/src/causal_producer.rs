@@ -1,7 +1,7 @@
 //! `CausalProducer`: a plain Kafka producer that stamps what it sends with a
 //! [`CausalClock`], for services that feed a Parsley topology without being a stage.
 //!
-//! What it claims (DESIGN.md §3): the records it was told it consumed
+//! What it claims (the book's specification, §3): the records it was told it consumed
 //! ([`CausalProducer::observe_message`] for a record read with an rdkafka consumer,
 //! [`CausalProducer::observe`] for a coordinate), the stamps they carried, and its own sends
 //! once they are acknowledged. Sends to one channel need no claim (an idempotent producer

@@ -1,5 +1,5 @@
 //! The changelog of a stage: every task's fold state and Parsley's own state, written in the
-//! stage's transaction and read back on assignment (DESIGN.md §7, "exact restore").
+//! stage's transaction and read back on assignment (the book's specification, §7, "exact restore").
 //!
 //! Shape: one compacted topic per stage, `{application}.{stage}.changelog`, with as many
 //! partitions as the stage's sources; partition `p` belongs to task `p`. Records:

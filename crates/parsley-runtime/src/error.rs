@@ -136,9 +136,9 @@ pub enum Error {
         /// The gate's error.
         source: Box<parsley_gate::GateError>,
     },
-    /// A record's stamp cannot come from a truthful sender (DESIGN.md §4): a claim on its own
-    /// channel at or beyond itself, or a claim beyond the channel's high watermark read after
-    /// the record arrived.
+    /// A record's stamp cannot come from a truthful sender (the book's specification, §4): a claim
+    /// on its own channel at or beyond itself, or a claim beyond the channel's high watermark read
+    /// after the record arrived.
     #[error("stage {stage}: impossible stamp on record {topic}/{}@{} (channel {}) from sender {}: claims {} ({})", stamp.record.channel.partition, stamp.record.offset, stamp.record, stamp.sender.map_or("unknown".to_string(), |s| s.to_string()), stamp.claim, stamp.reason)]
     ImpossibleStamp {
         /// The stage.
@@ -272,9 +272,10 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
-    /// The metrics endpoint ([`RuntimeConfig::metrics_address`](crate::RuntimeConfig::metrics_address))
-    /// cannot listen at `address` (in use, not an address of this host, a privileged port, …)
-    /// or cannot start its thread; no stage was started.
+    /// The metrics endpoint
+    /// ([`RuntimeConfig::metrics_address`](crate::RuntimeConfig::metrics_address)) cannot listen at
+    /// `address` (in use, not an address of this host, a privileged port, …) or cannot start its
+    /// thread; no stage was started.
     #[error("cannot serve metrics at {address}: {source}")]
     MetricsListener {
         /// The address asked for.
@@ -758,10 +759,9 @@ impl Error {
     /// [`Error::NoEventTime`], [`Error::EventTime`], [`Error::OutputRefused`], … — and also a
     /// fatal [`Error::Transaction`]
     /// whose code is not a fence (the producer cannot be used any more), [`Error::Admin`],
-    /// [`Error::Timeout`], [`Error::RestoreBlocked`], [`Error::StagePanicked`], [`Error::ThreadSpawn`],
-    /// [`Error::Signals`], [`Error::MetricsListener`], [`Error::InvalidRecord`], and an
-    /// [`Error::Kafka`] that is neither
-    /// retriable nor transient.
+    /// [`Error::Timeout`], [`Error::RestoreBlocked`], [`Error::StagePanicked`],
+    /// [`Error::ThreadSpawn`], [`Error::Signals`], [`Error::MetricsListener`],
+    /// [`Error::InvalidRecord`], and an [`Error::Kafka`] that is neither retriable nor transient.
     pub fn is_fatal(&self) -> bool {
         !self.is_retriable() && !self.is_transient()
     }

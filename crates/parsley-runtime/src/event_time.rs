@@ -1,5 +1,5 @@
 //! Event-time ordering of one task: the runtime side of [`WatermarkTracker`] and
-//! [`TimerQueue`] (DESIGN.md §5; the rules themselves live in `parsley-gate`).
+//! [`TimerQueue`] (the book's specification, §5; the rules themselves live in `parsley-gate`).
 //!
 //! # What the stream thread does, per task
 //! - **At task start**, after the restore: one batched `ListOffsets(LATEST, READ_UNCOMMITTED)`
@@ -16,10 +16,10 @@
 //!   and the queue releases everything at or below the watermark ([`EventTime::release`]).
 //!
 //! # Live-head evidence
-//! DESIGN.md §5 judges a caught-up channel at its live head when `F + 1` reaches the LSO
-//! returned with its latest fetch response. librdkafka keeps that LSO but does not expose it;
-//! it exposes the same response's high watermark, which is at or above it. Per channel and
-//! poll batch, [`head_evidence`] picks, without a request when it can:
+//! The book's specification (§5) judges a caught-up channel at its live head when `F + 1` reaches
+//! the LSO returned with its latest fetch response. librdkafka keeps that LSO but does not expose
+//! it; it exposes the same response's high watermark, which is at or above it. Per channel and poll
+//! batch, [`head_evidence`] picks, without a request when it can:
 //! - `F + 1 >=` the **high watermark of the latest fetch response** (librdkafka's cached value,
 //!   a local read): at the head by that response, whose LSO is at or below it;
 //! - `F + 1 <` an **earlier LSO reading** from the leader: behind (an LSO never decreases, so a

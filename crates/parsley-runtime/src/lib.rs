@@ -48,12 +48,53 @@
 //! is aborted and the stage's tasks return to their last commit in place; any other error stops
 //! the stage and reaches the caller typed ([`Error`], with its classification).
 //!
+//! Stages that order by event time ([`EventTimeOrder`](parsley_stage::EventTimeOrder)) are
+//! driven here too: end offsets read at task start, the live-head evidence of each fetch, the
+//! timer queue changelogged with the task's state, and the built-in clock, whose ticks the
+//! runtime writes inside its own transactions. All of it runs under injected faults — `kill -9`,
+//! a crash between a changelog write and its commit, instances joining and leaving, broker
+//! restarts — in the repository's fault-injection suite (`cargo xtask chaos`).
+//!
 //! With [`RuntimeConfig::metrics_address`] set, the stages started serve their metrics in the
 //! Prometheus text format (`/metrics`) and health probes (`/health/live`, `/health/ready`) over
 //! HTTP until they are stopped ([`Running::metrics_address`] says where).
 //!
 //! A [`TopologyTestDriver`] runs a topology in memory, with no broker, through the same tasks
 //! (gate, stamping, fold state, event-time order, changelog and restore): module [`driver`].
+//! Every output is stamped with what its task had delivered, the record it was handed included:
+//!
+//! ```
+//! use parsley_runtime::TopologyTestDriver;
+//! use parsley_stage::{Handler, HandlerResult, Record, Step, Topology, Utf8};
+//!
+//! /// Writes one invoice per order.
+//! struct Invoice;
+//! impl Handler for Invoice {
+//!     type Key = String;
+//!     type Value = String;
+//!     type Output = String;
+//!     type State = ();
+//!     fn handle(&self, r: Record<'_, String, String>, _: Option<()>)
+//!         -> HandlerResult<String, String, ()>
+//!     {
+//!         Ok(Step::none().emit("invoices", r.key, format!("invoice for {}", r.value)))
+//!     }
+//! }
+//!
+//! let topology = Topology::builder("shop")
+//!     .stage("invoice", Invoice, |s| {
+//!         s.source("orders").sink("invoices")
+//!             .key_codec(Utf8).value_codec(Utf8).output_codec(Utf8)
+//!     })
+//!     .build()?;
+//! let driver = TopologyTestDriver::builder(topology).build()?;
+//! let order = driver.input_topic("orders", Utf8, Utf8)?.pipe("alice".into(), "2 kg".into())?;
+//!
+//! let invoice = driver.output_topic("invoices", Utf8, Utf8)?.read_record().unwrap();
+//! assert_eq!(invoice.value, "invoice for 2 kg");
+//! assert!(invoice.stamp.unwrap().clock.covers(order)); // the invoice claims its order
+//! # Ok::<(), parsley_runtime::Error>(())
+//! ```
 //!
 //! # Features
 //! - `fault-injection`: crash points for fault-injection tests (`CrashPoint`,

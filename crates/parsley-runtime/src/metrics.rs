@@ -88,11 +88,11 @@ pub(crate) enum StageEnd {
     Panicked,
 }
 
-/// The violation counter of one key of an event-time stage (DESIGN.md §5): how many of its
-/// records arrived with an event time below the task's watermark and were released at once,
-/// out of event-time order. The count is the task's state: it is changelogged with the timer
-/// queue and restored with it, so it counts across restarts and instances (unlike
-/// [`TaskMetrics::late`], which counts what this instance saw).
+/// The violation counter of one key of an event-time stage (the book's specification, §5): how many
+/// of its records arrived with an event time below the task's watermark and were released at once,
+/// out of event-time order. The count is the task's state: it is changelogged with the timer queue
+/// and restored with it, so it counts across restarts and instances (unlike [`TaskMetrics::late`],
+/// which counts what this instance saw).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LateKey {
     /// The task (partition).
@@ -106,7 +106,7 @@ pub struct LateKey {
 /// What a task is doing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TaskPhase {
-    /// Reading its changelog partition (DESIGN.md §7); it delivers nothing yet.
+    /// Reading its changelog partition (the book's specification, §7); it delivers nothing yet.
     Restoring,
     /// Restored; fetching and delivering.
     Running,
@@ -147,14 +147,14 @@ pub struct TaskMetrics {
     /// records included). `0` for other stages.
     pub parked: u64,
     /// Event-time stages: records taken by this instance's timer queue with an event time
-    /// below the watermark (the violation counter, DESIGN.md §5): released at once, or behind a
-    /// parked causal ancestor. `0` for other stages.
+    /// below the watermark (the violation counter, the book's specification, §5): released at once,
+    /// or behind a parked causal ancestor. `0` for other stages.
     pub late: u64,
     /// Event-time stages: records this instance's timer queue parked above their own event
-    /// time, behind a parked causal ancestor with a later one (DESIGN.md §5): they leave after
-    /// records with later event times — out of event-time order, but never before their
-    /// cause. A skewed upstream clock, or a claim coarser than the true cause (an in-flight
-    /// claim replaced by the end offset), makes them. `0` for other stages.
+    /// time, behind a parked causal ancestor with a later one (the book's specification, §5): they
+    /// leave after records with later event times — out of event-time order, but never before their
+    /// cause. A skewed upstream clock, or a claim coarser than the true cause (an in-flight claim
+    /// replaced by the end offset), makes them. `0` for other stages.
     pub raised: u64,
     /// Event-time stages: the task's event-time watermark, ms since the epoch; `None` while an
     /// input has no evidence yet (nothing is released) and for other stages.
@@ -237,7 +237,7 @@ pub struct MetricsSnapshot {
     /// (the rest of a poll batch, or a channel whose tracked records alone exceed the cap).
     pub reads_beyond_cap: u64,
     /// Records spilled: a full channel that an in-flight claim needed read dropped their
-    /// payloads to read on (DESIGN.md §4).
+    /// payloads to read on (the book's specification, §4).
     pub spilled: u64,
     /// Spilled records re-fetched by seeking back.
     pub refetched: u64,
@@ -260,8 +260,8 @@ pub struct MetricsSnapshot {
     /// round trips overlapped with fetching and, for event-time stages, parking).
     pub overlapped: u64,
     /// Commits made before the commit interval was up because a task's gate blocked on a
-    /// record of the open transaction itself (a stage that reads a topic it writes; DESIGN.md
-    /// §7: a task never waits on its own open transaction).
+    /// record of the open transaction itself (a stage that reads a topic it writes: a task never
+    /// waits on its own open transaction; the book's specification, §7).
     pub own_write_commits: u64,
     /// Stages with the built-in clock: commits made before the commit interval was up because
     /// a tick of the open transaction would release a parked record or fire a timer once

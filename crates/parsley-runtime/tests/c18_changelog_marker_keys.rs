@@ -1,4 +1,4 @@
-//! Case C18 on the real broker (`../shared/cases`; KAFKA-14055): changelog keys that look like
+//! Case C18 on the real broker (KAFKA-14055): changelog keys that look like
 //! transaction markers. A control record's key is `00 00 00 00` (abort) or `00 00 00 01`
 //! (commit); a stage's fold state of key `k` is changelogged under `0x00 ++ k`, so the state
 //! keys `00 00 00` and `00 00 01` (a `Bytes` key codec) have exactly those changelog keys.

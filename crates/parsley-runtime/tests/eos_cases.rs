@@ -1,12 +1,12 @@
-//! Exactly-once cases on the real broker (`../shared/cases`): C06 (an offsets-only
+//! Exactly-once cases on the real broker: C06 (an offsets-only
 //! transaction), C07 (a member joining while a transactional offset commit is pending waits
 //! for it), C08 (a timed-out transaction is aborted and redone exactly once, no crash
 //! loop), C09 (a zombie is fenced at its offset commit; nothing of it becomes visible; a
 //! fenced stage gives up without taking its transactional id back), C10 (a transaction that
 //! dies between the state write and the commit — here the handler fails with the transaction
-//! open; the `kill -9` variant belongs to the fault injection suite), C11 (a recreated topic does not inherit its old offsets) and C12
-//! (retention below the committed offset, or overtaking a running stage, is an error naming
-//! the lost range).
+//! open; the `kill -9` variant belongs to the fault injection suite), C11 (a recreated topic does
+//! not inherit its old offsets) and C12 (retention below the committed offset, or overtaking a
+//! running stage, is an error naming the lost range).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

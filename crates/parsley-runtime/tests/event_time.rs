@@ -1,4 +1,4 @@
-//! Ordering by event time on the real broker (DESIGN.md §5, issue 5): catch-up from Kafka's
+//! Ordering by event time on the real broker (the book's specification, §5): catch-up from Kafka's
 //! evidence (an empty partition, a log ending in a commit marker: case C02), a restart in the
 //! middle of history that restores the timer queue (changelogged in segments) and does
 //! not wait for processed data, a late record released at once and counted, per-key event-time
@@ -371,9 +371,10 @@ fn a_record_behind_the_watermark_is_released_at_once_and_counted_late() {
     assert_eq!(committed_values(&out), ["k@100", "k@200", "k@150", "k@300"]);
 }
 
-/// The violation counter per key (DESIGN.md §5): three records behind the watermark, two of
-/// key `k` and one of `j`, are counted against their keys — and the counts are the task's
-/// state: a new runtime that restores the task reports them although it saw nothing late.
+/// The violation counter per key (the book's specification, §5): three records behind the
+/// watermark, two of key `k` and one of `j`, are counted against their keys — and the counts are
+/// the task's state: a new runtime that restores the task reports them although it saw nothing
+/// late.
 #[test]
 fn the_violation_counter_counts_late_records_per_key_and_is_restored_with_the_task() {
     let base = base();

@@ -1,4 +1,4 @@
-//! The gate's evidence on the real broker, `read_committed` (issue 3): commit markers and
+//! The gate's evidence on the real broker, `read_committed`: commit markers and
 //! aborted records, positions, high watermarks, impossible stamps and their policies,
 //! recreated topics, crossed in-flight sends. Cases C01, C03, C04 and C05.
 
@@ -397,8 +397,9 @@ fn claims_on_a_recreated_topics_old_channel_are_ignored_and_the_new_channel_seed
 
 #[test]
 fn crossed_in_flight_sends_of_two_transactional_producers_are_delivered_by_look_ahead() {
-    // DESIGN.md §4: X sends r to c' then r2 to c; Y sends z to c then h to c'. The appends
-    // land crossed: c = [r2, z], c' = [h, r]. Strict per-channel FIFO would wait in a cycle.
+    // The book's specification, §4: X sends r to c' then r2 to c; Y sends z to c then h to c'. The
+    // appends land crossed: c = [r2, z], c' = [h, r]. Strict per-channel FIFO would wait in a
+    // cycle.
     let c = create_topic("crossed-c", 1);
     let c2 = create_topic("crossed-c2", 1);
     let (ch, ch2) = (Channel::new(c.id, 0), Channel::new(c2.id, 0));

@@ -1,4 +1,4 @@
-//! Cases of single records on the real broker (`../shared/cases`): C15 (a full fetch of
+//! Cases of single records on the real broker: C15 (a full fetch of
 //! aborted records only, librdkafka #2993: read as a stage's source and as a changelog being
 //! restored), C16 (a record that cannot fit, with its stamp: librdkafka #993, #488; refused in
 //! `produce()` by the producer's `message.max.bytes`, and by the broker for the topic's

@@ -1,7 +1,7 @@
-//! An aborted transaction on the real broker (DESIGN.md §7, "exactness of a restore"): after
-//! the abort every task returns to its last commit, so the stage's committed outputs are
-//! identical — content, per-partition order, causal stamps, send sequences (the aborted sends'
-//! sequences are reused) — to those of a run without the abort.
+//! An aborted transaction on the real broker (the book's specification, §7, "exactness of a
+//! restore"): after the abort every task returns to its last commit, so the stage's committed
+//! outputs are identical — content, per-partition order, causal stamps, send sequences (the aborted
+//! sends' sequences are reused) — to those of a run without the abort.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -238,13 +238,13 @@ impl Handler for Echo {
 
 #[test]
 fn a_gate_waiting_on_its_own_open_transaction_commits_first() {
-    // DESIGN.md §7: a task never waits on its own open transaction. The stage echoes `go` into
-    // `loop`, which it also reads, in a transaction that the commit interval (10 minutes) would
-    // keep open far beyond this test's deadline. A record then claims the echo's coordinate
-    // (as a second stage's coarse claim on a channel it does not consume would: the high
-    // watermark below an open transaction's write). The gate blocks on `loop`@0, a record of
-    // the task's own open transaction that `read_committed` shows only after the commit: the
-    // stage commits first, then delivers the echo and the claiming record in causal order.
+    // The book's specification, §7: a task never waits on its own open transaction. The stage
+    // echoes `go` into `loop`, which it also reads, in a transaction that the commit interval (10
+    // minutes) would keep open far beyond this test's deadline. A record then claims the echo's
+    // coordinate (as a second stage's coarse claim on a channel it does not consume would: the high
+    // watermark below an open transaction's write). The gate blocks on `loop`@0, a record of the
+    // task's own open transaction that `read_committed` shows only after the commit: the stage
+    // commits first, then delivers the echo and the claiming record in causal order.
     let input = create_topic("own-in", 1);
     let looped = create_topic("own-loop", 1);
     let out = create_topic("own-out", 1);

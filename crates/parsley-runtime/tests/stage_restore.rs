@@ -1,9 +1,9 @@
-//! Exact restore from the stage's changelog on the real broker (DESIGN.md §7): fold state, the
-//! task's sender incarnation and sequence, and deliveries made ahead of partition order survive
-//! a restart; a changelog that disagrees with the group's committed offsets is an error; a
-//! task restored while the previous owner's last commit is still pending (its changelog
-//! records above the last stable offset, its offsets an unstable commit) waits for it and gets
-//! exactly that commit.
+//! Exact restore from the stage's changelog on the real broker (the book's specification, §7): fold
+//! state, the task's sender incarnation and sequence, and deliveries made ahead of partition order
+//! survive a restart; a changelog that disagrees with the group's committed offsets is an error; a
+//! task restored while the previous owner's last commit is still pending (its changelog records
+//! above the last stable offset, its offsets an unstable commit) waits for it and gets exactly that
+//! commit.
 
 use parsley_clock::{CausalClock, Channel, SenderId, Stamp};
 use parsley_runtime::{Admin, Error, Runtime, RuntimeConfig, TaskPhase, changelog_topic};

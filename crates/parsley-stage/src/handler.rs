@@ -3,11 +3,11 @@
 //! A handler sees one delivered record and the current fold state of the record's key, and
 //! returns a [`Step`]: the records to emit and what becomes of the fold state. The runtime
 //! stamps, claims and orders the emissions downstream, and commits the new fold state in the
-//! same transaction as the delivery (DESIGN.md §6).
+//! same transaction as the delivery (the book's specification, §6).
 //!
 //! The causal guarantee covers only effects that leave through the returned [`Step`]: a write
 //! to an external system or a send through a private producer is invisible to the causal
-//! model (causal-model seed, "Closed handler effects").
+//! model (the book's specification, §2, precondition 4).
 
 use std::sync::Arc;
 
@@ -115,8 +115,9 @@ impl<K, V, S> Step<K, V, S> {
     }
 }
 
-/// An error a handler returns for a record it cannot process. The task fails with it (error
-/// policies per stage are issue 3).
+/// An error a handler returns for a record it cannot process. The stage's bad-record policy
+/// decides what follows ([`BadRecordKind::Handler`](crate::BadRecordKind::Handler)): by default
+/// the stage stops with it.
 pub type HandlerError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
 /// What [`Handler::handle`] returns: a [`Step`] or a [`HandlerError`].

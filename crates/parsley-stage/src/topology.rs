@@ -33,7 +33,7 @@
 //! more source and internal topic ([`clock_topic`]).
 //! A stage may write a topic it also reads (a loop through itself: its own outputs come back
 //! to it once committed); the runtime commits first when a task's gate waits on a record of
-//! the open transaction itself (DESIGN.md §7).
+//! the open transaction itself (the book's specification, §7).
 //! Sources of one stage must be co-partitioned (same partition count, same key hashing); that
 //! is checked against the broker when the runtime starts.
 
@@ -224,9 +224,10 @@ impl BadRecordKind {
     }
 }
 
-/// What a stage does with a record whose stamp no truthful sender can produce (DESIGN.md §4:
-/// a malformed or unknown-version header, a claim on its own channel at or beyond itself, a
-/// claim beyond the channel's high watermark). Nothing is dropped silently under any policy.
+/// What a stage does with a record whose stamp no truthful sender can produce (the book's
+/// specification, §4: a malformed or unknown-version header, a claim on its own channel at or
+/// beyond itself, a claim beyond the channel's high watermark). Nothing is dropped silently under
+/// any policy.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum ImpossiblePolicy {
     /// Stop the task with an error naming the channel, offset and sender (the default). The

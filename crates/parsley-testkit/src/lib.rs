@@ -1,5 +1,11 @@
 //! Test kit for Parsley (dev-only).
 //!
+//! **Internal: not published.** This crate is the repository's own test infrastructure — it
+//! downloads and starts a Kafka broker, and builds the gate with its deliberately wrong
+//! variants (`negative-controls`) for the simulator — so it has `publish = false` and no
+//! stability promise. A service tests its topologies with `parsley::TopologyTestDriver`,
+//! which needs no broker; the broker fixtures here serve Parsley's own integration tests.
+//!
 //! - [`broker`]: a single-node Apache Kafka broker (KRaft) started from Maven Central jars on
 //!   the machine's Java 17, and the bootstrap address tests find it at;
 //! - [`exposition`]: a strict reader of the Prometheus text format, for tests of the runtime's
@@ -7,7 +13,7 @@
 //! - [`fixtures`]: unique topics, an admin client, reading a topic back as `read_committed`
 //!   sees it;
 //! - [`oracle`]: the delivery-order oracle, which checks causal delivery from ground-truth
-//!   logs without reading Parsley's clocks (DESIGN.md §2, §8);
+//!   logs without reading Parsley's clocks (the book's specification, §2, §8);
 //! - [`replay`]: "replay equals live": a pipeline run live while its input is written, then
 //!   replayed under fresh application ids with randomized fetch sizes, outputs compared key by
 //!   key;

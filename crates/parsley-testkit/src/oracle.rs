@@ -5,7 +5,7 @@
 //! list of its sends and deliveries of uniquely identified records, and where each record was
 //! appended (channel and offset). From that alone the oracle rebuilds the real happened-before
 //! relation — same process earlier, send → delivery, transitively — and checks the guarantee of
-//! DESIGN.md §2 at every delivery:
+//! the guarantee (the book's specification, §2) at every delivery:
 //!
 //! > when record `m` is delivered at process `n`, every ancestor `a` of `m` whose channel `n`
 //! > consumes and whose offset is at or above `n`'s baseline on that channel has already been

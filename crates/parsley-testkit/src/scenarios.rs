@@ -1,7 +1,7 @@
 //! Fixed, deterministic histories — one per negative control — that fail every time under
-//! their wrong rule and pass under the correct rules (DESIGN.md §4: "some wrong variants fail
-//! rarely at random, so the project's simulator also needs one fixed, deterministic history per
-//! variant that fails every time").
+//! their wrong rule and pass under the correct rules (the book's specification, §4: "some wrong
+//! variants fail rarely at random, so the project's simulator also needs one fixed, deterministic
+//! history per variant that fails every time").
 //!
 //! Each function builds its history step by step on a [`Sim`] running `variant`, drains it,
 //! and returns the [`Outcome`]. [`for_variant`] names the history that breaks a variant.
@@ -68,9 +68,10 @@ pub fn effect_fetched_first(variant: Variant) -> Outcome {
     sim.drain()
 }
 
-/// DESIGN.md §4's hazard: X sends `r` to c1 then `r2` to c0 (claiming `r` in flight); Y sends
-/// `z` to c0 then `h` to c1 (claiming `z`); the appends land crossed, c0 = [r2, z] and
-/// c1 = [h, r]. Strict FIFO waits in a cycle. Breaks [`Variant::StrictFifo`].
+/// The crossed in-flight sends of the book's specification, §4: X sends `r` to c1 then `r2` to
+/// c0 (claiming `r` in flight); Y sends `z` to c0 then `h` to c1 (claiming `z`); the appends land
+/// crossed, c0 = [r2, z] and c1 = [h, r]. Strict FIFO waits in a cycle. Breaks
+/// [`Variant::StrictFifo`].
 pub fn crossed_in_flight_sends(variant: Variant) -> Outcome {
     let mut sim = crossed(variant, 3);
     let t = sim.add_task(vec![0, 1], vec![], 0);

@@ -1,4 +1,4 @@
-//! The gate and the clock against the oracle, in the simulator (DESIGN.md §8).
+//! The gate and the clock against the oracle, in the simulator (the book's specification, §8).
 //!
 //! - every fixed history passes under the correct rules, and each negative control fails its
 //!   own fixed history every time;

@@ -70,9 +70,28 @@
 //! # Ok::<(), parsley::Error>(())
 //! ```
 //!
-//! The crates behind it, for what the root does not re-export: [`clock`] (clocks, stamps and
-//! their encoding), [`stage`] (handlers, codecs, topologies), [`dsl`], [`runtime`] and
-//! [`driver`].
+//! # Where to start
+//! - **Writing a pipeline**: [`StreamsBuilder`] (its operators are on [`KStream`], [`KTable`]
+//!   and [`KGroupedStream`]), then [`TopologyTestDriver`] to test it and [`Runtime`] to run it.
+//!   The book's tutorial (`book/src/tutorial.md` in the repository, rendered with
+//!   `mdbook serve book`) builds the word count above step by step against a local broker.
+//! - **A stage by hand**: [`Handler`] and [`Topology::builder`], when an operator of the DSL
+//!   does not fit.
+//! - **Feeding a topology from a plain producer**: [`CausalProducer`], which stamps what it
+//!   sends with what it has read.
+//! - **What the guarantee is and what it needs**: the book's concepts part and its
+//!   specification chapter; the rules are implemented in the crates below.
+//!
+//! # The crates behind it
+//! Each is re-exported as a module here, for what the root does not re-export:
+//!
+//! | Module | Crate | What it holds |
+//! |---|---|---|
+//! | [`clock`] | [`parsley-clock`](https://docs.rs/parsley-clock) | channels, offset vector clocks, stamps and the stamp header's encoding (pure) |
+//! | [`stage`] | [`parsley-stage`](https://docs.rs/parsley-stage) | the `Handler` trait, codecs, the topology builder and its validation |
+//! | [`dsl`] | [`parsley-dsl`](https://docs.rs/parsley-dsl) | the Kafka-Streams-style DSL, compiled into stages |
+//! | [`runtime`], [`driver`] | [`parsley-runtime`](https://docs.rs/parsley-runtime) | stream threads, transactions, the causal producer, the admin client, the in-memory test driver |
+//! | — | [`parsley-gate`](https://docs.rs/parsley-gate) | the delivery gate and the event-time sort: pure decision logic the runtime drives, not re-exported (a service never calls it) |
 #![forbid(unsafe_code)]
 #![doc(test(attr(deny(warnings))))]
 

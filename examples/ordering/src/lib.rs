@@ -1,7 +1,8 @@
-//! The event-time ordering experiment of DESIGN.md §5: the silence-problem workload and four
-//! ways of ordering it by event time, measured on a real broker.
+//! The event-time ordering experiment (the book's specification, §5, "Evaluation"): the
+//! silence-problem workload and four ways of ordering it by event time, measured on a real
+//! broker.
 //!
-//! - [`workload`]: the source's workload as data — 12 topics with event time and one without
+//! - [`workload`]: the workload as data — 12 topics with event time and one without
 //!   (valid products, the control stream), 3 partitions each, keyed by product, strict
 //!   per-key event-time order, days of history then live traffic, partitions of different
 //!   lengths and one silent at startup; deterministic by seed.

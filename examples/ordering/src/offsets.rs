@@ -9,7 +9,7 @@
 //!   release log).
 //! - **Arrival** is the runtime's delivery journal: the `parsley::delivery` trace event
 //!   ([`DELIVERY_TARGET`]) that the stream thread emits when the gate delivers a record into
-//!   the task's timer queue. [`install_delivery_capture`] installs a `tracing` layer that keeps
+//!   the task's timer queue. [`delivery_capture`] builds a `tracing` layer that keeps
 //!   the instant of each such event until the handler is handed the record. The records of
 //!   this workload carry no stamps, so the gate delivers each record in the poll that fetched
 //!   it: the hold measured is the timer queue's, from delivery to release.

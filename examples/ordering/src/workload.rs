@@ -5,7 +5,7 @@
 //!   and one topic without event time, the valid products, used as the control stream: 13
 //!   topics × 3 partitions by default, as in the source.
 //! - Records are keyed by product (`p00042`); every topic puts a product in the same
-//!   partition (murmur2 of the key, [`partition_for`]), so all of a product's events meet in
+//!   partition (murmur2 of the key, [`partition_for`](parsley_runtime::partition_for)), so all of a product's events meet in
 //!   task `p` of a co-partitioned stage.
 //! - **Ground truth**: each product's events carry a per-key sequence number in the value
 //!   (`h17`: history, `l18`: live), in ascending event time — strictly ascending per product.

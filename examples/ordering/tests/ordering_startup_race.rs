@@ -1,7 +1,7 @@
-//! Issue 5's real-broker test: on generated history with a startup race (consumers that start
-//! at different speeds, one slow topic, partitions of different lengths, a partition silent at
-//! startup), offset completeness releases every key in event-time order, every record exactly
-//! once, while a one-layer timeout on the same input is measured.
+//! The ordering experiment's real-broker test: on generated history with a startup race
+//! (consumers that start at different speeds, one slow topic, partitions of different lengths, a
+//! partition silent at startup), offset completeness releases every key in event-time order, every
+//! record exactly once, while a one-layer timeout on the same input is measured.
 //!
 //! Both runs wait on evidence: a run ends when the strategy has reported every record written
 //! (history and live) as released; the offset-completeness run then stops its stage (a final

@@ -354,7 +354,7 @@ impl<R> Gate<R> {
     }
 
     /// The coordinates replacing the in-flight claims of the record at `pos` of queue `idx`
-    /// that this node does not resolve by its own deliveries (DESIGN.md §3).
+    /// that this node does not resolve by its own deliveries (the book's specification, §3).
     pub(super) fn replacements(&self, idx: Idx, pos: usize) -> Vec<Coordinate> {
         let slot = &self.channels[idx].queue[pos];
         let Some(stamp) = slot.stamp.as_ref() else {

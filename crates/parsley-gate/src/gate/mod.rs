@@ -1,6 +1,6 @@
 //! The delivery gate of one task: which fetched record may be delivered next.
 //!
-//! # The rule (DESIGN.md §4)
+//! # The rule (the book's specification, §4)
 //! A task consumes a fixed set of channels: partition `p` of every source topic, whether or not
 //! the consumer holds them yet. Fetched records wait in one queue per channel, in offset order.
 //! A record `m` is **deliverable** when
@@ -14,7 +14,7 @@
 //!    consumer's position on `c'` has reached `E(c')`, the high watermark read after the poll
 //!    that returned `m`;
 //! 3. every in-flight claim on a channel the task does not consume has such an `E`, so that the
-//!    node can replace the claim by the coordinate `(c', E - 1)` (DESIGN.md §3);
+//!    node can replace the claim by the coordinate `(c', E - 1)` (the book's specification, §3);
 //! 4. `m` is the head of its queue — or it is the first undelivered record of its sender on its
 //!    channel and an in-flight claim of a blocked record pulls it (**claim-driven
 //!    look-ahead**).

@@ -32,7 +32,8 @@ impl<R> Gate<R> {
 
     /// `true` when a blocked record's in-flight claim still needs more of `channel` to be read:
     /// its target is not fetched yet and the position has not reached the evidence. Such a
-    /// channel must not be paused for backpressure — a strict pause deadlocks (DESIGN.md §4).
+    /// channel must not be paused for backpressure — a strict pause deadlocks (the book's
+    /// specification, §4).
     pub fn needs_reading(&self, channel: &Channel) -> bool {
         let Some(t) = self.index(channel) else {
             return false;

@@ -347,8 +347,8 @@ fn an_in_flight_claim_waits_for_the_senders_record_and_pulls_it_ahead() {
 
 #[test]
 fn crossed_in_flight_sends_do_not_deadlock() {
-    // DESIGN.md §4: X sends r to c' then r2 to c; Y sends z to c then h to c'; appends
-    // land crossed: c = [r2, z], c' = [h, r]. Strict FIFO would wait in a cycle.
+    // The book's specification, §4: X sends r to c' then r2 to c; Y sends z to c then h to c';
+    // appends land crossed: c = [r2, z], c' = [h, r]. Strict FIFO would wait in a cycle.
     let (c, c2) = (ch(1, 0), ch(2, 0));
     let mut g = seeded(&[c, c2]);
     g.offer(c, rec(0, Some((1, 1)), &[], &[(c2, 0)])).unwrap(); // r2

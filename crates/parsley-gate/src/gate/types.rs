@@ -137,8 +137,9 @@ pub struct BlockedHead {
     pub awaits: Awaiting,
 }
 
-/// The committed part of a gate: what survives a restart (DESIGN.md §7). Fetch-time evidence
-/// (fetched records, positions, high watermarks) is rebuilt by fetching again, never restored.
+/// The committed part of a gate: what survives a restart (the book's specification, §7). Fetch-time
+/// evidence (fetched records, positions, high watermarks) is rebuilt by fetching again, never
+/// restored.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct GateSnapshot {
     /// Per consumed channel that was seeded.
@@ -170,7 +171,7 @@ pub struct Refetch {
 }
 
 /// Deliberately wrong variants of the gate, for negative controls only: each must make the
-/// simulator's oracle or liveness check fail (DESIGN.md §4). Settable only with the
+/// simulator's oracle or liveness check fail (the book's specification, §4). Settable only with the
 /// `negative-controls` feature; all off otherwise.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Faults {

@@ -1,6 +1,6 @@
 //! The timer queue: the event-time sort of one task.
 //!
-//! # The rule (DESIGN.md §5)
+//! # The rule (the book's specification, §5)
 //! **The timer queue is the sort.** Each delivered record is parked under a *park time* and
 //! released when the watermark reaches it; nothing else sorts. Records leave in ascending
 //! `(park time, arrival)` order, where arrival is the order in which they were parked.
@@ -68,8 +68,7 @@
 //! changed late count, plus one tombstone per emptied segment; carrying scans the parked
 //! records once.
 //!
-//! Source: the silence-problem seed (§04 "One: the timer queue is the sort", §06 "What it
-//! doesn't promise") and DESIGN.md §5.
+//! The rule is the book's specification, §5 ("The timer queue is the sort", "Late records").
 //!
 //! # Where the parts live
 //! - this file: the [`TimerQueue`] and its API in memory — parking, raising the watermark,

@@ -1,4 +1,5 @@
-//! Bounding what each channel holds (DESIGN.md §4), as a pure plan the stream thread applies.
+//! Bounding what each channel holds (the book's specification, §4), as a pure plan the stream
+//! thread applies.
 //!
 //! Once per poll batch, [`plan`] reads a task's gate and says, per consumed channel:
 //! - a full channel is **paused** — unless an unsettled in-flight claim needs it read

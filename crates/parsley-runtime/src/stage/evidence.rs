@@ -1,18 +1,18 @@
 //! Evidence: what the stream thread reads from Kafka after each poll batch and hands to the
 //! tasks — the consumer's positions, high watermarks, and for event time the live heads.
 //!
-//! - **Positions** (position advance, DESIGN.md §4): the consumer's application position of
-//!   every channel the tasks consume, read after the batch's polls, whose records were all
-//!   offered. A local read (`rd_kafka_position`).
+//! - **Positions** (position advance, the book's specification, §4): the consumer's application
+//!   position of every channel the tasks consume, read after the batch's polls, whose records were
+//!   all offered. A local read (`rd_kafka_position`).
 //! - **High watermarks** the gates ask for ([`parsley_gate::Gate::evidence_wanted`]): one
 //!   batched `ListOffsets(LATEST, READ_UNCOMMITTED)` to the leaders after the batch's polls,
 //!   handed to every gate with the batch's epoch; asked again while a reading unblocks a record
 //!   that wants evidence on another channel (each channel at most once per batch).
-//! - **Live heads** of caught-up event-time inputs (DESIGN.md §5, `event_time::head_evidence`):
-//!   the high watermark of the channel's latest fetch response when the frontier has reached it
-//!   (a local read), an earlier LSO reading when the frontier has not reached that, and
-//!   otherwise the LSO read from the leaders in one batched
-//!   `ListOffsets(LATEST, READ_COMMITTED)`.
+//! - **Live heads** of caught-up event-time inputs (the book's specification, §5,
+//!   `event_time::head_evidence`): the high watermark of the channel's latest fetch response when
+//!   the frontier has reached it (a local read), an earlier LSO reading when the frontier has not
+//!   reached that, and otherwise the LSO read from the leaders in one batched `ListOffsets(LATEST,
+//!   READ_COMMITTED)`.
 //!
 //! Invariant: every reading handed to a gate was taken after the poll that returned the
 //! records it is evidence for; nothing here is persisted (fetch-time evidence is read again
@@ -59,7 +59,8 @@ impl Evidence {
     }
 
     /// One batched `ListOffsets(LATEST, READ_UNCOMMITTED)` for `wanted`; a channel whose topic
-    /// no longer exists reads 0: it has nothing left to read (DESIGN.md §2: deletion is loss).
+    /// no longer exists reads 0: it has nothing left to read (the book's specification, §2:
+    /// deletion is loss).
     fn high_watermarks(&mut self, wanted: &BTreeSet<Channel>) -> Result<Vec<(Channel, i64)>> {
         let unknown: Vec<_> = wanted
             .iter()
@@ -264,10 +265,11 @@ pub(crate) fn consumer_positions<C: ConsumerContext>(
 /// librdkafka's cached high watermark of `topic`/`partition`, from the consumer's last fetch
 /// response (`rd_kafka_get_watermark_offsets`: a local read, no request; the rdkafka crate does
 /// not wrap it); `None` before the first fetch response. Not evidence for the causal gate
-/// (DESIGN.md §4 wants a `READ_UNCOMMITTED` `ListOffsets` after the poll: a claim on another
-/// channel can name a record appended after that channel's last fetch response); used for the
-/// frontier-lag metric and, when the frontier has reached it, as the live-head evidence of
-/// event-time ordering (DESIGN.md §5: the latest fetch response, whose LSO is at or below it).
+/// (the book's specification, §4, wants a `READ_UNCOMMITTED` `ListOffsets` after the poll: a claim
+/// on another channel can name a record appended after that channel's last fetch response); used
+/// for the frontier-lag metric and, when the frontier has reached it, as the live-head evidence of
+/// event-time ordering (the book's specification, §5: the latest fetch response, whose LSO is at or
+/// below it).
 fn cached_high_watermark<C: ConsumerContext>(
     consumer: &BaseConsumer<C>,
     topic: &str,

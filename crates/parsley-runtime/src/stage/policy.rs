@@ -1,8 +1,8 @@
 //! What a stage does with records it cannot take as they are: records whose stamp no truthful
 //! sender can produce, and bad records.
 //!
-//! **Impossible stamps** (DESIGN.md §4: a header that does not decode, a claim on the record's
-//! own channel at or beyond itself, a claim beyond the channel's high watermark):
+//! **Impossible stamps** (the book's specification, §4: a header that does not decode, a claim on
+//! the record's own channel at or beyond itself, a claim beyond the channel's high watermark):
 //! [`ImpossiblePolicy`] chooses, per stage:
 //! - `Fail`: the stage stops with the typed error; the record's offset is not committed;
 //! - `DeliverAndCount`: the record is delivered without its impossible claims (a malformed

@@ -1,5 +1,5 @@
-//! Restore: building an assigned task from its changelog partition (DESIGN.md §7, exact
-//! restore).
+//! Restore: building an assigned task from its changelog partition (the book's specification, §7,
+//! exact restore).
 //!
 //! The task's changelog partition is read `read_committed` up to its high watermark
 //! (`changelog::restore`): fold state, sender incarnation and sequence, node clock, gate
@@ -9,7 +9,7 @@
 //! assigned positions ([`Task::fresh`]). A consumed channel the snapshot does not name starts
 //! at its log start offset (case C11). An event-time task then reads the startup end of each
 //! input (one batched `ListOffsets(LATEST, READ_UNCOMMITTED)`) and follows the restored gate's
-//! frontiers (DESIGN.md §5).
+//! frontiers (the book's specification, §5).
 //!
 //! Invariant: a task reports [`TaskPhase::Running`] only once everything restored is in
 //! place — the snapshot, the state, the event-time state and its counters.
@@ -260,8 +260,8 @@ fn start_event_time(
     for (c, (end, lso)) in inputs.iter().zip(ends) {
         et.start(*c, end)
             .map_err(|e| ctx.gate_error(partition, e))?;
-        // Completeness waits for an open transaction to resolve (completeness is never guessed): say which
-        // channel waits and for what, rather than guess.
+        // Completeness waits for an open transaction to resolve (completeness is never guessed):
+        // say which channel waits and for what, rather than guess.
         if lso < end && task.gate().first_undelivered(c).is_some_and(|f| f < end) {
             info!(
                 topic = %ctx.source_of(*c)?.name,

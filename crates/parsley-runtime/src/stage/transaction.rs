@@ -678,9 +678,9 @@ impl StageRunner {
 
     /// Aborts the open transaction and returns every task to its last commit: restored from
     /// the changelog at the group's committed offsets (read with `require_stable`), the
-    /// consumer sought back there, fetch evidence dropped (DESIGN.md §7). The input records
-    /// whose outputs were refused for good stay refused in the restored tasks, `refused` (the
-    /// one `cause` names) among them.
+    /// consumer sought back there, fetch evidence dropped (the book's specification, §7). The input
+    /// records whose outputs were refused for good stay refused in the restored tasks, `refused`
+    /// (the one `cause` names) among them.
     ///
     /// # Errors
     /// [`Error::Fenced`] when another process running as this instance fenced the producer;

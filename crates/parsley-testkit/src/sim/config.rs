@@ -12,7 +12,7 @@ use super::Sim;
 /// Which rule set the simulation runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Variant {
-    /// The rules of DESIGN.md §3–§4.
+    /// The rules of the book's specification, §3–§4.
     Correct,
     /// The gate delivers every head at once.
     GateOff,

@@ -1,5 +1,5 @@
 //! A deterministic simulator of partitions, producers and stage tasks, to test the real gate
-//! and the real `CausalClock` against the [oracle](crate::oracle) (DESIGN.md §8).
+//! and the real `CausalClock` against the [oracle](crate::oracle) (the book's specification, §8).
 //!
 //! # What it models
 //! - **Partitions** as logs with gaps: transactional records, commit and abort markers,
@@ -20,7 +20,7 @@
 //! # What it checks
 //! After the random steps, every transaction is closed and every task drained. Then
 //! - **safety**: the oracle replays the committed ground truth (each process's sends and
-//!   deliveries) and checks every delivery of every task (DESIGN.md §2);
+//!   deliveries) and checks every delivery of every task (the book's specification, §2);
 //! - **liveness**: every visible record at or above a task's baseline on a channel it consumes
 //!   was delivered — nothing is left stuck.
 //!

@@ -179,11 +179,11 @@ impl Task {
         Ok(Task::with(partition, gate, clock, state, Vec::new()))
     }
 
-    /// The task restored from its last committed `snapshot` and fold state (DESIGN.md §7,
-    /// exact restore), assigned at `positions` (the group's committed offsets, or the log start
-    /// where it has none). Returns the task and the consumed channels the snapshot does not
-    /// name, with their assigned positions: channels new to the task, which the caller seeds
-    /// ([`Task::seed`]) at their log start.
+    /// The task restored from its last committed `snapshot` and fold state (the book's
+    /// specification, §7, exact restore), assigned at `positions` (the group's committed offsets,
+    /// or the log start where it has none). Returns the task and the consumed channels the snapshot
+    /// does not name, with their assigned positions: channels new to the task, which the caller
+    /// seeds ([`Task::seed`]) at their log start.
     ///
     /// Channels the snapshot names that the task no longer consumes belong to a deleted topic
     /// (a recreated topic is a new channel) and are dropped; a consumed channel the snapshot
