@@ -311,7 +311,7 @@ impl Running {
             &config.client_config(&format!("{app}.progress"), crate::ClientRole::Admin, &[]),
             config.timeout,
         )?;
-        let stages = self
+        let mut stages = self
             .runtime
             .topology
             .stages()
@@ -321,7 +321,7 @@ impl Running {
             .collect::<Result<Vec<_>>>()?;
         loop {
             let mut all = true;
-            for stage in &stages {
+            for stage in &mut stages {
                 if !stage.caught_up(&admin, config.timeout)? {
                     all = false;
                     break;
