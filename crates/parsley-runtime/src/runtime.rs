@@ -334,7 +334,7 @@ impl Running {
             &config.client_config(&format!("{app}.progress"), crate::ClientRole::Admin, &[]),
             config.timeout,
         )?;
-        let stages = self
+        let mut stages = self
             .runtime
             .topology
             .stages()
@@ -344,7 +344,7 @@ impl Running {
             .collect::<Result<Vec<_>>>()?;
         loop {
             let mut all = true;
-            for stage in &stages {
+            for stage in &mut stages {
                 if !stage.caught_up(&admin, config.timeout)? {
                     all = false;
                     break;

@@ -5,8 +5,9 @@
 //! order over two inputs of different lengths, a control stream whose record timestamps minus
 //! the lag move the watermark, cases C13 (the first fetch must not move the watermark) and C14
 //! (an empty partition adds no bound and no infinity), an effect stamped with an earlier event
-//! time than its cause (a skewed upstream clock) that still leaves after it, and history
-//! parked and released while transactions commit (commit overlap).
+//! time than its cause (a skewed upstream clock) that still leaves after it, history
+//! parked and released while transactions commit (commit overlap), and an input another stage
+//! writes, whose writer stopped with its committed offset short of a trailing commit marker.
 //!
 //! Mutation checks run by hand (each made the named test fail): parking without the ancestors'
 //! park times (the skew test: `k@100` came out first); an input with nothing delivered left out
@@ -16,6 +17,9 @@
 //!
 //! The overlap test failed when a send made during a commit was sent at once instead of kept
 //! (the commit's flush found 45,008 messages outstanding and the stage stopped).
+//!
+//! The stopped-writer test failed while the upstream wait compared the writer's committed
+//! offset with its source's LSO alone: `down` stayed catching up with both records parked.
 //!
 //! The event time of a record is its Kafka record timestamp; the tests write explicit
 //! timestamps relative to a base one hour in the past (time-based retention never sees them
@@ -29,11 +33,14 @@ use parsley_clock::{Channel, Clock, STAMP_HEADER, Stamp, codec};
 use parsley_runtime::{LateKey, Runtime, RuntimeConfig, TaskMetrics, TaskPhase, changelog_topic};
 use parsley_stage::{EventTimeOrder, Topology};
 use parsley_testkit::fixtures::{
-    DEADLINE, admin, bootstrap, committed_values, create_topic, forward_topology_with,
-    raw_producer, read_committed, run_until, unique_topic, wait_committed, wait_tasks,
+    DEADLINE, Forward, admin, bootstrap, committed_values, create_topic, forward_topology_with,
+    raw_producer, read_committed, run_until, unique_topic, utf8_stage, wait_committed, wait_tasks,
 };
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::{Offset, TopicPartitionList};
 
 /// An hour ago, ms since the epoch: the tests' time zero.
 fn base() -> i64 {
@@ -705,4 +712,85 @@ fn history_parked_while_transactions_commit_leaves_once_in_event_time_order() {
     assert_eq!(times.len(), expected.len());
     let first_wrong = times.iter().zip(&expected).position(|(a, b)| a != b);
     assert_eq!(first_wrong, None, "event-time order, each record once");
+}
+
+/// Commits `offset` on partition 0 of `topic` for `group`, as a consumer that never joins it.
+fn commit_group_offset(group: &str, topic: &str, offset: i64) {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap())
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("consumer");
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, 0, Offset::Offset(offset))
+        .unwrap();
+    consumer.commit(&tpl, CommitMode::Sync).expect("commit");
+}
+
+/// `down` orders by event time and reads `mid`, which `up` writes from `in`: `mid`'s history
+/// ends where `up`'s does, so it waits for `up`'s group to have consumed `in` (module
+/// `stage::upstream`). `in` is `T(k@100, k@200) + C` then `T(k@300) + A`: records at 0 and 1,
+/// the commit marker at 2, an aborted record at 3, the abort marker at 4, LSO 5. `up` is not
+/// running: its group's committed offset is what a stage stopped after committing its last
+/// record, before a later commit carried it over the markers, leaves for ever. At 1 a
+/// committed record is not consumed and `down` waits; at 2 only markers and an aborted record
+/// are left, and `down` must not wait for ever (it did: the inventory demo's ledger behind its
+/// stopped first stage, every record parked).
+#[test]
+fn an_input_whose_writer_stopped_short_of_a_trailing_marker_is_caught_up() {
+    let base = base();
+    let input = create_topic("evt-up-in", 1);
+    let mid = create_topic("evt-up-mid", 1);
+    let out = create_topic("evt-up-out", 1);
+    let app = unique_topic("evt-up");
+    let tx = raw_producer(Some(&unique_topic("evt-up-tx")));
+    tx.begin_transaction().unwrap();
+    send_at(&tx, &input.name, base, "k", 100);
+    send_at(&tx, &input.name, base, "k", 200);
+    tx.commit_transaction(DEADLINE).unwrap();
+    tx.begin_transaction().unwrap();
+    send_at(&tx, &input.name, base, "k", 300);
+    tx.abort_transaction(DEADLINE).unwrap();
+    assert_eq!(
+        admin()
+            .last_stable_offsets(&[(input.name.as_str(), 0)])
+            .unwrap(),
+        [5]
+    );
+    // What `up` wrote for the two committed records.
+    let p = raw_producer(None);
+    send_at(&p, &mid.name, base, "k", 100);
+    send_at(&p, &mid.name, base, "k", 200);
+    let topology = Topology::builder(&app)
+        .stage("up", Forward(mid.name.clone()), |s| {
+            utf8_stage(s, &[&input.name], &[&mid.name])
+        })
+        .stage("down", Forward(out.name.clone()), |s| {
+            utf8_stage(s, &[&mid.name], &[&out.name]).order_by_event_time(EventTimeOrder::new())
+        })
+        .build()
+        .unwrap();
+    let up_group = format!("{app}.up");
+    commit_group_offset(&up_group, &input.name, 1);
+    let running = Runtime::new(topology, RuntimeConfig::new(bootstrap()))
+        .start_stages(&["down"])
+        .unwrap();
+    wait_tasks(&running, "down", "both records parked", |t| {
+        t.len() == 1 && t[0].parked == 2
+    });
+    // Several looks at `up`'s progress (one per commit interval, 100 ms): record 1 is not
+    // consumed, so `mid` is still catching up and nothing leaves.
+    std::thread::sleep(Duration::from_millis(1_000));
+    let task = only_task(&wait_tasks(&running, "down", "one task", |t| t.len() == 1));
+    assert_eq!((task.catching_up, task.parked), (1, 2), "{task:?}");
+    commit_group_offset(&up_group, &input.name, 2);
+    wait_committed(&running, "down", 2);
+    let task = only_task(&wait_tasks(&running, "down", "all released", |t| {
+        t.len() == 1 && t[0].parked == 0
+    }));
+    assert_eq!(task.catching_up, 0, "{task:?}");
+    assert_eq!(task.watermark_ms, Some(base + 200), "{task:?}");
+    running.stop().unwrap();
+    assert_eq!(committed_values(&out), ["k@100", "k@200"]);
 }

@@ -17,7 +17,11 @@
 //!    sources, and so on — are taken one after the other, upstream first. For each, the last
 //!    stable offsets of its sources are read when its turn comes (for the first, at task
 //!    start; for one whose sources do not exist yet, once they do), and the channel waits
-//!    until that stage's consumer group has **committed** them:
+//!    until that stage's consumer group has **committed** every record below them: a
+//!    committed offset at or beyond each, or one below it with only commit or abort markers
+//!    and aborted records between, read with `read_committed` (module `caught_up`: a stage
+//!    stopped after committing its last record, before a commit carried its offset over a
+//!    trailing marker, stays one marker short for ever, and must not be waited for for ever).
 //!    EOS commits a stage's outputs with its input offsets, so everything that stage writes for
 //!    that history is then in the topic (a stage that orders by event time may still hold
 //!    parked records: their outputs come later, as live records);
@@ -241,7 +245,7 @@ impl Upstreams {
         for (channel, w) in &mut self.waiting {
             let chain = &self.chains[&w.topic].0;
             loop {
-                let reader = &self.readers[chain[w.step]];
+                let reader = &mut self.readers[chain[w.step]];
                 if w.targets.is_none() {
                     w.targets = targets_of(reader, admin)?;
                 }
