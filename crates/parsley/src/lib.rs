@@ -102,8 +102,8 @@ pub use parsley_dsl::{
 };
 pub use parsley_runtime::{
     Admin, CausalProducer, CausalProducerConfig, ClientRole, ClientSettings, Error,
-    MetricsSnapshot, Progress, Result, Running, Runtime, RuntimeConfig, TopicInfo, TopicSpec,
-    TopologyTestDriver,
+    MetricsSnapshot, OutgoingRecord, Progress, Result, Running, Runtime, RuntimeConfig, TopicInfo,
+    TopicSpec, TopologyTestDriver,
 };
 pub use parsley_stage::{
     Auto, BadRecordKind, BadRecordPolicy, Bincode, BuiltInClock, Bytes, Codec, CodecError,
