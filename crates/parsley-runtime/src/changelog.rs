@@ -533,22 +533,7 @@ mod tests {
 
     #[test]
     fn snapshots_round_trip_and_bad_bytes_are_named() {
-        let c = Channel::new(TopicId::from_halves(1, 2), 3);
-        let s = TaskSnapshot {
-            sender: SenderId::from_bytes([7; 16]),
-            next_seq: 42,
-            clock: [c.at(10)].into_iter().collect(),
-            gate: GateSnapshot {
-                channels: vec![ChannelSnapshot {
-                    channel: c,
-                    baseline: 0,
-                    frontier: 9,
-                    lookahead: vec![12, 15],
-                    delivered: vec![(SenderId::from_bytes([1; 16]), 4)],
-                }],
-            },
-            offsets: vec![(c, 10)],
-        };
+        let s = super::decode_properties::snapshot();
         let bytes = s.encode();
         assert_eq!(TaskSnapshot::decode(&bytes).unwrap(), s);
         assert_eq!(TaskSnapshot::decode(&[]).unwrap_err(), "empty snapshot");

@@ -11,7 +11,8 @@ use proptest::prelude::*;
 use super::{Restored, TaskSnapshot};
 use crate::event_time::EventTime;
 
-fn snapshot() -> TaskSnapshot {
+/// A task snapshot with one channel of every part (the changelog's tests share it).
+pub(super) fn snapshot() -> TaskSnapshot {
     let c = Channel::new(TopicId::from_halves(1, 2), 3);
     TaskSnapshot {
         sender: SenderId::from_bytes([7; 16]),
