@@ -107,6 +107,44 @@ fn open_transaction_with_one_record(topic: &str, timestamp_ms: i64) -> BaseProdu
     producer
 }
 
+/// Writes each `(topic, key, timestamp ms)` to partition 0, the key as value, and waits for the
+/// acknowledgements.
+fn send_at(records: &[(&TopicInfo, &str, i64)]) {
+    let producer = raw_producer(None);
+    for &(topic, key, timestamp) in records {
+        producer
+            .send(
+                BaseRecord::to(&topic.name)
+                    .partition(0)
+                    .key(key)
+                    .payload(key)
+                    .timestamp(timestamp),
+            )
+            .map_err(|(e, _)| e)
+            .expect("send");
+    }
+    producer.flush(DEADLINE).expect("acknowledged");
+}
+
+/// Starts stage `forward` of a new application named after `app`, forwarding `fast` and `slow`
+/// to `out` in event-time order.
+fn start_in_event_time_order(
+    app: &str,
+    fast: &TopicInfo,
+    slow: &TopicInfo,
+    out: &TopicInfo,
+) -> Running {
+    let topology = forward_topology_with(
+        &unique_topic(app),
+        &[fast.name.as_str(), slow.name.as_str()],
+        &out.name,
+        |s| s.order_by_event_time(EventTimeOrder::new()),
+    );
+    Runtime::new(topology, RuntimeConfig::new(bootstrap()))
+        .start()
+        .unwrap()
+}
+
 fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -212,29 +250,8 @@ fn a_watermark_held_by_a_slow_input_names_that_input() {
     // its startup end (1) but cannot read up to it.
     let base = now_ms() - 3_600_000;
     let slow_writer = open_transaction_with_one_record(&slow.name, base + 150);
-    let producer = raw_producer(None);
-    for (key, t) in [("a", 100), ("b", 200)] {
-        producer
-            .send(
-                BaseRecord::to(&fast.name)
-                    .partition(0)
-                    .key(key)
-                    .payload(key)
-                    .timestamp(base + t),
-            )
-            .map_err(|(e, _)| e)
-            .expect("send");
-    }
-    producer.flush(DEADLINE).expect("acknowledged");
-    let topology = forward_topology_with(
-        &unique_topic("explain-et"),
-        &[fast.name.as_str(), slow.name.as_str()],
-        &out.name,
-        |s| s.order_by_event_time(EventTimeOrder::new()),
-    );
-    let running = Runtime::new(topology, RuntimeConfig::new(bootstrap()))
-        .start()
-        .unwrap();
+    send_at(&[(&fast, "a", base + 100), (&fast, "b", base + 200)]);
+    let running = start_in_event_time_order("explain-et", &fast, &slow, &out);
 
     // Both fast records are delivered and parked; the slow input holds the watermark.
     let e = explain_until(&running, "both fast records parked", |tasks| {
@@ -335,29 +352,8 @@ fn a_watermark_held_by_an_input_behind_its_live_head_names_it_and_its_head() {
     let slow = create_topic("explain-head-slow", 1);
     let out = create_topic("explain-head-out", 1);
     let base = now_ms() - 3_600_000;
-    let producer = raw_producer(None);
-    for (topic, key, t) in [(&fast, "a", 100), (&slow, "s", 150)] {
-        producer
-            .send(
-                BaseRecord::to(&topic.name)
-                    .partition(0)
-                    .key(key)
-                    .payload(key)
-                    .timestamp(base + t),
-            )
-            .map_err(|(e, _)| e)
-            .expect("send");
-    }
-    producer.flush(DEADLINE).expect("acknowledged");
-    let topology = forward_topology_with(
-        &unique_topic("explain-head"),
-        &[fast.name.as_str(), slow.name.as_str()],
-        &out.name,
-        |s| s.order_by_event_time(EventTimeOrder::new()),
-    );
-    let running = Runtime::new(topology, RuntimeConfig::new(bootstrap()))
-        .start()
-        .unwrap();
+    send_at(&[(&fast, "a", base + 100), (&slow, "s", base + 150)]);
+    let running = start_in_event_time_order("explain-head", &fast, &slow, &out);
     // Both inputs are read to their heads: nothing holds the watermark.
     wait_committed(&running, "forward", 2);
     explain_until(&running, "nothing holding the watermark", |tasks| {
@@ -373,7 +369,7 @@ fn a_watermark_held_by_an_input_behind_its_live_head_names_it_and_its_head() {
     let slow_writer = open_transaction_with_one_record(&slow.name, base + 300);
     let cause = parsley_runtime::Channel::new(slow.id, 0).at(1);
     let stamp = parsley_runtime::Stamp::new(None, [cause].into_iter().collect());
-    send_stamped(&producer, &fast.name, 0, b"b", b"b", Some(&stamp));
+    send_stamped(&raw_producer(None), &fast.name, 0, b"b", b"b", Some(&stamp));
     let expected = vec![TaskExplanation {
         blocked: vec![BlockedRecord {
             channel: named(&fast),
