@@ -1,6 +1,7 @@
 //! Project automation: `cargo xtask <command>`.
 //!
-//! - `kafka up|down|status`: the local single-node Kafka broker (see `parsley_testkit::broker`);
+//! - `kafka up|down|status`: the local single-node Kafka broker (see `parsley_testkit::broker`),
+//!   or with `up --brokers 3` a local three-node cluster (see [`cluster`]);
 //! - `demo`: starts the broker if none, runs the inventory demo, stops what it started;
 //! - `test`: starts the broker if none, runs `cargo fmt --check`, clippy with warnings denied,
 //!   every workspace test (unit, integration, doctests, the book's examples), the book's build
@@ -36,6 +37,7 @@
 //! Debian-like machine; elsewhere the error says what to install.
 
 mod book;
+mod cluster;
 mod compare;
 mod fuzz;
 mod inspect;
@@ -98,6 +100,12 @@ enum Cmd {
         /// The ledger stage orders by event time: its timer queue goes through the faults.
         #[arg(long)]
         event_time: bool,
+        /// On the local three-node cluster (started if none runs), with its own faults on top:
+        /// kill -9 of a partition leader, of the transaction and of the group coordinator, a
+        /// controlled shutdown, a preferred-leader election during a transaction, and a node
+        /// down while `min.insync.replicas` refuses writes.
+        #[arg(long)]
+        cluster: bool,
     },
     /// The event-time ordering experiment (the book's specification, §5) on the local broker
     /// (started if none is running): the same generated input through a fixed window, timeout
@@ -153,6 +161,10 @@ enum Cmd {
         /// Leave a broker this command started running afterwards.
         #[arg(long)]
         keep_broker: bool,
+        /// Only the cluster's test group, on the local three-node cluster (started if none
+        /// runs): leader failover, coordinators that leave, `min.insync.replicas`.
+        #[arg(long)]
+        cluster: bool,
     },
 }
 
@@ -184,10 +196,16 @@ enum BenchCmd {
 #[derive(Subcommand)]
 enum KafkaCmd {
     /// Resolve the jars, format storage, start the broker and wait until it answers.
-    Up,
-    /// Stop the broker this project started.
+    Up {
+        /// Nodes: 1 is the single broker every command uses; more start a separate local
+        /// cluster (combined broker+controller nodes, replication factor 3,
+        /// `min.insync.replicas=2`) for `test --cluster` and `chaos --cluster`.
+        #[arg(long, default_value_t = 1)]
+        brokers: usize,
+    },
+    /// Stop the broker and the cluster this project started.
     Down,
-    /// Show whether the broker runs and where.
+    /// Show whether the broker and the cluster run and where.
     Status,
     /// Print a topic as a `read_committed` consumer sees it, up to its end offsets: one
     /// `key<TAB>value` line per record (UTF-8; `-` for a null key or a tombstone), or with
@@ -215,7 +233,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         Cmd::Kafka { action } => {
             match action {
-                KafkaCmd::Up => {
+                KafkaCmd::Up { brokers } if brokers > 1 => cluster::up(brokers)?,
+                KafkaCmd::Up { brokers: 0 } => bail!("--brokers must be at least 1"),
+                KafkaCmd::Up { .. } => {
                     ensure_prerequisites()?;
                     match broker::up()? {
                         Up::Started(b) => println!("kafka: started, bootstrap {b}"),
@@ -229,17 +249,23 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     } else {
                         println!("kafka: not running");
                     }
+                    if parsley_testkit::cluster::down()? {
+                        println!("kafka: cluster stopped");
+                    }
                 }
-                KafkaCmd::Status => match broker::status() {
-                    Status::Running { bootstrap, pid } => {
-                        println!("kafka: running (pid {pid}), bootstrap {bootstrap}");
-                        print_secure_listener();
+                KafkaCmd::Status => {
+                    match broker::status() {
+                        Status::Running { bootstrap, pid } => {
+                            println!("kafka: running (pid {pid}), bootstrap {bootstrap}");
+                            print_secure_listener();
+                        }
+                        Status::Unresponsive { pid } => {
+                            println!("kafka: process {pid} is alive but does not answer")
+                        }
+                        Status::Stopped => println!("kafka: not running"),
                     }
-                    Status::Unresponsive { pid } => {
-                        println!("kafka: process {pid} is alive but does not answer")
-                    }
-                    Status::Stopped => println!("kafka: not running"),
-                },
+                    cluster::print_status();
+                }
                 KafkaCmd::Read { topic, last } => {
                     return with_broker(true, |bootstrap| {
                         compare::print_topic(bootstrap, &topic, last)?;
@@ -270,8 +296,18 @@ fn run(cli: Cli) -> Result<ExitCode> {
             seed,
             keep_broker,
             event_time,
+            cluster: true,
+        } => cluster::with_cluster(keep_broker, |bootstrap| {
+            chaos(bootstrap, runs, seed, event_time, true)
+        }),
+        Cmd::Chaos {
+            runs,
+            seed,
+            keep_broker,
+            event_time,
+            cluster: false,
         } => with_broker(keep_broker, |bootstrap| {
-            chaos(bootstrap, runs, seed, event_time)
+            chaos(bootstrap, runs, seed, event_time, false)
         }),
         Cmd::Experiment {
             seeds,
@@ -332,7 +368,14 @@ fn run(cli: Cli) -> Result<ExitCode> {
             book::check()?;
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Test { keep_broker } => with_broker(keep_broker, |bootstrap| {
+        Cmd::Test {
+            keep_broker,
+            cluster: true,
+        } => cluster::test(keep_broker),
+        Cmd::Test {
+            keep_broker,
+            cluster: false,
+        } => with_broker(keep_broker, |bootstrap| {
             let steps: [(&str, &[&str]); 4] = [
                 ("cargo fmt --check", &["fmt", "--all", "--", "--check"]),
                 (
@@ -400,13 +443,13 @@ fn run(cli: Cli) -> Result<ExitCode> {
             println!(
                 "xtask: fault injection, one seeded run (cargo xtask chaos --runs 1 --seed 1)"
             );
-            if chaos(bootstrap, 1, 1, false)? != ExitCode::SUCCESS {
+            if chaos(bootstrap, 1, 1, false, false)? != ExitCode::SUCCESS {
                 bail!("the fault-injection run failed");
             }
             println!(
                 "xtask: fault injection with an event-time ledger, one seeded run (cargo xtask chaos --runs 1 --seed 2 --event-time)"
             );
-            if chaos(bootstrap, 1, 2, true)? != ExitCode::SUCCESS {
+            if chaos(bootstrap, 1, 2, true, false)? != ExitCode::SUCCESS {
                 bail!("the event-time fault-injection run failed");
             }
             println!("xtask: a short run of every fuzz target (cargo xtask fuzz --seconds 15)");
@@ -562,7 +605,13 @@ fn demo(bootstrap: &str, args: &[String]) -> Result<ExitCode> {
     status_code(&mut cmd, "the inventory demo")
 }
 
-fn chaos(bootstrap: &str, runs: u64, seed: u64, event_time: bool) -> Result<ExitCode> {
+fn chaos(
+    bootstrap: &str,
+    runs: u64,
+    seed: u64,
+    event_time: bool,
+    on_cluster: bool,
+) -> Result<ExitCode> {
     let mut cmd = cargo();
     cmd.args([
         "run",
@@ -582,6 +631,10 @@ fn chaos(bootstrap: &str, runs: u64, seed: u64, event_time: bool) -> Result<Exit
     ]);
     if event_time {
         cmd.arg("--event-time");
+    }
+    if on_cluster {
+        // The driver's readers find the cluster through the variable too.
+        cmd.arg("--cluster").env(broker::BOOTSTRAP_ENV, bootstrap);
     }
     status_code(&mut cmd, "the fault-injection driver")
 }

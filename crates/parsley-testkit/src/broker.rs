@@ -108,7 +108,7 @@ pub enum BrokerError {
     },
 }
 
-fn io(path: &Path) -> impl FnOnce(std::io::Error) -> BrokerError + '_ {
+pub(crate) fn io(path: &Path) -> impl FnOnce(std::io::Error) -> BrokerError + '_ {
     move |source| BrokerError::Io {
         path: path.to_path_buf(),
         source,
@@ -747,7 +747,7 @@ fn recorded_pid(dir: &Path) -> Option<u32> {
     (cmdline.contains("kafka.Kafka") && cmdline.contains(&*props.to_string_lossy())).then_some(pid)
 }
 
-fn process_alive(pid: u32) -> bool {
+pub(crate) fn process_alive(pid: u32) -> bool {
     match fs::read_to_string(format!("/proc/{pid}/stat")) {
         // A zombie ("Z") has exited; its parent has not reaped it yet.
         Ok(stat) => !stat
@@ -797,10 +797,11 @@ pub fn check_maven() -> Result<(), BrokerError> {
     }
 }
 
-/// Resolves `kafka_2.13` and its runtime dependencies with Maven into `dir/libs`.
-fn resolve_jars(dir: &Path) -> Result<PathBuf, BrokerError> {
+/// Resolves `kafka_2.13`, `kafka-tools` and their runtime dependencies with Maven into
+/// `dir/libs`.
+pub(crate) fn resolve_jars(dir: &Path) -> Result<PathBuf, BrokerError> {
     let libs = dir.join("libs");
-    let marker = libs.join(format!(".resolved-{KAFKA_VERSION}-{LOG4J_VERSION}"));
+    let marker = libs.join(format!(".resolved-{KAFKA_VERSION}-{LOG4J_VERSION}-tools"));
     if marker.exists() {
         return Ok(libs);
     }
@@ -837,6 +838,8 @@ fn pom_xml() -> String {
   <packaging>pom</packaging>
   <dependencies>
     <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka_2.13</artifactId><version>{KAFKA_VERSION}</version></dependency>
+    <!-- Kafka's command-line tools: the cluster's preferred-leader elections. -->
+    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka-tools</artifactId><version>{KAFKA_VERSION}</version></dependency>
     <dependency><groupId>org.apache.logging.log4j</groupId><artifactId>log4j-core</artifactId><version>{LOG4J_VERSION}</version></dependency>
     <dependency><groupId>org.apache.logging.log4j</groupId><artifactId>log4j-slf4j-impl</artifactId><version>{LOG4J_VERSION}</version></dependency>
   </dependencies>
@@ -896,7 +899,7 @@ log.flush.interval.messages=9223372036854775807
     )
 }
 
-fn log4j_config(log: &Path) -> String {
+pub(crate) fn log4j_config(log: &Path) -> String {
     format!(
         "Configuration:
   Appenders:
@@ -921,7 +924,7 @@ fn free_port() -> Result<u16, BrokerError> {
 }
 
 /// A free port on 127.0.0.1 that is none of `taken`.
-fn free_port_other_than(taken: &[u16]) -> Result<u16, BrokerError> {
+pub(crate) fn free_port_other_than(taken: &[u16]) -> Result<u16, BrokerError> {
     loop {
         let p = free_port()?;
         if !taken.contains(&p) {
@@ -930,7 +933,7 @@ fn free_port_other_than(taken: &[u16]) -> Result<u16, BrokerError> {
     }
 }
 
-fn run_capture(cmd: &mut Command, what: &str) -> Result<String, BrokerError> {
+pub(crate) fn run_capture(cmd: &mut Command, what: &str) -> Result<String, BrokerError> {
     let out = cmd.output().map_err(|e| BrokerError::CommandFailed {
         what: what.to_string(),
         status: e.to_string(),
@@ -949,7 +952,7 @@ fn run_capture(cmd: &mut Command, what: &str) -> Result<String, BrokerError> {
     Ok(stdout)
 }
 
-fn tail(path: &Path, n: usize) -> String {
+pub(crate) fn tail(path: &Path, n: usize) -> String {
     let text = fs::read_to_string(path).unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(n)..].join("\n") + "\n"

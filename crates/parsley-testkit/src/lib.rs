@@ -8,6 +8,9 @@
 //!
 //! - [`broker`]: a single-node Apache Kafka broker (KRaft) started from Maven Central jars on
 //!   the machine's Java 17, and the bootstrap address tests find it at;
+//! - [`cluster`]: a cluster of three such nodes (replication factor 3, `min.insync.replicas=2`)
+//!   with the means to move leaders: kill, stop and start a node, elect the preferred leader,
+//!   find a group's or a transactional id's coordinator;
 //! - [`exposition`]: a strict reader of the Prometheus text format, for tests of the runtime's
 //!   metrics endpoint;
 //! - [`fixtures`]: unique topics, an admin client, reading a topic back as `read_committed`
@@ -22,6 +25,7 @@
 #![doc(test(attr(deny(warnings))))]
 
 pub mod broker;
+pub mod cluster;
 pub mod exposition;
 pub mod fixtures;
 pub mod oracle;

@@ -16,6 +16,11 @@
 //!   gracefully;
 //! - `broker`: the broker restarts (same port, same data).
 //!
+//! With `--cluster`, on the local three-node cluster, the cluster's faults join them (see
+//! [`cluster`]): `kill -9` of a partition leader, of a transaction coordinator and of a group
+//! coordinator, a controlled shutdown, a preferred-leader election during the stages'
+//! transactions, and writes refused by `min.insync.replicas` while a node is down.
+//!
 //! When the generator is done and every committed output is in, the oracle checks every
 //! delivery of every task (facts and ledger partitions are the tasks' delivery logs) and the
 //! completeness check counts each committed input's contributions: exactly one, to the outputs
@@ -41,6 +46,10 @@ use parsley_runtime::{
 use parsley_testkit::fixtures::read_committed;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+
+mod cluster;
+mod pauses;
+use cluster::ClusterFault;
 
 #[derive(Parser, Debug)]
 #[command(about = "The inventory pipeline under faults (kill -9, join/leave, broker restart)")]
@@ -74,6 +83,10 @@ enum Mode {
         /// input exactly once in the outputs and in the state.
         #[arg(long)]
         event_time: bool,
+        /// On the local three-node cluster (its bootstrap list unless `--bootstrap` is
+        /// given), with the cluster's faults as well.
+        #[arg(long)]
+        cluster: bool,
     },
     /// One stage process (used by `run`; stops cleanly when its stdin closes or on SIGINT or
     /// SIGTERM).
@@ -101,7 +114,9 @@ fn main() -> ExitCode {
     // Workers also journal every delivery (the runtime's `parsley::delivery` events) into
     // their log files, for the re-read measurement.
     let default_filter = match args.mode {
-        Mode::Worker { .. } => format!("{QUIET},{DELIVERY_TARGET}=trace"),
+        // And the runtime's INFO lines: what a start or a join waits for (the pause check
+        // looks for a line inside every long pause).
+        Mode::Worker { .. } => format!("{QUIET},parsley_runtime=info,{DELIVERY_TARGET}=trace"),
         Mode::Run { .. } => QUIET.to_string(),
     };
     tracing_subscriber::fmt()
@@ -137,7 +152,8 @@ fn main() -> ExitCode {
             rounds,
             faults,
             event_time,
-        } => suite(bootstrap, runs, seed, rounds, faults, event_time),
+            cluster,
+        } => suite(bootstrap, runs, seed, rounds, faults, event_time, cluster),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,
@@ -161,13 +177,20 @@ const PACE_MS: u64 = 150;
 /// The commit interval of every stage process (the runtime's default), in ms.
 const COMMIT_INTERVAL_MS: u64 = 100;
 
+/// The transaction timeout of every stage process, ms: also the longest a stage may go without
+/// a delivery, with work in hand, before its log must say why ([`pauses`]).
+const TRANSACTION_TIMEOUT_MS: i64 = 10_000;
+
 /// Settings every stage process uses: short session and transaction timeouts, so that a
 /// killed process's membership and open transaction are cleared within seconds.
 fn stage_config(bootstrap: &str, instance: &str) -> RuntimeConfig {
     let mut c = RuntimeConfig::new(bootstrap)
         .consumer_property("session.timeout.ms", "6000")
         .consumer_property("heartbeat.interval.ms", "1000")
-        .producer_property("transaction.timeout.ms", "10000");
+        .producer_property(
+            "transaction.timeout.ms",
+            TRANSACTION_TIMEOUT_MS.to_string(),
+        );
     c.instance_id = instance.to_string();
     c.timeout = Duration::from_secs(60);
     c.commit_interval(Duration::from_millis(COMMIT_INTERVAL_MS))
@@ -281,6 +304,7 @@ enum Fault {
     Crash,
     Join,
     Broker,
+    Cluster(ClusterFault),
 }
 
 /// How long a process armed with `--crash-after-changelog` may run without reaching a commit
@@ -309,6 +333,12 @@ struct RunReport {
     /// The longest time between a re-read record's first delivery and the kill, ms (the span
     /// plus a commit the kill interrupted).
     reread_window_ms: i64,
+    /// What each cluster fault did, in order.
+    cluster_faults: Vec<String>,
+    /// The longest time a stage went without a delivery between its first and its last, ms.
+    longest_pause_ms: i64,
+    /// Pauses longer than the transaction timeout with no log line of the stage in them.
+    silent_stalls: Vec<String>,
 }
 
 impl RunReport {
@@ -319,6 +349,7 @@ impl RunReport {
             && self.completeness.is_empty()
             && self.state.is_empty()
             && self.oversold == 0
+            && self.silent_stalls.is_empty()
     }
 }
 
@@ -367,9 +398,11 @@ fn suite(
     rounds: usize,
     faults: usize,
     event_time: bool,
+    on_cluster: bool,
 ) -> Result<bool> {
     let bootstrap = match bootstrap {
         Some(b) => b,
+        None if on_cluster => parsley_testkit::cluster::bootstrap()?,
         None => parsley_testkit::broker::bootstrap()?,
     };
     let logs = suite_logs(&std::env::temp_dir().join("parsley-chaos"))?;
@@ -379,13 +412,14 @@ fn suite(
         logs.display()
     );
     println!(
-        "{:>4} {:>6} {:>5} {:>5} {:>5} {:>7} {:>10} {:>8} {:>10} {:>10} {:>5} {:>7} {:>8} {:>10} {:>8}  result",
+        "{:>4} {:>6} {:>5} {:>5} {:>5} {:>7} {:>7} {:>10} {:>8} {:>10} {:>10} {:>5} {:>7} {:>8} {:>10} {:>7} {:>8}  result",
         "run",
         "seed",
         "kill",
         "crash",
         "join",
         "broker",
+        "cluster",
         "deliveries",
         "aborted",
         "violations",
@@ -394,15 +428,27 @@ fn suite(
         "re-read",
         "span ms",
         "window ms",
+        "pause s",
         "seconds"
     );
-    let (mut reread_max, mut span_max, mut window_max) = (0, 0, 0);
+    let (mut reread_max, mut span_max, mut window_max, mut pause_max) = (0, 0, 0, 0);
     let mut all_ok = true;
     let mut totals: BTreeMap<&'static str, u32> = BTreeMap::new();
     for run in 0..runs {
         let s = seed + run;
         // Every fault kind at least once over the suite: run r starts with kind r mod the number of kinds.
-        let report = one_run(&bootstrap, &logs, s, rounds, faults, run, event_time)?;
+        let report = one_run(
+            &bootstrap,
+            &logs,
+            s,
+            run,
+            RunShape {
+                rounds,
+                faults,
+                event_time,
+                on_cluster,
+            },
+        )?;
         for (k, n) in &report.faults {
             *totals.entry(k).or_default() += n;
         }
@@ -411,14 +457,19 @@ fn suite(
         reread_max = reread_max.max(report.reread_max);
         window_max = window_max.max(report.reread_window_ms);
         span_max = span_max.max(report.reread_span_ms);
+        pause_max = pause_max.max(report.longest_pause_ms);
         println!(
-            "{:>4} {:>6} {:>5} {:>5} {:>5} {:>7} {:>10} {:>8} {:>10} {:>10} {:>5} {:>7} {:>8} {:>10} {:>8.1}  {}",
+            "{:>4} {:>6} {:>5} {:>5} {:>5} {:>7} {:>7} {:>10} {:>8} {:>10} {:>10} {:>5} {:>7} {:>8} {:>10} {:>7.1} {:>8.1}  {}",
             run,
             s,
             report.faults.get("kill").unwrap_or(&0),
             report.faults.get("crash").unwrap_or(&0),
             report.faults.get("join").unwrap_or(&0),
             report.faults.get("broker").unwrap_or(&0),
+            ClusterFault::ALL
+                .iter()
+                .map(|f| report.faults.get(f.name()).unwrap_or(&0))
+                .sum::<u32>(),
             report.deliveries,
             report.aborted_events,
             u32::from(report.violation.is_some()),
@@ -427,6 +478,7 @@ fn suite(
             report.reread_max,
             report.reread_span_ms,
             report.reread_window_ms,
+            report.longest_pause_ms as f64 / 1000.0,
             report.secs,
             if ok { "PASS" } else { "FAIL" }
         );
@@ -442,6 +494,12 @@ fn suite(
         if report.oversold > 0 {
             println!("  {} ledger entries oversold", report.oversold);
         }
+        for line in &report.cluster_faults {
+            println!("  {line}");
+        }
+        for stall in &report.silent_stalls {
+            println!("  silent stall (replay with --seed {s} --runs 1): {stall}");
+        }
     }
     println!(
         "chaos: faults injected: {} kill -9, {} crash(es) between a state write and its commit, {} join/leave, {} broker restarts, aborted transactions in every run; {}",
@@ -454,6 +512,20 @@ fn suite(
         } else {
             "FAILURES above"
         }
+    );
+    if on_cluster {
+        let counts: Vec<String> = ClusterFault::ALL
+            .iter()
+            .map(|f| format!("{} {}", totals.get(f.name()).unwrap_or(&0), f.name()))
+            .collect();
+        println!("chaos: cluster faults injected: {}", counts.join(", "));
+    }
+    println!(
+        "chaos: the longest a stage went without a delivery between its first and its last: {:.1} s; \
+         pauses over {} s without a log line of the stage: {}",
+        pause_max as f64 / 1000.0,
+        TRANSACTION_TIMEOUT_MS / 1000,
+        if all_ok { "none" } else { "see FAILURES above" }
     );
     println!(
         "chaos: after a kill -9, at most {reread_max} records of one channel were delivered again, \
@@ -471,15 +543,32 @@ fn suite(
     Ok(all_ok)
 }
 
+/// What every run of a suite does.
+#[derive(Debug, Clone, Copy)]
+struct RunShape {
+    /// Rounds of the generator per partition slice.
+    rounds: usize,
+    /// Faults per run.
+    faults: usize,
+    /// The ledger orders by event time.
+    event_time: bool,
+    /// On the local cluster, with its faults.
+    on_cluster: bool,
+}
+
 fn one_run(
     bootstrap: &str,
     logs: &std::path::Path,
     seed: u64,
-    rounds: usize,
-    faults: usize,
     run: u64,
-    event_time: bool,
+    shape: RunShape,
 ) -> Result<RunReport> {
+    let RunShape {
+        rounds,
+        faults,
+        event_time,
+        on_cluster,
+    } = shape;
     let started = Instant::now();
     let mut rng = StdRng::seed_from_u64(seed);
     let run_id = format!("chaos-{seed}-{:06x}", rand::random::<u32>() & 0xff_ffff);
@@ -551,10 +640,29 @@ fn one_run(
         parsley_testkit::broker::status(),
         parsley_testkit::broker::Status::Running { bootstrap: ref b, .. } if b == bootstrap
     );
-    let kinds: &[Fault] = if own_broker {
-        &[Fault::Kill, Fault::Crash, Fault::Join, Fault::Broker]
-    } else {
-        &[Fault::Kill, Fault::Crash, Fault::Join]
+    let mut kinds = vec![Fault::Kill, Fault::Crash, Fault::Join];
+    if own_broker {
+        kinds.push(Fault::Broker);
+    }
+    // The cluster's faults first: run r of the suite starts with kind r mod the number of
+    // kinds, so 20 runs start with each of the nine kinds at least twice.
+    if on_cluster {
+        kinds.splice(0..0, ClusterFault::ALL.map(Fault::Cluster));
+    }
+    let sources_and_outputs =
+        [&names.stock, &names.sales, &names.facts, &names.ledger].map(|n| n.to_string());
+    let outputs = [names.facts.clone(), names.ledger.clone()];
+    let mut heal = run_topics(&run_id, &names);
+    heal.extend(["__consumer_offsets", "__transaction_state"].map(String::from));
+    let targets = cluster::Targets {
+        sources_and_outputs: &sources_and_outputs,
+        outputs: &outputs,
+        heal: &heal,
+        partitions,
+        stages: workers
+            .iter()
+            .map(|w| cluster::stage_ids(bootstrap, &run_id, w.stage, &w.instance))
+            .collect(),
     };
     for i in 0..faults {
         let fault = if i == 0 {
@@ -633,6 +741,12 @@ fn one_run(
                 wait_for_leaders(&admin, &run_topics(&run_id, &names), partitions)?;
                 *report.faults.entry("broker").or_default() += 1;
             }
+            Fault::Cluster(kind) => {
+                let what = cluster::inject(kind, &mut rng, &targets)
+                    .with_context(|| format!("run {run} (seed {seed}): {}", kind.name()))?;
+                report.cluster_faults.push(what);
+                *report.faults.entry(kind.name()).or_default() += 1;
+            }
         }
         for w in &mut workers {
             if let Some(status) = w.child.try_wait()? {
@@ -693,6 +807,15 @@ fn one_run(
         report.reread_span_ms,
         report.reread_window_ms,
     ) = reread(&driver.logs, &run_id, &killed)?;
+    let pauses = pauses::pauses(
+        &driver.logs,
+        &run_id,
+        &["sales-facts", "ledger"],
+        &format!(" {DELIVERY_TARGET}: delivered "),
+        TRANSACTION_TIMEOUT_MS,
+    )?;
+    report.longest_pause_ms = pauses.longest_ms;
+    report.silent_stalls = pauses.silent;
     // A broker that keeps every run's partitions restarts ever slower; a failed run keeps its
     // topics for the post-mortem.
     if report.passed() {

@@ -1,0 +1,97 @@
+//! The local three-node cluster (`parsley_testkit::cluster`) from the command line:
+//! `cargo xtask kafka up --brokers 3`, the cluster's own test group (`cargo xtask test
+//! --cluster`: the tests of `crates/parsley-runtime/tests/cluster.rs`, which move leaders and
+//! coordinators) and the fault-injection driver's cluster mode (`cargo xtask chaos --cluster`).
+//! The single broker stays what every other command uses.
+
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use parsley_testkit::broker;
+use parsley_testkit::cluster::{self, Up};
+
+use crate::{TestCounts, cargo, counted_tests, ensure_prerequisites};
+
+/// Starts the cluster of `nodes` nodes if it does not run; prints where it answers.
+pub(crate) fn up(nodes: usize) -> Result<()> {
+    ensure_prerequisites()?;
+    match cluster::up(nodes).context("starting the local cluster")? {
+        Up::Started(b) => println!("kafka: cluster of {nodes} nodes started, bootstrap {b}"),
+        Up::AlreadyRunning(b) => {
+            println!("kafka: cluster of {nodes} nodes already running, bootstrap {b}")
+        }
+    }
+    Ok(())
+}
+
+/// Prints the cluster's nodes and which run, or nothing when none was started.
+pub(crate) fn print_status() {
+    let Ok(nodes) = cluster::nodes() else { return };
+    if cluster::bootstrap().is_err() {
+        return;
+    }
+    let alive = cluster::alive();
+    let line: Vec<String> = nodes
+        .iter()
+        .map(|n| {
+            let state = if alive.contains(&n.id) { "up" } else { "down" };
+            format!("node {} at {} {state}", n.id, n.address())
+        })
+        .collect();
+    println!("kafka: cluster: {}", line.join(", "));
+}
+
+/// Runs `f` with the local cluster's bootstrap list: started if needed (three nodes) and
+/// stopped afterwards unless `keep` or it was already running.
+pub(crate) fn with_cluster(
+    keep: bool,
+    f: impl FnOnce(&str) -> Result<ExitCode>,
+) -> Result<ExitCode> {
+    ensure_prerequisites()?;
+    println!(
+        "xtask: making sure the local {}-node cluster runs",
+        cluster::DEFAULT_NODES
+    );
+    let up = cluster::up(cluster::DEFAULT_NODES).context("starting the local cluster")?;
+    let started = matches!(up, Up::Started(_));
+    println!(
+        "xtask: cluster {} at {}",
+        if started {
+            "started"
+        } else {
+            "already running"
+        },
+        up.bootstrap()
+    );
+    let result = f(up.bootstrap());
+    if started && !keep {
+        cluster::down().context("stopping the local cluster")?;
+        println!("xtask: cluster stopped");
+    }
+    result
+}
+
+/// The cluster's test group: the ignored tests of `parsley-runtime`'s `cluster` test binary,
+/// one at a time (they stop and start nodes), with `$PARSLEY_BOOTSTRAP` pointing at the
+/// cluster.
+pub(crate) fn test(keep: bool) -> Result<ExitCode> {
+    with_cluster(keep, |bootstrap| {
+        let mut counts = TestCounts::default();
+        let mut cmd = cargo();
+        cmd.args([
+            "test",
+            "-j2",
+            "--package",
+            "parsley-runtime",
+            "--test",
+            "cluster",
+            "--",
+            "--ignored",
+            "--test-threads=1",
+        ])
+        .env(broker::BOOTSTRAP_ENV, bootstrap);
+        let code = counted_tests(&mut cmd, "the cluster tests", &mut counts)?;
+        println!("xtask: cluster tests: {counts}");
+        Ok(code)
+    })
+}
