@@ -321,9 +321,22 @@ impl Admin {
         spec: rdsys::rd_kafka_OffsetSpec_t,
         isolation: Isolation,
     ) -> Result<Vec<i64>> {
+        self.list_retrying(partitions, spec, isolation, false)
+    }
+
+    /// [`Admin::list_offsets`]; with `fresh`, partitions of a topic just created, whose
+    /// leaders may not know it yet (`UNKNOWN_TOPIC_OR_PARTITION` until the metadata reaches
+    /// them, on a cluster of several brokers): asked again too.
+    fn list_retrying(
+        &self,
+        partitions: &[(&str, i32)],
+        spec: rdsys::rd_kafka_OffsetSpec_t,
+        isolation: Isolation,
+        fresh: bool,
+    ) -> Result<Vec<i64>> {
         let deadline = Instant::now() + self.timeout;
         loop {
-            match self.list_once(partitions, spec, isolation) {
+            match self.list_once(partitions, spec, isolation, fresh) {
                 Ok(offsets) => return Ok(offsets),
                 // A leader that just moved or restarted (stale leader epoch, not the leader
                 // yet): librdkafka refreshes its metadata; ask again.
@@ -350,6 +363,7 @@ impl Admin {
         partitions: &[(&str, i32)],
         spec: rdsys::rd_kafka_OffsetSpec_t,
         isolation: Isolation,
+        fresh: bool,
     ) -> std::result::Result<Vec<i64>, (bool, Error)> {
         if partitions.is_empty() {
             return Ok(Vec::new());
@@ -424,7 +438,8 @@ impl Admin {
                             | RDKafkaErrorCode::NetworkException
                             // The client's metadata predates the partition (just added).
                             | RDKafkaErrorCode::UnknownPartition
-                    );
+                    ) || (fresh
+                        && code == RDKafkaErrorCode::UnknownTopicOrPartition);
                     return Err((
                         retriable,
                         Error::Admin {
@@ -623,11 +638,14 @@ impl Admin {
     }
 
     /// Creates `topics` (replication factor 1 is not assumed: the broker default is used)
-    /// and returns once `DescribeTopics` reports each of them with all its partitions.
+    /// and returns once `DescribeTopics` reports each of them with all its partitions and
+    /// every partition's leader answers a `ListOffsets` for it (on a cluster of several
+    /// brokers a leader learns of a new topic a moment after the controller describes it).
     ///
     /// # Errors
     /// [`Error::Admin`] naming the topic that could not be created (including one that
-    /// exists already), or when the topics do not appear within the timeout.
+    /// exists already), or when the topics do not appear, or their leaders do not answer,
+    /// within the timeout.
     pub fn create_topics(&self, topics: &[TopicSpec]) -> Result<Vec<TopicInfo>> {
         self.create(topics, false)
     }
@@ -676,7 +694,21 @@ impl Admin {
                 r.as_ref()
                     .is_ok_and(|i| i.partitions == t.partitions || existed)
             }) {
-                return Ok(found.into_iter().map(|r| r.expect("checked")).collect());
+                let infos: Vec<TopicInfo> =
+                    found.into_iter().map(|r| r.expect("checked")).collect();
+                // Described is not yet usable: on a cluster of several brokers a partition's
+                // leader learns of a new topic a moment later, and answers for it only then.
+                let partitions: Vec<(&str, i32)> = infos
+                    .iter()
+                    .flat_map(|i| (0..i.partitions).map(move |p| (i.name.as_str(), p)))
+                    .collect();
+                self.list_retrying(
+                    &partitions,
+                    rdsys::rd_kafka_OffsetSpec_t::RD_KAFKA_OFFSET_SPEC_EARLIEST,
+                    Isolation::ReadUncommitted,
+                    true,
+                )?;
+                return Ok(infos);
             }
             if Instant::now() > deadline {
                 return Err(Error::Admin {

@@ -193,6 +193,24 @@ impl RuntimeConfig {
         format!("{group}-{}-0", self.instance_id)
     }
 
+    /// Refuses a consumer `group.protocol` other than `classic` (any case), which the stages
+    /// cannot work under ([`Error::UnsupportedGroupProtocol`](crate::Error::UnsupportedGroupProtocol)
+    /// says why). Not set, or `classic`: `Ok`.
+    ///
+    /// # Errors
+    /// [`Error::UnsupportedGroupProtocol`](crate::Error::UnsupportedGroupProtocol) naming the
+    /// value.
+    pub(crate) fn check_group_protocol(&self) -> crate::Result<()> {
+        match self.clients.get(ClientRole::Consumer, "group.protocol") {
+            Some(p) if !p.trim().eq_ignore_ascii_case("classic") => {
+                Err(crate::Error::UnsupportedGroupProtocol {
+                    protocol: p.to_string(),
+                })
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// The producer's `transaction.timeout.ms` as the user set it, else librdkafka's default
     /// (60 s): the coordinator aborts a transaction open longer than this.
     pub(crate) fn transaction_timeout(&self) -> Duration {
@@ -347,6 +365,39 @@ fn uuid_like() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_the_classic_group_protocol_is_accepted() {
+        let base = || RuntimeConfig::new("127.0.0.1:9092");
+        assert!(base().check_group_protocol().is_ok());
+        for ok in ["classic", "CLASSIC", " Classic "] {
+            assert!(
+                base()
+                    .consumer_property("group.protocol", ok)
+                    .check_group_protocol()
+                    .is_ok(),
+                "{ok}"
+            );
+        }
+        // The producer has no group: the setting there is not the stages' consumer's.
+        assert!(
+            base()
+                .producer_property("group.protocol", "consumer")
+                .check_group_protocol()
+                .is_ok()
+        );
+        let refused = base()
+            .consumer_property("group.protocol", "consumer")
+            .check_group_protocol()
+            .unwrap_err();
+        assert!(
+            matches!(&refused, crate::Error::UnsupportedGroupProtocol { protocol } if protocol == "consumer"),
+            "{refused:?}"
+        );
+        let message = refused.to_string();
+        assert!(message.contains("group.protocol=consumer"), "{message}");
+        assert!(message.contains("co-partitioned"), "{message}");
+    }
 
     #[test]
     fn the_transaction_timeout_is_the_last_one_set_else_librdkafkas_default() {

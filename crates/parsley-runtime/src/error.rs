@@ -100,6 +100,23 @@ pub enum Error {
         /// The topic name.
         topic: String,
     },
+    /// The stages' consumer is configured for a consumer group protocol other than the classic
+    /// one (`group.protocol`, KIP-848's `consumer` protocol): refused at start, before any
+    /// client is made. Under that protocol the group coordinator computes the assignment on
+    /// the broker and hands partitions over one by one, so a stage could not ask for its
+    /// co-partitioned assignment (every source's partition `p` in one member) nor commit a
+    /// task's work before any of its partitions moves.
+    #[error(
+        "consumer property group.protocol={protocol}: Parsley stages need the classic group \
+         protocol (KIP-848's consumer protocol assigns partitions on the broker and moves them \
+         one by one, so a stage can neither keep a task's co-partitioned sources together nor \
+         commit the task before a partition of it moves); remove the property or set it to \
+         classic"
+    )]
+    UnsupportedGroupProtocol {
+        /// The value given.
+        protocol: String,
+    },
     /// The sources of a stage do not have the same partition count, so its tasks cannot be
     /// co-partitioned.
     #[error(
@@ -515,6 +532,19 @@ pub enum Error {
         /// its first record names one (every changelog record a stage writes does).
         producer: Option<String>,
     },
+    /// A call of the commit did not return within the stage's timeout (plus a second): the
+    /// stage gave up on it, replaced its producer (which aborts the open transaction) and
+    /// redoes the work from its last commit ([retriable](Error::is_retriable)). librdkafka can
+    /// wait past its own timeout when the group coordinator leaves the cluster (case C21).
+    #[error(
+        "{operation} did not return within {timeout:?}: the producer is replaced, which aborts the transaction"
+    )]
+    TransactionStalled {
+        /// The call.
+        operation: &'static str,
+        /// The stage's timeout the call was given.
+        timeout: std::time::Duration,
+    },
     /// Something did not happen within its deadline.
     #[error("{what} did not complete within {timeout:?}")]
     Timeout {
@@ -692,7 +722,9 @@ impl Error {
     ///   good, which is never retried as it was (the stage's bad-record policy may take its
     ///   input record out of the redo);
     /// - [`Error::Kafka`] holding a transactional API error ([`KafkaError::Transaction`])
-    ///   that requires an abort and is not fatal, or whose code is a fence.
+    ///   that requires an abort and is not fatal, or whose code is a fence;
+    /// - [`Error::TransactionStalled`]: a commit call that did not return in time (the
+    ///   recovery replaces the producer instead of aborting with it).
     ///
     /// Every other error is not retriable, [`Error::Fenced`] included. Apart from looking
     /// through [`Error::StageFailed`] (which a stage never returns itself), this is exactly the
@@ -708,6 +740,8 @@ impl Error {
             Error::Transaction { fatal, code, .. } => !*fatal || fencing(*code),
             // The abort decides: a fenced producer cannot abort, and the stage ends then.
             Error::Send { .. } => true,
+            // A call that never returned: the producer is replaced.
+            Error::TransactionStalled { .. } => true,
             Error::Kafka {
                 source: KafkaError::Transaction(t),
                 ..
@@ -845,6 +879,7 @@ mod tests {
                 source: KafkaError::Transaction(t),
                 ..
             } => (t.txn_requires_abort() && !t.is_fatal()) || super::fencing(t.code()),
+            Error::TransactionStalled { .. } => true,
             _ => false,
         }
     }
@@ -1056,6 +1091,8 @@ mod tests {
             // A refused send: the abort decides.
             ("refused send", send(C::MessageTimedOut), Retriable, NOT_FENCED),
             ("fenced send", send(C::InvalidProducerEpoch), Retriable, FENCED),
+            // A commit call that never returned: the producer is replaced.
+            ("stalled commit call", Error::TransactionStalled { operation: "sending the offsets", timeout: Duration::from_secs(1) }, Retriable, NOT_FENCED),
             // The zombie: another process runs as this instance.
             ("Fenced", fenced(), Fatal, FENCED),
             // The consumer's connection states.

@@ -506,6 +506,12 @@ impl Outbox {
         while !self.wait_until(Duration::from_secs(3600), |_| done()) {}
     }
 
+    /// Serves the reports until `done` holds or `timeout` passes, blocking while the queue is
+    /// empty; `false` on the timeout.
+    pub(crate) fn serve_for(&self, timeout: Duration, done: impl Fn() -> bool) -> bool {
+        self.wait_until(timeout, |_| done())
+    }
+
     /// Runs `call` (a librdkafka call that waits for delivery reports to be served) on a
     /// helper thread while this thread serves the reports, and returns its result.
     fn serving_while<T: Send>(

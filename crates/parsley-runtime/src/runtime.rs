@@ -66,14 +66,16 @@ impl Runtime {
     /// commits and returns `Ok`) or an error stops it (its open transaction is aborted).
     ///
     /// # Errors
-    /// [`Error::UnknownStage`], topic resolution and co-partitioning errors, and every error
-    /// that stops the stage.
+    /// [`Error::UnsupportedGroupProtocol`] for a consumer `group.protocol` other than
+    /// `classic`; [`Error::UnknownStage`], topic resolution and co-partitioning errors, and
+    /// every error that stops the stage.
     pub fn run_stage(
         &self,
         name: &str,
         shutdown: &Shutdown,
         observer: Option<Sender<Progress>>,
     ) -> Result<MetricsSnapshot> {
+        self.config.check_group_protocol()?;
         let metrics = Arc::new(StageMetrics::default());
         self.run_stage_with(name, shutdown, observer, metrics.clone())?;
         Ok(metrics.snapshot())
@@ -107,6 +109,7 @@ impl Runtime {
     /// Starts every stage on its own stream thread.
     ///
     /// # Errors
+    /// [`Error::UnsupportedGroupProtocol`] as [`Runtime::start_stages`];
     /// [`Error::ThreadSpawn`] when a stream thread cannot be spawned. The errors of the
     /// stages themselves come later, typed, as [`Runtime::start_stages`] describes: as
     /// [`Progress::Failed`] to the observer and from [`Running::stop`].
@@ -151,6 +154,8 @@ impl Runtime {
     /// first and serves until [`Running::stop`].
     ///
     /// # Errors
+    /// [`Error::UnsupportedGroupProtocol`] for a consumer `group.protocol` other than
+    /// `classic` (KIP-848's consumer protocol; nothing started);
     /// [`Error::UnknownStage`] for a name not in the topology; [`Error::MetricsListener`] when
     /// the metrics endpoint cannot listen (nothing started); [`Error::ThreadSpawn`] when a
     /// stream thread cannot be spawned. The errors of the stages themselves come later,
@@ -158,6 +163,7 @@ impl Runtime {
     /// stage's own error, shared), and [`Running::stop`] returns the first such stage's as
     /// the `source` of an [`Error::StageFailed`].
     pub fn start_stages(&self, names: &[&str]) -> Result<Running> {
+        self.config.check_group_protocol()?;
         let shutdown = Shutdown::new();
         let (tx, rx) = channel();
         let specs = names

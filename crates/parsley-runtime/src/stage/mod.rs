@@ -55,6 +55,7 @@
 //! moment — both are written in the same transaction, after its outputs are acknowledged.
 
 mod backpressure;
+mod commit_call;
 mod context;
 mod evidence;
 mod explain;

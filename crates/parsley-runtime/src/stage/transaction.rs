@@ -30,7 +30,7 @@
 //! moment — both are written in the same transaction, after its outputs are acknowledged.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use parsley_clock::{Channel, Coordinate, TopicId};
@@ -43,6 +43,7 @@ use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use tracing::{debug, debug_span, warn};
 
 use super::StageRunner;
+use super::commit_call::CommitCall;
 use super::output::{ChangelogWriter, HeldSend, Outgoing, Output};
 use super::record::Work;
 use super::task::{Cause, RefusedInput, Task};
@@ -534,22 +535,14 @@ impl StageRunner {
             task.tick_committing();
         }
         let overlap = overlap == Overlap::Yes && !self.shutdown.load(Ordering::Relaxed);
-        let mut overlapped = Ok(());
-        if overlap {
-            // The changelog's sends are not waited for here: the helper's commit flushes them,
-            // and this thread serves their delivery reports between the batches it takes
-            // meanwhile.
-            let (committed, taken) = self.commit_overlapped(&offsets, &metadata);
-            committed?;
-            overlapped = taken;
-        } else {
-            self.txn
-                .outbox
-                .producer()
-                .send_offsets_to_transaction(&offsets, &metadata, self.config.timeout)
-                .map_err(|e| Error::kafka("sending offsets to the transaction", e))?;
-            self.txn.outbox.commit_transaction(self.config.timeout)?;
+        if !overlap {
+            self.txn.outbox.flush(self.config.timeout)?;
         }
+        // The changelog's sends are not waited for when the commit overlaps: the helper's
+        // commit flushes them, and this thread serves their delivery reports between the
+        // batches it takes meanwhile.
+        let (committed, overlapped) = self.commit_call(offsets, metadata, overlap);
+        committed?;
         self.txn.outbox.wait_acked(self.config.timeout)?;
         self.settle_acks()?;
         let commit_us = commit_started.elapsed().as_micros() as u64;
@@ -609,31 +602,34 @@ impl StageRunner {
         Ok(offsets)
     }
 
-    /// Sends the offsets and commits on a helper thread while this thread takes what is ready
-    /// ([`StageRunner::overlap_batch`]) until the commit returns or nothing is ready; returns
-    /// the commit's result and the overlapped work's.
-    fn commit_overlapped(
+    /// Sends the offsets and commits on a helper thread, each call bounded by the stage's
+    /// timeout ([`CommitCall`]), while this thread serves the delivery reports and, with
+    /// `overlap`, takes what is ready ([`StageRunner::overlap_batch`]) until the commit
+    /// returns or nothing is ready; returns the commit's result and the overlapped work's.
+    fn commit_call(
         &mut self,
-        offsets: &TopicPartitionList,
-        metadata: &ConsumerGroupMetadata,
+        offsets: TopicPartitionList,
+        metadata: ConsumerGroupMetadata,
+        overlap: bool,
     ) -> (Result<()>, Result<()>) {
-        let producer = self.txn.outbox.shared_producer();
-        let timeout = self.config.timeout;
-        let finished = AtomicBool::new(false);
-        std::thread::scope(|scope| {
-            let finished = &finished;
-            let helper = scope.spawn(move || {
-                let result = producer
-                    .send_offsets_to_transaction(offsets, metadata, timeout)
-                    .map_err(|e| Error::kafka("sending offsets to the transaction", e))
-                    .and_then(|()| Outbox::commit_served(&producer, timeout));
-                finished.store(true, Ordering::Release);
-                producer.context().signal();
-                result
-            });
+        let call = CommitCall::start(
+            &self.ctx.stage,
+            self.txn.outbox.shared_producer(),
+            offsets,
+            metadata,
+            self.config.timeout,
+        );
+        let mut call = match call {
+            Ok(call) => call,
+            Err(e) => return (Err(e), Ok(())),
+        };
+        let mut taken = Ok(());
+        if overlap {
             self.txn.sends = Sends::Held(Vec::new());
-            let mut taken = Ok(());
-            while !finished.load(Ordering::Acquire) {
+            while !call.finished() {
+                if let Err(stalled) = call.check() {
+                    return (Err(stalled), taken);
+                }
                 // The commit's flush waits for the changelog's delivery reports: served
                 // between batches.
                 self.txn.outbox.serve();
@@ -646,15 +642,18 @@ impl StageRunner {
                     }
                 }
             }
-            self.txn
-                .outbox
-                .serve_until(|| finished.load(Ordering::Acquire));
-            let committed = match helper.join() {
-                Ok(result) => result,
-                Err(panic) => std::panic::resume_unwind(panic),
-            };
-            (committed, taken)
-        })
+        }
+        // Woken by the helper when it returns, and at least every 100 ms to check the bound.
+        while !self
+            .txn
+            .outbox
+            .serve_for(Duration::from_millis(100), || call.finished())
+        {
+            if let Err(stalled) = call.check() {
+                return (Err(stalled), taken);
+            }
+        }
+        (call.result(), taken)
     }
 
     /// Sends, in the order made, what the tasks made while the last commit was in flight. A
@@ -687,7 +686,37 @@ impl StageRunner {
     /// the abort's own error when the producer cannot abort otherwise; the restore's errors.
     pub(super) fn recover(&mut self, cause: &Error, refused: Option<RefusedInput>) -> Result<()> {
         warn!(error = %cause, "aborting the transaction; every task returns to its last commit");
-        match self.txn.outbox.abort_transaction(self.config.timeout) {
+        let aborted = if let Error::TransactionStalled { .. } = cause {
+            // A call is still in progress on the producer, which refuses any other: a new
+            // producer takes the transactional id, and initialising it aborts what the old one
+            // left open. The old one is freed by the helper thread when its call returns.
+            warn!("a commit call did not return: replacing the producer");
+            self.txn.outbox = Transaction::producer(
+                &self.txn.producer_config,
+                self.txn.statistics.clone(),
+                self.config.timeout,
+            )?;
+            None
+        } else {
+            Some(self.txn.outbox.abort_transaction(self.config.timeout))
+        };
+        match aborted {
+            None => {}
+            Some(aborted) => self.after_abort(cause, aborted)?,
+        }
+        self.restart_from_last_commit(refused)
+    }
+
+    /// What follows an abort of the open transaction: on success, the reports awaited and
+    /// the outbox emptied (the producer replaced after a batch the broker refused); a fenced or
+    /// failed producer replaced, or the stage ended with [`Error::Fenced`] when another process
+    /// runs as this instance.
+    fn after_abort(
+        &mut self,
+        cause: &Error,
+        aborted: std::result::Result<(), KafkaError>,
+    ) -> Result<()> {
+        match aborted {
             Ok(()) => {
                 self.txn.outbox.wait_acked(self.config.timeout)?;
                 self.txn.outbox.discard();
@@ -739,6 +768,13 @@ impl StageRunner {
             }
             Err(e) => return Err(Error::kafka(format!("aborting after: {cause}"), e)),
         }
+        Ok(())
+    }
+
+    /// Every task back to its last commit after an abort: the consumer sought back to the
+    /// group's committed offsets, each task restored from the changelog, `refused` inputs
+    /// kept refused, and a new transaction begun.
+    fn restart_from_last_commit(&mut self, refused: Option<RefusedInput>) -> Result<()> {
         self.metrics.aborted();
         self.txn.uncommitted = Work::default();
         // A record held behind a rebalance event is read again from the committed offsets.

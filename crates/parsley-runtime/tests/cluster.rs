@@ -1,0 +1,219 @@
+//! Cases on the local three-node cluster (replication factor 3, `min.insync.replicas=2`):
+//! C21 (the group coordinator leaves the cluster between two transactions) and C22 (a
+//! partition leader moves twice during a transaction). They stop and start nodes, so they
+//! run one at a time, and only in the cluster's test group: `cargo xtask test --cluster`
+//! starts the cluster and runs them with `$PARSLEY_BOOTSTRAP` pointing at it.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use parsley_runtime::{Progress, Runtime, RuntimeConfig, TopicInfo};
+use parsley_stage::ImpossiblePolicy;
+use parsley_testkit::cluster;
+use parsley_testkit::fixtures::{
+    bootstrap, committed_values, create_topic, forward_topology, group_offset, raw_producer,
+    send_stamped, unique_topic, wait_committed,
+};
+
+/// Starts the nodes it names again when dropped, so a failing test leaves the cluster whole.
+struct Restart(Vec<i32>);
+
+impl Drop for Restart {
+    fn drop(&mut self) {
+        for id in &self.0 {
+            if let Err(e) = cluster::start(*id) {
+                eprintln!("node {id} did not come back: {e}");
+            }
+        }
+    }
+}
+
+/// Every node up, and every replica of `topics` in sync: the state each case starts from.
+fn whole(topics: &[&TopicInfo]) {
+    for id in cluster::nodes().expect("a cluster").iter().map(|n| n.id) {
+        cluster::start(id).expect("node starts");
+    }
+    for t in topics {
+        for p in 0..t.partitions {
+            cluster::wait_partition(&t.name, p, Duration::from_secs(60), |s| {
+                s.isr.len() == cluster::REPLICATION_FACTOR as usize
+            })
+            .expect("every replica in sync");
+        }
+    }
+}
+
+/// Stage settings of both cases: a transaction timeout of 10 s and a client timeout of 15 s,
+/// the bounds a wait may not pass without an error.
+fn config() -> RuntimeConfig {
+    let mut c =
+        RuntimeConfig::new(bootstrap()).producer_property("transaction.timeout.ms", "10000");
+    c.timeout = Duration::from_secs(15);
+    c
+}
+
+fn send(topic: &TopicInfo, values: impl IntoIterator<Item = String>) {
+    let p = raw_producer(None);
+    for v in values {
+        send_stamped(&p, &topic.name, 0, b"k", v.as_bytes(), None);
+    }
+}
+
+/// C21: the group coordinator shuts down cleanly between two transactions and stays down. The
+/// next transaction's offsets reach the new coordinator and it commits: every output once, the
+/// group's offset at the input's end — within the stage's timeouts, never a hang.
+#[test]
+#[ignore = "needs the local three-node cluster: cargo xtask test --cluster"]
+fn c21_the_group_coordinator_leaves_and_the_next_transaction_commits() {
+    let input = create_topic("c21-in", 1);
+    let output = create_topic("c21-out", 1);
+    whole(&[&input, &output]);
+    let app = unique_topic("c21");
+    let group = format!("{app}.forward");
+    let topology = forward_topology(&app, &[&input.name], &output.name, ImpossiblePolicy::Fail);
+    send(&input, (0..10).map(|i| format!("a{i}")));
+    let running = Runtime::new(topology, config()).start().unwrap();
+    // One transaction committed: the producer knows the group's coordinator.
+    wait_committed(&running, "forward", 10);
+    let coordinator = cluster::group_coordinator(&group)
+        .unwrap()
+        .expect("the group has a coordinator");
+    let _restart = Restart(vec![coordinator]);
+    assert!(cluster::stop(coordinator), "node {coordinator} was running");
+    let moved = cluster::wait_partition(
+        "__consumer_offsets",
+        cluster::coordinator_partition(&group),
+        Duration::from_secs(30),
+        |s| s.leader.is_some_and(|l| l != coordinator),
+    )
+    .unwrap();
+    println!(
+        "group coordinator moved from node {coordinator} to node {}",
+        moved.leader.unwrap()
+    );
+
+    let stopped = Instant::now();
+    send(&input, (0..10).map(|i| format!("b{i}")));
+    // The bound: the stage's client timeout plus the transaction timeout, with room for one
+    // recovery. Progress events are the evidence; a failure is the stage's typed error.
+    let bound = Duration::from_secs(15 + 10 + 15);
+    loop {
+        let committed = running
+            .metrics()
+            .into_iter()
+            .find(|(n, _)| n == "forward")
+            .map_or(0, |(_, m)| m.committed_deliveries);
+        if committed >= 20 {
+            break;
+        }
+        let left = bound.saturating_sub(stopped.elapsed());
+        assert!(
+            !left.is_zero(),
+            "the stage committed {committed} of 20 deliveries {bound:?} after the coordinator left: a hang"
+        );
+        if let Some(Progress::Failed { stage, error }) =
+            running.next_progress(left.min(Duration::from_millis(50)))
+        {
+            panic!("stage {stage} failed after the coordinator left: {error}")
+        }
+    }
+    let took = stopped.elapsed();
+    running.stop().unwrap();
+    let expected: Vec<String> = (0..10)
+        .map(|i| format!("a{i}"))
+        .chain((0..10).map(|i| format!("b{i}")))
+        .collect();
+    assert_eq!(
+        committed_values(&output),
+        expected,
+        "every output once, in order"
+    );
+    assert_eq!(group_offset(&group, &input.name, 0), Some(20));
+    println!("the next transaction committed {took:?} after the coordinator stopped");
+}
+
+/// C22: while the stage's transactions write to the output partition, its leader moves twice
+/// within a second (a preferred-leader election, then a controlled shutdown of the new
+/// leader). Every transaction either commits whole or aborts and is redone: `read_committed`
+/// shows every record exactly once, in send order.
+#[test]
+#[ignore = "needs the local three-node cluster: cargo xtask test --cluster"]
+fn c22_the_leader_moves_twice_during_a_transaction() {
+    let input = create_topic("c22-in", 1);
+    let output = create_topic("c22-out", 1);
+    whole(&[&input, &output]);
+    let state = cluster::partition(&output.name, 0).unwrap();
+    assert_eq!(state.replicas.len(), 3, "replication factor 3: {state:?}");
+    let preferred = state.replicas[0];
+    // Leadership away from the preferred replica, which then rejoins as a follower: a
+    // preferred-leader election will move it back.
+    {
+        let _restart = Restart(vec![preferred]);
+        assert!(cluster::stop(preferred));
+        cluster::wait_partition(&output.name, 0, Duration::from_secs(30), |s| {
+            s.leader.is_some_and(|l| l != preferred)
+        })
+        .unwrap();
+    }
+    cluster::wait_partition(&output.name, 0, Duration::from_secs(60), |s| {
+        s.isr.contains(&preferred)
+    })
+    .unwrap();
+
+    let app = unique_topic("c22");
+    let topology = forward_topology(&app, &[&input.name], &output.name, ImpossiblePolicy::Fail);
+    // Commits every 500 ms: a transaction is open and writing whenever the leader moves.
+    let running = Runtime::new(
+        topology,
+        config().commit_interval(Duration::from_millis(500)),
+    )
+    .start()
+    .unwrap();
+    // A writer sends 0, 1, 2, … until told to stop; returns how many it sent.
+    let stop_writing = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (input, stop) = (input.clone(), stop_writing.clone());
+        std::thread::spawn(move || {
+            let p = raw_producer(None);
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                send_stamped(&p, &input.name, 0, b"k", n.to_string().as_bytes(), None);
+                n += 1;
+            }
+            n
+        })
+    };
+    wait_committed(&running, "forward", 200);
+
+    let _restart = Restart(vec![preferred]);
+    cluster::elect_preferred_leader(&output.name, 0).unwrap();
+    let elected = Instant::now();
+    assert!(cluster::stop(preferred));
+    let after = cluster::wait_partition(&output.name, 0, Duration::from_secs(30), |s| {
+        s.leader.is_some_and(|l| l != preferred)
+    })
+    .unwrap();
+    println!(
+        "leader moved to node {preferred} (election), then to node {} (controlled shutdown of node {preferred}; seen in the metadata {:?} after the election returned)",
+        after.leader.unwrap(),
+        elected.elapsed()
+    );
+    let committed_then = running
+        .metrics()
+        .into_iter()
+        .find(|(n, _)| n == "forward")
+        .map_or(0, |(_, m)| m.committed_deliveries);
+    // Work goes on after the moves: more than another 200 records committed.
+    wait_committed(&running, "forward", committed_then + 200);
+    stop_writing.store(true, Ordering::Relaxed);
+    let sent = writer.join().unwrap();
+    wait_committed(&running, "forward", sent);
+    running.stop().unwrap();
+    // Every node back before reading (a reader that meets a stopped node fails).
+    whole(&[&input, &output]);
+    let values = committed_values(&output);
+    let expected: Vec<String> = (0..sent).map(|n| n.to_string()).collect();
+    assert_eq!(values.len(), expected.len(), "every record exactly once");
+    assert_eq!(values, expected, "in send order");
+}
