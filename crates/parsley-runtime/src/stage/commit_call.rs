@@ -15,6 +15,9 @@
 //! one's epoch, and the coordinator aborts whatever it left open; the tasks return to their
 //! last commit and the work is redone, exactly once.
 //!
+//! A call that takes longer than [`NOTICE`] is said once, at WARN, with what the commit waits
+//! for, so a stage that waits seconds for a coordinator is never silent about it.
+//!
 //! Invariants: nothing is sent on the producer from the start of the call to its result (the
 //! stream thread holds its sends back); the helper thread owns a handle of the producer until
 //! its call returns, so a given-up producer is freed by that thread, never under it.
@@ -27,6 +30,7 @@ use std::time::{Duration, Instant};
 use rdkafka::TopicPartitionList;
 use rdkafka::consumer::ConsumerGroupMetadata;
 use rdkafka::producer::{BaseProducer, Producer};
+use tracing::warn;
 
 use crate::error::{Error, Result};
 use crate::outbox::{AckContext, Outbox};
@@ -34,6 +38,11 @@ use crate::outbox::{AckContext, Outbox};
 /// What a call may take beyond the stage's timeout before it is given up: librdkafka's own
 /// timeout fires first whenever it works.
 pub(crate) const GRACE: Duration = Duration::from_secs(1);
+
+/// How long a call may take before the stream thread says, once, what the commit waits for
+/// (a commit takes milliseconds; seconds mean a coordinator or a leader is moving, or writes
+/// are refused).
+pub(crate) const NOTICE: Duration = Duration::from_secs(5);
 
 /// The phases of the call, as the helper thread reports them.
 const SENDING_OFFSETS: u8 = 0;
@@ -46,7 +55,18 @@ pub(super) struct CommitCall {
     result: Receiver<Result<()>>,
     /// The phase the stream thread last saw, and when it saw it begin.
     seen: (u8, Instant),
+    /// The phase a notice was logged for.
+    noticed: Option<u8>,
     timeout: Duration,
+}
+
+/// The call of `phase`, as a log line or an error names it.
+fn operation(phase: u8) -> &'static str {
+    if phase == SENDING_OFFSETS {
+        "sending the input offsets to the transaction (TxnOffsetCommit to the group coordinator)"
+    } else {
+        "committing the transaction (EndTxn to the transaction coordinator)"
+    }
 }
 
 impl CommitCall {
@@ -101,6 +121,7 @@ impl CommitCall {
             phase,
             result,
             seen: (SENDING_OFFSETS, Instant::now()),
+            noticed: None,
             timeout,
         })
     }
@@ -110,7 +131,8 @@ impl CommitCall {
         self.phase.load(Ordering::Acquire) == DONE
     }
 
-    /// `Ok` while the call in progress is within its bound (or the whole is finished).
+    /// `Ok` while the call in progress is within its bound (or the whole is finished). Once
+    /// a call has taken [`NOTICE`], logs (WARN, once per call) what the commit waits for.
     ///
     /// # Errors
     /// [`Error::TransactionStalled`] naming the call once it has run longer than the timeout
@@ -120,16 +142,25 @@ impl CommitCall {
         if phase != self.seen.0 {
             self.seen = (phase, Instant::now());
         }
-        if phase == DONE || self.seen.1.elapsed() <= self.timeout + GRACE {
+        if phase == DONE {
+            return Ok(());
+        }
+        let waited = self.seen.1.elapsed();
+        if waited > NOTICE && self.noticed != Some(phase) {
+            self.noticed = Some(phase);
+            warn!(
+                waited_ms = waited.as_millis() as u64,
+                timeout_ms = self.timeout.as_millis() as u64,
+                "the commit is waiting for {}: a coordinator moving, or writes refused; given up \
+                 after the timeout",
+                operation(phase)
+            );
+        }
+        if waited <= self.timeout + GRACE {
             return Ok(());
         }
         Err(Error::TransactionStalled {
-            operation: if phase == SENDING_OFFSETS {
-                "sending the input offsets to the transaction (TxnOffsetCommit to the group \
-                 coordinator)"
-            } else {
-                "committing the transaction (EndTxn to the transaction coordinator)"
-            },
+            operation: operation(phase),
             timeout: self.timeout,
         })
     }

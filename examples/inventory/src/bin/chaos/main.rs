@@ -177,9 +177,13 @@ const PACE_MS: u64 = 150;
 /// The commit interval of every stage process (the runtime's default), in ms.
 const COMMIT_INTERVAL_MS: u64 = 100;
 
-/// The transaction timeout of every stage process, ms: also the longest a stage may go without
-/// a delivery, with work in hand, before its log must say why ([`pauses`]).
+/// The transaction timeout of every stage process, ms.
 const TRANSACTION_TIMEOUT_MS: i64 = 10_000;
+
+/// The client timeout of every stage process (`RuntimeConfig::timeout`), ms: the longest of its
+/// configured timeouts, and so the longest the pipeline may go without a delivery, with work
+/// in hand, before a stage's log must say why ([`pauses`]).
+const STAGE_TIMEOUT_MS: i64 = 60_000;
 
 /// Settings every stage process uses: short session and transaction timeouts, so that a
 /// killed process's membership and open transaction are cleared within seconds.
@@ -187,12 +191,9 @@ fn stage_config(bootstrap: &str, instance: &str) -> RuntimeConfig {
     let mut c = RuntimeConfig::new(bootstrap)
         .consumer_property("session.timeout.ms", "6000")
         .consumer_property("heartbeat.interval.ms", "1000")
-        .producer_property(
-            "transaction.timeout.ms",
-            TRANSACTION_TIMEOUT_MS.to_string(),
-        );
+        .producer_property("transaction.timeout.ms", TRANSACTION_TIMEOUT_MS.to_string());
     c.instance_id = instance.to_string();
-    c.timeout = Duration::from_secs(60);
+    c.timeout = Duration::from_millis(STAGE_TIMEOUT_MS as u64);
     c.commit_interval(Duration::from_millis(COMMIT_INTERVAL_MS))
 }
 
@@ -337,7 +338,7 @@ struct RunReport {
     cluster_faults: Vec<String>,
     /// The longest time a stage went without a delivery between its first and its last, ms.
     longest_pause_ms: i64,
-    /// Pauses longer than the transaction timeout with no log line of the stage in them.
+    /// Pauses longer than the stages' timeout with no log line of a stage in them.
     silent_stalls: Vec<String>,
 }
 
@@ -522,9 +523,9 @@ fn suite(
     }
     println!(
         "chaos: the longest a stage went without a delivery between its first and its last: {:.1} s; \
-         pauses over {} s without a log line of the stage: {}",
+         pauses over {} s (the stages' timeout) without a log line: {}",
         pause_max as f64 / 1000.0,
-        TRANSACTION_TIMEOUT_MS / 1000,
+        STAGE_TIMEOUT_MS / 1000,
         if all_ok { "none" } else { "see FAILURES above" }
     );
     println!(
@@ -812,7 +813,7 @@ fn one_run(
         &run_id,
         &["sales-facts", "ledger"],
         &format!(" {DELIVERY_TARGET}: delivered "),
-        TRANSACTION_TIMEOUT_MS,
+        STAGE_TIMEOUT_MS,
     )?;
     report.longest_pause_ms = pauses.longest_ms;
     report.silent_stalls = pauses.silent;

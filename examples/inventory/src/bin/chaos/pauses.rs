@@ -2,10 +2,12 @@
 //! why in its log.
 //!
 //! Per stage, the delivery times of all its processes in a run (their journals) make one
-//! timeline from its first delivery to its last; every input is committed before the last, so
-//! a long gap in it is a stage waiting with work in hand (or for input a fault held up). A gap
-//! longer than `threshold_ms` with no log line of that stage's processes inside it is a silent
-//! stall: the run fails. The longest gap is reported either way.
+//! timeline from its first delivery to its last; every input of the pipeline is committed
+//! before the last, so a long gap in it is the pipeline waiting with work in hand: this stage,
+//! or the stage upstream whose outputs it waits for (a downstream stage cannot see records
+//! that are not committed yet, so it has nothing to say). A gap longer than `threshold_ms`
+//! with no log line of any stage process of the run inside it is a silent stall: the run
+//! fails. The longest gap is reported either way.
 
 use std::path::Path;
 
@@ -37,30 +39,31 @@ pub(crate) fn pauses(
     threshold_ms: i64,
 ) -> Result<Pauses> {
     let mut found = Pauses::default();
-    for stage in stages {
-        let prefix = format!("{run_id}-{stage}-");
-        let mut deliveries = Vec::new();
-        let mut said = Vec::new();
-        for entry in std::fs::read_dir(logs)? {
-            let path = entry?.path();
-            let ours = path
-                .file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with(&prefix));
-            if !ours {
-                continue;
-            }
-            let text =
-                std::fs::read_to_string(&path).with_context(|| format!("{}", path.display()))?;
-            for (at, delivery) in text.lines().filter_map(|l| timed(l, delivery_marker)) {
-                if delivery {
-                    deliveries.push(at);
-                } else {
-                    said.push(at);
-                }
+    // Every stage process's log lines that are not deliveries, and each stage's deliveries.
+    let mut said = Vec::new();
+    let mut deliveries: Vec<Vec<i64>> = vec![Vec::new(); stages.len()];
+    for entry in std::fs::read_dir(logs)? {
+        let path = entry?.path();
+        let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+            continue;
+        };
+        let Some(stage) = stages
+            .iter()
+            .position(|s| name.starts_with(&format!("{run_id}-{s}-")))
+        else {
+            continue;
+        };
+        let text = std::fs::read_to_string(&path).with_context(|| format!("{}", path.display()))?;
+        for (at, delivery) in text.lines().filter_map(|l| timed(l, delivery_marker)) {
+            if delivery {
+                deliveries[stage].push(at);
+            } else {
+                said.push(at);
             }
         }
-        let gaps = silent_gaps(&mut deliveries, &mut said, threshold_ms);
+    }
+    for (stage, deliveries) in stages.iter().zip(&mut deliveries) {
+        let gaps = silent_gaps(deliveries, &mut said, threshold_ms);
         found.longest_ms = found.longest_ms.max(gaps.0);
         found.silent.extend(gaps.1.into_iter().map(|(from, ms)| {
             format!("stage {stage}: no delivery and no log line for {ms} ms from {from} (ms since the epoch)")
