@@ -1,30 +1,8 @@
-//! The changelog of a stage: every task's fold state and Parsley's own state, written in the
-//! stage's transaction and read back on assignment (the book's specification, §7, "exact restore").
-//!
-//! Shape: one compacted topic per stage, `{application}.{stage}.changelog`, with as many
-//! partitions as the stage's sources; partition `p` belongs to task `p`. Records:
-//! - key `0x00 ++ k`, value `v`: the fold state of key `k` (a tombstone deletes it);
-//! - key [`META_KEY`], value a [`TaskSnapshot`]: the task's sender id and next send sequence,
-//!   its node clock, its gate snapshot (baselines, frontiers, look-ahead sets, delivered
-//!   sequences) and the input offsets committed with it;
-//! - for a stage that orders by event time (the timer queue's changelog form, see
-//!   `parsley_gate::TimerQueue`):
-//!   - key [`EVENT_TIME_KEY`], value the task's watermark snapshot and the queue's header,
-//!     written in the same transaction as every task snapshot, so both describe the same
-//!     moment;
-//!   - key `0x04 ++ segment number (8 bytes, big-endian)`, value one segment of the timer
-//!     queue: the records parked during one commit interval that were still parked at its
-//!     commit (several segments when they exceed the segment size), or carried forward from an
-//!     older segment; a tombstone once none of its records is parked. A released record is not
-//!     written: an entry is parked iff its park time is above the watermark of the event-time
-//!     record committed with it;
-//!   - key `0x03 ++ k`, value the late count of key `k`;
-//!   - key `0x05 ++ time (8 bytes big-endian, sign bit flipped) ++ k`, an empty value: a keyed
-//!     timer the processor set for key `k` at that event time, not fired yet (a tombstone
-//!     once it fired).
-//!
-//!   Key `0x02` held one parked record per key in an earlier form (no longer read: a restore
-//!   that meets one fails, naming it).
+//! The changelog of a stage, on the wire: every task's fold state and Parsley's own state,
+//! written in the stage's transaction and read back on assignment (the book's specification,
+//! §7, "exact restore"). The records themselves — the key layout, each record's encoding, and
+//! the fold of one partition's records ([`Restored`]) — are `parsley_stage::changelog`'s; this
+//! module creates the topic ([`ensure_topic`]) and reads a partition ([`restore`]).
 //!
 //! Every record carries a `parsley.txn` header: the transactional id of the producer that
 //! wrote it, so a restore held by an open transaction names whose it is (`open_transaction`).
@@ -40,11 +18,9 @@
 //! - a snapshot is used only when its input offsets equal the group's committed offsets; fetch
 //!   evidence (queues, positions, high watermarks) is never restored, it is fetched again.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
-use parsley_clock::{Channel, Clock, SenderId, TopicId};
-use parsley_gate::{ChannelSnapshot, GateSnapshot, Part};
+use parsley_stage::changelog::Restored;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
@@ -54,65 +30,7 @@ use crate::clients::ClientRole;
 use crate::error::{Error, Result};
 use crate::open_transaction::OpenTransactionWatch;
 use crate::security::Endpoint;
-use crate::stage::{TIMER_PREFIX, timer_of};
 use tracing::warn;
-
-/// Key prefix of fold-state records.
-pub(crate) const STATE_PREFIX: u8 = 0x00;
-/// Key of the task snapshot record.
-pub(crate) const META_KEY: &[u8] = b"\x01parsley.task";
-/// Key of the event-time record of a stage that orders by event time (`event_time`'s
-/// encoding: watermark snapshot and timer queue), always written with the task snapshot.
-pub(crate) const EVENT_TIME_KEY: &[u8] = b"\x01parsley.event_time";
-
-/// Key prefix of a parked record of the timer queue in the earlier, per-record form.
-const OLD_TIMER_PREFIX: u8 = 0x02;
-/// Key prefix of a key's late count.
-const LATE_PREFIX: u8 = 0x03;
-/// Key prefix of a segment of the timer queue.
-const SEGMENT_PREFIX: u8 = 0x04;
-
-/// The changelog key of a part of a task's timer queue (module docs: the layout).
-pub(crate) fn timer_part_key(part: &Part<Vec<u8>>) -> Vec<u8> {
-    match part {
-        Part::Segment(n) => {
-            let mut key = Vec::with_capacity(9);
-            key.push(SEGMENT_PREFIX);
-            key.extend_from_slice(&n.to_be_bytes());
-            key
-        }
-        Part::Late(k) => {
-            let mut key = Vec::with_capacity(1 + k.len());
-            key.push(LATE_PREFIX);
-            key.extend_from_slice(k);
-            key
-        }
-    }
-}
-
-/// The part of a timer queue that changelog key `key` names; `None` for a key that is not a
-/// timer-queue key, an error message for a segment key of the wrong length or a key of the
-/// earlier per-record form.
-fn timer_part_of(key: &[u8]) -> Option<std::result::Result<Part<Vec<u8>>, String>> {
-    match key.split_first() {
-        Some((&SEGMENT_PREFIX, rest)) => Some(match <[u8; 8]>::try_from(rest) {
-            Ok(b) => Ok(Part::Segment(u64::from_be_bytes(b))),
-            Err(_) => Err(format!("a segment key of {} bytes instead of 9", key.len())),
-        }),
-        Some((&LATE_PREFIX, k)) => Some(Ok(Part::Late(k.to_vec()))),
-        Some((&OLD_TIMER_PREFIX, _)) => Some(Err(
-            "a parked record in the earlier per-record form of the timer queue's changelog \
-             (written by an older Parsley; not read by this one)"
-                .into(),
-        )),
-        _ => None,
-    }
-}
-
-/// Version of the snapshot encoding.
-const SNAPSHOT_VERSION: u8 = 1;
-/// Largest snapshot decoded (a corrupt length never allocates more).
-const SNAPSHOT_LIMIT: usize = 64 << 20;
 
 pub use parsley_stage::changelog_topic;
 
@@ -144,136 +62,6 @@ pub(crate) fn ensure_topic(admin: &Admin, name: &str, partitions: i32) -> Result
     Ok(info)
 }
 
-/// Parsley's committed state of one task.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct TaskSnapshot {
-    /// The task incarnation's sender id.
-    pub sender: SenderId,
-    /// The sequence of its next send.
-    pub next_seq: u64,
-    /// Its node clock.
-    pub clock: Clock,
-    /// Its gate's committed part.
-    pub gate: GateSnapshot,
-    /// The input offsets committed with this snapshot: first undelivered offset per channel.
-    pub offsets: Vec<(Channel, i64)>,
-}
-
-type WireChannel = ([u8; 16], i32);
-type Wire = (
-    [u8; 16],
-    u64,
-    Vec<(WireChannel, i64)>,
-    Vec<(WireChannel, i64, i64, Vec<i64>, Vec<([u8; 16], u64)>)>,
-    Vec<(WireChannel, i64)>,
-);
-
-fn wire(c: Channel) -> WireChannel {
-    (c.topic.to_bytes(), c.partition)
-}
-
-fn unwire(c: WireChannel) -> Channel {
-    Channel::new(TopicId::from_bytes(c.0), c.1)
-}
-
-impl TaskSnapshot {
-    /// Version byte, then the bincode (standard configuration) of the fields.
-    pub(crate) fn encode(&self) -> Vec<u8> {
-        let w: Wire = (
-            *self.sender.as_bytes(),
-            self.next_seq,
-            self.clock
-                .entries()
-                .iter()
-                .map(|(c, o)| (wire(*c), *o))
-                .collect(),
-            self.gate
-                .channels
-                .iter()
-                .map(|c| {
-                    (
-                        wire(c.channel),
-                        c.baseline,
-                        c.frontier,
-                        c.lookahead.clone(),
-                        c.delivered
-                            .iter()
-                            .map(|(s, q)| (*s.as_bytes(), *q))
-                            .collect(),
-                    )
-                })
-                .collect(),
-            self.offsets.iter().map(|(c, o)| (wire(*c), *o)).collect(),
-        );
-        let mut out = vec![SNAPSHOT_VERSION];
-        out.extend(
-            bincode::encode_to_vec(&w, bincode::config::standard())
-                .expect("encoding plain values into a vector cannot fail"),
-        );
-        out
-    }
-
-    /// Decodes a snapshot; `Err` names what is wrong.
-    pub(crate) fn decode(bytes: &[u8]) -> std::result::Result<Self, String> {
-        let (&version, body) = bytes.split_first().ok_or("empty snapshot")?;
-        if version != SNAPSHOT_VERSION {
-            return Err(format!("unknown snapshot version {version}"));
-        }
-        let config = bincode::config::standard().with_limit::<SNAPSHOT_LIMIT>();
-        let (w, used): (Wire, usize) =
-            bincode::decode_from_slice(body, config).map_err(|e| e.to_string())?;
-        if used != body.len() {
-            return Err(format!("{} trailing bytes", body.len() - used));
-        }
-        let (sender, next_seq, clock, gate, offsets) = w;
-        let clock =
-            Clock::try_from_sorted(clock.into_iter().map(|(c, o)| (unwire(c), o)).collect())
-                .map_err(|e| format!("clock: {e}"))?;
-        Ok(TaskSnapshot {
-            sender: SenderId::from_bytes(sender),
-            next_seq,
-            clock,
-            gate: GateSnapshot {
-                channels: gate
-                    .into_iter()
-                    .map(
-                        |(c, baseline, frontier, lookahead, delivered)| ChannelSnapshot {
-                            channel: unwire(c),
-                            baseline,
-                            frontier,
-                            lookahead,
-                            delivered: delivered
-                                .into_iter()
-                                .map(|(s, q)| (SenderId::from_bytes(s), q))
-                                .collect(),
-                        },
-                    )
-                    .collect(),
-            },
-            offsets: offsets.into_iter().map(|(c, o)| (unwire(c), o)).collect(),
-        })
-    }
-}
-
-/// What a changelog partition holds, read up to the high watermark of the restore's start.
-#[derive(Debug, Default)]
-pub(crate) struct Restored {
-    /// Fold state by key.
-    pub state: HashMap<Vec<u8>, Vec<u8>>,
-    /// The latest task snapshot, if the task ever committed.
-    pub snapshot: Option<TaskSnapshot>,
-    /// The latest event-time record (undecoded), if one was ever written.
-    pub event_time: Option<Vec<u8>>,
-    /// The latest record of every part of the timer queue that has one (undecoded).
-    pub timers: BTreeMap<Part<Vec<u8>>, Vec<u8>>,
-    /// The processor's keyed timers set at the last commit: (time, key).
-    pub keyed_timers: BTreeSet<(i64, Vec<u8>)>,
-    /// Records read.
-    pub records: u64,
-    /// Consumers replaced after reading nothing for [`RESTORE_STALL`].
-    pub replaced: u64,
-}
-
 /// How long a restore may read nothing (no record, no position move) before its consumer is
 /// replaced by a new one at the next offset to read. A consumer created while the broker
 /// restarts can stay without a fetch session after the broker is back (fault-injection run,
@@ -282,7 +70,9 @@ pub(crate) struct Restored {
 pub(crate) const RESTORE_STALL: Duration = Duration::from_secs(10);
 
 /// Reads partition `partition` of the changelog `topic` (see the module docs) with consumers
-/// made from `client` (a complete `read_committed` consumer configuration). `progress` is
+/// made from `client` (a complete `read_committed` consumer configuration), folding its records
+/// in offset order ([`Restored::apply`]). Returns the fold and the number of consumers replaced
+/// after reading nothing for [`RESTORE_STALL`]. `progress` is
 /// called with `(position, end)` — the next offset to read and the high watermark the restore
 /// reads up to (offsets, i64) — when the restore starts and after every record.
 ///
@@ -305,7 +95,7 @@ pub(crate) fn restore(
     (timeout, transaction_timeout): (Duration, Duration),
     progress: &mut dyn FnMut(i64, i64),
     held: &mut dyn FnMut(Option<crate::explain::RestoreWait>),
-) -> Result<Restored> {
+) -> Result<(Restored, u64)> {
     let mut said = None;
     let result = read_changelog(
         client,
@@ -334,13 +124,15 @@ fn read_changelog(
     (timeout, transaction_timeout): (Duration, Duration),
     progress: &mut dyn FnMut(i64, i64),
     held: &mut dyn FnMut(Option<crate::explain::RestoreWait>),
-) -> Result<Restored> {
+) -> Result<(Restored, u64)> {
     let end = admin.high_watermarks(&[(topic, partition)])?[0];
     let mut watch = OpenTransactionWatch::new(topic, partition, end, transaction_timeout, client);
     let mut restored = Restored::default();
+    // Consumers replaced after reading nothing for `RESTORE_STALL`.
+    let mut replaced = 0u64;
     progress(0, end);
     if end == 0 {
-        return Ok(restored);
+        return Ok((restored, replaced));
     }
     let open = |from: Offset| -> Result<BaseConsumer> {
         let consumer: BaseConsumer = client
@@ -384,7 +176,7 @@ fn read_changelog(
         }
         let at = next.unwrap_or(0);
         if at >= end {
-            return Ok(restored);
+            return Ok((restored, replaced));
         }
         watch.observe(admin, at, moved.elapsed());
         held(watch.wait());
@@ -396,7 +188,7 @@ fn read_changelog(
                 what: format!(
                     "restoring {topic}/{partition}: position {at} of high watermark {end} \
                      ({} consumer(s) replaced after reading nothing for {}s)",
-                    restored.replaced,
+                    replaced,
                     RESTORE_STALL.as_secs()
                 ),
                 timeout,
@@ -415,7 +207,7 @@ fn read_changelog(
             );
             drop(consumer);
             consumer = open(next.map_or(Offset::Beginning, Offset::Offset))?;
-            restored.replaced += 1;
+            replaced += 1;
             moved = Instant::now();
             continue;
         }
@@ -450,105 +242,5 @@ fn read_changelog(
                 offset: m.offset(),
                 message,
             })?;
-    }
-}
-
-impl Restored {
-    /// Folds one changelog record (`value` `None`: a tombstone) into what the partition holds:
-    /// the latest record of each key wins, a tombstone removes its key.
-    ///
-    /// # Errors
-    /// What is wrong with the record: an unknown key, a snapshot or event-time record without
-    /// a value, a snapshot or timer key that does not decode.
-    pub(crate) fn apply(
-        &mut self,
-        key: &[u8],
-        value: Option<&[u8]>,
-    ) -> std::result::Result<(), String> {
-        self.records += 1;
-        if key == META_KEY {
-            let value = value.ok_or("task snapshot without a value")?;
-            self.snapshot = Some(TaskSnapshot::decode(value)?);
-        } else if key == EVENT_TIME_KEY {
-            let value = value.ok_or("event-time record without a value")?;
-            self.event_time = Some(value.to_vec());
-        } else if let Some((&STATE_PREFIX, k)) = key.split_first() {
-            match value {
-                Some(v) => self.state.insert(k.to_vec(), v.to_vec()),
-                None => self.state.remove(k),
-            };
-        } else if key.first() == Some(&TIMER_PREFIX) {
-            let timer = timer_of(key)?;
-            match value {
-                Some(_) => self.keyed_timers.insert(timer),
-                None => self.keyed_timers.remove(&timer),
-            };
-        } else if let Some(part) = timer_part_of(key) {
-            let part = part?;
-            match value {
-                Some(v) => self.timers.insert(part, v.to_vec()),
-                None => self.timers.remove(&part),
-            };
-        } else {
-            return Err(format!("unknown key {key:?}"));
-        }
-        Ok(())
-    }
-}
-
-#[cfg(test)]
-mod decode_properties;
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn timer_keys_round_trip_and_old_keys_are_refused() {
-        let parts = [
-            Part::Late(Vec::new()),
-            Part::Late(b"product-1".to_vec()),
-            Part::Segment(0),
-            Part::Segment(1),
-            Part::Segment(u64::MAX),
-        ];
-        let keys: Vec<Vec<u8>> = parts.iter().map(timer_part_key).collect();
-        assert!(keys.is_sorted(), "segments sort by number: {keys:?}");
-        for (p, k) in parts.iter().zip(&keys) {
-            assert_eq!(timer_part_of(k), Some(Ok(p.clone())));
-        }
-        assert_eq!(
-            timer_part_of(&keys[3][..8]),
-            Some(Err("a segment key of 8 bytes instead of 9".into()))
-        );
-        let mut old = vec![OLD_TIMER_PREFIX];
-        old.extend_from_slice(&[0; 16]);
-        assert!(
-            matches!(timer_part_of(&old), Some(Err(m)) if m.contains("earlier per-record form"))
-        );
-        assert_eq!(timer_part_of(META_KEY), None);
-        assert_eq!(timer_part_of(EVENT_TIME_KEY), None);
-        assert_eq!(timer_part_of(&[STATE_PREFIX, 1]), None);
-    }
-
-    #[test]
-    fn snapshots_round_trip_and_bad_bytes_are_named() {
-        let s = super::decode_properties::snapshot();
-        let bytes = s.encode();
-        assert_eq!(TaskSnapshot::decode(&bytes).unwrap(), s);
-        assert_eq!(TaskSnapshot::decode(&[]).unwrap_err(), "empty snapshot");
-        assert!(
-            TaskSnapshot::decode(&[2])
-                .unwrap_err()
-                .contains("version 2")
-        );
-        assert!(TaskSnapshot::decode(&bytes[..bytes.len() - 1]).is_err());
-        let mut long = bytes.clone();
-        long.push(0);
-        assert!(
-            TaskSnapshot::decode(&long)
-                .unwrap_err()
-                .contains("trailing")
-        );
     }
 }

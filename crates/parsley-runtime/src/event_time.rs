@@ -82,80 +82,22 @@
 //! names of the topics whose records may be parked, by topic id, and the timer queue's header:
 //! its watermark, next arrival and segment numbers, counters),
 //! written with the task snapshot in the same transaction, and the changes of the timer queue
-//! since the last commit ([`TimerQueue::take_changes`]; the key layout is in `changelog`): the
-//! records parked since and still parked as one **segment** record (split when large), a
-//! tombstone per segment none of whose records is parked any more, the parked records of
-//! segments carried forward, and one record per key whose late count grew. Releases write
+//! since the last commit ([`TimerQueue::take_changes`]; the key layout and the records' encoding
+//! are `parsley_stage::changelog`'s): the records parked since and still parked as one
+//! **segment** record (split when large), a tombstone per segment none of whose records is
+//! parked any more, the parked records of segments carried forward, and one record per key
+//! whose late count grew. Releases write
 //! nothing: an entry is parked iff its park time is above the watermark committed with it. A
 //! queue holding days of history is therefore written once, about one record per commit
 //! interval, and a live record parked and released within one commit interval is not written
 //! at all. [`EventTime::decode`] rebuilds the state from the record and the latest record of
-//! every part.
+//! every part ([`EventTimeState::decode`]).
 
 use std::collections::BTreeMap;
 
 use parsley_clock::{Channel, Coordinate, SenderId, SenderTag, Stamp, TopicId};
-use parsley_gate::{
-    Control, Gate, GateError, InputSnapshot, Parking, Part, TimerQueue, WatermarkSnapshot,
-    WatermarkTracker,
-};
-use serde::{Deserialize, Serialize};
-
-/// Version byte of the event-time record ([`EventTime::take_changes`]); 1 held the whole
-/// queue, 2 the header of a queue changelogged record by record, 3 the header of segments
-/// whose entries also held the source topic's name and a second copy of the key.
-const CODEC_VERSION: u8 = 4;
-/// Largest event-time record decoded, bytes.
-const DECODE_LIMIT: usize = 1 << 30;
-
-/// A delivered record waiting in the queue: what the handler needs besides its key (the
-/// queue's key, [`HandOver::key`]), and its coordinate and sender for the ancestor rule. The
-/// source topic is named by the channel's topic id, not by name: a parked entry is written
-/// once to the changelog, and the name was 40 % of its bytes.
-///
-/// The byte fields serialise as byte strings (`serde_bytes`): one length and a copy, where
-/// serde's default writes a sequence element by element.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct ParkedRecord {
-    /// Its channel: topic id bytes and partition.
-    #[serde(with = "channel_bytes")]
-    pub channel: ([u8; 16], i32),
-    /// Offset in the source partition.
-    pub offset: i64,
-    /// Kafka record timestamp, ms since the epoch (the event time, except for control records).
-    pub timestamp: i64,
-    /// The record had no key (null), as opposed to an empty one: the queue keys both by the
-    /// empty key, and the handler gets back what was delivered.
-    pub keyless: bool,
-    /// Record value.
-    #[serde(with = "serde_bytes")]
-    pub value: Option<Vec<u8>>,
-    /// Sender id bytes and sequence of its stamp, if stamped.
-    pub sender: Option<([u8; 16], u64)>,
-}
-
-/// `([u8; 16], i32)` with the id as a byte string.
-mod channel_bytes {
-    use serde::{Deserialize, Deserializer, Serialize, Serializer};
-    use serde_bytes::ByteArray;
-
-    pub(super) fn serialize<S: Serializer>(c: &([u8; 16], i32), s: S) -> Result<S::Ok, S::Error> {
-        (ByteArray::new(c.0), c.1).serialize(s)
-    }
-
-    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
-        d: D,
-    ) -> Result<([u8; 16], i32), D::Error> {
-        let (id, partition) = <(ByteArray<16>, i32)>::deserialize(d)?;
-        Ok((id.into_array(), partition))
-    }
-}
-
-impl ParkedRecord {
-    fn channel(&self) -> Channel {
-        Channel::new(TopicId::from_bytes(self.channel.0), self.channel.1)
-    }
-}
+use parsley_gate::{Control, Gate, GateError, Parking, Part, TimerQueue, WatermarkTracker};
+use parsley_stage::changelog::{EventTimeRecord, EventTimeState, ParkedRecord, timer_part_key};
 
 /// One record handed back for the handler.
 #[derive(Debug)]
@@ -253,21 +195,13 @@ type AncestorIndex = BTreeMap<Channel, BTreeMap<i64, (i64, Option<SenderTag>)>>;
 /// What [`EventTime::take_changes`] returns for the changelog.
 #[derive(Debug)]
 pub(crate) struct EventTimeChanges {
-    /// The event-time record (written under `changelog::EVENT_TIME_KEY`).
+    /// The event-time record ([`EventTimeRecord`], written under
+    /// `parsley_stage::changelog::EVENT_TIME_KEY`).
     pub record: Vec<u8>,
     /// Changelog keys of the timer queue's changed parts, with their records or `None`
     /// (tombstones).
     pub parts: Vec<(Vec<u8>, Option<Vec<u8>>)>,
 }
-
-type WireInput = (([u8; 16], i32), Option<i64>, Vec<(i64, i64)>);
-/// Watermark, inputs, topic names by id, the queue's header.
-type Wire = (
-    Option<i64>,
-    Vec<WireInput>,
-    Vec<([u8; 16], String)>,
-    Vec<u8>,
-);
 
 impl EventTime {
     /// Fresh state for a task whose event-time inputs are `inputs` (the control channel
@@ -308,66 +242,17 @@ impl EventTime {
         bytes: &[u8],
         parts: &BTreeMap<Part<Vec<u8>>, Vec<u8>>,
     ) -> Result<Self, String> {
-        let (&version, body) = bytes.split_first().ok_or("empty event-time record")?;
-        if version == 3 {
-            return Err(
-                "event-time record version 3: its parked records name their topics \
-                 (before Parsley 0.1's lean segment entries, version 4); this version cannot \
-                 restore them: reset the application (its changelog and committed offsets)"
-                    .to_string(),
-            );
-        }
-        if version != CODEC_VERSION {
-            return Err(format!("unknown event-time record version {version}"));
-        }
-        let config = bincode::config::standard().with_limit::<DECODE_LIMIT>();
-        let ((watermark, wire_inputs, names, queue), used): (Wire, usize) =
-            bincode::decode_from_slice(body, config).map_err(|e| e.to_string())?;
-        if used != body.len() {
-            return Err(format!("{} trailing bytes", body.len() - used));
-        }
-        let snapshot = WatermarkSnapshot {
-            watermark,
-            inputs: wire_inputs
-                .into_iter()
-                .map(|((t, p), prefix_max, lookahead)| InputSnapshot {
-                    channel: Channel::new(TopicId::from_bytes(t), p),
-                    prefix_max,
-                    lookahead,
-                })
-                .filter(|s| inputs.contains(&s.channel))
-                .collect(),
-        };
-        let tracker = WatermarkTracker::restore(
+        let EventTimeState {
+            tracker,
+            queue,
+            topics,
+        } = EventTimeState::decode(
             inputs,
             control.map(|(_, lag_ms)| Control { lag_ms }),
-            &snapshot,
-        )
-        .map_err(|e| e.to_string())?;
-        let queue: TimerQueue<Vec<u8>, ParkedRecord> =
-            TimerQueue::from_parts(&queue, parts.iter().map(|(p, r)| (p.clone(), r.as_slice())))
-                .map_err(|e| e.to_string())?;
-        // The current sources' names, and those of former topics that still have parked
-        // records.
-        let mut topics: BTreeMap<TopicId, String> = topics.into_iter().collect();
-        let former: BTreeMap<TopicId, String> = names
-            .into_iter()
-            .map(|(id, name)| (TopicId::from_bytes(id), name))
-            .filter(|(id, _)| !topics.contains_key(id))
-            .collect();
-        for (_, _, r) in queue.parked() {
-            let id = TopicId::from_bytes(r.channel.0);
-            if let std::collections::btree_map::Entry::Vacant(slot) = topics.entry(id) {
-                let name = former.get(&id).ok_or_else(|| {
-                    format!(
-                        "the parked record at offset {} of topic {id} partition {} has no \
-                         topic name in the event-time record",
-                        r.offset, r.channel.1
-                    )
-                })?;
-                slot.insert(name.clone());
-            }
-        }
+            topics,
+            bytes,
+            parts,
+        )?;
         Ok(EventTime {
             tracker,
             last_stable: BTreeMap::new(),
@@ -379,45 +264,30 @@ impl EventTime {
         })
     }
 
-    /// The task's event-time record (version byte, then bincode (standard configuration) of
-    /// the watermark snapshot and the timer queue's header) and the changes of the queue since
+    /// The task's event-time record ([`EventTimeRecord`]: the watermark snapshot, the topic
+    /// names and the timer queue's header, encoded) and the changes of the queue since
     /// the last call, as changelog `(key, record or tombstone)` pairs (module docs: state).
     ///
     /// # Errors
     /// The queue's codec error (a value that does not serialise); the changes are kept then.
     pub(crate) fn take_changes(&mut self) -> Result<EventTimeChanges, GateError> {
         let changes = self.queue.take_changes()?;
-        let snapshot = self.tracker.snapshot();
-        let wire: Wire = (
-            snapshot.watermark,
-            snapshot
-                .inputs
-                .into_iter()
-                .map(|s| {
-                    (
-                        (s.channel.topic.to_bytes(), s.channel.partition),
-                        s.prefix_max,
-                        s.lookahead,
-                    )
-                })
-                .collect(),
-            self.topics
+        let record = EventTimeRecord {
+            watermark: self.tracker.snapshot(),
+            topics: self
+                .topics
                 .iter()
-                .map(|(id, name)| (id.to_bytes(), name.clone()))
+                .map(|(id, name)| (*id, name.clone()))
                 .collect(),
-            changes.header,
-        );
-        let mut record = vec![CODEC_VERSION];
-        record.extend(
-            bincode::encode_to_vec(&wire, bincode::config::standard())
-                .expect("encoding plain values into a vector cannot fail"),
-        );
+            queue: changes.header,
+        }
+        .encode();
         Ok(EventTimeChanges {
             record,
             parts: changes
                 .parts
                 .into_iter()
-                .map(|(p, r)| (crate::changelog::timer_part_key(&p), r))
+                .map(|(p, r)| (timer_part_key(&p), r))
                 .collect(),
         })
     }
@@ -823,7 +693,7 @@ mod tests {
             .parts
             .iter()
             .map(|(k, r)| {
-                assert_eq!(k, &crate::changelog::timer_part_key(&Part::Segment(0)));
+                assert_eq!(k, &timer_part_key(&Part::Segment(0)));
                 (Part::Segment(0), r.clone().unwrap())
             })
             .collect();
@@ -983,23 +853,5 @@ mod tests {
         )
         .unwrap();
         assert_eq!(back.topic_name(old.topic), None);
-    }
-
-    #[test]
-    fn an_event_time_record_of_version_3_is_refused_with_what_to_do() {
-        let a = ch(1);
-        let mut et = EventTime::new(vec![a], None, names(&[a]));
-        let mut record = et.take_changes().unwrap().record;
-        record[0] = 3;
-        let err =
-            EventTime::decode(vec![a], None, names(&[a]), &record, &BTreeMap::new()).unwrap_err();
-        assert!(
-            err.contains("version 3") && err.contains("reset the application"),
-            "{err}"
-        );
-        record[0] = 9;
-        let err =
-            EventTime::decode(vec![a], None, names(&[a]), &record, &BTreeMap::new()).unwrap_err();
-        assert!(err.contains("unknown event-time record version 9"), "{err}");
     }
 }

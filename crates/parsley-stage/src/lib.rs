@@ -50,10 +50,13 @@
 //! See [`topology`] for what the builder validates. The runtime runs a topology against a
 //! broker (`parsley_runtime::Runtime`) or in memory (`parsley_runtime::TopologyTestDriver`);
 //! most services use the DSL (`parsley_dsl`) instead of writing handlers by hand.
+//! [`changelog`] is the byte format of a stage's changelog records and the fold a restore
+//! applies to them (pure; the runtime reads and writes the topic).
 //! [`CausalClock`] is re-exported for plain producers that feed a topology.
 #![forbid(unsafe_code)]
 #![doc(test(attr(deny(warnings))))]
 
+pub mod changelog;
 mod codec;
 mod describe;
 mod error;

@@ -88,7 +88,7 @@
 //! | Module | Crate | What it holds |
 //! |---|---|---|
 //! | [`clock`] | [`parsley-clock`](https://docs.rs/parsley-clock) | channels, offset vector clocks, stamps and the stamp header's encoding (pure) |
-//! | [`stage`] | [`parsley-stage`](https://docs.rs/parsley-stage) | the `Handler` trait, codecs, the topology builder and its validation |
+//! | [`stage`] | [`parsley-stage`](https://docs.rs/parsley-stage) | the `Handler` trait, codecs, the topology builder and its validation, the changelog's record format |
 //! | [`dsl`] | [`parsley-dsl`](https://docs.rs/parsley-dsl) | the Kafka-Streams-style DSL, compiled into stages |
 //! | [`runtime`], [`driver`] | [`parsley-runtime`](https://docs.rs/parsley-runtime) | stream threads, transactions, the causal producer, the admin client, the in-memory test driver |
 //! | — | [`parsley-gate`](https://docs.rs/parsley-gate) | the delivery gate and the event-time sort: pure decision logic the runtime drives, not re-exported (a service never calls it) |

@@ -27,10 +27,11 @@ use std::time::Instant;
 
 use parsley_clock::{Channel, STAMP_HEADER};
 use parsley_stage::StageSpec;
+use parsley_stage::changelog::Restored;
 
 use super::log::{Append, Logs, View};
 use crate::admin::TopicInfo;
-use crate::changelog::{Restored, changelog_topic};
+use crate::changelog::changelog_topic;
 use crate::config::GateMode;
 use crate::error::{Error, Result};
 use crate::event_time::{HeadEvidence, head_evidence};

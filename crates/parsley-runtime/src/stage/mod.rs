@@ -77,7 +77,7 @@ pub(crate) use self::context::TaskContext;
 pub(crate) use self::output::{ChangelogWriter, Header, Outgoing, Output};
 pub(crate) use self::record::{FetchedMessage, Work, fetched};
 pub(crate) use self::restore::{StartEvidence, rebuild_task};
-pub(crate) use self::task::{TIMER_PREFIX, Task, timer_of};
+pub(crate) use self::task::Task;
 pub(crate) use self::upstream::feeding_stages;
 
 #[cfg(test)]

@@ -19,6 +19,7 @@ use std::time::Instant;
 
 use parsley_clock::Channel;
 use parsley_gate::Part;
+use parsley_stage::changelog::Restored;
 use tracing::{info, info_span};
 
 use super::StageRunner;
@@ -48,7 +49,7 @@ impl StageRunner {
         let metrics = self.metrics.clone();
         metrics.task(partition, |m| m.phase = TaskPhase::Restoring);
         let client = self.restore_client();
-        let restored = changelog::restore(
+        let (restored, replaced) = changelog::restore(
             &client,
             self.evidence.admin(),
             self.txn.changelog_name(),
@@ -62,7 +63,7 @@ impl StageRunner {
             },
             &mut |wait| metrics.explained().set_restore(partition, wait),
         )?;
-        let (records, replaced) = (restored.records, restored.replaced);
+        let records = restored.records;
         let mut cluster = Cluster(self.evidence.admin());
         let (task, moved) = rebuild_task(
             &self.ctx,
@@ -167,7 +168,7 @@ pub(crate) fn rebuild_task(
     order: Option<&parsley_stage::EventTimeOrder>,
     partition: i32,
     positions: Vec<(Channel, i64)>,
-    mut restored: changelog::Restored,
+    mut restored: Restored,
     evidence: &mut dyn StartEvidence,
 ) -> Result<(Task, Vec<(Channel, i64)>)> {
     // The event-time record belongs to the snapshot it was committed with.

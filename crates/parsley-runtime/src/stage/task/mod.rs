@@ -34,10 +34,13 @@ pub(crate) use bad::{Cause, RefusedInput};
 use std::collections::{BTreeSet, HashMap, VecDeque};
 #[cfg(test)]
 pub(crate) use ticks::tick_due;
-pub(crate) use timers::{KeyedTimers, TIMER_PREFIX, timer_of};
+pub(crate) use timers::KeyedTimers;
 
 use parsley_clock::{CausalClock, Channel, Coordinate, SenderId, TopicId, codec};
 use parsley_gate::{Gate, GateError};
+use parsley_stage::changelog::{
+    EVENT_TIME_KEY, META_KEY, ParkedRecord, STATE_PREFIX, TaskSnapshot,
+};
 use parsley_stage::{
     BadRecordKind, BadRecordPolicy, RawDelivery, RawEmission, RawStep, RawTimer, StateChange,
 };
@@ -48,9 +51,8 @@ use super::output::{ChangelogWriter, Header, Outgoing, Output};
 use super::policy::{Bad, DeadLetterCause};
 use super::record::{Fetched, Payload, Rare, TaskCounts, Work};
 use super::{backpressure, policy};
-use crate::changelog::{EVENT_TIME_KEY, META_KEY, STATE_PREFIX, TaskSnapshot};
 use crate::error::{Error, InputRecord, Refusal, Result};
-use crate::event_time::{Delivered, EventTime, HandOver, ParkedRecord};
+use crate::event_time::{Delivered, EventTime, HandOver};
 use crate::outbox::{SendTag, partition_for};
 
 /// The `tracing` target of the event sent for every record delivered to the handler, at

@@ -9,39 +9,12 @@
 //!   set since the last write (and still set), or fired after being written; after that write
 //!   the changelog holds exactly the set timers (key [`timer_key`], empty value; a tombstone
 //!   once fired).
+//!
+//! The key's encoding is `parsley_stage::changelog`'s ([`timer_key`], `timer_of`).
 
 use std::collections::{BTreeMap, BTreeSet};
 
-/// Key prefix of keyed-timer records in a stage's changelog.
-pub(crate) const TIMER_PREFIX: u8 = 0x05;
-
-/// The changelog key of the timer `(time, key)`: `0x05 ++ time ++ key`, the time as 8 bytes
-/// big-endian with the sign bit flipped, so keys sort by time.
-pub(crate) fn timer_key(time: i64, key: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(9 + key.len());
-    out.push(TIMER_PREFIX);
-    out.extend_from_slice(&((time as u64) ^ (1 << 63)).to_be_bytes());
-    out.extend_from_slice(key);
-    out
-}
-
-/// The timer `(time, key)` of a changelog key `0x05 ++ …` (the prefix included).
-///
-/// # Errors
-/// A key too short to hold a time, named.
-pub(crate) fn timer_of(changelog_key: &[u8]) -> Result<(i64, Vec<u8>), String> {
-    match changelog_key {
-        [TIMER_PREFIX, rest @ ..] if rest.len() >= 8 => {
-            let (time, key) = rest.split_at(8);
-            let bits = u64::from_be_bytes(time.try_into().expect("8 bytes"));
-            Ok(((bits ^ (1 << 63)) as i64, key.to_vec()))
-        }
-        _ => Err(format!(
-            "a timer key of {} bytes, fewer than 9",
-            changelog_key.len()
-        )),
-    }
-}
+use parsley_stage::changelog::timer_key;
 
 /// The keyed timers of one task (module docs).
 #[derive(Debug, Default)]
@@ -113,26 +86,6 @@ impl KeyedTimers {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn timer_keys_sort_by_time_and_read_back() {
-        let timers = [
-            (i64::MIN, b"a".to_vec()),
-            (-1, b"b".to_vec()),
-            (0, Vec::new()),
-            (5, b"a".to_vec()),
-            (i64::MAX, b"z".to_vec()),
-        ];
-        let keys: Vec<Vec<u8>> = timers.iter().map(|(t, k)| timer_key(*t, k)).collect();
-        assert!(keys.is_sorted(), "{keys:?}");
-        for (timer, key) in timers.iter().zip(&keys) {
-            assert_eq!(timer_of(key).as_ref(), Ok(timer));
-        }
-        assert_eq!(
-            timer_of(&[TIMER_PREFIX, 1, 2]),
-            Err("a timer key of 3 bytes, fewer than 9".to_string())
-        );
-    }
 
     #[test]
     fn timers_fire_once_in_time_then_key_order_and_their_changes_are_written_once() {

@@ -14,6 +14,7 @@ use parsley_clock::{
     Channel, Clock, Coordinate, InFlight, SenderId, SenderTag, Stamp, TopicId, codec,
 };
 use parsley_gate::{Arrival, Awaiting, Gate};
+use parsley_stage::changelog::{META_KEY, Restored, TaskSnapshot};
 use parsley_stage::{BadRecordPolicy, ImpossiblePolicy, StageSpec, Topology, Utf8};
 use parsley_testkit::fixtures::CountKeys;
 
@@ -25,7 +26,6 @@ use super::record::{Fetched, Payload, Rare};
 use super::task::Task;
 use super::transaction::{OwnWait, OwnWrites};
 use crate::admin::TopicInfo;
-use crate::changelog::{META_KEY, Restored, TaskSnapshot};
 use crate::config::GateMode;
 use crate::error::{Error, Result};
 use crate::metrics::StageMetrics;

@@ -2,11 +2,12 @@
 //! report touches no clock claim, and that a tick read back moves the watermark and never
 //! reaches the handler.
 
+use parsley_stage::EventTimeOrder;
+use parsley_stage::changelog::Restored;
+
 use super::*;
-use crate::changelog::Restored;
 use crate::stage::restore::{StartEvidence, rebuild_task};
 use crate::stage::task::tick_due;
-use parsley_stage::EventTimeOrder;
 
 /// A stage counting the keys of `in` (topic 1) and `side` (topic 2) into `out` (topic 3) in
 /// event-time order, with the built-in clock (lag 500 ms, a tick every 100 ms) on

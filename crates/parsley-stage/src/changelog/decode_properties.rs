@@ -1,18 +1,20 @@
-//! The changelog's decoders on untrusted bytes: a task snapshot, an event-time record and every
-//! record a restore folds ([`Restored::apply`]) never panic on arbitrary bytes or on a valid
-//! record with bytes flipped, and a valid record still round-trips.
+//! The changelog's decoders on untrusted bytes: a task snapshot, an event-time record (with the
+//! timer queue's parts) and every record a restore folds ([`Restored::apply`]) never panic on
+//! arbitrary bytes or on a valid record with bytes flipped, and a valid record still
+//! round-trips.
 
 use std::collections::BTreeMap;
 
 use parsley_clock::{Channel, SenderId, TopicId};
-use parsley_gate::{ChannelSnapshot, GateSnapshot, Part};
+use parsley_gate::{
+    ChannelSnapshot, GateSnapshot, InputSnapshot, Part, TimerQueue, WatermarkSnapshot,
+};
 use proptest::prelude::*;
 
-use super::{Restored, TaskSnapshot};
-use crate::event_time::EventTime;
+use super::{EventTimeRecord, EventTimeState, Restored, TaskSnapshot};
 
 /// A task snapshot with one channel of every part (the changelog's tests share it).
-pub(super) fn snapshot() -> TaskSnapshot {
+pub(crate) fn snapshot() -> TaskSnapshot {
     let c = Channel::new(TopicId::from_halves(1, 2), 3);
     TaskSnapshot {
         sender: SenderId::from_bytes([7; 16]),
@@ -61,14 +63,32 @@ proptest! {
         bytes in proptest::collection::vec(any::<u8>(), 0..256),
         segment in proptest::collection::vec(any::<u8>(), 0..64),
         n in 0u64..4,
+        watermark in proptest::option::of(any::<i64>()),
+        lookahead in proptest::collection::vec((any::<i64>(), any::<i64>()), 0..4),
+        flips in proptest::collection::vec((any::<usize>(), 1..=255u8), 1..6),
     ) {
         let input = Channel::new(TopicId::from_halves(1, 2), 0);
         let mut parts = BTreeMap::new();
         parts.insert(Part::Segment(n), segment);
         parts.insert(Part::Late(b"k".to_vec()), vec![1]);
         let topics = [(input.topic, "in".to_string())];
-        let _ = EventTime::decode(vec![input], None, topics.clone(), &bytes, &parts);
-        let _ = EventTime::decode(vec![input], None, topics, &bytes, &BTreeMap::new());
+        let _ = EventTimeRecord::decode(&bytes);
+        let _ = EventTimeState::decode(vec![input], None, topics.clone(), &bytes, &parts);
+        let _ = EventTimeState::decode(vec![input], None, topics.clone(), &bytes, &BTreeMap::new());
+        let valid = EventTimeRecord {
+            watermark: WatermarkSnapshot {
+                watermark,
+                inputs: vec![InputSnapshot { channel: input, prefix_max: watermark, lookahead }],
+            },
+            topics: topics.to_vec(),
+            queue: TimerQueue::<Vec<u8>, super::ParkedRecord>::new().to_parts().unwrap().header,
+        };
+        let bytes = valid.encode();
+        prop_assert_eq!(EventTimeRecord::decode(&bytes).unwrap(), valid);
+        let state =
+            EventTimeState::decode(vec![input], None, topics.clone(), &bytes, &BTreeMap::new());
+        prop_assert!(state.is_ok(), "{:?}", state.err());
+        let _ = EventTimeState::decode(vec![input], None, topics, &flipped(bytes, &flips), &parts);
     }
 
     #[test]

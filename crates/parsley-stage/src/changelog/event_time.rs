@@ -1,0 +1,330 @@
+//! The event-time records of a task that orders by event time: the event-time record
+//! ([`EventTimeRecord`], key [`EVENT_TIME_KEY`](super::EVENT_TIME_KEY)), the value of a timer
+//! queue entry ([`ParkedRecord`], inside the segment records), and the rebuild of the task's
+//! watermark and timer queue from both ([`EventTimeState::decode`]).
+//!
+//! Invariant: a parked entry's topic is named by the event-time record committed with it —
+//! the rebuild refuses a parked record whose topic neither the stage's sources nor the record
+//! name, so a record handed to the handler after a restore always has its topic's name.
+
+use std::collections::BTreeMap;
+
+use parsley_clock::{Channel, TopicId};
+use parsley_gate::{Control, InputSnapshot, Part, TimerQueue, WatermarkSnapshot, WatermarkTracker};
+use serde::{Deserialize, Serialize};
+
+/// Version byte of the event-time record; 1 held the whole queue, 2 the header of a queue
+/// changelogged record by record, 3 the header of segments whose entries also held the source
+/// topic's name and a second copy of the key.
+const CODEC_VERSION: u8 = 4;
+/// Largest event-time record body decoded, bytes (a corrupt length never allocates more).
+const DECODE_LIMIT: usize = 1 << 30;
+
+/// A delivered record waiting in a task's timer queue: what the handler needs besides its key
+/// (the queue's key), and its coordinate and sender for the ancestor rule. The value of an
+/// entry of a segment record (the queue's codec: bincode, standard configuration, through
+/// serde). The source topic is named by the channel's topic id, not by name: a parked entry is
+/// written once to the changelog, and the name was 40 % of its bytes.
+///
+/// The byte fields serialise as byte strings (`serde_bytes`): one length and a copy, where
+/// serde's default writes a sequence element by element.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ParkedRecord {
+    /// Its channel: topic id bytes and partition.
+    #[serde(with = "channel_bytes")]
+    pub channel: ([u8; 16], i32),
+    /// Offset in the source partition.
+    pub offset: i64,
+    /// Kafka record timestamp, ms since the epoch (the event time, except for control records).
+    pub timestamp: i64,
+    /// The record had no key (null), as opposed to an empty one: the queue keys both by the
+    /// empty key, and the handler gets back what was delivered.
+    pub keyless: bool,
+    /// Record value.
+    #[serde(with = "serde_bytes")]
+    pub value: Option<Vec<u8>>,
+    /// Sender id bytes and sequence of its stamp, if stamped.
+    pub sender: Option<([u8; 16], u64)>,
+}
+
+/// `([u8; 16], i32)` with the id as a byte string.
+mod channel_bytes {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+    use serde_bytes::ByteArray;
+
+    pub(super) fn serialize<S: Serializer>(c: &([u8; 16], i32), s: S) -> Result<S::Ok, S::Error> {
+        (ByteArray::new(c.0), c.1).serialize(s)
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<([u8; 16], i32), D::Error> {
+        let (id, partition) = <(ByteArray<16>, i32)>::deserialize(d)?;
+        Ok((id.into_array(), partition))
+    }
+}
+
+impl ParkedRecord {
+    /// Its channel.
+    pub fn channel(&self) -> Channel {
+        Channel::new(TopicId::from_bytes(self.channel.0), self.channel.1)
+    }
+}
+
+/// The event-time record of a task, written with every task snapshot in the same transaction.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct EventTimeRecord {
+    /// The watermark tracker's committed part.
+    pub watermark: WatermarkSnapshot,
+    /// Names of the topics whose records may be parked, by topic id: the stage's sources, and
+    /// former sources (deleted or recreated under a new id) that still have parked records.
+    pub topics: Vec<(TopicId, String)>,
+    /// The timer queue's header ([`parsley_gate::QueueParts::header`]: its watermark, next
+    /// arrival, next segment number, counters), in the queue's own encoding.
+    pub queue: Vec<u8>,
+}
+
+type WireInput = (([u8; 16], i32), Option<i64>, Vec<(i64, i64)>);
+/// Watermark, inputs, topic names by id, the queue's header.
+type Wire = (
+    Option<i64>,
+    Vec<WireInput>,
+    Vec<([u8; 16], String)>,
+    Vec<u8>,
+);
+
+impl EventTimeRecord {
+    /// The record's value: version byte 4, then the bincode (standard configuration) of the
+    /// watermark, the inputs (channel as topic id bytes and partition, prefix maximum,
+    /// look-ahead `(offset, event time ms)` pairs), the topic names by id bytes, and the
+    /// queue's header as bytes.
+    pub fn encode(&self) -> Vec<u8> {
+        let wire: Wire = (
+            self.watermark.watermark,
+            self.watermark
+                .inputs
+                .iter()
+                .map(|s| {
+                    (
+                        (s.channel.topic.to_bytes(), s.channel.partition),
+                        s.prefix_max,
+                        s.lookahead.clone(),
+                    )
+                })
+                .collect(),
+            self.topics
+                .iter()
+                .map(|(id, name)| (id.to_bytes(), name.clone()))
+                .collect(),
+            self.queue.clone(),
+        );
+        let mut record = vec![CODEC_VERSION];
+        record.extend(
+            bincode::encode_to_vec(&wire, bincode::config::standard())
+                .expect("encoding plain values into a vector cannot fail"),
+        );
+        record
+    }
+
+    /// Decodes a record ([`EventTimeRecord::encode`]'s inverse). Bounded: a corrupt length
+    /// never allocates more than 1 GiB. The queue's header is not decoded here
+    /// ([`EventTimeState::decode`] does, with the queue's parts).
+    ///
+    /// # Errors
+    /// A message naming what is wrong: empty bytes, version 3 (with what to do), an unknown
+    /// version, bytes that do not decode, trailing bytes.
+    pub fn decode(bytes: &[u8]) -> Result<Self, String> {
+        let (&version, body) = bytes.split_first().ok_or("empty event-time record")?;
+        if version == 3 {
+            return Err(
+                "event-time record version 3: its parked records name their topics \
+                 (before Parsley 0.1's lean segment entries, version 4); this version cannot \
+                 restore them: reset the application (its changelog and committed offsets)"
+                    .to_string(),
+            );
+        }
+        if version != CODEC_VERSION {
+            return Err(format!("unknown event-time record version {version}"));
+        }
+        let config = bincode::config::standard().with_limit::<DECODE_LIMIT>();
+        let ((watermark, inputs, topics, queue), used): (Wire, usize) =
+            bincode::decode_from_slice(body, config).map_err(|e| e.to_string())?;
+        if used != body.len() {
+            return Err(format!("{} trailing bytes", body.len() - used));
+        }
+        Ok(EventTimeRecord {
+            watermark: WatermarkSnapshot {
+                watermark,
+                inputs: inputs
+                    .into_iter()
+                    .map(|((t, p), prefix_max, lookahead)| InputSnapshot {
+                        channel: Channel::new(TopicId::from_bytes(t), p),
+                        prefix_max,
+                        lookahead,
+                    })
+                    .collect(),
+            },
+            topics: topics
+                .into_iter()
+                .map(|(id, name)| (TopicId::from_bytes(id), name))
+                .collect(),
+            queue,
+        })
+    }
+}
+
+/// A task's event-time state rebuilt from its changelog: the watermark tracker, the timer
+/// queue and the names of the topics its parked records come from.
+#[derive(Debug)]
+pub struct EventTimeState {
+    /// The watermark tracker, restored (end offsets and heads unknown until read again).
+    pub tracker: WatermarkTracker,
+    /// The timer queue, restored with its parked records, late counts and counters.
+    pub queue: TimerQueue<Vec<u8>, ParkedRecord>,
+    /// Topic names by id: the stage's current sources, and former topics that still have
+    /// parked records.
+    pub topics: BTreeMap<TopicId, String>,
+}
+
+impl EventTimeState {
+    /// Rebuilds the state of a task whose event-time inputs are `inputs` (the control channel
+    /// excluded), with the control stream `control`, from the event-time record `record` and
+    /// the latest record of every part of the timer queue, `parts` (tombstoned parts left
+    /// out). Input channels of the record that are not in `inputs` any more (a deleted topic)
+    /// are dropped, their parked records kept, with their topic's name. `topics` names the
+    /// stage's current sources by id.
+    ///
+    /// # Errors
+    /// A message naming what does not decode or breaks an invariant: the record's
+    /// ([`EventTimeRecord::decode`]), the tracker's, the queue's
+    /// ([`TimerQueue::from_parts`]), or a parked record whose topic has no name.
+    pub fn decode(
+        inputs: Vec<Channel>,
+        control: Option<Control>,
+        topics: impl IntoIterator<Item = (TopicId, String)>,
+        record: &[u8],
+        parts: &BTreeMap<Part<Vec<u8>>, Vec<u8>>,
+    ) -> Result<Self, String> {
+        let EventTimeRecord {
+            mut watermark,
+            topics: names,
+            queue,
+        } = EventTimeRecord::decode(record)?;
+        watermark.inputs.retain(|s| inputs.contains(&s.channel));
+        let tracker =
+            WatermarkTracker::restore(inputs, control, &watermark).map_err(|e| e.to_string())?;
+        let queue: TimerQueue<Vec<u8>, ParkedRecord> =
+            TimerQueue::from_parts(&queue, parts.iter().map(|(p, r)| (p.clone(), r.as_slice())))
+                .map_err(|e| e.to_string())?;
+        // The current sources' names, and those of former topics that still have parked
+        // records.
+        let mut topics: BTreeMap<TopicId, String> = topics.into_iter().collect();
+        let former: BTreeMap<TopicId, String> = names
+            .into_iter()
+            .filter(|(id, _)| !topics.contains_key(id))
+            .collect();
+        for (_, _, r) in queue.parked() {
+            let id = TopicId::from_bytes(r.channel.0);
+            if let std::collections::btree_map::Entry::Vacant(slot) = topics.entry(id) {
+                let name = former.get(&id).ok_or_else(|| {
+                    format!(
+                        "the parked record at offset {} of topic {id} partition {} has no \
+                         topic name in the event-time record",
+                        r.offset, r.channel.1
+                    )
+                })?;
+                slot.insert(name.clone());
+            }
+        }
+        Ok(EventTimeState {
+            tracker,
+            queue,
+            topics,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_round_trips_and_version_3_is_refused_with_what_to_do() {
+        let a = Channel::new(TopicId::from_halves(1, 2), 0);
+        let record = EventTimeRecord {
+            watermark: WatermarkSnapshot {
+                watermark: Some(500),
+                inputs: vec![InputSnapshot {
+                    channel: a,
+                    prefix_max: Some(400),
+                    lookahead: vec![(7, 600)],
+                }],
+            },
+            topics: vec![(a.topic, "in".to_string())],
+            queue: TimerQueue::<Vec<u8>, ParkedRecord>::new()
+                .to_parts()
+                .unwrap()
+                .header,
+        };
+        let mut bytes = record.encode();
+        assert_eq!(EventTimeRecord::decode(&bytes).unwrap(), record);
+        assert_eq!(
+            EventTimeRecord::decode(&[]).unwrap_err(),
+            "empty event-time record"
+        );
+        bytes[0] = 3;
+        let err = EventTimeRecord::decode(&bytes).unwrap_err();
+        assert!(
+            err.contains("version 3") && err.contains("reset the application"),
+            "{err}"
+        );
+        bytes[0] = 9;
+        let err = EventTimeRecord::decode(&bytes).unwrap_err();
+        assert!(err.contains("unknown event-time record version 9"), "{err}");
+    }
+
+    #[test]
+    fn a_parked_record_of_an_unnamed_topic_is_refused() {
+        let (a, gone) = (
+            Channel::new(TopicId::from_halves(1, 2), 0),
+            Channel::new(TopicId::from_halves(3, 4), 0),
+        );
+        let mut queue: TimerQueue<Vec<u8>, ParkedRecord> = TimerQueue::new();
+        let record = ParkedRecord {
+            channel: (gone.topic.to_bytes(), 0),
+            offset: 5,
+            timestamp: 100,
+            keyless: false,
+            value: Some(b"v".to_vec()),
+            sender: None,
+        };
+        let _ = queue.park(b"k".to_vec(), 100, [], record);
+        let written = queue.to_parts().unwrap();
+        let parts: BTreeMap<Part<Vec<u8>>, Vec<u8>> = written
+            .parts
+            .into_iter()
+            .filter_map(|(p, b)| Some((p, b?)))
+            .collect();
+        let mut event_time = EventTimeRecord {
+            queue: written.header,
+            ..EventTimeRecord::default()
+        };
+        let sources = [(a.topic, "in".to_string())];
+        let err =
+            EventTimeState::decode(vec![a], None, sources.clone(), &event_time.encode(), &parts)
+                .unwrap_err();
+        assert!(
+            err.contains("offset 5") && err.contains("no topic name"),
+            "{err}"
+        );
+        event_time.topics = vec![(gone.topic, "gone".to_string())];
+        let state =
+            EventTimeState::decode(vec![a], None, sources, &event_time.encode(), &parts).unwrap();
+        assert_eq!(state.queue.len(), 1);
+        assert_eq!(
+            state.topics.get(&gone.topic).map(String::as_str),
+            Some("gone")
+        );
+        assert_eq!(state.topics.get(&a.topic).map(String::as_str), Some("in"));
+    }
+}
