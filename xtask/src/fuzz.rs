@@ -1,12 +1,12 @@
 //! `cargo xtask fuzz`: the `cargo-fuzz` targets under `fuzz/` (the stamp decoder, the timer
-//! queue's changelog decoder, the gate fed arbitrary sequences of evidence), each for a given
-//! time or number of executions, with libFuzzer's AddressSanitizer build on the nightly
+//! queue's changelog decoder, every changelog record decoder with the restore's fold, the gate
+//! fed arbitrary sequences of evidence), each for a given time or number of executions, with libFuzzer's AddressSanitizer build on the nightly
 //! toolchain. `cargo-fuzz` is installed from crates.io when missing; the nightly toolchain must
 //! be there (`rustup toolchain install nightly`). Each target's corpus grows under
 //! `fuzz/corpus/<target>/` (not committed); a failure leaves its input under
 //! `fuzz/artifacts/<target>/` and fails the command, naming it. The test command runs every
-//! target for 15 s, then `gate_sequences` against a deliberately wrong gate, which must fail
-//! ([`negative_control`]).
+//! target for [`SHORT_SECONDS`], then `gate_sequences` against a deliberately wrong gate, which
+//! must fail ([`negative_control`]): about a minute of fuzzing in all.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -16,7 +16,16 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 
 /// The targets, in the order they run.
-pub(crate) const TARGETS: [&str; 3] = ["stamp_decode", "timer_changelog", "gate_sequences"];
+pub(crate) const TARGETS: [&str; 4] = [
+    "stamp_decode",
+    "timer_changelog",
+    "changelog_records",
+    "gate_sequences",
+];
+
+/// Seconds per target in the test command's short run ([`run_short`]): four targets and the
+/// negative control (caught within seconds) make about a minute.
+pub(crate) const SHORT_SECONDS: u64 = 12;
 
 /// Arguments of `cargo xtask fuzz`.
 #[derive(Args, Debug)]
@@ -164,11 +173,12 @@ pub(crate) fn run(args: FuzzArgs) -> Result<()> {
     Ok(())
 }
 
-/// The test command's short run: every target for 15 s, then the negative control.
+/// The test command's short run: every target for [`SHORT_SECONDS`], then the negative
+/// control.
 pub(crate) fn run_short() -> Result<()> {
     run(FuzzArgs {
         target: None,
-        seconds: Some(15),
+        seconds: Some(SHORT_SECONDS),
         runs: None,
         no_sanitizer: false,
         negative_control: false,

@@ -132,8 +132,9 @@ enum Cmd {
         #[arg(last = true)]
         args: Vec<String>,
     },
-    /// The cargo-fuzz targets (stamp decoder, timer queue changelog, gate sequences), each for
-    /// a time or a number of executions; installs cargo-fuzz when missing (needs nightly).
+    /// The cargo-fuzz targets (stamp decoder, timer queue changelog, changelog records, gate
+    /// sequences), each for a time or a number of executions; installs cargo-fuzz when missing
+    /// (needs nightly).
     Fuzz(fuzz::FuzzArgs),
     /// Benchmarks on the local broker (started if none is running).
     Bench {
@@ -452,7 +453,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
             if chaos(bootstrap, 1, 2, true, false)? != ExitCode::SUCCESS {
                 bail!("the event-time fault-injection run failed");
             }
-            println!("xtask: a short run of every fuzz target (cargo xtask fuzz --seconds 15)");
+            println!(
+                "xtask: a short run of every fuzz target (cargo xtask fuzz --seconds {})",
+                fuzz::SHORT_SECONDS
+            );
             fuzz::run_short()?;
             println!("xtask: all checks passed");
             Ok(ExitCode::SUCCESS)
