@@ -80,7 +80,8 @@ pub(crate) struct Intake {
     deferred: Option<Fetched>,
     /// Poll batches so far: the epoch of the records of the current batch.
     epoch: u64,
-    /// Records fetched so far (orders deliveries in arrival order under [`GateMode::Off`]).
+    /// Records fetched so far (orders deliveries in arrival order under
+    /// [`GateMode::Off`](crate::GateMode::Off)).
     arrivals: u64,
     /// When the current batch took its first record (one clock read per batch).
     batch_time: Option<Instant>,
