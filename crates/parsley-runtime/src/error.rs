@@ -722,7 +722,9 @@ impl Error {
     ///   good, which is never retried as it was (the stage's bad-record policy may take its
     ///   input record out of the redo);
     /// - [`Error::Kafka`] holding a transactional API error ([`KafkaError::Transaction`])
-    ///   that requires an abort and is not fatal, or whose code is a fence;
+    ///   that is not fatal and requires an abort or may be retried (a coordinator that moved
+    ///   mid-call: `AddOffsetsToTxn` meeting `_TRANSPORT`, seen when the transaction
+    ///   coordinator's broker was killed), or whose code is a fence;
     /// - [`Error::TransactionStalled`]: a commit call that did not return in time (the
     ///   recovery replaces the producer instead of aborting with it).
     ///
@@ -745,7 +747,9 @@ impl Error {
             Error::Kafka {
                 source: KafkaError::Transaction(t),
                 ..
-            } => (t.txn_requires_abort() && !t.is_fatal()) || fencing(t.code()),
+            } => {
+                (!t.is_fatal() && (t.txn_requires_abort() || t.is_retriable())) || fencing(t.code())
+            }
             _ => false,
         }
     }
@@ -878,7 +882,10 @@ mod tests {
             Error::Kafka {
                 source: KafkaError::Transaction(t),
                 ..
-            } => (t.txn_requires_abort() && !t.is_fatal()) || super::fencing(t.code()),
+            } => {
+                (!t.is_fatal() && (t.txn_requires_abort() || t.is_retriable()))
+                    || super::fencing(t.code())
+            }
             Error::TransactionStalled { .. } => true,
             _ => false,
         }
@@ -1239,6 +1246,25 @@ mod tests {
         assert!(!fatal && abort && !super::fencing(code), "{abortable}");
         producer.abort_transaction(timeout).unwrap();
 
+        // Retriable, not abortable: the coordinator answers `AddOffsetsToTxn` with a retriable
+        // error past the call's timeout (as a coordinator that moved does).
+        producer.begin_transaction().unwrap();
+        mock.request_errors(
+            RDKafkaApiKey::AddOffsetsToTxn,
+            &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_COORDINATOR_LOAD_IN_PROGRESS; 200],
+        );
+        let retriable = producer
+            .send_offsets_to_transaction(&offsets, &group, Duration::from_millis(300))
+            .unwrap_err();
+        let (code, fatal, abort) = transactional(&retriable);
+        let may_retry = matches!(&retriable, KafkaError::Transaction(t) if t.is_retriable());
+        assert!(
+            may_retry && !fatal && !abort && !super::fencing(code),
+            "{retriable}"
+        );
+        mock.clear_request_errors(RDKafkaApiKey::AddOffsetsToTxn);
+        producer.abort_transaction(timeout).unwrap();
+
         // Fenced at the commit: fatal, with a fence code. (An empty transaction's commit sends
         // nothing, so the offsets go in first.)
         producer.begin_transaction().unwrap();
@@ -1256,6 +1282,7 @@ mod tests {
         for row in [
             ("not configured", kafka(not_configured), Fatal, NOT_FENCED),
             ("abortable", kafka(abortable), Retriable, NOT_FENCED),
+            ("retriable", kafka(retriable), Retriable, NOT_FENCED),
             ("fenced", kafka(fenced), Retriable, FENCED),
         ] {
             check(row);
