@@ -532,7 +532,8 @@ pub enum Error {
         /// its first record names one (every changelog record a stage writes does).
         producer: Option<String>,
     },
-    /// A call of the commit did not return within the stage's timeout (plus a second): the
+    /// A call of the commit did not return within the stage's timeout or its transaction
+    /// timeout, whichever is shorter (plus a second): the
     /// stage gave up on it, replaced its producer (which aborts the open transaction) and
     /// redoes the work from its last commit ([retriable](Error::is_retriable)). librdkafka can
     /// wait past its own timeout when the group coordinator leaves the cluster (case C21).
@@ -542,7 +543,8 @@ pub enum Error {
     TransactionStalled {
         /// The call.
         operation: &'static str,
-        /// The stage's timeout the call was given.
+        /// The bound the call was given: the shorter of the stage's timeout and its transaction
+        /// timeout.
         timeout: std::time::Duration,
     },
     /// Something did not happen within its deadline.

@@ -132,6 +132,9 @@ pub fn committed_end_offsets(topic: &TopicInfo) -> HashMap<i32, i64> {
 /// each partition reaches the end offset a `read_committed` consumer saw when the call began
 /// (evidence: positions, not silence). Records are returned per partition in offset order.
 ///
+/// A node that cannot be reached (a stopped node of a cluster) is not an error: its partitions
+/// are read once they are led elsewhere.
+///
 /// # Panics
 /// On a broker error, a malformed stamp, or when the end is not reached within [`DEADLINE`].
 pub fn read_committed(topic: &TopicInfo) -> Vec<ReadRecord> {
@@ -164,7 +167,15 @@ pub fn read_committed(topic: &TopicInfo) -> Vec<ReadRecord> {
             topic.name
         );
         if let Some(m) = consumer.poll(Duration::from_millis(100)) {
-            let m = m.expect("poll");
+            let m = match m {
+                Ok(m) => m,
+                // A node of a cluster that is down (the consumer carries on with the others).
+                Err(rdkafka::error::KafkaError::MessageConsumption(
+                    rdkafka::types::RDKafkaErrorCode::BrokerTransportFailure
+                    | rdkafka::types::RDKafkaErrorCode::AllBrokersDown,
+                )) => continue,
+                Err(e) => panic!("poll: {e}"),
+            };
             let stamp = m.headers().and_then(|h| {
                 h.iter()
                     .find(|h| h.key == parsley_clock::STAMP_HEADER)

@@ -8,7 +8,8 @@
 //! departed broker until some other broker changes state, possibly never (librdkafka issues
 //! 5456 and 5511; case C21 reproduces it on the local cluster with Kafka 4.4 and librdkafka
 //! 2.12). So the stream thread waits for each of the two calls at most the stage's timeout
-//! plus [`GRACE`]. A call that has not returned by then is given up:
+//! or its transaction timeout, whichever is shorter (past the transaction timeout the
+//! coordinator has aborted the transaction, and the commit can only fail), plus [`GRACE`]. A call that has not returned by then is given up:
 //! [`Error::TransactionStalled`], which the stage recovers from like an aborted transaction,
 //! except that the producer is replaced instead of asked to abort (librdkafka refuses any
 //! transactional call while one is in progress). Initialising the new producer fences the old

@@ -603,7 +603,7 @@ impl StageRunner {
     }
 
     /// Sends the offsets and commits on a helper thread, each call bounded by the stage's
-    /// timeout ([`CommitCall`]), while this thread serves the delivery reports and, with
+    /// timeout or its transaction timeout, whichever is shorter ([`CommitCall`]), while this thread serves the delivery reports and, with
     /// `overlap`, takes what is ready ([`StageRunner::overlap_batch`]) until the commit
     /// returns or nothing is ready; returns the commit's result and the overlapped work's.
     fn commit_call(
@@ -612,12 +612,15 @@ impl StageRunner {
         metadata: ConsumerGroupMetadata,
         overlap: bool,
     ) -> (Result<()>, Result<()>) {
+        // Waiting longer than the transaction timeout is pointless: by then the coordinator
+        // has aborted the transaction, and the commit can only fail.
+        let timeout = self.config.timeout.min(self.config.transaction_timeout());
         let call = CommitCall::start(
             &self.ctx.stage,
             self.txn.outbox.shared_producer(),
             offsets,
             metadata,
-            self.config.timeout,
+            timeout,
         );
         let mut call = match call {
             Ok(call) => call,
