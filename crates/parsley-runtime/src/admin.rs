@@ -27,6 +27,9 @@ use crate::clients::{ClientRole, ClientSettings};
 use crate::error::{Error, Result};
 use crate::security::{Endpoint, SecurityWatch, WATCH_STEP};
 
+/// The pause before an admin request whose broker dropped the connection is sent again.
+const TRANSPORT_RETRY: Duration = Duration::from_millis(100);
+
 /// The isolation level of a `ListOffsets(LATEST)` request: the high watermark or the LSO.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Isolation {
@@ -522,18 +525,21 @@ impl Admin {
 
     /// Runs one native admin request: options for `op` with request timeout `timeout` (and whatever
     /// `configure` sets), `start` on a private queue, then waits for the result event and checks
-    /// its error. Returns the event, destroyed when dropped.
+    /// its error. A request whose broker dropped the connection (`_TRANSPORT`) is started again
+    /// every [`TRANSPORT_RETRY`] until the deadline: the requests sent here only read. Returns
+    /// the event, destroyed when dropped.
     ///
     /// # Safety
     /// `configure` and `start` must only pass the given pointers to librdkafka calls that expect
     /// them; they are valid for the duration of the calls.
+    #[allow(clippy::too_many_lines)]
     unsafe fn request(
         &self,
         operation: &str,
         timeout: Duration,
         op: rdsys::rd_kafka_admin_op_t,
         configure: impl FnOnce(*mut rdsys::rd_kafka_AdminOptions_t) -> std::result::Result<(), String>,
-        start: impl FnOnce(
+        start: impl Fn(
             *mut rdsys::rd_kafka_t,
             *const rdsys::rd_kafka_AdminOptions_t,
             *mut rdsys::rd_kafka_queue_t,
@@ -561,32 +567,48 @@ impl Admin {
             );
             configure(options.0).map_err(fail)?;
             let queue = Guard(rdsys::rd_kafka_queue_new(rk), rdsys::rd_kafka_queue_destroy);
-            start(rk, options.0, queue.0);
             // Waited for in short steps: a failure to authenticate or to set up TLS arrives
             // as an error event, not as the request's answer (module docs of `security`).
             let watch = &self.client.inner().context().watch;
             let deadline = std::time::Instant::now() + timeout + Duration::from_secs(5);
             let step = WATCH_STEP.as_millis() as i32;
-            let event = loop {
-                let event = rdsys::rd_kafka_queue_poll(queue.0, step);
-                if !event.is_null() {
-                    break event;
+            loop {
+                start(rk, options.0, queue.0);
+                let event = loop {
+                    let event = rdsys::rd_kafka_queue_poll(queue.0, step);
+                    if !event.is_null() {
+                        break event;
+                    }
+                    self.serve_main_queue();
+                    if let Some(e) = watch.error() {
+                        return Err(e);
+                    }
+                    if std::time::Instant::now() >= deadline {
+                        return Err(fail(format!("no answer within {timeout:?}")));
+                    }
+                };
+                let event = Guard(event, rdsys::rd_kafka_event_destroy);
+                let code = rdsys::rd_kafka_event_error(event.0);
+                if code == rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
+                    return Ok(event);
                 }
-                self.serve_main_queue();
-                if let Some(e) = watch.error() {
-                    return Err(e);
+                // The broker the request went to dropped the connection (a node of the
+                // cluster killed or restarting): every request here only reads, so it is
+                // sent again, to whichever broker librdkafka picks, until the deadline.
+                let retry = code == rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR__TRANSPORT
+                    && std::time::Instant::now() + TRANSPORT_RETRY < deadline
+                    && watch.error().is_none();
+                if !retry {
+                    return Err(
+                        watch.explain(fail(cstr(rdsys::rd_kafka_event_error_string(event.0))))
+                    );
                 }
-                if std::time::Instant::now() >= deadline {
-                    return Err(fail(format!("no answer within {timeout:?}")));
-                }
-            };
-            let event = Guard(event, rdsys::rd_kafka_event_destroy);
-            if rdsys::rd_kafka_event_error(event.0)
-                != rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR
-            {
-                return Err(watch.explain(fail(cstr(rdsys::rd_kafka_event_error_string(event.0)))));
+                debug!(
+                    operation,
+                    "admin request: transport failure, sending it again"
+                );
+                std::thread::sleep(TRANSPORT_RETRY);
             }
-            Ok(event)
         }
     }
 
@@ -901,7 +923,7 @@ impl Admin {
             operation: operation.clone(),
             message: "the group id contains a NUL byte".into(),
         })?;
-        let mut names = [name.as_ptr()];
+        let names = [name.as_ptr()];
         // SAFETY: every pointer passed to librdkafka is valid for the call; the result's
         // descriptions live as long as the event, which outlives every read below.
         unsafe {
@@ -911,9 +933,10 @@ impl Admin {
                 rdsys::rd_kafka_admin_op_t::RD_KAFKA_ADMIN_OP_DESCRIBECONSUMERGROUPS,
                 |_| Ok(()),
                 |rk, options, queue| {
+                    // librdkafka copies the names; its signature asks for a mutable array.
                     rdsys::rd_kafka_DescribeConsumerGroups(
                         rk,
-                        names.as_mut_ptr(),
+                        names.as_ptr().cast_mut(),
                         names.len(),
                         options,
                         queue,
