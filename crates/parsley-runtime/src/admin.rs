@@ -21,7 +21,7 @@ use rdkafka::error::KafkaError;
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka_sys as rdsys;
 
-use tracing::debug;
+use tracing::{debug, warn};
 
 use crate::clients::{ClientRole, ClientSettings};
 use crate::error::{Error, Result};
@@ -663,6 +663,8 @@ impl Admin {
     /// and returns once `DescribeTopics` reports each of them with all its partitions and
     /// every partition's leader answers a `ListOffsets` for it (on a cluster of several
     /// brokers a leader learns of a new topic a moment after the controller describes it).
+    /// A topic refused because the cluster has fewer live brokers than its replication factor
+    /// (a node down or restarting) is asked for again, every half second, until the timeout.
     ///
     /// # Errors
     /// [`Error::Admin`] naming the topic that could not be created (including one that
@@ -693,23 +695,49 @@ impl Admin {
                 )
             })
             .collect();
-        let results = block_on(self.client.create_topics(new.iter(), &self.options()))
-            .map_err(|e| Error::kafka("creating topics", e))?;
+        let deadline = Instant::now() + self.timeout;
+        let mut pending: Vec<&NewTopic<'_>> = new.iter().collect();
         let mut existed = false;
-        for r in results {
-            if let Err((topic, code)) = r {
+        let mut said = false;
+        while !pending.is_empty() {
+            let results = block_on(
+                self.client
+                    .create_topics(pending.iter().copied(), &self.options()),
+            )
+            .map_err(|e| Error::kafka("creating topics", e))?;
+            let mut again = Vec::new();
+            for (r, topic) in results.into_iter().zip(pending) {
+                let Err((name, code)) = r else { continue };
                 if tolerate_existing && code == RDKafkaErrorCode::TopicAlreadyExists {
                     existed = true;
                     continue;
                 }
+                // Fewer live brokers than the replication factor (a node of the cluster down or
+                // restarting): nothing was created; asked again until the deadline.
+                if code == RDKafkaErrorCode::InvalidReplicationFactor && Instant::now() < deadline {
+                    if !said {
+                        said = true;
+                        warn!(
+                            topic = %name,
+                            "creating the topic waits: the cluster has fewer live brokers than \
+                             the replication factor; asking again until the admin's timeout"
+                        );
+                    }
+                    again.push(topic);
+                    continue;
+                }
                 return Err(Error::Admin {
-                    operation: format!("creating topic {topic}"),
+                    operation: format!("creating topic {name}"),
                     message: code.to_string(),
                 });
             }
+            pending = again;
+            if !pending.is_empty() {
+                // Waiting for a broker to come back: asked again every half second.
+                std::thread::sleep(Duration::from_millis(500));
+            }
         }
         let names: Vec<&str> = topics.iter().map(|t| t.name.as_str()).collect();
-        let deadline = Instant::now() + self.timeout;
         loop {
             let found = self.describe_raw(&names, self.timeout)?;
             if found.iter().zip(topics).all(|(r, t)| {
