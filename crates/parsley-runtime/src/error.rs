@@ -1267,6 +1267,29 @@ mod tests {
         mock.clear_request_errors(RDKafkaApiKey::AddOffsetsToTxn);
         producer.abort_transaction(timeout).unwrap();
 
+        // A commit that timed out while its EndTxn is retried: "retry call to resume"; an abort
+        // meanwhile is refused with _CONFLICT (the stage's recovery replaces the producer).
+        producer.begin_transaction().unwrap();
+        producer
+            .send_offsets_to_transaction(&offsets, &group, timeout)
+            .unwrap();
+        mock.request_errors(
+            RDKafkaApiKey::EndTxn,
+            &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_COORDINATOR_LOAD_IN_PROGRESS; 200],
+        );
+        let timed_out = producer
+            .commit_transaction(Duration::from_millis(300))
+            .unwrap_err();
+        let (_, fatal, abort) = transactional(&timed_out);
+        assert!(!fatal && !abort, "{timed_out}");
+        let refused = producer.abort_transaction(timeout).unwrap_err();
+        assert!(
+            matches!(&refused, KafkaError::Transaction(t) if t.code() == C::Conflict),
+            "{refused}"
+        );
+        mock.clear_request_errors(RDKafkaApiKey::EndTxn);
+        producer.commit_transaction(timeout).unwrap();
+
         // Fenced at the commit: fatal, with a fence code. (An empty transaction's commit sends
         // nothing, so the offsets go in first.)
         producer.begin_transaction().unwrap();

@@ -689,23 +689,28 @@ impl StageRunner {
     /// the abort's own error when the producer cannot abort otherwise; the restore's errors.
     pub(super) fn recover(&mut self, cause: &Error, refused: Option<RefusedInput>) -> Result<()> {
         warn!(error = %cause, "aborting the transaction; every task returns to its last commit");
-        let aborted = if let Error::TransactionStalled { .. } = cause {
-            // A call is still in progress on the producer, which refuses any other: a new
-            // producer takes the transactional id, and initialising it aborts what the old one
-            // left open. The old one is freed by the helper thread when its call returns.
-            warn!("a commit call did not return: replacing the producer");
+        let stalled = matches!(cause, Error::TransactionStalled { .. });
+        let aborted = (!stalled).then(|| self.txn.outbox.abort_transaction(self.config.timeout));
+        // librdkafka refuses the abort while a call it timed out is still at work in the
+        // background ("retry call to resume": a commit whose EndTxn is waiting for a
+        // coordinator), as while a call has not returned at all.
+        let in_progress = matches!(
+            &aborted,
+            Some(Err(KafkaError::Transaction(t))) if t.code() == RDKafkaErrorCode::Conflict
+        );
+        if stalled || in_progress {
+            // A new producer takes the transactional id; initialising it lets the coordinator
+            // finish or abort what the old one left open, and the tasks restart from whatever
+            // the group's committed offsets then say. The old producer is freed when its last
+            // call returns.
+            warn!("a transactional call is still in progress: replacing the producer");
             self.txn.outbox = Transaction::producer(
                 &self.txn.producer_config,
                 self.txn.statistics.clone(),
                 self.config.timeout,
             )?;
-            None
-        } else {
-            Some(self.txn.outbox.abort_transaction(self.config.timeout))
-        };
-        match aborted {
-            None => {}
-            Some(aborted) => self.after_abort(cause, aborted)?,
+        } else if let Some(aborted) = aborted {
+            self.after_abort(cause, aborted)?;
         }
         self.restart_from_last_commit(refused)
     }
