@@ -477,7 +477,7 @@ impl Outbox {
 
     /// Serves the main queue until `done` holds or `timeout` passes, blocking while the
     /// queue is empty (module docs); `false` on the timeout.
-    fn wait_until(&self, timeout: Duration, done: impl Fn(&Self) -> bool) -> bool {
+    pub(crate) fn wait_until(&self, timeout: Duration, done: impl Fn(&Self) -> bool) -> bool {
         let deadline = Instant::now() + timeout;
         loop {
             self.serve();
@@ -504,12 +504,6 @@ impl Outbox {
     /// [`AckContext::signal`] when it returns.
     pub(crate) fn serve_until(&self, done: impl Fn() -> bool) {
         while !self.wait_until(Duration::from_secs(3600), |_| done()) {}
-    }
-
-    /// Serves the reports until `done` holds or `timeout` passes, blocking while the queue is
-    /// empty; `false` on the timeout.
-    pub(crate) fn serve_for(&self, timeout: Duration, done: impl Fn() -> bool) -> bool {
-        self.wait_until(timeout, |_| done())
     }
 
     /// Runs `call` (a librdkafka call that waits for delivery reports to be served) on a

@@ -305,9 +305,10 @@ fn recorded_secure_listener(dir: &Path) -> Result<Option<SecureListener>, Broker
 /// What [`up`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Up {
-    /// A broker was started; it answers at this address.
+    /// A broker (or a cluster) was started; it answers at this address (a cluster: its
+    /// bootstrap list).
     Started(String),
-    /// The recorded broker already answers at this address.
+    /// The recorded broker (or cluster) already answers at this address.
     AlreadyRunning(String),
 }
 

@@ -72,23 +72,8 @@ impl Node {
     }
 }
 
-/// What [`up`] did.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Up {
-    /// The cluster was started; its bootstrap list.
-    Started(String),
-    /// The recorded cluster already runs with every node up; its bootstrap list.
-    AlreadyRunning(String),
-}
-
-impl Up {
-    /// The bootstrap list.
-    pub fn bootstrap(&self) -> &str {
-        match self {
-            Up::Started(b) | Up::AlreadyRunning(b) => b,
-        }
-    }
-}
+/// What [`up`] did: the single broker's answer, with the cluster's bootstrap list.
+pub use crate::broker::Up;
 
 /// A partition as the cluster's metadata shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -650,7 +650,7 @@ impl StageRunner {
         while !self
             .txn
             .outbox
-            .serve_for(Duration::from_millis(100), || call.finished())
+            .wait_until(Duration::from_millis(100), |_| call.finished())
         {
             if let Err(stalled) = call.check() {
                 return (Err(stalled), taken);
@@ -704,15 +704,22 @@ impl StageRunner {
             // the group's committed offsets then say. The old producer is freed when its last
             // call returns.
             warn!("a transactional call is still in progress: replacing the producer");
-            self.txn.outbox = Transaction::producer(
-                &self.txn.producer_config,
-                self.txn.statistics.clone(),
-                self.config.timeout,
-            )?;
+            self.replace_producer()?;
         } else if let Some(aborted) = aborted {
             self.after_abort(cause, aborted)?;
         }
         self.restart_from_last_commit(refused)
+    }
+
+    /// A new producer for the transactional id in place of this one (a new epoch: initialising
+    /// it fences the old one and lets the coordinator finish or abort what it left open).
+    fn replace_producer(&mut self) -> Result<()> {
+        self.txn.outbox = Transaction::producer(
+            &self.txn.producer_config,
+            self.txn.statistics.clone(),
+            self.config.timeout,
+        )?;
+        Ok(())
     }
 
     /// What follows an abort of the open transaction: on success, the reports awaited and
@@ -736,11 +743,7 @@ impl StageRunner {
                     // refused as OUT_OF_ORDER_SEQUENCE_NUMBER and aborted in turn. A new
                     // producer takes the transactional id (a new epoch, sequences from 0).
                     warn!("the broker refused a batch: replacing the producer");
-                    self.txn.outbox = Transaction::producer(
-                        &self.txn.producer_config,
-                        self.txn.statistics.clone(),
-                        self.config.timeout,
-                    )?;
+                    self.replace_producer()?;
                 }
             }
             Err(rdkafka::error::KafkaError::Transaction(t)) if t.is_fatal() => {
@@ -768,11 +771,7 @@ impl StageRunner {
                 // the group moved them elsewhere, the next commit is refused and the rebalance
                 // hands them over.
                 warn!(error = %t, open_ms = open.as_millis() as u64, "the producer is fenced or failed: replacing it");
-                self.txn.outbox = Transaction::producer(
-                    &self.txn.producer_config,
-                    self.txn.statistics.clone(),
-                    self.config.timeout,
-                )?;
+                self.replace_producer()?;
             }
             Err(e) => return Err(Error::kafka(format!("aborting after: {cause}"), e)),
         }
