@@ -247,7 +247,7 @@ pub fn measure_latency(
     Ok(latencies)
 }
 
-/// The `parsley.stamp` header lengths of the first records of an output topic.
+/// The stamp header lengths of the first records of an output topic.
 #[derive(Debug, Clone, Copy)]
 pub struct StampLengths {
     /// Records read.
@@ -262,7 +262,7 @@ pub struct StampLengths {
 
 /// Reads `records` records of `topic` from the middle of its partitions (a run's start, with
 /// nothing acknowledged yet, writes shorter stamps than its steady state) and measures their
-/// `parsley.stamp` header values.
+/// stamp header values.
 ///
 /// # Errors
 /// When the topic cannot be read, a record has no stamp header, or fewer than `records`
@@ -297,7 +297,7 @@ pub fn stamp_lengths(
             .headers()
             .and_then(|h| {
                 h.iter()
-                    .find(|h| h.key == parsley_clock::STAMP_HEADER)
+                    .find(|h| parsley_clock::is_stamp_header(h.key))
                     .map(|h| h.value.map_or(0, <[u8]>::len))
             })
             .with_context(|| format!("a record of {topic} without a stamp header"))?;

@@ -4,7 +4,7 @@
 //! interval:
 //! - **raw**: a plain rdkafka transactional consume→produce loop, no stamps ([`raw`]);
 //! - **parsley**: a topology of one pass-through stage run by the runtime ([`parsley`]);
-//! - **raw-stamped**, a reference: the raw loop with a `parsley.stamp` header on every output,
+//! - **raw-stamped**, a reference: the raw loop with a stamp header on every output,
 //!   of the mean length the Parsley run's outputs carry (measured from its output topic, or
 //!   `--stamp-bytes`): the cost of the wire format alone, apart from Parsley's own work.
 //!
@@ -153,7 +153,7 @@ struct BenchArgs {
         default_value = "raw,parsley,raw-stamped"
     )]
     modes: Vec<Mode>,
-    /// Length of the `parsley.stamp` header of the raw-stamped mode, bytes (default: the
+    /// Length of the stamp header of the raw-stamped mode, bytes (default: the
     /// mean length in the first Parsley run's output).
     #[arg(long)]
     stamp_bytes: Option<usize>,
@@ -378,14 +378,12 @@ fn bench(args: &BenchArgs) -> Result<bool> {
             row.broker_jit_us_per_record.extend(broker_jit_us);
             row.absorb(&report);
             if mode == Mode::RawStamped {
-                println!(
-                    "{payload} B: raw-stamped: each output carried a {stamp} B parsley.stamp header"
-                );
+                println!("{payload} B: raw-stamped: each output carried a {stamp} B stamp header");
             }
             if mode == Mode::Parsley {
                 let s = load::stamp_lengths(&bootstrap, &output, args.partitions, 4_000)?;
                 println!(
-                    "{payload} B: parsley.stamp header of the output: mean {:.1} B (min {}, max {}) over {} records from the middle of the output",
+                    "{payload} B: stamp header of the output: mean {:.1} B (min {}, max {}) over {} records from the middle of the output",
                     s.mean, s.min, s.max, s.records
                 );
                 stamp_bytes.get_or_insert(s.mean.round() as usize);

@@ -10,7 +10,7 @@
 //! `retry.backoff.ms=10` — so the difference to the Parsley case is Parsley's own work.
 //!
 //! With a stamp length (`raw-stamped`, a reference mode) each output also carries a
-//! `parsley.stamp` header of that many filler bytes, built per record as a client must (one
+//! stamp header of that many filler bytes, built per record as a client must (one
 //! `OwnedHeaders` per send): what Parsley's wire format alone costs — librdkafka's header
 //! allocation and copy, bigger batches for the broker — without Parsley's own work (gate,
 //! clock, stamp encoding, changelog). The benchmark sets the length to the mean length of the
@@ -44,7 +44,7 @@ const MAX_BATCH: usize = 500;
 const TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Runs the loop until the commit that covers `args.records` records; with `stamp_bytes`,
-/// every output carries a `parsley.stamp` header of that many bytes (module docs).
+/// every output carries a stamp header of that many bytes (module docs).
 ///
 /// # Errors
 /// Any consumer, producer or transaction error: the benchmark stops.

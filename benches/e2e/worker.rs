@@ -24,7 +24,7 @@ pub enum Mode {
     Raw,
     /// A Parsley topology with one pass-through stage.
     Parsley,
-    /// The raw loop, each output also carrying a `parsley.stamp` header of `--stamp-bytes`
+    /// The raw loop, each output also carrying a stamp header of `--stamp-bytes`
     /// filler bytes (a reference: what the wire format alone costs, without Parsley's work).
     RawStamped,
 }
@@ -68,7 +68,7 @@ pub struct WorkerArgs {
     /// Commit interval, ms.
     #[arg(long)]
     pub commit_interval_ms: u64,
-    /// Length of the `parsley.stamp` header value of [`Mode::RawStamped`], bytes.
+    /// Length of the stamp header value of [`Mode::RawStamped`], bytes.
     #[arg(long, default_value_t = 0)]
     pub stamp_bytes: usize,
     /// Parsley mode: the input opts out of the key-partition check

@@ -1,11 +1,14 @@
-//! The `parsley.stamp` header codec: versioned, compact, total on untrusted input.
+//! The stamp header codec: versioned, compact, total on untrusted input.
 //!
-//! # Format (version 1)
+//! # Format (version 2, written)
 //!
 //! ```text
-//! stamp     := version:u8 (= 1) flags:u8 [sender] [acked] clock [in_flight]
-//! sender    := sender_id:[u8; 16] seq:varint          (iff flags bit 0)
-//! acked     := acked_through:varint                   (iff flags bit 2)
+//! stamp     := head:u8 [sender] [acked] clock [in_flight]
+//! head      := 0x20 | flags                           (the high four bits: version 2)
+//! sender    := sender_id seq:varint                   (iff flags bit 0)
+//! sender_id := [u8; 8]                                (a short id: its first 8 bytes are 0)
+//!            | [u8; 16]                               (iff flags bit 3: any other id)
+//! acked     := seq - 1 - acked_through:varint         (iff flags bit 2)
 //! clock     := groups                                 (values are offsets)
 //! in_flight := groups                                 (iff flags bit 1; values are sequences)
 //! groups    := count:varint group*                    (topic ids strictly ascending)
@@ -18,12 +21,29 @@
 //!   further entry writes `partition - previous - 1` and the zigzag delta of its value from
 //!   the previous entry's value, so the partitions of one topic — whose offsets are usually
 //!   close — cost a few bytes each and a topic's UUID is written once per section.
-//! - Flag bits 3–7 are reserved. A decoder that does not know a bit rejects the header rather
-//!   than misread it.
+//! - Sender ids drawn by [`SenderId::random`] are short (64 random bits): eight bytes on the
+//!   wire. Acked-through is written as its distance below the stamp's own sequence, usually
+//!   one byte.
+//! - Flag bits 4–7 of the head are the version; a decoder that does not know a flag bit (or
+//!   bit 3 without bit 0) rejects the header rather than misread it.
 //!
-//! The encoding of a stamp is canonical: [`decode`] accepts only what [`encode`] produces, so
-//! equal stamps have equal bytes. Decoding also checks the invariants of [`Stamp`] (in-flight
-//! claims need a sender, sequences are consistent).
+//! # Version 1 (read, not written)
+//!
+//! Version 1 wrote `version:u8 (= 1) flags:u8`, a 16-byte sender id whatever its value, and
+//! acked-through as a plain varint; the rest is as version 2, and flag bit 3 is unknown to it.
+//! [`decode`] reads both versions, so records written before version 2 stay readable.
+//!
+//! The encoding of a stamp is canonical: [`decode`] accepts only what [`encode_version`]
+//! produces for the version the bytes name, so equal stamps have equal bytes. Decoding also
+//! checks the invariants of [`Stamp`] (in-flight claims need a sender, sequences are
+//! consistent).
+//!
+//! # The header
+//!
+//! The stamp travels in the record header [`STAMP_HEADER`] (`ps`, two bytes: on a small record
+//! the header's name is part of the cost of every stamp). Readers also take
+//! [`LEGACY_STAMP_HEADER`] (`parsley.stamp`), the name earlier releases wrote; see
+//! [`is_stamp_header`].
 //!
 //! # Errors
 //! Decoding never panics and never allocates more than the input can describe; every failure is
@@ -37,17 +57,32 @@ use crate::sender::{SenderId, SenderTag};
 use crate::stamp::{InFlight, Stamp};
 
 /// The Kafka record header that carries a [`Stamp`].
-pub const STAMP_HEADER: &str = "parsley.stamp";
+pub const STAMP_HEADER: &str = "ps";
+
+/// The stamp header's name before version 2 of the format: still read, never written.
+pub const LEGACY_STAMP_HEADER: &str = "parsley.stamp";
+
+/// Whether a record header of this name carries a stamp: [`STAMP_HEADER`] or
+/// [`LEGACY_STAMP_HEADER`]. Both names are reserved for stamps.
+#[inline]
+pub fn is_stamp_header(name: &str) -> bool {
+    name == STAMP_HEADER || name == LEGACY_STAMP_HEADER
+}
 
 /// The version this codec writes.
-pub const STAMP_VERSION: u8 = 1;
+pub const STAMP_VERSION: u8 = 2;
 
 const FLAG_SENDER: u8 = 0b0000_0001;
 const FLAG_IN_FLIGHT: u8 = 0b0000_0010;
 const FLAG_ACKED: u8 = 0b0000_0100;
-const KNOWN_FLAGS: u8 = FLAG_SENDER | FLAG_IN_FLIGHT | FLAG_ACKED;
+/// Version 2: the sender id takes 16 bytes (it has no short form).
+const FLAG_LONG_SENDER: u8 = 0b0000_1000;
+const KNOWN_FLAGS_V1: u8 = FLAG_SENDER | FLAG_IN_FLIGHT | FLAG_ACKED;
+const KNOWN_FLAGS_V2: u8 = KNOWN_FLAGS_V1 | FLAG_LONG_SENDER;
+/// The head byte of version 2 without flags.
+const HEAD_V2: u8 = 0x20;
 
-/// Encodes `stamp` into a fresh buffer.
+/// Encodes `stamp` into a fresh buffer, in the current version ([`STAMP_VERSION`]).
 ///
 /// # Panics
 /// When the stamp breaks its invariants (see [`Stamp::validate`]) or an in-flight sequence
@@ -55,6 +90,31 @@ const KNOWN_FLAGS: u8 = FLAG_SENDER | FLAG_IN_FLIGHT | FLAG_ACKED;
 pub fn encode(stamp: &Stamp) -> Vec<u8> {
     let mut out = Vec::with_capacity(encoded_len_hint(stamp));
     encode_into(stamp, &mut out);
+    out
+}
+
+/// Encodes `stamp` in format `version` (1 or 2): the canonical bytes a header of that version
+/// carries. Writing version 1 serves compatibility tests, which need headers as earlier
+/// releases wrote them.
+///
+/// # Panics
+/// As [`encode`], and for a version other than 1 or 2.
+pub fn encode_version(stamp: &Stamp, version: u8) -> Vec<u8> {
+    let format = match version {
+        1 => Format::V1,
+        2 => Format::V2,
+        v => panic!("stamp format version {v} is not known"),
+    };
+    debug_assert!(stamp.validate().is_ok(), "encoding an invalid stamp");
+    let mut out = Vec::with_capacity(encoded_len_hint(stamp));
+    encode_parts(
+        format,
+        stamp.sender,
+        stamp.acked_through,
+        Entries::all(stamp.clock.entries()),
+        &stamp.in_flight,
+        &mut out,
+    );
     out
 }
 
@@ -80,12 +140,80 @@ pub fn try_encode(stamp: &Stamp) -> Result<Vec<u8>> {
 pub fn encode_into(stamp: &Stamp, out: &mut Vec<u8>) {
     debug_assert!(stamp.validate().is_ok(), "encoding an invalid stamp");
     encode_parts(
+        Format::V2,
         stamp.sender,
         stamp.acked_through,
-        stamp.clock.entries(),
+        Entries::all(stamp.clock.entries()),
         &stamp.in_flight,
         out,
     );
+}
+
+/// A format version the encoder writes.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Format {
+    V1,
+    V2,
+}
+
+/// A clock's entries, sorted by channel, less at most one (the entry of the channel a stamp is
+/// sent to: [`crate::CausalClock::stamp_into`]): the entries before it and those after it.
+#[derive(Clone, Copy)]
+pub(crate) struct Entries<'a> {
+    before: &'a [(Channel, i64)],
+    after: &'a [(Channel, i64)],
+}
+
+impl<'a> Entries<'a> {
+    /// Every entry of `clock`.
+    pub(crate) fn all(clock: &'a [(Channel, i64)]) -> Self {
+        Entries {
+            before: clock,
+            after: &[],
+        }
+    }
+
+    /// The entries of `clock` other than `channel`'s.
+    pub(crate) fn without(clock: &'a [(Channel, i64)], channel: Channel) -> Self {
+        match clock.binary_search_by(|(c, _)| c.cmp(&channel)) {
+            Ok(i) => Entries {
+                before: &clock[..i],
+                after: &clock[i + 1..],
+            },
+            Err(_) => Self::all(clock),
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.before.len() + self.after.len()
+    }
+
+    /// The entries, copied.
+    pub(crate) fn to_vec(self) -> Vec<(Channel, i64)> {
+        [self.before, self.after].concat()
+    }
+
+    #[inline(always)]
+    fn split_first(&self) -> Option<(&'a (Channel, i64), Entries<'a>)> {
+        match self.before.split_first() {
+            Some((first, rest)) => Some((
+                first,
+                Entries {
+                    before: rest,
+                    after: self.after,
+                },
+            )),
+            None => self.after.split_first().map(|(first, rest)| {
+                (
+                    first,
+                    Entries {
+                        before: &[],
+                        after: rest,
+                    },
+                )
+            }),
+        }
+    }
 }
 
 /// Appends the encoding of the stamp made of these parts to `out`, without building a
@@ -95,9 +223,10 @@ pub fn encode_into(stamp: &Stamp, out: &mut Vec<u8>) {
 /// # Panics
 /// As [`encode`].
 pub(crate) fn encode_parts(
+    format: Format,
     sender: Option<SenderTag>,
     acked_through: Option<u64>,
-    clock: &[(Channel, i64)],
+    clock: Entries<'_>,
     in_flight: &[InFlight],
     out: &mut Vec<u8>,
 ) {
@@ -117,15 +246,43 @@ pub(crate) fn encode_parts(
     if acked_through.is_some() {
         flags |= FLAG_ACKED;
     }
-    buf[0] = STAMP_VERSION;
-    buf[1] = flags;
-    let mut at = 2;
+    let mut at = match format {
+        Format::V1 => {
+            buf[0] = 1;
+            buf[1] = flags;
+            2
+        }
+        Format::V2 => 1,
+    };
     if let Some(tag) = sender {
-        *window::<16>(buf, at) = *tag.sender.as_bytes();
-        at = put_varint(buf, at + 16, tag.seq);
-    }
-    if let Some(a) = acked_through {
+        match (format, tag.sender.short()) {
+            (Format::V2, Some(short)) => {
+                *window::<8>(buf, at) = short;
+                at += 8;
+            }
+            (format, _) => {
+                if format == Format::V2 {
+                    flags |= FLAG_LONG_SENDER;
+                }
+                *window::<16>(buf, at) = *tag.sender.as_bytes();
+                at += 16;
+            }
+        }
+        at = put_varint(buf, at, tag.seq);
+        if let Some(a) = acked_through {
+            let written = match format {
+                Format::V1 => a,
+                Format::V2 => tag.seq - 1 - a,
+            };
+            at = put_varint(buf, at, written);
+        }
+    } else if let Some(a) = acked_through {
+        // Invalid (acked-through needs a sender); written as version 1 did, for a decoder to
+        // reject.
         at = put_varint(buf, at, a);
+    }
+    if format == Format::V2 {
+        buf[0] = HEAD_V2 | flags;
     }
     at = put_groups(buf, at, clock);
     if !in_flight.is_empty() {
@@ -136,7 +293,7 @@ pub(crate) fn encode_parts(
                 (c.channel, seq)
             })
             .collect();
-        at = put_groups(buf, at, &claims);
+        at = put_groups(buf, at, Entries::all(&claims));
     }
     out.truncate(start + at);
 }
@@ -161,7 +318,7 @@ fn put_varint(buf: &mut [u8], at: usize, v: u64) -> usize {
 /// Writes `(channel, value)` entries, sorted by channel, as topic groups at `at`; returns the
 /// position after them. The topic count gets one byte up front, patched at the end (and
 /// widened in place in the rare case it needs more).
-fn put_groups(buf: &mut [u8], at: usize, entries: &[(Channel, i64)]) -> usize {
+fn put_groups(buf: &mut [u8], at: usize, entries: Entries<'_>) -> usize {
     let len = buf.len();
     // The unwritten rest of the buffer: one bounds check per window, none per byte.
     let mut out = buf
@@ -199,19 +356,26 @@ fn put_groups(buf: &mut [u8], at: usize, entries: &[(Channel, i64)]) -> usize {
             }
             head[16] = n;
         } else {
-            let n = 1 + others
-                .iter()
-                .position(|(c, _)| c.topic != first.topic)
-                .unwrap_or(others.len());
-            let (group, tail) = rest.split_at(n);
-            rest = tail;
+            let mut n = 1u64;
+            let mut probe = others;
+            while let Some((&(c, _), more)) = probe.split_first()
+                && c.topic == first.topic
+            {
+                n += 1;
+                probe = more;
+            }
             *window::<16>(out, 0) = first.topic.to_bytes();
-            let mut at = put_varint(out, 16, n as u64);
+            let mut at = put_varint(out, 16, n);
             at = put_varint(out, at, partition);
             at = put_varint(out, at, value);
             skip(&mut out, at);
-            for pair in group.windows(2) {
-                put_entry(&mut out, pair[0], pair[1]);
+            let mut prev = (first, first_value);
+            rest = others;
+            for _ in 1..n {
+                let (&entry, more) = rest.split_first().expect("counted above");
+                put_entry(&mut out, prev, entry);
+                prev = entry;
+                rest = more;
             }
         }
     }
@@ -319,25 +483,52 @@ fn len_hint(entries: usize) -> usize {
     2 + 26 + 10 + 20 + entries * 46 + 20
 }
 
-/// Decodes a stamp header value.
+/// Decodes a stamp header value, of version 2 or 1.
 ///
 /// # Errors
 /// [`Error::Decode`] with the byte position and the [`DecodeErrorKind`] when the bytes are not
 /// the canonical encoding of a valid stamp of a version this codec knows.
 pub fn decode(bytes: &[u8]) -> Result<Stamp> {
     let mut r = Reader::new(bytes);
-    let version = r.byte()?;
-    if version != STAMP_VERSION {
-        return Err(r
-            .fail_at(0, DecodeErrorKind::UnknownVersion(version))
-            .into());
-    }
-    let flags = r.byte()?;
-    if flags & !KNOWN_FLAGS != 0 {
-        return Err(r.fail_at(1, DecodeErrorKind::UnknownFlags(flags)).into());
-    }
+    let head = r.byte()?;
+    let (format, flags) = match head {
+        1 => {
+            let flags = r.byte()?;
+            if flags & !KNOWN_FLAGS_V1 != 0 {
+                return Err(r.fail_at(1, DecodeErrorKind::UnknownFlags(flags)).into());
+            }
+            (Format::V1, flags)
+        }
+        _ if head & 0xf0 == HEAD_V2 => {
+            let flags = head & 0x0f;
+            if flags & !KNOWN_FLAGS_V2 != 0
+                || (flags & FLAG_LONG_SENDER != 0 && flags & FLAG_SENDER == 0)
+            {
+                return Err(r.fail_at(0, DecodeErrorKind::UnknownFlags(flags)).into());
+            }
+            (Format::V2, flags)
+        }
+        _ => {
+            // From version 2 on the version is the high four bits; version 1 wrote a byte.
+            let version = if head < 0x10 { head } else { head >> 4 };
+            return Err(r
+                .fail_at(0, DecodeErrorKind::UnknownVersion(version))
+                .into());
+        }
+    };
+    let sender_at = r.at();
     let sender = if flags & FLAG_SENDER != 0 {
-        let id = SenderId::from_bytes(*r.array16()?);
+        let id = if format == Format::V2 && flags & FLAG_LONG_SENDER == 0 {
+            SenderId::from_short(*r.array8()?)
+        } else {
+            let id = SenderId::from_bytes(*r.array16()?);
+            if format == Format::V2 && id.short().is_some() {
+                return Err(r
+                    .fail_at(sender_at, DecodeErrorKind::NonCanonicalSenderId)
+                    .into());
+            }
+            id
+        };
         let seq = r.varint()?;
         Some(SenderTag { sender: id, seq })
     } else {
@@ -345,7 +536,25 @@ pub fn decode(bytes: &[u8]) -> Result<Stamp> {
     };
     let acked_at = r.at();
     let acked_through = if flags & FLAG_ACKED != 0 {
-        Some(r.varint()?)
+        let v = r.varint()?;
+        match (format, sender) {
+            (Format::V1, _) => Some(v),
+            (Format::V2, None) => {
+                return Err(r
+                    .fail_at(acked_at, DecodeErrorKind::ClaimsWithoutSender)
+                    .into());
+            }
+            (Format::V2, Some(tag)) => {
+                match tag.seq.checked_sub(1).and_then(|s| s.checked_sub(v)) {
+                    Some(a) => Some(a),
+                    None => {
+                        return Err(r
+                            .fail_at(acked_at, DecodeErrorKind::InconsistentSequences)
+                            .into());
+                    }
+                }
+            }
+        }
     } else {
         None
     };
@@ -468,6 +677,16 @@ impl<'a> Reader<'a> {
             .ok_or_else(|| self.fail(DecodeErrorKind::Truncated))?;
         self.rest = rest;
         Ok(b)
+    }
+
+    #[inline(always)]
+    fn array8(&mut self) -> Parse<&'a [u8; 8]> {
+        let (a, rest) = self
+            .rest
+            .split_first_chunk::<8>()
+            .ok_or_else(|| self.fail(DecodeErrorKind::Truncated))?;
+        self.rest = rest;
+        Ok(a)
     }
 
     #[inline(always)]
@@ -776,17 +995,117 @@ mod tests {
         )
     }
 
+    /// The version `bytes` name (1 or 2), for encoding a decoded stamp back.
+    fn version_of(bytes: &[u8]) -> u8 {
+        if bytes.first() == Some(&1) { 1 } else { 2 }
+    }
+
     #[test]
     fn round_trip_of_a_sample_stamp() {
         let s = sample();
         let bytes = encode(&s);
         assert_eq!(decode(&bytes).unwrap(), s);
-        // version, flags, sender 16 + seq 2, topic count 1,
+        // head, a long sender id 16 + seq 2, topic count 1,
         // topic 1: 16 + n 1 + (1 + 3) + (1 + 2) + (1 + 2), topic 2: 16 + 1 + 1 + 1
         assert_eq!(
             bytes.len(),
-            2 + 18 + 1 + (16 + 1 + 4 + 3 + 3) + (16 + 1 + 2)
+            1 + 18 + 1 + (16 + 1 + 4 + 3 + 3) + (16 + 1 + 2)
         );
+        // Version 1 spends a byte more on the head.
+        let v1 = encode_version(&s, 1);
+        assert_eq!(v1.len(), bytes.len() + 1);
+        assert_eq!(decode(&v1).unwrap(), s);
+    }
+
+    #[test]
+    fn a_pass_through_stamp_fits_in_forty_bytes_with_its_header_name() {
+        // A stage task that copies partition 3 of one topic to partition 3 of another: its
+        // clock holds the input's delivered offset and its own acknowledged output offset; the
+        // stamp of a send to the output leaves the output's entry out. Offsets near 10^9 and
+        // a sequence near 10^7 take the most bytes they take in practice.
+        let (input, output) = (Channel::new(topic(1), 3), Channel::new(topic(2), 3));
+        let mut c = crate::CausalClock::resume(
+            SenderId::random(),
+            12_345_678,
+            [input.at(1_000_000_000), output.at(999_999_000)]
+                .into_iter()
+                .collect(),
+            true,
+        );
+        let mut bytes = Vec::new();
+        c.stamp_into(output, &mut bytes).unwrap();
+        // head 1, sender 8 + seq 4, acked-through 1, count 1, group 16 + 1 + 1 + 5
+        assert_eq!(bytes.len(), 38);
+        assert!(STAMP_HEADER.len() + bytes.len() <= 40);
+        let s = decode(&bytes).unwrap();
+        assert_eq!(s.clock.entries(), &[(input, 1_000_000_000)]);
+        assert_eq!(s.acked_through, Some(12_345_677));
+    }
+
+    #[test]
+    fn further_entries_of_a_topic_take_at_most_three_bytes() {
+        // Offsets near 10^9 that differ by up to 5,000 between partitions (deltas of ±5,000,
+        // the largest such).
+        let clock: Clock = (0..16)
+            .map(|p| Channel::new(topic(1), p).at(1_000_000_000 + i64::from(p % 2) * 5_000))
+            .collect();
+        let one: Clock = [Channel::new(topic(1), 0).at(1_000_000_000)]
+            .into_iter()
+            .collect();
+        let len = |clock: Clock| encode(&Stamp::new(None, clock)).len();
+        assert_eq!(len(clock) - len(one), 3 * 15);
+    }
+
+    #[test]
+    fn short_and_long_sender_ids() {
+        let short = SenderId::from_short([1, 2, 3, 4, 5, 6, 7, 8]);
+        assert_eq!(short.short(), Some([1, 2, 3, 4, 5, 6, 7, 8]));
+        assert!(SenderId::random().short().is_some());
+        let long = SenderId::from_bytes([9; 16]);
+        assert_eq!(long.short(), None);
+        for (id, len) in [(short, 8), (long, 16)] {
+            let mut s = sample();
+            s.sender = Some(SenderTag {
+                sender: id,
+                seq: 300,
+            });
+            s.acked_through = Some(290);
+            let bytes = encode(&s);
+            assert_eq!(
+                bytes[0],
+                HEAD_V2 | FLAG_SENDER | FLAG_ACKED | if len == 16 { FLAG_LONG_SENDER } else { 0 }
+            );
+            // seq 300 takes two bytes; acked-through 290 is written as 300 - 1 - 290 = 9.
+            assert_eq!(&bytes[1 + len + 2..1 + len + 3], &[9]);
+            assert_eq!(decode(&bytes).unwrap(), s);
+            assert_eq!(decode(&encode_version(&s, 1)).unwrap(), s);
+        }
+        // A short id written long is not canonical.
+        let mut s = sample();
+        s.sender = Some(SenderTag {
+            sender: short,
+            seq: 1,
+        });
+        let mut bytes = encode(&s);
+        bytes[0] |= FLAG_LONG_SENDER;
+        bytes.splice(1..1, [0; 8]);
+        assert_eq!(
+            decode(&bytes),
+            Err(Error::Decode {
+                at: 1,
+                kind: DecodeErrorKind::NonCanonicalSenderId
+            })
+        );
+        assert_eq!(reference::decode(&bytes), decode(&bytes));
+    }
+
+    #[test]
+    fn the_stamp_header_and_its_legacy_name() {
+        assert_eq!(STAMP_HEADER, "ps");
+        assert!(is_stamp_header("ps"));
+        assert!(is_stamp_header("parsley.stamp"));
+        assert!(!is_stamp_header("parsley.dlq.stamp"));
+        assert!(!is_stamp_header("p"));
     }
 
     #[test]
@@ -820,10 +1139,11 @@ mod tests {
     }
 
     #[test]
-    fn empty_stamp_is_three_bytes() {
+    fn empty_stamp_is_two_bytes() {
         let bytes = encode(&Stamp::default());
-        assert_eq!(bytes, vec![STAMP_VERSION, 0, 0]);
+        assert_eq!(bytes, vec![HEAD_V2, 0]);
         assert_eq!(decode(&bytes).unwrap(), Stamp::default());
+        assert_eq!(encode_version(&Stamp::default(), 1), vec![1, 0, 0]);
     }
 
     #[test]
@@ -832,7 +1152,17 @@ mod tests {
         let cases: Vec<(Vec<u8>, usize, DecodeErrorKind)> = vec![
             (vec![], 0, DecodeErrorKind::Truncated),
             (vec![2, 0, 0], 0, DecodeErrorKind::UnknownVersion(2)),
+            (vec![0x30, 0], 0, DecodeErrorKind::UnknownVersion(3)),
             (vec![1, 0b1000, 0], 1, DecodeErrorKind::UnknownFlags(0b1000)),
+            // The long-sender flag without a sender.
+            (vec![0x28, 0], 0, DecodeErrorKind::UnknownFlags(0b1000)),
+            // Version 2: acked-through without a sender, and at a distance beyond the sequence.
+            (vec![0x24, 3, 0], 1, DecodeErrorKind::ClaimsWithoutSender),
+            (
+                [vec![0x25], vec![7; 8], vec![5, 5, 0]].concat(),
+                10,
+                DecodeErrorKind::InconsistentSequences,
+            ),
             // acked-through without a sender
             (
                 vec![1, 0b100, 3, 0],
@@ -1018,11 +1348,8 @@ mod tests {
 
     fn arb_stamp() -> impl Strategy<Value = Stamp> {
         let entries = proptest::collection::vec((0u8..6, 0i32..i32::MAX, 0i64..i64::MAX), 0..40);
-        (
-            proptest::option::of((any::<[u8; 16]>(), any::<u64>())),
-            entries,
-        )
-            .prop_map(|(sender, entries)| {
+        (proptest::option::of((arb_sender(), any::<u64>())), entries).prop_map(
+            |(sender, entries)| {
                 let clock: Clock = entries
                     .into_iter()
                     .map(|(t, p, o)| Coordinate {
@@ -1030,14 +1357,24 @@ mod tests {
                         offset: o,
                     })
                     .collect();
-                Stamp::new(
-                    sender.map(|(id, seq)| SenderTag {
-                        sender: SenderId::from_bytes(id),
-                        seq,
-                    }),
-                    clock,
-                )
-            })
+                Stamp::new(sender.map(|(sender, seq)| SenderTag { sender, seq }), clock)
+            },
+        )
+    }
+
+    /// Short and long sender ids, and long ids that differ from a short one in one byte.
+    fn arb_sender() -> impl Strategy<Value = SenderId> {
+        (any::<[u8; 16]>(), 0u8..3).prop_map(|(mut id, form)| {
+            match form {
+                0 => id[..8].fill(0),
+                1 => {
+                    id[..8].fill(0);
+                    id[7] |= 1;
+                }
+                _ => {}
+            }
+            SenderId::from_bytes(id)
+        })
     }
 
     /// Stamps with every section: sender, acked-through, in-flight claims, and offsets and
@@ -1052,7 +1389,7 @@ mod tests {
         let entries = proptest::collection::vec((0u8..4, 0i32..300, value.clone()), 0..30);
         let claims = proptest::collection::btree_map((0u8..4, 0i32..4), 0u64..1_000, 0..4);
         (
-            any::<[u8; 16]>(),
+            arb_sender(),
             2_001u64..u64::MAX,
             proptest::option::of(Just(1_000u64)),
             entries,
@@ -1063,13 +1400,7 @@ mod tests {
                     .into_iter()
                     .map(|(t, p, o)| Channel::new(topic(t), p).at(o))
                     .collect();
-                let mut s = Stamp::new(
-                    Some(SenderTag {
-                        sender: SenderId::from_bytes(id),
-                        seq,
-                    }),
-                    clock,
-                );
+                let mut s = Stamp::new(Some(SenderTag { sender: id, seq }), clock);
                 s.acked_through = acked;
                 let base = acked.map_or(0, |a| a + 1);
                 s.in_flight = claims
@@ -1106,8 +1437,15 @@ mod tests {
             bytes in proptest::collection::vec(any::<u8>(), 0..200)
         ) {
             if let Ok(s) = decode(&bytes) {
-                prop_assert_eq!(encode(&s), bytes);
+                prop_assert_eq!(encode_version(&s, version_of(&bytes)), bytes);
             }
+        }
+
+        #[test]
+        fn version_1_encodings_still_decode(s in arb_stamp_with_claims()) {
+            let bytes = encode_version(&s, 1);
+            prop_assert_eq!(reference::decode(&bytes).unwrap(), s.clone());
+            prop_assert_eq!(decode(&bytes).unwrap(), s);
         }
 
         #[test]
@@ -1142,7 +1480,7 @@ mod tests {
                 bytes[i % n] ^= b;
             }
             if let Ok(d) = decode(&bytes) {
-                prop_assert_eq!(encode(&d), bytes);
+                prop_assert_eq!(encode_version(&d, version_of(&bytes)), bytes);
             }
         }
     }

@@ -2,32 +2,58 @@
 //! current decoder must accept the same bytes and reject the rest with the same error, at the
 //! same position.
 
-use super::{FLAG_ACKED, FLAG_IN_FLIGHT, FLAG_SENDER, KNOWN_FLAGS, STAMP_VERSION};
+use super::{
+    FLAG_ACKED, FLAG_IN_FLIGHT, FLAG_LONG_SENDER, FLAG_SENDER, HEAD_V2, KNOWN_FLAGS_V1,
+    KNOWN_FLAGS_V2,
+};
 use crate::channel::{Channel, TopicId};
 use crate::clock::Clock;
 use crate::error::{DecodeErrorKind, Error, Result};
 use crate::sender::{SenderId, SenderTag};
 use crate::stamp::{InFlight, Stamp};
 
-/// Decodes a stamp header value.
+/// Decodes a stamp header value, of version 2 or 1.
 ///
 /// # Errors
 /// [`Error::Decode`] with the byte position and the [`DecodeErrorKind`] when the bytes are not
 /// the canonical encoding of a valid stamp of a version this codec knows.
 pub(super) fn decode(bytes: &[u8]) -> Result<Stamp> {
     let mut r = Reader { bytes, at: 0 };
-    let version = r.byte()?;
-    if version != STAMP_VERSION {
+    let head = r.byte()?;
+    let v2 = head & 0xf0 == HEAD_V2;
+    let flags = if head == 1 {
+        let flags = r.byte()?;
+        if flags & !KNOWN_FLAGS_V1 != 0 {
+            return Err(r.fail_at(1, DecodeErrorKind::UnknownFlags(flags)).into());
+        }
+        flags
+    } else if v2 {
+        let flags = head & 0x0f;
+        let long_alone = flags & FLAG_LONG_SENDER != 0 && flags & FLAG_SENDER == 0;
+        if flags & !KNOWN_FLAGS_V2 != 0 || long_alone {
+            return Err(r.fail_at(0, DecodeErrorKind::UnknownFlags(flags)).into());
+        }
+        flags
+    } else {
+        let version = if head < 0x10 { head } else { head >> 4 };
         return Err(r
             .fail_at(0, DecodeErrorKind::UnknownVersion(version))
             .into());
-    }
-    let flags = r.byte()?;
-    if flags & !KNOWN_FLAGS != 0 {
-        return Err(r.fail_at(1, DecodeErrorKind::UnknownFlags(flags)).into());
-    }
+    };
+    let sender_at = r.at;
     let sender = if flags & FLAG_SENDER != 0 {
-        let id = SenderId::from_bytes(r.array16()?);
+        let id = if v2 && flags & FLAG_LONG_SENDER == 0 {
+            let a = r.array16_or8(8)?;
+            SenderId::from_bytes(a)
+        } else {
+            let id = SenderId::from_bytes(r.array16_or8(16)?);
+            if v2 && id.as_bytes()[..8] == [0; 8] {
+                return Err(r
+                    .fail_at(sender_at, DecodeErrorKind::NonCanonicalSenderId)
+                    .into());
+            }
+            id
+        };
         let seq = r.varint()?;
         Some(SenderTag { sender: id, seq })
     } else {
@@ -35,7 +61,22 @@ pub(super) fn decode(bytes: &[u8]) -> Result<Stamp> {
     };
     let acked_at = r.at;
     let acked_through = if flags & FLAG_ACKED != 0 {
-        Some(r.varint()?)
+        let v = r.varint()?;
+        if !v2 {
+            Some(v)
+        } else {
+            let Some(tag) = sender else {
+                return Err(r
+                    .fail_at(acked_at, DecodeErrorKind::ClaimsWithoutSender)
+                    .into());
+            };
+            if v >= tag.seq {
+                return Err(r
+                    .fail_at(acked_at, DecodeErrorKind::InconsistentSequences)
+                    .into());
+            }
+            Some(tag.seq - 1 - v)
+        }
     } else {
         None
     };
@@ -153,15 +194,16 @@ impl Reader<'_> {
         Ok(TopicId::from_halves(hi as i64, lo as i64))
     }
 
+    /// Reads `n` (8 or 16) bytes of a sender id: 8 are its last eight, the first eight zero.
     #[inline]
-    fn array16(&mut self) -> Parse<[u8; 16]> {
+    fn array16_or8(&mut self, n: usize) -> Parse<[u8; 16]> {
         let slice = self
             .bytes
-            .get(self.at..self.at + 16)
+            .get(self.at..self.at + n)
             .ok_or_else(|| self.fail(DecodeErrorKind::Truncated))?;
-        self.at += 16;
+        self.at += n;
         let mut a = [0u8; 16];
-        a.copy_from_slice(slice);
+        a[16 - n..].copy_from_slice(slice);
         Ok(a)
     }
 

@@ -99,4 +99,7 @@ pub enum DecodeErrorKind {
     /// A send sequence beyond `i64::MAX`.
     #[error("sequence out of range")]
     SequenceOutOfRange,
+    /// A sender id written in 16 bytes that has the eight-byte short form (version 2).
+    #[error("a 16-byte sender id that has a short form")]
+    NonCanonicalSenderId,
 }

@@ -39,7 +39,7 @@ mod stamp;
 pub use causal::CausalClock;
 pub use channel::{Channel, Coordinate, TopicId};
 pub use clock::Clock;
-pub use codec::STAMP_HEADER;
+pub use codec::{LEGACY_STAMP_HEADER, STAMP_HEADER, is_stamp_header};
 pub use error::{DecodeErrorKind, Error, Result};
 pub use sender::{SenderId, SenderTag};
 pub use stamp::{InFlight, Stamp};

@@ -1,8 +1,10 @@
-//! Stamps: what an emitted record carries in its `parsley.stamp` header.
+//! Stamps: what an emitted record carries in its stamp header ([`crate::STAMP_HEADER`]).
 //!
 //! A stamp says who sent the record and what it depends on (the book's specification, §1, §3):
 //! - the **sender tag**: the sender's identity and this send's sequence;
-//! - the **clock**: coordinates the sender had delivered, learned or had acknowledged;
+//! - the **clock**: coordinates the sender had delivered, learned or had acknowledged, except
+//!   on the record's own channel, where the record's coordinate supersedes them
+//!   ([`crate::CausalClock::stamp`]);
 //! - **in-flight claims** `(channel, seq)`: "every send of *this stamp's sender* to `channel`
 //!   with sequence `<= seq`" — earlier sends whose offsets the sender did not know yet because
 //!   they were not acknowledged. Only a transactional sender may make them: a commit flushes

@@ -5,7 +5,7 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
-use parsley_clock::codec::{decode, encode};
+use parsley_clock::codec::{decode, encode_version};
 use parsley_clock::{Channel, Clock, DecodeErrorKind, Error, Stamp, TopicId};
 
 /// The system allocator, counting the bytes each thread asks for.
@@ -49,21 +49,24 @@ fn decode_counting(bytes: &[u8]) -> (Error, usize) {
 
 #[test]
 fn a_million_topic_groups_announced_is_a_truncation_with_no_allocation() {
-    // Version 1, no flags, then the clock's topic-group count.
-    let mut bytes = vec![1, 0];
-    bytes.extend_from_slice(&MILLION);
-    let (e, allocated) = decode_counting(&bytes);
-    assert!(
-        matches!(
-            e,
-            Error::Decode {
-                kind: DecodeErrorKind::Truncated,
-                ..
-            }
-        ),
-        "{e:?}"
-    );
-    assert!(allocated < 4_096, "{allocated} bytes allocated");
+    // Version 1 (version byte, flags byte) and version 2 (one head byte), no flags, then the
+    // clock's topic-group count.
+    for head in [&[1u8, 0][..], &[0x20]] {
+        let mut bytes = head.to_vec();
+        bytes.extend_from_slice(&MILLION);
+        let (e, allocated) = decode_counting(&bytes);
+        assert!(
+            matches!(
+                e,
+                Error::Decode {
+                    kind: DecodeErrorKind::Truncated,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        assert!(allocated < 4_096, "{allocated} bytes allocated");
+    }
 }
 
 #[test]
@@ -72,23 +75,26 @@ fn a_million_entries_announced_in_one_group_is_a_truncation_bounded_by_the_input
     let topic = TopicId::from_halves(0x0102_0304_0506_0708, 0x090a_0b0c_0d0e_0f10);
     let mut clock = Clock::new();
     clock.observe(Channel::new(topic, 3).at(42));
-    let real = encode(&Stamp::new(None, clock));
-    // version, flags, group count 1, 16 bytes of topic id, then the entry count.
-    assert_eq!(&real[..3], &[1, 0, 1]);
-    let mut forged = real[..19].to_vec();
-    forged.extend_from_slice(&MILLION);
-    forged.extend_from_slice(&real[20..]);
-    forged.extend_from_slice(&[0; 16]);
-    let (e, allocated) = decode_counting(&forged);
-    assert!(
-        matches!(
-            e,
-            Error::Decode {
-                kind: DecodeErrorKind::Truncated,
-                ..
-            }
-        ),
-        "{e:?}"
-    );
-    assert!(allocated < 4_096, "{allocated} bytes allocated");
+    for (version, head) in [(1u8, &[1u8, 0][..]), (2, &[0x20])] {
+        let real = encode_version(&Stamp::new(None, clock.clone()), version);
+        // The head, group count 1, 16 bytes of topic id, then the entry count.
+        let count_at = head.len() + 1 + 16;
+        assert_eq!(&real[..head.len() + 1], [head, &[1]].concat());
+        let mut forged = real[..count_at].to_vec();
+        forged.extend_from_slice(&MILLION);
+        forged.extend_from_slice(&real[count_at + 1..]);
+        forged.extend_from_slice(&[0; 16]);
+        let (e, allocated) = decode_counting(&forged);
+        assert!(
+            matches!(
+                e,
+                Error::Decode {
+                    kind: DecodeErrorKind::Truncated,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        assert!(allocated < 4_096, "{allocated} bytes allocated");
+    }
 }

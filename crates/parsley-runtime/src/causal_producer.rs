@@ -24,7 +24,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use parsley_clock::{
-    CausalClock, Channel, Clock, Coordinate, STAMP_HEADER, SenderId, Stamp, TopicId, codec,
+    CausalClock, Channel, Clock, Coordinate, SenderId, Stamp, TopicId, codec, is_stamp_header,
 };
 use rdkafka::message::{Headers, Message};
 use rdkafka::producer::Producer;
@@ -136,7 +136,8 @@ impl<'a> OutgoingRecord<'a> {
     }
 
     /// Adds a header `name` with `value`, after the stamp header and the headers added before
-    /// (any name but [`STAMP_HEADER`]'s; names may repeat, as Kafka allows).
+    /// (any name but the stamp header's, [`parsley_clock::STAMP_HEADER`] and
+    /// [`parsley_clock::LEGACY_STAMP_HEADER`]; names may repeat, as Kafka allows).
     pub fn header(mut self, name: &'a str, value: &'a [u8]) -> Self {
         self.headers.push((name, value));
         self
@@ -156,7 +157,7 @@ impl<'a> OutgoingRecord<'a> {
     pub(crate) fn check(&self) -> Result<()> {
         let problem = if let Some(ms) = self.timestamp.filter(|ms| *ms <= 0) {
             RecordProblem::Timestamp(ms)
-        } else if let Some((name, _)) = self.headers.iter().find(|(n, _)| *n == STAMP_HEADER) {
+        } else if let Some((name, _)) = self.headers.iter().find(|(n, _)| is_stamp_header(n)) {
             RecordProblem::ReservedHeader((*name).to_string())
         } else if let Some((name, _)) = self.headers.iter().find(|(n, _)| n.contains('\0')) {
             RecordProblem::NulInHeaderName((*name).to_string())
@@ -170,7 +171,7 @@ impl<'a> OutgoingRecord<'a> {
     }
 }
 
-/// A producer whose every record carries a `parsley.stamp` header.
+/// A producer whose every record carries a stamp header.
 ///
 /// What it claims: the records it was told it consumed, the stamps they carried, and its own
 /// acknowledged sends. A non-transactional producer flushes before a send to another channel
@@ -182,7 +183,7 @@ impl<'a> OutgoingRecord<'a> {
 ///
 /// A service that reads records with an rdkafka consumer hands each one to
 /// [`CausalProducer::observe_message`] before it sends what the record caused: the producer
-/// resolves the topic's id, claims the record's coordinate and what its `parsley.stamp` header
+/// resolves the topic's id, claims the record's coordinate and what its stamp header
 /// claimed, and every later send carries those claims. [`OutgoingRecord`] adds a record
 /// timestamp and headers of the service's own. The consumer should read `read_committed`, so
 /// that nothing of an aborted transaction is claimed. (rdkafka is re-exported as
@@ -298,7 +299,7 @@ impl CausalProducer {
 
     /// Records that the application consumed `message` (read with an rdkafka consumer:
     /// a `BorrowedMessage`, or an `OwnedMessage` detached from one): later sends claim its
-    /// coordinate and what its `parsley.stamp` header claims, as [`CausalProducer::observe`]
+    /// coordinate and what its stamp header claims, as [`CausalProducer::observe`]
     /// does. The topic's id is resolved as [`CausalProducer::topic`] resolves it (described
     /// once, then cached). Returns the record's coordinate.
     ///
@@ -503,7 +504,7 @@ impl CausalProducer {
 }
 
 /// The coordinate of `message`, a record of the topic with id `topic`, and the stamp its
-/// `parsley.stamp` header holds (`None` without one).
+/// stamp header holds (`None` without one).
 ///
 /// # Errors
 /// [`Error::MalformedStamp`] when the header does not decode; [`Error::Clock`] for a negative
@@ -518,7 +519,7 @@ fn consumed<M: Message>(topic: TopicId, message: &M) -> Result<(Coordinate, Opti
     let Some(value) = message.headers().and_then(|headers| {
         headers
             .iter()
-            .find(|h| h.key == STAMP_HEADER)
+            .find(|h| is_stamp_header(h.key))
             .map(|h| h.value.unwrap_or_default())
     }) else {
         return Ok((coordinate, None));
@@ -695,6 +696,10 @@ mod tests {
                 record.clone().header("a", b"1").header(STAMP_HEADER, b"x")
             ),
             RecordProblem::ReservedHeader(STAMP_HEADER.into())
+        );
+        assert_eq!(
+            refused(&mut p, record.clone().header("parsley.stamp", b"x")),
+            RecordProblem::ReservedHeader("parsley.stamp".into())
         );
         assert_eq!(
             refused(&mut p, record.clone().header("a\0b", b"1")),

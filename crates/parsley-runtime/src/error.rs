@@ -129,7 +129,7 @@ pub enum Error {
         /// Each source topic with its partition count.
         partitions: Vec<(String, i32)>,
     },
-    /// A record's `parsley.stamp` header could not be decoded: an impossible stamp.
+    /// A record's stamp header could not be decoded: an impossible stamp.
     #[error("impossible stamp on record {topic}/{partition}@{offset} (channel {}): {source}", record.channel)]
     MalformedStamp {
         /// Topic name of the record.
@@ -644,7 +644,9 @@ pub const TIMESTAMP_BEFORE_LIMIT: &str = "message.timestamp.before.max.ms of the
 #[non_exhaustive]
 pub enum RecordProblem {
     /// An extra header is named like the stamp header
-    /// ([`STAMP_HEADER`](parsley_clock::STAMP_HEADER)): the producer writes that one itself.
+    /// ([`STAMP_HEADER`](parsley_clock::STAMP_HEADER), or its earlier name
+    /// [`LEGACY_STAMP_HEADER`](parsley_clock::LEGACY_STAMP_HEADER)): the producer writes the
+    /// stamp itself.
     #[error("header {0:?} is the stamp header, which the producer writes itself")]
     ReservedHeader(String),
     /// An extra header's name contains a NUL byte, which librdkafka's header names cannot hold.
@@ -1082,7 +1084,7 @@ mod tests {
         };
         let refused = Error::InvalidRecord {
             topic: "out".into(),
-            problem: super::RecordProblem::ReservedHeader("parsley.stamp".into()),
+            problem: super::RecordProblem::ReservedHeader("ps".into()),
         };
         let too_large = output_refused(None, false);
         let too_large_input = output_refused(Some(input()), false);

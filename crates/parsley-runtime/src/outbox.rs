@@ -103,7 +103,7 @@ struct Report {
 const UNTAGGED: usize = 0;
 
 /// [`parsley_clock::STAMP_HEADER`] as librdkafka takes a header name.
-const STAMP_HEADER_C: &CStr = c"parsley.stamp";
+const STAMP_HEADER_C: &CStr = c"ps";
 
 /// The header of a changelog record naming the transactional id of the producer that wrote
 /// it.

@@ -69,7 +69,7 @@ fn enqueue(producer: &BaseProducer, topic: &str, key: &str, value: &str, timesta
         .expect("send");
 }
 
-/// [`send_at`] with `stamp` in the `parsley.stamp` header.
+/// [`send_at`] with `stamp` in the stamp header.
 fn send_stamped_at(
     producer: &BaseProducer,
     topic: &str,

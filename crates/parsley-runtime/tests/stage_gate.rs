@@ -136,6 +136,57 @@ fn an_effect_fetched_before_its_cause_is_held_and_without_the_gate_it_is_not() {
     assert_eq!((task.held, task.gate_wait_us), (0, 0), "{task:?}");
 }
 
+/// A record stamped as releases before stamp format 2 wrote it — a version-1 stamp under the
+/// header `parsley.stamp` — is gated by it as by a current one.
+#[test]
+fn a_stamp_in_the_earlier_format_and_header_name_is_still_honoured() {
+    use rdkafka::message::{Header, OwnedHeaders};
+    use rdkafka::producer::{BaseRecord, Producer};
+
+    let causes = create_topic("gate-v1-causes", 1);
+    let effects = create_topic("gate-v1-effects", 1);
+    let padding = "x".repeat(16 * 1024);
+    let p = raw_producer(None);
+    for i in 0..CAUSES {
+        let value = format!("cause-{i:06}{padding}");
+        send_stamped(&p, &causes.name, 0, b"k", value.as_bytes(), None);
+    }
+    // A 16-byte sender id, as every id was before short ids.
+    let stamp = Stamp::new(
+        Some(parsley_runtime::SenderTag {
+            sender: parsley_runtime::SenderId::from_bytes([7; 16]),
+            seq: 0,
+        }),
+        [Channel::new(causes.id, 0).at(CAUSES as i64 - 1)]
+            .into_iter()
+            .collect(),
+    );
+    let v1 = parsley_clock::codec::encode_version(&stamp, 1);
+    assert_eq!(v1[0], 1, "a version-1 encoding");
+    assert_eq!(parsley_clock::codec::decode(&v1).unwrap(), stamp);
+    let value = format!("effect-00000{padding}");
+    let record = BaseRecord::to(&effects.name)
+        .partition(0)
+        .key(&b"k"[..])
+        .payload(value.as_bytes())
+        .headers(OwnedHeaders::new().insert(Header {
+            key: parsley_clock::LEGACY_STAMP_HEADER,
+            value: Some(v1.as_slice()),
+        }));
+    p.send(record).map_err(|(e, _)| e).unwrap();
+    p.flush(DEADLINE).unwrap();
+
+    let sources = [causes.name.as_str(), effects.name.as_str()];
+    let (order, metrics, task) = delivery_order(GateMode::Causal, sources, CAUSES as u64 + 1);
+    assert_eq!(
+        order.iter().position(|v| v.starts_with("effect")),
+        Some(CAUSES),
+        "the effect comes after its last cause"
+    );
+    assert!(metrics.held >= 1, "the gate held the effect: {metrics:?}");
+    assert_eq!(task.impossible_stamps, 0, "{task:?}");
+}
+
 /// Emits the record timestamp the handler sees.
 struct Timestamps(String);
 

@@ -62,7 +62,7 @@ pub struct ReadRecord {
     pub value: Option<Vec<u8>>,
     /// The record timestamp, ms since the epoch, if it has one.
     pub timestamp: Option<i64>,
-    /// The decoded `parsley.stamp` header, if present.
+    /// The decoded stamp header, if present.
     pub stamp: Option<Stamp>,
     /// Every header, in order (`None`: a null value), the stamp included.
     pub headers: Vec<(String, Option<Vec<u8>>)>,
@@ -178,7 +178,7 @@ pub fn read_committed(topic: &TopicInfo) -> Vec<ReadRecord> {
             };
             let stamp = m.headers().and_then(|h| {
                 h.iter()
-                    .find(|h| h.key == parsley_clock::STAMP_HEADER)
+                    .find(|h| parsley_clock::is_stamp_header(h.key))
                     .map(|h| codec::decode(h.value.unwrap_or_default()).expect("stamp"))
             });
             let headers = m.headers().map_or_else(Vec::new, |h| {
@@ -356,7 +356,7 @@ pub fn raw_producer(transactional_id: Option<&str>) -> rdkafka::producer::BasePr
     producer
 }
 
-/// Sends one record with `stamp` (if any) in the `parsley.stamp` header to an explicit
+/// Sends one record with `stamp` (if any) in the stamp header to an explicit
 /// partition and waits until it is acknowledged — appended in the log, in the producer's open
 /// transaction if it has one. Used to script append orders.
 ///

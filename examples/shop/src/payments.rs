@@ -6,7 +6,7 @@
 //! (the last stable offset: what a `read_committed` consumer can reach). For each order but
 //! every K-th ([`unpaid`]) it sends a [`Payment`] of the order's amount, keyed by the order id,
 //! through a [`CausalProducer`] after [`CausalProducer::observe_message`] on the order: the
-//! payment's `parsley.stamp` claims the order's coordinate. It then waits until every payment
+//! payment's stamp claims the order's coordinate. It then waits until every payment
 //! is acknowledged and commits its consumer offsets.
 //!
 //! The producer is idempotent, not transactional: it flushes before a send to another

@@ -13,7 +13,7 @@
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 
-use parsley_clock::{Channel, STAMP_HEADER, Stamp, TopicId, codec};
+use parsley_clock::{Channel, Stamp, TopicId, codec, is_stamp_header};
 
 use crate::admin::TopicInfo;
 use crate::error::{Error, Result};
@@ -31,18 +31,18 @@ pub(super) struct Stored {
     pub value: Option<Vec<u8>>,
     /// ms since the epoch.
     pub timestamp: i64,
-    /// Every header, in order; a stamped record's `parsley.stamp` header first.
+    /// Every header, in order; a stamped record's stamp header first.
     pub headers: Vec<StoredHeader>,
     /// The producer whose open transaction holds the record; `None` once committed.
     pub open: Option<String>,
 }
 
 impl Stored {
-    /// The value of the first `parsley.stamp` header (empty for a null value), if any.
+    /// The value of the first stamp header (empty for a null value), if any.
     pub(super) fn stamp_header(&self) -> Option<&[u8]> {
         self.headers
             .iter()
-            .find(|(name, _)| name == STAMP_HEADER)
+            .find(|(name, _)| is_stamp_header(name))
             .map(|(_, value)| value.as_deref().unwrap_or_default())
     }
 

@@ -35,7 +35,7 @@ pub struct RawInput {
     /// The partition; `None`: murmur2 of the key modulo the partition count, or round robin
     /// for a record without a key, as real writers choose.
     pub partition: Option<i32>,
-    /// A stamp, written as the `parsley.stamp` header before the other headers.
+    /// A stamp, written as the stamp header before the other headers.
     pub stamp: Option<Stamp>,
     /// Headers, in order (`None`: a null value).
     pub headers: Vec<(String, Option<Vec<u8>>)>,
@@ -96,7 +96,7 @@ pub struct TestRecord<K, V> {
     pub value: V,
     /// Every header, in order, the stamp header included (`None`: a null value).
     pub headers: Vec<(String, Option<Vec<u8>>)>,
-    /// The decoded `parsley.stamp` header; `None` without one or when it does not decode.
+    /// The decoded stamp header; `None` without one or when it does not decode.
     pub stamp: Option<Stamp>,
 }
 

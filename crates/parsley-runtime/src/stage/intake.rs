@@ -467,7 +467,7 @@ impl FetchedMessage for BorrowedMessage<'_> {
     fn stamp_header(&self) -> Option<&[u8]> {
         Message::headers(self)?
             .iter()
-            .find(|h| h.key == parsley_clock::STAMP_HEADER)
+            .find(|h| parsley_clock::is_stamp_header(h.key))
             .map(|h| h.value.unwrap_or_default())
     }
 

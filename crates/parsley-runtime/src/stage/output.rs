@@ -29,7 +29,7 @@ pub(crate) struct Outgoing<'a> {
     /// Value bytes (the producer keeps the buffer until the send's report, without a copy);
     /// `None`: a tombstone.
     pub value: Option<Vec<u8>>,
-    /// The encoded stamp (`parsley.stamp` header); empty: no stamp header (a tick of the
+    /// The encoded stamp (stamp header); empty: no stamp header (a tick of the
     /// built-in clock: it claims nothing).
     pub stamp: &'a [u8],
     /// Headers besides the stamp (a dead letter's original headers and its own).

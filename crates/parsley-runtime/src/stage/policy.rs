@@ -60,8 +60,8 @@ pub const DLQ_OFFSET_HEADER: &str = "parsley.dlq.offset";
 /// Header of a dead-lettered record naming the kind of failure: `impossible-stamp`, or the
 /// name of a [`BadRecordKind`].
 pub const DLQ_KIND_HEADER: &str = "parsley.dlq.kind";
-/// Header of a dead-lettered record holding the `parsley.stamp` header it carried (its own
-/// `parsley.stamp` is the stamp of the task that dead-lettered it).
+/// Header of a dead-lettered record holding the stamp header it carried (its own stamp header
+/// is the stamp of the task that dead-lettered it).
 pub const DLQ_STAMP_HEADER: &str = "parsley.dlq.stamp";
 /// The kind header's value for an impossible stamp.
 pub(crate) const IMPOSSIBLE_STAMP_KIND: &str = "impossible-stamp";
@@ -146,7 +146,7 @@ pub(crate) fn dead_letter_headers(cause: &DeadLetterCause<'_>, original: &[Heade
     let mut headers: Vec<Header> = original
         .iter()
         .map(|(name, value)| {
-            if name == parsley_clock::STAMP_HEADER {
+            if parsley_clock::is_stamp_header(name) {
                 (Cow::Borrowed(DLQ_STAMP_HEADER), value.clone())
             } else {
                 (name.clone(), value.clone())

@@ -136,7 +136,7 @@ pub(crate) trait FetchedMessage {
     fn key(&self) -> Option<&[u8]>;
     /// The value bytes; `None`: a tombstone.
     fn value(&self) -> Option<&[u8]>;
-    /// The value of the first `parsley.stamp` header (empty for a null value); `None` when the
+    /// The value of the first stamp header (empty for a null value); `None` when the
     /// record has none.
     fn stamp_header(&self) -> Option<&[u8]>;
     /// Every header, copied.
@@ -204,7 +204,7 @@ pub(crate) fn fetched<M: FetchedMessage + ?Sized>(
     })
 }
 
-/// Decodes the `parsley.stamp` header of `m`; `None` when the record has none.
+/// Decodes the stamp header of `m`; `None` when the record has none.
 ///
 /// # Errors
 /// [`Error::MalformedStamp`] naming the record and the decoder's finding.
