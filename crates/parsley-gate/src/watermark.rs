@@ -536,6 +536,28 @@ impl WatermarkTracker {
         self.inputs[i].prefix_max
     }
 
+    /// How far the delivered event time of `channel` runs ahead of the watermark, ms (negative
+    /// when behind it), for watermark alignment; [`i64::MAX`] while the watermark has no value
+    /// (every record delivered meanwhile waits, so every input that delivered runs ahead).
+    /// `None` for an unordered input (its delivered event times bound nothing), an input with
+    /// nothing delivered, or a channel that is not an input.
+    ///
+    /// The input that holds the watermark never runs ahead of it: the watermark is at or above
+    /// the candidate, which is that input's delivered maximum — or that input has delivered
+    /// nothing, or is unordered.
+    pub fn drift(&self, channel: &Channel) -> Option<i64> {
+        let i = self.catch_up.index(channel).ok()?;
+        let input = &self.inputs[i];
+        if input.unordered {
+            return None;
+        }
+        let delivered = input.prefix_max?;
+        Some(
+            self.watermark
+                .map_or(i64::MAX, |w| delivered.saturating_sub(w)),
+        )
+    }
+
     /// What holds the watermark where it is (see [`Hold`]): the input in the minimum with the
     /// lowest bound — an input with no evidence first; on a tie, the first by channel order;
     /// an input before the control stream on a tie — or the control stream when it is lower,
@@ -718,6 +740,41 @@ mod tests {
                 head: Some(5),
             })
         );
+    }
+
+    #[test]
+    fn drift_is_measured_from_the_watermark_and_the_holder_never_runs_ahead() {
+        let (a, b, c, u) = (ch(1, 0), ch(2, 0), ch(3, 0), ch(4, 0));
+        let mut w = WatermarkTracker::new([a, b, c, u], None);
+        for x in [a, b, c] {
+            w.start(x, 100).unwrap();
+        }
+        w.start(u, 1).unwrap();
+        w.unordered(u).unwrap();
+        assert_eq!(w.drift(&a), None, "nothing delivered");
+        deliver(&mut w, a, &[(0, 1_000), (1, 90_000)]);
+        deliver(&mut w, b, &[(0, 5_000)]);
+        // c has delivered nothing and u catches up: no watermark yet, so whatever a and b
+        // delivered waits, and both run ahead without bound.
+        assert_eq!(w.watermark(), None);
+        assert_eq!(w.drift(&a), Some(i64::MAX));
+        assert_eq!(w.drift(&b), Some(i64::MAX));
+        assert_eq!(w.drift(&c), None, "nothing delivered");
+        assert_eq!(w.drift(&ch(9, 0)), None, "not an input");
+        deliver(&mut w, c, &[(0, 3_000)]);
+        assert_eq!(w.watermark(), None, "u still holds it");
+        // u reads to its startup end: its delivered event times count for nothing here.
+        deliver(&mut w, u, &[(0, 1_000_000)]);
+        assert_eq!(w.drift(&u), None, "unordered");
+        // The input that holds the watermark (the lowest prefix) has a drift of zero.
+        assert_eq!(w.watermark(), Some(3_000));
+        let Some(Hold::Input { channel, .. }) = w.held_by() else {
+            panic!("an input holds it")
+        };
+        assert_eq!(channel, c);
+        assert_eq!(w.drift(&c), Some(0));
+        assert_eq!(w.drift(&b), Some(2_000));
+        assert_eq!(w.drift(&a), Some(87_000));
     }
 
     #[test]

@@ -382,6 +382,12 @@ impl EventTime {
         self.tracker.held_by()
     }
 
+    /// How far `channel`'s delivered event time runs ahead of the watermark, ms
+    /// ([`WatermarkTracker::drift`]).
+    pub(crate) fn drift(&self, channel: &Channel) -> Option<i64> {
+        self.tracker.drift(channel)
+    }
+
     /// Records parked now.
     pub(crate) fn parked(&self) -> usize {
         self.queue.len()

@@ -124,6 +124,9 @@ pub struct TaskExplanation {
     pub blocked_not_listed: usize,
     /// Source channels of the task paused by backpressure.
     pub paused: Vec<PausedChannel>,
+    /// Source channels of the task paused by watermark alignment.
+    #[serde(default)]
+    pub ahead: Vec<AheadChannel>,
     /// The event-time watermark, for a stage ordered by event time (after the task's restore).
     pub event_time: Option<WatermarkExplanation>,
     /// The restore of the task's changelog partition, while an open transaction holds it.
@@ -138,6 +141,7 @@ impl TaskExplanation {
             blocked: Vec::new(),
             blocked_not_listed: 0,
             paused: Vec::new(),
+            ahead: Vec::new(),
             event_time: None,
             restore: None,
         }
@@ -150,6 +154,7 @@ impl TaskExplanation {
         self.blocked.is_empty()
             && self.blocked_not_listed == 0
             && self.paused.is_empty()
+            && self.ahead.is_empty()
             && self.restore.is_none()
             && self.event_time.as_ref().is_none_or(|e| {
                 !matches!(
@@ -244,6 +249,21 @@ impl fmt::Display for WaitsFor {
             WaitsFor::Resolution => write!(f, "a resolution of its impossible stamp"),
         }
     }
+}
+
+/// A source channel paused by watermark alignment
+/// ([`EventTimeOrder::max_drift_ms`](parsley_stage::EventTimeOrder::max_drift_ms)): its delivered
+/// event time runs `drift_ms` ahead of the watermark, more than the limit `max_drift_ms` (the
+/// drift plus the clock's lag); it resumes once it is within half of that.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AheadChannel {
+    /// The channel.
+    pub channel: ChannelName,
+    /// How far its delivered event time runs ahead of the watermark, ms; `None` while the
+    /// watermark has no value yet (everything delivered waits).
+    pub drift_ms: Option<i64>,
+    /// The limit, ms.
+    pub max_drift_ms: i64,
 }
 
 /// A source channel paused by backpressure: it holds `held` fetched, undelivered records, at
@@ -410,6 +430,21 @@ impl fmt::Display for Explanation {
                         none(),
                         none(),
                         format!("paused by backpressure: holds {} of cap {}", p.held, p.cap),
+                    ));
+                }
+                for a in &task.ahead {
+                    let ahead = a.drift_ms.map_or_else(
+                        || "the watermark has no value yet".to_string(),
+                        |d| format!("{d} ms ahead of the watermark"),
+                    );
+                    rows.push(row(
+                        a.channel.to_string(),
+                        none(),
+                        none(),
+                        format!(
+                            "paused by watermark alignment: {ahead} (limit {} ms)",
+                            a.max_drift_ms
+                        ),
                     ));
                 }
                 if let Some(et) = &task.event_time

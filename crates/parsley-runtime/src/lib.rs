@@ -135,8 +135,8 @@ pub use error::{
     TIMESTAMP_BEFORE_LIMIT, TOPIC_SIZE_LIMIT,
 };
 pub use explain::{
-    ANSWER_WITHIN, BlockedRecord, ChannelName, Explanation, MAX_BLOCKED_LISTED, PausedChannel,
-    RestoreWait, StageExplanation, TaskExplanation, WaitsFor, WatermarkExplanation,
+    ANSWER_WITHIN, AheadChannel, BlockedRecord, ChannelName, Explanation, MAX_BLOCKED_LISTED,
+    PausedChannel, RestoreWait, StageExplanation, TaskExplanation, WaitsFor, WatermarkExplanation,
     WatermarkHolder,
 };
 #[cfg(feature = "fault-injection")]

@@ -50,6 +50,7 @@ pub struct StageMetrics {
     reads_beyond_cap: AtomicU64,
     spilled: AtomicU64,
     refetched: AtomicU64,
+    aligned: AtomicU64,
     late: AtomicU64,
     raised: AtomicU64,
     timers_fired: AtomicU64,
@@ -146,6 +147,9 @@ pub struct TaskMetrics {
     /// Event-time stages: records parked in the task's timer queue now (a gauge; restored
     /// records included). `0` for other stages.
     pub parked: u64,
+    /// Event-time stages: the most records the task's timer queue held after a poll batch's
+    /// deliveries, since this instance took the task. `0` for other stages.
+    pub max_parked: u64,
     /// Event-time stages: records taken by this instance's timer queue with an event time
     /// below the watermark (the violation counter, the book's specification, §5): released at once,
     /// or behind a parked causal ancestor. `0` for other stages.
@@ -186,6 +190,7 @@ impl TaskMetrics {
             impossible_stamps: 0,
             frontier_lag: None,
             parked: 0,
+            max_parked: 0,
             late: 0,
             raised: 0,
             watermark_ms: None,
@@ -241,6 +246,10 @@ pub struct MetricsSnapshot {
     pub spilled: u64,
     /// Spilled records re-fetched by seeking back.
     pub refetched: u64,
+    /// Event-time stages: inputs paused by watermark alignment, their delivered event time
+    /// running ahead of the watermark by more than the drift
+    /// ([`EventTimeOrder::max_drift_ms`](parsley_stage::EventTimeOrder::max_drift_ms)).
+    pub aligned: u64,
     /// Event-time stages: records that arrived with an event time below their task's
     /// watermark (the violation counter, summed over tasks).
     pub late: u64,
@@ -340,6 +349,7 @@ impl StageMetrics {
             reads_beyond_cap: g(&self.reads_beyond_cap),
             spilled: g(&self.spilled),
             refetched: g(&self.refetched),
+            aligned: g(&self.aligned),
             late: g(&self.late),
             raised: g(&self.raised),
             timers_fired: g(&self.timers_fired),
@@ -567,6 +577,10 @@ impl StageMetrics {
 
     pub(crate) fn spilled(&self, n: usize) {
         self.spilled.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    pub(crate) fn aligned(&self) {
+        self.aligned.fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn refetched(&self, n: u64) {

@@ -21,6 +21,9 @@
 //! The stopped-writer test failed while the upstream wait compared the writer's committed
 //! offset with its source's LSO alone: `down` stayed catching up with both records parked.
 //!
+//! Watermark alignment: an input whose history runs far ahead of another's in event time is
+//! paused instead of parked whole; with alignment off (the negative control) it is parked whole.
+//!
 //! The event time of a record is its Kafka record timestamp; the tests write explicit
 //! timestamps relative to a base one hour in the past (time-based retention never sees them
 //! as old). Every stage forwards `key@t` values unchanged, so its output topic is its release
@@ -793,4 +796,103 @@ fn an_input_whose_writer_stopped_short_of_a_trailing_marker_is_caught_up() {
     assert_eq!(task.watermark_ms, Some(base + 200), "{task:?}");
     running.stop().unwrap();
     assert_eq!(committed_values(&out), ["k@100", "k@200"]);
+}
+
+/// Input `a` holds 20,000 records a second of event time apart. Input `b` has one committed
+/// record at 0.5 s, then an open transaction with records from 1,000 s on: `b` cannot be read
+/// past it, so it holds the watermark at 0.5 s while `a` runs ahead. Returns the release order,
+/// the stage's metrics and its task's, after `b`'s transaction is committed once `ready` holds
+/// of the task (the stage has run ahead as far as it will).
+fn run_ahead(
+    order: EventTimeOrder,
+    a: &str,
+    base: i64,
+    ready: impl Fn(&TaskMetrics, &parsley_runtime::MetricsSnapshot) -> bool,
+) -> (Vec<String>, parsley_runtime::MetricsSnapshot, TaskMetrics) {
+    let b = create_topic("evt-align-b", 1);
+    let out = create_topic("evt-align-out", 1);
+    let p = raw_producer(None);
+    enqueue(&p, &b.name, "b", "b@00000", base + 500);
+    p.flush(DEADLINE).unwrap();
+    let tx = raw_producer(Some(&unique_topic("evt-align-tx")));
+    tx.begin_transaction().unwrap();
+    for i in 1..=20i64 {
+        enqueue(
+            &tx,
+            &b.name,
+            "b",
+            &format!("b@{:05}", i * 1_000),
+            base + i * 1_000_000,
+        );
+    }
+    tx.flush(DEADLINE).unwrap();
+    let topology =
+        forward_topology_with(&unique_topic("evt-align"), &[a, &b.name], &out.name, |s| {
+            s.order_by_event_time(order)
+        });
+    let running = Runtime::new(topology, RuntimeConfig::new(bootstrap()))
+        .start()
+        .unwrap();
+    let started = std::time::Instant::now();
+    loop {
+        let tasks = running.task_metrics()[0].1.clone();
+        if let [task] = tasks[..]
+            && ready(&task, &running.metrics()[0].1)
+        {
+            break;
+        }
+        assert!(started.elapsed() < DEADLINE, "not ready: {tasks:?}");
+        std::thread::park_timeout(Duration::from_millis(20));
+    }
+    tx.commit_transaction(DEADLINE).unwrap();
+    wait_committed(&running, "forward", 20_021);
+    let task = only_task(&running.task_metrics()[0].1);
+    let metrics = running.stop().unwrap()[0].1;
+    (committed_values(&out), metrics, task)
+}
+
+/// Aligned (a drift of 1 s), `a` is paused after the poll batch that took it ahead, so the
+/// timer queue holds about one poll batch of it (2,000 records) instead of all of it; with
+/// alignment off (the negative control) all of `a` waits in the queue until `b` moves. The
+/// release order is event-time order either way.
+#[test]
+fn an_input_running_ahead_in_event_time_is_paused_not_parked_whole() {
+    let base = base() - 30_000_000;
+    let a = create_topic("evt-align-a", 1);
+    let p = raw_producer(None);
+    for i in 0..20_000i64 {
+        enqueue(&p, &a.name, "a", &format!("a@{i:05}"), base + i * 1_000);
+    }
+    p.flush(DEADLINE).unwrap();
+    let in_order = |values: &[String]| {
+        let times: Vec<&str> = values.iter().map(|v| &v[2..7]).collect();
+        times.windows(2).all(|w| w[0] <= w[1])
+    };
+
+    // Ready once `a` was paused (the stage cannot move further until `b` does).
+    let (values, m, task) = run_ahead(
+        EventTimeOrder::new().max_drift_ms(1_000),
+        &a.name,
+        base,
+        |_, m| m.aligned > 0,
+    );
+    assert_eq!(values.len(), 20_021);
+    assert!(in_order(&values), "released in event-time order");
+    assert_eq!(m.late, 0, "{m:?}");
+    assert!(
+        task.max_parked <= 2_100,
+        "aligned: about one poll batch of a waits: {task:?}"
+    );
+
+    // Ready once every record of `a` but the first (released at b's 0.5 s) is parked.
+    let (values, m, task) = run_ahead(EventTimeOrder::new().unaligned(), &a.name, base, |t, _| {
+        t.parked >= 19_999
+    });
+    assert_eq!(values.len(), 20_021);
+    assert!(in_order(&values), "released in event-time order");
+    assert_eq!(m.aligned, 0, "{m:?}");
+    assert!(
+        task.max_parked >= 19_999,
+        "negative control: unaligned, all of a waits in the queue: {task:?}"
+    );
 }

@@ -11,6 +11,10 @@
 /// interval plus one commit interval (the runtime's default commit interval is 100 ms too).
 pub const DEFAULT_TICK_INTERVAL_MS: i64 = 100;
 
+/// How far an input's delivered event time may run ahead of the watermark before the task
+/// stops fetching it, unless [`EventTimeOrder::max_drift_ms`] sets another: one minute.
+pub const DEFAULT_MAX_DRIFT_MS: i64 = 60_000;
+
 /// Orders a stage's deliveries by event time per task (completeness from end offsets; the book.s chapter
 /// "Ordering by event time").
 ///
@@ -37,20 +41,63 @@ pub const DEFAULT_TICK_INTERVAL_MS: i64 = 100;
 /// let faster = EventTimeOrder::new().clock(500).tick_interval_ms(20);
 /// assert_eq!(faster.clock.unwrap().tick_interval_ms, 20);
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+///
+/// # Watermark alignment
+/// Records delivered above the watermark wait in the task's timer queue, in memory. When one
+/// input's history runs far ahead of another's in event time — a partition holding a week
+/// while another is still at its first day — everything the fast one delivers waits, and the
+/// queue would grow with the history. So the task stops fetching (pauses) an input whose
+/// delivered event time runs more than [`EventTimeOrder::max_drift_ms`] ahead of the watermark,
+/// and resumes it once it is within half of that, as Flink's watermark alignment does
+/// (FLIP-182, FLIP-217). It never pauses the input that holds the watermark, an unordered
+/// input, or an input a blocked record's claim waits on, so alignment cannot deadlock. What the
+/// queue holds is then bounded by the drift, not by the history; the cost is that the fast
+/// input is read in bursts. Live records run at most the lag ahead of the watermark and are
+/// never paused for it. On by default ([`DEFAULT_MAX_DRIFT_MS`]);
+/// [`EventTimeOrder::unaligned`] turns it off.
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct EventTimeOrder {
     /// The hand-run control stream; `None`: none.
     pub control: Option<ControlStream>,
     /// The built-in clock; `None`: none. Not together with `control`.
     pub clock: Option<BuiltInClock>,
+    /// Watermark alignment: the most an input's delivered event time may run ahead of the
+    /// watermark before the input is paused, ms (`> 0`); `None`: no alignment.
+    pub max_drift_ms: Option<i64>,
+}
+
+impl Default for EventTimeOrder {
+    fn default() -> Self {
+        EventTimeOrder {
+            control: None,
+            clock: None,
+            max_drift_ms: Some(DEFAULT_MAX_DRIFT_MS),
+        }
+    }
 }
 
 impl EventTimeOrder {
     /// Event-time order with no control stream: once every input is caught up and at its live
-    /// head, records are released on arrival (late ones counted).
+    /// head, records are released on arrival (late ones counted). Watermark alignment is on,
+    /// with a drift of [`DEFAULT_MAX_DRIFT_MS`].
     pub fn new() -> Self {
         EventTimeOrder::default()
+    }
+
+    /// Sets the watermark alignment's drift, ms (type docs): an input whose delivered event
+    /// time runs further ahead of the watermark is paused. A value `<= 0` is reported by
+    /// [`TopologyBuilder::build`](crate::TopologyBuilder::build).
+    pub fn max_drift_ms(mut self, drift_ms: i64) -> Self {
+        self.max_drift_ms = Some(drift_ms);
+        self
+    }
+
+    /// Turns watermark alignment off: every input is fetched as fast as it comes, and the timer
+    /// queue holds whatever runs ahead of the watermark.
+    pub fn unaligned(mut self) -> Self {
+        self.max_drift_ms = None;
+        self
     }
 
     /// Adds a control stream: `topic` (one of the stage's sources, with no event time of its
@@ -175,6 +222,11 @@ pub(crate) fn problems(
                 control.lag_ms
             ));
         }
+    }
+    if let Some(drift) = order.max_drift_ms.filter(|d| *d <= 0) {
+        problems.push(format!(
+            "stage {name:?}: watermark alignment drift {drift} ms is not positive"
+        ));
     }
     if let Some(clock) = &order.clock {
         if let Some(control) = &order.control {

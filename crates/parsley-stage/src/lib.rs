@@ -74,7 +74,7 @@ pub use internal::InternalTopic;
 pub use parsley_clock::CausalClock;
 pub use processor::{Part, Processor, RawDelivery, RawEmission, RawRecord, RawStep, RawTimer};
 pub use topology::{
-    BadRecordKind, BadRecordPolicy, BuiltInClock, ControlStream, DEFAULT_TICK_INTERVAL_MS,
-    EventTimeOrder, ImpossiblePolicy, KeyPartitioning, StageBuilder, StageSettings, StageSpec,
-    Topology, TopologyBuilder, changelog_topic, clock_topic,
+    BadRecordKind, BadRecordPolicy, BuiltInClock, ControlStream, DEFAULT_MAX_DRIFT_MS,
+    DEFAULT_TICK_INTERVAL_MS, EventTimeOrder, ImpossiblePolicy, KeyPartitioning, StageBuilder,
+    StageSettings, StageSpec, Topology, TopologyBuilder, changelog_topic, clock_topic,
 };

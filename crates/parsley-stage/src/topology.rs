@@ -44,7 +44,8 @@ use crate::codec::{Codec, Json};
 use crate::error::{Error, Result};
 use crate::event_time;
 pub use crate::event_time::{
-    BuiltInClock, ControlStream, DEFAULT_TICK_INTERVAL_MS, EventTimeOrder, clock_topic,
+    BuiltInClock, ControlStream, DEFAULT_MAX_DRIFT_MS, DEFAULT_TICK_INTERVAL_MS, EventTimeOrder,
+    clock_topic,
 };
 use crate::handler::Handler;
 use crate::internal::InternalTopic;

@@ -295,6 +295,24 @@ impl<R> Gate<R> {
         self.blocked.len()
     }
 
+    /// `true` when a blocked record waits on `channel`: for its frontier to reach an offset,
+    /// for it to be seeded, or for an in-flight claim on it to settle. A caller that pauses
+    /// channels for reasons of its own (watermark alignment) must not pause such a channel:
+    /// the blocked record could wait for ever.
+    pub fn awaited(&self, channel: &Channel) -> bool {
+        self.blocked.iter().any(|&(idx, offset)| {
+            let Some(pos) = self.slot_pos(idx, offset) else {
+                return false;
+            };
+            match self.channels[idx].queue[pos].blocked {
+                Some(Awaiting::Frontier(c)) => c.channel == *channel,
+                Some(Awaiting::Seeding(c)) => c == *channel,
+                Some(Awaiting::InFlight { channel: c, .. }) => c == *channel,
+                Some(Awaiting::Evidence(_) | Awaiting::Resolution) | None => false,
+            }
+        })
+    }
+
     /// Tracked records (heads and pulled records) that are blocked, with what they wait for.
     pub fn blocked_heads(&self) -> Vec<BlockedHead> {
         self.blocked

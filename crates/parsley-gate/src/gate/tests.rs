@@ -85,6 +85,25 @@ fn a_record_waits_for_its_claimed_cause_on_another_consumed_channel() {
 }
 
 #[test]
+fn awaited_names_the_channels_blocked_records_wait_on() {
+    let (a, b, c) = (ch(1, 0), ch(2, 0), ch(3, 0));
+    let mut g = seeded(&[a, b, c]);
+    assert!(!g.awaited(&a));
+    // b@0 waits for a's frontier; c@0 for an in-flight claim of sender 1 on b.
+    g.offer(b, rec(0, None, &[a.at(2)], &[])).unwrap();
+    g.offer(c, rec(0, Some((1, 5)), &[], &[(b, 4)])).unwrap();
+    assert!(g.next_delivery().is_none());
+    assert!(g.awaited(&a), "b@0 waits on a");
+    assert!(g.awaited(&b), "c@0's claim waits on b");
+    assert!(!g.awaited(&c));
+    for o in 0..3 {
+        g.offer(a, plain(o)).unwrap();
+    }
+    drain(&mut g);
+    assert!(!g.awaited(&a), "b@0 was delivered");
+}
+
+#[test]
 fn the_payload_of_a_held_record_is_readable_until_it_is_delivered_or_spilled() {
     let (a, b) = (ch(1, 0), ch(2, 0));
     let mut g = seeded(&[a, b]);

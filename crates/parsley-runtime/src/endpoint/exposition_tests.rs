@@ -19,6 +19,7 @@ fn task(partition: i32, phase: TaskPhase) -> TaskMetrics {
         impossible_stamps: 0,
         frontier_lag: None,
         parked: 0,
+        max_parked: 0,
         late: 0,
         raised: 0,
         watermark_ms: None,

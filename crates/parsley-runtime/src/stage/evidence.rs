@@ -148,7 +148,7 @@ impl StageRunner {
                 };
                 // A paused partition is not fetched: its last response says nothing about
                 // what was appended since.
-                let fetched = if self.intake.paused().contains(&c) {
+                let fetched = if self.intake.is_paused(&c) {
                     None
                 } else {
                     let name = &self.ctx.source_of(c)?.name;

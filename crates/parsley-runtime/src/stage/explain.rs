@@ -7,6 +7,7 @@
 //! per record, and a turn nobody asked about costs one relaxed atomic load.
 
 use super::StageRunner;
+use super::alignment;
 use super::task::Task;
 use crate::explain::{self, TaskExplanation};
 
@@ -39,7 +40,22 @@ impl StageRunner {
             partition: task.partition(),
             blocked,
             blocked_not_listed,
-            paused: explain::paused_channels(gate, self.intake.paused(), ctx.cap, &names),
+            paused: explain::paused_channels(gate, self.intake.full(), ctx.cap, &names),
+            ahead: task
+                .event_time()
+                .map(|et| {
+                    let max_drift = self.spec.event_time().and_then(|o| o.max_drift_ms);
+                    let limit = max_drift.map_or(0, |d| alignment::limit(d, et.lag_ms()));
+                    gate.consumed()
+                        .filter(|c| self.intake.ahead().contains(c))
+                        .map(|c| explain::AheadChannel {
+                            channel: explain::channel_name(c, &names),
+                            drift_ms: et.drift(&c).filter(|d| *d != i64::MAX),
+                            max_drift_ms: limit,
+                        })
+                        .collect()
+                })
+                .unwrap_or_default(),
             event_time: task
                 .event_time()
                 .map(|et| explain::watermark(et.watermark(), et.parked(), et.held_by(), &names)),

@@ -13,7 +13,8 @@
 //! position passes it.
 //!
 //! Invariant: every record polled is offered to its task exactly once, in poll order; the
-//! consumer's pauses are exactly the channels in `paused`.
+//! consumer's pauses are exactly the channels in `full` or `ahead` (backpressure's pauses and
+//! watermark alignment's, kept apart so that one reason's resume does not lift the other's).
 
 use std::borrow::Cow;
 use std::collections::HashSet;
@@ -73,6 +74,15 @@ enum Polled {
     Failed(KafkaError),
 }
 
+/// Why a channel is paused ([`Intake::set_paused`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Pause {
+    /// Backpressure: the channel's queue in the gate is full.
+    Full,
+    /// Watermark alignment: the channel's delivered event time runs ahead of the watermark.
+    Ahead,
+}
+
 /// The stage's consumer and what the poll loop keeps between polls.
 pub(crate) struct Intake {
     consumer: BaseConsumer<RebalanceContext>,
@@ -85,8 +95,10 @@ pub(crate) struct Intake {
     arrivals: u64,
     /// When the current batch took its first record (one clock read per batch).
     batch_time: Option<Instant>,
-    /// The channels whose partitions are paused (backpressure).
-    paused: HashSet<Channel>,
+    /// The channels paused by backpressure (their queues are full).
+    full: HashSet<Channel>,
+    /// The channels paused by watermark alignment (their event time runs ahead).
+    ahead: HashSet<Channel>,
     /// What the consumer connects to, for a security failure.
     endpoint: Endpoint,
 }
@@ -139,7 +151,8 @@ impl Intake {
             epoch: 0,
             arrivals: 0,
             batch_time: None,
-            paused: HashSet::new(),
+            full: HashSet::new(),
+            ahead: HashSet::new(),
             endpoint,
         })
     }
@@ -154,9 +167,19 @@ impl Intake {
         self.epoch
     }
 
-    /// The channels paused now.
-    pub(crate) fn paused(&self) -> &HashSet<Channel> {
-        &self.paused
+    /// The channels paused by backpressure now.
+    pub(crate) fn full(&self) -> &HashSet<Channel> {
+        &self.full
+    }
+
+    /// The channels paused by watermark alignment now.
+    pub(crate) fn ahead(&self) -> &HashSet<Channel> {
+        &self.ahead
+    }
+
+    /// `true` when the consumer does not fetch `channel` now (paused for either reason).
+    pub(crate) fn is_paused(&self, channel: &Channel) -> bool {
+        self.full.contains(channel) || self.ahead.contains(channel)
     }
 
     /// `true` when rebalance events or a record polled with them wait.
@@ -193,33 +216,46 @@ impl Intake {
         Ok(fetched.map_or(Polled::Nothing, Polled::Record))
     }
 
-    /// Pauses or resumes the partition of source channel `channel`.
+    /// Pauses or resumes the partition of source channel `channel` for `reason`; the consumer
+    /// pauses it while either reason holds.
     pub(crate) fn set_paused(
         &mut self,
         ctx: &TaskContext,
         channel: Channel,
+        reason: Pause,
         pause: bool,
     ) -> Result<()> {
+        let was = self.is_paused(&channel);
+        let set = match reason {
+            Pause::Full => &mut self.full,
+            Pause::Ahead => &mut self.ahead,
+        };
+        if pause {
+            set.insert(channel);
+        } else {
+            set.remove(&channel);
+        }
+        let now = self.is_paused(&channel);
+        if now == was {
+            return Ok(());
+        }
         let mut tpl = TopicPartitionList::new();
         tpl.add_partition(&ctx.source_of(channel)?.name, channel.partition);
-        if pause {
+        if now {
             self.consumer.pause(&tpl)
         } else {
             self.consumer.resume(&tpl)
         }
-        .map_err(|e| Error::kafka("pausing or resuming a partition", e))?;
-        if pause {
-            self.paused.insert(channel);
-        } else {
-            self.paused.remove(&channel);
-        }
-        Ok(())
+        .map_err(|e| Error::kafka("pausing or resuming a partition", e))
     }
 
     /// Resumes every paused partition.
     pub(crate) fn resume_all(&mut self, ctx: &TaskContext) -> Result<()> {
-        for channel in self.paused.clone() {
-            self.set_paused(ctx, channel, false)?;
+        for channel in self.full.clone() {
+            self.set_paused(ctx, channel, Pause::Full, false)?;
+        }
+        for channel in self.ahead.clone() {
+            self.set_paused(ctx, channel, Pause::Ahead, false)?;
         }
         Ok(())
     }
@@ -269,7 +305,8 @@ impl Intake {
         self.consumer
             .unassign()
             .map_err(|e| Error::kafka("unassigning after revocation", e))?;
-        self.paused.clear();
+        self.full.clear();
+        self.ahead.clear();
         Ok(())
     }
 

@@ -54,6 +54,7 @@
 //! Invariant: a task's committed offsets and its last committed snapshot describe the same
 //! moment — both are written in the same transaction, after its outputs are acknowledged.
 
+mod alignment;
 mod backpressure;
 mod commit_call;
 mod context;
@@ -100,7 +101,7 @@ pub use task::{DELIVERY_TARGET, NO_TIMESTAMP};
 
 use self::backpressure::Step;
 use self::evidence::Evidence;
-use self::intake::{Intake, Taking};
+use self::intake::{Intake, Pause, Taking};
 use self::sources::SourceCheck;
 use self::transaction::{MAX_RECOVERIES, Overlap, Transaction};
 use crate::config::RuntimeConfig;
@@ -377,14 +378,30 @@ impl StageRunner {
         );
     }
 
-    /// Applies each task's backpressure plan: gate steps first, then the consumer's pauses and
-    /// resumes, then its seeks.
+    /// Applies each task's backpressure plan — gate steps first, then the consumer's pauses and
+    /// resumes, then its seeks — and its watermark alignment plan (module `alignment`).
     fn apply_backpressure(&mut self) -> Result<()> {
         let mut pauses = Vec::new();
         let mut seeks = Vec::new();
+        let max_drift = self.spec.event_time().and_then(|o| o.max_drift_ms);
         for task in self.tasks.values_mut() {
+            if let (Some(drift), (gate, Some(et))) = (max_drift, task.gate_and_event_time()) {
+                let limit = alignment::limit(drift, et.lag_ms());
+                let inputs = alignment::inputs(gate, et);
+                for (channel, pause) in alignment::plan(&inputs, self.intake.ahead(), limit) {
+                    let drift = inputs
+                        .iter()
+                        .find(|i| i.channel == channel)
+                        .and_then(|i| i.drift);
+                    debug!(%channel, pause, ?drift, limit, "watermark alignment");
+                    if pause {
+                        self.metrics.aligned();
+                    }
+                    pauses.push((channel, Pause::Ahead, pause));
+                }
+            }
             let partition = task.partition();
-            let steps = backpressure::plan(task.gate(), self.intake.paused(), self.ctx.cap);
+            let steps = backpressure::plan(task.gate(), self.intake.full(), self.ctx.cap);
             let gate = task.gate_mut();
             for step in steps {
                 match step {
@@ -405,14 +422,16 @@ impl StageRunner {
                         debug!(%channel, resume, "re-fetch ends early: full");
                         seeks.push((channel, resume));
                     }
-                    Step::Pause(channel) => pauses.push((channel, true)),
-                    Step::Resume(channel) => pauses.push((channel, false)),
+                    Step::Pause(channel) => pauses.push((channel, Pause::Full, true)),
+                    Step::Resume(channel) => pauses.push((channel, Pause::Full, false)),
                 }
             }
         }
-        for (channel, pause) in pauses {
-            debug!(%channel, pause, "backpressure");
-            self.intake.set_paused(&self.ctx, channel, pause)?;
+        for (channel, reason, pause) in pauses {
+            if reason == Pause::Full {
+                debug!(%channel, pause, "backpressure");
+            }
+            self.intake.set_paused(&self.ctx, channel, reason, pause)?;
         }
         for (channel, offset) in seeks {
             self.intake
@@ -451,6 +470,7 @@ pub(crate) fn publish_counts<'a>(
             m.ticks += counts.ticks;
             if let Some((parked, watermark, catching_up)) = et {
                 m.parked = parked;
+                m.max_parked = m.max_parked.max(parked);
                 m.watermark_ms = watermark;
                 m.catching_up = catching_up;
                 m.timers = timers;
