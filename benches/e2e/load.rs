@@ -203,6 +203,15 @@ pub fn output_reader(bootstrap: &str, topic: &str, partitions: i32) -> Result<Ba
     Ok(consumer)
 }
 
+/// The first key (`00000000`, `00000001`, …) that murmur2 puts on `partition` of `partitions`:
+/// a record a stage's key-partition check accepts there.
+fn key_on(partition: i32, partitions: i32) -> Vec<u8> {
+    (0..)
+        .map(|i| key(i, Keys::Unique))
+        .find(|k| partition_for(k, partitions) == partition)
+        .expect("murmur2 reaches every partition")
+}
+
 /// Sends one warm-up record to each input partition and waits until all of them are read
 /// back from the output: the loop under test has joined its group and committed once, and
 /// `producer` is connected with its producer id (so the paced load that follows on the same
@@ -218,13 +227,8 @@ pub fn warm_up(
     payload: usize,
 ) -> Result<()> {
     for p in 0..partitions {
-        send(
-            producer,
-            input,
-            p,
-            &key(u64::from(p.unsigned_abs()), Keys::Unique),
-            &value(payload, 0),
-        )?;
+        let key = key_on(p, partitions);
+        send(producer, input, p, &key, &value(payload, 0))?;
     }
     producer.flush(TIMEOUT).context("flushing the warm-up")?;
     let started = Instant::now();
@@ -575,6 +579,13 @@ mod tests {
         assert_eq!(Keys::Unique.count_of(999, 1_000), 1);
         assert_eq!(key(12_345, ten), b"00000005");
         assert_eq!(key(12_345, Keys::Unique), b"00012345");
+    }
+
+    #[test]
+    fn each_partition_s_warm_up_key_is_one_murmur2_puts_there() {
+        for p in 0..4 {
+            assert_eq!(partition_for(&key_on(p, 4), 4), p);
+        }
     }
 
     #[test]

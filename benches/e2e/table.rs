@@ -140,15 +140,22 @@ pub fn print(commit_interval_ms: u64, results: &[Results]) -> bool {
                 dash_or(mean(total), |t| format!("{t:.2} ({:.2})", mean(jit)))
             };
             println!(
-                "| {} | {} | {mode} | {} | {} ({}) | {ratio} | {} | {} | {} | {} | {} | {:.0} |",
+                "| {} | {} | {mode} | {} | {} | {ratio} | {} | {} | {} | {} | {} | {:.0} |",
                 size(r.payload),
                 match keys {
                     Keys::Unique => "unique".to_string(),
                     Keys::Distinct(n) => thousands(*n as f64),
                 },
                 thousands(r.records as f64),
-                dash_or(row.best_throughput(), thousands),
-                runs.join(", "),
+                if runs.is_empty() {
+                    "–".to_string()
+                } else {
+                    format!(
+                        "{} ({})",
+                        dash_or(row.best_throughput(), thousands),
+                        runs.join(", ")
+                    )
+                },
                 with_jit(&row.cpu_us_per_record, &row.jit_us_per_record),
                 with_jit(&row.broker_us_per_record, &row.broker_jit_us_per_record),
                 ms(0.5),
@@ -168,8 +175,9 @@ pub fn print(commit_interval_ms: u64, results: &[Results]) -> bool {
             let latency_met = p99 <= p99_target;
             all_met &= throughput_met && latency_met;
             let p99 = dash_or(p99, |p| format!("{p:.1} ms"));
+            let ratio = dash_or(ratio, |r| format!("{r:.3}×"));
             verdicts.push(format!(
-                "{}: throughput {ratio:.3}× the raw loop (target ≥ {RAW_RATIO_TARGET}×): {}; live p99 {p99} (target ≤ {p99_target:.0} ms): {}",
+                "{}: throughput {ratio} the raw loop (target ≥ {RAW_RATIO_TARGET}×): {}; live p99 {p99} (target ≤ {p99_target:.0} ms): {}",
                 size(r.payload),
                 met(throughput_met),
                 met(latency_met)
