@@ -178,11 +178,11 @@ enum BenchCmd {
     /// CPU per record, live-record latency and peak memory, side by side (release build; the
     /// book's "Benchmarks" chapter has the figures).
     E2e {
-        /// Records preloaded per payload size (default: 1,000,000, or 500 MiB of payload
-        /// when that is fewer).
+        /// Records preloaded per input (default: 1,000,000, or 500 MiB of payload when that
+        /// is fewer; 100,000 with `--quick`).
         #[arg(long)]
         records: Option<u64>,
-        /// Payload sizes in bytes, comma-separated (default: 100,1024).
+        /// Payload sizes in bytes, comma-separated (default: 100,1024; 100 with `--quick`).
         #[arg(long)]
         payloads: Option<String>,
         /// Commit interval of every mode, ms (default: 100).
