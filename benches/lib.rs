@@ -8,7 +8,8 @@
 //!   keys).
 //!
 //! The end-to-end benchmark, the `e2e` binary in `e2e/`, run with `cargo xtask bench e2e`: a
-//! raw rdkafka transactional loop against a Parsley pass-through stage on a real broker
-//! (throughput, live-record latency, peak memory).
+//! raw rdkafka transactional loop, a Parsley pass-through stage and a Parsley count per key
+//! against Kafka Streams' pass-through and count, on a real broker (throughput and CPU per
+//! record measured from outside the processes, live-record latency, peak memory).
 //!
 //! Figures are recorded in the book ("Benchmarks").

@@ -1,24 +1,37 @@
-//! The Parsley case: a topology of one pass-through stage, run by the runtime.
+//! The Parsley cases, run by the runtime: a topology of one pass-through stage, and a count
+//! per key written with the DSL.
 //!
-//! The handler emits each record's key and value unchanged to the output topic; keys and
-//! values are raw bytes (`parsley_stage::Bytes`, the identity codec), so no serialisation cost
-//! is added: the value the runtime copied out of the consumer is what it sends.
-//! The stage stamps every output, keeps its gate snapshot in its changelog and commits
+//! The pass-through handler emits each record's key and value unchanged to the output topic;
+//! keys and values are raw bytes (`parsley_stage::Bytes`, the identity codec), so no
+//! serialisation cost is added: the value the runtime copied out of the consumer is what it
+//! sends. The stage stamps every output, keeps its gate snapshot in its changelog and commits
 //! outputs, snapshot and input offsets in one transaction per commit interval — everything a
 //! real stage does, with no user logic.
+//!
+//! The count ([`count_topology`]) is what a user writes:
+//! `stream::<String, Vec<u8>>(input).group_by_key().count().to_stream().to(output)`. The key is
+//! read as UTF-8 text, the value as bytes (and not looked at); the stream is not re-keyed, so
+//! the count runs in the stage that reads the input, with no repartition topic. After each
+//! record the key's new count goes to the output (key as UTF-8, count as a JSON number: the
+//! `Auto` codec's choice for an `i64`), and the count itself lives in the stage's per-key state
+//! and its changelog, committed with the outputs and the input offsets.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
+use parsley_dsl::StreamsBuilder;
 use parsley_runtime::{Progress, Runtime, RuntimeConfig, StatisticsSink};
 use parsley_stage::{Bytes, Handler, HandlerResult, KeyPartitioning, Record, Step, Topology};
 
 use crate::statistics::{self, StatisticsFile};
-use crate::worker::{Measured, WorkerArgs, check_deadline};
+use crate::worker::{Measured, Mode, WorkerArgs, check_deadline};
 
-/// The stage's name (its consumer group is `{application}.pass`).
+/// The pass-through stage's name (its consumer group is `{application}.pass`).
 pub const STAGE: &str = "pass";
+
+/// The name of the count (its state slot; the DSL names the stage after its source topic).
+pub const COUNT: &str = "counts";
 
 /// Emits its input unchanged to `sink`.
 #[derive(Debug, Clone)]
@@ -69,7 +82,36 @@ pub fn topology(app: &str, input: &str, output: &str, unchecked_keys: bool) -> R
         .context("building the pass-through topology")
 }
 
-/// Runs the stage until it has committed `args.records` deliveries, then stops it.
+/// The count per key of application `app`, from `input` to `output` (module docs).
+///
+/// # Errors
+/// When the names are not legal topic names.
+pub fn count_topology(app: &str, input: &str, output: &str) -> Result<Topology> {
+    let builder = StreamsBuilder::new(app);
+    builder
+        .stream::<String, Vec<u8>>(input)
+        .group_by_key()
+        .named(COUNT)
+        .count()
+        .to_stream()
+        .to(output);
+    builder.build().context("building the count topology")
+}
+
+/// The topology of a Parsley `mode` for `args`.
+///
+/// # Errors
+/// When it cannot be built, or `mode` is not a Parsley mode.
+pub fn topology_of(mode: Mode, args: &WorkerArgs) -> Result<Topology> {
+    match mode {
+        Mode::Parsley => topology(&args.group, &args.input, &args.output, args.unchecked_keys),
+        Mode::ParsleyCount => count_topology(&args.group, &args.input, &args.output),
+        _ => bail!("{mode} is not a Parsley mode"),
+    }
+}
+
+/// Runs the stage of `args.mode` until it has committed `args.records` deliveries, then stops
+/// it.
 ///
 /// # Errors
 /// When the stage fails or does not get there within the deadline.
@@ -82,7 +124,7 @@ pub fn run(args: &WorkerArgs) -> Result<Measured> {
             StatisticsSink::new(move |json| file.write(json)),
         );
     }
-    let topology = topology(&args.group, &args.input, &args.output, args.unchecked_keys)?;
+    let topology = topology_of(args.mode, args)?;
     let runtime = Runtime::new(topology, config);
     let started = Instant::now();
     let running = runtime.start().context("starting the stage")?;

@@ -1,6 +1,8 @@
-//! One measured case in its own process: the raw transactional loop or the Parsley stage,
-//! consuming `records` records from the input topic and committing their copies to the output
-//! topic, then reporting its figures (and its peak memory) on one stdout line.
+//! One measured case in its own process: the raw transactional loop or a Parsley stage,
+//! consuming `records` records from the input topic and committing their copies (or, for the
+//! counting stage, each key's updated count) to the output topic, then reporting its figures
+//! (and its peak memory) on one stdout line. The Kafka Streams modes run in a JVM instead
+//! ([`crate::kafka_streams`]), which prints the same line without the loop's own figures.
 
 use std::fmt;
 use std::path::PathBuf;
@@ -17,8 +19,8 @@ pub const DEADLINE: Duration = Duration::from_secs(900);
 /// The prefix of the worker's result line on stdout.
 const RESULT_PREFIX: &str = "e2e-result";
 
-/// Which consume→produce loop a worker runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+/// Which consume→produce loop a case runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, ValueEnum)]
 pub enum Mode {
     /// rdkafka's consumer and transactional producer, no stamps.
     Raw,
@@ -27,11 +29,36 @@ pub enum Mode {
     /// The raw loop, each output also carrying a stamp header of `--stamp-bytes`
     /// filler bytes (a reference: what the wire format alone costs, without Parsley's work).
     RawStamped,
+    /// Kafka Streams' pass-through, `stream(input).to(output)` with byte-array serdes (a JVM).
+    Ks,
+    /// A Parsley DSL count per key: `group_by_key().count()`, each key's new count written
+    /// after every record.
+    ParsleyCount,
+    /// Kafka Streams' `groupByKey().count()` with its record cache off, each key's new count
+    /// written after every record (a JVM).
+    KsCount,
 }
 
 impl Mode {
     /// Every mode, in the table's order.
-    pub const ALL: [Mode; 3] = [Mode::Raw, Mode::RawStamped, Mode::Parsley];
+    pub const ALL: [Mode; 6] = [
+        Mode::Raw,
+        Mode::RawStamped,
+        Mode::Parsley,
+        Mode::Ks,
+        Mode::ParsleyCount,
+        Mode::KsCount,
+    ];
+
+    /// Whether a Kafka Streams program in a JVM runs this mode (not a `worker` process).
+    pub fn is_kafka_streams(self) -> bool {
+        matches!(self, Mode::Ks | Mode::KsCount)
+    }
+
+    /// Whether this mode counts per key (its output holds counts, not copies).
+    pub fn counts(self) -> bool {
+        matches!(self, Mode::ParsleyCount | Mode::KsCount)
+    }
 }
 
 impl fmt::Display for Mode {
@@ -40,6 +67,9 @@ impl fmt::Display for Mode {
             Mode::Raw => "raw",
             Mode::Parsley => "parsley",
             Mode::RawStamped => "raw-stamped",
+            Mode::Ks => "ks",
+            Mode::ParsleyCount => "parsley-count",
+            Mode::KsCount => "ks-count",
         })
     }
 }
@@ -59,7 +89,7 @@ pub struct WorkerArgs {
     /// The output topic.
     #[arg(long)]
     pub output: String,
-    /// Consumer group (raw) or application id (Parsley), fresh for each case.
+    /// Consumer group (raw) or application id (Parsley, Kafka Streams), fresh for each case.
     #[arg(long)]
     pub group: String,
     /// Records to process: the worker stops after the commit that covers this many.
@@ -88,7 +118,7 @@ impl WorkerArgs {
     }
 }
 
-/// What one loop measured.
+/// What one loop measured itself (the Rust modes).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Measured {
     /// Records committed.
@@ -102,8 +132,9 @@ pub struct Measured {
 /// A worker's report: its measurement plus its process figures.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Report {
-    /// The loop's measurement.
-    pub measured: Measured,
+    /// The loop's own measurement; `None` from the Kafka Streams program, which reports only
+    /// its process figures.
+    pub measured: Option<Measured>,
     /// Peak resident set size of the worker process (`VmHWM`), KiB.
     pub peak_rss_kib: u64,
     /// User plus system CPU time of the worker process (all threads), ms.
@@ -111,15 +142,21 @@ pub struct Report {
 }
 
 impl Report {
-    /// The stdout line the parent parses.
+    /// The stdout line the parent parses: `e2e-result [records=N elapsed_us=N
+    /// transactions=N] peak_rss_kib=N cpu_ms=N` (the Kafka Streams program prints the last two
+    /// only).
     fn line(&self) -> String {
+        let measured = self.measured.map_or_else(String::new, |m| {
+            format!(
+                " records={} elapsed_us={} transactions={}",
+                m.records,
+                m.elapsed.as_micros(),
+                m.transactions
+            )
+        });
         format!(
-            "{RESULT_PREFIX} records={} elapsed_us={} transactions={} peak_rss_kib={} cpu_ms={}",
-            self.measured.records,
-            self.measured.elapsed.as_micros(),
-            self.measured.transactions,
-            self.peak_rss_kib,
-            self.cpu_ms
+            "{RESULT_PREFIX}{measured} peak_rss_kib={} cpu_ms={}",
+            self.peak_rss_kib, self.cpu_ms
         )
     }
 
@@ -132,19 +169,25 @@ impl Report {
             .lines()
             .find_map(|l| l.strip_prefix(RESULT_PREFIX))
             .with_context(|| format!("no {RESULT_PREFIX} line in the worker's output"))?;
-        let field = |name: &str| -> Result<u64> {
+        let optional = |name: &str| -> Result<Option<u64>> {
             line.split_whitespace()
                 .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
-                .with_context(|| format!("no {name} in {line:?}"))?
-                .parse()
-                .with_context(|| format!("{name} in {line:?}"))
+                .map(|v| v.parse().with_context(|| format!("{name} in {line:?}")))
+                .transpose()
         };
-        Ok(Report {
-            measured: Measured {
-                records: field("records")?,
+        let field = |name: &str| -> Result<u64> {
+            optional(name)?.with_context(|| format!("no {name} in {line:?}"))
+        };
+        let measured = match optional("records")? {
+            Some(records) => Some(Measured {
+                records,
                 elapsed: Duration::from_micros(field("elapsed_us")?),
                 transactions: field("transactions")?,
-            },
+            }),
+            None => None,
+        };
+        Ok(Report {
+            measured,
             peak_rss_kib: field("peak_rss_kib")?,
             cpu_ms: field("cpu_ms")?,
         })
@@ -159,7 +202,10 @@ pub fn run(args: &WorkerArgs) -> Result<()> {
     let measured = match args.mode {
         Mode::Raw => raw::run(args, None),
         Mode::RawStamped => raw::run(args, Some(args.stamp_bytes)),
-        Mode::Parsley => parsley::run(args),
+        Mode::Parsley | Mode::ParsleyCount => parsley::run(args),
+        Mode::Ks | Mode::KsCount => {
+            bail!("the {} mode runs in the Kafka Streams program", args.mode)
+        }
     }
     .with_context(|| format!("the {} loop", args.mode))?;
     if measured.records < args.records {
@@ -171,7 +217,7 @@ pub fn run(args: &WorkerArgs) -> Result<()> {
         );
     }
     let report = Report {
-        measured,
+        measured: Some(measured),
         peak_rss_kib: peak_rss_kib()?,
         cpu_ms: cpu_ms()?,
     };
@@ -226,4 +272,46 @@ pub fn check_deadline(started: Instant, what: &str) -> Result<()> {
         bail!("{what}: no end after {DEADLINE:?}");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reports_round_trip_with_and_without_the_loop_s_own_figures() {
+        let rust = Report {
+            measured: Some(Measured {
+                records: 1_000,
+                elapsed: Duration::from_micros(2_500),
+                transactions: 7,
+            }),
+            peak_rss_kib: 90_000,
+            cpu_ms: 1_230,
+        };
+        let stdout = format!("noise\n{}\n", rust.line());
+        assert_eq!(Report::parse(&stdout).unwrap(), rust);
+        // The Kafka Streams program's line (Bench.java) has the process figures only.
+        let jvm = Report::parse("kafka-streams: …\ne2e-result peak_rss_kib=512000 cpu_ms=9870\n")
+            .unwrap();
+        assert_eq!(
+            jvm,
+            Report {
+                measured: None,
+                peak_rss_kib: 512_000,
+                cpu_ms: 9_870
+            }
+        );
+        assert!(Report::parse("e2e-result records=5 peak_rss_kib=1 cpu_ms=1").is_err());
+        assert!(Report::parse("e2e-result peak_rss_kib=1").is_err());
+        assert!(Report::parse("nothing").is_err());
+    }
+
+    #[test]
+    fn cpu_time_is_read_from_fields_14_and_15_of_stat() {
+        // A command name with spaces and a parenthesis; utime 150 and stime 50 ticks.
+        let stat = "4242 (java (x) y) S 1 2 3 4 5 6 7 8 9 10 150 50 0 0 20 0 40";
+        assert_eq!(cpu_ms_of_stat(stat).unwrap(), 2_000);
+        assert!(cpu_ms_of_stat("4242 (java) S 1").is_err());
+    }
 }

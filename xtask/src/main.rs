@@ -5,8 +5,9 @@
 //! - `demo`: starts the broker if none, runs the inventory demo, stops what it started;
 //! - `test`: starts the broker if none, runs `cargo fmt --check`, clippy with warnings denied,
 //!   every workspace test (unit, integration, doctests, the book's examples), the book's build
-//!   and link check (`book`), a small run of the demo and two seeded fault-injection runs, a
-//!   short run of every fuzz target and its negative control, stops what it started;
+//!   and link check (`book`), a small run of the demo, the end-to-end benchmark's smoke run
+//!   (`bench e2e --quick`, dev profile) and two seeded fault-injection runs, a short run of
+//!   every fuzz target and its negative control, stops what it started;
 //! - `book`: builds the book with mdBook (installed at a pinned version when missing),
 //!   warnings denied, and checks every relative link and anchor of the built pages and every
 //!   relative link of the README (see [`book`]); needs no broker;
@@ -17,9 +18,10 @@
 //!   generated input per seed; then windowed counting closed by evidence against stream time;
 //!   release build), prints its tables and writes them with a chart under
 //!   `target/experiment/`, stops what it started;
-//! - `bench e2e`: starts the broker if none, runs the end-to-end benchmark (a raw
-//!   transactional loop against a Parsley pass-through stage, release build) and prints its
-//!   table, stops what it started;
+//! - `bench e2e`: builds the Kafka Streams program with Maven (see [`compare::java`]), starts
+//!   the broker if none, runs the end-to-end benchmark (a raw transactional loop, Parsley's
+//!   pass-through and counting stages and Kafka Streams' pass-through and count, release
+//!   build) and prints its table, stops what it started; `--quick` is a short smoke run;
 //! - `compare`: starts the broker if none, runs the word count and shop pipelines in Kafka
 //!   Streams and in Parsley on the same generated input and compares the final value of every
 //!   key with each other and with the answer the inputs give (see [`compare`]), stops what it
@@ -171,20 +173,24 @@ enum Cmd {
 
 #[derive(Subcommand)]
 enum BenchCmd {
-    /// A raw rdkafka transactional consume→produce loop against a Parsley pass-through stage:
-    /// throughput, live-record latency and peak memory, side by side (release build; the book's
-    /// "Benchmarks" chapter has the figures).
+    /// A raw rdkafka transactional consume→produce loop, a Parsley pass-through stage and a
+    /// Parsley count per key against Kafka Streams 4.4's pass-through and count: throughput,
+    /// CPU per record, live-record latency and peak memory, side by side (release build; the
+    /// book's "Benchmarks" chapter has the figures).
     E2e {
-        /// Records preloaded per payload size (default: 1,000,000, or 500 MiB of payload
-        /// when that is fewer).
+        /// Records preloaded per input (default: 1,000,000, or 500 MiB of payload when that
+        /// is fewer; 100,000 with `--quick`).
         #[arg(long)]
         records: Option<u64>,
-        /// Payload sizes in bytes, comma-separated (default: 100,1024).
+        /// Payload sizes in bytes, comma-separated (default: 100,1024; 100 with `--quick`).
         #[arg(long)]
         payloads: Option<String>,
-        /// Commit interval of both modes, ms (default: 100).
+        /// Commit interval of every mode, ms (default: 100).
         #[arg(long)]
         commit_interval_ms: Option<u64>,
+        /// A smoke run: small inputs, one run per mode, no latency phase.
+        #[arg(long)]
+        quick: bool,
         /// Leave a broker this command started running afterwards.
         #[arg(long)]
         keep_broker: bool,
@@ -345,22 +351,35 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     records,
                     payloads,
                     commit_interval_ms,
+                    quick,
                     keep_broker,
-                    args,
+                    mut args,
                 },
-        } => release_bin(
-            ("parsley-benches", "e2e", "the end-to-end benchmark"),
-            [
-                ("--records", records.map(|r| r.to_string())),
-                ("--payloads", payloads),
-                (
-                    "--commit-interval-ms",
-                    commit_interval_ms.map(|c| c.to_string()),
-                ),
-            ],
-            args,
-            keep_broker,
-        ),
+        } => {
+            if quick {
+                args.push("--quick".to_string());
+            }
+            let help = args.iter().any(|a| a == "--help" || a == "-h");
+            if !help && runs_kafka_streams(&args) {
+                ensure_prerequisites()?;
+                broker::check_java()?;
+                let jar = compare::java::build()?;
+                args.extend(["--ks-jar".to_string(), jar.display().to_string()]);
+            }
+            release_bin(
+                ("parsley-benches", "e2e", "the end-to-end benchmark"),
+                [
+                    ("--records", records.map(|r| r.to_string())),
+                    ("--payloads", payloads),
+                    (
+                        "--commit-interval-ms",
+                        commit_interval_ms.map(|c| c.to_string()),
+                    ),
+                ],
+                args,
+                keep_broker,
+            )
+        }
         Cmd::Compare(args) => compare::run(args),
         Cmd::Replay(args) => replay::run(args),
         Cmd::Inspect(args) => inspect::run(args).map(|()| ExitCode::SUCCESS),
@@ -440,6 +459,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 {
                     bail!("the demo over the SASL_SSL listener failed");
                 }
+            }
+            println!(
+                "xtask: the end-to-end benchmark's smoke run (cargo xtask bench e2e --quick, dev profile)"
+            );
+            if bench_smoke(bootstrap)? != ExitCode::SUCCESS {
+                bail!("the end-to-end benchmark's smoke run failed");
             }
             println!(
                 "xtask: fault injection, one seeded run (cargo xtask chaos --runs 1 --seed 1)"
@@ -563,6 +588,20 @@ fn release_bin<const N: usize>(
     })
 }
 
+/// Whether the end-to-end benchmark's arguments `args` select a Kafka Streams mode: no
+/// `--modes` (the default runs every mode), or a `--modes` list naming `ks` or `ks-count`.
+fn runs_kafka_streams(args: &[String]) -> bool {
+    let mut modes = None;
+    for (i, a) in args.iter().enumerate() {
+        if let Some(v) = a.strip_prefix("--modes=") {
+            modes = Some(v);
+        } else if a == "--modes" {
+            modes = args.get(i + 1).map(String::as_str);
+        }
+    }
+    modes.is_none_or(|m| m.split(',').any(|m| matches!(m.trim(), "ks" | "ks-count")))
+}
+
 /// Runs `f` with a broker: `$PARSLEY_BOOTSTRAP` if set, else the local one (started if
 /// needed and stopped afterwards unless `keep` or it was already running).
 fn with_broker(keep: bool, f: impl FnOnce(&str) -> Result<ExitCode>) -> Result<ExitCode> {
@@ -598,7 +637,32 @@ fn with_broker(keep: bool, f: impl FnOnce(&str) -> Result<ExitCode>) -> Result<E
     result
 }
 
-/// Runs the fault-injection driver of the inventory example.
+/// The end-to-end benchmark's smoke run (`--quick`: every mode on 100,000 records, the counts
+/// checked) on `bootstrap`, in the dev profile the test command's other steps built (its figures
+/// are not measurements, so no release build is made for them); builds the Kafka Streams
+/// program first (Maven, kept while its sources are unchanged).
+fn bench_smoke(bootstrap: &str) -> Result<ExitCode> {
+    let jar = compare::java::build()?;
+    let mut cmd = cargo();
+    cmd.args([
+        "run",
+        "--quiet",
+        "--package",
+        "parsley-benches",
+        "--bin",
+        "e2e",
+        "--",
+    ])
+    .args(["--quick", "--bootstrap", bootstrap, "--ks-jar"])
+    .arg(&jar);
+    if !broker::uses_external_cluster()
+        && let Status::Running { pid, .. } = broker::status()
+    {
+        cmd.env("PARSLEY_BROKER_PID", pid.to_string());
+    }
+    status_code(&mut cmd, "the end-to-end benchmark's smoke run")
+}
+
 /// Runs the inventory demo with `args` on `bootstrap`.
 fn demo(bootstrap: &str, args: &[String]) -> Result<ExitCode> {
     let mut cmd = cargo();
@@ -609,6 +673,7 @@ fn demo(bootstrap: &str, args: &[String]) -> Result<ExitCode> {
     status_code(&mut cmd, "the inventory demo")
 }
 
+/// Runs the fault-injection driver of the inventory example.
 fn chaos(
     bootstrap: &str,
     runs: u64,
@@ -791,7 +856,20 @@ fn on_path(program: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::TestCounts;
+    use super::{TestCounts, runs_kafka_streams};
+
+    #[test]
+    fn the_benchmark_needs_kafka_streams_unless_its_modes_leave_it_out() {
+        let of = |args: &[&str]| {
+            runs_kafka_streams(&args.iter().map(|a| a.to_string()).collect::<Vec<_>>())
+        };
+        assert!(of(&[]));
+        assert!(of(&["--repeats", "3"]));
+        assert!(of(&["--modes", "raw,ks-count"]));
+        assert!(of(&["--modes=ks"]));
+        assert!(!of(&["--modes", "raw,parsley,parsley-count"]));
+        assert!(!of(&["--modes=raw-stamped"]));
+    }
 
     #[test]
     fn test_counts_add_up_libtest_summaries_and_skip_other_lines() {

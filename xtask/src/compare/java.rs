@@ -1,5 +1,7 @@
 //! The Kafka Streams reference program (`compare/kafka-streams/`): building it with Maven and
-//! running it.
+//! running it. `cargo xtask compare` runs its word count and shop pipelines; `cargo xtask bench
+//! e2e` builds it here too and hands it to the benchmark, which runs its `bench-pass` and
+//! `bench-count` modes.
 //!
 //! Maven builds it into `target/compare/kafka-streams/` (`parsley-ks-compare.jar` and its
 //! dependencies in `libs/`), as it resolves the broker's jars into `target/kafka/`: from
@@ -41,7 +43,7 @@ pub fn build() -> Result<PathBuf> {
     let stamp = out.join(format!(".built-{:016x}", fingerprint(&project)?));
     if stamp.exists() && jar.exists() {
         println!(
-            "xtask: compare: the Kafka Streams program is built ({})",
+            "xtask: the Kafka Streams program is built ({})",
             jar.display()
         );
         return Ok(jar);
@@ -66,11 +68,11 @@ pub fn build() -> Result<PathBuf> {
             .args(["clean", "package"]);
         cmd.output().context("running mvn")
     };
-    println!("xtask: compare: building the Kafka Streams program with Maven");
+    println!("xtask: building the Kafka Streams program with Maven");
     let mut output = maven(true)?;
     if !output.status.success() {
         println!(
-            "xtask: compare: not everything is in the local Maven repository: resolving from \
+            "xtask: not everything is in the local Maven repository: resolving from \
              Maven Central"
         );
         output = maven(false)?;

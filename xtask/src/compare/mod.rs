@@ -26,7 +26,7 @@
 //! reported; a Parsley side that differs from the expected answer still fails (its delivery
 //! gate releases a payment only after the order its stamp claims).
 
-mod java;
+pub(crate) mod java;
 mod topics;
 mod verdict;
 

@@ -23,6 +23,9 @@ import org.apache.kafka.streams.Topology;
  * Optional for both: {@code --state-dir DIR} (default: {@code state/} beside the jar, in the
  * repository's {@code target/}), {@code --deadline-secs N} (a safety net, default 600).
  *
+ * <p>The modes {@code bench-pass} and {@code bench-count} are the Kafka Streams side of
+ * {@code cargo xtask bench e2e} ({@link Bench}).
+ *
  * Exit codes: 0 done, 1 the pipeline failed or did not catch up in time, 2 bad arguments.
  */
 public final class Main {
@@ -45,7 +48,9 @@ public final class Main {
     private static final String USAGE = String.join("\n",
             "usage: parsley-ks-compare wordcount --bootstrap B --application-id A --input T --output OUT",
             "       parsley-ks-compare shop --bootstrap B --application-id A --orders T --payments T --output OUT",
-            "options for both: --state-dir DIR, --deadline-secs N");
+            "options for both: --state-dir DIR, --deadline-secs N",
+            "       parsley-ks-compare bench-pass|bench-count --bootstrap B --application-id A --input T --output OUT",
+            "options: --commit-interval-ms N, --state-dir DIR, --deadline-secs N");
 
     static int run(String[] args) throws Exception {
         if (args.length == 0) {
@@ -53,6 +58,9 @@ public final class Main {
         }
         String mode = args[0];
         Map<String, String> opts = options(args);
+        if (mode.startsWith("bench-")) {
+            return Bench.run(mode, opts);
+        }
         String bootstrap = required(opts, "bootstrap");
         String applicationId = required(opts, "application-id");
         String output = required(opts, "output");
@@ -111,7 +119,7 @@ public final class Main {
         return opts;
     }
 
-    private static String required(Map<String, String> opts, String name) throws UsageException {
+    static String required(Map<String, String> opts, String name) throws UsageException {
         String v = opts.get(name);
         if (v == null || v.isBlank()) {
             throw new UsageException("--" + name + " is required");
@@ -120,7 +128,7 @@ public final class Main {
     }
 
     /** The directory of the jar (or class directory) this class was loaded from. */
-    private static Path jarDirectory() throws Exception {
+    static Path jarDirectory() throws Exception {
         Path p = Paths.get(Main.class.getProtectionDomain().getCodeSource().getLocation().toURI());
         return p.toFile().isFile() ? p.getParent() : p;
     }
