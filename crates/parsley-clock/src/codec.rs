@@ -193,26 +193,27 @@ impl<'a> Entries<'a> {
         [self.before, self.after].concat()
     }
 
+    /// The first topic group: its first entry, its further entries (in two runs, the second
+    /// non-empty only when the group straddles the left-out entry), and the entries after it.
     #[inline(always)]
-    fn split_first(&self) -> Option<(&'a (Channel, i64), Entries<'a>)> {
-        match self.before.split_first() {
-            Some((first, rest)) => Some((
-                first,
-                Entries {
-                    before: rest,
-                    after: self.after,
-                },
-            )),
-            None => self.after.split_first().map(|(first, rest)| {
-                (
-                    first,
-                    Entries {
-                        before: &[],
-                        after: rest,
-                    },
-                )
-            }),
+    #[allow(clippy::type_complexity)]
+    fn next_group(self) -> Option<((Channel, i64), [&'a [(Channel, i64)]; 2], Entries<'a>)> {
+        let (&first, before, after) = match self.before.split_first() {
+            Some((first, rest)) => (first, rest, self.after),
+            None => {
+                let (first, rest) = self.after.split_first()?;
+                (first, &[][..], rest)
+            }
+        };
+        let topic = first.0.topic;
+        let k = before.iter().take_while(|e| e.0.topic == topic).count();
+        if k < before.len() || after.is_empty() {
+            let (run, before) = before.split_at(k);
+            return Some((first, [run, &[]], Entries { before, after }));
         }
+        let m = after.iter().take_while(|e| e.0.topic == topic).count();
+        let (run, after) = after.split_at(m);
+        Some((first, [before, run], Entries { before: &[], after }))
     }
 }
 
@@ -319,106 +320,71 @@ fn put_varint(buf: &mut [u8], at: usize, v: u64) -> usize {
 /// position after them. The topic count gets one byte up front, patched at the end (and
 /// widened in place in the rare case it needs more).
 fn put_groups(buf: &mut [u8], at: usize, entries: Entries<'_>) -> usize {
-    let len = buf.len();
-    // The unwritten rest of the buffer: one bounds check per window, none per byte.
-    let mut out = buf
-        .get_mut(at + 1..)
-        .expect("the buffer is sized by len_hint");
+    let mut pos = at + 1;
     let mut topics = 0u64;
     let mut rest = entries;
-    while let Some((&(first, first_value), others)) = rest.split_first() {
+    while let Some((first, runs, more)) = rest.next_group() {
         topics += 1;
-        let partition = first.partition as u64;
-        let value = first_value as u64;
-        if partition < 0x80 && value < 1 << 56 && others.len() < 0x7f {
-            // The common head in one window: topic id, a one-byte count (at most `others`
-            // and the first entry), written after the group, a one-byte partition, and a
-            // value of up to eight bytes written as one word.
-            let w = out
-                .first_chunk_mut::<26>()
-                .expect("the buffer is sized by len_hint");
+        rest = more;
+        let n = 1 + runs[0].len() + runs[1].len();
+        let partition = first.0.partition as u64;
+        let value = first.1 as u64;
+        if partition < 0x80 && value < 1 << 56 && n < 0x80 {
+            // The common head in one window: topic id, a one-byte count, a one-byte
+            // partition, and a value of up to eight bytes written as one word.
+            let w = window::<26>(buf, pos);
             let (word, value_len) = word_varint_bytes(value);
-            w[..16].copy_from_slice(&first.topic.to_bytes());
+            w[..16].copy_from_slice(&first.0.topic.to_bytes());
+            w[16] = n as u8;
             w[17] = partition as u8;
             w[18..].copy_from_slice(&word.to_le_bytes());
-            let (head, tail) = std::mem::take(&mut out).split_at_mut(18 + value_len);
-            out = tail;
-            let mut n = 1u8;
-            let mut prev = (first, first_value);
-            rest = others;
-            while let Some((&entry, more)) = rest.split_first()
-                && entry.0.topic == first.topic
-            {
-                put_entry(&mut out, prev, entry);
-                prev = entry;
-                n += 1;
-                rest = more;
-            }
-            head[16] = n;
+            pos += 18 + value_len;
         } else {
-            let mut n = 1u64;
-            let mut probe = others;
-            while let Some((&(c, _), more)) = probe.split_first()
-                && c.topic == first.topic
-            {
-                n += 1;
-                probe = more;
-            }
-            *window::<16>(out, 0) = first.topic.to_bytes();
-            let mut at = put_varint(out, 16, n);
-            at = put_varint(out, at, partition);
-            at = put_varint(out, at, value);
-            skip(&mut out, at);
-            let mut prev = (first, first_value);
-            rest = others;
-            for _ in 1..n {
-                let (&entry, more) = rest.split_first().expect("counted above");
-                put_entry(&mut out, prev, entry);
-                prev = entry;
-                rest = more;
+            *window::<16>(buf, pos) = first.0.topic.to_bytes();
+            pos = put_varint(buf, pos + 16, n as u64);
+            pos = put_varint(buf, pos, partition);
+            pos = put_varint(buf, pos, value);
+        }
+        let (mut p, mut pv) = (first.0.partition, first.1);
+        for run in runs {
+            for &(c, v) in run {
+                // Partitions ascend within a group: `c.partition > p >= 0`.
+                let gap = (c.partition - p - 1) as u32 as u64;
+                let delta = zigzag(v - pv);
+                if (gap | delta >> 7) < 0x80 {
+                    // The common case, one store and no branch on the delta's length: a
+                    // one-byte gap, a one- or two-byte delta (the bytes written past a
+                    // one-byte delta are overwritten or truncated).
+                    // `delta + (delta & 0x3f80)` spreads its two 7-bit groups a byte apart;
+                    // bit 14 of `delta + 0x3f80` is set when it needs the second byte (its
+                    // continuation bit).
+                    let more = (delta + 0x3f80) & 0x4000;
+                    let word = gap | (delta + (delta & 0x3f80)) << 8 | more << 1;
+                    *window::<4>(buf, pos) = (word as u32).to_le_bytes();
+                    pos += 2 + (more >> 14) as usize;
+                } else {
+                    pos = put_entry(buf, pos, gap, delta);
+                }
+                (p, pv) = (c.partition, v);
             }
         }
     }
-    let end = len - out.len();
     if topics < 0x80 {
         buf[at] = topics as u8;
-        end
+        pos
     } else {
-        widen_count(buf, at, end, topics)
+        widen_count(buf, at, pos, topics)
     }
 }
 
-/// Writes the entry `(c, v)` of a group after `(p, pv)`: the partition gap and the zigzag
-/// value delta, in one window for both.
-#[inline(always)]
-fn put_entry(out: &mut &mut [u8], (p, pv): (Channel, i64), (c, v): (Channel, i64)) {
-    let w = out
-        .first_chunk_mut::<20>()
-        .expect("the buffer is sized by len_hint");
-    let gap = (c.partition - p.partition - 1) as u64;
-    let delta = zigzag(v - pv);
-    let written = if (gap >> 7) | (delta >> 14) == 0 {
-        // The common case, one store and no branch on the delta's length: a one-byte gap, a
-        // one- or two-byte delta (the bytes written past a one-byte delta are overwritten or
-        // truncated).
-        // `delta + (delta & 0x3f80)` spreads its two 7-bit groups a byte apart; bit 14 of
-        // `delta + 0x3f80` is set when it needs the second byte (its continuation bit).
-        let more = (delta + 0x3f80) & 0x4000;
-        let word = gap | (delta + (delta & 0x3f80)) << 8 | more << 1;
-        *w.first_chunk_mut::<4>().expect("four bytes") = (word as u32).to_le_bytes();
-        2 + (more >> 14) as usize
-    } else {
-        let n = varint_into(w.first_chunk_mut::<10>().expect("ten bytes"), gap);
-        let value = w[n..].first_chunk_mut::<10>().expect("ten bytes");
-        n + varint_into(value, delta)
-    };
-    skip(out, written);
-}
-
-/// Moves the start of `out` on by `n` bytes.
-#[inline(always)]
-fn skip(out: &mut &mut [u8], n: usize) {
-    *out = &mut std::mem::take(out)[n..];
+/// Writes an entry of a group whose gap or delta takes more than the common one and two
+/// bytes; returns the position after it.
+#[inline(never)]
+fn put_entry(buf: &mut [u8], at: usize, gap: u64, delta: u64) -> usize {
+    let w = window::<20>(buf, at);
+    let n = varint_into(w.first_chunk_mut::<10>().expect("ten bytes"), gap);
+    let value = w[n..].first_chunk_mut::<10>().expect("ten bytes");
+    at + n + varint_into(value, delta)
 }
 
 /// The LEB128 bytes of `v < 2^56` as a little-endian word, and their number (1..=8).
@@ -473,14 +439,15 @@ fn varint_into(window: &mut [u8; 10], mut v: u64) -> usize {
 
 /// An upper bound of the encoded size, for buffer sizing.
 pub fn encoded_len_hint(stamp: &Stamp) -> usize {
-    // version, flags, sender (16 + 10), acked (10), two group counts (10 each), and per entry
-    // at most a topic id (16), a group count (10), a partition (10) and a value (10); plus one
-    // twenty-byte window of slack for the writer's checked windows.
     len_hint(stamp.clock.len() + stamp.in_flight.len())
 }
 
+/// Version and flags (2), sender (16 + 10), acked-through (10) and two group counts (10
+/// each); per entry at most a topic id (16), a group count (10), a partition (5) and a value
+/// (9) — a further entry of a group takes at most 15 —; and twenty bytes of slack for the
+/// writer's checked windows, which reach at most 18 bytes past what they write.
 fn len_hint(entries: usize) -> usize {
-    2 + 26 + 10 + 20 + entries * 46 + 20
+    2 + 26 + 10 + 20 + entries * 40 + 20
 }
 
 /// Decodes a stamp header value, of version 2 or 1.
@@ -797,41 +764,47 @@ impl<'a> Reader<'a> {
             // The first entry: plain partition and value.
             head.0.partition = partition as i32;
             head.1 = value;
-            // Further entries: partition gaps and zigzag value deltas.
+            // Further entries: partition gaps and zigzag value deltas, read from a local
+            // slice (kept in registers; the reader is written back after the group).
+            let mut rest = self.rest;
             for slot in others {
-                // (gap, zigzag delta, length of the gap's varint, length of the entry)
-                let (gap, zig, gap_len, len) = match *self.rest {
+                // (gap, zigzag delta, length of the gap's varint, the rest after the entry)
+                let (gap, zig, gap_len, after) = match *rest {
                     // Fast paths: a one-byte gap and a one- or two-byte delta (canonical: a
                     // final byte of a longer varint is non-zero).
-                    [g, d0, d1, ..] => {
-                        if g | d0 < 0x80 {
-                            (u32::from(g), u64::from(d0), 1, 2)
-                        } else if g < 0x80 && d1.wrapping_sub(1) < 0x7f {
-                            let zig = u64::from(d0 & 0x7f) | (u64::from(d1) << 7);
-                            (u32::from(g), zig, 1, 3)
-                        } else {
-                            entry_slow(*self)?
-                        }
+                    [g, d0, ref more @ ..] if g | d0 < 0x80 => {
+                        (u32::from(g), u64::from(d0), 1, more)
                     }
-                    [g, d0] if g | d0 < 0x80 => (u32::from(g), u64::from(d0), 1, 2),
-                    _ => entry_slow(*self)?,
+                    [g, d0, d1, ref more @ ..] if g < 0x80 && d1.wrapping_sub(1) < 0x7f => {
+                        let zig = u64::from(d0 & 0x7f) | (u64::from(d1) << 7);
+                        (u32::from(g), zig, 1, more)
+                    }
+                    _ => {
+                        let (gap, zig, gap_len, len) = entry_slow(Reader {
+                            rest,
+                            len: self.len,
+                        })?;
+                        (gap, zig, gap_len, &rest[len..])
+                    }
                 };
-                let p_at = self.at();
-                self.rest = &self.rest[len..];
                 // At most `i32::MAX + 1 + i32::MAX`: no overflow.
                 partition += 1 + gap;
-                if partition > i32::MAX as u32 {
-                    return Err(self.fail_at(p_at, DecodeErrorKind::PartitionOutOfRange));
-                }
                 // `value >= 0`, so the sum leaves the range of offsets exactly when the
                 // wrapping sum is negative.
                 value = value.wrapping_add(unzigzag(zig));
-                if value < 0 {
-                    return Err(self.fail_at(p_at + gap_len, out_of_range));
+                if partition > i32::MAX as u32 || value < 0 {
+                    let p_at = self.len - rest.len();
+                    return Err(if partition > i32::MAX as u32 {
+                        self.fail_at(p_at, DecodeErrorKind::PartitionOutOfRange)
+                    } else {
+                        self.fail_at(p_at + gap_len, out_of_range)
+                    });
                 }
+                rest = after;
                 slot.0.partition = partition as i32;
                 slot.1 = value;
             }
+            self.rest = rest;
         }
         if entries.capacity() > 2 * entries.len() + 4 {
             entries.shrink_to_fit();
@@ -1423,6 +1396,36 @@ mod tests {
             prop_assert!(bytes.len() <= encoded_len_hint(&s));
             prop_assert_eq!(reference::decode(&bytes).unwrap(), s.clone());
             prop_assert_eq!(decode(&bytes).unwrap(), s);
+        }
+
+        /// Leaving one entry out while encoding (a group may straddle it) writes the encoding
+        /// of the clock without it.
+        #[test]
+        fn an_entry_left_out_encodes_as_the_clock_without_it(
+            s in arb_stamp_with_claims(),
+            pick in any::<prop::sample::Index>(),
+            absent in any::<bool>(),
+        ) {
+            let entries = s.clock.entries();
+            let left_out = if entries.is_empty() || absent {
+                Channel::new(topic(2), 7)
+            } else {
+                entries[pick.index(entries.len())].0
+            };
+            let mut bytes = vec![0xAA];
+            encode_parts(
+                Format::V2,
+                s.sender,
+                s.acked_through,
+                Entries::without(entries, left_out),
+                &s.in_flight,
+                &mut bytes,
+            );
+            let mut without = s.clone();
+            without.clock.retain(|c| c.channel != left_out);
+            prop_assert_eq!(bytes[0], 0xAA);
+            prop_assert_eq!(&bytes[1..], &encode(&without)[..]);
+            prop_assert_eq!(decode(&bytes[1..]).unwrap(), without);
         }
 
         #[test]

@@ -42,6 +42,10 @@ enum Verdict {
     Impossible(ImpossibleStamp),
 }
 
+/// Up to this many consumed channels, the walk over a stamp starts at the first of them and a
+/// channel is found by a scan, rather than with a binary search.
+pub(super) const LINEAR_CHANNELS: usize = 8;
+
 #[derive(Clone, Copy)]
 enum Watch {
     Consumed(Idx),
@@ -50,7 +54,15 @@ enum Watch {
 
 impl<R> Gate<R> {
     /// Something happened on channel `idx`: re-check the records watching it.
+    #[inline(always)]
     pub(super) fn event(&mut self, idx: Idx, frontier_moved: bool) {
+        if !self.channels[idx].watchers.is_empty() {
+            self.wake(idx, frontier_moved);
+        }
+    }
+
+    #[inline(never)]
+    fn wake(&mut self, idx: Idx, frontier_moved: bool) {
         if self.faults.wakeups_only_on_frontier && !frontier_moved {
             return;
         }
@@ -196,84 +208,78 @@ impl<R> Gate<R> {
         // 1. Coordinate claims, from the cursor on.
         let entries = stamp.clock.entries();
         let mut cursor = slot.cursor;
-        let mut j = if cursor < entries.len() {
-            channels.partition_point(|c| c.channel < entries[cursor].0)
+        // A merge walk over the two sorted lists. A task consumes few channels: start at the
+        // first, or find the place with a binary search when there are many.
+        let mut j = if channels.len() <= LINEAR_CHANNELS || cursor >= entries.len() {
+            0
         } else {
-            channels.len()
+            channels.partition_point(|c| c.channel < entries[cursor].0)
         };
         let mut ignored = 0u64;
         let mut out_of_scope = 0u64;
         let mut result = None;
-        // Entries below the first consumed channel are all on the ignore branch: skip them in
-        // one step (both lists are sorted).
-        if j == 0
-            && cursor < entries.len()
-            && !channels.is_empty()
-            && entries[cursor].0 < channels[0].channel
-        {
-            let first = channels[0].channel;
-            let skip = entries[cursor..].partition_point(|(c, _)| *c < first);
-            ignored += skip as u64;
-            cursor += skip;
-        }
         while cursor < entries.len() {
             let (cc, co) = entries[cursor];
             while j < channels.len() && channels[j].channel < cc {
                 j += 1;
             }
-            if j == channels.len() {
+            let Some(t) = channels.get(j) else {
                 // Past the last consumed channel: the rest is on the ignore branch.
                 ignored += (entries.len() - cursor) as u64;
                 cursor = entries.len();
                 break;
+            };
+            if t.channel != cc {
+                // Not consumed, and neither is any entry below the next consumed channel:
+                // the ignore branch for all of them (the rest of a foreign topic's group, say).
+                let skip = 1 + entries[cursor + 1..]
+                    .iter()
+                    .take_while(|(c, _)| *c < t.channel)
+                    .count();
+                ignored += skip as u64;
+                cursor += skip;
+                continue;
             }
-            if j < channels.len() && channels[j].channel == cc {
-                let t = &channels[j];
-                if j == idx && co >= slot.offset && !slot.allow_impossible {
-                    // A claim on its own channel at or beyond itself.
-                    result = Some(Verdict::Impossible(ImpossibleStamp {
-                        record,
-                        sender: stamp.sender,
-                        claim: cc.at(co),
-                        reason: ImpossibleReason::SelfClaim,
-                    }));
+            if j == idx && co >= slot.offset && !slot.allow_impossible {
+                // A claim on its own channel at or beyond itself.
+                result = Some(Verdict::Impossible(ImpossibleStamp {
+                    record,
+                    sender: stamp.sender,
+                    claim: cc.at(co),
+                    reason: ImpossibleReason::SelfClaim,
+                }));
+                break;
+            }
+            match t.baseline {
+                None => {
+                    result = Some(Verdict::Blocked {
+                        awaits: Awaiting::Seeding(cc),
+                        watch: Watch::Consumed(j),
+                    });
                     break;
                 }
-                match t.baseline {
-                    None => {
+                Some(b) if co < b => out_of_scope += 1,
+                Some(_) if t.frontier >= co => {}
+                Some(_) => {
+                    if !slot.allow_impossible
+                        && let Some((hw, epoch)) = t.high_watermark
+                        && epoch >= slot.epoch
+                        && co >= hw
+                    {
+                        result = Some(Verdict::Impossible(ImpossibleStamp {
+                            record,
+                            sender: stamp.sender,
+                            claim: cc.at(co),
+                            reason: ImpossibleReason::BeyondHighWatermark { high_watermark: hw },
+                        }));
+                    } else {
                         result = Some(Verdict::Blocked {
-                            awaits: Awaiting::Seeding(cc),
+                            awaits: Awaiting::Frontier(cc.at(co)),
                             watch: Watch::Consumed(j),
                         });
-                        break;
                     }
-                    Some(b) if co < b => out_of_scope += 1,
-                    Some(_) if t.frontier >= co => {}
-                    Some(_) => {
-                        if !slot.allow_impossible
-                            && let Some((hw, epoch)) = t.high_watermark
-                            && epoch >= slot.epoch
-                            && co >= hw
-                        {
-                            result = Some(Verdict::Impossible(ImpossibleStamp {
-                                record,
-                                sender: stamp.sender,
-                                claim: cc.at(co),
-                                reason: ImpossibleReason::BeyondHighWatermark {
-                                    high_watermark: hw,
-                                },
-                            }));
-                        } else {
-                            result = Some(Verdict::Blocked {
-                                awaits: Awaiting::Frontier(cc.at(co)),
-                                watch: Watch::Consumed(j),
-                            });
-                        }
-                        break;
-                    }
+                    break;
                 }
-            } else {
-                ignored += 1;
             }
             cursor += 1;
         }

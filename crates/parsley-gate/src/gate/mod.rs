@@ -228,7 +228,13 @@ impl<R> Gate<R> {
         self.faults = faults;
     }
 
+    /// The index of a consumed channel: a scan of the few a task usually consumes, a binary
+    /// search of many.
+    #[inline]
     fn index(&self, channel: &Channel) -> Option<Idx> {
+        if self.channels.len() <= check::LINEAR_CHANNELS {
+            return self.channels.iter().position(|s| s.channel == *channel);
+        }
         self.channels
             .binary_search_by(|s| s.channel.cmp(channel))
             .ok()

@@ -484,3 +484,143 @@ fn a_pulled_record_keeps_its_senders_order() {
     g.offer(b, rec(0, Some((1, 2)), &[], &[(a, 1)])).unwrap();
     assert_eq!(drain(&mut g), vec![a.at(1), a.at(2), b.at(0)]);
 }
+
+/// The coordinate-claim walk (a merge over two sorted lists, skipping runs of entries the task
+/// does not consume, and finding consumed channels by a scan or a binary search) against the
+/// rule read entry by entry.
+mod walk {
+    use std::collections::BTreeMap;
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// What the rule says of a stamp on the record at `own`@`offset`: the verdict, and the
+    /// entries counted on the ignore branch and out of scope before it was reached.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    enum Expected {
+        Ready,
+        Blocked(Awaiting),
+        Impossible(Coordinate),
+    }
+
+    /// `consumed`: channel → `None` (not seeded) or `(baseline, frontier)`.
+    fn rule(
+        consumed: &BTreeMap<Channel, Option<(i64, i64)>>,
+        own: Channel,
+        offset: i64,
+        clock: &Clock,
+    ) -> (Expected, u64, u64) {
+        let (mut ignored, mut out_of_scope) = (0, 0);
+        for c in clock.iter() {
+            match consumed.get(&c.channel) {
+                None => ignored += 1,
+                Some(None) => {
+                    return (
+                        Expected::Blocked(Awaiting::Seeding(c.channel)),
+                        ignored,
+                        out_of_scope,
+                    );
+                }
+                Some(Some(_)) if c.channel == own && c.offset >= offset => {
+                    return (Expected::Impossible(c), ignored, out_of_scope);
+                }
+                Some(Some((baseline, _))) if c.offset < *baseline => out_of_scope += 1,
+                Some(Some((_, frontier))) if *frontier >= c.offset => {}
+                Some(Some(_)) => {
+                    return (
+                        Expected::Blocked(Awaiting::Frontier(c)),
+                        ignored,
+                        out_of_scope,
+                    );
+                }
+            }
+        }
+        (Expected::Ready, ignored, out_of_scope)
+    }
+
+    /// A task's channels (1 to 12, so that both ways of finding a channel are taken), each
+    /// seeded or not with a baseline and a position, the record's channel among them, and a
+    /// clock over a superset of them.
+    #[allow(clippy::type_complexity)]
+    fn case() -> impl Strategy<
+        Value = (
+            Vec<(Channel, Option<(i64, i64)>)>,
+            usize,
+            i64,
+            Vec<(Channel, i64)>,
+        ),
+    > {
+        let channel = (0u8..5, 0i32..4).prop_map(|(t, p)| ch(t, p));
+        let consumed = proptest::collection::btree_map(
+            channel.clone(),
+            proptest::option::weighted(0.85, (0i64..10, 0i64..10)),
+            1..13,
+        );
+        let claims = proptest::collection::vec((channel, 0i64..30), 0..24);
+        (consumed, any::<prop::sample::Index>(), 0i64..5, claims).prop_map(
+            |(consumed, own, extra, claims)| {
+                let mut consumed: Vec<_> = consumed.into_iter().collect();
+                let own = own.index(consumed.len());
+                // The record's own channel is seeded.
+                consumed[own].1.get_or_insert((0, 0));
+                (consumed, own, extra, claims)
+            },
+        )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2_000))]
+
+        #[test]
+        fn the_walk_follows_the_rule_entry_by_entry((consumed, own, extra, claims) in case()) {
+            let mut g: Gate<i64> = Gate::new(consumed.iter().map(|(c, _)| *c));
+            let mut state = BTreeMap::new();
+            for &(c, seeding) in &consumed {
+                let Some((baseline, ahead)) = seeding else {
+                    state.insert(c, None);
+                    continue;
+                };
+                g.seed(c, baseline).unwrap();
+                // Nothing fetched: the position moves the frontier to just below it.
+                g.position(c, baseline + ahead).unwrap();
+                state.insert(c, Some((baseline, baseline + ahead - 1)));
+            }
+            let own_channel = consumed[own].0;
+            let (baseline, frontier) = state[&own_channel].unwrap();
+            let offset = frontier + 1 + extra;
+            // The head bridges its channel's frontier up to just below it.
+            state.insert(own_channel, Some((baseline, offset - 1)));
+            let clock: Clock = claims.iter().map(|&(c, o)| c.at(o)).collect();
+            let (expected, ignored, out_of_scope) = rule(&state, own_channel, offset, &clock);
+
+            let arrival = Arrival {
+                offset,
+                timestamp: 0,
+                epoch: 1,
+                stamp: Some(Stamp::new(None, clock)),
+                payload: offset,
+            };
+            g.offer(own_channel, arrival).unwrap();
+            let record = own_channel.at(offset);
+            let found = match g.take_impossible().as_slice() {
+                [] => match g.blocked_heads().as_slice() {
+                    [] => Expected::Ready,
+                    [b] => {
+                        prop_assert_eq!(b.head, record);
+                        Expected::Blocked(b.awaits)
+                    }
+                    more => panic!("one record, several blocked: {more:?}"),
+                },
+                [i] => Expected::Impossible(i.claim),
+                more => panic!("one record, several impossible: {more:?}"),
+            };
+            prop_assert_eq!(found, expected);
+            let m = g.metrics();
+            prop_assert_eq!((m.ignored_entries, m.out_of_scope_entries), (ignored, out_of_scope));
+            if matches!(found, Expected::Ready) {
+                prop_assert_eq!(g.next_delivery().map(|d| d.coordinate), Some(record));
+            }
+        }
+    }
+}
