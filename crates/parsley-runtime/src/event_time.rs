@@ -54,7 +54,9 @@
 //! writing task's acknowledged earlier send, not a record it read: there the channel's parked
 //! records of the same sender at offsets `<=` the claim are its ancestors, not the other
 //! writers' records below it (those are not its causes, and counting them would park it behind
-//! later event times while history is read, and not live).
+//! later event times while history is read, and not live). A stamp that `CausalClock` writes
+//! never names the channel its record is sent to (the record's own coordinate supersedes that
+//! entry), so such a claim comes only from stamps written by earlier releases or by hand.
 //!
 //! Records the task already released may be claimed too; they change nothing (their park time
 //! is at or below the watermark). Cost: each claim scans the parked records of its channel
