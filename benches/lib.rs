@@ -1,4 +1,5 @@
-//! Parsley's benchmarks (no library code).
+//! Parsley's benchmarks; the library holds only the micro-benchmarks' shared workloads
+//! ([`workloads`]).
 //!
 //! Criterion benchmarks in `benches/`, run with `cargo bench -p parsley-benches`:
 //! - `clock_codec`: stamp encode and decode time and encoded bytes per entry, for stamps of
@@ -13,3 +14,5 @@
 //! record measured from outside the processes, live-record latency, peak memory).
 //!
 //! Figures are recorded in the book ("Benchmarks").
+
+pub mod workloads;

@@ -7,24 +7,8 @@
 use std::hint::black_box;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use parsley_clock::{Channel, Clock, SenderId, SenderTag, Stamp, TopicId, codec};
-
-fn stamp(entries: usize) -> Stamp {
-    let clock: Clock = (0..entries)
-        .map(|i| {
-            let topic = TopicId::from_halves(0x1234_5678 + (i / 4) as i64, 0x9abc_def0);
-            Channel::new(topic, (i % 4) as i32).at(1_000_000_000 + (i as i64 * 7_919) % 5_000)
-        })
-        .collect();
-    Stamp::new(
-        Some(SenderTag {
-            // A short id, as `SenderId::random` draws.
-            sender: SenderId::from_short([7; 8]),
-            seq: 123_456,
-        }),
-        clock,
-    )
-}
+use parsley_benches::workloads::codec_stamp as stamp;
+use parsley_clock::{Clock, Stamp, codec};
 
 /// The stamp of `entries` with only the first entry of each topic.
 fn firsts(s: &Stamp) -> Stamp {

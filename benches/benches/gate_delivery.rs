@@ -8,57 +8,22 @@
 use std::hint::black_box;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use parsley_clock::{Channel, Clock, Stamp, TopicId};
-use parsley_gate::{Arrival, Gate};
-
-const BATCH: i64 = 1_000;
-
-fn arrival(offset: i64, stamp: Option<Stamp>) -> Arrival<()> {
-    Arrival {
-        offset,
-        timestamp: 0,
-        epoch: 0,
-        stamp,
-        payload: (),
-    }
-}
+use parsley_benches::workloads::{
+    GATE_BATCH as BATCH, arrival, gate_consumed, gate_stamps, seeded_gate,
+};
 
 fn bench(c: &mut Criterion) {
-    let consumed: Vec<Channel> = (0..4)
-        .map(|p| Channel::new(TopicId::from_halves(1, 1), p))
-        .collect();
+    let consumed = gate_consumed();
     let mut group = c.benchmark_group("gate");
     group.throughput(Throughput::Elements(BATCH as u64));
     for entries in [4usize, 16, 64] {
-        // Stamps for records 1..=BATCH on channel 0: each claims the previous record on
-        // channels 0 and 1 and `entries - 2` foreign channels.
-        let stamps: Vec<Stamp> = (1..=BATCH)
-            .map(|o| {
-                let mut clock: Clock = (0..entries - 2)
-                    .map(|i| Channel::new(TopicId::from_halves(2 + i as i64, 0), 0).at(o * 10))
-                    .collect();
-                clock.observe(consumed[0].at(o - 1));
-                clock.observe(consumed[1].at(0));
-                Stamp::new(None, clock)
-            })
-            .collect();
+        let stamps = gate_stamps(entries, &consumed);
         group.bench_with_input(
             BenchmarkId::new("deliver", entries),
             &stamps,
             |b, stamps| {
                 b.iter_batched(
-                    || {
-                        let mut g: Gate<()> = Gate::new(consumed.iter().copied());
-                        for ch in &consumed {
-                            g.seed(*ch, 0).expect("seed");
-                        }
-                        // Offset 0 of the two claimed channels, delivered: every claim holds.
-                        for ch in &consumed[..2] {
-                            g.offer(*ch, arrival(0, None)).expect("offer");
-                            g.next_delivery().expect("deliverable");
-                        }
-                        (g, stamps.clone())
-                    },
+                    || (seeded_gate(&consumed), stamps.clone()),
                     |(mut g, stamps)| {
                         for (i, s) in stamps.into_iter().enumerate() {
                             g.offer(consumed[0], arrival(i as i64 + 1, Some(s)))

@@ -15,36 +15,11 @@
 
 use std::hint::black_box;
 
-use parsley_clock::{Channel, Clock, SenderId, SenderTag, Stamp, TopicId, codec};
-use parsley_gate::{Arrival, Gate};
-
-/// Records per gate batch, as in `gate_delivery`.
-const BATCH: i64 = 1_000;
-
-/// `clock_codec`'s stamp: `entries` channels over `entries / 4` topics.
-fn stamp(entries: usize) -> Stamp {
-    let clock: Clock = (0..entries)
-        .map(|i| {
-            let topic = TopicId::from_halves(0x1234_5678 + (i / 4) as i64, 0x9abc_def0);
-            Channel::new(topic, (i % 4) as i32).at(1_000_000_000 + (i as i64 * 7_919) % 5_000)
-        })
-        .collect();
-    let sender = Some(SenderTag {
-        sender: SenderId::from_short([7; 8]),
-        seq: 123_456,
-    });
-    Stamp::new(sender, clock)
-}
-
-fn arrival(offset: i64, stamp: Option<Stamp>) -> Arrival<()> {
-    Arrival {
-        offset,
-        timestamp: 0,
-        epoch: 0,
-        stamp,
-        payload: (),
-    }
-}
+use parsley_benches::workloads::{
+    GATE_BATCH, arrival, codec_stamp, gate_consumed, gate_stamps, seeded_gate,
+};
+use parsley_clock::{Channel, Stamp, codec};
+use parsley_gate::Gate;
 
 #[inline(never)]
 fn measured_encode(s: &Stamp, buf: &mut Vec<u8>, reps: usize) {
@@ -83,29 +58,10 @@ fn measured_gate(mut g: Gate<()>, stamps: Vec<Stamp>, consumed: &[Channel]) {
 
 /// `gate_delivery`'s setup and batches.
 fn gate(entries: usize, reps: usize) {
-    let consumed: Vec<Channel> = (0..4)
-        .map(|p| Channel::new(TopicId::from_halves(1, 1), p))
-        .collect();
-    let stamps: Vec<Stamp> = (1..=BATCH)
-        .map(|o| {
-            let mut clock: Clock = (0..entries - 2)
-                .map(|i| Channel::new(TopicId::from_halves(2 + i as i64, 0), 0).at(o * 10))
-                .collect();
-            clock.observe(consumed[0].at(o - 1));
-            clock.observe(consumed[1].at(0));
-            Stamp::new(None, clock)
-        })
-        .collect();
-    for _ in 0..reps.div_ceil(BATCH as usize) {
-        let mut g: Gate<()> = Gate::new(consumed.iter().copied());
-        for ch in &consumed {
-            g.seed(*ch, 0).expect("seed");
-        }
-        for ch in &consumed[..2] {
-            g.offer(*ch, arrival(0, None)).expect("offer");
-            g.next_delivery().expect("deliverable");
-        }
-        measured_gate(g, stamps.clone(), &consumed);
+    let consumed = gate_consumed();
+    let stamps = gate_stamps(entries, &consumed);
+    for _ in 0..reps.div_ceil(GATE_BATCH as usize) {
+        measured_gate(seeded_gate(&consumed), stamps.clone(), &consumed);
     }
 }
 
@@ -117,7 +73,7 @@ fn main() {
     };
     let entries: usize = entries.parse().expect(usage);
     let reps: usize = reps.parse().expect(usage);
-    let s = stamp(entries);
+    let s = codec_stamp(entries);
     let bytes = codec::encode(&s);
     let mut buf = Vec::with_capacity(1024);
     match what.as_str() {
