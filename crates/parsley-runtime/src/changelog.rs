@@ -12,7 +12,8 @@
 //!   of the transaction is acknowledged (so the clock has no in-flight claims), together with
 //!   the input offsets: a committed changelog prefix and the group's committed offsets describe
 //!   the same moment;
-//! - restore reads a partition `read_committed` from its start up to the high watermark taken
+//! - restore reads a partition `read_committed` from its start (or from the checkpoint of the
+//!   task's trusted copy in the state store, `state_store`) up to the high watermark taken
 //!   when the restore starts (`READ_UNCOMMITTED` `ListOffsets`), so it waits for the markers of
 //!   a transaction still completing and never stops at an older commit;
 //! - a snapshot is used only when its input offsets equal the group's committed offsets; fetch
@@ -30,6 +31,8 @@ use crate::clients::ClientRole;
 use crate::error::{Error, Result};
 use crate::open_transaction::OpenTransactionWatch;
 use crate::security::Endpoint;
+use crate::state_store::{Checkpoint, TaskStore, now_ms};
+use parsley_clock::TopicId;
 use tracing::warn;
 
 pub use parsley_stage::changelog_topic;
@@ -69,9 +72,12 @@ pub(crate) fn ensure_topic(admin: &Admin, name: &str, partitions: i32) -> Result
 /// stopped.
 pub(crate) const RESTORE_STALL: Duration = Duration::from_secs(10);
 
-/// Reads partition `partition` of the changelog `topic` (see the module docs) with consumers
-/// made from `client` (a complete `read_committed` consumer configuration), folding its records
-/// in offset order ([`Restored::apply`]). Returns the fold and the number of consumers replaced
+/// Reads partition `partition` of the changelog `topic` (see the module docs) from offset
+/// `from` (0, or the checkpoint of the task's copy in the state store) with consumers made from
+/// `client` (a complete `read_committed` consumer configuration), folding its records in offset
+/// order into `restored` ([`Restored::apply`]). With `store` (the task's keyspace and the
+/// changelog topic's id), every record read also goes to the store, in batches, each with the
+/// checkpoint after it, and the end read becomes the checkpoint. Returns the fold and the number of consumers replaced
 /// after reading nothing for [`RESTORE_STALL`]. `progress` is
 /// called with `(position, end)` — the next offset to read and the high watermark the restore
 /// reads up to (offsets, i64) — when the restore starts and after every record.
@@ -87,11 +93,12 @@ pub(crate) const RESTORE_STALL: Duration = Duration::from_secs(10);
 /// [`Error::RestoreBlocked`] when an open transaction holds the position below the high
 /// watermark until `timeout`; [`Error::Timeout`] when the position does not reach the high
 /// watermark within `timeout` for another reason; client errors.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn restore(
     client: &ClientConfig,
     admin: &Admin,
-    topic: &str,
-    partition: i32,
+    (topic, partition): (&str, i32),
+    (from, restored, store): (i64, Restored, Option<(&TaskStore, TopicId)>),
     (timeout, transaction_timeout): (Duration, Duration),
     progress: &mut dyn FnMut(i64, i64),
     held: &mut dyn FnMut(Option<crate::explain::RestoreWait>),
@@ -101,6 +108,7 @@ pub(crate) fn restore(
         client,
         admin,
         (topic, partition),
+        (from, restored, store),
         (timeout, transaction_timeout),
         progress,
         &mut |wait| {
@@ -121,17 +129,26 @@ fn read_changelog(
     client: &ClientConfig,
     admin: &Admin,
     (topic, partition): (&str, i32),
+    (from, mut restored, store): (i64, Restored, Option<(&TaskStore, TopicId)>),
     (timeout, transaction_timeout): (Duration, Duration),
     progress: &mut dyn FnMut(i64, i64),
     held: &mut dyn FnMut(Option<crate::explain::RestoreWait>),
 ) -> Result<(Restored, u64)> {
     let end = admin.high_watermarks(&[(topic, partition)])?[0];
     let mut watch = OpenTransactionWatch::new(topic, partition, end, transaction_timeout, client);
-    let mut restored = Restored::default();
+    // Records read and not in the store yet, with the store to write them to.
+    let mut copy = store.map(|s| StoreCopy {
+        store: s.0,
+        topic: s.1,
+        batch: Vec::new(),
+    });
     // Consumers replaced after reading nothing for `RESTORE_STALL`.
     let mut replaced = 0u64;
-    progress(0, end);
-    if end == 0 {
+    progress(from, end);
+    if from >= end {
+        if let Some(c) = &mut copy {
+            c.write(from)?;
+        }
         return Ok((restored, replaced));
     }
     let open = |from: Offset| -> Result<BaseConsumer> {
@@ -153,10 +170,13 @@ fn read_changelog(
             .map_err(|e| Error::kafka("assigning the changelog partition", e))?;
         Ok(consumer)
     };
-    let mut consumer = open(Offset::Beginning)?;
+    let (mut consumer, mut next) = if from > 0 {
+        (open(Offset::Offset(from))?, Some(from))
+    } else {
+        (open(Offset::Beginning)?, None)
+    };
     let started = Instant::now();
-    // The next offset to read, once known (a record read or a position reported).
-    let mut next: Option<i64> = None;
+    // `next`: the next offset to read, once known (a record read or a position reported).
     let mut moved = Instant::now();
     loop {
         let position = consumer
@@ -176,6 +196,9 @@ fn read_changelog(
         }
         let at = next.unwrap_or(0);
         if at >= end {
+            if let Some(c) = &mut copy {
+                c.write(at)?;
+            }
             return Ok((restored, replaced));
         }
         watch.observe(admin, at, moved.elapsed());
@@ -242,5 +265,41 @@ fn read_changelog(
                 offset: m.offset(),
                 message,
             })?;
+        if let Some(c) = &mut copy {
+            c.batch.push((
+                m.key().unwrap_or_default().to_vec(),
+                m.payload().map(<[u8]>::to_vec),
+            ));
+            if c.batch.len() >= STORE_BATCH {
+                c.write(m.offset() + 1)?;
+            }
+        }
+    }
+}
+
+/// Records a restore writes to the state store in one batch: what it keeps in memory for a
+/// changelog read whole.
+const STORE_BATCH: usize = 10_000;
+
+/// The records a restore read and has not written to the state store yet.
+struct StoreCopy<'a> {
+    store: &'a TaskStore,
+    topic: TopicId,
+    batch: Vec<(Vec<u8>, Option<Vec<u8>>)>,
+}
+
+impl StoreCopy<'_> {
+    /// Writes the batch with checkpoint `next`: every record below it is read.
+    fn write(&mut self, next: i64) -> Result<()> {
+        self.store.write(
+            self.batch.iter().map(|(k, v)| (k.as_slice(), v.as_deref())),
+            Checkpoint {
+                topic: self.topic,
+                offset: next,
+                written_ms: now_ms(),
+            },
+        )?;
+        self.batch.clear();
+        Ok(())
     }
 }

@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -56,6 +57,11 @@ pub struct RuntimeConfig {
     /// nowhere. See
     /// [`RuntimeConfig::metrics_address`].
     pub metrics_address: Option<SocketAddr>,
+    /// Where the stages keep their fold state: `None` (the default) on the heap; `Some(dir)`
+    /// on disk, in an embedded store under `dir/{group id}` with a local checkpoint, so state
+    /// may outgrow memory and a restart reads only the changelog's tail. See
+    /// [`RuntimeConfig::state_dir`].
+    pub state_dir: Option<PathBuf>,
     /// Where the stage aborts its process on purpose, for fault-injection tests.
     #[cfg(feature = "fault-injection")]
     crash: Option<crate::fault::CrashPoint>,
@@ -103,6 +109,7 @@ impl RuntimeConfig {
             clients: ClientSettings::new(),
             statistics: None,
             metrics_address: None,
+            state_dir: None,
             #[cfg(feature = "fault-injection")]
             crash: None,
         }
@@ -283,6 +290,19 @@ impl RuntimeConfig {
     /// `0.0.0.0` serves every interface).
     pub fn metrics_address(mut self, address: impl Into<SocketAddr>) -> Self {
         self.metrics_address = Some(address.into());
+        self
+    }
+
+    /// Keeps every stage's fold state on disk under `dir` instead of on the heap: one embedded
+    /// store per stage at `dir/{group id}` (a log-structured merge tree, the crate `fjall`),
+    /// one keyspace per task. The changelog stays the source of truth; the store is its local
+    /// copy up to a checkpoint written with each commit, so a restart or a task coming back
+    /// reads only the changelog's tail (as Kafka Streams' `state.dir` with RocksDB). Choose it
+    /// for state larger than memory; the heap (the default) is faster. Two instances of a stage
+    /// on one machine need different directories: a store is held by one process at a time
+    /// (the second fails with [`Error::StateStore`](crate::Error::StateStore)).
+    pub fn state_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.state_dir = Some(dir.into());
         self
     }
 

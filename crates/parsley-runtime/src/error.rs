@@ -347,6 +347,15 @@ pub enum Error {
         /// The largest partition count of the topics it takes its count from.
         expected: i32,
     },
+    /// The on-disk state store ([`RuntimeConfig::state_dir`](crate::RuntimeConfig)) failed:
+    /// it cannot be opened (another process holds it), read or written.
+    #[error("state store {path}: {message}")]
+    StateStore {
+        /// The store's directory.
+        path: String,
+        /// What failed.
+        message: String,
+    },
     /// A changelog record does not decode.
     #[error("changelog {topic}/{partition}@{offset}: {message}")]
     Changelog {

@@ -123,6 +123,7 @@ mod runtime;
 mod security;
 mod signals;
 mod stage;
+mod state_store;
 
 pub use admin::{Admin, TopicInfo, TopicSpec};
 pub use causal_producer::{Acked, CausalProducer, CausalProducerConfig, OutgoingRecord};

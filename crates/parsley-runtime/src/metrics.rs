@@ -125,6 +125,10 @@ pub struct TaskMetrics {
     /// The changelog's high watermark when the restore started: the restore is complete when
     /// `restore_position` reaches it (i64).
     pub restore_end: i64,
+    /// The changelog offset the restore started reading at (i64): 0, or the checkpoint of the
+    /// task's copy in the state store ([`RuntimeConfig::state_dir`](crate::RuntimeConfig)),
+    /// when it could be trusted.
+    pub restore_start: i64,
     /// Records delivered to the handler (committed or not).
     pub delivered: u64,
     /// Delivered records that the gate held for a claimed cause.
@@ -182,6 +186,7 @@ impl TaskMetrics {
             phase: TaskPhase::Restoring,
             restore_position: 0,
             restore_end: 0,
+            restore_start: 0,
             delivered: 0,
             held: 0,
             gate_wait_us: 0,

@@ -86,6 +86,8 @@ pub struct SendTag {
 pub struct Ack {
     /// The send; `None` for a changelog write.
     pub tag: Option<SendTag>,
+    /// The record's partition.
+    pub partition: i32,
     /// The record's offset, or the error.
     pub result: std::result::Result<i64, KafkaError>,
     /// For a failed send: what the broker's limits look at in the record (sizes, timestamp).
@@ -95,6 +97,7 @@ pub struct Ack {
 /// A delivery report as the callback records it: the send id and the result.
 struct Report {
     id: usize,
+    partition: i32,
     result: std::result::Result<i64, KafkaError>,
     failed: Option<RecordShape>,
 }
@@ -239,15 +242,21 @@ impl ProducerContext for AckContext {
     type DeliveryOpaque = usize;
 
     fn delivery(&self, result: &DeliveryResult<'_>, id: usize) {
-        let (result, failed) = match result {
-            Ok(m) => (Ok(m.offset()), None),
+        let (partition, result, failed) = match result {
+            Ok(m) => (m.partition(), Ok(m.offset()), None),
             // Only a failure is measured: which record of a refused batch explains it.
-            Err((e, m)) => (Err(e.clone()), Some(RecordShape::of_message(m))),
+            Err((e, m)) => (
+                m.partition(),
+                Err(e.clone()),
+                Some(RecordShape::of_message(m)),
+            ),
         };
-        self.acks
-            .lock()
-            .expect("ack state")
-            .push(Report { id, result, failed });
+        self.acks.lock().expect("ack state").push(Report {
+            id,
+            partition,
+            result,
+            failed,
+        });
         self.outstanding.fetch_sub(1, Ordering::Relaxed);
         self.reports.fetch_add(1, Ordering::Relaxed);
     }
@@ -838,6 +847,7 @@ impl Outbox {
             .map(
                 |Report {
                      id,
+                     partition,
                      result,
                      mut failed,
                  }| {
@@ -858,6 +868,7 @@ impl Outbox {
                     };
                     Ack {
                         tag,
+                        partition,
                         result,
                         failed,
                     }

@@ -609,7 +609,8 @@ impl TopologyTestDriver {
             Ok(d.stage(stage)?
                 .tasks
                 .values()
-                .flat_map(|t| t.state().iter())
+                .filter_map(|t| t.fold().in_memory())
+                .flatten()
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect())
         })

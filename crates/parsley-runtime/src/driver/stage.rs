@@ -168,6 +168,7 @@ impl StageRun {
                 partition,
                 positions,
                 restored,
+                None,
                 &mut Memory(logs),
             )?;
             self.fetch.extend(moved);
@@ -393,7 +394,7 @@ impl StageRun {
     pub(super) fn state(&self, key: &[u8]) -> Option<&[u8]> {
         self.tasks
             .values()
-            .find_map(|t| t.state().get(key).map(Vec::as_slice))
+            .find_map(|t| t.fold().in_memory()?.get(key).map(Vec::as_slice))
     }
 }
 

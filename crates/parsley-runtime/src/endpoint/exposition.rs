@@ -198,6 +198,7 @@ const STAGE: &[Metric<MetricsSnapshot>] = &[
 #[rustfmt::skip]
 const TASK: &[Metric<TaskMetrics>] = &[
     m("task_restore_next_offset", None, Kind::Gauge, "The next changelog offset the task's restore reads.", |t| Some(Value::Int(t.restore_position))),
+    m("task_restore_start_offset", None, Kind::Gauge, "The changelog offset the task's restore started reading at: 0, or the checkpoint of its copy in the state store.", |t| Some(Value::Int(t.restore_start))),
     m("task_restore_end_offset", None, Kind::Gauge, "The changelog's high watermark when the task's restore started: the restore is done when the next offset reaches it.", |t| Some(Value::Int(t.restore_end))),
     m("task_records_delivered", None, Kind::Counter, "Records the task delivered to the handler, committed or not.", |t| Some(Value::Count(t.delivered))),
     m("task_records_held", None, Kind::Counter, "Delivered records the task's gate held for a claimed cause.", |t| Some(Value::Count(t.held))),

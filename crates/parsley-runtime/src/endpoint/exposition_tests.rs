@@ -11,6 +11,7 @@ fn task(partition: i32, phase: TaskPhase) -> TaskMetrics {
         phase,
         restore_position: 7,
         restore_end: 9,
+        restore_start: 3,
         delivered: 11,
         held: 2,
         gate_wait_us: 250_000,
@@ -195,6 +196,7 @@ fn values_are_the_stages_figures_in_the_units_their_names_say() {
     );
     assert_eq!(s.value("parsley_task_restore_next_offset", &p0), Some(7.0));
     assert_eq!(s.value("parsley_task_restore_end_offset", &p0), Some(9.0));
+    assert_eq!(s.value("parsley_task_restore_start_offset", &p0), Some(3.0));
     assert_eq!(
         s.value("parsley_task_records_delivered_total", &p1),
         Some(11.0)

@@ -150,6 +150,9 @@ pub(crate) struct StageRunner {
     /// The stages that write the stage's sources, and the event-time channels waiting for
     /// them (module `upstream`).
     upstreams: upstream::Upstreams,
+    /// The stage's state store, when fold state lives on disk
+    /// ([`RuntimeConfig::state_dir`]).
+    stores: Option<crate::state_store::StateStores>,
 }
 
 impl StageRunner {
@@ -161,6 +164,12 @@ impl StageRunner {
         self.txn.begin()?;
         let result = self.run_loop();
         self.intake.close();
+        // What the state store buffers goes to disk: the next start reads only the tail.
+        if let Some(stores) = &self.stores
+            && let Err(e) = stores.persist()
+        {
+            warn!(error = %e, "the state store could not be persisted; the next start reads more of the changelog");
+        }
         match &result {
             Ok(()) => info!("stopped"),
             Err(e) => {

@@ -24,13 +24,14 @@ use tracing::{info, info_span};
 
 use super::StageRunner;
 use super::context::TaskContext;
-use super::task::{KeyedTimers, Task};
+use super::task::{FoldState, KeyedTimers, Task};
 use crate::admin::Admin;
 use crate::changelog;
 use crate::clients::ClientRole;
 use crate::error::{Error, Result};
 use crate::event_time::EventTime;
 use crate::metrics::TaskPhase;
+use crate::state_store::{self, ChangelogView, StateStores, TaskStore};
 
 impl StageRunner {
     /// Builds the task of `partition`, assigned at `positions` (the group's committed offsets,
@@ -49,11 +50,20 @@ impl StageRunner {
         let metrics = self.metrics.clone();
         metrics.task(partition, |m| m.phase = TaskPhase::Restoring);
         let client = self.restore_client();
+        let changelog = self.txn.changelog().clone();
+        let (from, restored, store) = match &self.stores {
+            Some(stores) => {
+                let (store, from, restored) = self.local_copy(stores, partition)?;
+                (from, restored, Some(store))
+            }
+            None => (0, Restored::default(), None),
+        };
+        metrics.task(partition, |m| m.restore_start = from);
         let (restored, replaced) = changelog::restore(
             &client,
             self.evidence.admin(),
-            self.txn.changelog_name(),
-            partition,
+            (&changelog.name, partition),
+            (from, restored, store.as_ref().map(|s| (s, changelog.id))),
             (self.config.timeout, self.config.transaction_timeout()),
             &mut |position, end| {
                 metrics.task(partition, |m| {
@@ -71,6 +81,7 @@ impl StageRunner {
             partition,
             positions,
             restored,
+            store.map(|s| FoldState::disk(s, changelog.id)),
             &mut cluster,
         )?;
         for (channel, start) in moved {
@@ -84,6 +95,7 @@ impl StageRunner {
             .task(partition, |m| m.phase = TaskPhase::Running);
         info!(
             partition,
+            from,
             records,
             consumers_replaced = replaced,
             keys = task.state_len(),
@@ -93,6 +105,48 @@ impl StageRunner {
             "task restored"
         );
         Ok(task)
+    }
+
+    /// The keyspace of task `partition` in the stage's state store, the changelog offset to
+    /// read from and what the keyspace holds besides fold state: from its checkpoint when that
+    /// can be trusted (`state_store::judge`), else from 0 with the keyspace cleared.
+    ///
+    /// # Errors
+    /// [`Error::StateStore`]; admin errors.
+    fn local_copy(
+        &self,
+        stores: &StateStores,
+        partition: i32,
+    ) -> Result<(TaskStore, i64, Restored)> {
+        let store = stores.task(partition)?;
+        let changelog = self.txn.changelog();
+        let admin = self.evidence.admin();
+        let at = [(changelog.name.as_str(), partition)];
+        let view = ChangelogView {
+            topic: changelog.id,
+            log_start: admin.log_start_offsets(&at)?[0],
+            end: admin.high_watermarks(&at)?[0],
+            delete_retention_ms: stores.delete_retention_ms(),
+            now_ms: state_store::now_ms(),
+        };
+        let mut restored = Restored {
+            state_elsewhere: true,
+            ..Restored::default()
+        };
+        match state_store::judge(store.checkpoint()?, view) {
+            Ok(from) => {
+                store.load_into(&mut restored)?;
+                Ok((store, from, restored))
+            }
+            Err(why) => {
+                info!(
+                    partition,
+                    why, "the state store's copy is not used: reading the changelog whole"
+                );
+                store.clear()?;
+                Ok((store, 0, restored))
+            }
+        }
     }
 
     /// The configuration of the consumer that reads a changelog partition (`read_committed`,
@@ -158,8 +212,9 @@ impl StartEvidence for Cluster<'_> {
 /// from its snapshot ([`Task::restore`]) when it has one, else fresh ([`Task::fresh`]); a
 /// consumed channel the snapshot does not name is seeded at its log start; an event-time
 /// task's order is restored and started ([`start_event_time`]), and its per-key late counts
-/// published. Returns the task and the channels whose fetch position must move to their log
-/// start, with it.
+/// published. Its fold state is `fold` (on disk), or else the restored records' (in memory).
+/// Returns the task and the channels whose fetch position must move to their log start,
+/// with it.
 ///
 /// # Errors
 /// [`Error::RestoreMismatch`]; [`Error::EventTime`]; the gate's; `evidence`'s.
@@ -169,8 +224,10 @@ pub(crate) fn rebuild_task(
     partition: i32,
     positions: Vec<(Channel, i64)>,
     mut restored: Restored,
+    fold: Option<FoldState>,
     evidence: &mut dyn StartEvidence,
 ) -> Result<(Task, Vec<(Channel, i64)>)> {
+    let fold = fold.unwrap_or_else(|| FoldState::memory(std::mem::take(&mut restored.state)));
     // The event-time record belongs to the snapshot it was committed with.
     let event_bytes = restored
         .snapshot
@@ -182,8 +239,7 @@ pub(crate) fn rebuild_task(
     let mut moved = Vec::new();
     let mut task = match restored.snapshot {
         Some(snapshot) => {
-            let (mut task, fresh) =
-                Task::restore(ctx, partition, positions, snapshot, restored.state)?;
+            let (mut task, fresh) = Task::restore(ctx, partition, positions, snapshot, fold)?;
             for (channel, position) in fresh {
                 let start = evidence.log_start(ctx, channel)?;
                 info!(partition, %channel, group_offset = position, start, "a channel new to the task starts at its log start");
@@ -195,13 +251,8 @@ pub(crate) fn rebuild_task(
             }
             task
         }
-        None => Task::fresh(
-            partition,
-            ctx.consumed(partition),
-            &positions,
-            restored.state,
-        )
-        .map_err(|e| ctx.gate_error(partition, e))?,
+        None => Task::fresh(partition, ctx.consumed(partition), &positions, fold)
+            .map_err(|e| ctx.gate_error(partition, e))?,
     };
     let event_time = event_time_of(ctx, order, partition, event_bytes.as_deref(), &timers)?;
     let event_time = match event_time {

@@ -15,7 +15,7 @@ use std::sync::mpsc::Sender;
 use std::time::Instant;
 
 use parsley_stage::{BadRecordPolicy, ImpossiblePolicy, StageSpec};
-use tracing::debug;
+use tracing::{debug, warn};
 
 use super::StageRunner;
 use super::context::TaskContext;
@@ -30,6 +30,7 @@ use crate::clients::ClientRole;
 use crate::config::RuntimeConfig;
 use crate::error::{Error, Result};
 use crate::metrics::{Progress, StageMetrics};
+use crate::state_store::{self, StateStores};
 
 /// The topics of a stage, resolved.
 struct Resolved {
@@ -133,6 +134,10 @@ impl StageRunner {
             .filter(|k| sources.iter().any(|s| s.id == k.id))
             .map(|k| k.id)
             .collect();
+        let stores = match &config.state_dir {
+            Some(dir) => Some(open_stores(&admin, dir, &group, &changelog.name)?),
+            None => None,
+        };
         let evidence = Evidence::new(admin, sources.iter().chain(&sinks));
         let txn = Transaction::new(
             outbox,
@@ -174,8 +179,37 @@ impl StageRunner {
             shutdown,
             join_wait: Some(join_wait),
             upstreams,
+            stores,
         })
     }
+}
+
+/// The stage's state store under `dir`, knowing how long its changelog topic keeps tombstones
+/// (`delete.retention.ms`; the broker's default when it cannot be read).
+///
+/// # Errors
+/// [`Error::StateStore`].
+fn open_stores(
+    admin: &Admin,
+    dir: &std::path::Path,
+    group: &str,
+    changelog: &str,
+) -> Result<StateStores> {
+    let retention = match admin.topic_config(changelog) {
+        Ok(entries) => entries
+            .iter()
+            .find(|(k, _)| k == "delete.retention.ms")
+            .and_then(|(_, v)| v.parse().ok()),
+        Err(e) => {
+            warn!(error = %e, changelog, "cannot read the changelog's delete.retention.ms");
+            None
+        }
+    };
+    StateStores::open(
+        dir,
+        group,
+        retention.unwrap_or(state_store::DEFAULT_DELETE_RETENTION_MS),
+    )
 }
 
 /// Describes the stage's sources, sinks and dead-letter topics, and checks that its sources

@@ -166,6 +166,8 @@ pub(crate) struct Transaction {
     uncommitted: Work,
     own_writes: OwnWrites,
     timeout: Duration,
+    /// Per changelog partition, the offset after the last changelog record acknowledged.
+    changelog_next: BTreeMap<i32, i64>,
 }
 
 impl Transaction {
@@ -203,12 +205,18 @@ impl Transaction {
             uncommitted: Work::default(),
             own_writes,
             timeout,
+            changelog_next: BTreeMap::new(),
         }
     }
 
     /// The changelog topic's name.
     pub(crate) fn changelog_name(&self) -> &str {
         &self.changelog.name
+    }
+
+    /// The changelog topic.
+    pub(crate) fn changelog(&self) -> &TopicInfo {
+        &self.changelog
     }
 
     /// Time left until the commit interval `interval` is due.
@@ -399,9 +407,13 @@ impl StageRunner {
         let acks = self.txn.outbox.drain();
         for (i, ack) in acks.iter().enumerate() {
             let Some(tag) = ack.tag else {
-                // A changelog write: only its failure matters.
-                if ack.result.is_err() {
-                    return Err(self.send_failed(&acks, i));
+                // A changelog write: its offset moves the state store's next checkpoint.
+                match ack.result {
+                    Ok(offset) => {
+                        let next = self.txn.changelog_next.entry(ack.partition).or_default();
+                        *next = (*next).max(offset + 1);
+                    }
+                    Err(_) => return Err(self.send_failed(&acks, i)),
                 }
                 continue;
             };
@@ -545,6 +557,10 @@ impl StageRunner {
         committed?;
         self.txn.outbox.wait_acked(self.config.timeout)?;
         self.settle_acks()?;
+        // Committed: what the tasks wrote to the changelog may reach their state store.
+        for (partition, task) in &mut self.tasks {
+            task.committed(self.txn.changelog_next.get(partition).copied())?;
+        }
         let commit_us = commit_started.elapsed().as_micros() as u64;
         self.metrics
             .committed(done.deliveries, done.emissions, commit_us);

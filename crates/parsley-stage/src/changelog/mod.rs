@@ -161,6 +161,9 @@ pub struct Restored {
     pub keyed_timers: BTreeSet<(i64, Vec<u8>)>,
     /// Records folded, including those refused.
     pub records: u64,
+    /// Whether fold-state records are left out of [`Restored::state`] (kept elsewhere: on
+    /// disk). Default `false`.
+    pub state_elsewhere: bool,
 }
 
 impl Restored {
@@ -181,6 +184,9 @@ impl Restored {
             let value = value.ok_or("event-time record without a value")?;
             self.event_time = Some(value.to_vec());
         } else if let Some((&STATE_PREFIX, k)) = key.split_first() {
+            if self.state_elsewhere {
+                return Ok(());
+            }
             match value {
                 Some(v) => self.state.insert(k.to_vec(), v.to_vec()),
                 None => self.state.remove(k),

@@ -26,21 +26,21 @@
 //!   sequence of the first send of each run): a send refused for good names its input.
 
 mod bad;
+mod fold;
 mod ticks;
 mod timers;
 
 use bad::check_key;
 pub(crate) use bad::{Cause, RefusedInput};
-use std::collections::{BTreeSet, HashMap, VecDeque};
+pub(crate) use fold::FoldState;
+use std::collections::VecDeque;
 #[cfg(test)]
 pub(crate) use ticks::tick_due;
 pub(crate) use timers::KeyedTimers;
 
 use parsley_clock::{CausalClock, Channel, Coordinate, SenderId, TopicId, codec};
 use parsley_gate::{Gate, GateError};
-use parsley_stage::changelog::{
-    EVENT_TIME_KEY, META_KEY, ParkedRecord, STATE_PREFIX, TaskSnapshot,
-};
+use parsley_stage::changelog::{EVENT_TIME_KEY, META_KEY, ParkedRecord, TaskSnapshot};
 use parsley_stage::{
     BadRecordKind, BadRecordPolicy, RawDelivery, RawEmission, RawStep, RawTimer, StateChange,
 };
@@ -105,9 +105,8 @@ pub(crate) struct Task {
     partition: i32,
     gate: Gate<Payload>,
     clock: CausalClock,
-    state: HashMap<Vec<u8>, Vec<u8>>,
-    /// State keys changed since the last changelog write.
-    dirty: BTreeSet<Vec<u8>>,
+    /// The fold state, and which keys changed since the last changelog write.
+    fold: FoldState,
     /// Deliveries or releases since the last changelog write (the clock and gate changed).
     changed: bool,
     /// The input offsets of the last snapshot written.
@@ -139,15 +138,14 @@ impl Task {
         partition: i32,
         gate: Gate<Payload>,
         clock: CausalClock,
-        state: HashMap<Vec<u8>, Vec<u8>>,
+        fold: FoldState,
         snapshot_offsets: Vec<(Channel, i64)>,
     ) -> Self {
         Task {
             partition,
             gate,
             clock,
-            state,
-            dirty: BTreeSet::new(),
+            fold,
             changed: false,
             snapshot_offsets,
             counts: TaskCounts::default(),
@@ -162,7 +160,7 @@ impl Task {
     }
 
     /// A task that never committed: a new sender incarnation, its gate seeded at `positions`
-    /// (the consumer's start positions), with fold state `state` (what the changelog holds
+    /// (the consumer's start positions), with fold state `fold` (what the changelog holds
     /// without a snapshot: nothing, normally).
     ///
     /// # Errors
@@ -171,14 +169,14 @@ impl Task {
         partition: i32,
         consumed: Vec<Channel>,
         positions: &[(Channel, i64)],
-        state: HashMap<Vec<u8>, Vec<u8>>,
+        fold: FoldState,
     ) -> Result<Self, GateError> {
         let mut gate = Gate::new(consumed);
         for &(channel, position) in positions {
             gate.seed(channel, position)?;
         }
         let clock = CausalClock::transactional(SenderId::random());
-        Ok(Task::with(partition, gate, clock, state, Vec::new()))
+        Ok(Task::with(partition, gate, clock, fold, Vec::new()))
     }
 
     /// The task restored from its last committed `snapshot` and fold state (the book's
@@ -200,7 +198,7 @@ impl Task {
         partition: i32,
         mut positions: Vec<(Channel, i64)>,
         mut snapshot: TaskSnapshot,
-        state: HashMap<Vec<u8>, Vec<u8>>,
+        fold: FoldState,
     ) -> Result<(Self, Vec<(Channel, i64)>)> {
         let consumed = ctx.consumed(partition);
         positions.sort();
@@ -249,7 +247,7 @@ impl Task {
             .map_err(|e| ctx.gate_error(partition, e))?;
         let clock = CausalClock::resume(snapshot.sender, snapshot.next_seq, snapshot.clock, true);
         Ok((
-            Task::with(partition, gate, clock, state, committed_with),
+            Task::with(partition, gate, clock, fold, committed_with),
             fresh,
         ))
     }
@@ -318,14 +316,24 @@ impl Task {
         &self.clock
     }
 
-    /// The fold state, by key bytes.
-    pub(crate) fn state(&self) -> &HashMap<Vec<u8>, Vec<u8>> {
-        &self.state
+    /// The fold state.
+    pub(crate) fn fold(&self) -> &FoldState {
+        &self.fold
     }
 
-    /// Keys with fold state.
+    /// Keys with fold state (on disk: approximately, committed keys).
     pub(crate) fn state_len(&self) -> usize {
-        self.state.len()
+        self.fold.len()
+    }
+
+    /// The transactions this task wrote its changelog in so far committed; every changelog
+    /// record of its partition below `next` is committed (`None`: no delivery report named an
+    /// offset yet). Fold state on disk moves there ([`FoldState::committed`]).
+    ///
+    /// # Errors
+    /// A failed write of the state store.
+    pub(crate) fn committed(&mut self, next: Option<i64>) -> Result<()> {
+        self.fold.committed(next)
     }
 
     /// The deliveries counted since the last call.
@@ -573,7 +581,7 @@ impl Task {
                     time,
                     watermark: self.position.unwrap_or(time),
                 },
-                self.state.get(&key).map(Vec::as_slice),
+                self.fold.get(&key)?.as_deref(),
             )?;
             self.apply(ctx, out, work, &key, step, time, None)?;
             ctx.metrics.timer_fired();
@@ -697,7 +705,7 @@ impl Task {
                 value: record.value,
                 watermark: self.position,
             },
-            self.state.get(state_key).map(Vec::as_slice),
+            self.fold.get(state_key)?.as_deref(),
         );
         let step = match processed {
             Ok(step) => step,
@@ -752,14 +760,8 @@ impl Task {
         }
         match step.state {
             StateChange::Keep => {}
-            StateChange::Set(s) => {
-                self.state.insert(state_key.to_vec(), s);
-                self.dirty.insert(state_key.to_vec());
-            }
-            StateChange::Delete => {
-                self.state.remove(state_key);
-                self.dirty.insert(state_key.to_vec());
-            }
+            StateChange::Set(s) => self.fold.set(state_key, Some(s)),
+            StateChange::Delete => self.fold.set(state_key, None),
         }
         if !step.timers.is_empty() {
             if self.event_time.is_none() {
@@ -892,12 +894,12 @@ impl Task {
         self.causes.clear();
         // A refused input record the policy took commits with this transaction.
         self.refused.retain(|r| !r.used);
-        let mut key = vec![STATE_PREFIX];
-        for k in std::mem::take(&mut self.dirty) {
-            key.truncate(1);
-            key.extend_from_slice(&k);
-            writer.write(&key, self.state.get(&k).map(Vec::as_slice))?;
-        }
+        // On disk, the store receives a copy of every record once the transaction commits.
+        let mut writer = fold::Tee {
+            inner: writer,
+            copies: self.fold.on_disk().then(Vec::new),
+        };
+        self.fold.write_changes(&mut writer)?;
         // The timer queue's changes (records parked and released since the last commit): they
         // change only with deliveries and releases, which also write the snapshot below.
         if let Some(et) = &self.event_time {
@@ -936,6 +938,8 @@ impl Task {
             self.changed = false;
             self.snapshot_offsets = committed.clone();
         }
+        let copies = writer.copies.take().unwrap_or_default();
+        self.fold.seal(copies);
         Ok(committed)
     }
 }

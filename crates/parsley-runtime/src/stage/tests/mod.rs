@@ -23,7 +23,7 @@ use super::context::{DeadLetterTopic, TaskContext};
 use super::output::{ChangelogWriter, Header, HeldSend, Outgoing, Output};
 use super::rebalance::check_assignment;
 use super::record::{Fetched, Payload, Rare};
-use super::task::Task;
+use super::task::{FoldState, Task};
 use super::transaction::{OwnWait, OwnWrites};
 use crate::admin::TopicInfo;
 use crate::config::GateMode;
@@ -226,7 +226,7 @@ fn fresh_task(ctx: &TaskContext) -> Task {
         0,
         ctx.consumed(0),
         &[(ch(1), 0), (ch(2), 0)],
-        HashMap::new(),
+        FoldState::memory(HashMap::new()),
     )
     .unwrap()
 }
@@ -332,7 +332,7 @@ fn a_restored_task_makes_the_same_next_deliveries_and_stamps() {
         0,
         committed.clone(),
         restored.snapshot.unwrap(),
-        restored.state,
+        FoldState::memory(restored.state),
     )
     .unwrap();
     assert!(fresh.is_empty());
@@ -371,7 +371,7 @@ fn a_restored_task_makes_the_same_next_deliveries_and_stamps() {
         0,
         vec![(ch(1), 1), (ch(2), 0)],
         restored.snapshot.unwrap(),
-        restored.state,
+        FoldState::memory(restored.state),
     )
     .err()
     .unwrap();

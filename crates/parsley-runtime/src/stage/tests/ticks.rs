@@ -63,6 +63,7 @@ fn clocked_task(ctx: &TaskContext) -> Task {
         0,
         positions,
         Restored::default(),
+        None,
         &mut Empty,
     )
     .unwrap();

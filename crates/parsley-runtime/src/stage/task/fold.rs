@@ -1,0 +1,208 @@
+//! A task's fold state: in memory (the default), or on disk in the stage's state store
+//! (`state_store`), with what changed since the last commit in memory.
+//!
+//! # Invariants
+//! - In memory, `dirty` names exactly the keys changed since the last changelog write.
+//! - On disk, a value is looked up in `open` (changed since the last changelog write), then in
+//!   `sealed` (written to the changelog in a transaction not known committed yet), then in the
+//!   store; `written` holds every changelog record of those transactions, in the order written,
+//!   and reaches the store only once they commit ([`FoldState::committed`]), with the new
+//!   checkpoint. A transaction that does not commit never reaches the store: the task is
+//!   rebuilt from the changelog and the store's checkpoint.
+
+use std::borrow::Cow;
+use std::collections::{BTreeSet, HashMap};
+
+use parsley_clock::TopicId;
+use parsley_stage::changelog::STATE_PREFIX;
+
+use crate::error::Result;
+use crate::stage::output::ChangelogWriter;
+use crate::state_store::{Checkpoint, TaskStore, now_ms};
+
+/// Changelog records: key and value (`None`: a tombstone).
+pub(crate) type Records = Vec<(Vec<u8>, Option<Vec<u8>>)>;
+
+/// A task's fold state by key bytes.
+pub(crate) enum FoldState {
+    /// On the heap.
+    Memory {
+        values: HashMap<Vec<u8>, Vec<u8>>,
+        /// Keys changed since the last changelog write.
+        dirty: BTreeSet<Vec<u8>>,
+    },
+    /// In the stage's state store.
+    Disk(Box<DiskFold>),
+}
+
+/// Fold state in a state store, and what is not in it yet.
+pub(crate) struct DiskFold {
+    store: TaskStore,
+    /// The changelog topic's id, for the checkpoint.
+    changelog: TopicId,
+    /// Changes since the last changelog write (`None`: deleted).
+    open: HashMap<Vec<u8>, Option<Vec<u8>>>,
+    /// Changes written to the changelog in transactions not known committed yet.
+    sealed: HashMap<Vec<u8>, Option<Vec<u8>>>,
+    /// Every changelog record of those transactions, in order (full changelog keys).
+    written: Records,
+}
+
+impl FoldState {
+    /// Fold state on the heap, holding `values`.
+    pub(crate) fn memory(values: HashMap<Vec<u8>, Vec<u8>>) -> Self {
+        FoldState::Memory {
+            values,
+            dirty: BTreeSet::new(),
+        }
+    }
+
+    /// Fold state in `store`, the keyspace of a task of the stage whose changelog topic is
+    /// `changelog`, restored up to its checkpoint.
+    pub(crate) fn disk(store: TaskStore, changelog: TopicId) -> Self {
+        FoldState::Disk(Box::new(DiskFold {
+            store,
+            changelog,
+            open: HashMap::new(),
+            sealed: HashMap::new(),
+            written: Vec::new(),
+        }))
+    }
+
+    /// The fold state of key `k`.
+    ///
+    /// # Errors
+    /// A failed read of the state store.
+    pub(crate) fn get(&self, k: &[u8]) -> Result<Option<Cow<'_, [u8]>>> {
+        match self {
+            FoldState::Memory { values, .. } => Ok(values.get(k).map(|v| Cow::Borrowed(&v[..]))),
+            FoldState::Disk(d) => {
+                if let Some(v) = d.open.get(k).or_else(|| d.sealed.get(k)) {
+                    return Ok(v.as_deref().map(Cow::Borrowed));
+                }
+                Ok(d.store.get(k)?.map(Cow::Owned))
+            }
+        }
+    }
+
+    /// Sets (`Some`) or deletes (`None`) the fold state of key `k`.
+    pub(crate) fn set(&mut self, k: &[u8], value: Option<Vec<u8>>) {
+        match self {
+            FoldState::Memory { values, dirty } => {
+                match value {
+                    Some(v) => values.insert(k.to_vec(), v),
+                    None => values.remove(k),
+                };
+                dirty.insert(k.to_vec());
+            }
+            FoldState::Disk(d) => {
+                d.open.insert(k.to_vec(), value);
+            }
+        }
+    }
+
+    /// Keys with fold state (on disk: approximately, committed keys only).
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            FoldState::Memory { values, .. } => values.len(),
+            FoldState::Disk(d) => d.store.approximate_keys(),
+        }
+    }
+
+    /// The values, when they live on the heap (the test driver reads them).
+    pub(crate) fn in_memory(&self) -> Option<&HashMap<Vec<u8>, Vec<u8>>> {
+        match self {
+            FoldState::Memory { values, .. } => Some(values),
+            FoldState::Disk(_) => None,
+        }
+    }
+
+    /// Whether the changelog records a task writes must also reach the store once committed
+    /// ([`FoldState::seal`]).
+    pub(crate) fn on_disk(&self) -> bool {
+        matches!(self, FoldState::Disk(_))
+    }
+
+    /// Writes the changelog record of every key changed since the last write (key
+    /// `0x00 ++ k`, a tombstone for a deleted key).
+    ///
+    /// # Errors
+    /// The writer's.
+    pub(crate) fn write_changes(&mut self, writer: &mut dyn ChangelogWriter) -> Result<()> {
+        let mut key = vec![STATE_PREFIX];
+        match self {
+            FoldState::Memory { values, dirty } => {
+                for k in std::mem::take(dirty) {
+                    key.truncate(1);
+                    key.extend_from_slice(&k);
+                    writer.write(&key, values.get(&k).map(Vec::as_slice))?;
+                }
+            }
+            FoldState::Disk(d) => {
+                for (k, v) in std::mem::take(&mut d.open) {
+                    key.truncate(1);
+                    key.extend_from_slice(&k);
+                    writer.write(&key, v.as_deref())?;
+                    d.sealed.insert(k, v);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Keeps `records`, the changelog records just written in the open transaction, until it
+    /// commits (on disk; nothing in memory).
+    pub(crate) fn seal(&mut self, records: Records) {
+        if let FoldState::Disk(d) = self {
+            d.written.extend(records);
+        }
+    }
+
+    /// The transactions written so far committed, and every changelog record of this task
+    /// below offset `next` (the one after its last write, from the delivery reports) is
+    /// committed: on disk, their records go to the store with checkpoint `next`.
+    ///
+    /// # Errors
+    /// A failed write of the state store.
+    pub(crate) fn committed(&mut self, next: Option<i64>) -> Result<()> {
+        let FoldState::Disk(d) = self else {
+            return Ok(());
+        };
+        if d.written.is_empty() {
+            return Ok(());
+        }
+        let Some(offset) = next else {
+            // No delivery report named an offset: nothing to checkpoint at; keep them (a
+            // lookup still finds them) until one does.
+            return Ok(());
+        };
+        d.store.write(
+            d.written.iter().map(|(k, v)| (k.as_slice(), v.as_deref())),
+            Checkpoint {
+                topic: d.changelog,
+                offset,
+                written_ms: now_ms(),
+            },
+        )?;
+        d.written.clear();
+        d.sealed.clear();
+        Ok(())
+    }
+}
+
+/// A changelog writer that keeps a copy of every record it writes.
+pub(crate) struct Tee<'a> {
+    pub inner: &'a mut dyn ChangelogWriter,
+    /// The copies; `None`: keep none.
+    pub copies: Option<Records>,
+}
+
+impl ChangelogWriter for Tee<'_> {
+    fn write(&mut self, key: &[u8], value: Option<&[u8]>) -> Result<()> {
+        self.inner.write(key, value)?;
+        if let Some(c) = &mut self.copies {
+            c.push((key.to_vec(), value.map(<[u8]>::to_vec)));
+        }
+        Ok(())
+    }
+}
