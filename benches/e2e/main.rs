@@ -227,6 +227,10 @@ struct BenchArgs {
     /// measured over each throughput run.
     #[arg(long)]
     broker_pid: Option<u32>,
+    /// Keep the Parsley modes' fold state on disk under `DIR/<case>`
+    /// (`RuntimeConfig::state_dir`) instead of on the heap.
+    #[arg(long, value_name = "DIR")]
+    state_dir: Option<PathBuf>,
     /// Skip the latency phase (throughput runs only).
     #[arg(long)]
     skip_live: bool,
@@ -564,6 +568,12 @@ fn throughput_run(
         commit_interval_ms: args.commit_interval_ms,
         stamp_bytes: case.stamp_bytes,
         statistics: statistics.clone(),
+        state_dir: args
+            .state_dir
+            .as_ref()
+            .filter(|_| !mode.is_kafka_streams())
+            .map(|dir| dir.join(name)),
+        restart: false,
     };
     let (group, internal) = group_and_internal_topics(&worker)?;
     let mut sampler = Sampler::new(
@@ -714,6 +724,8 @@ fn latency_run(
         commit_interval_ms: args.commit_interval_ms,
         stamp_bytes: 0,
         statistics: None,
+        state_dir: None,
+        restart: false,
     };
     let (_, internal) = group_and_internal_topics(&worker)?;
     let child = spawn(&worker, true)?;
@@ -792,6 +804,12 @@ fn spawn(args: &WorkerArgs, inherit_stdin: bool) -> Result<std::process::Child> 
         .args(["--commit-interval-ms", &args.commit_interval_ms.to_string()])
         .args(["--stamp-bytes", &args.stamp_bytes.to_string()])
         .args(args.unchecked_keys.then_some("--unchecked-keys"))
+        .args(args.restart.then_some("--restart"))
+        .args(
+            args.state_dir
+                .iter()
+                .flat_map(|p| [std::ffi::OsStr::new("--state-dir"), p.as_os_str()]),
+        )
         .args(
             args.statistics
                 .iter()
@@ -893,6 +911,8 @@ mod tests {
             stamp_bytes: 0,
             unchecked_keys: false,
             statistics: None,
+            state_dir: None,
+            restart: false,
         };
         let of = |mode| group_and_internal_topics(&case(mode)).unwrap();
         assert_eq!(of(Mode::Raw), ("case".to_string(), vec![]));

@@ -110,13 +110,121 @@ pub fn topology_of(mode: Mode, args: &WorkerArgs) -> Result<Topology> {
     }
 }
 
+/// The runtime configuration of `args`: its commit interval, and its state directory.
+fn config_of(args: &WorkerArgs) -> RuntimeConfig {
+    let config = RuntimeConfig::new(&args.bootstrap).commit_interval(args.commit_interval());
+    match &args.state_dir {
+        Some(dir) => config.state_dir(dir),
+        None => config,
+    }
+}
+
+/// What a restart's restore read: changelog records (offsets) over every task.
+pub struct Restored {
+    /// Offsets read: the sum over tasks of the end minus where the restore started.
+    pub read: i64,
+    /// The changelog's size: the sum over tasks of its high watermark.
+    pub end: i64,
+    /// The restores' time, summed over tasks (each from its start to the task running).
+    pub took: Duration,
+    /// A plain consumer's read of the whole changelog ([`raw_read`]).
+    pub raw_read: Duration,
+}
+
+/// Starts the stage of `args` again and waits until every task has restored (the partitions
+/// of its input, `--partitions` of the `topics` command); returns what the restores read.
+///
+/// # Errors
+/// When the stage fails or its tasks do not all run within the deadline.
+pub fn restart(args: &WorkerArgs) -> Result<Restored> {
+    let topology = topology_of(args.mode, args)?;
+    let stage = topology.stages()[0].name().to_string();
+    let admin = parsley_runtime::Admin::new(&args.bootstrap, Duration::from_secs(30))?;
+    let partitions = admin.describe_topics(&[args.input.as_str()])?[0].partitions as usize;
+    let started = Instant::now();
+    let running = Runtime::new(topology, config_of(args))
+        .start()
+        .context("restarting the stage")?;
+    let tasks = loop {
+        if let Some((_, tasks)) = running
+            .task_metrics()
+            .into_iter()
+            .find(|(n, _)| *n == stage)
+            && tasks.len() == partitions
+            && tasks
+                .iter()
+                .all(|t| t.phase == parsley_runtime::TaskPhase::Running)
+        {
+            break tasks;
+        }
+        if let Some(Progress::Failed { error, .. }) =
+            running.next_progress(Duration::from_millis(5))
+        {
+            bail!("the restarted stage failed: {error}");
+        }
+        check_deadline(started, "the restarted stage's restore")?;
+    };
+    let took = Duration::from_millis(tasks.iter().map(|t| t.restore_ms).sum());
+    running.stop().context("stopping the restarted stage")?;
+    let changelog = parsley_runtime::changelog_topic(
+        &topology_of(args.mode, args)?.stages()[0].group_id(&args.group),
+    );
+    let raw_read = raw_read(&args.bootstrap, &changelog, partitions as i32)?;
+    Ok(Restored {
+        read: tasks.iter().map(|t| t.restore_end - t.restore_start).sum(),
+        end: tasks.iter().map(|t| t.restore_end).sum(),
+        took,
+        raw_read,
+    })
+}
+
+/// How long a plain `read_committed` consumer takes to read `topic`'s `partitions` partitions
+/// from their start to their high watermarks, one partition after the other as restores do (a
+/// new consumer for each): the reference for a restore that reads its changelog whole.
+///
+/// # Errors
+/// Client errors; no end within the deadline.
+pub fn raw_read(bootstrap: &str, topic: &str, partitions: i32) -> Result<Duration> {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::message::Message;
+    let admin = parsley_runtime::Admin::new(bootstrap, Duration::from_secs(30))?;
+    let started = Instant::now();
+    for p in 0..partitions {
+        let end = admin.high_watermarks(&[(topic, p)])?[0];
+        let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", bootstrap)
+            .set("group.id", format!("{topic}.raw-read"))
+            .set("isolation.level", "read_committed")
+            .set("enable.auto.commit", "false")
+            .set("enable.partition.eof", "true")
+            .set("fetch.wait.max.ms", "50")
+            .create()
+            .context("creating the raw reader")?;
+        let mut tpl = rdkafka::TopicPartitionList::new();
+        tpl.add_partition_offset(topic, p, rdkafka::Offset::Beginning)?;
+        consumer.assign(&tpl)?;
+        let mut next = 0;
+        while next < end {
+            match consumer.poll(Duration::from_millis(100)) {
+                Some(Ok(m)) => next = m.offset() + 1,
+                // The end of the partition (a commit marker may follow the last record).
+                Some(Err(rdkafka::error::KafkaError::PartitionEOF(_))) => break,
+                Some(Err(e)) => bail!("reading {topic}/{p}: {e}"),
+                None => {}
+            }
+            check_deadline(started, "the raw read of the changelog")?;
+        }
+    }
+    Ok(started.elapsed())
+}
+
 /// Runs the stage of `args.mode` until it has committed `args.records` deliveries, then stops
 /// it.
 ///
 /// # Errors
 /// When the stage fails or does not get there within the deadline.
 pub fn run(args: &WorkerArgs) -> Result<Measured> {
-    let mut config = RuntimeConfig::new(&args.bootstrap).commit_interval(args.commit_interval());
+    let mut config = config_of(args);
     if let Some(path) = &args.statistics {
         let file = StatisticsFile::create(path)?;
         config = config.statistics(

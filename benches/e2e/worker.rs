@@ -14,7 +14,7 @@ use clap::{Args, ValueEnum};
 use crate::{parsley, raw};
 
 /// How long a worker may run before it gives up (a safety net; progress is event-driven).
-pub const DEADLINE: Duration = Duration::from_secs(900);
+pub const DEADLINE: Duration = Duration::from_secs(3_600);
 
 /// The prefix of the worker's result line on stdout.
 const RESULT_PREFIX: &str = "e2e-result";
@@ -105,6 +105,14 @@ pub struct WorkerArgs {
     /// (`KeyPartitioning::Unchecked`), to measure what the check costs.
     #[arg(long)]
     pub unchecked_keys: bool,
+    /// Parsley modes: keep fold state on disk under this directory
+    /// (`RuntimeConfig::state_dir`) instead of on the heap.
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+    /// Parsley modes: once the run has stopped, start the stage again, wait until every task
+    /// has restored, and print what its restore read of the changelog (an `e2e-restore` line).
+    #[arg(long)]
+    pub restart: bool,
     /// Write librdkafka's statistics of the loop's consumer and producer (every
     /// [`crate::statistics::INTERVAL`]) to this file, one JSON document per line.
     #[arg(long, value_name = "FILE")]
@@ -222,6 +230,19 @@ pub fn run(args: &WorkerArgs) -> Result<()> {
         cpu_ms: cpu_ms()?,
     };
     println!("{}", report.line());
+    if args.restart {
+        let r = parsley::restart(args)?;
+        println!(
+            "e2e-restore read={} changelog_end={} took_ms={} raw_read_ms={} ({:.3} % of the \
+             changelog read; {:.2}x a plain consumer's read of all of it)",
+            r.read,
+            r.end,
+            r.took.as_millis(),
+            r.raw_read.as_millis(),
+            100.0 * r.read as f64 / r.end.max(1) as f64,
+            r.took.as_secs_f64() / r.raw_read.as_secs_f64().max(1e-9),
+        );
+    }
     Ok(())
 }
 

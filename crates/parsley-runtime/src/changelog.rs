@@ -178,63 +178,79 @@ fn read_changelog(
     let started = Instant::now();
     // `next`: the next offset to read, once known (a record read or a position reported).
     let mut moved = Instant::now();
+    // Records read since the last look at the position, the clocks and the watch: a look costs
+    // far more than a record, so it is taken when a poll returns nothing, and every
+    // `LOOK_EVERY` records.
+    let mut unlooked = 0u32;
     loop {
-        let position = consumer
-            .position()
-            .map_err(|e| Error::kafka("reading the restore position", e))?
-            .find_partition(topic, partition)
-            .and_then(|e| match e.offset() {
-                Offset::Offset(o) => Some(o),
-                _ => None,
-            });
-        if let Some(p) = position
-            && next.is_none_or(|n| p > n)
-        {
-            next = Some(p);
-            moved = Instant::now();
-            progress(p, end);
-        }
-        let at = next.unwrap_or(0);
-        if at >= end {
-            if let Some(c) = &mut copy {
-                c.write(at)?;
+        if unlooked > 0 && unlooked < LOOK_EVERY {
+            if next.is_some_and(|n| n >= end) {
+                unlooked = LOOK_EVERY;
+                continue;
             }
-            return Ok((restored, replaced));
-        }
-        watch.observe(admin, at, moved.elapsed());
-        held(watch.wait());
-        if started.elapsed() >= timeout {
-            if let Some(blocked) = watch.timed_out(admin, at, timeout) {
-                return Err(blocked);
+        } else {
+            unlooked = 0;
+            if let Some(n) = next {
+                progress(n, end);
             }
-            return Err(Error::Timeout {
-                what: format!(
-                    "restoring {topic}/{partition}: position {at} of high watermark {end} \
+            let position = consumer
+                .position()
+                .map_err(|e| Error::kafka("reading the restore position", e))?
+                .find_partition(topic, partition)
+                .and_then(|e| match e.offset() {
+                    Offset::Offset(o) => Some(o),
+                    _ => None,
+                });
+            if let Some(p) = position
+                && next.is_none_or(|n| p > n)
+            {
+                next = Some(p);
+                moved = Instant::now();
+                progress(p, end);
+            }
+            let at = next.unwrap_or(0);
+            if at >= end {
+                if let Some(c) = &mut copy {
+                    c.write(at)?;
+                }
+                return Ok((restored, replaced));
+            }
+            watch.observe(admin, at, moved.elapsed());
+            held(watch.wait());
+            if started.elapsed() >= timeout {
+                if let Some(blocked) = watch.timed_out(admin, at, timeout) {
+                    return Err(blocked);
+                }
+                return Err(Error::Timeout {
+                    what: format!(
+                        "restoring {topic}/{partition}: position {at} of high watermark {end} \
                      ({} consumer(s) replaced after reading nothing for {}s)",
-                    replaced,
+                        replaced,
+                        RESTORE_STALL.as_secs()
+                    ),
+                    timeout,
+                });
+            }
+            // A position held by an open transaction is no stalled client: a new one would stop
+            // at the same offset.
+            if moved.elapsed() >= RESTORE_STALL && !watch.held() {
+                warn!(
+                    topic,
+                    partition,
+                    position = at,
+                    end,
+                    "the restore read nothing for {}s; replacing its consumer",
                     RESTORE_STALL.as_secs()
-                ),
-                timeout,
-            });
-        }
-        // A position held by an open transaction is no stalled client: a new one would stop
-        // at the same offset.
-        if moved.elapsed() >= RESTORE_STALL && !watch.held() {
-            warn!(
-                topic,
-                partition,
-                position = at,
-                end,
-                "the restore read nothing for {}s; replacing its consumer",
-                RESTORE_STALL.as_secs()
-            );
-            drop(consumer);
-            consumer = open(next.map_or(Offset::Beginning, Offset::Offset))?;
-            replaced += 1;
-            moved = Instant::now();
-            continue;
+                );
+                drop(consumer);
+                consumer = open(next.map_or(Offset::Beginning, Offset::Offset))?;
+                replaced += 1;
+                moved = Instant::now();
+                continue;
+            }
         }
         let Some(m) = consumer.poll(Duration::from_millis(100)) else {
+            unlooked = 0;
             continue;
         };
         let m = match m {
@@ -256,7 +272,7 @@ fn read_changelog(
         }
         next = Some(m.offset() + 1);
         moved = Instant::now();
-        progress(m.offset() + 1, end);
+        unlooked += 1;
         restored
             .apply(m.key().unwrap_or_default(), m.payload())
             .map_err(|message| Error::Changelog {
@@ -276,6 +292,9 @@ fn read_changelog(
         }
     }
 }
+
+/// Records a restore reads between two looks at its position and progress.
+const LOOK_EVERY: u32 = 1_000;
 
 /// Records a restore writes to the state store in one batch: what it keeps in memory for a
 /// changelog read whole.

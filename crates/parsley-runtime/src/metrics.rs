@@ -129,6 +129,8 @@ pub struct TaskMetrics {
     /// task's copy in the state store ([`RuntimeConfig::state_dir`](crate::RuntimeConfig)),
     /// when it could be trusted.
     pub restore_start: i64,
+    /// How long the last restore took, from its start to the task running, ms.
+    pub restore_ms: u64,
     /// Records delivered to the handler (committed or not).
     pub delivered: u64,
     /// Delivered records that the gate held for a claimed cause.
@@ -187,6 +189,7 @@ impl TaskMetrics {
             restore_position: 0,
             restore_end: 0,
             restore_start: 0,
+            restore_ms: 0,
             delivered: 0,
             held: 0,
             gate_wait_us: 0,

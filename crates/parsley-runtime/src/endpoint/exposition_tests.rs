@@ -12,6 +12,7 @@ fn task(partition: i32, phase: TaskPhase) -> TaskMetrics {
         restore_position: 7,
         restore_end: 9,
         restore_start: 3,
+        restore_ms: 0,
         delivered: 11,
         held: 2,
         gate_wait_us: 250_000,

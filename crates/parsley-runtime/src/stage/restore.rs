@@ -91,8 +91,11 @@ impl StageRunner {
         if task.event_time().is_some() {
             self.wait_for_upstream(partition)?;
         }
-        self.metrics
-            .task(partition, |m| m.phase = TaskPhase::Running);
+        let took = started.elapsed();
+        self.metrics.task(partition, |m| {
+            m.phase = TaskPhase::Running;
+            m.restore_ms = took.as_millis() as u64;
+        });
         info!(
             partition,
             from,
@@ -101,7 +104,7 @@ impl StageRunner {
             keys = task.state_len(),
             sender = %task.clock().sender(),
             next_seq = task.clock().next_seq(),
-            took_ms = started.elapsed().as_millis() as u64,
+            took_ms = took.as_millis() as u64,
             "task restored"
         );
         Ok(task)
