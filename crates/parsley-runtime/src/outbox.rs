@@ -94,12 +94,28 @@ pub struct Ack {
     pub failed: Option<RecordShape>,
 }
 
-/// A delivery report as the callback records it: the send id and the result.
+impl Ack {
+    /// The report of `message`, its tag not looked up yet.
+    fn of(
+        message: &impl Message,
+        result: std::result::Result<i64, KafkaError>,
+        failed: Option<RecordShape>,
+    ) -> Self {
+        let partition = message.partition();
+        Ack {
+            tag: None,
+            partition,
+            result,
+            failed,
+        }
+    }
+}
+
+/// A delivery report as the callback records it: the send id and the report, its tag not
+/// looked up yet.
 struct Report {
     id: usize,
-    partition: i32,
-    result: std::result::Result<i64, KafkaError>,
-    failed: Option<RecordShape>,
+    ack: Ack,
 }
 
 /// The delivery opaque of an untagged send (a changelog write).
@@ -242,21 +258,15 @@ impl ProducerContext for AckContext {
     type DeliveryOpaque = usize;
 
     fn delivery(&self, result: &DeliveryResult<'_>, id: usize) {
-        let (partition, result, failed) = match result {
-            Ok(m) => (m.partition(), Ok(m.offset()), None),
+        let ack = match result {
+            Ok(m) => Ack::of(m, Ok(m.offset()), None),
             // Only a failure is measured: which record of a refused batch explains it.
-            Err((e, m)) => (
-                m.partition(),
-                Err(e.clone()),
-                Some(RecordShape::of_message(m)),
-            ),
+            Err((e, m)) => Ack::of(m, Err(e.clone()), Some(RecordShape::of_message(m))),
         };
-        self.acks.lock().expect("ack state").push(Report {
-            id,
-            partition,
-            result,
-            failed,
-        });
+        self.acks
+            .lock()
+            .expect("ack state")
+            .push(Report { id, ack });
         self.outstanding.fetch_sub(1, Ordering::Relaxed);
         self.reports.fetch_add(1, Ordering::Relaxed);
     }
@@ -844,36 +854,22 @@ impl Outbox {
         let reports = std::mem::take(&mut *self.ctx().acks.lock().expect("ack state"));
         let acks = reports
             .into_iter()
-            .map(
-                |Report {
-                     id,
-                     partition,
-                     result,
-                     mut failed,
-                 }| {
-                    let tag = if id == UNTAGGED {
-                        None
-                    } else {
-                        let index = id.wrapping_sub(self.first_id as usize);
-                        // Dropping the entry frees the value: librdkafka is done with it.
-                        let pending = self.tags.get_mut(index).and_then(Option::take);
-                        debug_assert!(
-                            pending.is_some(),
-                            "a report for send id {id} without a send"
-                        );
-                        if let (Some(f), Some(p)) = (failed.as_mut(), &pending) {
-                            f.timestamp = f.timestamp.or(p.timestamp);
-                        }
-                        pending.map(|p| p.tag)
-                    };
-                    Ack {
-                        tag,
-                        partition,
-                        result,
-                        failed,
+            .map(|Report { id, mut ack }| {
+                if id != UNTAGGED {
+                    let index = id.wrapping_sub(self.first_id as usize);
+                    // Dropping the entry frees the value: librdkafka is done with it.
+                    let pending = self.tags.get_mut(index).and_then(Option::take);
+                    debug_assert!(
+                        pending.is_some(),
+                        "a report for send id {id} without a send"
+                    );
+                    if let (Some(f), Some(p)) = (ack.failed.as_mut(), &pending) {
+                        f.timestamp = f.timestamp.or(p.timestamp);
                     }
-                },
-            )
+                    ack.tag = pending.map(|p| p.tag);
+                }
+                ack
+            })
             .collect();
         while self.tags.front().is_some_and(Option::is_none) {
             self.tags.pop_front();

@@ -6,31 +6,11 @@
 use parsley_runtime::{
     Admin, Runtime, RuntimeConfig, TaskMetrics, TaskPhase, changelog_topic, partition_for,
 };
-use parsley_stage::{Handler, HandlerResult, Record, Step, Topology, Utf8};
+use parsley_stage::{Topology, Utf8};
 use parsley_testkit::fixtures::{
-    DEADLINE, bootstrap, create_topic, raw_producer, read_committed, send_stamped, unique_topic,
-    wait_committed, wait_tasks,
+    CountKeys, DEADLINE, bootstrap, create_topic, raw_producer, read_committed, send_stamped,
+    unique_topic, wait_committed, wait_tasks,
 };
-
-/// Counts the records of each key and emits `key=count`.
-struct Count(String);
-
-impl Handler for Count {
-    type Key = String;
-    type Value = String;
-    type Output = String;
-    type State = u64;
-
-    fn handle(
-        &self,
-        r: Record<'_, String, String>,
-        state: Option<u64>,
-    ) -> HandlerResult<String, String, u64> {
-        let n = state.unwrap_or(0) + 1;
-        let line = format!("{}={n}", r.key);
-        Ok(Step::none().set_state(n).emit(self.0.as_str(), r.key, line))
-    }
-}
 
 /// Runs `topology` with its state under `dir` until `deliveries` more are committed; returns
 /// both tasks' metrics once they run, then stops.
@@ -62,7 +42,7 @@ fn fold_state_on_disk_survives_restarts_and_a_restart_reads_only_the_tail() {
     let output = create_topic("disk-out", 2);
     let app = unique_topic("disk");
     let topology = Topology::builder(&app)
-        .stage("count", Count(output.name.clone()), |s| {
+        .stage("count", CountKeys::new(&output.name), |s| {
             s.source(&input.name)
                 .sink(&output.name)
                 .key_codec(Utf8)
