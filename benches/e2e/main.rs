@@ -35,7 +35,9 @@
 //! case's process and of the broker is sampled with them and divided by the same records, so
 //! start-up (a JVM's above all) and shutdown are left out for every mode alike. The table
 //! compares each mode's best run (other work on the machine only ever slows a run down) and
-//! the mean CPU per record of its runs. The Rust loops' own figure (first record fetched → end
+//! the mean CPU per record of its runs; with more than one round, a line under each verdict gives
+//! the ratio round by round (run `i` of one mode against run `i` of the other): its median and
+//! its range. The Rust loops' own figure (first record fetched → end
 //! of the commit covering the last) is printed beside each of their runs.
 //!
 //! *Counts checked*: the first run of each counting mode on each input is read back to its
@@ -90,6 +92,9 @@ use std::path::PathBuf;
 use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+// The facade brings the allocator a Parsley service runs with (its `jemalloc` feature); every
+// mode of the worker runs with it, the raw loops too.
+use ::parsley as _;
 use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
 use parsley_runtime::{Admin, TopicSpec};

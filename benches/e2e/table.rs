@@ -110,6 +110,70 @@ impl Ratios {
     }
 }
 
+/// A ratio over interleaved rounds: run `i` of one mode against run `i` of the other (the
+/// modes of a round run back to back), its median and its range.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Spread {
+    /// The median of the per-round ratios (the mean of the middle two for an even count).
+    pub median: f64,
+    /// The smallest.
+    pub min: f64,
+    /// The largest.
+    pub max: f64,
+    /// How many rounds had both runs measured.
+    pub rounds: usize,
+}
+
+impl Spread {
+    /// The per-round ratios `a[i] / b[i]`; `None` with fewer than two rounds.
+    pub fn of(a: &[f64], b: &[f64]) -> Option<Spread> {
+        let mut ratios: Vec<f64> = a
+            .iter()
+            .zip(b)
+            .map(|(x, y)| x / y)
+            .filter(|r| r.is_finite())
+            .collect();
+        if ratios.len() < 2 {
+            return None;
+        }
+        ratios.sort_by(f64::total_cmp);
+        let n = ratios.len();
+        let median = if n % 2 == 1 {
+            ratios[n / 2]
+        } else {
+            (ratios[n / 2 - 1] + ratios[n / 2]) / 2.0
+        };
+        Some(Spread {
+            median,
+            min: ratios[0],
+            max: ratios[n - 1],
+            rounds: n,
+        })
+    }
+}
+
+impl std::fmt::Display for Spread {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "median {:.2}× ({:.2}–{:.2}×, {} rounds)",
+            self.median, self.min, self.max, self.rounds
+        )
+    }
+}
+
+/// The per-round line of a throughput ratio of `a` to `b` (and of their client CPU with
+/// `cpu`), when there were rounds to pair.
+fn per_round(what: &str, a: &Row, b: &Row, cpu: bool) -> Option<String> {
+    let throughput = Spread::of(&a.throughput, &b.throughput)?;
+    let cpu = cpu
+        .then(|| Spread::of(&a.cpu_us_per_record, &b.cpu_us_per_record))
+        .flatten()
+        .map(|c| format!("; client CPU per record {c}"))
+        .unwrap_or_default();
+    Some(format!("  {what}, per round: throughput {throughput}{cpu}"))
+}
+
 /// Prints the table, the ratios and the verdicts; `true` when every target is met.
 pub fn print(commit_interval_ms: u64, results: &[Results]) -> bool {
     let p99_target = 1.5 * commit_interval_ms as f64;
@@ -185,6 +249,8 @@ pub fn print(commit_interval_ms: u64, results: &[Results]) -> bool {
             // What the wire format alone allows: every Parsley output carries the stamp header
             // (the book's specification, §3), so on a machine where the loops are CPU-bound
             // Parsley cannot run faster than a raw loop that only adds it.
+            let raw = row(Mode::Raw, Keys::Unique).expect("checked above");
+            verdicts.extend(per_round("parsley / raw", parsley, raw, true));
             let stamped = row(Mode::RawStamped, Keys::Unique).map_or(0.0, Row::best_throughput);
             if stamped > 0.0 && raw_best > 0.0 {
                 verdicts.push(format!(
@@ -193,6 +259,8 @@ pub fn print(commit_interval_ms: u64, results: &[Results]) -> bool {
                     stamped / raw_best,
                     parsley.best_throughput() / stamped
                 ));
+                let stamped = row(Mode::RawStamped, Keys::Unique).expect("measured");
+                verdicts.extend(per_round("parsley / raw-stamped", parsley, stamped, true));
             }
         }
         // Parsley against Kafka Streams: the pass-through, then the count on each input.
@@ -237,6 +305,7 @@ pub fn print(commit_interval_ms: u64, results: &[Results]) -> bool {
                 ratios.cpu,
                 met(cpu_met)
             ));
+            verdicts.extend(per_round("Parsley / Kafka Streams", p, k, true));
         }
     }
     println!();
@@ -292,6 +361,22 @@ mod tests {
             cpu_us_per_record: cpu.to_vec(),
             ..Row::default()
         }
+    }
+
+    #[test]
+    fn spreads_pair_runs_by_round() {
+        let a = [300.0, 100.0, 200.0, 400.0];
+        let b = [100.0, 100.0, 100.0, 100.0];
+        let s = Spread::of(&a, &b).unwrap();
+        assert_eq!((s.median, s.min, s.max, s.rounds), (2.5, 1.0, 4.0, 4));
+        let s = Spread::of(&a[..3], &b).unwrap();
+        assert_eq!((s.median, s.rounds), (2.0, 3));
+        // One round is no spread.
+        assert_eq!(Spread::of(&a[..1], &b), None);
+        assert_eq!(
+            Spread::of(&[2.0, 6.0], &[1.0, 2.0]).unwrap().to_string(),
+            "median 2.50× (2.00–3.00×, 2 rounds)"
+        );
     }
 
     #[test]

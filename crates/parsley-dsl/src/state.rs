@@ -10,20 +10,31 @@
 //! Invariants: the stored list is sorted by slot name with no duplicates; a key whose slots
 //! are all gone is deleted, not stored empty; decoding untrusted bytes never panics.
 
+use std::borrow::Cow;
+
 use parsley_stage::{Bincode, Codec, CodecError, StateChange};
-use serde::Serialize;
 use serde::de::DeserializeOwned;
-use serde_bytes::ByteBuf;
+use serde::{Deserialize, Serialize};
 
 /// The version byte of the encoding.
 const VERSION: u8 = 1;
 
-type Entries = Vec<(String, ByteBuf)>;
+/// One slot: its name and its value's bytes, borrowed from the stored state until changed.
+/// Encoded as bincode encodes `(String, serde_bytes::ByteBuf)`.
+#[derive(Serialize, Deserialize)]
+struct Slot<'a> {
+    #[serde(borrow)]
+    name: Cow<'a, str>,
+    #[serde(borrow, with = "serde_bytes")]
+    bytes: Cow<'a, [u8]>,
+}
+
+type Entries<'a> = Vec<Slot<'a>>;
 
 /// The slots of one key's state, decoded on first use.
 pub(crate) struct Slots<'a> {
     raw: Option<&'a [u8]>,
-    entries: Option<Entries>,
+    entries: Option<Entries<'a>>,
     changed: bool,
 }
 
@@ -37,7 +48,7 @@ impl<'a> Slots<'a> {
         }
     }
 
-    fn entries(&mut self) -> Result<&mut Entries, CodecError> {
+    fn entries(&mut self) -> Result<&mut Entries<'a>, CodecError> {
         if self.entries.is_none() {
             self.entries = Some(match self.raw {
                 None => Vec::new(),
@@ -56,8 +67,8 @@ impl<'a> Slots<'a> {
         name: &str,
     ) -> Result<Option<S>, CodecError> {
         let entries = self.entries()?;
-        match entries.binary_search_by(|(n, _)| n.as_str().cmp(name)) {
-            Ok(i) => Bincode.decode(&entries[i].1).map(Some),
+        match entries.binary_search_by(|slot| slot.name.as_ref().cmp(name)) {
+            Ok(i) => Bincode.decode(&entries[i].bytes).map(Some),
             Err(_) => Ok(None),
         }
     }
@@ -82,14 +93,20 @@ impl<'a> Slots<'a> {
         let bytes = value.map(|v| Bincode.encode(v)).transpose()?;
         let entries = self.entries()?;
         match (
-            entries.binary_search_by(|(n, _)| n.as_str().cmp(name)),
+            entries.binary_search_by(|slot| slot.name.as_ref().cmp(name)),
             bytes,
         ) {
-            (Ok(i), Some(b)) => entries[i].1 = ByteBuf::from(b),
+            (Ok(i), Some(b)) => entries[i].bytes = Cow::Owned(b),
             (Ok(i), None) => {
                 entries.remove(i);
             }
-            (Err(i), Some(b)) => entries.insert(i, (name.to_string(), ByteBuf::from(b))),
+            (Err(i), Some(b)) => entries.insert(
+                i,
+                Slot {
+                    name: Cow::Owned(name.to_string()),
+                    bytes: Cow::Owned(b),
+                },
+            ),
             (Err(_), None) => return Ok(()),
         }
         self.changed = true;
@@ -114,17 +131,28 @@ impl<'a> Slots<'a> {
     }
 }
 
-fn encode(entries: &Entries) -> Result<Vec<u8>, CodecError> {
-    let mut out = vec![VERSION];
-    out.extend(Bincode.encode(entries)?);
+/// The version byte and the slots, in one buffer.
+fn encode(entries: &Entries<'_>) -> Result<Vec<u8>, CodecError> {
+    let size: usize = entries
+        .iter()
+        .map(|s| s.name.len() + s.bytes.len() + 18)
+        .sum();
+    let mut out = Vec::with_capacity(1 + 9 + size);
+    out.push(VERSION);
+    bincode::serde::encode_into_std_write(entries, &mut out, bincode::config::standard())?;
     Ok(out)
 }
 
-fn decode(raw: &[u8]) -> Result<Entries, CodecError> {
+/// The slots of `raw`, borrowing their names and bytes from it.
+fn decode(raw: &[u8]) -> Result<Entries<'_>, CodecError> {
     match raw.split_first() {
         Some((&VERSION, rest)) => {
-            let entries: Entries = Bincode.decode(rest)?;
-            if entries.windows(2).any(|w| w[0].0 >= w[1].0) {
+            let (entries, read): (Entries<'_>, usize) =
+                bincode::serde::borrow_decode_from_slice(rest, bincode::config::standard())?;
+            if read != rest.len() {
+                return Err(CodecError::TrailingBytes(rest.len() - read));
+            }
+            if entries.windows(2).any(|w| w[0].name >= w[1].name) {
                 return Err(CodecError::Malformed(
                     "state slots out of order or repeated".into(),
                 ));
@@ -184,6 +212,32 @@ mod tests {
     }
 
     #[test]
+    fn the_encoding_is_bincode_of_name_and_byte_buffer_pairs() {
+        // What earlier versions wrote, and changelogs still hold: bincode of
+        // `Vec<(String, ByteBuf)>` after the version byte.
+        let pairs = vec![
+            (
+                "a-table".to_string(),
+                serde_bytes::ByteBuf::from(vec![1, 2, 3]),
+            ),
+            ("count".to_string(), serde_bytes::ByteBuf::from(vec![7])),
+        ];
+        let mut old = vec![VERSION];
+        old.extend(Bincode.encode(&pairs).unwrap());
+        assert_eq!(read_slot::<u64>(&old, "count").unwrap(), Some(7));
+        let mut s = Slots::new(Some(&old));
+        s.put("count", Some(&7u64)).unwrap();
+        let StateChange::Set(new) = s.into_change().unwrap() else {
+            panic!("state should be set")
+        };
+        assert_eq!(new, old);
+        // Trailing bytes are refused.
+        let mut long = old.clone();
+        long.push(0);
+        assert!(read_slot::<u64>(&long, "count").is_err());
+    }
+
+    #[test]
     fn bad_state_bytes_are_errors_not_panics() {
         for raw in [
             &[][..],
@@ -194,11 +248,11 @@ mod tests {
             assert!(read_slot::<u64>(raw, "count").is_err(), "{raw:?}");
         }
         // Slots out of order are refused.
-        let bad = encode(&vec![
-            ("b".to_string(), ByteBuf::from(vec![1])),
-            ("a".to_string(), ByteBuf::from(vec![1])),
-        ])
-        .unwrap();
+        let slot = |name: &'static str| Slot {
+            name: Cow::Borrowed(name),
+            bytes: Cow::Borrowed(&[1]),
+        };
+        let bad = encode(&vec![slot("b"), slot("a")]).unwrap();
         assert!(read_slot::<u64>(&bad, "a").is_err());
     }
 }

@@ -2,7 +2,8 @@
 //! (`state_store`), with what changed since the last commit in memory.
 //!
 //! # Invariants
-//! - In memory, `dirty` names exactly the keys changed since the last changelog write.
+//! - In memory, `dirty` names exactly the keys changed since the last changelog write; they
+//!   are written in key order.
 //! - On disk, a value is looked up in `open` (changed since the last changelog write), then in
 //!   `sealed` (written to the changelog in a transaction not known committed yet), then in the
 //!   store; `written` holds every changelog record of those transactions, in the order written,
@@ -11,7 +12,7 @@
 //!   rebuilt from the changelog and the store's checkpoint.
 
 use std::borrow::Cow;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{HashMap, HashSet};
 
 use parsley_clock::TopicId;
 use parsley_stage::changelog::STATE_PREFIX;
@@ -29,7 +30,7 @@ pub(crate) enum FoldState {
     Memory {
         values: HashMap<Vec<u8>, Vec<u8>>,
         /// Keys changed since the last changelog write.
-        dirty: BTreeSet<Vec<u8>>,
+        dirty: HashSet<Vec<u8>>,
     },
     /// In the stage's state store.
     Disk(Box<DiskFold>),
@@ -53,7 +54,7 @@ impl FoldState {
     pub(crate) fn memory(values: HashMap<Vec<u8>, Vec<u8>>) -> Self {
         FoldState::Memory {
             values,
-            dirty: BTreeSet::new(),
+            dirty: HashSet::new(),
         }
     }
 
@@ -89,11 +90,19 @@ impl FoldState {
     pub(crate) fn set(&mut self, k: &[u8], value: Option<Vec<u8>>) {
         match self {
             FoldState::Memory { values, dirty } => {
-                match value {
-                    Some(v) => values.insert(k.to_vec(), v),
-                    None => values.remove(k),
-                };
-                dirty.insert(k.to_vec());
+                // A key already present keeps its bytes: no copy of it per change.
+                match (value, values.get_mut(k)) {
+                    (Some(v), Some(old)) => *old = v,
+                    (Some(v), None) => {
+                        values.insert(k.to_vec(), v);
+                    }
+                    (None, _) => {
+                        values.remove(k);
+                    }
+                }
+                if !dirty.contains(k) {
+                    dirty.insert(k.to_vec());
+                }
             }
             FoldState::Disk(d) => {
                 d.open.insert(k.to_vec(), value);
@@ -132,7 +141,9 @@ impl FoldState {
         let mut key = vec![STATE_PREFIX];
         match self {
             FoldState::Memory { values, dirty } => {
-                for k in std::mem::take(dirty) {
+                let mut keys: Vec<Vec<u8>> = dirty.drain().collect();
+                keys.sort_unstable();
+                for k in keys {
                     key.truncate(1);
                     key.extend_from_slice(&k);
                     writer.write(&key, values.get(&k).map(Vec::as_slice))?;
