@@ -42,7 +42,7 @@
 //! - The keys of the record kinds do not overlap: each key names at most one kind, so the fold
 //!   ([`Restored::apply`]) keeps the latest record of every key and never mixes kinds.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use parsley_gate::Part;
 
@@ -143,6 +143,13 @@ pub fn timer_of(changelog_key: &[u8]) -> Result<(i64, Vec<u8>), String> {
     }
 }
 
+/// Fold state by key bytes: a hash map whose hasher is foldhash, seeded at random per process
+/// (record keys come from outside: a fixed hash would let a producer make them collide).
+pub type StateMap = HashMap<Vec<u8>, Vec<u8>, foldhash::quality::RandomState>;
+
+/// A set of record keys, hashed as [`StateMap`] hashes them.
+pub type KeySet = HashSet<Vec<u8>, foldhash::quality::RandomState>;
+
 /// What a changelog partition holds once its records are folded in offset order
 /// ([`Restored::apply`]): the latest record of each key, tombstoned keys removed. Values are
 /// kept undecoded except the task snapshot's; the event-time record and the timer queue's
@@ -150,7 +157,7 @@ pub fn timer_of(changelog_key: &[u8]) -> Result<(i64, Vec<u8>), String> {
 #[derive(Debug, Default)]
 pub struct Restored {
     /// Fold state by key (`k` of `0x00 ++ k`).
-    pub state: HashMap<Vec<u8>, Vec<u8>>,
+    pub state: StateMap,
     /// The latest task snapshot, if the task ever committed.
     pub snapshot: Option<TaskSnapshot>,
     /// The latest event-time record (undecoded), if one was ever written.
@@ -274,7 +281,10 @@ mod tests {
         r.apply(&[STATE_PREFIX, b'k'], Some(b"2")).unwrap();
         r.apply(&[STATE_PREFIX, b'j'], Some(b"3")).unwrap();
         r.apply(&[STATE_PREFIX, b'j'], None).unwrap();
-        assert_eq!(r.state, HashMap::from([(b"k".to_vec(), b"2".to_vec())]));
+        assert_eq!(
+            r.state,
+            StateMap::from_iter([(b"k".to_vec(), b"2".to_vec())])
+        );
         r.apply(&timer_key(7, b"k"), Some(&[])).unwrap();
         r.apply(&timer_key(8, b"k"), Some(&[])).unwrap();
         r.apply(&timer_key(7, b"k"), None).unwrap();

@@ -12,10 +12,10 @@
 //!   rebuilt from the changelog and the store's checkpoint.
 
 use std::borrow::Cow;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use parsley_clock::TopicId;
-use parsley_stage::changelog::STATE_PREFIX;
+use parsley_stage::changelog::{KeySet, STATE_PREFIX, StateMap};
 
 use crate::error::Result;
 use crate::stage::output::ChangelogWriter;
@@ -24,13 +24,16 @@ use crate::state_store::{Checkpoint, TaskStore, now_ms};
 /// Changelog records: key and value (`None`: a tombstone).
 pub(crate) type Records = Vec<(Vec<u8>, Option<Vec<u8>>)>;
 
+/// Changes of fold state by key (`None`: deleted), hashed as [`StateMap`] hashes keys.
+type Changes = HashMap<Vec<u8>, Option<Vec<u8>>, foldhash::quality::RandomState>;
+
 /// A task's fold state by key bytes.
 pub(crate) enum FoldState {
     /// On the heap.
     Memory {
-        values: HashMap<Vec<u8>, Vec<u8>>,
+        values: StateMap,
         /// Keys changed since the last changelog write.
-        dirty: HashSet<Vec<u8>>,
+        dirty: KeySet,
     },
     /// In the stage's state store.
     Disk(Box<DiskFold>),
@@ -42,19 +45,19 @@ pub(crate) struct DiskFold {
     /// The changelog topic's id, for the checkpoint.
     changelog: TopicId,
     /// Changes since the last changelog write (`None`: deleted).
-    open: HashMap<Vec<u8>, Option<Vec<u8>>>,
+    open: Changes,
     /// Changes written to the changelog in transactions not known committed yet.
-    sealed: HashMap<Vec<u8>, Option<Vec<u8>>>,
+    sealed: Changes,
     /// Every changelog record of those transactions, in order (full changelog keys).
     written: Records,
 }
 
 impl FoldState {
     /// Fold state on the heap, holding `values`.
-    pub(crate) fn memory(values: HashMap<Vec<u8>, Vec<u8>>) -> Self {
+    pub(crate) fn memory(values: StateMap) -> Self {
         FoldState::Memory {
             values,
-            dirty: HashSet::new(),
+            dirty: KeySet::default(),
         }
     }
 
@@ -64,8 +67,8 @@ impl FoldState {
         FoldState::Disk(Box::new(DiskFold {
             store,
             changelog,
-            open: HashMap::new(),
-            sealed: HashMap::new(),
+            open: Changes::default(),
+            sealed: Changes::default(),
             written: Vec::new(),
         }))
     }
@@ -119,7 +122,7 @@ impl FoldState {
     }
 
     /// The values, when they live on the heap (the test driver reads them).
-    pub(crate) fn in_memory(&self) -> Option<&HashMap<Vec<u8>, Vec<u8>>> {
+    pub(crate) fn in_memory(&self) -> Option<&StateMap> {
         match self {
             FoldState::Memory { values, .. } => Some(values),
             FoldState::Disk(_) => None,

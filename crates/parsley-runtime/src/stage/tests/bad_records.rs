@@ -37,7 +37,7 @@ fn task(ctx: &TaskContext) -> Task {
         0,
         ctx.consumed(0),
         &[(ch(1), 0), (ch(2), 0)],
-        FoldState::memory(HashMap::new()),
+        FoldState::memory(Default::default()),
     )
     .unwrap()
 }

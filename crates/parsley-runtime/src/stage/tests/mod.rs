@@ -6,7 +6,7 @@
 mod bad_records;
 mod ticks;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -226,7 +226,7 @@ fn fresh_task(ctx: &TaskContext) -> Task {
         0,
         ctx.consumed(0),
         &[(ch(1), 0), (ch(2), 0)],
-        FoldState::memory(HashMap::new()),
+        FoldState::memory(Default::default()),
     )
     .unwrap()
 }
