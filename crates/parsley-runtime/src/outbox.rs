@@ -296,6 +296,8 @@ pub(crate) struct Outbox {
     topics: Mutex<Vec<TopicHandle>>,
     /// The producer's `transactional.id`, if it has one (named in what its init waits for).
     transactional_id: Option<String>,
+    /// An empty vector keeping its capacity, swapped in for the reports at each drain.
+    spare: Vec<Report>,
 }
 
 impl Drop for Outbox {
@@ -370,6 +372,7 @@ impl Outbox {
             first_id: 1,
             topics: Mutex::new(Vec::new()),
             transactional_id: config.get("transactional.id").map(str::to_string),
+            spare: Vec::new(),
         })
     }
 
@@ -851,9 +854,11 @@ impl Outbox {
     /// recorded so far, each with the tag of its send.
     pub(crate) fn drain(&mut self) -> Vec<Ack> {
         self.serve();
-        let reports = std::mem::take(&mut *self.ctx().acks.lock().expect("ack state"));
+        let spare = std::mem::take(&mut self.spare);
+        let mut reports =
+            std::mem::replace(&mut *self.ctx().acks.lock().expect("ack state"), spare);
         let acks = reports
-            .into_iter()
+            .drain(..)
             .map(|Report { id, mut ack }| {
                 if id != UNTAGGED {
                     let index = id.wrapping_sub(self.first_id as usize);
@@ -871,6 +876,7 @@ impl Outbox {
                 ack
             })
             .collect();
+        self.spare = reports;
         while self.tags.front().is_some_and(Option::is_none) {
             self.tags.pop_front();
             self.first_id += 1;
