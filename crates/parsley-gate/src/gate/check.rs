@@ -17,8 +17,6 @@
 //! until delivered; a blocked record is in the gate's blocked set with what it awaits, and in
 //! the watcher list of the channel it awaits (or held for a resolution).
 
-use std::cmp::Reverse;
-
 use parsley_clock::{Channel, Coordinate, SenderId};
 
 #[cfg(doc)]
@@ -121,7 +119,7 @@ impl<R> Gate<R> {
                 let slot = &mut self.channels[idx].queue[pos];
                 slot.ready = true;
                 let was_blocked = slot.blocked.take().is_some();
-                self.ready.push(Reverse((slot.timestamp, idx, offset)));
+                self.ready.push((slot.timestamp, idx, offset));
                 if was_blocked {
                     self.blocked.remove(&(idx, offset));
                 }

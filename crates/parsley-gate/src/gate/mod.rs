@@ -89,8 +89,7 @@
 //!   wake-ups, and the replacements of in-flight claims;
 //! - `spill`: backpressure, spilling and re-fetching.
 
-use std::cmp::Reverse;
-use std::collections::{BTreeSet, BinaryHeap, HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 
 use parsley_clock::{Channel, Coordinate, SenderId};
 
@@ -106,7 +105,7 @@ mod types;
 #[cfg(test)]
 mod tests;
 
-use state::{ChannelState, Idx, SenderMap};
+use state::{ChannelState, Idx, Ready, SenderMap};
 pub use types::{
     Arrival, Awaiting, BlockedHead, ChannelSnapshot, Delivery, Discarded, Faults, GateMetrics,
     GateSnapshot, ImpossibleStamp, Refetch, Resolution,
@@ -119,7 +118,7 @@ pub struct Gate<R> {
     channels: Vec<ChannelState<R>>,
     /// Deliverable records: (timestamp, channel, offset), smallest first. A record becomes
     /// ready once and stays ready until delivered.
-    ready: BinaryHeap<Reverse<(i64, Idx, i64)>>,
+    ready: Ready,
     /// Tracked records that are blocked (or held for a resolution): (channel, offset).
     blocked: BTreeSet<(Idx, i64)>,
     /// High watermarks of channels this task does not consume (for replacements).
@@ -155,7 +154,7 @@ impl<R> Gate<R> {
                     watchers: Vec::new(),
                 })
                 .collect(),
-            ready: BinaryHeap::new(),
+            ready: Ready::default(),
             blocked: BTreeSet::new(),
             foreign_hw: HashMap::new(),
             foreign_watchers: HashMap::new(),

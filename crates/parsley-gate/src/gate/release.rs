@@ -9,8 +9,6 @@
 //! look-ahead set (except under the `bridge_over_lookahead` negative control); the look-ahead
 //! set holds only offsets above the frontier; the front of a queue is never a delivered record.
 
-use std::cmp::Reverse;
-
 use parsley_clock::{Coordinate, Stamp};
 
 use super::state::Idx;
@@ -85,7 +83,7 @@ impl<R> Gate<R> {
     /// Releases the next deliverable record, if any: smallest timestamp, then channel, then
     /// offset.
     pub fn next_delivery(&mut self) -> Option<Delivery<R>> {
-        let Reverse((_, idx, offset)) = self.ready.pop()?;
+        let (_, idx, offset) = self.ready.pop()?;
         let pos = self
             .slot_pos(idx, offset)
             .expect("a ready record is queued");

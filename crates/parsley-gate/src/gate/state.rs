@@ -14,7 +14,8 @@
 //! - per sender: the highest delivered sequence, and the fetched undelivered records by
 //!   sequence (in offset order, since one sender's sends to one partition append in order).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 
 use parsley_clock::{Channel, SenderId, SenderTag, Stamp};
@@ -24,6 +25,40 @@ use super::{Arrival, Awaiting, Refetch};
 use super::{Gate, Resolution};
 
 pub(super) type Idx = usize;
+
+/// A deliverable record: (timestamp, channel, offset), ordered as deliveries are.
+pub(super) type ReadyKey = (i64, Idx, i64);
+
+/// The deliverable records, smallest first. Most of the time one record at a time is ready (it
+/// is delivered before the next arrives): it waits outside the heap until a second joins it.
+/// Invariant: when `one` holds a record, `heap` is empty.
+#[derive(Debug, Default)]
+pub(super) struct Ready {
+    one: Option<ReadyKey>,
+    heap: BinaryHeap<Reverse<ReadyKey>>,
+}
+
+impl Ready {
+    pub(super) fn push(&mut self, key: ReadyKey) {
+        if self.heap.is_empty() {
+            match self.one.take() {
+                None => {
+                    self.one = Some(key);
+                    return;
+                }
+                Some(one) => self.heap.push(Reverse(one)),
+            }
+        }
+        self.heap.push(Reverse(key));
+    }
+
+    /// The smallest ready record, taken out.
+    pub(super) fn pop(&mut self) -> Option<ReadyKey> {
+        self.one
+            .take()
+            .or_else(|| self.heap.pop().map(|Reverse(key)| key))
+    }
+}
 
 /// Hashes a random UUID by its first 8 bytes (sender ids are random: no need for SipHash).
 #[derive(Default)]
@@ -125,5 +160,42 @@ impl<R> Slot<R> {
         s.payload = None;
         s.stamp = None;
         s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ready_records_come_out_smallest_first_as_from_a_heap() {
+        let mut ready = Ready::default();
+        let mut reference = BinaryHeap::new();
+        // Pushes and pops interleaved: one at a time, then several, then one again.
+        let ops: [Option<ReadyKey>; 12] = [
+            Some((5, 0, 1)),
+            None,
+            Some((3, 1, 7)),
+            Some((3, 0, 9)),
+            Some((9, 2, 2)),
+            None,
+            Some((1, 3, 4)),
+            None,
+            None,
+            None,
+            Some((2, 0, 2)),
+            None,
+        ];
+        for op in ops {
+            match op {
+                Some(key) => {
+                    ready.push(key);
+                    reference.push(Reverse(key));
+                }
+                None => assert_eq!(ready.pop(), reference.pop().map(|Reverse(k)| k)),
+            }
+        }
+        assert_eq!(ready.pop(), None);
+        assert!(reference.is_empty());
     }
 }
