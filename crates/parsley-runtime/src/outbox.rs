@@ -94,23 +94,6 @@ pub struct Ack {
     pub failed: Option<RecordShape>,
 }
 
-impl Ack {
-    /// The report of `message`, its tag not looked up yet.
-    fn of(
-        message: &impl Message,
-        result: std::result::Result<i64, KafkaError>,
-        failed: Option<RecordShape>,
-    ) -> Self {
-        let partition = message.partition();
-        Ack {
-            tag: None,
-            partition,
-            result,
-            failed,
-        }
-    }
-}
-
 /// A delivery report as the callback records it: the send id and the report, its tag not
 /// looked up yet.
 struct Report {
@@ -258,10 +241,16 @@ impl ProducerContext for AckContext {
     type DeliveryOpaque = usize;
 
     fn delivery(&self, result: &DeliveryResult<'_>, id: usize) {
-        let ack = match result {
-            Ok(m) => Ack::of(m, Ok(m.offset()), None),
+        let (m, result, failed) = match result {
+            Ok(m) => (m, Ok(m.offset()), None),
             // Only a failure is measured: which record of a refused batch explains it.
-            Err((e, m)) => Ack::of(m, Err(e.clone()), Some(RecordShape::of_message(m))),
+            Err((e, m)) => (m, Err(e.clone()), Some(RecordShape::of_message(m))),
+        };
+        let ack = Ack {
+            tag: None,
+            partition: m.partition(),
+            result,
+            failed,
         };
         self.acks
             .lock()
