@@ -22,7 +22,10 @@
 //! offset with its source's LSO alone: `down` stayed catching up with both records parked.
 //!
 //! Watermark alignment: an input whose history runs far ahead of another's in event time is
-//! paused instead of parked whole; with alignment off (the negative control) it is parked whole.
+//! held instead of parked whole; with alignment off (the negative control) it is parked whole.
+//! What the consumer fetched of a held input is kept, not fetched again: the negative control
+//! is the consumer pausing the partition, which drops its prefetched records (each would be
+//! fetched twice).
 //!
 //! The event time of a record is its Kafka record timestamp; the tests write explicit
 //! timestamps relative to a base one hour in the past (time-based retention never sees them
@@ -33,7 +36,9 @@ use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use parsley_clock::{Channel, Clock, STAMP_HEADER, Stamp, codec};
-use parsley_runtime::{LateKey, Runtime, RuntimeConfig, TaskMetrics, TaskPhase, changelog_topic};
+use parsley_runtime::{
+    LateKey, Runtime, RuntimeConfig, StatisticsSink, TaskMetrics, TaskPhase, changelog_topic,
+};
 use parsley_stage::{EventTimeOrder, Topology};
 use parsley_testkit::fixtures::{
     DEADLINE, Forward, admin, bootstrap, committed_values, create_topic, forward_topology_with,
@@ -798,16 +803,20 @@ fn an_input_whose_writer_stopped_short_of_a_trailing_marker_is_caught_up() {
     assert_eq!(committed_values(&out), ["k@100", "k@200"]);
 }
 
-/// Input `a` holds 20,000 records a second of event time apart. Input `b` has one committed
-/// record at 0.5 s, then an open transaction with records from 1,000 s on: `b` cannot be read
-/// past it, so it holds the watermark at 0.5 s while `a` runs ahead. Returns the release order,
-/// the stage's metrics and its task's, after `b`'s transaction is committed once `ready` holds
-/// of the task (the stage has run ahead as far as it will).
+/// Input `a` holds records a second of event time apart. Input `b` has one committed record at
+/// 0.5 s, then an open transaction with 20 records from 1,000 s on: `b` cannot be read past
+/// it, so it holds the watermark at 0.5 s while `a` runs ahead. Once `ready` holds of the task
+/// (the stage has run ahead as far as it will), `b`'s transaction is committed; once all
+/// `records` outputs are committed, `before_stop` runs. Returns the release order, the stage's
+/// metrics and its task's.
 fn run_ahead(
     order: EventTimeOrder,
     a: &str,
     base: i64,
+    config: RuntimeConfig,
+    records: usize,
     ready: impl Fn(&TaskMetrics, &parsley_runtime::MetricsSnapshot) -> bool,
+    before_stop: impl FnOnce(),
 ) -> (Vec<String>, parsley_runtime::MetricsSnapshot, TaskMetrics) {
     let b = create_topic("evt-align-b", 1);
     let out = create_topic("evt-align-out", 1);
@@ -830,9 +839,7 @@ fn run_ahead(
         forward_topology_with(&unique_topic("evt-align"), &[a, &b.name], &out.name, |s| {
             s.order_by_event_time(order)
         });
-    let running = Runtime::new(topology, RuntimeConfig::new(bootstrap()))
-        .start()
-        .unwrap();
+    let running = Runtime::new(topology, config).start().unwrap();
     let started = std::time::Instant::now();
     loop {
         let tasks = running.task_metrics()[0].1.clone();
@@ -845,10 +852,26 @@ fn run_ahead(
         std::thread::park_timeout(Duration::from_millis(20));
     }
     tx.commit_transaction(DEADLINE).unwrap();
-    wait_committed(&running, "forward", 20_021);
+    wait_committed(&running, "forward", records as u64);
+    before_stop();
     let task = only_task(&running.task_metrics()[0].1);
     let metrics = running.stop().unwrap()[0].1;
     (committed_values(&out), metrics, task)
+}
+
+/// Writes `n` records to `a`, a second of event time apart from `base`.
+fn write_ahead(a: &str, base: i64, n: i64) {
+    let p = raw_producer(None);
+    for i in 0..n {
+        enqueue(&p, a, "a", &format!("a@{i:05}"), base + i * 1_000);
+    }
+    p.flush(DEADLINE).unwrap();
+}
+
+/// `true` when the release order is event-time order.
+fn in_order(values: &[String]) -> bool {
+    let times: Vec<&str> = values.iter().map(|v| &v[2..7]).collect();
+    times.windows(2).all(|w| w[0] <= w[1])
 }
 
 /// Aligned (a drift of 1 s), `a` is paused after the poll batch that took it ahead, so the
@@ -859,22 +882,17 @@ fn run_ahead(
 fn an_input_running_ahead_in_event_time_is_paused_not_parked_whole() {
     let base = base() - 30_000_000;
     let a = create_topic("evt-align-a", 1);
-    let p = raw_producer(None);
-    for i in 0..20_000i64 {
-        enqueue(&p, &a.name, "a", &format!("a@{i:05}"), base + i * 1_000);
-    }
-    p.flush(DEADLINE).unwrap();
-    let in_order = |values: &[String]| {
-        let times: Vec<&str> = values.iter().map(|v| &v[2..7]).collect();
-        times.windows(2).all(|w| w[0] <= w[1])
-    };
+    write_ahead(&a.name, base, 20_000);
 
-    // Ready once `a` was paused (the stage cannot move further until `b` does).
+    // Ready once `a` was held (the stage cannot move further until `b` does).
     let (values, m, task) = run_ahead(
         EventTimeOrder::new().max_drift_ms(1_000),
         &a.name,
         base,
+        RuntimeConfig::new(bootstrap()),
+        20_021,
         |_, m| m.aligned > 0,
+        || {},
     );
     assert_eq!(values.len(), 20_021);
     assert!(in_order(&values), "released in event-time order");
@@ -885,9 +903,15 @@ fn an_input_running_ahead_in_event_time_is_paused_not_parked_whole() {
     );
 
     // Ready once every record of `a` but the first (released at b's 0.5 s) is parked.
-    let (values, m, task) = run_ahead(EventTimeOrder::new().unaligned(), &a.name, base, |t, _| {
-        t.parked >= 19_999
-    });
+    let (values, m, task) = run_ahead(
+        EventTimeOrder::new().unaligned(),
+        &a.name,
+        base,
+        RuntimeConfig::new(bootstrap()),
+        20_021,
+        |t, _| t.parked >= 19_999,
+        || {},
+    );
     assert_eq!(values.len(), 20_021);
     assert!(in_order(&values), "released in event-time order");
     assert_eq!(m.aligned, 0, "{m:?}");
@@ -895,4 +919,58 @@ fn an_input_running_ahead_in_event_time_is_paused_not_parked_whole() {
         task.max_parked >= 19_999,
         "negative control: unaligned, all of a waits in the queue: {task:?}"
     );
+}
+
+/// The records the consumer fetched of `partition` of `topic` from the brokers (librdkafka's
+/// `rxmsgs`), in a consumer's statistics document; `None` in a producer's or without it.
+fn fetched_of(json: &str, topic: &str, partition: i32) -> Option<i64> {
+    let doc: serde_json::Value = serde_json::from_str(json).expect("a statistics document");
+    if doc["type"] != "consumer" {
+        return None;
+    }
+    doc["topics"][topic]["partitions"][partition.to_string()]["rxmsgs"].as_i64()
+}
+
+/// What the consumer fetched of an input held for alignment is kept: `a`'s 5,000 records (one
+/// fetch response) are held after the poll batch that took `a` ahead and offered once `b`
+/// moves, each fetched from the broker once. Pausing the partition instead (what alignment did
+/// before records were held) drops the prefetched rest of the response, and the resume fetches
+/// it again: measured 8,000 fetched for these 5,000 records.
+#[test]
+fn an_input_held_for_alignment_keeps_what_the_consumer_fetched() {
+    let base = base() - 30_000_000;
+    let a = create_topic("evt-hold-a", 1);
+    write_ahead(&a.name, base, 5_000);
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    let sink = StatisticsSink::new(move |json| {
+        let _ = tx.send(String::from_utf8_lossy(json).into_owned());
+    });
+    let config = RuntimeConfig::new(bootstrap()).statistics(Duration::from_millis(20), sink);
+    let (values, m, _) = run_ahead(
+        EventTimeOrder::new().max_drift_ms(1_000),
+        &a.name,
+        base,
+        config,
+        5_021,
+        |_, m| m.aligned > 0,
+        || {
+            // Every record is committed, so fetched: the second consumer document from now on
+            // (the first may have been taken just before) counts every fetch.
+            while rx.try_recv().is_ok() {}
+            let mut documents = 0;
+            let fetched = loop {
+                let json = rx.recv_timeout(DEADLINE).expect("consumer statistics");
+                if let Some(n) = fetched_of(&json, &a.name, 0) {
+                    documents += 1;
+                    if documents == 2 {
+                        break n;
+                    }
+                }
+            };
+            assert_eq!(fetched, 5_000, "each record of a fetched once");
+        },
+    );
+    assert!(m.aligned > 0, "a was held: {m:?}");
+    assert_eq!(values.len(), 5_021);
+    assert!(in_order(&values), "released in event-time order");
 }

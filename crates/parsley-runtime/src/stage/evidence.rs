@@ -106,6 +106,8 @@ impl StageRunner {
         {
             let source = self.ctx.source_index(&topic)?;
             let channel = Channel::new(self.ctx.sources[source].id, partition);
+            // A held record is not read past: the gate takes at most its offset.
+            let position = self.intake.gate_position(&channel, position);
             if let Some(task) = self.tasks.get_mut(&partition) {
                 task.gate_mut()
                     .position(channel, position)

@@ -12,12 +12,17 @@
 //! revocation commits first), so the batch stops and that record waits, unoffered, so no
 //! position passes it.
 //!
-//! Invariant: every record polled is offered to its task exactly once, in poll order; the
-//! consumer's pauses are exactly the channels in `full` or `ahead` (backpressure's pauses and
-//! watermark alignment's, kept apart so that one reason's resume does not lift the other's).
+//! Watermark alignment does not pause an input ahead at the consumer: its records are held
+//! (module `held`) until it may go on, and its partition is paused only once what it holds
+//! reaches the hold buffer's cap.
+//!
+//! Invariant: every record polled is offered to its task exactly once, in poll order per
+//! channel (a held channel's records once it is released); the consumer's pauses are exactly
+//! the channels in `full` or whose held records reached the cap (backpressure's pauses and the
+//! hold buffer's, kept apart so that one reason's resume does not lift the other's).
 
 use std::borrow::Cow;
-use std::collections::HashSet;
+use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -31,6 +36,7 @@ use tracing::{debug, warn};
 use super::StageRunner;
 use super::context::TaskContext;
 use super::evidence;
+use super::held::{HOLD_BYTES, Held, Pushed};
 use super::output::Header;
 use super::rebalance::{RebalanceContext, RebalanceEvent};
 use super::record::{Fetched, FetchedMessage, fetched};
@@ -74,15 +80,6 @@ enum Polled {
     Failed(KafkaError),
 }
 
-/// Why a channel is paused ([`Intake::set_paused`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Pause {
-    /// Backpressure: the channel's queue in the gate is full.
-    Full,
-    /// Watermark alignment: the channel's delivered event time runs ahead of the watermark.
-    Ahead,
-}
-
 /// The stage's consumer and what the poll loop keeps between polls.
 pub(crate) struct Intake {
     consumer: BaseConsumer<RebalanceContext>,
@@ -97,8 +94,12 @@ pub(crate) struct Intake {
     batch_time: Option<Instant>,
     /// The channels paused by backpressure (their queues are full).
     full: HashSet<Channel>,
-    /// The channels paused by watermark alignment (their event time runs ahead).
+    /// The channels held by watermark alignment (their event time runs ahead).
     ahead: HashSet<Channel>,
+    /// What the consumer returned of the channels in `ahead` since they were held.
+    held: Held<Fetched>,
+    /// Held records were released since the stream thread last asked.
+    released: bool,
     /// What the consumer connects to, for a security failure.
     endpoint: Endpoint,
 }
@@ -153,6 +154,8 @@ impl Intake {
             batch_time: None,
             full: HashSet::new(),
             ahead: HashSet::new(),
+            held: Held::new(HOLD_BYTES),
+            released: false,
             endpoint,
         })
     }
@@ -172,14 +175,68 @@ impl Intake {
         &self.full
     }
 
-    /// The channels paused by watermark alignment now.
+    /// The channels held by watermark alignment now.
     pub(crate) fn ahead(&self) -> &HashSet<Channel> {
         &self.ahead
     }
 
-    /// `true` when the consumer does not fetch `channel` now (paused for either reason).
+    /// `true` when the consumer does not fetch `channel` now (paused by backpressure, or for
+    /// what it holds).
     pub(crate) fn is_paused(&self, channel: &Channel) -> bool {
-        self.full.contains(channel) || self.ahead.contains(channel)
+        self.full.contains(channel) || self.held.is_full(channel)
+    }
+
+    /// The consumer's `position` of `channel` as the gate may take it: at most the first
+    /// record held of it, which the gate has not seen.
+    pub(crate) fn gate_position(&self, channel: &Channel, position: i64) -> i64 {
+        self.held
+            .first(channel)
+            .map_or(position, |first| first.min(position))
+    }
+
+    /// Holds `f` when its channel is held by watermark alignment (`None`), pausing its
+    /// partition once it holds [`HOLD_BYTES`]; else hands it back to be offered.
+    pub(crate) fn hold(&mut self, ctx: &TaskContext, f: Fetched) -> Result<Option<Fetched>> {
+        if !self.ahead.contains(&f.channel) {
+            return Ok(Some(f));
+        }
+        let channel = f.channel;
+        if self.held.push(channel, f) == Pushed::Full && !self.full.contains(&channel) {
+            debug!(%channel, "watermark alignment: holding the cap, pausing the partition");
+            self.pause(ctx, channel, true)?;
+        }
+        Ok(None)
+    }
+
+    /// Holds `channel` for watermark alignment (`ahead`), or lets it go on: then returns the
+    /// records held of it, in offset order, to be offered first (marked with the current poll
+    /// epoch), and resumes its partition if it was paused for them.
+    pub(crate) fn set_ahead(
+        &mut self,
+        ctx: &TaskContext,
+        channel: Channel,
+        ahead: bool,
+    ) -> Result<VecDeque<Fetched>> {
+        if ahead {
+            self.ahead.insert(channel);
+            return Ok(VecDeque::new());
+        }
+        self.ahead.remove(&channel);
+        let (mut records, paused) = self.held.release(&channel);
+        if paused && !self.full.contains(&channel) {
+            self.pause(ctx, channel, false)?;
+        }
+        self.released |= !records.is_empty();
+        for f in &mut records {
+            f.arrival.epoch = self.epoch;
+        }
+        Ok(records)
+    }
+
+    /// `true` once if held records were released since the last call: they wait in the gates,
+    /// so the next poll should not wait for new ones.
+    pub(crate) fn take_released(&mut self) -> bool {
+        std::mem::take(&mut self.released)
     }
 
     /// `true` when rebalance events or a record polled with them wait.
@@ -216,32 +273,32 @@ impl Intake {
         Ok(fetched.map_or(Polled::Nothing, Polled::Record))
     }
 
-    /// Pauses or resumes the partition of source channel `channel` for `reason`; the consumer
-    /// pauses it while either reason holds.
-    pub(crate) fn set_paused(
+    /// Pauses or resumes the partition of source channel `channel` for backpressure (its
+    /// queue in the gate is full); the consumer pauses it while backpressure or what it holds
+    /// asks to.
+    pub(crate) fn set_full(
         &mut self,
         ctx: &TaskContext,
         channel: Channel,
-        reason: Pause,
-        pause: bool,
+        full: bool,
     ) -> Result<()> {
         let was = self.is_paused(&channel);
-        let set = match reason {
-            Pause::Full => &mut self.full,
-            Pause::Ahead => &mut self.ahead,
-        };
-        if pause {
-            set.insert(channel);
+        if full {
+            self.full.insert(channel);
         } else {
-            set.remove(&channel);
+            self.full.remove(&channel);
         }
-        let now = self.is_paused(&channel);
-        if now == was {
-            return Ok(());
+        if self.is_paused(&channel) != was {
+            self.pause(ctx, channel, !was)?;
         }
+        Ok(())
+    }
+
+    /// Pauses (`true`) or resumes the partition of source channel `channel` at the consumer.
+    fn pause(&self, ctx: &TaskContext, channel: Channel, pause: bool) -> Result<()> {
         let mut tpl = TopicPartitionList::new();
         tpl.add_partition(&ctx.source_of(channel)?.name, channel.partition);
-        if now {
+        if pause {
             self.consumer.pause(&tpl)
         } else {
             self.consumer.resume(&tpl)
@@ -249,14 +306,16 @@ impl Intake {
         .map_err(|e| Error::kafka("pausing or resuming a partition", e))
     }
 
-    /// Resumes every paused partition.
+    /// Resumes every paused partition and lets every held channel go on, forgetting what it
+    /// held (read again from the positions the caller seeks to).
     pub(crate) fn resume_all(&mut self, ctx: &TaskContext) -> Result<()> {
         for channel in self.full.clone() {
-            self.set_paused(ctx, channel, Pause::Full, false)?;
+            self.set_full(ctx, channel, false)?;
         }
-        for channel in self.ahead.clone() {
-            self.set_paused(ctx, channel, Pause::Ahead, false)?;
+        for channel in self.held.clear() {
+            self.pause(ctx, channel, false)?;
         }
+        self.ahead.clear();
         Ok(())
     }
 
@@ -266,14 +325,16 @@ impl Intake {
         self.deferred = None;
     }
 
-    /// Moves the consumer's fetch position of source channel `channel` to `offset`.
+    /// Moves the consumer's fetch position of source channel `channel` to `offset`; records
+    /// held of it at or above `offset` are forgotten (the consumer returns them again).
     pub(crate) fn seek(
-        &self,
+        &mut self,
         ctx: &TaskContext,
         channel: Channel,
         offset: i64,
         timeout: Duration,
     ) -> Result<()> {
+        self.held.forget_from(&channel, offset);
         self.consumer
             .seek(
                 &ctx.source_of(channel)?.name,
@@ -305,8 +366,10 @@ impl Intake {
         self.consumer
             .unassign()
             .map_err(|e| Error::kafka("unassigning after revocation", e))?;
+        // Nothing is paused or held once nothing is assigned.
         self.full.clear();
         self.ahead.clear();
+        self.held.clear();
         Ok(())
     }
 
@@ -389,11 +452,15 @@ impl StageRunner {
         }
     }
 
-    /// Hands a fetched record to its task.
+    /// Hands a fetched record to its task, or holds it while its channel runs ahead of the
+    /// watermark.
     ///
     /// # Errors
     /// [`Error::Gate`] when no task of the stage consumes the record's partition; the task's.
     fn offer(&mut self, f: Fetched) -> Result<()> {
+        let Some(f) = self.intake.hold(&self.ctx, f)? else {
+            return Ok(());
+        };
         let partition = f.partition;
         let Some(task) = self.tasks.get_mut(&partition) else {
             return Err(self.ctx.gate_error(

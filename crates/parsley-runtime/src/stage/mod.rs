@@ -41,6 +41,7 @@
 //! | `policy` | impossible stamps and dead letters |
 //! | `backpressure` | the pure plan of pauses, resumes, spills and re-fetches |
 //! | `intake` | the consumer and the one poll loop |
+//! | `held` | the records of inputs held back by watermark alignment |
 //! | `evidence` | positions, high watermarks, live heads |
 //! | `rebalance` | the consumer's callback; assignment checks; handing tasks in and out |
 //! | `restore` | building an assigned task from its changelog |
@@ -60,6 +61,7 @@ mod commit_call;
 mod context;
 mod evidence;
 mod explain;
+mod held;
 mod intake;
 mod output;
 mod policy;
@@ -101,7 +103,7 @@ pub use task::{DELIVERY_TARGET, NO_TIMESTAMP};
 
 use self::backpressure::Step;
 use self::evidence::Evidence;
-use self::intake::{Intake, Pause, Taking};
+use self::intake::{Intake, Taking};
 use self::sources::SourceCheck;
 use self::transaction::{MAX_RECOVERIES, Overlap, Transaction};
 use crate::config::RuntimeConfig;
@@ -281,11 +283,15 @@ impl StageRunner {
             self.commit(Overlap::No)?;
             return Ok(Turn::Stopped);
         }
-        let wait = self
-            .txn
-            .until_due(self.config.commit_interval)
-            .min(MAX_POLL_WAIT)
-            .min(self.until_tick());
+        let wait = if self.intake.take_released() {
+            // Records held for watermark alignment were just released into the gates.
+            Duration::ZERO
+        } else {
+            self.txn
+                .until_due(self.config.commit_interval)
+                .min(MAX_POLL_WAIT)
+                .min(self.until_tick())
+        };
         self.take_batch(Taking::Waiting(wait))?;
         // After the poll: an assignment ready by now has been handled.
         self.watch_join();
@@ -387,26 +393,35 @@ impl StageRunner {
         );
     }
 
-    /// Applies each task's backpressure plan — gate steps first, then the consumer's pauses and
-    /// resumes, then its seeks — and its watermark alignment plan (module `alignment`).
+    /// Applies each task's watermark alignment plan (module `alignment`) — holding the inputs
+    /// ahead, offering what a released input held — then its backpressure plan: gate steps
+    /// first, then the consumer's pauses and resumes, then its seeks.
     fn apply_backpressure(&mut self) -> Result<()> {
         let mut pauses = Vec::new();
         let mut seeks = Vec::new();
         let max_drift = self.spec.event_time().and_then(|o| o.max_drift_ms);
         for task in self.tasks.values_mut() {
+            let mut aligned = Vec::new();
             if let (Some(drift), (gate, Some(et))) = (max_drift, task.gate_and_event_time()) {
                 let limit = alignment::limit(drift, et.lag_ms());
                 let inputs = alignment::inputs(gate, et);
-                for (channel, pause) in alignment::plan(&inputs, self.intake.ahead(), limit) {
+                for (channel, ahead) in alignment::plan(&inputs, self.intake.ahead(), limit) {
                     let drift = inputs
                         .iter()
                         .find(|i| i.channel == channel)
                         .and_then(|i| i.drift);
-                    debug!(%channel, pause, ?drift, limit, "watermark alignment");
-                    if pause {
+                    debug!(%channel, ahead, ?drift, limit, "watermark alignment");
+                    if ahead {
                         self.metrics.aligned();
                     }
-                    pauses.push((channel, Pause::Ahead, pause));
+                    aligned.push((channel, ahead));
+                }
+            }
+            // Released before the backpressure plan reads the gate: a held record goes to the
+            // gate before anything the plan decides for its channel.
+            for (channel, ahead) in aligned {
+                for f in self.intake.set_ahead(&self.ctx, channel, ahead)? {
+                    task.offer(&self.ctx, f)?;
                 }
             }
             let partition = task.partition();
@@ -431,16 +446,14 @@ impl StageRunner {
                         debug!(%channel, resume, "re-fetch ends early: full");
                         seeks.push((channel, resume));
                     }
-                    Step::Pause(channel) => pauses.push((channel, Pause::Full, true)),
-                    Step::Resume(channel) => pauses.push((channel, Pause::Full, false)),
+                    Step::Pause(channel) => pauses.push((channel, true)),
+                    Step::Resume(channel) => pauses.push((channel, false)),
                 }
             }
         }
-        for (channel, reason, pause) in pauses {
-            if reason == Pause::Full {
-                debug!(%channel, pause, "backpressure");
-            }
-            self.intake.set_paused(&self.ctx, channel, reason, pause)?;
+        for (channel, full) in pauses {
+            debug!(%channel, full, "backpressure");
+            self.intake.set_full(&self.ctx, channel, full)?;
         }
         for (channel, offset) in seeks {
             self.intake
