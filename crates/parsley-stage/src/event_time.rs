@@ -86,7 +86,10 @@ impl EventTimeOrder {
     }
 
     /// Sets the watermark alignment's drift, ms (type docs): an input whose delivered event
-    /// time runs further ahead of the watermark is paused. A value `<= 0` is reported by
+    /// time runs further ahead of the watermark is paused — what the consumer already fetched
+    /// of it is held in memory (up to 2 MiB per input, then its partition is paused at the
+    /// consumer too) and goes on once the watermark is within half the drift of it. A value
+    /// `<= 0` is reported by
     /// [`TopologyBuilder::build`](crate::TopologyBuilder::build).
     pub fn max_drift_ms(mut self, drift_ms: i64) -> Self {
         self.max_drift_ms = Some(drift_ms);
