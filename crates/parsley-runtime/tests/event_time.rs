@@ -818,23 +818,8 @@ fn run_ahead(
     ready: impl Fn(&TaskMetrics, &parsley_runtime::MetricsSnapshot) -> bool,
     before_stop: impl FnOnce(),
 ) -> (Vec<String>, parsley_runtime::MetricsSnapshot, TaskMetrics) {
-    let b = create_topic("evt-align-b", 1);
+    let (b, tx) = behind_a_transaction(base);
     let out = create_topic("evt-align-out", 1);
-    let p = raw_producer(None);
-    enqueue(&p, &b.name, "b", "b@00000", base + 500);
-    p.flush(DEADLINE).unwrap();
-    let tx = raw_producer(Some(&unique_topic("evt-align-tx")));
-    tx.begin_transaction().unwrap();
-    for i in 1..=20i64 {
-        enqueue(
-            &tx,
-            &b.name,
-            "b",
-            &format!("b@{:05}", i * 1_000),
-            base + i * 1_000_000,
-        );
-    }
-    tx.flush(DEADLINE).unwrap();
     let topology =
         forward_topology_with(&unique_topic("evt-align"), &[a, &b.name], &out.name, |s| {
             s.order_by_event_time(order)
@@ -857,6 +842,28 @@ fn run_ahead(
     let task = only_task(&running.task_metrics()[0].1);
     let metrics = running.stop().unwrap()[0].1;
     (committed_values(&out), metrics, task)
+}
+
+/// Input `b` of [`run_ahead`]: one committed record at 0.5 s, then 20 records from 1,000 s on
+/// in a transaction left open (commit it with the producer returned).
+fn behind_a_transaction(base: i64) -> (parsley_runtime::TopicInfo, BaseProducer) {
+    let b = create_topic("evt-align-b", 1);
+    let p = raw_producer(None);
+    enqueue(&p, &b.name, "b", "b@00000", base + 500);
+    p.flush(DEADLINE).unwrap();
+    let tx = raw_producer(Some(&unique_topic("evt-align-tx")));
+    tx.begin_transaction().unwrap();
+    for i in 1..=20i64 {
+        enqueue(
+            &tx,
+            &b.name,
+            "b",
+            &format!("b@{:05}", i * 1_000),
+            base + i * 1_000_000,
+        );
+    }
+    tx.flush(DEADLINE).unwrap();
+    (b, tx)
 }
 
 /// Writes `n` records to `a`, a second of event time apart from `base`.
@@ -921,16 +928,6 @@ fn an_input_running_ahead_in_event_time_is_paused_not_parked_whole() {
     );
 }
 
-/// The records the consumer fetched of `partition` of `topic` from the brokers (librdkafka's
-/// `rxmsgs`), in a consumer's statistics document; `None` in a producer's or without it.
-fn fetched_of(json: &str, topic: &str, partition: i32) -> Option<i64> {
-    let doc: serde_json::Value = serde_json::from_str(json).expect("a statistics document");
-    if doc["type"] != "consumer" {
-        return None;
-    }
-    doc["topics"][topic]["partitions"][partition.to_string()]["rxmsgs"].as_i64()
-}
-
 /// What the consumer fetched of an input held for alignment is kept: `a`'s 5,000 records (one
 /// fetch response) are held after the poll batch that took `a` ahead and offered once `b`
 /// moves, each fetched from the broker once. Pausing the partition instead (what alignment did
@@ -960,7 +957,7 @@ fn an_input_held_for_alignment_keeps_what_the_consumer_fetched() {
             let mut documents = 0;
             let fetched = loop {
                 let json = rx.recv_timeout(DEADLINE).expect("consumer statistics");
-                if let Some(n) = fetched_of(&json, &a.name, 0) {
+                if let Some(n) = consumer_figure(&json, &a.name, 0, "rxmsgs") {
                     documents += 1;
                     if documents == 2 {
                         break n;
@@ -972,5 +969,104 @@ fn an_input_held_for_alignment_keeps_what_the_consumer_fetched() {
     );
     assert!(m.aligned > 0, "a was held: {m:?}");
     assert_eq!(values.len(), 5_021);
+    assert!(in_order(&values), "released in event-time order");
+}
+
+/// A figure of the consumer's partition `partition` of `topic` (`rxmsgs`, `app_offset`, ...) in
+/// a consumer's statistics document; `None` in a producer's or without it.
+fn consumer_figure(json: &str, topic: &str, partition: i32, figure: &str) -> Option<i64> {
+    let doc: serde_json::Value = serde_json::from_str(json).expect("a statistics document");
+    if doc["type"] != "consumer" {
+        return None;
+    }
+    doc["topics"][topic]["partitions"][partition.to_string()][figure].as_i64()
+}
+
+/// The consumer group's rebalances so far (`cgrp.rebalance_cnt`: each assignment and each
+/// revocation) in a consumer's statistics document.
+fn rebalances(json: &str) -> Option<i64> {
+    let doc: serde_json::Value = serde_json::from_str(json).expect("a statistics document");
+    (doc["type"] == "consumer")
+        .then(|| doc["cgrp"]["rebalance_cnt"].as_i64())
+        .flatten()
+}
+
+/// Records held for alignment when the task is revoked are not lost and not released twice:
+/// instance `x` has taken all 5,000 records of `a` from its consumer (`app_offset`) but offered
+/// fewer to the gate (held); instance `y` joins, `x` goes through the revocation and stops; `y`
+/// reads `a` again from the committed offsets. Every record reaches the output once, in
+/// event-time order.
+#[test]
+fn records_held_at_a_revocation_are_read_again_by_the_next_owner() {
+    let base = base() - 30_000_000;
+    let a = create_topic("evt-held-revoked-a", 1);
+    write_ahead(&a.name, base, 5_000);
+    let (b, tx) = behind_a_transaction(base);
+    let out = create_topic("evt-held-revoked-out", 1);
+    let topology = forward_topology_with(
+        &unique_topic("evt-held-revoked"),
+        &[&a.name, &b.name],
+        &out.name,
+        |s| s.order_by_event_time(EventTimeOrder::new().max_drift_ms(1_000)),
+    );
+    let (docs, rx) = std::sync::mpsc::channel::<String>();
+    let sink = StatisticsSink::new(move |json| {
+        let _ = docs.send(String::from_utf8_lossy(json).into_owned());
+    });
+    let config = |instance: &str| {
+        let mut c = RuntimeConfig::new(bootstrap());
+        c.instance_id = instance.to_string();
+        c
+    };
+    let x = Runtime::new(
+        topology.clone(),
+        config("x").statistics(Duration::from_millis(20), sink),
+    )
+    .start()
+    .unwrap();
+    // x's consumer has returned every record of `a`...
+    let started = std::time::Instant::now();
+    loop {
+        let json = rx.recv_timeout(DEADLINE).expect("consumer statistics");
+        if consumer_figure(&json, &a.name, 0, "app_offset") == Some(5_000) {
+            break;
+        }
+        assert!(started.elapsed() < DEADLINE, "a not read to its end");
+    }
+    // ... and its gate has seen fewer: the rest is held.
+    let m = x.metrics()[0].1;
+    assert!(m.aligned > 0, "{m:?}");
+    assert!(m.fetched < 5_001, "records of a held: {m:?}");
+
+    // y joins: x's task is revoked (and maybe assigned again) with records held.
+    let y = Runtime::new(topology, config("y")).start().unwrap();
+    loop {
+        let json = rx.recv_timeout(DEADLINE).expect("consumer statistics");
+        if rebalances(&json).is_some_and(|n| n >= 3) {
+            break;
+        }
+        assert!(started.elapsed() < DEADLINE, "x saw no revocation");
+    }
+    x.stop().unwrap();
+    tx.commit_transaction(DEADLINE).unwrap();
+    let values = loop {
+        let values = committed_values(&out);
+        if values.len() >= 5_021 {
+            break values;
+        }
+        assert!(
+            started.elapsed() < DEADLINE,
+            "{} of 5,021 out",
+            values.len()
+        );
+        std::thread::park_timeout(Duration::from_millis(50));
+    };
+    y.stop().unwrap();
+    let mut expected: Vec<String> = (0..5_000).map(|i| format!("a@{i:05}")).collect();
+    expected.extend((0..=20).map(|i| format!("b@{:05}", i * 1_000)));
+    let mut sorted = values.clone();
+    sorted.sort();
+    expected.sort();
+    assert_eq!(sorted, expected, "every record once");
     assert!(in_order(&values), "released in event-time order");
 }

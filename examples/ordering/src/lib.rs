@@ -29,6 +29,10 @@
 //! # Ok::<(), parsley_ordering::Error>(())
 //! ```
 
+// The allocator of a Parsley service (jemalloc, the `parsley` crate's default), for every
+// strategy and worker this crate runs.
+use parsley as _;
+
 pub mod baseline;
 pub mod cli;
 mod error;
