@@ -254,7 +254,8 @@ impl fmt::Display for WaitsFor {
 /// A source channel paused by watermark alignment
 /// ([`EventTimeOrder::max_drift_ms`](parsley_stage::EventTimeOrder::max_drift_ms)): its delivered
 /// event time runs `drift_ms` ahead of the watermark, more than the limit `max_drift_ms` (the
-/// drift plus the clock's lag); it resumes once it is within half of that.
+/// drift plus the clock's lag); it resumes once it is within half of that. What the consumer
+/// returned of it meanwhile is held in memory (`held_records`), not yet offered to the gate.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AheadChannel {
     /// The channel.
@@ -264,6 +265,9 @@ pub struct AheadChannel {
     pub drift_ms: Option<i64>,
     /// The limit, ms.
     pub max_drift_ms: i64,
+    /// Records of the channel held for it; 0 when absent from a snapshot.
+    #[serde(default)]
+    pub held_records: u64,
 }
 
 /// A source channel paused by backpressure: it holds `held` fetched, undelivered records, at
@@ -442,8 +446,8 @@ impl fmt::Display for Explanation {
                         none(),
                         none(),
                         format!(
-                            "paused by watermark alignment: {ahead} (limit {} ms)",
-                            a.max_drift_ms
+                            "paused by watermark alignment: {ahead} (limit {} ms), {} records held",
+                            a.max_drift_ms, a.held_records
                         ),
                     ));
                 }

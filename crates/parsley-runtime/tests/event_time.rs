@@ -1033,10 +1033,19 @@ fn records_held_at_a_revocation_are_read_again_by_the_next_owner() {
         }
         assert!(started.elapsed() < DEADLINE, "a not read to its end");
     }
-    // ... and its gate has seen fewer: the rest is held.
+    // ... and its gate has seen fewer: the rest is held, and `explain` says how many.
     let m = x.metrics()[0].1;
     assert!(m.aligned > 0, "{m:?}");
     assert!(m.fetched < 5_001, "records of a held: {m:?}");
+    let held: u64 = x
+        .explain()
+        .stages
+        .iter()
+        .flat_map(|s| &s.tasks)
+        .flat_map(|t| &t.ahead)
+        .map(|a| a.held_records)
+        .sum();
+    assert!(held > 0 && held <= 5_000, "{held} records of a held");
 
     // y joins: x's task is revoked (and maybe assigned again) with records held.
     let y = Runtime::new(topology, config("y")).start().unwrap();

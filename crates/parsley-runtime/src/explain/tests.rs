@@ -354,11 +354,13 @@ fn sample() -> Explanation {
             channel: name(1, 1),
             drift_ms: Some(61_500),
             max_drift_ms: 60_000,
+            held_records: 1_234,
         },
         AheadChannel {
             channel: name(1, 2),
             drift_ms: None,
             max_drift_ms: 60_000,
+            held_records: 0,
         },
     ];
     t0.event_time = Some(WatermarkExplanation {
@@ -391,8 +393,8 @@ fn the_table_has_one_row_per_wait() {
 STAGE  TASK  CHANNEL                OFFSET  KEY    WAITS FOR
 join   0     payments/0             0       sku-1  cause orders/0@2 (delivered through -1)
 join   0     orders/0               -       -      paused by backpressure: holds 10000 of cap 10000
-join   0     orders/1               -       -      paused by watermark alignment: 61500 ms ahead of the watermark (limit 60000 ms)
-join   0     orders/2               -       -      paused by watermark alignment: the watermark has no value yet (limit 60000 ms)
+join   0     orders/1               -       -      paused by watermark alignment: 61500 ms ahead of the watermark (limit 60000 ms), 1234 records held
+join   0     orders/2               -       -      paused by watermark alignment: the watermark has no value yet (limit 60000 ms), 0 records held
 join   0     payments/0             0       -      watermark none (4 parked) held by payments/0 catching up: delivered through -1 of startup end 1 (max event time nothing)
 join   1     app.stage-changelog/1  7       -      restore: an open transaction of app.stage.0 pins the last stable offset 7 below the high watermark 9
 "

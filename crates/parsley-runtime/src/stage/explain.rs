@@ -52,6 +52,7 @@ impl StageRunner {
                             channel: explain::channel_name(c, &names),
                             drift_ms: et.drift(&c).filter(|d| *d != i64::MAX),
                             max_drift_ms: limit,
+                            held_records: self.intake.held_records(&c) as u64,
                         })
                         .collect()
                 })

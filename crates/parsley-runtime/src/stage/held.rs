@@ -155,6 +155,11 @@ impl<R: HeldRecord> Held<R> {
         full
     }
 
+    /// Records of `channel` held now.
+    pub(crate) fn len_of(&self, channel: &Channel) -> usize {
+        self.buffers.get(channel).map_or(0, |b| b.records.len())
+    }
+
     /// Records held now, over every input.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
@@ -203,6 +208,7 @@ mod tests {
         assert!(!held.is_full(&ch(1)));
         assert_eq!(held.first(&ch(0)), Some(5));
         assert_eq!(held.len(), 5);
+        assert_eq!((held.len_of(&ch(0)), held.len_of(&ch(1))), (4, 1));
         let (records, full) = held.release(&ch(0));
         assert!(full);
         assert_eq!(offsets(records), vec![5, 6, 8, 10]);

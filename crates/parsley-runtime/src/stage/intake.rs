@@ -194,6 +194,11 @@ impl Intake {
             .map_or(position, |first| first.min(position))
     }
 
+    /// Records of `channel` held for watermark alignment now.
+    pub(crate) fn held_records(&self, channel: &Channel) -> usize {
+        self.held.len_of(channel)
+    }
+
     /// Holds `f` when its channel is held by watermark alignment (`None`), pausing its
     /// partition once it holds [`HOLD_BYTES`]; else hands it back to be offered.
     pub(crate) fn hold(&mut self, ctx: &TaskContext, f: Fetched) -> Result<Option<Fetched>> {
