@@ -424,7 +424,9 @@ impl CausalProducer {
 
     fn apply_acks(&mut self) -> Result<()> {
         let mut first_error = None;
-        for ack in self.outbox.drain() {
+        let mut acks = Vec::new();
+        self.outbox.drain_into(&mut acks);
+        for ack in acks {
             // A CausalProducer sends stamped records only.
             let Some(tag) = ack.tag else { continue };
             match ack.result {
@@ -436,7 +438,7 @@ impl CausalProducer {
                         coordinate,
                     });
                 }
-                Err(source) => {
+                Err(failed) => {
                     self.clock.failed(tag.seq, tag.channel)?;
                     let topic = self
                         .topics
@@ -446,7 +448,7 @@ impl CausalProducer {
                     first_error.get_or_insert(Error::Send {
                         topic,
                         channel: Box::new(tag.channel),
-                        source,
+                        source: failed.error,
                     });
                 }
             }

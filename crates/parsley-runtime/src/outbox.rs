@@ -81,24 +81,27 @@ pub struct SendTag {
     pub seq: u64,
 }
 
-/// A delivery report: the offset the broker assigned, or why the send failed.
+/// A delivery report: the offset the broker assigned, or why the send failed. One is recorded
+/// per send, so it is kept small: a failure, rare, is boxed.
 #[derive(Debug)]
 pub struct Ack {
     /// The send; `None` for a changelog write.
     pub tag: Option<SendTag>,
     /// The record's partition.
     pub partition: i32,
-    /// The record's offset, or the error.
-    pub result: std::result::Result<i64, KafkaError>,
-    /// For a failed send: what the broker's limits look at in the record (sizes, timestamp).
-    pub failed: Option<RecordShape>,
+    /// The record's offset, or why the send failed.
+    pub result: std::result::Result<i64, Box<Failed>>,
+    /// The send id librdkafka reported it with; its tag is looked up by [`Outbox::drain_into`].
+    id: usize,
 }
 
-/// A delivery report as the callback records it: the send id and the report, its tag not
-/// looked up yet.
-struct Report {
-    id: usize,
-    ack: Ack,
+/// Why a send failed, from its delivery report.
+#[derive(Debug)]
+pub struct Failed {
+    /// librdkafka's error.
+    pub error: KafkaError,
+    /// What the broker's limits look at in the record (sizes, timestamp).
+    pub shape: RecordShape,
 }
 
 /// The delivery opaque of an untagged send (a changelog write).
@@ -159,7 +162,7 @@ unsafe impl Sync for TopicHandle {}
 pub(crate) struct AckContext {
     /// Reports recorded and not drained yet. Recorded by whichever thread serves the queue
     /// (the outbox's owner, or rdkafka's own flush when the producer is dropped).
-    acks: Mutex<Vec<Report>>,
+    acks: Mutex<Vec<Ack>>,
     /// Delivery reports recorded since the producer was created.
     reports: AtomicU64,
     /// Sends without a delivery report yet.
@@ -241,21 +244,24 @@ impl ProducerContext for AckContext {
     type DeliveryOpaque = usize;
 
     fn delivery(&self, result: &DeliveryResult<'_>, id: usize) {
-        let (m, result, failed) = match result {
-            Ok(m) => (m, Ok(m.offset()), None),
+        let (m, result) = match result {
+            Ok(m) => (m, Ok(m.offset())),
             // Only a failure is measured: which record of a refused batch explains it.
-            Err((e, m)) => (m, Err(e.clone()), Some(RecordShape::of_message(m))),
+            Err((e, m)) => (
+                m,
+                Err(Box::new(Failed {
+                    error: e.clone(),
+                    shape: RecordShape::of_message(m),
+                })),
+            ),
         };
         let ack = Ack {
             tag: None,
             partition: m.partition(),
             result,
-            failed,
+            id,
         };
-        self.acks
-            .lock()
-            .expect("ack state")
-            .push(Report { id, ack });
+        self.acks.lock().expect("ack state").push(ack);
         self.outstanding.fetch_sub(1, Ordering::Relaxed);
         self.reports.fetch_add(1, Ordering::Relaxed);
     }
@@ -285,8 +291,6 @@ pub(crate) struct Outbox {
     topics: Mutex<Vec<TopicHandle>>,
     /// The producer's `transactional.id`, if it has one (named in what its init waits for).
     transactional_id: Option<String>,
-    /// An empty vector keeping its capacity, swapped in for the reports at each drain.
-    spare: Vec<Report>,
 }
 
 impl Drop for Outbox {
@@ -361,7 +365,6 @@ impl Outbox {
             first_id: 1,
             topics: Mutex::new(Vec::new()),
             transactional_id: config.get("transactional.id").map(str::to_string),
-            spare: Vec::new(),
         })
     }
 
@@ -839,38 +842,34 @@ impl Outbox {
         self.serving_while(|producer| producer.abort_transaction(timeout))
     }
 
-    /// Serves the delivery reports waiting now (without blocking) and takes every report
-    /// recorded so far, each with the tag of its send.
-    pub(crate) fn drain(&mut self) -> Vec<Ack> {
+    /// Serves the delivery reports waiting now (without blocking) and moves every report
+    /// recorded so far into `acks` (cleared first), each with the tag of its send. The two
+    /// vectors trade places: a caller keeping `acks` across drains allocates nothing.
+    pub(crate) fn drain_into(&mut self, acks: &mut Vec<Ack>) {
         self.serve();
-        let spare = std::mem::take(&mut self.spare);
-        let mut reports =
-            std::mem::replace(&mut *self.ctx().acks.lock().expect("ack state"), spare);
-        let acks = reports
-            .drain(..)
-            .map(|Report { id, mut ack }| {
-                if id != UNTAGGED {
-                    let index = id.wrapping_sub(self.first_id as usize);
-                    // Dropping the entry frees the value: librdkafka is done with it.
-                    let pending = self.tags.get_mut(index).and_then(Option::take);
-                    debug_assert!(
-                        pending.is_some(),
-                        "a report for send id {id} without a send"
-                    );
-                    if let (Some(f), Some(p)) = (ack.failed.as_mut(), &pending) {
-                        f.timestamp = f.timestamp.or(p.timestamp);
-                    }
-                    ack.tag = pending.map(|p| p.tag);
-                }
-                ack
-            })
-            .collect();
-        self.spare = reports;
+        acks.clear();
+        std::mem::swap(acks, &mut *self.ctx().acks.lock().expect("ack state"));
+        for ack in acks.iter_mut() {
+            if ack.id == UNTAGGED {
+                continue;
+            }
+            let index = ack.id.wrapping_sub(self.first_id as usize);
+            // Dropping the entry frees the value: librdkafka is done with it.
+            let pending = self.tags.get_mut(index).and_then(Option::take);
+            debug_assert!(
+                pending.is_some(),
+                "a report for send id {} without a send",
+                ack.id
+            );
+            if let (Err(f), Some(p)) = (ack.result.as_mut(), &pending) {
+                f.shape.timestamp = f.shape.timestamp.or(p.timestamp);
+            }
+            ack.tag = pending.map(|p| p.tag);
+        }
         while self.tags.front().is_some_and(Option::is_none) {
             self.tags.pop_front();
             self.first_id += 1;
         }
-        acks
     }
 
     /// Drops the delivery reports recorded so far and forgets every send: after an abort,
@@ -1001,6 +1000,14 @@ pub fn partition_for(key: &[u8], partitions: i32) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_delivery_report_stays_small() {
+        // One per send, moved twice: the failure (error and record shape, over 100 bytes)
+        // is boxed.
+        assert!(std::mem::size_of::<Ack>() <= 80);
+        assert!(std::mem::size_of::<Failed>() > 100);
+    }
 
     #[test]
     fn the_c_header_names_are_the_header_names() {

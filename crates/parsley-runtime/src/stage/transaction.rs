@@ -168,6 +168,8 @@ pub(crate) struct Transaction {
     timeout: Duration,
     /// Per changelog partition, the offset after the last changelog record acknowledged.
     changelog_next: BTreeMap<i32, i64>,
+    /// The delivery reports being settled, kept across drains for its capacity.
+    acks: Vec<Ack>,
 }
 
 impl Transaction {
@@ -206,6 +208,7 @@ impl Transaction {
             own_writes,
             timeout,
             changelog_next: BTreeMap::new(),
+            acks: Vec::new(),
         }
     }
 
@@ -404,7 +407,15 @@ impl StageRunner {
     /// the topic's window: [`refusal::culprit`]), naming it and the input record that made it;
     /// else [`Error::Send`].
     pub(super) fn settle_acks(&mut self) -> Result<()> {
-        let acks = self.txn.outbox.drain();
+        let mut acks = std::mem::take(&mut self.txn.acks);
+        self.txn.outbox.drain_into(&mut acks);
+        let settled = self.settle(&acks);
+        self.txn.acks = acks;
+        settled
+    }
+
+    /// Applies drained delivery reports (see [`StageRunner::settle_acks`]).
+    fn settle(&mut self, acks: &[Ack]) -> Result<()> {
         for (i, ack) in acks.iter().enumerate() {
             let Some(tag) = ack.tag else {
                 // A changelog write: its offset moves the state store's next checkpoint.
@@ -413,7 +424,7 @@ impl StageRunner {
                         let next = self.txn.changelog_next.entry(ack.partition).or_default();
                         *next = (*next).max(offset + 1);
                     }
-                    Err(_) => return Err(self.send_failed(&acks, i)),
+                    Err(_) => return Err(self.send_failed(acks, i)),
                 }
                 continue;
             };
@@ -426,7 +437,7 @@ impl StageRunner {
                     task.acked(tag, offset)?;
                     self.txn.own_writes.acked(tag.channel, offset);
                 }
-                Err(_) => return Err(self.send_failed(&acks, i)),
+                Err(_) => return Err(self.send_failed(acks, i)),
             }
         }
         Ok(())
@@ -437,7 +448,12 @@ impl StageRunner {
     /// same topic explains it alone, else [`Error::Send`].
     fn send_failed(&self, acks: &[Ack], i: usize) -> Error {
         let ack = &acks[i];
-        let source = ack.result.as_ref().expect_err("a failed report").clone();
+        let source = ack
+            .result
+            .as_ref()
+            .expect_err("a failed report")
+            .error
+            .clone();
         let changelog = Channel::new(self.txn.changelog.id, -1);
         let (topic, channel) = match ack.tag {
             Some(tag) => (self.ctx.topic_name(tag.channel.topic), tag.channel),
@@ -462,8 +478,10 @@ impl StageRunner {
         let failed: Vec<(&Ack, RecordShape)> = acks
             .iter()
             .filter(|a| same_topic(a))
-            .filter(|a| matches!(&a.result, Err(e) if e.rdkafka_error_code() == Some(code)))
-            .filter_map(|a| Some((a, a.failed?)))
+            .filter_map(|a| match &a.result {
+                Err(f) if f.error.rdkafka_error_code() == Some(code) => Some((a, f.shape)),
+                _ => None,
+            })
             .collect();
         let shapes: Vec<RecordShape> = failed.iter().map(|(_, s)| *s).collect();
         let limits = match self.evidence.admin().topic_limits(&topic) {
