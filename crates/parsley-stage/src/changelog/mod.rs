@@ -42,7 +42,7 @@
 //! - The keys of the record kinds do not overlap: each key names at most one kind, so the fold
 //!   ([`Restored::apply`]) keeps the latest record of every key and never mixes kinds.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use parsley_gate::Part;
 
@@ -146,9 +146,6 @@ pub fn timer_of(changelog_key: &[u8]) -> Result<(i64, Vec<u8>), String> {
 /// Fold state by key bytes: a hash map whose hasher is foldhash, seeded at random per process
 /// (record keys come from outside: a fixed hash would let a producer make them collide).
 pub type StateMap = HashMap<Vec<u8>, Vec<u8>, foldhash::quality::RandomState>;
-
-/// A set of record keys, hashed as [`StateMap`] hashes them.
-pub type KeySet = HashSet<Vec<u8>, foldhash::quality::RandomState>;
 
 /// What a changelog partition holds once its records are folded in offset order
 /// ([`Restored::apply`]): the latest record of each key, tombstoned keys removed. Values are
