@@ -32,7 +32,7 @@ use rdkafka::producer::Producer;
 use crate::admin::{Admin, TopicInfo};
 use crate::clients::{ClientRole, ClientSettings};
 use crate::error::{Error, RecordProblem, Result};
-use crate::outbox::{Outbox, SendTag, partition_for};
+use crate::outbox::{Ack, Outbox, SendTag, partition_for};
 
 /// How to build a [`CausalProducer`].
 #[derive(Debug, Clone)]
@@ -228,6 +228,8 @@ pub struct CausalProducer {
     /// The clock when the open transaction began.
     snapshot: Option<CausalClock>,
     acked: Vec<Acked>,
+    /// Delivery reports being applied, kept across drains for its capacity.
+    acks: Vec<Ack>,
     timeout: Duration,
 }
 
@@ -274,6 +276,7 @@ impl CausalProducer {
             transactional: config.transactional_id.is_some(),
             snapshot: None,
             acked: Vec::new(),
+            acks: Vec::new(),
             timeout: config.timeout,
         })
     }
@@ -423,10 +426,18 @@ impl CausalProducer {
     }
 
     fn apply_acks(&mut self) -> Result<()> {
-        let mut first_error = None;
-        let mut acks = Vec::new();
+        let mut acks = std::mem::take(&mut self.acks);
         self.outbox.drain_into(&mut acks);
-        for ack in acks {
+        let applied = self.apply(&mut acks);
+        self.acks = acks;
+        applied
+    }
+
+    /// Applies drained delivery reports to the clock (see [`CausalProducer::apply_acks`]),
+    /// emptying `acks`.
+    fn apply(&mut self, acks: &mut Vec<Ack>) -> Result<()> {
+        let mut first_error = None;
+        for ack in acks.drain(..) {
             // A CausalProducer sends stamped records only.
             let Some(tag) = ack.tag else { continue };
             match ack.result {

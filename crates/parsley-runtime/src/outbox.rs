@@ -1003,8 +1003,7 @@ mod tests {
 
     #[test]
     fn a_delivery_report_stays_small() {
-        // One per send, moved twice: the failure (error and record shape, over 100 bytes)
-        // is boxed.
+        // One per send: the failure (error and record shape, over 100 bytes) is boxed.
         assert!(std::mem::size_of::<Ack>() <= 80);
         assert!(std::mem::size_of::<Failed>() > 100);
     }
