@@ -611,7 +611,7 @@ impl TopologyTestDriver {
                 .values()
                 .filter_map(|t| t.fold().in_memory())
                 .flatten()
-                .map(|(k, v)| (k.clone(), v.clone()))
+                .map(|(k, v)| (k.to_vec(), v.to_vec()))
                 .collect())
         })
     }

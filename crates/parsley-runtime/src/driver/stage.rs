@@ -394,7 +394,7 @@ impl StageRun {
     pub(super) fn state(&self, key: &[u8]) -> Option<&[u8]> {
         self.tasks
             .values()
-            .find_map(|t| t.fold().in_memory()?.get(key).map(Vec::as_slice))
+            .find_map(|t| t.fold().in_memory()?.get(key).map(|v| &v[..]))
     }
 }
 

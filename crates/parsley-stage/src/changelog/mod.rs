@@ -143,9 +143,23 @@ pub fn timer_of(changelog_key: &[u8]) -> Result<(i64, Vec<u8>), String> {
     }
 }
 
+/// The bytes of a fold state key or value: up to 16 inline (no allocation, no pointer to
+/// follow when the map compares or rehashes a key), longer ones on the heap. Hashes and
+/// compares as its slice does, so a map of them is looked up by `&[u8]`.
+pub type StateBytes = smallvec::SmallVec<[u8; 16]>;
+
+/// `bytes` as [`StateBytes`]: inline when they fit, else the vector's own buffer (no copy).
+pub fn state_bytes(bytes: Vec<u8>) -> StateBytes {
+    if bytes.len() <= 16 {
+        StateBytes::from_slice(&bytes)
+    } else {
+        StateBytes::from_vec(bytes)
+    }
+}
+
 /// Fold state by key bytes: a hash map whose hasher is foldhash, seeded at random per process
 /// (record keys come from outside: a fixed hash would let a producer make them collide).
-pub type StateMap = HashMap<Vec<u8>, Vec<u8>, foldhash::quality::RandomState>;
+pub type StateMap = HashMap<StateBytes, StateBytes, foldhash::quality::RandomState>;
 
 /// What a changelog partition holds once its records are folded in offset order
 /// ([`Restored::apply`]): the latest record of each key, tombstoned keys removed. Values are
@@ -192,7 +206,9 @@ impl Restored {
                 return Ok(());
             }
             match value {
-                Some(v) => self.state.insert(k.to_vec(), v.to_vec()),
+                Some(v) => self
+                    .state
+                    .insert(StateBytes::from_slice(k), StateBytes::from_slice(v)),
                 None => self.state.remove(k),
             };
         } else if key.first() == Some(&TIMER_PREFIX) {
@@ -272,6 +288,22 @@ mod tests {
     }
 
     #[test]
+    fn state_bytes_up_to_sixteen_are_inline_and_longer_keep_their_buffer() {
+        let short = state_bytes(b"0123456789abcdef".to_vec());
+        assert_eq!(&short[..], b"0123456789abcdef");
+        assert!(!short.spilled(), "16 bytes fit inline");
+        let long = b"0123456789abcdefg".to_vec();
+        let at = long.as_ptr();
+        let long = state_bytes(long);
+        assert_eq!(&long[..], b"0123456789abcdefg");
+        assert!(long.spilled());
+        assert_eq!(long.as_ptr(), at, "17 bytes keep the vector's buffer");
+        let mut map = StateMap::default();
+        map.insert(long.clone(), short.clone());
+        assert_eq!(map.get(&b"0123456789abcdefg"[..]), Some(&short));
+    }
+
+    #[test]
     fn the_fold_keeps_the_latest_record_of_each_key_and_names_an_unknown_one() {
         let mut r = Restored::default();
         r.apply(&[STATE_PREFIX, b'k'], Some(b"1")).unwrap();
@@ -280,7 +312,7 @@ mod tests {
         r.apply(&[STATE_PREFIX, b'j'], None).unwrap();
         assert_eq!(
             r.state,
-            StateMap::from_iter([(b"k".to_vec(), b"2".to_vec())])
+            StateMap::from_iter([(b"k"[..].into(), b"2"[..].into())])
         );
         r.apply(&timer_key(7, b"k"), Some(&[])).unwrap();
         r.apply(&timer_key(8, b"k"), Some(&[])).unwrap();

@@ -16,7 +16,7 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 
 use parsley_clock::TopicId;
-use parsley_stage::changelog::{STATE_PREFIX, StateMap};
+use parsley_stage::changelog::{STATE_PREFIX, StateBytes, StateMap, state_bytes};
 
 use crate::error::Result;
 use crate::stage::output::ChangelogWriter;
@@ -26,7 +26,7 @@ use crate::state_store::{Checkpoint, TaskStore, now_ms};
 pub(crate) type Records = Vec<(Vec<u8>, Option<Vec<u8>>)>;
 
 /// Changes of fold state by key (`None`: deleted), hashed as [`StateMap`] hashes keys.
-type Changes = HashMap<Vec<u8>, Option<Vec<u8>>, foldhash::quality::RandomState>;
+type Changes = HashMap<StateBytes, Option<StateBytes>, foldhash::quality::RandomState>;
 
 /// A task's fold state by key bytes.
 pub(crate) enum FoldState {
@@ -100,16 +100,16 @@ impl FoldState {
                         copy.clear();
                         copy.extend_from_slice(v);
                     }
-                    (Some(copy), v) => *copy = v.map(<[u8]>::to_vec),
+                    (Some(copy), v) => *copy = v.map(StateBytes::from_slice),
                     (None, v) => {
-                        changed.insert(k.to_vec(), v.map(<[u8]>::to_vec));
+                        changed.insert(StateBytes::from_slice(k), v.map(StateBytes::from_slice));
                     }
                 }
                 // A key already present keeps its bytes: no copy of it per change.
                 match (value, values.get_mut(k)) {
-                    (Some(v), Some(old)) => *old = v,
+                    (Some(v), Some(old)) => *old = state_bytes(v),
                     (Some(v), None) => {
-                        values.insert(k.to_vec(), v);
+                        values.insert(StateBytes::from_slice(k), state_bytes(v));
                     }
                     (None, _) => {
                         values.remove(k);
@@ -117,7 +117,8 @@ impl FoldState {
                 }
             }
             FoldState::Disk(d) => {
-                d.open.insert(k.to_vec(), value);
+                d.open
+                    .insert(StateBytes::from_slice(k), value.map(state_bytes));
             }
         }
     }
@@ -153,7 +154,7 @@ impl FoldState {
         let mut key = vec![STATE_PREFIX];
         match self {
             FoldState::Memory { changed, .. } => {
-                let mut records: Records = changed.drain().collect();
+                let mut records: Vec<(StateBytes, Option<StateBytes>)> = changed.drain().collect();
                 records.sort_unstable_by(|a, b| a.0.cmp(&b.0));
                 for (k, v) in records {
                     key.truncate(1);
@@ -254,8 +255,8 @@ mod tests {
     #[test]
     fn in_memory_each_changed_key_is_written_once_in_key_order_with_its_last_value() {
         let mut values = StateMap::default();
-        values.insert(b"gone".to_vec(), b"old".to_vec());
-        values.insert(b"kept".to_vec(), b"same".to_vec());
+        values.insert(b"gone"[..].into(), b"old"[..].into());
+        values.insert(b"kept"[..].into(), b"same"[..].into());
         let mut fold = FoldState::memory(values);
         fold.set(b"b", Some(b"1".to_vec()));
         fold.set(b"a", Some(b"1".to_vec()));
@@ -283,7 +284,10 @@ mod tests {
         assert!(second.0.is_empty(), "nothing changed since: {:?}", second.0);
 
         let values = fold.in_memory().unwrap();
-        let mut state: Vec<_> = values.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        let mut state: Vec<_> = values
+            .iter()
+            .map(|(k, v)| (k.to_vec(), v.to_vec()))
+            .collect();
         state.sort();
         let expected: Vec<(Vec<u8>, Vec<u8>)> = [
             (&b"a"[..], &b"1"[..]),
