@@ -3,7 +3,8 @@
 //!
 //! # Invariants
 //! - In memory, `changed` holds exactly the keys changed since the last changelog write, each
-//!   with a copy of its value in `values` (`None`: deleted); they are written in key order. The
+//!   with a copy of its value in `values` (`None`: deleted), in the order the keys were first
+//!   changed; they are written in that order (the same input writes the same changelog). The
 //!   copy spares the write a lookup in `values`, a cache miss per key when keys are many.
 //! - On disk, a value is looked up in `open` (changed since the last changelog write), then in
 //!   `sealed` (written to the changelog in a transaction not known committed yet), then in the
@@ -28,13 +29,17 @@ pub(crate) type Records = Vec<(Vec<u8>, Option<Vec<u8>>)>;
 /// Changes of fold state by key (`None`: deleted), hashed as [`StateMap`] hashes keys.
 type Changes = HashMap<StateBytes, Option<StateBytes>, foldhash::quality::RandomState>;
 
+/// Changes of in-memory fold state by key (`None`: deleted), in the order first changed.
+type OrderedChanges =
+    indexmap::IndexMap<StateBytes, Option<StateBytes>, foldhash::quality::RandomState>;
+
 /// A task's fold state by key bytes.
 pub(crate) enum FoldState {
     /// On the heap.
     Memory {
         values: StateMap,
         /// Keys changed since the last changelog write, with their values (module docs).
-        changed: Changes,
+        changed: OrderedChanges,
     },
     /// In the stage's state store.
     Disk(Box<DiskFold>),
@@ -58,7 +63,7 @@ impl FoldState {
     pub(crate) fn memory(values: StateMap) -> Self {
         FoldState::Memory {
             values,
-            changed: Changes::default(),
+            changed: OrderedChanges::default(),
         }
     }
 
@@ -94,7 +99,8 @@ impl FoldState {
     pub(crate) fn set(&mut self, k: &[u8], value: Option<Vec<u8>>) {
         match self {
             FoldState::Memory { values, changed } => {
-                // A key changed again keeps its bytes, and its value's buffer when it has one.
+                // A key changed again keeps its bytes and its place, and its value's buffer
+                // when it has one.
                 match (changed.get_mut(k), value.as_deref()) {
                     (Some(Some(copy)), Some(v)) => {
                         copy.clear();
@@ -154,9 +160,7 @@ impl FoldState {
         let mut key = vec![STATE_PREFIX];
         match self {
             FoldState::Memory { changed, .. } => {
-                let mut records: Vec<(StateBytes, Option<StateBytes>)> = changed.drain().collect();
-                records.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-                for (k, v) in records {
+                for (k, v) in changed.drain(..) {
                     key.truncate(1);
                     key.extend_from_slice(&k);
                     writer.write(&key, v.as_deref())?;
@@ -253,7 +257,7 @@ mod tests {
     }
 
     #[test]
-    fn in_memory_each_changed_key_is_written_once_in_key_order_with_its_last_value() {
+    fn in_memory_each_changed_key_is_written_once_in_first_change_order_with_its_last_value() {
         let mut values = StateMap::default();
         values.insert(b"gone"[..].into(), b"old"[..].into());
         values.insert(b"kept"[..].into(), b"same"[..].into());
@@ -272,16 +276,28 @@ mod tests {
         assert_eq!(
             first.0,
             vec![
-                entry(b"a", Some(b"1")),
                 entry(b"b", Some(b"22")),
+                entry(b"a", Some(b"1")),
+                entry(b"gone", None),
                 entry(b"c", None),
                 entry(b"d", Some(b"4")),
-                entry(b"gone", None),
             ]
         );
         let mut second = Recorder::default();
         fold.write_changes(&mut second).unwrap();
         assert!(second.0.is_empty(), "nothing changed since: {:?}", second.0);
+        // The order starts again after a write.
+        fold.set(b"z", Some(b"9".to_vec()));
+        fold.set(b"b", Some(b"23".to_vec()));
+        fold.set(b"z", Some(b"10".to_vec()));
+        let mut third = Recorder::default();
+        fold.write_changes(&mut third).unwrap();
+        assert_eq!(
+            third.0,
+            vec![entry(b"z", Some(b"10")), entry(b"b", Some(b"23"))]
+        );
+        fold.set(b"b", Some(b"22".to_vec()));
+        fold.write_changes(&mut Recorder::default()).unwrap();
 
         let values = fold.in_memory().unwrap();
         let mut state: Vec<_> = values
@@ -294,6 +310,7 @@ mod tests {
             (b"b", b"22"),
             (b"d", b"4"),
             (b"kept", b"same"),
+            (b"z", b"10"),
         ]
         .iter()
         .map(|(k, v)| (k.to_vec(), v.to_vec()))
