@@ -4,8 +4,11 @@
 //! the fold of one partition's records ([`Restored`]) — are `parsley_stage::changelog`'s; this
 //! module creates the topic ([`ensure_topic`]) and reads a partition ([`restore`]).
 //!
-//! Every record carries a `parsley.txn` header: the transactional id of the producer that
-//! wrote it, so a restore held by an open transaction names whose it is (`open_transaction`).
+//! The first record of each transaction on a partition carries a `parsley.txn` header: the
+//! transactional id of the producer that wrote it, so a restore held by an open transaction —
+//! which reads that record — names whose it is (`open_transaction`). Later records of the
+//! transaction carry no header (a header per record cost a counting stage over unique keys
+//! 2–13 % of its time in hand runs).
 //!
 //! Invariants:
 //! - the runtime writes the changelog only inside the stage's transaction, after every output

@@ -516,8 +516,8 @@ pub enum Error {
     /// producer commits or aborts it, when a producer with its transactional id starts
     /// (restarting that instance), or when the coordinator aborts it after that producer's
     /// `transaction.timeout.ms`. The producer is named by the transactional id that Parsley's
-    /// producers write on every changelog record (header `parsley.txn`), read from the open
-    /// transaction's first record; a producer that is not a Parsley stage is not named
+    /// producers write on the first changelog record of each transaction on a partition
+    /// (header `parsley.txn`), read from the open transaction's first record; a producer that is not a Parsley stage is not named
     /// (librdkafka 2.12 offers no `DescribeProducers`, KIP-664).
     #[error(
         "restoring {topic}/{partition}: the read stopped at the last stable offset {last_stable_offset}, below the high watermark {high_watermark}: a transaction open on the partition since offset {last_stable_offset}{} did not end within {timeout:?}; it ends when its producer commits or aborts it, or when the coordinator aborts it after that producer's transaction.timeout.ms (this stage's producers: {transaction_timeout:?})",

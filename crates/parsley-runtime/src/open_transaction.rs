@@ -15,8 +15,9 @@
 //! [`Error::RestoreBlocked`], naming the partition and both offsets.
 //!
 //! The producer holding the transaction is named by the transactional id that Parsley's
-//! producers write on every changelog record (header `parsley.txn`): the restore reads the
-//! record at the LSO — the open transaction's first — `read_uncommitted`, once per LSO found.
+//! producers write on the first changelog record of each transaction on a partition (header
+//! `parsley.txn`): the restore reads the record at the LSO — the open transaction's first —
+//! `read_uncommitted`, once per LSO found.
 //! A producer that is not a Parsley stage writes no such header and is not named
 //! (`DescribeProducers`, KIP-664, would name any producer; librdkafka 2.12 does not offer it).
 

@@ -630,24 +630,28 @@ impl Outbox {
         sent
     }
 
-    /// Sends a changelog record (no stamp; `None` is a tombstone) in the open transaction.
+    /// Sends a changelog record (no stamp; `None` is a tombstone) in the open transaction;
+    /// `name_writer`: with the header naming this producer's transactional id, which the first
+    /// record of a transaction on each changelog partition must carry (`open_transaction`).
     pub(crate) fn send_changelog(
         &self,
         channel: Channel,
         topic: &str,
         key: &[u8],
         value: Option<&[u8]>,
+        name_writer: bool,
         timeout: Duration,
     ) -> Result<()> {
         let rkt = {
             let mut topics = self.topics.lock().unwrap_or_else(PoisonError::into_inner);
             topic_handle(&self.producer, &mut topics, topic, channel)?
         };
-        // Names this producer on the record: a restore held by its open transaction says
-        // whose it is (`open_transaction`).
+        // Names this producer on the record: a restore held by its open transaction reads the
+        // transaction's first record and says whose it is (`open_transaction`).
         let writer = self
             .transactional_id
             .as_deref()
+            .filter(|_| name_writer)
             .map(|id| [(TXN_HEADER_C, Some(id.as_bytes()))]);
         let record = Produce {
             rkt,

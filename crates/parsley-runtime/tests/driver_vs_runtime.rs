@@ -141,3 +141,66 @@ fn the_driver_and_the_runtime_give_the_same_outputs_and_state() {
         assert_eq!(changelog_state(&app, stage), in_memory, "{stage}");
     }
 }
+
+/// The first changelog record of each transaction on a partition names the producer (header
+/// `parsley.txn`: its transactional id), and no other record does: a restore held by an open
+/// transaction reads that first record to say whose the transaction is. Three transactions of
+/// five keys each, every one waited for by its committed offsets; a commit marker takes one
+/// offset, so a transaction's first record is the partition's first or follows a gap.
+#[test]
+fn each_transactions_first_changelog_record_names_the_producer_and_no_other_does() {
+    let orders = create_topic("txn-header-orders", 1);
+    let counts = create_topic("txn-header-counts", 1);
+    let app = unique_topic("txn-header");
+    let topology = Topology::builder(&app)
+        .stage("count", CountKeys::new(&counts.name), |s| {
+            utf8_stage(s, &[&orders.name], &[&counts.name])
+        })
+        .build()
+        .unwrap();
+    let running = Runtime::new(topology, RuntimeConfig::new(bootstrap()))
+        .start()
+        .unwrap();
+    let producer = raw_producer(None);
+    for round in 1..=3u64 {
+        for i in 0..5 {
+            let key = format!("customer-{i}");
+            send_stamped(&producer, &orders.name, 0, key.as_bytes(), b"order", None);
+        }
+        wait_committed(&running, "count", round * 5);
+    }
+    running.stop().unwrap();
+
+    let name = changelog_topic(&format!("{app}.count"));
+    let topic: TopicInfo = admin().describe_topics(&[name.as_str()]).unwrap().remove(0);
+    let records = read_committed(&topic);
+    let mut previous: Option<i64> = None;
+    let mut firsts = 0;
+    let mut named_by = BTreeMap::new();
+    for r in &records {
+        let first = previous.is_none_or(|p| r.offset > p + 1);
+        previous = Some(r.offset);
+        let names: Vec<&Option<Vec<u8>>> = r
+            .headers
+            .iter()
+            .filter(|(h, _)| h == "parsley.txn")
+            .map(|(_, v)| v)
+            .collect();
+        if first {
+            firsts += 1;
+            assert_eq!(names.len(), 1, "a transaction's first record: {r:?}");
+            let id = String::from_utf8(names[0].clone().unwrap()).unwrap();
+            *named_by.entry(id).or_insert(0) += 1;
+        } else {
+            assert!(names.is_empty(), "a later record of its transaction: {r:?}");
+        }
+    }
+    assert!(firsts >= 3, "three transactions at least: {records:?}");
+    assert!(
+        records.len() > firsts + 10,
+        "five keys per transaction: {records:?}"
+    );
+    assert_eq!(named_by.len(), 1, "one producer: {named_by:?}");
+    let id = named_by.keys().next().unwrap();
+    assert!(id.starts_with(&format!("{app}.count")), "{id}");
+}

@@ -340,18 +340,30 @@ impl Output for Transaction {
     }
 }
 
-/// The changelog partition of one task, in the open transaction.
+/// The changelog partition of one task, in the open transaction. Its records are all written
+/// through one writer per transaction (`write_changelog`), the first of them naming the
+/// producer.
 struct TaskChangelog<'a> {
     txn: &'a Transaction,
     channel: Channel,
     timeout: Duration,
+    /// A record was written: the transaction's first on this partition named the producer.
+    named: bool,
 }
 
 impl ChangelogWriter for TaskChangelog<'_> {
     fn write(&mut self, key: &[u8], value: Option<&[u8]>) -> Result<()> {
         let txn = self.txn;
+        let name_writer = !std::mem::replace(&mut self.named, true);
         txn.outbox
-            .send_changelog(self.channel, &txn.changelog.name, key, value, self.timeout)
+            .send_changelog(
+                self.channel,
+                &txn.changelog.name,
+                key,
+                value,
+                name_writer,
+                self.timeout,
+            )
             .map_err(|e| {
                 let shape = RecordShape::new(
                     self.channel.partition,
@@ -619,6 +631,7 @@ impl StageRunner {
                 txn: &self.txn,
                 channel: Channel::new(self.txn.changelog.id, task.partition()),
                 timeout: self.config.timeout,
+                named: false,
             };
             let written = task
                 .write_changelog(&self.ctx, &mut writer)
