@@ -110,8 +110,7 @@ const UNTAGGED: usize = 0;
 /// [`parsley_clock::STAMP_HEADER`] as librdkafka takes a header name.
 const STAMP_HEADER_C: &CStr = c"ps";
 
-/// The header of a changelog record naming the transactional id of the producer that wrote
-/// it.
+/// The header naming the transactional id of the producer that wrote a changelog record.
 pub(crate) const TXN_HEADER: &str = "parsley.txn";
 /// [`TXN_HEADER`] as librdkafka takes a header name.
 const TXN_HEADER_C: &CStr = c"parsley.txn";
@@ -630,9 +629,9 @@ impl Outbox {
         sent
     }
 
-    /// Sends a changelog record (no stamp; `None` is a tombstone) in the open transaction;
-    /// `name_writer`: with the header naming this producer's transactional id, which the first
-    /// record of a transaction on each changelog partition must carry (`open_transaction`).
+    /// Sends a changelog record (no stamp; `None` is a tombstone) in the open transaction; with
+    /// `name_writer` (a transaction's first on a partition: `open_transaction`), naming the
+    /// producer's transactional id in a header.
     pub(crate) fn send_changelog(
         &self,
         channel: Channel,
@@ -646,8 +645,6 @@ impl Outbox {
             let mut topics = self.topics.lock().unwrap_or_else(PoisonError::into_inner);
             topic_handle(&self.producer, &mut topics, topic, channel)?
         };
-        // Names this producer on the record: a restore held by its open transaction reads the
-        // transaction's first record and says whose it is (`open_transaction`).
         let writer = self
             .transactional_id
             .as_deref()
