@@ -6,7 +6,8 @@
 //! commits, and the next one begins. The client settings and the pacing are the runtime's own
 //! (see `parsley-runtime`'s `stage.rs`): poll batches of at most 500 records, the first poll of
 //! a batch waiting at most until the next commit is due, the interval counted from the start of
-//! the previous commit, `fetch.wait.max.ms=50`, `fetch.queue.backoff.ms=10`, `linger.ms=5`,
+//! the previous commit, `fetch.wait.max.ms=50`, `fetch.queue.backoff.ms=10`,
+//! `fetch.max.bytes=4194304`, `linger.ms=5`,
 //! `retry.backoff.ms=10` — so the difference to the Parsley case is Parsley's own work.
 //!
 //! With a stamp length (`raw-stamped`, a reference mode) each output also carries a
@@ -71,6 +72,7 @@ pub fn run(args: &WorkerArgs, stamp_bytes: Option<usize>) -> Result<Measured> {
         .set("enable.partition.eof", "false")
         .set("fetch.wait.max.ms", "50")
         .set("fetch.queue.backoff.ms", "10")
+        .set("fetch.max.bytes", "4194304")
         .create_with_context(RawContext(statistics.clone()))
         .context("creating the consumer")?;
     let producer: BaseProducer<RawContext> = producer_config

@@ -124,7 +124,7 @@ pub struct TaskExplanation {
     pub blocked_not_listed: usize,
     /// Source channels of the task paused by backpressure.
     pub paused: Vec<PausedChannel>,
-    /// Source channels of the task paused by watermark alignment.
+    /// Source channels of the task holding records for watermark alignment.
     #[serde(default)]
     pub ahead: Vec<AheadChannel>,
     /// The event-time watermark, for a stage ordered by event time (after the task's restore).
@@ -251,11 +251,12 @@ impl fmt::Display for WaitsFor {
     }
 }
 
-/// A source channel paused by watermark alignment
-/// ([`EventTimeOrder::max_drift_ms`](parsley_stage::EventTimeOrder::max_drift_ms)): its delivered
-/// event time runs `drift_ms` ahead of the watermark, more than the limit `max_drift_ms` (the
-/// drift plus the clock's lag); it resumes once it is within half of that. What the consumer
-/// returned of it meanwhile is held in memory (`held_records`), not yet offered to the gate.
+/// A source channel holding records for watermark alignment
+/// ([`EventTimeOrder::max_drift_ms`](parsley_stage::EventTimeOrder::max_drift_ms)): what the
+/// consumer returned of it from its first record beyond the watermark plus the limit
+/// `max_drift_ms` (the drift plus the clock's lag) waits in memory (`held_records`), not yet
+/// offered to the gate, and goes on as the watermark rises. Its delivered event time runs
+/// `drift_ms` ahead of the watermark.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AheadChannel {
     /// The channel.
@@ -446,7 +447,7 @@ impl fmt::Display for Explanation {
                         none(),
                         none(),
                         format!(
-                            "paused by watermark alignment: {ahead} (limit {} ms), {} records held",
+                            "held by watermark alignment: {ahead} (limit {} ms), {} records held",
                             a.max_drift_ms, a.held_records
                         ),
                     ));

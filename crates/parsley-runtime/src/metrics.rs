@@ -254,8 +254,8 @@ pub struct MetricsSnapshot {
     pub spilled: u64,
     /// Spilled records re-fetched by seeking back.
     pub refetched: u64,
-    /// Event-time stages: inputs paused by watermark alignment, their delivered event time
-    /// running ahead of the watermark by more than the drift
+    /// Event-time stages: how often an input started holding records for watermark alignment,
+    /// a record of it lying beyond the watermark plus the drift
     /// ([`EventTimeOrder::max_drift_ms`](parsley_stage::EventTimeOrder::max_drift_ms)).
     pub aligned: u64,
     /// Event-time stages: records that arrived with an event time below their task's

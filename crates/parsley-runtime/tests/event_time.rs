@@ -928,6 +928,61 @@ fn an_input_running_ahead_in_event_time_is_paused_not_parked_whole() {
     );
 }
 
+/// Aligned, an input goes to the gate record by record up to its bound, the watermark plus the
+/// drift: `b` stops at 3,000 s (its rest behind an open transaction), so the watermark stops
+/// there, and of `a` (a record a second) only the record at 3,001 s waits in the timer queue;
+/// the rest of `a` is held before the gate. Once the transaction commits, every record leaves
+/// in event-time order. Letting a held input hand over everything it held as soon as its bound
+/// admits any of it (an input held whole) parked 14,887 of `a`'s records here.
+#[test]
+fn an_aligned_input_goes_to_the_gate_up_to_the_watermark_plus_the_drift() {
+    let base = base() - 30_000_000;
+    let a = create_topic("evt-bound-a", 1);
+    write_ahead(&a.name, base, 20_000);
+    let b = create_topic("evt-bound-b", 1);
+    let p = raw_producer(None);
+    enqueue(&p, &b.name, "b", "b@00000", base + 500);
+    enqueue(&p, &b.name, "b", "b@03000", base + 3_000_000);
+    p.flush(DEADLINE).unwrap();
+    let tx = raw_producer(Some(&unique_topic("evt-bound-tx")));
+    tx.begin_transaction().unwrap();
+    for i in 4..=23i64 {
+        let t = i * 1_000;
+        enqueue(&tx, &b.name, "b", &format!("b@{t:05}"), base + t * 1_000);
+    }
+    tx.flush(DEADLINE).unwrap();
+    let out = create_topic("evt-bound-out", 1);
+    let topology = forward_topology_with(
+        &unique_topic("evt-bound"),
+        &[&a.name, &b.name],
+        &out.name,
+        |s| s.order_by_event_time(EventTimeOrder::new().max_drift_ms(1_000)),
+    );
+    let running = Runtime::new(topology, RuntimeConfig::new(bootstrap()))
+        .start()
+        .unwrap();
+    let task = only_task(&wait_tasks(&running, "forward", "b at 3,000 s", |t| {
+        t.len() == 1 && t[0].watermark_ms == Some(base + 3_000_000)
+    }));
+    assert_eq!(task.parked, 1, "only a@3001 s waits: {task:?}");
+    let held: u64 = running
+        .explain()
+        .stages
+        .iter()
+        .flat_map(|s| &s.tasks)
+        .flat_map(|t| &t.ahead)
+        .map(|a| a.held_records)
+        .sum();
+    assert!(held > 0, "the rest of a is held");
+    tx.commit_transaction(DEADLINE).unwrap();
+    wait_committed(&running, "forward", 20_022);
+    let m = running.stop().unwrap()[0].1;
+    let values = committed_values(&out);
+    assert_eq!(values.len(), 20_022);
+    assert!(in_order(&values), "released in event-time order");
+    assert_eq!(m.late, 0, "{m:?}");
+}
+
 /// What the consumer fetched of an input held for alignment is kept: `a`'s 5,000 records (one
 /// fetch response) are held after the poll batch that took `a` ahead and offered once `b`
 /// moves, each fetched from the broker once. Pausing the partition instead (what alignment did

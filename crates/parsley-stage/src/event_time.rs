@@ -11,8 +11,8 @@
 /// interval plus one commit interval (the runtime's default commit interval is 100 ms too).
 pub const DEFAULT_TICK_INTERVAL_MS: i64 = 100;
 
-/// How far an input's delivered event time may run ahead of the watermark before the task
-/// stops fetching it, unless [`EventTimeOrder::max_drift_ms`] sets another: one minute.
+/// How far beyond the watermark an input's records may go to the task before the rest of the
+/// input waits, unless [`EventTimeOrder::max_drift_ms`] sets another: one minute.
 pub const DEFAULT_MAX_DRIFT_MS: i64 = 60_000;
 
 /// Orders a stage's deliveries by event time per task (completeness from end offsets; the book.s chapter
@@ -43,18 +43,20 @@ pub const DEFAULT_MAX_DRIFT_MS: i64 = 60_000;
 /// ```
 ///
 /// # Watermark alignment
-/// Records delivered above the watermark wait in the task's timer queue, in memory. When one
-/// input's history runs far ahead of another's in event time — a partition holding a week
-/// while another is still at its first day — everything the fast one delivers waits, and the
-/// queue would grow with the history. So the task stops fetching (pauses) an input whose
-/// delivered event time runs more than [`EventTimeOrder::max_drift_ms`] ahead of the watermark,
-/// and resumes it once it is within half of that, as Flink's watermark alignment does
-/// (FLIP-182, FLIP-217). It never pauses the input that holds the watermark, an unordered
-/// input, or an input a blocked record's claim waits on, so alignment cannot deadlock. What the
-/// queue holds is then bounded by the drift, not by the history; the cost is that the fast
-/// input is read in bursts. Live records run at most the lag ahead of the watermark and are
-/// never paused for it. On by default ([`DEFAULT_MAX_DRIFT_MS`]);
-/// [`EventTimeOrder::unaligned`] turns it off.
+/// Records delivered above the watermark wait in the task's timer queue, in memory, and are
+/// written to its changelog. When one input's history runs far ahead of another's in event
+/// time — a partition holding a week while another is still at its first day — everything the
+/// fast one delivers waits, and the queue would grow with the history. So the task aligns its
+/// inputs, as Flink's watermark alignment does (FLIP-182, FLIP-217), record by record: a record
+/// whose event time lies more than [`EventTimeOrder::max_drift_ms`] beyond the watermark is
+/// held before the task (in memory, not delivered, not changelogged; a restart reads it again)
+/// with every later record of its input, and goes on as the watermark rises. An input a blocked
+/// record's claim waits on, an unordered input and one that has delivered nothing are never
+/// held, and the input that holds the watermark always lets its next record go on, so alignment
+/// cannot deadlock. What the queue holds is then about the drift's worth of each input's event
+/// time, not the history. Live records run at most the lag ahead of the watermark and are never
+/// held for it. On by default ([`DEFAULT_MAX_DRIFT_MS`]); [`EventTimeOrder::unaligned`] turns
+/// it off.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct EventTimeOrder {
@@ -62,8 +64,8 @@ pub struct EventTimeOrder {
     pub control: Option<ControlStream>,
     /// The built-in clock; `None`: none. Not together with `control`.
     pub clock: Option<BuiltInClock>,
-    /// Watermark alignment: the most an input's delivered event time may run ahead of the
-    /// watermark before the input is paused, ms (`> 0`); `None`: no alignment.
+    /// Watermark alignment: how far beyond the watermark an input's records may go to the task
+    /// before the rest of the input waits, ms (`> 0`); `None`: no alignment.
     pub max_drift_ms: Option<i64>,
 }
 
@@ -85,12 +87,11 @@ impl EventTimeOrder {
         EventTimeOrder::default()
     }
 
-    /// Sets the watermark alignment's drift, ms (type docs): an input whose delivered event
-    /// time runs further ahead of the watermark is paused — what the consumer already fetched
-    /// of it is held in memory (up to 2 MiB per input, then its partition is paused at the
-    /// consumer too) and goes on once the watermark is within half the drift of it. A value
-    /// `<= 0` is reported by
-    /// [`TopologyBuilder::build`](crate::TopologyBuilder::build).
+    /// Sets the watermark alignment's drift, ms (type docs): an input's record with a later
+    /// event time than the watermark plus the drift waits, with the rest of its input, in memory
+    /// before the task (up to 4 MiB per input, then its partition is paused at the consumer too,
+    /// until it holds half of that) and goes on as the watermark rises. A value `<= 0` is
+    /// reported by [`TopologyBuilder::build`](crate::TopologyBuilder::build).
     pub fn max_drift_ms(mut self, drift_ms: i64) -> Self {
         self.max_drift_ms = Some(drift_ms);
         self

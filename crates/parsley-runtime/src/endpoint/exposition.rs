@@ -180,7 +180,7 @@ const STAGE: &[Metric<MetricsSnapshot>] = &[
     m("records_skipped", None, Kind::Counter, "Bad records skipped under the Skip policy.", |m| Some(Value::Count(m.skipped))),
     m("reads_beyond_cap", None, Kind::Counter, "Records fetched while their channel held more than max_queued_per_channel records.", |m| Some(Value::Count(m.reads_beyond_cap))),
     m("records_spilled", None, Kind::Counter, "Records whose payloads a full channel dropped to read on (re-fetched later).", |m| Some(Value::Count(m.spilled))),
-    m("inputs_aligned", None, Kind::Counter, "Event-time stages: pauses of an input whose delivered event time ran ahead of the watermark by more than the drift (watermark alignment).", |m| Some(Value::Count(m.aligned))),
+    m("inputs_aligned", None, Kind::Counter, "Event-time stages: how often an input started holding records beyond the watermark plus the drift (watermark alignment).", |m| Some(Value::Count(m.aligned))),
     m("records_refetched", None, Kind::Counter, "Spilled records fetched again by seeking back.", |m| Some(Value::Count(m.refetched))),
     m("records_late", None, Kind::Counter, "Event-time stages: records that arrived with an event time below their task's watermark.", |m| Some(Value::Count(m.late))),
     m("records_raised", None, Kind::Counter, "Event-time stages: records parked above their own event time behind a parked causal ancestor.", |m| Some(Value::Count(m.raised))),

@@ -393,8 +393,8 @@ fn the_table_has_one_row_per_wait() {
 STAGE  TASK  CHANNEL                OFFSET  KEY    WAITS FOR
 join   0     payments/0             0       sku-1  cause orders/0@2 (delivered through -1)
 join   0     orders/0               -       -      paused by backpressure: holds 10000 of cap 10000
-join   0     orders/1               -       -      paused by watermark alignment: 61500 ms ahead of the watermark (limit 60000 ms), 1234 records held
-join   0     orders/2               -       -      paused by watermark alignment: the watermark has no value yet (limit 60000 ms), 0 records held
+join   0     orders/1               -       -      held by watermark alignment: 61500 ms ahead of the watermark (limit 60000 ms), 1234 records held
+join   0     orders/2               -       -      held by watermark alignment: the watermark has no value yet (limit 60000 ms), 0 records held
 join   0     payments/0             0       -      watermark none (4 parked) held by payments/0 catching up: delivered through -1 of startup end 1 (max event time nothing)
 join   1     app.stage-changelog/1  7       -      restore: an open transaction of app.stage.0 pins the last stable offset 7 below the high watermark 9
 "

@@ -47,7 +47,7 @@ impl StageRunner {
                     let max_drift = self.spec.event_time().and_then(|o| o.max_drift_ms);
                     let limit = max_drift.map_or(0, |d| alignment::limit(d, et.lag_ms()));
                     gate.consumed()
-                        .filter(|c| self.intake.ahead().contains(c))
+                        .filter(|c| self.intake.held_records(c) > 0)
                         .map(|c| explain::AheadChannel {
                             channel: explain::channel_name(c, &names),
                             drift_ms: et.drift(&c).filter(|d| *d != i64::MAX),

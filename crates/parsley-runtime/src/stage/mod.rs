@@ -393,36 +393,15 @@ impl StageRunner {
         );
     }
 
-    /// Applies each task's watermark alignment plan (module `alignment`) — holding the inputs
-    /// ahead, offering what a released input held — then its backpressure plan: gate steps
-    /// first, then the consumer's pauses and resumes, then its seeks.
+    /// Applies each task's watermark alignment ([`align`]), then its backpressure plan: gate
+    /// steps first, then the consumer's pauses and resumes, then its seeks.
     fn apply_backpressure(&mut self) -> Result<()> {
         let mut pauses = Vec::new();
         let mut seeks = Vec::new();
         let max_drift = self.spec.event_time().and_then(|o| o.max_drift_ms);
         for task in self.tasks.values_mut() {
-            let mut aligned = Vec::new();
-            if let (Some(drift), (gate, Some(et))) = (max_drift, task.gate_and_event_time()) {
-                let limit = alignment::limit(drift, et.lag_ms());
-                let inputs = alignment::inputs(gate, et);
-                for (channel, ahead) in alignment::plan(&inputs, self.intake.ahead(), limit) {
-                    let drift = inputs
-                        .iter()
-                        .find(|i| i.channel == channel)
-                        .and_then(|i| i.drift);
-                    debug!(%channel, ahead, ?drift, limit, "watermark alignment");
-                    if ahead {
-                        self.metrics.aligned();
-                    }
-                    aligned.push((channel, ahead));
-                }
-            }
-            // Released before the backpressure plan reads the gate: a held record goes to the
-            // gate before anything the plan decides for its channel.
-            for (channel, ahead) in aligned {
-                for f in self.intake.set_ahead(&self.ctx, channel, ahead)? {
-                    task.offer(&self.ctx, f)?;
-                }
+            if let Some(drift) = max_drift {
+                align(&self.ctx, &mut self.intake, &mut self.txn, task, drift)?;
             }
             let partition = task.partition();
             let steps = backpressure::plan(task.gate(), self.intake.full(), self.ctx.cap);
@@ -502,5 +481,46 @@ pub(crate) fn publish_counts<'a>(
     metrics.blocked_heads(blocked_total);
     if event_time {
         metrics.parked(parked_total);
+    }
+}
+
+/// Most held records one turn lets go on for one task: past it, the rest waits for the next
+/// turn, so that commits and polls keep their pace during a long catch-up.
+const ALIGN_PER_TURN: usize = 4 * intake::MAX_BATCH;
+
+/// Applies watermark alignment (module `alignment`) to `task` with drift `drift`, ms: sets each
+/// input's bound and offers what its held records the bound lets go on. Offered records are
+/// delivered at once and the bounds set again from the watermark they move, until nothing more
+/// goes on or [`ALIGN_PER_TURN`] records went: inputs whose records lie closer together in event
+/// time than the drift go on in one turn, not a drift's worth of event time per turn. Held
+/// records go to the gate before anything the backpressure plan decides for their channels.
+fn align(
+    ctx: &TaskContext,
+    intake: &mut Intake,
+    txn: &mut Transaction,
+    task: &mut Task,
+    drift: i64,
+) -> Result<()> {
+    let mut offered = 0;
+    loop {
+        let bounds = match task.gate_and_event_time() {
+            (gate, Some(et)) => {
+                let limit = alignment::limit(drift, et.lag_ms());
+                alignment::bounds(&alignment::inputs(gate, et), et.watermark(), limit)
+            }
+            (_, None) => return Ok(()),
+        };
+        let before = offered;
+        for (channel, bound) in bounds {
+            for f in intake.set_bound(ctx, channel, bound)? {
+                task.offer(ctx, f)?;
+                offered += 1;
+            }
+        }
+        if offered == before || offered >= ALIGN_PER_TURN {
+            return Ok(());
+        }
+        let work = task.deliver(ctx, txn)?;
+        txn.add(work);
     }
 }

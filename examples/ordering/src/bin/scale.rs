@@ -13,8 +13,8 @@
 //! watermark follows the delivered event times) and hands each record to a handler that only
 //! counts it. The worker reports the drain time — from its start to the handler's last record —
 //! its peak resident set (`VmHWM`), the most records its tasks' timer queues held, and how
-//! often alignment paused an input. The `arrival` mode runs the same stage without event-time
-//! order: the drain the event-time ones are compared with.
+//! often an input started holding records for alignment. The `arrival` mode runs the same
+//! stage without event-time order: the drain the event-time ones are compared with.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -329,7 +329,7 @@ fn run(args: &RunArgs) -> Result<()> {
                 .find_map(Drain::parse)
                 .with_context(|| format!("the worker reported nothing ({})", out.status))?;
             println!(
-                "{multiple}× {mode}: {} records in {:.1} s, peak RSS {} MiB, at most {} parked, {} pauses for alignment",
+                "{multiple}× {mode}: {} records in {:.1} s, peak RSS {} MiB, at most {} parked, {} holds for alignment",
                 drain.records,
                 drain.drain_ms as f64 / 1000.0,
                 drain.peak_rss_kib / 1024,
@@ -368,7 +368,7 @@ fn drift_label(ms: i64) -> String {
 
 fn table(rows: &[Row]) -> String {
     let mut s = String::from(
-        "| history | mode | records | drain s | × arrival order | records/s | peak RSS MiB | most parked | pauses for alignment |\n|---|---|---:|---:|---:|---:|---:|---:|---:|\n",
+        "| history | mode | records | drain s | × arrival order | records/s | peak RSS MiB | most parked | holds for alignment |\n|---|---|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for r in rows {
         let d = &r.drain;
