@@ -881,8 +881,8 @@ fn in_order(values: &[String]) -> bool {
     times.windows(2).all(|w| w[0] <= w[1])
 }
 
-/// Aligned (a drift of 1 s), `a` is paused after the poll batch that took it ahead, so the
-/// timer queue holds about one poll batch of it (2,000 records) instead of all of it; with
+/// Aligned (a drift of 1 s), `a` is held after the poll batch that took it ahead, so the
+/// timer queue holds at most about one poll batch of it (2,000 records), not all of it; with
 /// alignment off (the negative control) all of `a` waits in the queue until `b` moves. The
 /// release order is event-time order either way.
 #[test]
