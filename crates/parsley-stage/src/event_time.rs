@@ -89,7 +89,7 @@ impl EventTimeOrder {
 
     /// Sets the watermark alignment's drift, ms (type docs): an input's record with a later
     /// event time than the watermark plus the drift waits, with the rest of its input, in memory
-    /// before the task (up to 4 MiB per input, then its partition is paused at the consumer too,
+    /// before the task (up to 8 MiB per input, then its partition is paused at the consumer too,
     /// until it holds half of that) and goes on as the watermark rises. A value `<= 0` is
     /// reported by [`TopologyBuilder::build`](crate::TopologyBuilder::build).
     pub fn max_drift_ms(mut self, drift_ms: i64) -> Self {
