@@ -53,6 +53,8 @@ fn rebalance_failed(message: String) -> Error {
 /// The consumer's context: records rebalance events for the stream thread.
 pub(crate) struct RebalanceContext {
     events: Mutex<Vec<RebalanceEvent>>,
+    /// `events` is not empty: read after every polled record without taking the lock.
+    pending: AtomicBool,
     timeout: Duration,
     /// The stage's admin client (log start offsets, asked again while a leader moves).
     admin: Arc<Admin>,
@@ -67,6 +69,7 @@ impl RebalanceContext {
     pub(crate) fn new(config: &RuntimeConfig, admin: Arc<Admin>) -> Self {
         RebalanceContext {
             events: Mutex::new(Vec::new()),
+            pending: AtomicBool::new(false),
             closing: AtomicBool::new(false),
             timeout: config.timeout,
             admin,
@@ -76,12 +79,14 @@ impl RebalanceContext {
 
     /// `true` when events wait.
     pub(crate) fn has_events(&self) -> bool {
-        !self.events.lock().expect("rebalance events").is_empty()
+        self.pending.load(Ordering::Acquire)
     }
 
     /// The events recorded since the last call.
     pub(crate) fn take_events(&self) -> Vec<RebalanceEvent> {
-        std::mem::take(&mut *self.events.lock().expect("rebalance events"))
+        let mut events = self.events.lock().expect("rebalance events");
+        self.pending.store(false, Ordering::Release);
+        std::mem::take(&mut *events)
     }
 
     /// From now on, a revocation is acknowledged at once.
@@ -181,7 +186,9 @@ impl ConsumerContext for RebalanceContext {
                 RebalanceEvent::Failed(rebalance_failed(format!("rebalance error {other:?}")))
             }
         };
-        self.events.lock().expect("rebalance events").push(event);
+        let mut events = self.events.lock().expect("rebalance events");
+        events.push(event);
+        self.pending.store(true, Ordering::Release);
     }
 }
 
