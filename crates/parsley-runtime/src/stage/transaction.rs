@@ -170,6 +170,10 @@ pub(crate) struct Transaction {
     changelog_next: BTreeMap<i32, i64>,
     /// The delivery reports being settled, kept across drains for its capacity.
     acks: Vec<Ack>,
+    /// The buffer the next overlapped commit holds its sends in, empty, kept across commits
+    /// for its capacity (it grows to a commit interval's sends; grown afresh each time, its
+    /// pages were faulted in again at every commit).
+    spare_held: Vec<HeldSend>,
 }
 
 impl Transaction {
@@ -209,6 +213,7 @@ impl Transaction {
             timeout,
             changelog_next: BTreeMap::new(),
             acks: Vec::new(),
+            spare_held: Vec::new(),
         }
     }
 
@@ -675,7 +680,7 @@ impl StageRunner {
         };
         let mut taken = Ok(());
         if overlap {
-            self.txn.sends = Sends::Held(Vec::new());
+            self.txn.sends = Sends::Held(std::mem::take(&mut self.txn.spare_held));
             while !call.finished() {
                 if let Err(stalled) = call.check() {
                     return (Err(stalled), taken);
@@ -708,8 +713,18 @@ impl StageRunner {
 
     /// Sends, in the order made, what the tasks made while the last commit was in flight. A
     /// refused send releases its claim in its task's clock.
-    fn send_held(&mut self, held: Vec<HeldSend>) -> Result<()> {
-        for record in held {
+    fn send_held(&mut self, mut held: Vec<HeldSend>) -> Result<()> {
+        let result = self.send_each(&mut held);
+        held.clear();
+        if held.capacity() > self.txn.spare_held.capacity() {
+            self.txn.spare_held = held;
+        }
+        result
+    }
+
+    /// Sends and takes out each of `held`, in order; stops at the first refused.
+    fn send_each(&mut self, held: &mut Vec<HeldSend>) -> Result<()> {
+        for record in held.drain(..) {
             let tag = record.tag();
             if let Err(err) = record.send_to(&mut self.txn) {
                 let mut cause = None;
