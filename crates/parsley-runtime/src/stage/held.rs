@@ -47,7 +47,7 @@ pub(crate) trait HeldRecord {
     fn event_time(&self) -> i64;
 }
 
-impl HeldRecord for Fetched {
+impl HeldRecord for Box<Fetched> {
     fn offset(&self) -> i64 {
         self.arrival.offset
     }

@@ -74,13 +74,9 @@ pub(crate) struct Taken {
 }
 
 /// What [`Intake::hold`] did with a record.
-#[allow(
-    clippy::large_enum_variant,
-    reason = "returned once per record and taken apart at once; a box would allocate per record"
-)]
 pub(crate) enum Hold {
     /// Not held: offer it.
-    Offer(Fetched),
+    Offer(Box<Fetched>),
     /// Held; `first`: the channel held nothing before.
     Held {
         /// The channel held nothing before.
@@ -90,7 +86,7 @@ pub(crate) enum Hold {
 
 /// What one poll gave.
 enum Polled {
-    Record(Fetched),
+    Record(Box<Fetched>),
     /// Rebalance events wait (the record polled with them, if any, is deferred).
     Rebalance,
     Nothing,
@@ -101,7 +97,7 @@ enum Polled {
 pub(crate) struct Intake {
     consumer: BaseConsumer<RebalanceContext>,
     /// A record polled together with rebalance events: offered once they are handled.
-    deferred: Option<Fetched>,
+    deferred: Option<Box<Fetched>>,
     /// Poll batches so far: the epoch of the records of the current batch.
     epoch: u64,
     /// Records fetched so far (orders deliveries in arrival order under
@@ -114,7 +110,7 @@ pub(crate) struct Intake {
     /// The channels bounded by watermark alignment, and their bounds.
     bounds: HashMap<Channel, Bound>,
     /// What the consumer returned of bounded channels beyond their bounds, and after.
-    held: Held<Fetched>,
+    held: Held<Box<Fetched>>,
     /// Held records were released since the stream thread last asked.
     released: bool,
     /// What the consumer connects to, for a security failure.
@@ -221,7 +217,7 @@ impl Intake {
     /// Holds `f` when watermark alignment bounds its channel and `f` lies beyond the bound or
     /// records of the channel are held already (`Held`, `first` when none were), pausing its
     /// partition once it holds [`HOLD_BYTES`]; else hands it back to be offered.
-    pub(crate) fn hold(&mut self, ctx: &TaskContext, f: Fetched) -> Result<Hold> {
+    pub(crate) fn hold(&mut self, ctx: &TaskContext, f: Box<Fetched>) -> Result<Hold> {
         let Some(bound) = self.bounds.get(&f.channel) else {
             return Ok(Hold::Offer(f));
         };
@@ -246,7 +242,7 @@ impl Intake {
         ctx: &TaskContext,
         channel: Channel,
         bound: Option<Bound>,
-    ) -> Result<impl Iterator<Item = Fetched> + '_> {
+    ) -> Result<impl Iterator<Item = Box<Fetched>> + '_> {
         let (up_to, at_least_one) = match bound {
             Some(b) => {
                 self.bounds.insert(channel, b);
@@ -486,7 +482,7 @@ impl StageRunner {
     ///
     /// # Errors
     /// [`Error::Gate`] when no task of the stage consumes the record's partition; the task's.
-    fn offer(&mut self, f: Fetched) -> Result<()> {
+    fn offer(&mut self, f: Box<Fetched>) -> Result<()> {
         let f = match self.intake.hold(&self.ctx, f)? {
             Hold::Offer(f) => f,
             Hold::Held { first } => {

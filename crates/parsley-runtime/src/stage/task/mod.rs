@@ -347,13 +347,17 @@ impl Task {
     /// # Errors
     /// The policy's error for a malformed stamp; the gate's refusal (the record is dropped
     /// with the error: the stage stops and reads it again after a restart).
-    pub(crate) fn offer(&mut self, ctx: &TaskContext, fetched: Fetched) -> Result<()> {
+    pub(crate) fn offer(
+        &mut self,
+        ctx: &TaskContext,
+        fetched: impl Into<Box<Fetched>>,
+    ) -> Result<()> {
         let Fetched {
             channel,
             mut arrival,
             malformed,
             ..
-        } = fetched;
+        } = *fetched.into();
         if let Some(error) = malformed {
             ctx.metrics.impossible();
             ctx.metrics
