@@ -346,14 +346,6 @@ impl WatermarkTracker {
         Ok(())
     }
 
-    /// `true` when `channel` is an input marked [`unordered`](Self::unordered); `false` for
-    /// an ordered input or a channel that is not an input.
-    pub fn is_unordered(&self, channel: &Channel) -> bool {
-        self.catch_up
-            .index(channel)
-            .is_ok_and(|i| self.inputs[i].unordered)
-    }
-
     /// Records the gate's frontier of `channel` ([`Gate::frontier`]): deliveries at offsets
     /// `<= frontier` join the delivered prefix, and caught up and the live head are judged
     /// against `frontier + 1`.
@@ -822,9 +814,6 @@ mod tests {
         let mut ordered = WatermarkTracker::new([a, b], Some(Control { lag_ms: 100 }));
         let mut unordered = ordered.clone();
         unordered.unordered(a).unwrap();
-        assert!(unordered.is_unordered(&a));
-        assert!(!unordered.is_unordered(&b) && !ordered.is_unordered(&a));
-        assert!(!unordered.is_unordered(&ch(9, 0)), "not an input");
         for w in [&mut ordered, &mut unordered] {
             w.control(10_000).unwrap();
             w.start(a, 4).unwrap();

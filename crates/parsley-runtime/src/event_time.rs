@@ -390,11 +390,6 @@ impl EventTime {
         self.tracker.drift(channel)
     }
 
-    /// `true` for an input marked unordered ([`WatermarkTracker::is_unordered`]).
-    pub(crate) fn is_unordered(&self, channel: &Channel) -> bool {
-        self.tracker.is_unordered(channel)
-    }
-
     /// Records parked now.
     pub(crate) fn parked(&self) -> usize {
         self.queue.len()

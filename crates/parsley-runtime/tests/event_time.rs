@@ -33,7 +33,7 @@ use std::time::Duration;
 
 mod common;
 
-use common::{base, enqueue, held_records, only_task};
+use common::{base, enqueue, only_task};
 
 use parsley_clock::{Channel, Clock, STAMP_HEADER, Stamp, codec};
 use parsley_runtime::{LateKey, Runtime, RuntimeConfig, TaskPhase, changelog_topic};
@@ -481,24 +481,11 @@ fn a_control_stream_moves_the_watermark_to_its_timestamps_minus_the_lag() {
     let running = Runtime::new(topology, RuntimeConfig::new(bootstrap()))
         .start()
         .unwrap();
-    // Parked, or held before the gate: while the watermark has no value, watermark alignment
-    // lets one record of an input that has delivered nothing go on per turn (both are parked
-    // if the first poll batch took them before the input had a bound). `a` has read its
-    // history once nothing of it is held.
-    let task = only_task(&wait_tasks(
-        &running,
-        "forward",
-        "both parked or held",
-        |t| t.len() == 1 && t[0].parked + held_records(&running) == 2,
-    ));
+    let task = only_task(&wait_tasks(&running, "forward", "both parked", |t| {
+        t.len() == 1 && t[0].parked == 2 && t[0].catching_up == 0
+    }));
     assert_eq!(task.watermark_ms, None, "no control tick yet: {task:?}");
     assert_eq!(task.delivered, 0, "{task:?}");
-    let held = held_records(&running);
-    assert_eq!(
-        task.catching_up,
-        u64::from(held > 0),
-        "{held} held: {task:?}"
-    );
 
     send_at(&p, &ctl.name, base, "c", 1_000);
     wait_committed(&running, "forward", 3);
@@ -525,9 +512,8 @@ fn a_control_stream_moves_the_watermark_to_its_timestamps_minus_the_lag() {
 /// 0–50, no lateness allowed. To make "the first fetches return only `a`" certain rather than
 /// likely, `b`'s history sits in a transaction that is still open at startup: its records are
 /// in the log (the startup end counts them) but a `read_committed` fetch returns none of them.
-/// While `b` has delivered nothing it holds the watermark at its lowest value, so no record of
-/// `a` goes to the handler: its first is parked, the rest held before the gate by watermark
-/// alignment; after the commit every record leaves in event-time order, none late.
+/// While `b` has delivered nothing it holds the watermark at its lowest value, so every record
+/// of `a` stays parked; after the commit every record leaves in event-time order, none late.
 #[test]
 fn c13_the_first_fetch_does_not_move_the_watermark_past_a_partition_still_reading_history() {
     let base = base();
@@ -551,18 +537,12 @@ fn c13_the_first_fetch_does_not_move_the_watermark_past_a_partition_still_readin
         .unwrap();
     let na = a_times.len() as u64;
     // `delivered` counts hand-overs to the handler: none while the queue holds everything.
-    let task = only_task(&wait_tasks(&running, "forward", "a parked or held", |t| {
-        t.len() == 1 && t[0].parked + held_records(&running) == na
+    let task = only_task(&wait_tasks(&running, "forward", "a parked", |t| {
+        t.len() == 1 && t[0].parked == na
     }));
-    assert_eq!(task.delivered, 0, "none of a goes to the handler: {task:?}");
+    assert_eq!(task.delivered, 0, "all of a stays parked: {task:?}");
     assert_eq!(task.watermark_ms, None, "{task:?}");
-    // `b` is still reading history; `a` too while some of it is held.
-    let held = held_records(&running);
-    assert_eq!(
-        task.catching_up,
-        1 + u64::from(held > 0),
-        "{held} held: {task:?}"
-    );
+    assert_eq!(task.catching_up, 1, "b is still reading history: {task:?}");
     tx.commit_transaction(DEADLINE).unwrap();
     let n = na + b_times.len() as u64;
     wait_committed(&running, "forward", n);

@@ -15,15 +15,27 @@ use std::time::Duration;
 
 mod common;
 
-use common::{base, enqueue, held_records, only_task};
+use common::{base, enqueue, only_task};
 use parsley_runtime::Runtime;
-use parsley_runtime::{RuntimeConfig, StatisticsSink, TaskMetrics};
+use parsley_runtime::{Running, RuntimeConfig, StatisticsSink, TaskMetrics};
 use parsley_stage::EventTimeOrder;
 use parsley_testkit::fixtures::{
     DEADLINE, bootstrap, committed_values, create_topic, forward_topology_with, raw_producer,
     unique_topic, wait_committed, wait_tasks,
 };
 use rdkafka::producer::{BaseProducer, Producer};
+
+/// Records held for watermark alignment over every task of `running` (`Running::explain`).
+fn held_records(running: &Running) -> u64 {
+    running
+        .explain()
+        .stages
+        .iter()
+        .flat_map(|s| &s.tasks)
+        .flat_map(|t| &t.ahead)
+        .map(|a| a.held_records)
+        .sum()
+}
 
 /// Input `a` holds records a second of event time apart. Input `b` has one committed record at
 /// 0.5 s, then an open transaction with 20 records from 1,000 s on: `b` cannot be read past

@@ -51,9 +51,9 @@ pub const DEFAULT_MAX_DRIFT_MS: i64 = 60_000;
 /// whose event time lies more than [`EventTimeOrder::max_drift_ms`] beyond the watermark is
 /// held before the task (in memory, not delivered, not changelogged; a restart reads it again)
 /// with every later record of its input, and goes on as the watermark rises. An input a blocked
-/// record's claim waits on and an unordered input are never held; one that has delivered
-/// nothing, and the input that holds the watermark, always let their next record go on, so
-/// alignment cannot deadlock. What the queue holds is then about the drift's worth of each input's event
+/// record's claim waits on, an unordered input and one that has delivered nothing are never
+/// held, and the input that holds the watermark always lets its next record go on, so alignment
+/// cannot deadlock. What the queue holds is then about the drift's worth of each input's event
 /// time, not the history. Live records run at most the lag ahead of the watermark and are never
 /// held for it. On by default ([`DEFAULT_MAX_DRIFT_MS`]); [`EventTimeOrder::unaligned`] turns
 /// it off.

@@ -12,20 +12,14 @@
 //! again from the committed offsets. The limit is the configured drift plus the control clock's
 //! lag (live records run the lag ahead of the watermark and are never held for it).
 //!
-//! An ordered input that has delivered nothing yet is bounded too, and lets its first held
-//! record go on each turn: at startup every input's first poll batches would otherwise reach
-//! the timer queue whole before the watermark has a value (tens of thousands of records parked
-//! over 39 inputs, whatever the drift); now one record per input does, and the watermark forms
-//! from them.
-//!
 //! Invariants: an input a blocked record waits on ([`Gate::awaited`], or an in-flight claim
 //! that needs it read, [`Gate::needs_reading`]) has no bound — the record could wait for ever —
-//! nor has an unordered one. One that does not run ahead of the watermark (drift at most zero)
-//! or has delivered nothing lets at least its first held record go on each turn, whatever its
-//! event time. The input that holds the watermark is one of these (its drift is at most zero,
-//! or it has delivered nothing, or it is unordered), so whatever holds the watermark is always
-//! read and offered — an input, or the control stream, which is not an input — the watermark
-//! keeps rising while history is left, and every held record goes on.
+//! nor has one with no drift (unordered, nothing delivered). One that does not run ahead of the
+//! watermark (drift at most zero) lets at least its first held record go on each turn, whatever
+//! its event time. The input that holds the watermark is one of these (its drift is at most
+//! zero, or it has delivered nothing, or it is unordered), so whatever holds the watermark is
+//! always read and offered — an input, or the control stream, which is not an input — the
+//! watermark keeps rising while history is left, and every held record goes on.
 
 use parsley_clock::Channel;
 use parsley_gate::Gate;
@@ -41,8 +35,6 @@ pub(crate) struct Input {
     pub drift: Option<i64>,
     /// A blocked record waits on it.
     pub awaited: bool,
-    /// It is unordered (its delivered event times bound nothing).
-    pub unordered: bool,
 }
 
 /// The inputs of one task, read from its gate and event-time state.
@@ -53,7 +45,6 @@ pub(crate) fn inputs<R>(gate: &Gate<R>, et: &EventTime) -> Vec<Input> {
             channel,
             drift: et.drift(&channel),
             awaited: gate.awaited(&channel) || gate.needs_reading(&channel),
-            unordered: et.is_unordered(&channel),
         })
         .collect()
 }
@@ -85,14 +76,12 @@ pub(crate) fn bounds(
     inputs
         .iter()
         .map(|i| {
-            let bound = if i.awaited || i.unordered {
-                None
-            } else {
-                Some(Bound {
+            let bound = match i.drift {
+                Some(drift) if !i.awaited => Some(Bound {
                     up_to,
-                    // Not ahead, or nothing delivered yet.
-                    at_least_one: i.drift.is_none_or(|drift| drift <= 0),
-                })
+                    at_least_one: drift <= 0,
+                }),
+                _ => None,
             };
             (i.channel, bound)
         })
@@ -114,7 +103,6 @@ mod tests {
             channel: ch(p),
             drift,
             awaited,
-            unordered: false,
         }
     }
 
@@ -159,35 +147,11 @@ mod tests {
     }
 
     #[test]
-    fn an_awaited_or_unordered_input_is_never_bounded() {
-        let unordered = Input {
-            unordered: true,
-            ..input(1, None, false)
-        };
-        let inputs = [input(0, Some(1_000_000), true), unordered];
+    fn an_awaited_input_or_one_without_a_drift_is_never_bounded() {
+        let inputs = [input(0, Some(1_000_000), true), input(1, None, false)];
         assert_eq!(
             bounds(&inputs, Some(10_000), 1_000),
             vec![(ch(0), None), (ch(1), None)]
-        );
-    }
-
-    #[test]
-    fn an_input_that_delivered_nothing_lets_one_held_record_go_on_per_turn() {
-        // No watermark yet (the startup): everything is held but one record per turn.
-        let one = |up_to| {
-            Some(Bound {
-                up_to,
-                at_least_one: true,
-            })
-        };
-        assert_eq!(
-            bounds(&[input(0, None, false)], None, 1_000),
-            vec![(ch(0), one(i64::MIN))]
-        );
-        // With a watermark: up to the watermark plus the limit, and at least one.
-        assert_eq!(
-            bounds(&[input(0, None, false)], Some(10_000), 1_000),
-            vec![(ch(0), one(11_000))]
         );
     }
 

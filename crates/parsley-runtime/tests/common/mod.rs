@@ -2,7 +2,7 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use parsley_runtime::{Running, TaskMetrics};
+use parsley_runtime::TaskMetrics;
 use rdkafka::producer::{BaseProducer, BaseRecord};
 
 /// An hour ago, ms since the epoch: the tests' time zero.
@@ -30,20 +30,4 @@ pub fn enqueue(producer: &BaseProducer, topic: &str, key: &str, value: &str, tim
 pub fn only_task(tasks: &[TaskMetrics]) -> TaskMetrics {
     assert_eq!(tasks.len(), 1, "{tasks:?}");
     tasks[0]
-}
-
-/// Records held for watermark alignment over every task of `running` (`Running::explain`).
-#[allow(
-    dead_code,
-    reason = "not every test file that shares this module uses it"
-)]
-pub fn held_records(running: &Running) -> u64 {
-    running
-        .explain()
-        .stages
-        .iter()
-        .flat_map(|s| &s.tasks)
-        .flat_map(|t| &t.ahead)
-        .map(|a| a.held_records)
-        .sum()
 }
