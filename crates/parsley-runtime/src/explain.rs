@@ -597,9 +597,9 @@ pub(crate) fn blocked_records<R>(
 
 /// The channels of `gate` in `paused` (the consumer's paused partitions), with what they hold
 /// against `cap`, by channel.
-pub(crate) fn paused_channels<R>(
+pub(crate) fn paused_channels<R, S: std::hash::BuildHasher>(
     gate: &Gate<R>,
-    paused: &HashSet<Channel>,
+    paused: &HashSet<Channel, S>,
     cap: usize,
     names: &dyn Fn(TopicId) -> Option<String>,
 ) -> Vec<PausedChannel> {

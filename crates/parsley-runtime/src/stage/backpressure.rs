@@ -18,6 +18,7 @@
 //! channel an unsettled in-flight claim needs is never paused.
 
 use std::collections::HashSet;
+use std::hash::BuildHasher;
 
 use parsley_clock::Channel;
 use parsley_gate::Gate;
@@ -54,7 +55,11 @@ pub(crate) enum Step {
 
 /// The backpressure steps for one task's `gate`, given the channels paused now and the cap of
 /// fetched-but-undelivered records per channel. Channels not seeded yet are left alone.
-pub(crate) fn plan<R>(gate: &Gate<R>, paused: &HashSet<Channel>, cap: usize) -> Vec<Step> {
+pub(crate) fn plan<R, S: BuildHasher>(
+    gate: &Gate<R>,
+    paused: &HashSet<Channel, S>,
+    cap: usize,
+) -> Vec<Step> {
     let wanted = gate.refetch_wanted();
     let mut steps = Vec::new();
     for channel in gate.consumed() {

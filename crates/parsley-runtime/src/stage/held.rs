@@ -21,10 +21,11 @@
 //! time, not by how far it runs ahead: the records beyond the bound wait here, before the gate,
 //! where nothing of them is changelogged.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
 use parsley_clock::Channel;
 
+use super::ChannelMap;
 use super::record::Fetched;
 
 /// Most bytes held per input before its partition is paused at the consumer as well: eight
@@ -95,7 +96,7 @@ pub(crate) enum Pushed {
 /// The held records of every input held now.
 #[derive(Debug)]
 pub(crate) struct Held<R> {
-    buffers: HashMap<Channel, Buffer<R>>,
+    buffers: ChannelMap<Buffer<R>>,
     cap: usize,
 }
 
@@ -103,7 +104,7 @@ impl<R: HeldRecord> Held<R> {
     /// No record held; at most `cap` bytes per input before its partition is paused.
     pub(crate) fn new(cap: usize) -> Self {
         Held {
-            buffers: HashMap::new(),
+            buffers: ChannelMap::default(),
             cap,
         }
     }

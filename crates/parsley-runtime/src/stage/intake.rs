@@ -23,7 +23,6 @@
 //! records only while alignment bounds it.
 
 use std::borrow::Cow;
-use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -34,7 +33,6 @@ use rdkafka::message::{BorrowedMessage, Headers, Message};
 use rdkafka::{Offset, TopicPartitionList};
 use tracing::{debug, warn};
 
-use super::StageRunner;
 use super::alignment::Bound;
 use super::context::TaskContext;
 use super::evidence;
@@ -42,6 +40,7 @@ use super::held::{HOLD_BYTES, Held, Pushed};
 use super::output::Header;
 use super::rebalance::{RebalanceContext, RebalanceEvent};
 use super::record::{Fetched, FetchedMessage, fetched};
+use super::{ChannelMap, ChannelSet, StageRunner};
 use crate::admin::Admin;
 use crate::clients::ClientRole;
 use crate::config::RuntimeConfig;
@@ -106,9 +105,9 @@ pub(crate) struct Intake {
     /// When the current batch took its first record (one clock read per batch).
     batch_time: Option<Instant>,
     /// The channels paused by backpressure (their queues are full).
-    full: HashSet<Channel>,
+    full: ChannelSet,
     /// The channels bounded by watermark alignment, and their bounds.
-    bounds: HashMap<Channel, Bound>,
+    bounds: ChannelMap<Bound>,
     /// What the consumer returned of bounded channels beyond their bounds, and after.
     held: Held<Box<Fetched>>,
     /// Held records were released since the stream thread last asked.
@@ -172,8 +171,8 @@ impl Intake {
             epoch: 0,
             arrivals: 0,
             batch_time: None,
-            full: HashSet::new(),
-            bounds: HashMap::new(),
+            full: ChannelSet::default(),
+            bounds: ChannelMap::default(),
             held: Held::new(HOLD_BYTES),
             released: false,
             endpoint,
@@ -191,7 +190,7 @@ impl Intake {
     }
 
     /// The channels paused by backpressure now.
-    pub(crate) fn full(&self) -> &HashSet<Channel> {
+    pub(crate) fn full(&self) -> &ChannelSet {
         &self.full
     }
 
