@@ -572,6 +572,7 @@ fn throughput_run(
         records: case.records,
         commit_interval_ms: args.commit_interval_ms,
         stamp_bytes: case.stamp_bytes,
+        spin_ns: 0,
         statistics: statistics.clone(),
         state_dir: args
             .state_dir
@@ -728,6 +729,7 @@ fn latency_run(
         records: latency_records + args.partitions as u64,
         commit_interval_ms: args.commit_interval_ms,
         stamp_bytes: 0,
+        spin_ns: 0,
         statistics: None,
         state_dir: None,
         restart: false,
@@ -914,6 +916,7 @@ mod tests {
             records: 1,
             commit_interval_ms: 100,
             stamp_bytes: 0,
+            spin_ns: 0,
             unchecked_keys: false,
             statistics: None,
             state_dir: None,

@@ -17,6 +17,10 @@
 //! clock, stamp encoding, changelog). The benchmark sets the length to the mean length of the
 //! headers a Parsley run of the same workload wrote.
 //!
+//! With `--spin-ns`, the loop busy-waits that long after each send: work of a known cost in
+//! its thread, in place of Parsley's, to measure how much work per record a throughput ratio
+//! to the raw loops leaves room for.
+//!
 //! One trap for a hand-written loop: rdkafka 0.39's `commit_transaction` first calls `flush`,
 //! which serves delivery reports with `BaseProducer::poll` in steps of up to 100 ms, and that
 //! `poll` returns only when its timeout has passed. With sends still unacknowledged, every
@@ -123,6 +127,7 @@ pub fn run(args: &WorkerArgs, stamp_bytes: Option<usize>) -> Result<Measured> {
                 }));
             }
             send(&producer, record)?;
+            spin(args.spin_ns);
             next_offsets.insert(m.partition(), m.offset() + 1);
             uncommitted += 1;
             timeout = Duration::ZERO;
@@ -173,6 +178,17 @@ impl ProducerContext for RawContext {
     type DeliveryOpaque = ();
 
     fn delivery(&self, _: &DeliveryResult<'_>, _: ()) {}
+}
+
+/// Busy-waits `ns` nanoseconds on this thread (`--spin-ns`; nothing for 0).
+fn spin(ns: u64) {
+    if ns == 0 {
+        return;
+    }
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_nanos(ns) {
+        std::hint::spin_loop();
+    }
 }
 
 /// Sends `record`; when librdkafka's queue is full, serves delivery reports to make room.

@@ -101,6 +101,10 @@ pub struct WorkerArgs {
     /// Length of the stamp header value of [`Mode::RawStamped`], bytes.
     #[arg(long, default_value_t = 0)]
     pub stamp_bytes: usize,
+    /// Raw modes: busy-wait this long after each send, ns — work of a known cost in the loop's
+    /// thread, to measure how much work per record a ratio to the raw loops leaves room for.
+    #[arg(long, default_value_t = 0, value_name = "NS")]
+    pub spin_ns: u64,
     /// Parsley mode: the input opts out of the key-partition check
     /// (`KeyPartitioning::Unchecked`), to measure what the check costs.
     #[arg(long)]
