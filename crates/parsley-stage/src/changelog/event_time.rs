@@ -17,7 +17,8 @@ use serde::{Deserialize, Serialize};
 /// changelogged record by record, 3 the header of segments whose entries also held the source
 /// topic's name and a second copy of the key.
 const CODEC_VERSION: u8 = 4;
-/// Largest event-time record body decoded, bytes (a corrupt length never allocates more).
+/// Most an event-time record's decode may claim, bytes (a corrupt length never allocates
+/// more).
 const DECODE_LIMIT: usize = 1 << 30;
 
 /// A delivered record waiting in a task's timer queue: what the handler needs besides its key
@@ -127,7 +128,8 @@ impl EventTimeRecord {
     }
 
     /// Decodes a record ([`EventTimeRecord::encode`]'s inverse). Bounded: a corrupt length
-    /// never allocates more than 1 GiB. The queue's header is not decoded here
+    /// never allocates more than 1 MiB for a record of up to 4 KiB, 256 times the record's
+    /// length for a larger one, and never more than 1 GiB (module `bounded`). The queue's header is not decoded here
     /// ([`EventTimeState::decode`] does, with the queue's parts).
     ///
     /// # Errors
@@ -146,9 +148,8 @@ impl EventTimeRecord {
         if version != CODEC_VERSION {
             return Err(format!("unknown event-time record version {version}"));
         }
-        let config = bincode::config::standard().with_limit::<DECODE_LIMIT>();
         let ((watermark, inputs, topics, queue), used): (Wire, usize) =
-            bincode::decode_from_slice(body, config).map_err(|e| e.to_string())?;
+            super::bounded::decode::<Wire, DECODE_LIMIT>(body).map_err(|e| e.to_string())?;
         if used != body.len() {
             return Err(format!("{} trailing bytes", body.len() - used));
         }

@@ -46,6 +46,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use parsley_gate::Part;
 
+mod bounded;
 mod event_time;
 mod snapshot;
 

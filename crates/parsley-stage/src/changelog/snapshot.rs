@@ -5,7 +5,7 @@ use parsley_gate::{ChannelSnapshot, GateSnapshot};
 
 /// Version of the snapshot encoding.
 const SNAPSHOT_VERSION: u8 = 1;
-/// Largest snapshot body decoded, bytes (a corrupt length never allocates more).
+/// Most a snapshot's decode may claim, bytes (a corrupt length never allocates more).
 const SNAPSHOT_LIMIT: usize = 64 << 20;
 
 /// Parsley's committed state of one task: what the runtime needs besides the fold state to
@@ -82,7 +82,8 @@ impl TaskSnapshot {
     }
 
     /// Decodes a snapshot ([`TaskSnapshot::encode`]'s inverse). Bounded: a corrupt length never
-    /// allocates more than 64 MiB.
+    /// allocates more than 1 MiB for a snapshot of up to 4 KiB, and never more than 64 MiB
+    /// (module `bounded`).
     ///
     /// # Errors
     /// A message naming what is wrong: empty bytes, an unknown version, bytes that do not
@@ -94,9 +95,8 @@ impl TaskSnapshot {
         if version != SNAPSHOT_VERSION {
             return Err(format!("unknown snapshot version {version}"));
         }
-        let config = bincode::config::standard().with_limit::<SNAPSHOT_LIMIT>();
         let (w, used): (Wire, usize) =
-            bincode::decode_from_slice(body, config).map_err(|e| e.to_string())?;
+            super::bounded::decode::<Wire, SNAPSHOT_LIMIT>(body).map_err(|e| e.to_string())?;
         if used != body.len() {
             return Err(format!("{} trailing bytes", body.len() - used));
         }
