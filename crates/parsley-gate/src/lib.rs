@@ -68,6 +68,7 @@
 #![forbid(unsafe_code)]
 #![doc(test(attr(deny(warnings))))]
 
+pub mod bounded;
 mod catchup;
 mod error;
 mod gate;

@@ -3,7 +3,8 @@
 //! readable alone ([`segment_ids`]), followed by its entries ([`Segments`] packs entries into
 //! records of bounded size); a late count is one number.
 //!
-//! Decoding never panics on corrupt bytes: what it may allocate is bounded ([`DECODE_LIMIT`]),
+//! Decoding never panics on corrupt bytes: what it may allocate is bounded by the record's
+//! length ([`crate::bounded`]; at most [`DECODE_LIMIT`]),
 //! and an unknown version, truncated or trailing bytes, and a segment with no entries or with
 //! not as many ids as entries are refused. What the decoded parts must satisfy together is
 //! checked by [`TimerQueue::from_parts`].
@@ -20,7 +21,8 @@ use crate::error::GateError;
 /// Version byte of every changelog record ([`TimerQueue::to_parts`]); 1 wrote one record per
 /// parked record.
 pub(super) const CODEC_VERSION: u8 = 2;
-/// Upper bound on what a decode may allocate (bincode's claim check), bytes.
+/// Most a decode may claim (bincode's check before it allocates), bytes; a short record's
+/// limit is lower ([`crate::bounded`]).
 const DECODE_LIMIT: usize = 1 << 30;
 
 /// The queue-wide part of the changelog form ([`TimerQueue::to_parts`]).
@@ -82,9 +84,8 @@ fn decode_front<'a, T: DeserializeOwned>(
     what: &str,
     body: &'a [u8],
 ) -> Result<(T, &'a [u8]), String> {
-    let config = bincode::config::standard().with_limit::<DECODE_LIMIT>();
-    let (value, used): (T, usize) =
-        bincode::serde::decode_from_slice(body, config).map_err(|e| format!("{what}: {e}"))?;
+    let (value, used): (T, usize) = crate::bounded::decode_serde::<T, DECODE_LIMIT>(body)
+        .map_err(|e| format!("{what}: {e}"))?;
     Ok((value, &body[used..]))
 }
 

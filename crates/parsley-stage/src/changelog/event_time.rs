@@ -129,7 +129,7 @@ impl EventTimeRecord {
 
     /// Decodes a record ([`EventTimeRecord::encode`]'s inverse). Bounded: a corrupt length
     /// never allocates more than 1 MiB for a record of up to 4 KiB, 256 times the record's
-    /// length for a larger one, and never more than 1 GiB (module `bounded`). The queue's header is not decoded here
+    /// length for a larger one, and never more than 1 GiB (`parsley_gate::bounded`). The queue's header is not decoded here
     /// ([`EventTimeState::decode`] does, with the queue's parts).
     ///
     /// # Errors
@@ -149,7 +149,7 @@ impl EventTimeRecord {
             return Err(format!("unknown event-time record version {version}"));
         }
         let ((watermark, inputs, topics, queue), used): (Wire, usize) =
-            super::bounded::decode::<Wire, DECODE_LIMIT>(body).map_err(|e| e.to_string())?;
+            parsley_gate::bounded::decode::<Wire, DECODE_LIMIT>(body).map_err(|e| e.to_string())?;
         if used != body.len() {
             return Err(format!("{} trailing bytes", body.len() - used));
         }

@@ -46,7 +46,6 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use parsley_gate::Part;
 
-mod bounded;
 mod event_time;
 mod snapshot;
 

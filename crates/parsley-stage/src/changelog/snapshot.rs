@@ -83,7 +83,7 @@ impl TaskSnapshot {
 
     /// Decodes a snapshot ([`TaskSnapshot::encode`]'s inverse). Bounded: a corrupt length never
     /// allocates more than 1 MiB for a snapshot of up to 4 KiB, and never more than 64 MiB
-    /// (module `bounded`).
+    /// (`parsley_gate::bounded`).
     ///
     /// # Errors
     /// A message naming what is wrong: empty bytes, an unknown version, bytes that do not
@@ -95,8 +95,8 @@ impl TaskSnapshot {
         if version != SNAPSHOT_VERSION {
             return Err(format!("unknown snapshot version {version}"));
         }
-        let (w, used): (Wire, usize) =
-            super::bounded::decode::<Wire, SNAPSHOT_LIMIT>(body).map_err(|e| e.to_string())?;
+        let (w, used): (Wire, usize) = parsley_gate::bounded::decode::<Wire, SNAPSHOT_LIMIT>(body)
+            .map_err(|e| e.to_string())?;
         if used != body.len() {
             return Err(format!("{} trailing bytes", body.len() - used));
         }

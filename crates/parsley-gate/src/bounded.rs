@@ -1,4 +1,6 @@
-//! Decoding with what a corrupt length may allocate bounded by the input's own size.
+//! Decoding changelog bytes (bincode, standard configuration) with what a corrupt length may
+//! allocate bounded by the input's own size: the timer queue's records here, the task snapshot
+//! and the event-time record in `parsley-stage`.
 //!
 //! bincode 2 checks a length against a limit before it allocates: a container of `len`
 //! elements of `T` claims `len * size_of::<T>()` bytes, and gives back each element's share as
@@ -14,33 +16,65 @@
 //! can take, summed along any nesting of containers, stays well below [`CLAIM_PER_BYTE`] (the
 //! largest: the event-time record's input entry, 64 bytes claimed for at least 19 input bytes,
 //! with its look-ahead pairs, 16 bytes for at least 2 — about 12 per byte); the tests decode
-//! values of those shapes at the smallest input each element allows.
+//! values of those shapes at the smallest input each element allows. Through serde
+//! ([`decode_serde`]) only strings and byte strings claim, a byte per input byte; a sequence is
+//! preallocated to at most serde's own cautious bound.
 
 use bincode::error::DecodeError;
 
 /// Memory a valid value may claim per byte of its input, at most (module docs).
-pub(crate) const CLAIM_PER_BYTE: usize = 256;
+pub const CLAIM_PER_BYTE: usize = 256;
 
-/// Decodes a `T` (bincode, standard configuration) from the front of `body`; returns it and
-/// the bytes it used. The limit is the smallest of 1 MiB, 16 MiB, 256 MiB and `max` that is at
-/// least [`CLAIM_PER_BYTE`] times `body.len()` (`max` when none is).
+/// The limit [`decode`] and [`decode_serde`] apply to `body`: the smallest of 1 MiB, 16 MiB
+/// and 256 MiB that is at least [`CLAIM_PER_BYTE`] times its length and below `max`, else
+/// `max`.
+fn tier(body: &[u8], max: usize) -> usize {
+    let need = body.len().saturating_mul(CLAIM_PER_BYTE);
+    [MIB, 16 * MIB, 256 * MIB]
+        .into_iter()
+        .find(|&t| need <= t && t < max)
+        .unwrap_or(max)
+}
+
+const MIB: usize = 1 << 20;
+
+/// Decodes a `T` (bincode's own encoding) from the front of `body`; returns it and the bytes
+/// it used. The limit is the smallest of 1 MiB, 16 MiB, 256 MiB and `MAX` that is at least
+/// [`CLAIM_PER_BYTE`] times `body.len()` (`MAX` when none is).
 ///
 /// # Errors
 /// bincode's: bytes that do not decode, a length whose claim passes the limit.
-pub(crate) fn decode<T: bincode::Decode<()>, const MAX: usize>(
+pub fn decode<T: bincode::Decode<()>, const MAX: usize>(
     body: &[u8],
 ) -> Result<(T, usize), DecodeError> {
-    fn with<T: bincode::Decode<()>, const L: usize>(
-        body: &[u8],
-    ) -> Result<(T, usize), DecodeError> {
+    fn at<T: bincode::Decode<()>, const L: usize>(body: &[u8]) -> Result<(T, usize), DecodeError> {
         bincode::decode_from_slice(body, bincode::config::standard().with_limit::<L>())
     }
-    let need = body.len().saturating_mul(CLAIM_PER_BYTE);
-    match need {
-        n if n <= 1 << 20 && 1 << 20 < MAX => with::<T, { 1 << 20 }>(body),
-        n if n <= 16 << 20 && 16 << 20 < MAX => with::<T, { 16 << 20 }>(body),
-        n if n <= 256 << 20 && 256 << 20 < MAX => with::<T, { 256 << 20 }>(body),
-        _ => with::<T, MAX>(body),
+    match tier(body, MAX) {
+        MIB => at::<T, MIB>(body),
+        t if t == 16 * MIB => at::<T, { 16 * MIB }>(body),
+        t if t == 256 * MIB => at::<T, { 256 * MIB }>(body),
+        _ => at::<T, MAX>(body),
+    }
+}
+
+/// [`decode`] for a `T` read through serde.
+///
+/// # Errors
+/// As [`decode`].
+pub fn decode_serde<T: serde::de::DeserializeOwned, const MAX: usize>(
+    body: &[u8],
+) -> Result<(T, usize), DecodeError> {
+    fn at<T: serde::de::DeserializeOwned, const L: usize>(
+        body: &[u8],
+    ) -> Result<(T, usize), DecodeError> {
+        bincode::serde::decode_from_slice(body, bincode::config::standard().with_limit::<L>())
+    }
+    match tier(body, MAX) {
+        MIB => at::<T, MIB>(body),
+        t if t == 16 * MIB => at::<T, { 16 * MIB }>(body),
+        t if t == 256 * MIB => at::<T, { 256 * MIB }>(body),
+        _ => at::<T, MAX>(body),
     }
 }
 
@@ -73,6 +107,31 @@ mod tests {
             matches!(fixed, DecodeError::UnexpectedEnd { .. }),
             "{fixed:?}"
         );
+    }
+
+    #[test]
+    fn through_serde_a_string_with_a_huge_length_is_refused_at_the_smallest_limit() {
+        let mut body = Vec::new();
+        bincode::encode_into_std_write(500u64 << 20, &mut body, bincode::config::standard())
+            .unwrap();
+        let err = decode_serde::<String, { 1 << 30 }>(&body).unwrap_err();
+        assert!(matches!(err, DecodeError::LimitExceeded), "{err:?}");
+        let text = "parsley".repeat(1_000);
+        let body = bincode::serde::encode_to_vec(&text, bincode::config::standard()).unwrap();
+        assert_eq!(
+            decode_serde::<String, { 1 << 30 }>(&body).unwrap(),
+            (text, body.len())
+        );
+    }
+
+    #[test]
+    fn the_limit_is_the_smallest_tier_that_covers_the_input_and_never_above_the_maximum() {
+        assert_eq!(tier(&[0; 100], 1 << 30), MIB);
+        assert_eq!(tier(&[0; 4096], 1 << 30), MIB);
+        assert_eq!(tier(&[0; 4097], 1 << 30), 16 * MIB);
+        assert_eq!(tier(&vec![0; 2 << 20], 1 << 30), 1 << 30);
+        assert_eq!(tier(&vec![0; 100_000], 64 * MIB), 64 * MIB);
+        assert_eq!(tier(&[0; 10], MIB), MIB);
     }
 
     #[test]
