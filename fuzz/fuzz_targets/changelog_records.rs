@@ -17,6 +17,8 @@
 //!   releases its records in ascending `(park time, arrival)` order.
 #![no_main]
 
+use std::collections::{BTreeMap, BTreeSet};
+
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
 use parsley_clock::{Channel, Clock, SenderId, TopicId};
@@ -52,14 +54,16 @@ fn inputs() -> Vec<Channel> {
     (0..SOURCES).map(|i| Channel::new(topic(i), 0)).collect()
 }
 
-/// A task snapshot's parts, any values (a clock keeps its offsets `>= 0`).
+/// A task snapshot's parts, any values, made to keep the invariants its writer keeps (a clock
+/// keeps its offsets `>= 0`; gate channels ascending, each baseline `>= 0` and frontier in
+/// `[baseline - 1, i64::MAX)`, look-ahead offsets above the frontier, senders ascending; the
+/// input offsets are the frontiers `+ 1`).
 #[derive(Arbitrary, Debug)]
 struct Task {
     sender: [u8; 16],
     next_seq: u64,
     clock: Vec<(u8, i64)>,
     gate: Vec<(u8, i64, i64, Vec<i64>, Vec<([u8; 16], u64)>)>,
-    offsets: Vec<(u8, i64)>,
 }
 
 impl Task {
@@ -68,36 +72,43 @@ impl Task {
         for &(c, o) in self.clock.iter().take(8) {
             let _ = clock.try_observe(channel(c).at(o));
         }
+        let mut channels: BTreeMap<Channel, ChannelSnapshot> = BTreeMap::new();
+        for (c, baseline, frontier, lookahead, delivered) in self.gate.iter().take(4) {
+            let baseline = (*baseline).clamp(0, i64::MAX - 1);
+            let frontier = (*frontier).clamp(baseline - 1, i64::MAX - 1);
+            let lookahead: BTreeSet<i64> = lookahead
+                .iter()
+                .take(8)
+                .copied()
+                .filter(|o| *o > frontier)
+                .collect();
+            let delivered: BTreeMap<SenderId, u64> = delivered
+                .iter()
+                .take(4)
+                .map(|(s, q)| (SenderId::from_bytes(*s), *q))
+                .collect();
+            channels.insert(
+                channel(*c),
+                ChannelSnapshot {
+                    channel: channel(*c),
+                    baseline,
+                    frontier,
+                    lookahead: lookahead.into_iter().collect(),
+                    delivered: delivered.into_iter().collect(),
+                },
+            );
+        }
+        let channels: Vec<ChannelSnapshot> = channels.into_values().collect();
+        let offsets = channels
+            .iter()
+            .map(|c| (c.channel, c.frontier + 1))
+            .collect();
         TaskSnapshot {
             sender: SenderId::from_bytes(self.sender),
             next_seq: self.next_seq,
             clock,
-            gate: GateSnapshot {
-                channels: self
-                    .gate
-                    .iter()
-                    .take(4)
-                    .map(
-                        |(c, baseline, frontier, lookahead, delivered)| ChannelSnapshot {
-                            channel: channel(*c),
-                            baseline: *baseline,
-                            frontier: *frontier,
-                            lookahead: lookahead.iter().take(8).copied().collect(),
-                            delivered: delivered
-                                .iter()
-                                .take(4)
-                                .map(|(s, q)| (SenderId::from_bytes(*s), *q))
-                                .collect(),
-                        },
-                    )
-                    .collect(),
-            },
-            offsets: self
-                .offsets
-                .iter()
-                .take(8)
-                .map(|&(c, o)| (channel(c), o))
-                .collect(),
+            gate: GateSnapshot { channels },
+            offsets,
         }
     }
 }
