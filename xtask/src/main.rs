@@ -158,8 +158,9 @@ enum Cmd {
     /// Build the book with mdBook (installed at a pinned version when missing), warnings
     /// denied, and check every relative link and anchor in it and in the README.
     Book,
-    /// Format check, clippy (warnings denied), every workspace test on the local broker and the
-    /// book's build and link check.
+    /// The test command: format check, clippy (warnings denied), every workspace test on the
+    /// local broker, the book's build and link check, a small demo (also over SASL_SSL), the
+    /// end-to-end benchmark's smoke run, two seeded fault-injection runs and the fuzz targets.
     Test {
         /// Leave a broker this command started running afterwards.
         #[arg(long)]
@@ -797,7 +798,11 @@ fn print_secure_listener() {
             s.bootstrap,
             s.mechanism,
             s.username,
-            s.ca_pem.display()
+            // The path as a reader would type it (`…/crates/parsley-testkit/../../target` → `…/target`).
+            s.ca_pem
+                .canonicalize()
+                .unwrap_or(s.ca_pem.clone())
+                .display()
         ),
         Ok(None) => println!(
             "kafka: no secure listener recorded (a broker started before it existed: \
