@@ -132,6 +132,12 @@ fn dead_letter_sends_each_bad_record_with_its_headers_and_goes_on() {
         (m.dead_lettered, m.skipped, m.bad_records.total()),
         (2, 0, 2)
     );
+    // Emissions are the handler's two outputs, sent and committed alike; the two dead letters
+    // are counted apart (and the four records as deliveries).
+    assert_eq!(
+        (m.emitted, m.committed_emissions, m.committed_deliveries),
+        (2, 2, 4)
+    );
     assert_eq!(
         driver.state("sum", &"b".to_string(), Utf8, Json).unwrap(),
         None::<u32>

@@ -83,7 +83,8 @@ pub(crate) struct Fetched {
 pub(crate) struct Work {
     /// Records delivered to the handler or dead-lettered.
     pub deliveries: u64,
-    /// Records sent (emissions and dead letters).
+    /// Records the handler sent (its emissions; a dead letter is counted by the
+    /// `dead_lettered` metric, its record in `deliveries`).
     pub emissions: u64,
     /// Gate deliveries parked in an event-time queue (the queue changed: commit it).
     pub parked: u64,

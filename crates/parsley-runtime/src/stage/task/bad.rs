@@ -184,7 +184,7 @@ impl Task {
                 .map_err(|e| ctx.gate_error(self.partition, e))?;
             if let (Some(d), policy::Impossible::DeadLetter(reason)) = (discarded, &verdict) {
                 work.deliveries += 1;
-                self.impossible_dead_letter(ctx, out, &mut work, &d.payload, d.coordinate, reason)?;
+                self.impossible_dead_letter(ctx, out, &d.payload, d.coordinate, reason)?;
             }
         }
         Ok(work)
@@ -212,7 +212,6 @@ impl Task {
         &mut self,
         ctx: &TaskContext,
         out: &mut dyn Output,
-        work: &mut Work,
         payload: &Payload,
         coordinate: Coordinate,
         reason: &str,
@@ -233,7 +232,7 @@ impl Task {
             headers: Rare::headers(&payload.rare),
             timestamp: payload.record_timestamp,
         };
-        self.dead_letter(out, work, ctx.dead_letter.as_ref(), record, &cause)?;
+        self.dead_letter(out, ctx.dead_letter.as_ref(), record, &cause)?;
         ctx.metrics.dead_lettered();
         Ok(())
     }
@@ -243,7 +242,6 @@ impl Task {
     pub(super) fn dead_letter(
         &mut self,
         out: &mut dyn Output,
-        work: &mut Work,
         dlq: Option<&DeadLetterTopic>,
         record: Original<'_>,
         cause: &DeadLetterCause<'_>,
@@ -290,7 +288,8 @@ impl Task {
             };
             return Err(err.refused_in(cause.stage, Some(input), true));
         }
-        work.emissions += 1;
+        // Not an emission: `Work::emissions` counts what the handler sent, as the `emitted`
+        // metric does; the dead letter is in `dead_lettered`, its record in `deliveries`.
         Ok(())
     }
 
@@ -318,13 +317,7 @@ impl Task {
                     kind: kind.name(),
                     reason: &reason,
                 };
-                self.dead_letter(
-                    out,
-                    work,
-                    ctx.bad_record_dead_letter.as_ref(),
-                    record,
-                    &cause,
-                )?;
+                self.dead_letter(out, ctx.bad_record_dead_letter.as_ref(), record, &cause)?;
                 ctx.metrics.dead_lettered();
             }
         }

@@ -426,7 +426,7 @@ impl Task {
                 ctx.metrics.lookahead();
             }
             if let Some(reason) = Rare::dead_letter(&payload.rare) {
-                self.impossible_dead_letter(ctx, out, &mut work, &payload, d.coordinate, reason)?;
+                self.impossible_dead_letter(ctx, out, &payload, d.coordinate, reason)?;
                 work.deliveries += 1;
                 ctx.metrics.delivered();
                 self.counts.delivered += 1;
