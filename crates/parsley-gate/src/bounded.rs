@@ -38,6 +38,38 @@ fn tier(body: &[u8], max: usize) -> usize {
 
 const MIB: usize = 1 << 20;
 
+/// One of bincode's two decoders, run with a limit `L` chosen at run time from a few.
+trait Decoder<T> {
+    fn at<const L: usize>(body: &[u8]) -> Result<(T, usize), DecodeError>;
+}
+
+/// bincode's own encoding ([`decode`]).
+struct Native;
+/// Through serde ([`decode_serde`]).
+struct Serde;
+
+impl<T: bincode::Decode<()>> Decoder<T> for Native {
+    fn at<const L: usize>(body: &[u8]) -> Result<(T, usize), DecodeError> {
+        bincode::decode_from_slice(body, bincode::config::standard().with_limit::<L>())
+    }
+}
+
+impl<T: serde::de::DeserializeOwned> Decoder<T> for Serde {
+    fn at<const L: usize>(body: &[u8]) -> Result<(T, usize), DecodeError> {
+        bincode::serde::decode_from_slice(body, bincode::config::standard().with_limit::<L>())
+    }
+}
+
+/// Runs `D` on `body` with the limit of [`tier`].
+fn tiered<T, D: Decoder<T>, const MAX: usize>(body: &[u8]) -> Result<(T, usize), DecodeError> {
+    match tier(body, MAX) {
+        MIB => D::at::<MIB>(body),
+        t if t == 16 * MIB => D::at::<{ 16 * MIB }>(body),
+        t if t == 256 * MIB => D::at::<{ 256 * MIB }>(body),
+        _ => D::at::<MAX>(body),
+    }
+}
+
 /// Decodes a `T` (bincode's own encoding) from the front of `body`; returns it and the bytes
 /// it used. The limit is the smallest of 1 MiB, 16 MiB, 256 MiB and `MAX` that is at least
 /// [`CLAIM_PER_BYTE`] times `body.len()` (`MAX` when none is).
@@ -47,15 +79,7 @@ const MIB: usize = 1 << 20;
 pub fn decode<T: bincode::Decode<()>, const MAX: usize>(
     body: &[u8],
 ) -> Result<(T, usize), DecodeError> {
-    fn at<T: bincode::Decode<()>, const L: usize>(body: &[u8]) -> Result<(T, usize), DecodeError> {
-        bincode::decode_from_slice(body, bincode::config::standard().with_limit::<L>())
-    }
-    match tier(body, MAX) {
-        MIB => at::<T, MIB>(body),
-        t if t == 16 * MIB => at::<T, { 16 * MIB }>(body),
-        t if t == 256 * MIB => at::<T, { 256 * MIB }>(body),
-        _ => at::<T, MAX>(body),
-    }
+    tiered::<T, Native, MAX>(body)
 }
 
 /// [`decode`] for a `T` read through serde.
@@ -65,17 +89,7 @@ pub fn decode<T: bincode::Decode<()>, const MAX: usize>(
 pub fn decode_serde<T: serde::de::DeserializeOwned, const MAX: usize>(
     body: &[u8],
 ) -> Result<(T, usize), DecodeError> {
-    fn at<T: serde::de::DeserializeOwned, const L: usize>(
-        body: &[u8],
-    ) -> Result<(T, usize), DecodeError> {
-        bincode::serde::decode_from_slice(body, bincode::config::standard().with_limit::<L>())
-    }
-    match tier(body, MAX) {
-        MIB => at::<T, MIB>(body),
-        t if t == 16 * MIB => at::<T, { 16 * MIB }>(body),
-        t if t == 256 * MIB => at::<T, { 256 * MIB }>(body),
-        _ => at::<T, MAX>(body),
-    }
+    tiered::<T, Serde, MAX>(body)
 }
 
 #[cfg(test)]

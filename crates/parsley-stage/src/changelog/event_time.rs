@@ -129,8 +129,9 @@ impl EventTimeRecord {
 
     /// Decodes a record ([`EventTimeRecord::encode`]'s inverse). Bounded: a corrupt length
     /// never allocates more than 1 MiB for a record of up to 4 KiB, 256 times the record's
-    /// length for a larger one, and never more than 1 GiB (`parsley_gate::bounded`). The queue's header is not decoded here
-    /// ([`EventTimeState::decode`] does, with the queue's parts).
+    /// length for a larger one, and never more than 1 GiB (`parsley_gate::bounded`). The
+    /// queue's header is not decoded here ([`EventTimeState::decode`] does, with the queue's
+    /// parts).
     ///
     /// # Errors
     /// A message naming what is wrong: empty bytes, version 3 (with what to do), an unknown

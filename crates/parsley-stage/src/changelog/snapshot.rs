@@ -159,7 +159,8 @@ impl TaskSnapshot {
             }
             if c.frontier < c.baseline - 1 || c.frontier == i64::MAX {
                 return Err(format!(
-                    "channel {channel}: frontier {} outside [baseline - 1, i64::MAX) with baseline {}",
+                    "channel {channel}: frontier {} outside [baseline - 1, i64::MAX) with baseline \
+                     {}",
                     c.frontier, c.baseline
                 ));
             }
