@@ -89,8 +89,10 @@ impl EventTimeOrder {
 
     /// Sets the watermark alignment's drift, ms (type docs): an input's record with a later
     /// event time than the watermark plus the drift waits, with the rest of its input, in memory
-    /// before the task (up to 8 MiB per input, then its partition is paused at the consumer too,
-    /// until it holds half of that) and goes on as the watermark rises. A value `<= 0` is
+    /// before the task (up to 2 MiB per input, then its partition is paused at the consumer too,
+    /// until it holds half of that) and goes on as the watermark rises; the stage's consumer
+    /// fetches at most 256 KiB of one partition per response (`max.partition.fetch.bytes`,
+    /// which a consumer property set on the runtime overrides). A value `<= 0` is
     /// reported by [`TopologyBuilder::build`](crate::TopologyBuilder::build).
     pub fn max_drift_ms(mut self, drift_ms: i64) -> Self {
         self.max_drift_ms = Some(drift_ms);

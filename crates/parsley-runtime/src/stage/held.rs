@@ -28,15 +28,23 @@ use parsley_clock::Channel;
 use super::ChannelMap;
 use super::record::Fetched;
 
-/// Most bytes held per input before its partition is paused at the consumer as well: eight
-/// times librdkafka's default most bytes of one partition in one fetch response
-/// (`max.partition.fetch.bytes`, 1 MiB), so a held input takes in what the fetches already under
-/// way bring. Counted as each record's key and value plus its fixed size in memory. Each pause
-/// drops what librdkafka prefetched of the partition, fetched again on resume: at 2 MiB the
-/// experiment's history at 10× was fetched six times over (14 million records for 2.4 million).
-/// At 100× (24 million records, 39 inputs) the aligned drain took 34.2 s at 4 MiB, 25.8 s at
-/// 8 MiB and 25.7 s at 16 MiB, peaking at 423, 473 and 742 MiB.
-pub(crate) const HOLD_BYTES: usize = 8 << 20;
+/// Most bytes of one partition in one fetch response (`max.partition.fetch.bytes`, bytes on
+/// the wire, compressed) for a stage with watermark alignment: 256 KiB instead of librdkafka's
+/// 1 MiB. A response brings a run of one partition's records, and on a history that run covers
+/// far more event time than the drift — at 10x the experiment's history a partition's whole
+/// week is about 1.4 MiB compressed, so a 1 MiB run spans about five days — and nearly all of
+/// it is held; a smaller run holds less at a time at the same pace.
+pub(crate) const ALIGNED_PARTITION_FETCH_BYTES: &str = "262144";
+
+/// Most bytes held per input before its partition is paused at the consumer as well, counted
+/// as each record's key and value plus its fixed size in memory. Each pause drops what
+/// librdkafka prefetched of the partition, fetched again on resume: with 1 MiB fetches, a cap
+/// of 2 MiB fetched the experiment's history at 10x six times over (14 million records for 2.4
+/// million), and at 100x (24 million records, 36 inputs) the aligned drain took 34.2 s at
+/// 4 MiB, 25.8 s at 8 MiB and 25.7 s at 16 MiB, peaking at 423, 473 and 742 MiB. With
+/// [`ALIGNED_PARTITION_FETCH_BYTES`] and this cap the same drain took 25.2 s at 214 MiB (26.6 s
+/// at 473 MiB with 1 MiB fetches and 8 MiB, run beside it).
+pub(crate) const HOLD_BYTES: usize = 2 << 20;
 
 /// A record as the hold buffer counts it.
 pub(crate) trait HeldRecord {

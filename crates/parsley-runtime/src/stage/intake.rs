@@ -36,7 +36,7 @@ use tracing::{debug, warn};
 use super::alignment::Bound;
 use super::context::TaskContext;
 use super::evidence;
-use super::held::{HOLD_BYTES, Held, Pushed};
+use super::held::{ALIGNED_PARTITION_FETCH_BYTES, HOLD_BYTES, Held, Pushed};
 use super::output::Header;
 use super::rebalance::{RebalanceContext, RebalanceEvent};
 use super::record::{Fetched, FetchedMessage, fetched};
@@ -126,8 +126,9 @@ impl Intake {
         group: &str,
         admin: &Arc<Admin>,
         sources: &[String],
+        aligned: bool,
     ) -> Result<Self> {
-        let own = [
+        let mut own = vec![
             ("group.id", group),
             ("isolation.level", "read_committed"),
             ("enable.auto.commit", "false"),
@@ -155,6 +156,11 @@ impl Intake {
             // 4 MiB, in the same time); a stage over at most four partitions fetches as before.
             ("fetch.max.bytes", "4194304"),
         ];
+        if aligned {
+            // Watermark alignment holds what an input fetched beyond its bound (module
+            // `held`): a smaller fetch per partition brings less of it at a time.
+            own.push(("max.partition.fetch.bytes", ALIGNED_PARTITION_FETCH_BYTES));
+        }
         let cc = config.client_config(group, ClientRole::Consumer, &own);
         let endpoint = Endpoint::of(&cc, ClientRole::Consumer);
         let consumer: BaseConsumer<RebalanceContext> = cc

@@ -92,7 +92,8 @@ impl StageRunner {
                 );
                 // The group join runs while the changelog is made ready and the producer
                 // initialises (the assignment waits for the first poll).
-                let intake = Intake::subscribe(&config, &group, &admin, spec.sources())?;
+                let aligned = spec.event_time().is_some_and(|o| o.max_drift_ms.is_some());
+                let intake = Intake::subscribe(&config, &group, &admin, spec.sources(), aligned)?;
                 let join_wait = JoinWait::new();
                 let changelog = changelog::ensure_topic(
                     &admin,
