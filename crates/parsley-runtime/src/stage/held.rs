@@ -42,8 +42,8 @@ pub(crate) const ALIGNED_PARTITION_FETCH_BYTES: &str = "262144";
 /// of 2 MiB fetched the experiment's history at 10x six times over (14 million records for 2.4
 /// million), and at 100x (24 million records, 36 inputs) the aligned drain took 34.2 s at
 /// 4 MiB, 25.8 s at 8 MiB and 25.7 s at 16 MiB, peaking at 423, 473 and 742 MiB. With
-/// [`ALIGNED_PARTITION_FETCH_BYTES`] and this cap the same drain took 25.2 s at 214 MiB (26.6 s
-/// at 473 MiB with 1 MiB fetches and 8 MiB, run beside it).
+/// [`ALIGNED_PARTITION_FETCH_BYTES`] and this cap the same drain took 25.2 s at 209 MiB (26.6 s
+/// at 462 MiB with 1 MiB fetches and 8 MiB, run beside it).
 pub(crate) const HOLD_BYTES: usize = 2 << 20;
 
 /// A record as the hold buffer counts it.
