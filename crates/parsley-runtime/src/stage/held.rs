@@ -32,7 +32,7 @@ use super::record::Fetched;
 /// the wire, compressed) for a stage with watermark alignment: 256 KiB instead of librdkafka's
 /// 1 MiB. A response brings a run of one partition's records, and on a history that run covers
 /// far more event time than the drift — at 10x the experiment's history a partition's whole
-/// week is about 1.4 MiB compressed, so a 1 MiB run spans about five days — and nearly all of
+/// week is about 1.3 MiB compressed, so a 1 MiB run spans about five days — and nearly all of
 /// it is held; a smaller run holds less at a time at the same pace.
 pub(crate) const ALIGNED_PARTITION_FETCH_BYTES: &str = "262144";
 
