@@ -128,39 +128,7 @@ impl Intake {
         sources: &[String],
         aligned: bool,
     ) -> Result<Self> {
-        let mut own = vec![
-            ("group.id", group),
-            ("isolation.level", "read_committed"),
-            ("enable.auto.commit", "false"),
-            ("enable.auto.offset.store", "false"),
-            // Positions are always explicit; a fetch position that falls out of range
-            // (retention overtook a lagging task) is an error, never a silent reset.
-            ("auto.offset.reset", "error"),
-            // Notice a source's partition count changing within seconds, not librdkafka's
-            // default five minutes: the rebalance it causes is checked and stops the stage.
-            ("topic.metadata.refresh.interval.ms", "5000"),
-            ("partition.assignment.strategy", "range"),
-            ("enable.partition.eof", "false"),
-            ("fetch.wait.max.ms", "50"),
-            // librdkafka stops fetching while 100,000 records (`queued.min.messages`) wait in
-            // the consumer's queue and looks again only after `fetch.queue.backoff.ms` (1 s by
-            // default): a stage working through a backlog drains its queue in a fraction of
-            // that and then waits for records (measured: a 0.5-0.7 s stall every half second
-            // at 100 B). Looking again after 10 ms keeps the queue from running dry.
-            ("fetch.queue.backoff.ms", "10"),
-            // A fetch response carries up to `max.partition.fetch.bytes` (1 MiB) of every
-            // partition the broker leads, up to `fetch.max.bytes` (50 MiB by default), and
-            // stays in memory until its last record is polled. 4 MiB keeps a stage over many
-            // partitions from holding tens of MiB per response (measured: a history drain of
-            // 24 million records over 39 partitions peaked at 912 MiB, and at 129 MiB with
-            // 4 MiB, in the same time); a stage over at most four partitions fetches as before.
-            ("fetch.max.bytes", "4194304"),
-        ];
-        if aligned {
-            // Watermark alignment holds what an input fetched beyond its bound (module
-            // `held`): a smaller fetch per partition brings less of it at a time.
-            own.push(("max.partition.fetch.bytes", ALIGNED_PARTITION_FETCH_BYTES));
-        }
+        let own = consumer_settings(group, aligned);
         let cc = config.client_config(group, ClientRole::Consumer, &own);
         let endpoint = Endpoint::of(&cc, ClientRole::Consumer);
         let consumer: BaseConsumer<RebalanceContext> = cc
@@ -621,6 +589,46 @@ impl FetchedMessage for BorrowedMessage<'_> {
     }
 }
 
+/// The settings the runtime gives the stage's consumer of group `group` (a property set on the
+/// runtime overrides each); `aligned`: the stage orders by event time with watermark alignment,
+/// and fetches at most [`ALIGNED_PARTITION_FETCH_BYTES`] of one partition per response.
+fn consumer_settings(group: &str, aligned: bool) -> Vec<(&str, &str)> {
+    let mut own = vec![
+        ("group.id", group),
+        ("isolation.level", "read_committed"),
+        ("enable.auto.commit", "false"),
+        ("enable.auto.offset.store", "false"),
+        // Positions are always explicit; a fetch position that falls out of range
+        // (retention overtook a lagging task) is an error, never a silent reset.
+        ("auto.offset.reset", "error"),
+        // Notice a source's partition count changing within seconds, not librdkafka's
+        // default five minutes: the rebalance it causes is checked and stops the stage.
+        ("topic.metadata.refresh.interval.ms", "5000"),
+        ("partition.assignment.strategy", "range"),
+        ("enable.partition.eof", "false"),
+        ("fetch.wait.max.ms", "50"),
+        // librdkafka stops fetching while 100,000 records (`queued.min.messages`) wait in
+        // the consumer's queue and looks again only after `fetch.queue.backoff.ms` (1 s by
+        // default): a stage working through a backlog drains its queue in a fraction of
+        // that and then waits for records (measured: a 0.5-0.7 s stall every half second
+        // at 100 B). Looking again after 10 ms keeps the queue from running dry.
+        ("fetch.queue.backoff.ms", "10"),
+        // A fetch response carries up to `max.partition.fetch.bytes` (1 MiB) of every
+        // partition the broker leads, up to `fetch.max.bytes` (50 MiB by default), and
+        // stays in memory until its last record is polled. 4 MiB keeps a stage over many
+        // partitions from holding tens of MiB per response (measured: a history drain of
+        // 24 million records over 39 partitions peaked at 912 MiB, and at 129 MiB with
+        // 4 MiB, in the same time); a stage over at most four partitions fetches as before.
+        ("fetch.max.bytes", "4194304"),
+    ];
+    if aligned {
+        // Watermark alignment holds what an input fetched beyond its bound (module
+        // `held`): a smaller fetch per partition brings less of it at a time.
+        own.push(("max.partition.fetch.bytes", ALIGNED_PARTITION_FETCH_BYTES));
+    }
+    own
+}
+
 /// Pauses (`true`) or resumes the partition of source channel `channel` at `consumer`.
 fn pause_partition(
     consumer: &BaseConsumer<RebalanceContext>,
@@ -636,4 +644,31 @@ fn pause_partition(
         consumer.resume(&tpl)
     }
     .map_err(|e| Error::kafka("pausing or resuming a partition", e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_aligned_stage_fetches_less_of_a_partition_and_a_runtime_property_overrides_it() {
+        let fetch = |settings: &[(&str, &str)]| {
+            settings
+                .iter()
+                .find(|(k, _)| *k == "max.partition.fetch.bytes")
+                .map(|(_, v)| v.to_string())
+        };
+        assert_eq!(fetch(&consumer_settings("g", false)), None);
+        assert_eq!(
+            fetch(&consumer_settings("g", true)),
+            Some("262144".to_string())
+        );
+        let config = RuntimeConfig::new("b:1");
+        let c = config.client_config("g", ClientRole::Consumer, &consumer_settings("g", true));
+        assert_eq!(c.get("max.partition.fetch.bytes"), Some("262144"));
+        assert_eq!(c.get("group.id"), Some("g"));
+        let config = config.consumer_property("max.partition.fetch.bytes", "1048576");
+        let c = config.client_config("g", ClientRole::Consumer, &consumer_settings("g", true));
+        assert_eq!(c.get("max.partition.fetch.bytes"), Some("1048576"));
+    }
 }
