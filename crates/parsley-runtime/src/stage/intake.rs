@@ -120,7 +120,8 @@ impl Intake {
     /// The stage's consumer (`read_committed`, explicit positions, range assignment),
     /// subscribed to `sources`: it joins the group while the caller goes on. Its rebalance
     /// events are served only when it is first polled, so the assignment is handled once
-    /// everything else is ready.
+    /// everything else is ready. `aligned`: the stage has watermark alignment, and its consumer
+    /// fetches less of a partition per response (`consumer_settings`).
     pub(crate) fn subscribe(
         config: &RuntimeConfig,
         group: &str,
