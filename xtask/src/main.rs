@@ -5,9 +5,10 @@
 //! - `demo`: starts the broker if none, runs the inventory demo, stops what it started;
 //! - `test`: starts the broker if none, runs `cargo fmt --check`, clippy with warnings denied,
 //!   every workspace test (unit, integration, doctests, the book's examples), the book's build
-//!   and link check (`book`), a small run of the demo, the end-to-end benchmark's smoke run
-//!   (`bench e2e --quick`, dev profile) and two seeded fault-injection runs, a short run of
-//!   every fuzz target and its negative control, stops what it started;
+//!   and link check (`book`), the comparison with Kafka Streams (`conformance --quick`), a
+//!   small run of the demo, the end-to-end benchmark's smoke run (`bench e2e --quick`, dev
+//!   profile) and two seeded fault-injection runs, a short run of every fuzz target and its
+//!   negative control, stops what it started;
 //! - `book`: builds the book with mdBook (installed at a pinned version when missing),
 //!   warnings denied, and checks every relative link and anchor of the built pages and every
 //!   relative link of the README (see [`book`]); needs no broker;
@@ -26,6 +27,10 @@
 //!   Streams and in Parsley on the same generated input and compares the final value of every
 //!   key with each other and with the answer the inputs give (see [`compare`]), stops what it
 //!   started;
+//! - `conformance`: builds the Kafka Streams program of `compare/conformance/kafka-streams/`
+//!   with Maven and runs generated scenarios of every DSL operator through Kafka Streams' and
+//!   Parsley's test drivers, compared exactly and after the documented normalisations (see
+//!   [`conformance`]); needs no broker;
 //! - `replay`: starts the broker if none, runs the shop's revenue per customer and hour live
 //!   while its input is written, then replays it under fresh application ids with randomized
 //!   fetch sizes and compares every output key's values with the live run's (see [`replay`]),
@@ -41,6 +46,7 @@
 mod book;
 mod cluster;
 mod compare;
+mod conformance;
 mod fuzz;
 mod inspect;
 mod replay;
@@ -147,6 +153,10 @@ enum Cmd {
     /// input (local broker, started if none is running) and compare the final value of every
     /// key with each other and with the answer computed from the inputs.
     Compare(compare::CompareArgs),
+    /// Parsley's DSL against Kafka Streams 4.4: generated scenarios of every operator through
+    /// both test drivers, their outputs compared exactly and after the documented
+    /// normalisations; fails on any undocumented difference.
+    Conformance(conformance::ConformanceArgs),
     /// "Replay equals live": run the shop's revenue per customer and hour live while its input
     /// is written, replay the input N times under fresh application ids with randomized fetch
     /// sizes, and compare every output key's sequence of values with the live run's (local
@@ -382,6 +392,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             )
         }
         Cmd::Compare(args) => compare::run(args),
+        Cmd::Conformance(args) => conformance::run(&args),
         Cmd::Replay(args) => replay::run(args),
         Cmd::Inspect(args) => inspect::run(args).map(|()| ExitCode::SUCCESS),
         Cmd::Fuzz(args) => fuzz::run(args).map(|()| ExitCode::SUCCESS),
@@ -437,6 +448,13 @@ fn run(cli: Cli) -> Result<ExitCode> {
             println!("xtask: cargo test, all binaries: {counted}");
             println!("xtask: the book: mdbook build (warnings denied) and its links checked");
             book::check()?;
+            println!(
+                "xtask: the DSL against Kafka Streams (cargo xtask conformance --quick: the corpus and {} generated scenarios)",
+                conformance::QUICK
+            );
+            if conformance::run(&conformance::ConformanceArgs::quick())? != ExitCode::SUCCESS {
+                bail!("the comparison with Kafka Streams found an undocumented difference");
+            }
             // The README's first command, small: it must keep working.
             println!("xtask: a small run of the demo");
             if demo(

@@ -28,7 +28,9 @@ pub(crate) struct Ctx<'a> {
     pub(crate) partition: i32,
     /// Its offset.
     pub(crate) offset: i64,
-    /// Its timestamp, ms since the epoch (`-1` for none).
+    /// The timestamp of the record being pushed, ms since the epoch (`-1` for none): the
+    /// delivered record's (a timer's time), or another an operator forwards with
+    /// ([`forward_at`]), which every operator after it sees and every emission carries.
     pub(crate) timestamp: i64,
     /// The task's event-time watermark, ms since the epoch (`None`: no event-time order, or
     /// not set yet).
@@ -87,6 +89,54 @@ impl Ctx<'_> {
             .map_err(|e| self.decode_error(Part::State, e))
     }
 
+    /// The value in the state slot `slot` of the record's key and its timestamp (ms since the
+    /// epoch; `None` when it was stored without one).
+    ///
+    /// # Errors
+    /// As [`Ctx::load`].
+    pub(crate) fn load_timestamped<S: Serialize + DeserializeOwned>(
+        &mut self,
+        slot: &str,
+    ) -> Result<Option<(S, Option<i64>)>, Error> {
+        self.state
+            .get_timestamped(slot)
+            .map_err(|e| self.decode_error(Part::State, e))
+    }
+
+    /// Puts `value` in the state slot `slot` of the record's key with `timestamp` (ms since
+    /// the epoch; `None` empties it).
+    ///
+    /// # Errors
+    /// As [`Ctx::store`].
+    pub(crate) fn store_timestamped<S: Serialize + DeserializeOwned>(
+        &mut self,
+        slot: &str,
+        value: Option<&S>,
+        timestamp: i64,
+    ) -> Result<(), Error> {
+        self.put(slot, value, Some(timestamp))
+    }
+
+    /// The value in slot `slot` of an operator whose value changed shape since version 1 of
+    /// the state encoding: read as `Old` and converted by `upgrade` when the slot was written
+    /// in version 1, else as `S`.
+    ///
+    /// # Errors
+    /// As [`Ctx::load`].
+    pub(crate) fn load_upgraded<S, Old>(
+        &mut self,
+        slot: &str,
+        upgrade: impl FnOnce(Old) -> S,
+    ) -> Result<Option<S>, Error>
+    where
+        S: Serialize + DeserializeOwned,
+        Old: Serialize + DeserializeOwned,
+    {
+        self.state
+            .get_upgraded(slot, upgrade)
+            .map_err(|e| self.decode_error(Part::State, e))
+    }
+
     /// Puts `value` in the state slot `slot` of the record's key (`None` empties it).
     ///
     /// # Errors
@@ -97,11 +147,22 @@ impl Ctx<'_> {
         slot: &str,
         value: Option<&S>,
     ) -> Result<(), Error> {
+        self.put(slot, value, None)
+    }
+
+    /// Puts `value` in slot `slot` with `timestamp`, the stored state decoded first so that a
+    /// state that does not decode is named as such.
+    fn put<S: Serialize + DeserializeOwned>(
+        &mut self,
+        slot: &str,
+        value: Option<&S>,
+        timestamp: Option<i64>,
+    ) -> Result<(), Error> {
         self.state
             .decoded()
             .map_err(|e| self.decode_error(Part::State, e))?;
         self.state
-            .put(slot, value)
+            .put_timestamped(slot, value, timestamp)
             .map_err(|e| self.encode_error("state", e))
     }
 
@@ -125,7 +186,29 @@ impl Ctx<'_> {
             topic: topic.clone(),
             key,
             value,
+            timestamp: (self.timestamp != NO_TIMESTAMP).then_some(self.timestamp),
         });
+        Ok(())
+    }
+
+    /// [`Ctx::send`] of a record that must have a key (a repartition's).
+    ///
+    /// # Errors
+    /// [`Error::Missing`] of the key (a `MissingKey` bad record) when `key` encodes to none;
+    /// as [`Ctx::send`].
+    pub(crate) fn send_keyed<K, V>(
+        &mut self,
+        topic: &Arc<str>,
+        codecs: &Codecs<K, V>,
+        key: K,
+        value: V,
+    ) -> Result<(), Error> {
+        let before = self.emit.len();
+        self.send(topic, codecs, key, value)?;
+        if self.emit[before].key.is_none() {
+            self.emit.truncate(before);
+            return Err(self.decode_error(Part::Key, CodecError::Absent));
+        }
         Ok(())
     }
 }
@@ -210,6 +293,25 @@ pub(crate) fn forward<K: Clone, V: Clone>(
     }
     last(ctx, key, value)
 }
+
+/// [`forward`] with record timestamp `timestamp` (ms since the epoch): the children, and the
+/// emissions they make, see it instead of the context's, as Kafka Streams forwards
+/// `record.withTimestamp(..)`.
+pub(crate) fn forward_at<K: Clone, V: Clone>(
+    children: &Children<K, V>,
+    ctx: &mut Ctx<'_>,
+    timestamp: i64,
+    key: K,
+    value: V,
+) -> Result<(), Error> {
+    let before = std::mem::replace(&mut ctx.timestamp, timestamp);
+    let forwarded = forward(children, ctx, key, value);
+    ctx.timestamp = before;
+    forwarded
+}
+
+/// The timestamp of a record without one (a message format before v1).
+pub(crate) const NO_TIMESTAMP: i64 = -1;
 
 /// A table's update of one key: its value before and after (`None`: absent or deleted).
 #[derive(Debug, Clone, PartialEq, Eq)]

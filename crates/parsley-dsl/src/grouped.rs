@@ -2,7 +2,9 @@
 //!
 //! An aggregation keeps one value per key in the state of its stage (so in the stage's
 //! changelog, committed with the outputs and input offsets) and emits the key's new value
-//! after each record: the resulting [`KTable`]'s changes. A grouped stream whose key changed
+//! after each record: the resulting [`KTable`]'s changes. As in Kafka Streams, an aggregate's
+//! timestamp is the latest of the records it folded (kept with it in its slot), and each
+//! update is emitted with it. A grouped stream whose key changed
 //! is sent through a repartition topic first, so each key's records are aggregated in one
 //! task.
 
@@ -13,7 +15,7 @@ use std::sync::Arc;
 use parsley_stage::Codec;
 
 use crate::builder::Data;
-use crate::flow::{Change, Codecs, Ctx, Outlet, forward};
+use crate::flow::{Change, Codecs, Ctx, Outlet, forward_at};
 use crate::graph::Graph;
 use crate::stream::{KStream, auto_codecs};
 use crate::table::KTable;
@@ -118,12 +120,18 @@ impl<K: Data, V: Data> KGroupedStream<K, V> {
         let children = out.children();
         let slot = name;
         input.attach(Arc::new(move |ctx: &mut Ctx<'_>, k, v| {
-            let old: Option<A> = ctx.load(&slot)?;
+            let (old, at): (Option<A>, Option<i64>) = match ctx.load_timestamped(&slot)? {
+                Some((old, at)) => (Some(old), at),
+                None => (None, None),
+            };
+            // Kafka Streams' timestamp of an aggregate: the latest of its records'.
+            let t = at.map_or(ctx.timestamp, |at| at.max(ctx.timestamp));
             let new = step(&k, v, old.clone());
-            ctx.store(&slot, Some(&new))?;
-            forward(
+            ctx.store_timestamped(&slot, Some(&new), t)?;
+            forward_at(
                 &children,
                 ctx,
+                t,
                 k,
                 Change {
                     old,

@@ -9,14 +9,25 @@
 //! watermark reaches `end + gap + 1 + grace`: then every record that could extend it has been
 //! handed over, except records written more than `grace` late.
 //!
+//! A closed session is final: its result is out and it is never extended. A record at `t`
+//! that would extend one (`t <= end + gap`) arrives more than `grace` late and is too late,
+//! like a record whose own session would already be closed. Kafka Streams merges such a record
+//! into the closed session and gives that session a second result.
+//!
+//! Every result carries its session's end as its timestamp, as in Kafka Streams.
+//!
 //! Invariants:
-//! - Per key, the operator's slot holds the key and every open session by start; open sessions
-//!   of one key are more than `gap` apart.
+//! - Per key, the operator's slot holds the key, every open session by start, and the end of
+//!   the latest closed session while a record in time could still reach it: one not too late
+//!   by its own time (until the watermark reaches `end + 2 gap + grace + 1`), or one that joins
+//!   an open session starting within `2 gap` of it. Open sessions of one key are more than
+//!   `gap` apart, and more than `gap` after that end.
 //! - A timer is set at a session's closing time whenever its end moves; a timer closes the
 //!   sessions that close at or before its time (a session whose end moved since has a later
-//!   timer of its own).
-//! - A record that merges with no open session and whose own session would already be closed
-//!   is too late: counted and routed by the late policy, never dropped silently.
+//!   timer of its own), and forgets the closed session's end when its time comes.
+//! - A record that would extend a closed session, or that merges with no open session and
+//!   whose own session would already be closed, is too late: counted and routed by the late
+//!   policy, never dropped silently.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -26,7 +37,7 @@ use parsley_stage::Error;
 use serde::{Deserialize, Serialize};
 
 use crate::builder::Data;
-use crate::flow::{Change, Children, Ctx, Outlet, forward};
+use crate::flow::{Change, Children, Ctx, Outlet, forward_at};
 use crate::grouped::KGroupedStream;
 use crate::table::KTable;
 use crate::window::{LateRoute, Windowed, Windowing};
@@ -76,6 +87,12 @@ impl SessionWindows {
             .saturating_add(1)
             .saturating_add(self.grace_ms)
     }
+
+    /// When a closed session ending at `end` can no longer be reached by a record that is not
+    /// too late by its own time: `end + 2 gap + grace + 1`, ms.
+    fn forgotten_at(&self, end: i64) -> i64 {
+        self.closes_at(end).saturating_add(self.gap_ms)
+    }
 }
 
 fn millis(d: Duration) -> i64 {
@@ -94,11 +111,36 @@ impl<K: Data, V: Data> Windowing<K, V> for SessionWindows {
     }
 }
 
-/// The open sessions of one key: start → (end, aggregate).
+/// The sessions of one key (module docs): the open ones, start → (end, aggregate), and the end
+/// of the latest closed one while a record in time could still reach it.
 #[derive(Serialize, Deserialize)]
 struct Open<K, A> {
     key: K,
     sessions: BTreeMap<i64, (i64, A)>,
+    closed: Option<i64>,
+}
+
+/// The open sessions of one key as version 1 of the state encoding kept them.
+#[derive(Serialize, Deserialize)]
+struct OpenV1<K, A> {
+    key: K,
+    sessions: BTreeMap<i64, (i64, A)>,
+}
+
+/// The sessions in slot `slot` of the context's key.
+fn load_open<K: Data, A: Data>(ctx: &mut Ctx<'_>, slot: &str) -> Result<Option<Open<K, A>>, Error> {
+    ctx.load_upgraded(slot, |old: OpenV1<K, A>| Open {
+        key: old.key,
+        sessions: old.sessions,
+        closed: None,
+    })
+}
+
+impl<K, A> Open<K, A> {
+    /// The state to store: none when no session is open and no closed one is remembered.
+    fn kept(&self) -> Option<&Self> {
+        (!self.sessions.is_empty() || self.closed.is_some()).then_some(self)
+    }
 }
 
 /// A grouped stream in session windows (Kafka Streams' `SessionWindowedKStream`), from
@@ -110,9 +152,10 @@ pub struct SessionWindowedKStream<K, V> {
 }
 
 impl<K: Data, V: Data> SessionWindowedKStream<K, V> {
-    /// Also emits each session's new value after every record, and a deletion (`new: None`)
-    /// for each session merged into another, before the final results. Without it only final
-    /// results are emitted, once per session.
+    /// Emits each session's new value after every record, and a deletion (`new: None`) for
+    /// each session merged into another, instead of final results (Kafka Streams' default,
+    /// `EmitStrategy.onWindowUpdate`): nothing more is emitted when a session closes. Without
+    /// it only final results are emitted, once per session (`EmitStrategy.onWindowClose`).
     pub fn emit_updates(mut self) -> Self {
         self.updates = true;
         self
@@ -122,13 +165,15 @@ impl<K: Data, V: Data> SessionWindowedKStream<K, V> {
     pub fn count(self) -> KTable<Windowed<K>, i64> {
         self.fold(
             "count",
+            Some(Arc::new(|| 0)),
             |_k: &K, _v, n: Option<i64>| n.unwrap_or(0) + 1,
             |_k: &K, a, b| a + b,
         )
     }
 
-    /// Per key and session, the records' values combined by `reducer` (sessions merged by
-    /// it too, the earlier first).
+    /// Per key and session, the records' values combined by `reducer`: the first value as it
+    /// is; a record that joins sessions combines their values, the earlier first, then its
+    /// own (Kafka Streams' `reduce`).
     pub fn reduce(
         self,
         reducer: impl Fn(V, V) -> V + Send + Sync + 'static,
@@ -137,6 +182,7 @@ impl<K: Data, V: Data> SessionWindowedKStream<K, V> {
         let merge = reducer.clone();
         self.fold(
             "reduce",
+            None,
             move |_k, v, agg: Option<V>| match agg {
                 Some(agg) => reducer(agg, v),
                 None => v,
@@ -146,23 +192,32 @@ impl<K: Data, V: Data> SessionWindowedKStream<K, V> {
     }
 
     /// Per key and session, `initializer()` folded with `aggregator` over the records'
-    /// values; two sessions a record joins are combined by `merger` (the earlier first).
+    /// values. As in Kafka Streams, a record starts from `initializer()`, merges every session
+    /// it joins into it with `merger` (the earlier first), then is aggregated: with sessions
+    /// `s1` and `s2` joined, `aggregator(v, merger(merger(initializer(), s1), s2))`.
     pub fn aggregate<A: Data>(
         self,
         initializer: impl Fn() -> A + Send + Sync + 'static,
         aggregator: impl Fn(&K, V, A) -> A + Send + Sync + 'static,
         merger: impl Fn(&K, A, A) -> A + Send + Sync + 'static,
     ) -> KTable<Windowed<K>, A> {
+        let initializer = Arc::new(initializer);
+        let first = initializer.clone();
         self.fold(
             "aggregate",
-            move |k, v, agg: Option<A>| aggregator(k, v, agg.unwrap_or_else(&initializer)),
+            Some(first),
+            move |k, v, agg: Option<A>| aggregator(k, v, agg.unwrap_or_else(|| initializer())),
             merger,
         )
     }
 
+    /// The session aggregation: `init` (none for `reduce`) is what merged sessions are merged
+    /// into, `step` aggregates a record into what it joined (`None`: nothing, or nothing to
+    /// start from), `merge` merges a session into the aggregate so far.
     fn fold<A: Data>(
         self,
         kind: &str,
+        init: Option<Arc<dyn Fn() -> A + Send + Sync>>,
         step: impl Fn(&K, V, Option<A>) -> A + Send + Sync + 'static,
         merge: impl Fn(&K, A, A) -> A + Send + Sync + 'static,
     ) -> KTable<Windowed<K>, A> {
@@ -184,16 +239,19 @@ impl<K: Data, V: Data> SessionWindowedKStream<K, V> {
         let (timer_children, timer_slot) = (children.clone(), name.clone());
         g.add_timer(
             node,
-            Arc::new(move |ctx: &mut Ctx<'_>| close(ctx, &timer_slot, windows, &timer_children)),
+            Arc::new(move |ctx: &mut Ctx<'_>| {
+                close(ctx, &timer_slot, windows, !updates, &timer_children)
+            }),
         );
         drop(g);
         let slot = name;
         input.attach(Arc::new(move |ctx: &mut Ctx<'_>, k: K, v: V| {
             let t = ctx.timestamp;
             let watermark = ctx.watermark.unwrap_or(i64::MIN);
-            let mut open: Open<K, A> = ctx.load(&slot)?.unwrap_or_else(|| Open {
+            let mut open: Open<K, A> = load_open(ctx, &slot)?.unwrap_or_else(|| Open {
                 key: k.clone(),
                 sessions: BTreeMap::new(),
+                closed: None,
             });
             let joined: Vec<i64> = open
                 .sessions
@@ -201,20 +259,23 @@ impl<K: Data, V: Data> SessionWindowedKStream<K, V> {
                 .filter(|(_, (end, _))| end.saturating_add(windows.gap_ms) >= t)
                 .map(|(start, _)| *start)
                 .collect();
-            if joined.is_empty() && windows.closes_at(t) <= watermark {
+            let extends_closed = open
+                .closed
+                .is_some_and(|end| t.saturating_sub(windows.gap_ms) <= end);
+            if extends_closed || (joined.is_empty() && windows.closes_at(t) <= watermark) {
                 return late.take(ctx, k, v, (t, t));
             }
-            // The merged session's aggregate, in time order: the sessions before the record,
-            // the record, the sessions after it.
-            let (mut start, mut end, mut agg, mut value) = (t, t, None::<A>, Some(v));
+            // The merged session's aggregate: the joined sessions merged, the earlier first,
+            // into the initial aggregate, then the record.
+            let (mut start, mut end) = (t, t);
+            let mut agg: Option<A> = if joined.is_empty() {
+                None
+            } else {
+                init.as_ref().map(|init| init())
+            };
             let mut removed = Vec::new();
             for s in joined {
                 let (e, a) = open.sessions.remove(&s).expect("a joined session");
-                if s > t
-                    && let Some(v) = value.take()
-                {
-                    agg = Some(step(&k, v, agg));
-                }
                 agg = Some(match agg {
                     Some(acc) => merge(&k, acc, a.clone()),
                     None => a.clone(),
@@ -222,13 +283,11 @@ impl<K: Data, V: Data> SessionWindowedKStream<K, V> {
                 removed.push((s, e, a));
                 (start, end) = (start.min(s), end.max(e));
             }
-            if let Some(v) = value {
-                agg = Some(step(&k, v, agg));
-            }
-            let agg = agg.expect("a session has an aggregate");
+            let agg = step(&k, v, agg);
             open.sessions.insert(start, (end, agg.clone()));
             ctx.timers.push(windows.closes_at(end));
             if updates {
+                // Each result carries its session's end as its timestamp (Kafka Streams').
                 let mut same = None;
                 for (s, e, a) in removed {
                     if (s, e) == (start, end) {
@@ -240,9 +299,10 @@ impl<K: Data, V: Data> SessionWindowedKStream<K, V> {
                         start: s,
                         end: e,
                     };
-                    forward(
+                    forward_at(
                         &children,
                         ctx,
+                        e,
                         gone,
                         Change {
                             old: Some(a),
@@ -255,9 +315,10 @@ impl<K: Data, V: Data> SessionWindowedKStream<K, V> {
                     start,
                     end,
                 };
-                forward(
+                forward_at(
                     &children,
                     ctx,
+                    end,
                     key,
                     Change {
                         old: same,
@@ -265,22 +326,24 @@ impl<K: Data, V: Data> SessionWindowedKStream<K, V> {
                     },
                 )?;
             }
-            ctx.store(&slot, Some(&open))
+            ctx.store(&slot, open.kept())
         }));
         KTable::new(graph, node, out)
     }
 }
 
 /// The timer of the context's key at time `ctx.timestamp`: closes every session in slot
-/// `slot` that closes at or before it, in start order — forwards its final result and drops
-/// it.
+/// `slot` that closes at or before it, in start order — forwards its final result with the
+/// session's end as its timestamp when `finals` (not when every update was emitted already),
+/// and drops it.
 fn close<K: Data, A: Data>(
     ctx: &mut Ctx<'_>,
     slot: &str,
     windows: SessionWindows,
+    finals: bool,
     children: &Children<Windowed<K>, Change<A>>,
 ) -> Result<(), Error> {
-    let Some(mut open) = ctx.load::<Open<K, A>>(slot)? else {
+    let Some(mut open) = load_open::<K, A>(ctx, slot)? else {
         return Ok(());
     };
     let now = ctx.timestamp;
@@ -290,19 +353,44 @@ fn close<K: Data, A: Data>(
         .filter(|(_, (end, _))| windows.closes_at(*end) <= now)
         .map(|(start, _)| *start)
         .collect();
-    if due.is_empty() {
+    if due.is_empty() && open.closed.is_none() {
+        return Ok(());
+    }
+    let remembered = open.closed;
+    for &start in &due {
+        let end = open.sessions[&start].0;
+        open.closed = Some(open.closed.map_or(end, |c| c.max(end)));
+    }
+    // Remembered while a record in time could still reach it (module docs): one not too late
+    // by its own time, or one that joins an open session that starts within twice the gap.
+    if let Some(end) = open.closed {
+        let reachable = windows.forgotten_at(end) > now
+            || open.sessions.keys().any(|start| {
+                !due.contains(start) && *start <= end.saturating_add(2 * windows.gap_ms)
+            });
+        if !reachable {
+            open.closed = None;
+        } else if open.closed != remembered && windows.forgotten_at(end) > now {
+            ctx.timers.push(windows.forgotten_at(end));
+        }
+    }
+    if due.is_empty() && open.closed == remembered {
         return Ok(());
     }
     for start in due {
         let (end, value) = open.sessions.remove(&start).expect("a due session");
+        if !finals {
+            continue;
+        }
         let key = Windowed {
             key: open.key.clone(),
             start,
             end,
         };
-        forward(
+        forward_at(
             children,
             ctx,
+            end,
             key,
             Change {
                 old: None,
@@ -310,6 +398,5 @@ fn close<K: Data, A: Data>(
             },
         )?;
     }
-    let rest = (!open.sessions.is_empty()).then_some(&open);
-    ctx.store(slot, rest)
+    ctx.store(slot, open.kept())
 }

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use parsley_stage::{Auto, Error, Handler, Record, StateChange};
 
 use crate::builder::{Data, Produced, source_stream};
-use crate::flow::{Children, Codecs, Ctx, Outlet, Push, forward};
+use crate::flow::{Children, Codecs, Ctx, Outlet, Push, forward, forward_at};
 use crate::graph::Graph;
 use crate::grouped::KGroupedStream;
 use crate::table::KTable;
@@ -253,25 +253,34 @@ impl<K: Data, V: Data> KStream<K, V> {
 
     /// Writes every record to `topic` with `produced`'s codecs.
     pub fn to_with(&self, topic: impl Into<String>, produced: Produced<K, V>) {
-        self.sink(topic.into(), produced.codecs, "to");
+        self.sink(topic.into(), produced.codecs, "to", false);
     }
 
-    /// Adds a sink operator writing to `topic`; returns its node.
-    fn sink(&self, topic: String, codecs: Codecs<K, V>, kind: &str) -> usize {
+    /// Adds a sink operator writing to `topic`; returns its node. A repartition's sink
+    /// (`keyed`) takes only records with a key: one without is a bad record (`MissingKey`),
+    /// where Kafka Streams drops it.
+    fn sink(&self, topic: String, codecs: Codecs<K, V>, kind: &str, keyed: bool) -> usize {
         let mut g = self.graph.borrow_mut();
         let name = g.name(kind, self.next_name.clone());
         let node = g.add(name, format!("to {topic}"), &[self.node], false, true);
         g.add_sink(topic.clone(), node);
         drop(g);
         let topic: Arc<str> = topic.into();
-        self.out
-            .attach(Arc::new(move |ctx, k, v| ctx.send(&topic, &codecs, k, v)));
+        self.out.attach(Arc::new(move |ctx, k, v| {
+            if keyed {
+                ctx.send_keyed(&topic, &codecs, k, v)
+            } else {
+                ctx.send(&topic, &codecs, k, v)
+            }
+        }));
         node
     }
 
     /// The stream sent through a repartition topic (Kafka Streams' `repartition`), with
     /// [`Auto`] codecs: after it, each key's records are in the task of the partition its key
-    /// hashes to.
+    /// hashes to. A record without a key has no partition to go to: it is a bad record
+    /// (`BadRecordKind::MissingKey`, skipped under `BadRecordPolicy::Skip`, where Kafka Streams
+    /// drops it), as it is at every repartition.
     pub fn repartition(&self) -> KStream<K, V> {
         let name = self
             .graph
@@ -293,7 +302,7 @@ impl<K: Data, V: Data> KStream<K, V> {
             next_name: Some(format!("{name}-sink")),
             ..self.clone()
         }
-        .sink(topic.clone(), codecs.clone(), "repartition-sink");
+        .sink(topic.clone(), codecs.clone(), "repartition-sink", true);
         let read = source_stream(&self.graph, topic.clone(), codecs, Some(name));
         self.graph
             .borrow_mut()
@@ -383,7 +392,10 @@ impl<K: Data, V: Data> KStream<K, V> {
                         StateChange::Delete => ctx.store::<H::State>(&slot, None)?,
                     }
                     for e in step.emit {
-                        forward(&out, ctx, e.key, e.value)?;
+                        match e.timestamp {
+                            Some(at) => forward_at(&out, ctx, at, e.key, e.value)?,
+                            None => forward(&out, ctx, e.key, e.value)?,
+                        }
                     }
                     Ok(())
                 })

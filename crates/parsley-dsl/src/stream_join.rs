@@ -3,8 +3,9 @@
 //!
 //! Two records of the same key join when their event times are at most the windows' time
 //! difference `d` apart. Each side's records wait in a per-key buffer in the stage's state;
-//! each record joins the other side's buffered records at once (inner results are emitted
-//! eagerly, as in Kafka Streams). A record at `t` is **too late** when the watermark has
+//! each record joins the other side's buffered records at once, in their event-time order
+//! (inner results are emitted eagerly, as in Kafka Streams), each result with the later of the
+//! two records' timestamps. A record at `t` is **too late** when the watermark has
 //! reached `t + d + grace + 1` as it arrives: every record that could still join it in time
 //! would already have been handed over. A buffered record is **expired** when the watermark
 //! reaches `t + 2d + grace + 1`: no record in time can join it any more. Then it leaves the
@@ -23,7 +24,7 @@ use parsley_stage::Error;
 use serde::{Deserialize, Serialize};
 
 use crate::builder::Data;
-use crate::flow::{Children, Ctx, Outlet, forward};
+use crate::flow::{Children, Ctx, Outlet, forward_at};
 use crate::stream::{KStream, auto_codecs};
 use crate::window::LateRoute;
 
@@ -198,12 +199,13 @@ impl<K: Data, V: Data> KStream<K, V> {
                 }
                 let mut b = load::<K, V, V2>(ctx, &slot, &k)?;
                 let mut joined = false;
-                for r in b.right.iter_mut().filter(|r| windows.joins(t, r.time)) {
+                for r in by_time(&mut b.right, |r| windows.joins(t, r.time)) {
                     r.joined = true;
                     joined = true;
-                    forward(
+                    forward_at(
                         &left_children,
                         ctx,
+                        t.max(r.time),
                         k.clone(),
                         left_joiner(Some(&v), Some(&r.value)),
                     )?;
@@ -227,10 +229,11 @@ impl<K: Data, V: Data> KStream<K, V> {
                 }
                 let mut b = load::<K, V, V2>(ctx, &slot, &k)?;
                 let mut joined = false;
-                for l in b.left.iter_mut().filter(|l| windows.joins(t, l.time)) {
+                for l in by_time(&mut b.left, |l| windows.joins(t, l.time)) {
                     l.joined = true;
                     joined = true;
-                    forward(&children, ctx, k.clone(), joiner(Some(&l.value), Some(&v)))?;
+                    let (at, value) = (t.max(l.time), joiner(Some(&l.value), Some(&v)));
+                    forward_at(&children, ctx, at, k.clone(), value)?;
                 }
                 b.right.push(Entry {
                     time: t,
@@ -242,6 +245,14 @@ impl<K: Data, V: Data> KStream<K, V> {
             }));
         KStream::new(self.graph.clone(), node, out, false)
     }
+}
+
+/// The buffered records of one side that `joins` takes, in event-time order (ties in arrival
+/// order), as Kafka Streams' window store gives a record's partners.
+fn by_time<T>(side: &mut [Entry<T>], joins: impl Fn(&Entry<T>) -> bool) -> Vec<&mut Entry<T>> {
+    let mut partners: Vec<&mut Entry<T>> = side.iter_mut().filter(|e| joins(e)).collect();
+    partners.sort_by_key(|e| e.time);
+    partners
 }
 
 fn load<K: Data, L: Data, R: Data>(
@@ -281,12 +292,14 @@ fn expire<K: Data, L: Data, R: Data, O: Data>(
     b.right = right;
     if kind != Kind::Inner {
         for e in expired_left.iter().filter(|e| !e.joined) {
-            forward(children, ctx, b.key.clone(), joiner(Some(&e.value), None))?;
+            let value = joiner(Some(&e.value), None);
+            forward_at(children, ctx, e.time, b.key.clone(), value)?;
         }
     }
     if kind == Kind::Outer {
         for e in expired_right.iter().filter(|e| !e.joined) {
-            forward(children, ctx, b.key.clone(), joiner(None, Some(&e.value)))?;
+            let value = joiner(None, Some(&e.value));
+            forward_at(children, ctx, e.time, b.key.clone(), value)?;
         }
     }
     if expired_left.is_empty() && expired_right.is_empty() {

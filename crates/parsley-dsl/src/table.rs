@@ -11,7 +11,9 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use crate::builder::Data;
-use crate::flow::{Change, Children, Ctx, Outlet, Push, forward};
+use parsley_stage::Error;
+
+use crate::flow::{Change, Children, Ctx, Outlet, Push, forward, forward_at};
 use crate::graph::Graph;
 use crate::stream::KStream;
 
@@ -34,8 +36,28 @@ impl<K, V> Clone for KTable<K, V> {
     }
 }
 
-/// Both sides of a table–table join for one key, as the join keeps them.
-type Sides<V, W> = (Option<V>, Option<W>);
+/// Both sides of a table–table join for one key, as the join keeps them: each side's value and
+/// the timestamp of its update (ms since the epoch).
+type Sides<V, W> = (Option<(V, i64)>, Option<(W, i64)>);
+
+/// Both sides as version 1 of the state encoding kept them, without timestamps.
+type SidesV1<V, W> = (Option<V>, Option<W>);
+
+/// The sides of the join in slot `slot` of the context's key (none: both absent).
+fn load_sides<V: Data, W: Data>(ctx: &mut Ctx<'_>, slot: &str) -> Result<Sides<V, W>, Error> {
+    let unknown = crate::flow::NO_TIMESTAMP;
+    Ok(ctx
+        .load_upgraded(slot, |(v, w): SidesV1<V, W>| {
+            (v.map(|v| (v, unknown)), w.map(|w| (w, unknown)))
+        })?
+        .unwrap_or((None, None)))
+}
+
+/// The timestamp of a join result Kafka Streams gives: the later of the update's and the other
+/// side's, when the other side has a value.
+fn joined_at<T>(update: i64, other: Option<&(T, i64)>) -> i64 {
+    other.map_or(update, |(_, at)| update.max(*at))
+}
 
 impl<K: Data, V: Data> KTable<K, V> {
     pub(crate) fn new(graph: Rc<RefCell<Graph>>, node: usize, out: Outlet<K, Change<V>>) -> Self {
@@ -259,23 +281,28 @@ impl<K: Data, V: Data> KTable<K, V> {
         drop(g);
         let joiner = Arc::new(joiner);
         let slot: Arc<str> = name.into();
-        // One update function per side: store the side's new value, emit the join's change.
+        // One update function per side: store the side's new value, emit the join's change
+        // with the later of the two sides' timestamps (Kafka Streams').
         let (children, j, s) = (out.children(), joiner.clone(), slot.clone());
         self.out.attach(Arc::new(move |ctx, k, c: Change<V>| {
-            let (_, right): Sides<V, W> = ctx.load(&s)?.unwrap_or((None, None));
-            let old = j(c.old.as_ref(), right.as_ref());
-            let new = j(c.new.as_ref(), right.as_ref());
-            let sides: Sides<V, W> = (c.new, right);
+            let (_, right): Sides<V, W> = load_sides(ctx, &s)?;
+            let r = right.as_ref().map(|(w, _)| w);
+            let old = j(c.old.as_ref(), r);
+            let new = j(c.new.as_ref(), r);
+            let at = joined_at(ctx.timestamp, right.as_ref());
+            let sides: Sides<V, W> = (c.new.map(|v| (v, ctx.timestamp)), right);
             store_sides(ctx, &s, sides)?;
-            emit(&children, ctx, k, old, new)
+            emit(&children, ctx, at, k, old, new)
         }));
         let children = out.children();
         other.out.attach(Arc::new(move |ctx, k, c: Change<W>| {
-            let (left, _): Sides<V, W> = ctx.load(&slot)?.unwrap_or((None, None));
-            let old = joiner(left.as_ref(), c.old.as_ref());
-            let new = joiner(left.as_ref(), c.new.as_ref());
-            store_sides(ctx, &slot, (left, c.new))?;
-            emit(&children, ctx, k, old, new)
+            let (left, _): Sides<V, W> = load_sides(ctx, &slot)?;
+            let l = left.as_ref().map(|(v, _)| v);
+            let old = joiner(l, c.old.as_ref());
+            let new = joiner(l, c.new.as_ref());
+            let at = joined_at(ctx.timestamp, left.as_ref());
+            store_sides(ctx, &slot, (left, c.new.map(|w| (w, ctx.timestamp))))?;
+            emit(&children, ctx, at, k, old, new)
         }));
         KTable::new(self.graph.clone(), node, out)
     }
@@ -296,6 +323,7 @@ fn store_sides<V: Data, W: Data>(
 fn emit<K: Data, R: Data>(
     children: &Children<K, Change<R>>,
     ctx: &mut crate::flow::Ctx<'_>,
+    at: i64,
     k: K,
     old: Option<R>,
     new: Option<R>,
@@ -303,5 +331,5 @@ fn emit<K: Data, R: Data>(
     if old.is_none() && new.is_none() {
         return Ok(());
     }
-    forward(children, ctx, k, Change { old, new })
+    forward_at(children, ctx, at, k, Change { old, new })
 }

@@ -4,17 +4,19 @@
 //!
 //! A record with event time `t` (its Kafka record timestamp, ms since the epoch) belongs to
 //! every window `[start, start + size)` with `start <= t < start + size`, where `start` is a
-//! multiple of the advance (the size for tumbling windows). A window **closes** when the
+//! multiple of the advance (the size for tumbling windows) and not negative: as in Kafka
+//! Streams, the first window starts at the epoch. A window **closes** when the
 //! stage's event-time watermark reaches `end + grace`: the watermark moves only on Kafka's
 //! evidence (offset completeness during history, the clock once live), so a window closes once
 //! every record that belongs to it has been handed over, except records written later than
-//! `grace` behind. At that moment its final result is emitted — once, with the window's end
-//! plus grace as its timestamp — and its state is dropped. Intermediate results are emitted
-//! too on request ([`TimeWindowedKStream::emit_updates`]).
+//! `grace` behind. At that moment its final result is emitted — once — and its state is
+//! dropped. On request every update is emitted instead, and nothing when the window closes
+//! ([`TimeWindowedKStream::emit_updates`]). Every result carries the window's timestamp as
+//! Kafka Streams sets it: the latest event time among the window's records.
 //!
 //! Invariants:
-//! - Per key, the operator's state slot holds the key and the aggregate of every open window
-//!   by start; a window is in it iff it received a record and has not closed.
+//! - Per key, the operator's state slot holds the key and the aggregate and timestamp of every
+//!   open window by start; a window is in it iff it received a record and has not closed.
 //! - A timer is set at `end + grace` for every window when it opens; the timer closes every
 //!   window of the key that closes at or before its time, in start order.
 //! - A record whose windows have all closed when it arrives is never dropped silently: it is
@@ -28,7 +30,7 @@ use parsley_stage::Error;
 use serde::{Deserialize, Serialize};
 
 use crate::builder::Data;
-use crate::flow::{Change, Children, Codecs, Ctx, Outlet, forward};
+use crate::flow::{Change, Children, Codecs, Ctx, Outlet, forward_at};
 use crate::graph::Graph;
 use crate::grouped::KGroupedStream;
 use crate::stream::auto_codecs;
@@ -95,12 +97,14 @@ impl TimeWindows {
         self.grace_ms
     }
 
-    /// The starts of the windows that hold event time `t`, ascending.
+    /// The starts of the windows that hold event time `t`, ascending: none starts before the
+    /// epoch (Kafka Streams' `TimeWindows::windowsFor`), so a hopping window's first windows
+    /// are the ones that start at 0 or later.
     pub fn starts_of(&self, t: i64) -> Vec<i64> {
         let last = t - t.rem_euclid(self.advance_ms);
         let mut starts: Vec<i64> =
             std::iter::successors(Some(last), |s| s.checked_sub(self.advance_ms))
-                .take_while(|s| s.checked_add(self.size_ms).is_none_or(|end| end > t))
+                .take_while(|s| *s >= 0 && s.checked_add(self.size_ms).is_none_or(|end| end > t))
                 .collect();
         starts.reverse();
         starts
@@ -223,11 +227,34 @@ impl<K: Data, V: Data> LateRoute<K, V> {
     }
 }
 
-/// The open windows of one key (module docs).
+/// The open windows of one key (module docs): by start, the aggregate and its timestamp (the
+/// latest event time of its records).
 #[derive(Serialize, Deserialize)]
 struct Open<K, A> {
     key: K,
+    windows: BTreeMap<i64, (A, i64)>,
+}
+
+/// The open windows of one key as version 1 of the state encoding kept them, without
+/// timestamps: read as if each window's latest record were at its start.
+#[derive(Serialize, Deserialize)]
+struct OpenV1<K, A> {
+    key: K,
     windows: BTreeMap<i64, A>,
+}
+
+impl<K, A> From<OpenV1<K, A>> for Open<K, A> {
+    fn from(old: OpenV1<K, A>) -> Self {
+        Open {
+            key: old.key,
+            windows: old.windows.into_iter().map(|(s, a)| (s, (a, s))).collect(),
+        }
+    }
+}
+
+/// The open windows in slot `slot` of the context's key.
+fn load_open<K: Data, A: Data>(ctx: &mut Ctx<'_>, slot: &str) -> Result<Option<Open<K, A>>, Error> {
+    ctx.load_upgraded(slot, |old: OpenV1<K, A>| Open::from(old))
 }
 
 /// A grouped stream in time windows (Kafka Streams' `TimeWindowedKStream`), from
@@ -247,9 +274,10 @@ impl<K: Data, V: Data> TimeWindowedKStream<K, V> {
         }
     }
 
-    /// Also emits each window's new value after every record, before its final result (Kafka
-    /// Streams' default `EmitStrategy.onWindowUpdate`). Without it only final results are
-    /// emitted, once per window.
+    /// Emits each window's new value after every record instead of its final result (Kafka
+    /// Streams' default, `EmitStrategy.onWindowUpdate`): the last update of a window is its
+    /// final value, and nothing more is emitted when it closes. Without it only final results
+    /// are emitted, once per window (Kafka Streams' `EmitStrategy.onWindowClose`).
     pub fn emit_updates(mut self) -> Self {
         self.updates = true;
         self
@@ -305,7 +333,7 @@ impl<K: Data, V: Data> TimeWindowedKStream<K, V> {
         g.add_timer(
             node,
             Arc::new(move |ctx: &mut Ctx<'_>| {
-                close(ctx, &on_timer_slot, windows, &on_timer_children)
+                close(ctx, &on_timer_slot, windows, !updates, &on_timer_children)
             }),
         );
         drop(g);
@@ -322,26 +350,30 @@ impl<K: Data, V: Data> TimeWindowedKStream<K, V> {
                 let end = start.saturating_add(windows.size_ms);
                 return late.take(ctx, k, v, (start, end));
             }
-            let mut open: Open<K, A> = ctx.load(&slot)?.unwrap_or_else(|| Open {
+            let mut open: Open<K, A> = load_open(ctx, &slot)?.unwrap_or_else(|| Open {
                 key: k.clone(),
                 windows: BTreeMap::new(),
             });
             for start in starts {
-                let old = open.windows.remove(&start);
-                if old.is_none() {
-                    ctx.timers.push(windows.closes_at(start));
-                }
+                let (old, at) = match open.windows.remove(&start) {
+                    Some((old, at)) => (Some(old), at.max(t)),
+                    None => {
+                        ctx.timers.push(windows.closes_at(start));
+                        (None, t)
+                    }
+                };
                 let new = step(&k, v.clone(), old.clone());
-                open.windows.insert(start, new.clone());
+                open.windows.insert(start, (new.clone(), at));
                 if updates {
                     let key = Windowed {
                         key: k.clone(),
                         start,
                         end: start.saturating_add(windows.size_ms),
                     };
-                    forward(
+                    forward_at(
                         &children,
                         ctx,
+                        at,
                         key,
                         Change {
                             old,
@@ -358,15 +390,16 @@ impl<K: Data, V: Data> TimeWindowedKStream<K, V> {
 
 /// The timer of the context's key at time `ctx.timestamp` (its windows' closing time): closes
 /// every window in slot `slot` that closes at or before it, in start order — forwards its
-/// final result and drops it. Windows that close later have timers of their own, so each
-/// final result carries its own closing time as its timestamp.
+/// final result with the window's timestamp when `finals` (not when every update was emitted
+/// already), and drops it.
 fn close<K: Data, A: Data>(
     ctx: &mut Ctx<'_>,
     slot: &str,
     windows: TimeWindows,
+    finals: bool,
     children: &Children<Windowed<K>, Change<A>>,
 ) -> Result<(), Error> {
-    let Some(mut open) = ctx.load::<Open<K, A>>(slot)? else {
+    let Some(mut open) = load_open::<K, A>(ctx, slot)? else {
         return Ok(());
     };
     let now = ctx.timestamp;
@@ -380,15 +413,19 @@ fn close<K: Data, A: Data>(
         return Ok(());
     }
     for start in due {
-        let value = open.windows.remove(&start).expect("a due window");
+        let (value, at) = open.windows.remove(&start).expect("a due window");
+        if !finals {
+            continue;
+        }
         let key = Windowed {
             key: open.key.clone(),
             start,
             end: start.saturating_add(windows.size_ms),
         };
-        forward(
+        forward_at(
             children,
             ctx,
+            at,
             key,
             Change {
                 old: None,

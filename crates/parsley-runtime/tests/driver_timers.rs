@@ -21,6 +21,7 @@ fn emission(key: &[u8], value: String) -> RawEmission {
         topic: Arc::from("out"),
         key: Some(key.to_vec()),
         value: Some(value.into_bytes()),
+        timestamp: None,
     }
 }
 

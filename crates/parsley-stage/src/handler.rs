@@ -45,6 +45,10 @@ pub struct Emission<K, V> {
     pub key: K,
     /// The value.
     pub value: V,
+    /// The record timestamp, ms since the epoch; `None` (the default): the timestamp of the
+    /// record being handled (Kafka Streams' timestamp propagation). [`Emission::at`] sets
+    /// another, as Kafka Streams' `Record::withTimestamp` does.
+    pub timestamp: Option<i64>,
 }
 
 impl<K, V> Emission<K, V> {
@@ -55,7 +59,15 @@ impl<K, V> Emission<K, V> {
             topic: topic.into(),
             key,
             value,
+            timestamp: None,
         }
+    }
+
+    /// The emission with record timestamp `ms` (ms since the epoch) instead of the handled
+    /// record's.
+    pub fn at(mut self, ms: i64) -> Self {
+        self.timestamp = Some(ms);
+        self
     }
 }
 

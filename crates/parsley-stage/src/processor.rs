@@ -81,6 +81,10 @@ pub struct RawEmission {
     pub key: Option<Vec<u8>>,
     /// Encoded value; `None` for a tombstone ([`Codec::encode_part`]).
     pub value: Option<Vec<u8>>,
+    /// The record timestamp, ms since the epoch; `None`: the timestamp of the record (or the
+    /// time of the timer) being handled, as Kafka Streams forwards a record's timestamp
+    /// unless an operator sets another (an aggregate's latest update, a join's later side).
+    pub timestamp: Option<i64>,
 }
 
 /// The encoded result of handling one record or one timer.
@@ -354,6 +358,7 @@ impl<H: Handler> Typed<H> {
                         .output
                         .encode_part(e.value)
                         .map_err(|x| encode_err("emission value", x))?,
+                    timestamp: e.timestamp,
                     topic: e.topic,
                 })
             })

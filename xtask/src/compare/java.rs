@@ -1,13 +1,14 @@
-//! The Kafka Streams reference program (`compare/kafka-streams/`): building it with Maven and
-//! running it. `cargo xtask compare` runs its word count and shop pipelines; `cargo xtask bench
-//! e2e` builds it here too and hands it to the benchmark, which runs its `bench-pass` and
-//! `bench-count` modes.
+//! The Kafka Streams programs, built with Maven and run: the reference program of
+//! `compare/kafka-streams/` — `cargo xtask compare` runs its word count and shop pipelines,
+//! `cargo xtask bench e2e` its `bench-pass` and `bench-count` modes — and the conformance
+//! harness's program of `compare/conformance/kafka-streams/` (`cargo xtask conformance`).
 //!
-//! Maven builds it into `target/compare/kafka-streams/` (`parsley-ks-compare.jar` and its
-//! dependencies in `libs/`), as it resolves the broker's jars into `target/kafka/`: from
-//! Maven Central into the local Maven repository once, then from there. A build is kept while
-//! the project's files are unchanged (a fingerprint of them is recorded beside the jar), and
-//! Maven runs offline first, so a machine that has built it once needs no network.
+//! Maven builds each into the repository's `target/` (`target/compare/kafka-streams/` and
+//! `target/conformance/kafka-streams/`: the jar and its dependencies in `libs/`), as it resolves
+//! the broker's jars into `target/kafka/`: from Maven Central into the local Maven repository
+//! once, then from there. A build is kept while the project's files are unchanged (a
+//! fingerprint of them is recorded beside the jar), and Maven runs offline first, so a machine
+//! that has built it once needs no network.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -15,10 +16,33 @@ use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 
-/// The Maven project, in the repository.
-pub fn project_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../compare/kafka-streams")
+/// A Maven program of the repository.
+pub struct Program {
+    /// Its directory under the repository's root.
+    dir: &'static str,
+    /// The property of its `pom.xml` that names its build directory.
+    target_property: &'static str,
+    /// Its build directory under `target/`.
+    build: &'static str,
+    /// The jar it makes there.
+    jar: &'static str,
 }
+
+/// The reference program of `cargo xtask compare` and `cargo xtask bench e2e`.
+pub const COMPARE: Program = Program {
+    dir: "compare/kafka-streams",
+    target_property: "compare.target",
+    build: "compare/kafka-streams",
+    jar: "parsley-ks-compare.jar",
+};
+
+/// The Kafka Streams side of `cargo xtask conformance`.
+pub const CONFORMANCE: Program = Program {
+    dir: "compare/conformance/kafka-streams",
+    target_property: "conformance.target",
+    build: "conformance/kafka-streams",
+    jar: "parsley-ks-conformance.jar",
+};
 
 /// The repository's `target/` (or `$CARGO_TARGET_DIR`).
 pub fn target_dir() -> PathBuf {
@@ -27,25 +51,33 @@ pub fn target_dir() -> PathBuf {
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"))
 }
 
-/// Where the program is built: `target/compare/kafka-streams/`.
+/// Where the reference program is built: `target/compare/kafka-streams/`.
 pub fn build_dir() -> PathBuf {
-    target_dir().join("compare").join("kafka-streams")
+    target_dir().join(COMPARE.build)
 }
 
-/// Builds the program unless the build of the same sources is there; returns the jar.
+/// Builds the reference program unless the build of the same sources is there; returns the
+/// jar.
 ///
 /// # Errors
 /// Maven missing or failing.
 pub fn build() -> Result<PathBuf> {
-    let project = project_dir();
-    let out = build_dir();
-    let jar = out.join("parsley-ks-compare.jar");
+    build_program(&COMPARE)
+}
+
+/// Builds `program` unless the build of the same sources is there; returns its jar.
+///
+/// # Errors
+/// Maven missing or failing.
+pub fn build_program(program: &Program) -> Result<PathBuf> {
+    let project = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join(program.dir);
+    let out = target_dir().join(program.build);
+    let jar = out.join(program.jar);
     let stamp = out.join(format!(".built-{:016x}", fingerprint(&project)?));
     if stamp.exists() && jar.exists() {
-        println!(
-            "xtask: the Kafka Streams program is built ({})",
-            jar.display()
-        );
+        println!("xtask: {} is built ({})", program.dir, jar.display());
         return Ok(jar);
     }
     parsley_testkit::broker::check_maven()?;
@@ -64,11 +96,11 @@ pub fn build() -> Result<PathBuf> {
         }
         cmd.arg("-f")
             .arg(project.join("pom.xml"))
-            .arg(format!("-Dcompare.target={}", out.display()))
+            .arg(format!("-D{}={}", program.target_property, out.display()))
             .args(["clean", "package"]);
         cmd.output().context("running mvn")
     };
-    println!("xtask: building the Kafka Streams program with Maven");
+    println!("xtask: building {} with Maven", program.dir);
     let mut output = maven(true)?;
     if !output.status.success() {
         println!(

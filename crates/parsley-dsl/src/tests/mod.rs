@@ -5,6 +5,7 @@
 
 mod causal;
 mod operators;
+mod reference;
 mod stream_joins;
 mod tables;
 mod windows;

@@ -160,11 +160,12 @@ fn table_table_joins_emit_the_join_of_both_sides_latest_values() {
         h.lines("outer"),
         ["k=1?", "k=1a", "k=2a", "j=?b", "k=?a", "k=-"]
     );
-    // Once both sides of a key are gone, its join slots are gone too.
+    // Once both sides of a key are gone, its join slots are gone too. A side is kept with
+    // the timestamp of its update (the driver's time, 0).
     let j = h.state("left", "j").unwrap();
     assert_eq!(
-        read_slot::<(Option<i64>, Option<String>)>(&j, "outer").unwrap(),
-        Some((None, Some("b".into())))
+        read_slot::<(Option<(i64, i64)>, Option<(String, i64)>)>(&j, "outer").unwrap(),
+        Some((None, Some(("b".into(), 0))))
     );
     assert_eq!(h.state("left", "k"), None);
 }

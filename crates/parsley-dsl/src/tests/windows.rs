@@ -81,14 +81,15 @@ fn tumbling_windows_emit_one_final_result_when_the_watermark_passes_their_end() 
         "no window closed yet"
     );
     pipe(&driver, "clicks", "a", "x", 10); // the watermark reaches 10: [0, 10) closes
+    // Each result carries its window's latest event time, as in Kafka Streams.
     assert_eq!(
         results(&driver, "counts", &mut read),
-        [("a".into(), 0, 10, 3, 10), ("b".into(), 0, 10, 1, 10)]
+        [("a".into(), 0, 10, 3, 9), ("b".into(), 0, 10, 1, 3)]
     );
     pipe(&driver, "clicks", "b", "x", 31); // [10, 20) of a closes, at 20
     assert_eq!(
         results(&driver, "counts", &mut read),
-        [("a".into(), 10, 20, 1, 20)]
+        [("a".into(), 10, 20, 1, 10)]
     );
     // A record whose only window closed is too late: counted, not aggregated.
     pipe(&driver, "clicks", "a", "x", 8);
@@ -96,7 +97,7 @@ fn tumbling_windows_emit_one_final_result_when_the_watermark_passes_their_end() 
     pipe(&driver, "clicks", "a", "x", 45);
     assert_eq!(
         results(&driver, "counts", &mut read),
-        [("b".into(), 30, 40, 1, 40)]
+        [("b".into(), 30, 40, 1, 31)]
     );
     // Closed windows leave no state: only the open window [40, 50) of a is kept.
     let open = driver.raw_states("clicks").unwrap();
@@ -104,7 +105,7 @@ fn tumbling_windows_emit_one_final_result_when_the_watermark_passes_their_end() 
 }
 
 #[test]
-fn hopping_windows_with_grace_emit_updates_and_then_each_final_result_once() {
+fn hopping_windows_with_grace_emit_every_update_and_nothing_when_they_close() {
     let windows = TimeWindows::of_size(ms(10)).advance_by(ms(5)).grace(ms(5));
     let b = StreamsBuilder::new("app");
     b.stream::<String, i64>("amounts")
@@ -133,29 +134,48 @@ fn hopping_windows_with_grace_emit_updates_and_then_each_final_result_once() {
     pipe(&driver, "amounts", "k", "4", 9);
     assert_eq!(
         results(&driver, "sums", &mut read),
-        [("k".into(), 0, 10, 5, 9), ("k".into(), 5, 15, 7, 9)]
+        [("k".into(), 0, 10, 5, 9), ("k".into(), 5, 15, 7, 12)]
     );
     pipe(&driver, "amounts", "k", "0", 20); // opens [15, 25) and [20, 30)
-    // In event-time order: [0, 10) closes at 15, before the record at 20 opens [15, 25) and
-    // [20, 30); [5, 15) closes at 20, after the record at 20.
+    // The updates, each with its window's latest event time; [0, 10) and [5, 15) close
+    // without a result of their own (their last update was their value).
     assert_eq!(
         results(&driver, "sums", &mut read),
-        [
-            ("k".into(), 0, 10, 5, 15),
-            ("k".into(), 15, 25, 0, 20),
-            ("k".into(), 20, 30, 0, 20),
-            ("k".into(), 5, 15, 7, 20),
-        ]
+        [("k".into(), 15, 25, 0, 20), ("k".into(), 20, 30, 0, 20)]
     );
+    // [5, 15) closed at 20: a record for it alone is too late.
+    pipe(&driver, "amounts", "k", "9", 14);
+    assert_eq!(
+        results(&driver, "sums", &mut read),
+        [("k".into(), 10, 20, 11, 14)]
+    );
+    assert_eq!(driver.metrics("amounts").unwrap().timers_fired, 2);
     pipe(&driver, "amounts", "k", "1", 26);
     assert_eq!(
         results(&driver, "sums", &mut read),
-        [
-            ("k".into(), 10, 20, 2, 25),
-            ("k".into(), 20, 30, 1, 26),
-            ("k".into(), 25, 35, 1, 26),
-        ]
+        [("k".into(), 20, 30, 1, 26), ("k".into(), 25, 35, 1, 26)]
     );
+}
+
+#[test]
+fn hopping_windows_start_at_the_epoch_as_in_kafka_streams() {
+    // Regression: a record at 0 in 10 ms windows every 5 ms was also counted in [-5, 5),
+    // a window Kafka Streams never opens, with a timer and a final result of its own.
+    let windows = TimeWindows::of_size(ms(10)).advance_by(ms(5));
+    assert_eq!(windows.starts_of(0), [0]);
+    assert_eq!(windows.starts_of(4), [0]);
+    assert_eq!(windows.starts_of(5), [0, 5]);
+    let driver = TopologyTestDriver::builder(counts(windows, LatePolicy::Count))
+        .build()
+        .unwrap();
+    let mut read = 0;
+    pipe(&driver, "clicks", "A", "x", 0);
+    pipe(&driver, "clicks", "B", "x", 30);
+    assert_eq!(
+        results(&driver, "counts", &mut read),
+        [("A".into(), 0, 10, 1, 0)]
+    );
+    assert_eq!(driver.metrics("clicks").unwrap().timers_fired, 1);
 }
 
 #[test]
@@ -172,7 +192,7 @@ fn open_windows_and_their_timers_survive_a_restart() {
     pipe(&driver, "clicks", "b", "x", 11);
     assert_eq!(
         results(&driver, "counts", &mut read),
-        [("a".into(), 0, 10, 3, 10)]
+        [("a".into(), 0, 10, 3, 3)]
     );
     assert_eq!(driver.metrics("clicks").unwrap().timers_fired, 1);
 }
@@ -214,7 +234,7 @@ fn window_starts_cover_every_window_that_holds_a_time() {
     assert_eq!(tumbling.starts_of(10), [10]);
     let hopping = TimeWindows::of_size(ms(10)).advance_by(ms(3));
     assert_eq!(hopping.starts_of(10), [3, 6, 9]);
-    assert_eq!(hopping.starts_of(2), [-6, -3, 0]);
+    assert_eq!(hopping.starts_of(2), [0]);
     assert_eq!(TimeWindows::of_size(ms(1)).starts_of(i64::MAX), [i64::MAX]);
 }
 
@@ -241,11 +261,12 @@ fn sessions_merge_within_the_gap_and_close_once_nothing_can_extend_them() {
     pipe(&driver, "clicks", "b", "x", 109);
     pipe(&driver, "clicks", "a", "x", 118); // [100, 118]
     assert!(results(&driver, "visits", &mut read).is_empty());
-    // b's [109, 109] could be extended up to 119: it closes at 120.
+    // b's [109, 109] could be extended up to 119: it closes at 120. A session's result
+    // carries its end as its timestamp, as in Kafka Streams.
     pipe(&driver, "clicks", "b", "x", 125);
     assert_eq!(
         results(&driver, "visits", &mut read),
-        [("b".into(), 109, 109, 1, 120)]
+        [("b".into(), 109, 109, 1, 109)]
     );
     pipe(&driver, "clicks", "b", "x", 128); // b: [125, 128]
     assert!(
@@ -255,7 +276,7 @@ fn sessions_merge_within_the_gap_and_close_once_nothing_can_extend_them() {
     pipe(&driver, "clicks", "b", "x", 129);
     assert_eq!(
         results(&driver, "visits", &mut read),
-        [("a".into(), 100, 118, 3, 129)]
+        [("a".into(), 100, 118, 3, 118)]
     );
     // No open session of a within the gap, and its own would be closed: too late.
     pipe(&driver, "clicks", "a", "x", 105);
@@ -263,18 +284,32 @@ fn sessions_merge_within_the_gap_and_close_once_nothing_can_extend_them() {
     pipe(&driver, "clicks", "b", "x", 140); // beyond the gap: b's [125, 129] closes at 140
     assert_eq!(
         results(&driver, "visits", &mut read),
-        [("b".into(), 125, 129, 3, 140)]
+        [("b".into(), 125, 129, 3, 129)]
+    );
+    // Within the gap of a's closed [100, 118] but a session of its own would still be open:
+    // it would extend a session whose final result is out, so it is too late too.
+    pipe(&driver, "clicks", "a", "x", 127);
+    assert_eq!(driver.metrics("clicks").unwrap().too_late, 2);
+    pipe(&driver, "clicks", "b", "x", 160);
+    assert_eq!(
+        results(&driver, "visits", &mut read),
+        [("b".into(), 140, 140, 1, 140)],
+        "a opened nothing"
     );
 }
 
 #[test]
-fn session_updates_retract_merged_sessions_and_aggregate_merges_in_time_order() {
+fn session_updates_retract_merged_sessions_and_aggregate_from_the_initializer() {
     let b = StreamsBuilder::new("app");
     b.stream::<String, String>("words")
         .group_by_key()
         .windowed_by(SessionWindows::with_inactivity_gap(ms(5)).grace(ms(2)))
         .emit_updates()
-        .aggregate(String::new, |_, w, acc| acc + &w, |_, a, b| a + &b)
+        .aggregate(
+            || "0".to_string(),
+            |_, w, acc| acc + &w,
+            |_, a, b| a + "|" + &b,
+        )
         .to_change_stream()
         .to("sentences");
     let driver = TopologyTestDriver::builder(b.build().unwrap())
@@ -292,24 +327,54 @@ fn session_updates_retract_merged_sessions_and_aggregate_merges_in_time_order() 
         start,
         end,
     };
+    // As in Kafka Streams: the record starts from the initializer, merges the sessions it
+    // joins into it (the earlier first), then is aggregated.
     assert_eq!(
         changes,
         [
-            (w(10, 10), Some("a".into())),
-            (w(16, 16), Some("c".into())),
+            (w(10, 10), Some("0a".into())),
+            (w(16, 16), Some("0c".into())),
             (w(10, 10), None),
             (w(16, 16), None),
-            (w(10, 16), Some("abc".into())),
+            (w(10, 16), Some("0|0a|0cb".into())),
         ]
     );
-    // Closes at 16 + 5 + 1 + 2 = 24; j's updates come first.
-    pipe(&driver, "words", "j", "x", 23);
+    // Closes at 16 + 5 + 1 + 2 = 24, with no result of its own: its last update was it.
+    pipe(&driver, "words", "j", "x", 24);
     assert_eq!(out.read_key_values().len(), 1, "j's own session only");
-    pipe(&driver, "words", "j", "y", 24);
-    assert_eq!(
-        out.read_key_values().last(),
-        Some(&(w(10, 16), Some("abc".to_string())))
-    );
+}
+
+#[test]
+fn a_session_aggregate_that_merges_starts_from_the_initializer_as_in_kafka_streams() {
+    // Regression: with initializer "0", aggregator `agg+v` and merger `a+b`, gap 500 ms,
+    // Kafka Streams gives `0+0+1+2` both when 2 comes after 1 and when it comes before.
+    for (first, second) in [(10, 15), (600, 599)] {
+        let b = StreamsBuilder::new("app");
+        b.stream::<String, String>("in")
+            .group_by_key()
+            .windowed_by(SessionWindows::with_inactivity_gap(ms(500)))
+            .aggregate(
+                || "0".to_string(),
+                |_, v, agg| format!("{agg}+{v}"),
+                |_, a, b| format!("{a}+{b}"),
+            )
+            .to_stream()
+            .to("out");
+        let driver = TopologyTestDriver::builder(b.build().unwrap())
+            .build()
+            .unwrap();
+        pipe(&driver, "in", "k", "1", first);
+        pipe(&driver, "in", "k", "2", second);
+        pipe(&driver, "in", "other", "x", 2_000);
+        let mut out = driver.output_topic("out", Json, Utf8).unwrap();
+        let finals: Vec<(Windowed<String>, String)> = out.read_key_values();
+        assert_eq!(finals.len(), 1, "{finals:?}");
+        assert_eq!(finals[0].1, "0+0+1+2", "records at {first} then {second}");
+        assert_eq!(
+            (finals[0].0.start, finals[0].0.end),
+            (first.min(second), first.max(second))
+        );
+    }
 }
 
 /// The final results of `clicks` (user, event time) through a tumbling count, piped one run

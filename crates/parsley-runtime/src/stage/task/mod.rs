@@ -796,8 +796,9 @@ impl Task {
         Ok(())
     }
 
-    /// Stamps one emission with the node clock and hands it to `out`, with record timestamp
-    /// `timestamp` (ms since the epoch; [`NO_TIMESTAMP`]: the producer's clock).
+    /// Stamps one emission with the node clock and hands it to `out`, with its own record
+    /// timestamp if it has one, else `timestamp` (ms since the epoch; [`NO_TIMESTAMP`]: the
+    /// producer's clock).
     fn emit(
         &mut self,
         ctx: &TaskContext,
@@ -824,7 +825,9 @@ impl Task {
             value: e.value,
             stamp: &self.stamp_buf,
             headers: &[],
-            timestamp: (timestamp != NO_TIMESTAMP).then_some(timestamp),
+            timestamp: e
+                .timestamp
+                .or((timestamp != NO_TIMESTAMP).then_some(timestamp)),
         });
         if let Err(err) = sent {
             self.clock.failed(tag.seq, channel)?;

@@ -1,0 +1,350 @@
+//! A scenario — an operator of the catalogue with its parameters, and an input script — and
+//! what running it gives: the records of each output topic, rendered as text.
+//!
+//! Both sides read the same JSON: the Rust side serialises a [`Scenario`] as one line and the
+//! Kafka Streams program parses it; the program answers with an [`Outcome`].
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// One scenario: a topology of the catalogue and the records piped into it, in order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Scenario {
+    /// The operator and its parameters.
+    pub op: Op,
+    /// Partitions of each input topic on Parsley's side (Kafka Streams' test driver has one
+    /// partition per topic). Only operators without event time take more than one.
+    #[serde(default = "one")]
+    pub partitions: i32,
+    /// The records, in the order they are piped.
+    pub inputs: Vec<Input>,
+}
+
+fn one() -> i32 {
+    1
+}
+
+/// One input record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Input {
+    /// `left` or `right`.
+    pub topic: String,
+    /// The key, UTF-8; `None`: no key.
+    pub key: Option<String>,
+    /// The value, UTF-8; `None`: a tombstone.
+    pub value: Option<String>,
+    /// The record timestamp, ms since the epoch (`>= 0`).
+    pub ts: i64,
+}
+
+/// One output record, rendered as text: a windowed key as `key@start/end`, a count in decimal.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Output {
+    /// The key; `None`: no key.
+    pub key: Option<String>,
+    /// The value; `None`: a tombstone.
+    pub value: Option<String>,
+    /// The record timestamp, ms since the epoch.
+    pub ts: i64,
+}
+
+impl fmt::Display for Output {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let part = |p: &Option<String>| p.clone().unwrap_or_else(|| "∅".into());
+        write!(f, "{}={}@{}", part(&self.key), part(&self.value), self.ts)
+    }
+}
+
+/// Every output topic's records, in order, by topic name.
+pub type Outputs = BTreeMap<String, Vec<Output>>;
+
+/// What running a scenario gave: the outputs, and the error that stopped it, if any (the
+/// outputs then hold what was written before it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Outcome {
+    /// The records of every output topic; `None` when the topology could not run at all.
+    pub outputs: Option<Outputs>,
+    /// The error, as text.
+    pub error: Option<String>,
+}
+
+/// How a grouped stream is keyed before an aggregation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Grouping {
+    /// `group_by_key()`: the record's own key.
+    ByKey,
+    /// `select_key(bucket)` then `group_by_key()`: through a repartition topic.
+    SelectKey,
+    /// `group_by(bucket)`: through a repartition topic.
+    GroupBy,
+}
+
+/// Which aggregation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum How {
+    /// `count()`.
+    Count,
+    /// `reduce(plus)`.
+    Reduce,
+    /// `aggregate(|| "0", plus)` (sessions: merged with `a|b`).
+    Aggregate,
+}
+
+/// Which join.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum JoinKind {
+    /// `join`.
+    Inner,
+    /// `left_join`.
+    Left,
+    /// `outer_join`.
+    Outer,
+}
+
+/// The operators of the catalogue (the topology each builds is in `catalogue.rs` and in the
+/// Kafka Streams program's `Catalogue.java`). Durations are ms.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "name", rename_all = "kebab-case")]
+pub enum Op {
+    /// `filter(even)`, or `filter_not(even)`.
+    Filter {
+        /// `filter_not`.
+        not: bool,
+    },
+    /// `map_values(tick)`.
+    MapValues,
+    /// `map`: key and value swapped.
+    Map,
+    /// `select_key`: the value becomes the key.
+    SelectKey,
+    /// `flat_map`: the record, then key and value swapped.
+    FlatMap,
+    /// `flat_map_values`: one record per character.
+    FlatMapValues,
+    /// `peek`.
+    Peek,
+    /// `left` merged with `right`.
+    Merge,
+    /// `split`: even values, values of one character, and the rest when `default`.
+    Split {
+        /// `default_branch` rather than `no_default_branch`.
+        default: bool,
+    },
+    /// `repartition()`.
+    Repartition,
+    /// `count()` of a grouped stream.
+    Count {
+        /// How the stream is grouped.
+        group: Grouping,
+        /// Whether the aggregation is named.
+        #[serde(default)]
+        named: bool,
+    },
+    /// `reduce(plus)` of a grouped stream.
+    Reduce {
+        /// How the stream is grouped.
+        group: Grouping,
+        /// Whether the aggregation is named.
+        #[serde(default)]
+        named: bool,
+    },
+    /// `aggregate(|| "0", plus)` of a grouped stream.
+    Aggregate {
+        /// How the stream is grouped.
+        group: Grouping,
+        /// Whether the aggregation is named.
+        #[serde(default)]
+        named: bool,
+    },
+    /// `process` with a handler counting each key's records.
+    Process,
+    /// A stream–table join of `left` with the table of `right`.
+    Join {
+        /// `left_join` rather than `join`.
+        left: bool,
+        /// The stream re-keyed by `bucket` first (through a repartition topic).
+        rekey: bool,
+    },
+    /// A time-windowed aggregation.
+    Windowed {
+        /// Which aggregation.
+        how: How,
+        /// Window size.
+        size: i64,
+        /// Advance (the size: tumbling).
+        advance: i64,
+        /// Grace.
+        grace: i64,
+        /// `emit_updates()` (Kafka Streams' default); else final results only (Kafka Streams'
+        /// `EmitStrategy.onWindowClose()`).
+        updates: bool,
+    },
+    /// A session-windowed aggregation.
+    Session {
+        /// Which aggregation.
+        how: How,
+        /// Inactivity gap.
+        gap: i64,
+        /// Grace.
+        grace: i64,
+        /// `emit_updates()`; else final results only.
+        updates: bool,
+    },
+    /// A windowed stream–stream join of `left` and `right`.
+    JoinWindowed {
+        /// Which join.
+        kind: JoinKind,
+        /// The time difference.
+        difference: i64,
+        /// Grace.
+        grace: i64,
+    },
+    /// The table of `left`, as a stream.
+    Table {
+        /// `to_change_stream()` (Kafka Streams' `toStream()`); else `to_stream()` (`toStream()`
+        /// without deletions).
+        change: bool,
+        /// Kafka Streams' table materialized in a store (Parsley's always is).
+        #[serde(default)]
+        materialized: bool,
+    },
+    /// The table of `left` filtered by `even`, as a change stream.
+    TableFilter {
+        /// `filter_not`.
+        not: bool,
+    },
+    /// The table of `left` with values mapped by `tick`, as a change stream.
+    TableMapValues,
+    /// The tables of `left` and `right` joined, as a change stream.
+    TableJoin {
+        /// Which join.
+        kind: JoinKind,
+    },
+}
+
+impl Op {
+    /// The operator as the report names it (Parsley's method).
+    pub fn row(&self) -> &'static str {
+        match self {
+            Op::Filter { not: false } => "filter",
+            Op::Filter { not: true } => "filter_not",
+            Op::MapValues => "map_values",
+            Op::Map => "map",
+            Op::SelectKey => "select_key",
+            Op::FlatMap => "flat_map",
+            Op::FlatMapValues => "flat_map_values",
+            Op::Peek => "peek",
+            Op::Merge => "merge",
+            Op::Split { .. } => "split",
+            Op::Repartition => "repartition",
+            Op::Count { .. } => "count",
+            Op::Reduce { .. } => "reduce",
+            Op::Aggregate { .. } => "aggregate",
+            Op::Process => "process",
+            Op::Join { left: false, .. } => "join (stream-table)",
+            Op::Join { left: true, .. } => "left_join (stream-table)",
+            Op::Windowed {
+                how: How::Count, ..
+            } => "windowed count",
+            Op::Windowed {
+                how: How::Reduce, ..
+            } => "windowed reduce",
+            Op::Windowed {
+                how: How::Aggregate,
+                ..
+            } => "windowed aggregate",
+            Op::Session {
+                how: How::Count, ..
+            } => "session count",
+            Op::Session {
+                how: How::Reduce, ..
+            } => "session reduce",
+            Op::Session {
+                how: How::Aggregate,
+                ..
+            } => "session aggregate",
+            Op::JoinWindowed {
+                kind: JoinKind::Inner,
+                ..
+            } => "join_windowed",
+            Op::JoinWindowed {
+                kind: JoinKind::Left,
+                ..
+            } => "left_join_windowed",
+            Op::JoinWindowed {
+                kind: JoinKind::Outer,
+                ..
+            } => "outer_join_windowed",
+            Op::Table { .. } => "table",
+            Op::TableFilter { not: false } => "table filter",
+            Op::TableFilter { not: true } => "table filter_not",
+            Op::TableMapValues => "table map_values",
+            Op::TableJoin {
+                kind: JoinKind::Inner,
+            } => "table join",
+            Op::TableJoin {
+                kind: JoinKind::Left,
+            } => "table left_join",
+            Op::TableJoin {
+                kind: JoinKind::Outer,
+            } => "table outer_join",
+        }
+    }
+
+    /// Whether the operator reads `right` too.
+    pub fn reads_right(&self) -> bool {
+        matches!(
+            self,
+            Op::Merge | Op::Join { .. } | Op::JoinWindowed { .. } | Op::TableJoin { .. }
+        )
+    }
+
+    /// Whether the operator orders by event time (its scenarios keep one partition: Kafka
+    /// Streams' test driver has one task, whose stream time spans every key, where a real
+    /// application has one per partition).
+    pub fn event_time(&self) -> bool {
+        matches!(
+            self,
+            Op::Windowed { .. } | Op::Session { .. } | Op::JoinWindowed { .. }
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_scenario_is_the_json_the_kafka_streams_program_reads() {
+        let s = Scenario {
+            op: Op::Windowed {
+                how: How::Count,
+                size: 10,
+                advance: 5,
+                grace: 0,
+                updates: false,
+            },
+            partitions: 1,
+            inputs: vec![Input {
+                topic: "left".into(),
+                key: Some("a".into()),
+                value: None,
+                ts: 3,
+            }],
+        };
+        let json = serde_json::to_string(&s).unwrap();
+        assert_eq!(
+            json,
+            r#"{"op":{"name":"windowed","how":"count","size":10,"advance":5,"grace":0,"updates":false},"partitions":1,"inputs":[{"topic":"left","key":"a","value":null,"ts":3}]}"#
+        );
+        assert_eq!(serde_json::from_str::<Scenario>(&json).unwrap(), s);
+        let unit: Scenario =
+            serde_json::from_str(r#"{"op":{"name":"map-values"},"inputs":[]}"#).unwrap();
+        assert_eq!((unit.op, unit.partitions), (Op::MapValues, 1));
+    }
+}
