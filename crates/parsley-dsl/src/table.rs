@@ -4,7 +4,8 @@
 //! (`None`: absent or deleted). A source table ([`StreamsBuilder::table`](crate::StreamsBuilder::table))
 //! and an aggregation keep their values in their stage's state; `filter` and `map_values`
 //! derive a table from its parent's changes without keeping one; a join keeps both sides'
-//! latest values per key.
+//! latest values per key, each with the timestamp of its update, and gives each result the
+//! later of the update's and the other side's timestamps, as Kafka Streams does.
 
 use std::cell::RefCell;
 use std::rc::Rc;
