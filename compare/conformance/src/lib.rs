@@ -262,7 +262,7 @@ impl Report {
         if !self.normalised.is_empty() {
             let _ = writeln!(
                 out,
-                "\ndocumented differences (scenarios each normalisation made equal):"
+                "\ndocumented differences (scenarios each normalisation took part in; one may need several):"
             );
             for n in all {
                 if let Some(count) = self.normalised.get(n.name) {
