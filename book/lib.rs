@@ -29,3 +29,5 @@ chapter!(Benchmarks, "src/benchmarks.md");
 chapter!(Demo, "src/demo.md");
 chapter!(Specification, "src/specification.md");
 chapter!(Comparison, "src/comparison.md");
+chapter!(Decisions, "src/decisions.md");
+chapter!(Lessons, "src/lessons.md");
