@@ -3,7 +3,8 @@
 //! - `kafka up|down|status`: the local single-node Kafka broker (see `parsley_testkit::broker`),
 //!   or with `up --brokers 3` a local three-node cluster (see [`cluster`]);
 //! - `demo`: starts the broker if none, runs the inventory demo, stops what it started;
-//! - `test`: starts the broker if none, runs `cargo fmt --check`, clippy with warnings denied,
+//! - `test`: starts the broker if none, checks the crates' layering (`layering`), runs
+//!   `cargo fmt --check`, clippy with warnings denied,
 //!   every workspace test (unit, integration, doctests, the book's examples), the book's build
 //!   and link check (`book`), the comparison with Kafka Streams (`conformance --quick`), a
 //!   small run of the demo, the end-to-end benchmark's smoke run (`bench e2e --quick`, dev
@@ -12,6 +13,8 @@
 //! - `book`: builds the book with mdBook (installed at a pinned version when missing),
 //!   warnings denied, and checks every relative link and anchor of the built pages and every
 //!   relative link of the README (see [`book`]); needs no broker;
+//! - `layering`: checks on the dependency tree that each crate depends only on the crates
+//!   below it and that the crates below the Kafka half build no C (see [`layering`]);
 //! - `soak-gate`: many random simulator histories through the gate and the oracle;
 //! - `chaos`: the inventory stages as processes under injected faults, checked by the oracle;
 //! - `experiment`: starts the broker if none, runs the event-time ordering experiment (a fixed
@@ -49,6 +52,7 @@ mod compare;
 mod conformance;
 mod fuzz;
 mod inspect;
+mod layering;
 mod replay;
 
 use std::process::{Command, ExitCode};
@@ -168,6 +172,9 @@ enum Cmd {
     /// Build the book with mdBook (installed at a pinned version when missing), warnings
     /// denied, and check every relative link and anchor in it and in the README.
     Book,
+    /// Check the crates' layering on the dependency tree: each crate depends only on the crates
+    /// below it, and nothing below the Kafka half builds C.
+    Layering,
     /// The test command: format check, clippy (warnings denied), every workspace test on the
     /// local broker, the book's build and link check, a small demo (also over SASL_SSL), the
     /// end-to-end benchmark's smoke run, two seeded fault-injection runs and the fuzz targets.
@@ -400,6 +407,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
             book::check()?;
             Ok(ExitCode::SUCCESS)
         }
+        Cmd::Layering => {
+            layering::check()?;
+            Ok(ExitCode::SUCCESS)
+        }
         Cmd::Test {
             keep_broker,
             cluster: true,
@@ -430,6 +441,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     &["test", "--workspace", "--doc"],
                 ),
             ];
+            println!("xtask: the crates' layering (cargo xtask layering)");
+            layering::check()?;
             let mut counted = TestCounts::default();
             for (what, args) in steps {
                 println!("xtask: {what}");

@@ -14,8 +14,8 @@ use std::time::Duration;
 use parsley_dsl::{
     JoinWindows, KStream, KTable, LatePolicy, SessionWindows, StreamsBuilder, TimeWindows, Windowed,
 };
-use parsley_runtime::driver::{RawInput, TopologyTestDriver};
 use parsley_stage::{BadRecordPolicy, Handler, HandlerResult, Record, Step, Topology};
+use parsley_task::driver::{RawInput, TopologyTestDriver};
 
 use crate::scenario::{Grouping, How, JoinKind, Op, Outcome, Output, Outputs, Scenario};
 

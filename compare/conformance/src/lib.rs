@@ -4,7 +4,7 @@
 //! A scenario ([`scenario::Scenario`]) is an operator of the catalogue with its parameters and
 //! an input script. It runs through Kafka Streams' own `TopologyTestDriver` (the Java program
 //! in `kafka-streams/`, [`reference`]) and through Parsley's
-//! [`TopologyTestDriver`](parsley_runtime::driver::TopologyTestDriver) ([`catalogue`]); the
+//! [`TopologyTestDriver`](parsley_task::driver::TopologyTestDriver) ([`catalogue`]); the
 //! records of every output topic — keys, values, tombstones, timestamps, in order — are
 //! compared exactly, then after the documented normalisations ([`normalise`]). A scenario is
 //! **equal**, a **documented difference** (equal after normalising; the report names each

@@ -24,25 +24,15 @@ use rdkafka_sys as rdsys;
 use tracing::{debug, warn};
 
 use crate::clients::{ClientRole, ClientSettings};
-use crate::error::{Error, Result};
 use crate::security::{Endpoint, SecurityWatch, WATCH_STEP};
+use parsley_task::error::{Error, Result};
+use parsley_task::topic::TopicInfo;
 
 /// The pause before an admin request whose broker dropped the connection is sent again.
 const TRANSPORT_RETRY: Duration = Duration::from_millis(100);
 
 mod offsets;
 use offsets::Isolation;
-
-/// A topic as the cluster describes it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TopicInfo {
-    /// The topic name.
-    pub name: String,
-    /// Its UUID (KIP-516).
-    pub id: TopicId,
-    /// Its partition count.
-    pub partitions: i32,
-}
 
 /// A topic to create.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -136,7 +126,7 @@ impl Admin {
         config.set("enabled_events", rdsys::RD_KAFKA_EVENT_ERROR.to_string());
         let client = config
             .create_with_context(context)
-            .map_err(|e| Error::kafka("creating the admin client", e))?;
+            .map_err(|e| crate::client_error::kafka("creating the admin client", e))?;
         Ok(Admin { client, timeout })
     }
 
@@ -273,7 +263,7 @@ impl Admin {
             .client
             .inner()
             .fetch_metadata(None, self.timeout)
-            .map_err(|e| Error::kafka("listing topics", e))?;
+            .map_err(|e| crate::client_error::kafka("listing topics", e))?;
         let names: Vec<String> = metadata
             .topics()
             .iter()
@@ -470,7 +460,7 @@ impl Admin {
                 self.client
                     .create_topics(pending.iter().copied(), &self.options()),
             )
-            .map_err(|e| Error::kafka("creating topics", e))?;
+            .map_err(|e| crate::client_error::kafka("creating topics", e))?;
             let mut again = Vec::new();
             for (r, topic) in results.into_iter().zip(pending) {
                 let Err((name, code)) = r else { continue };
@@ -546,7 +536,7 @@ impl Admin {
     pub fn add_partitions(&self, topic: &str, total: i32) -> Result<()> {
         let request = NewPartitions::new(topic, total as usize);
         let results = block_on(self.client.create_partitions([&request], &self.options()))
-            .map_err(|e| Error::kafka(format!("adding partitions to {topic}"), e))?;
+            .map_err(|e| crate::client_error::kafka(format!("adding partitions to {topic}"), e))?;
         for r in results {
             if let Err((t, code)) = r {
                 return Err(Error::Admin {
@@ -577,9 +567,10 @@ impl Admin {
     pub fn delete_records(&self, topic: &str, partition: i32, before: i64) -> Result<i64> {
         let mut tpl = rdkafka::TopicPartitionList::new();
         tpl.add_partition_offset(topic, partition, rdkafka::Offset::Offset(before))
-            .map_err(|e| Error::kafka("building the records to delete", e))?;
-        let result = block_on(self.client.delete_records(&tpl, &self.options()))
-            .map_err(|e| Error::kafka(format!("deleting records of {topic}/{partition}"), e))?;
+            .map_err(|e| crate::client_error::kafka("building the records to delete", e))?;
+        let result = block_on(self.client.delete_records(&tpl, &self.options())).map_err(|e| {
+            crate::client_error::kafka(format!("deleting records of {topic}/{partition}"), e)
+        })?;
         let e = result
             .find_partition(topic, partition)
             .ok_or_else(|| Error::Admin {
@@ -608,7 +599,9 @@ impl Admin {
     pub fn topic_config(&self, topic: &str) -> Result<Vec<(String, String)>> {
         let resource = rdkafka::admin::ResourceSpecifier::Topic(topic);
         let results = block_on(self.client.describe_configs([&resource], &self.options()))
-            .map_err(|e| Error::kafka(format!("describing the configuration of {topic}"), e))?;
+            .map_err(|e| {
+                crate::client_error::kafka(format!("describing the configuration of {topic}"), e)
+            })?;
         let described = results.into_iter().next().ok_or_else(|| Error::Admin {
             operation: format!("describing the configuration of {topic}"),
             message: "no result".into(),
@@ -641,7 +634,7 @@ impl Admin {
     /// [`Error::Admin`] naming a topic that could not be deleted or did not disappear.
     pub fn delete_topics(&self, names: &[&str]) -> Result<()> {
         let results = block_on(self.client.delete_topics(names, &self.options()))
-            .map_err(|e| Error::kafka("deleting topics", e))?;
+            .map_err(|e| crate::client_error::kafka("deleting topics", e))?;
         for r in results {
             if let Err((topic, code)) = r {
                 return Err(Error::Admin {

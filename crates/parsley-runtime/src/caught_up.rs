@@ -46,9 +46,10 @@ use rdkafka::{Offset, TopicPartitionList};
 use tracing::debug;
 
 use crate::admin::Admin;
+use crate::client_error::transient;
 use crate::clients::ClientRole;
 use crate::config::RuntimeConfig;
-use crate::error::{Error, Result, transient};
+use parsley_task::error::Result;
 
 /// What is needed to read one stage's progress.
 pub(crate) struct StageProgress {
@@ -150,7 +151,9 @@ impl StageProgress {
                 ],
             )
             .create()
-            .map_err(|e| Error::kafka(format!("create a progress reader of group {group}"), e))?;
+            .map_err(|e| {
+                crate::client_error::kafka(format!("create a progress reader of group {group}"), e)
+            })?;
         Ok(StageProgress {
             spec: spec.clone(),
             consumer,
@@ -216,7 +219,7 @@ impl StageProgress {
                 debug!(stage = self.spec.name(), error = %e, "committed offsets not readable yet");
                 return Ok(false);
             }
-            Err(e) => return Err(Error::kafka("read committed offsets", e)),
+            Err(e) => return Err(crate::client_error::kafka("read committed offsets", e)),
         };
         // Per partition to read: topic, partition, committed offset, where to read from, LSO.
         let mut reads: Vec<(String, i32, i64, i64, i64)> = Vec::new();
@@ -258,11 +261,11 @@ impl StageProgress {
         let mut tpl = TopicPartitionList::new();
         for (topic, p, from, _) in reads {
             tpl.add_partition_offset(topic, *p, Offset::Offset(*from))
-                .map_err(|e| Error::kafka("build the partitions to read", e))?;
+                .map_err(|e| crate::client_error::kafka("build the partitions to read", e))?;
         }
         self.consumer
             .assign(&tpl)
-            .map_err(|e| Error::kafka("assign the partitions to read", e))?;
+            .map_err(|e| crate::client_error::kafka("assign the partitions to read", e))?;
         let mut open: Vec<(String, i32, i64, i64)> = reads.to_vec();
         let deadline = Instant::now() + GAP_READ_BUDGET;
         let position = |consumer: &BaseConsumer, topic: &str, p: i32| -> Option<i64> {
@@ -317,7 +320,7 @@ impl StageProgress {
         }
         self.consumer
             .unassign()
-            .map_err(|e| Error::kafka("unassign the partitions read", e))?;
+            .map_err(|e| crate::client_error::kafka("unassign the partitions read", e))?;
         Ok(())
     }
 

@@ -29,10 +29,13 @@ use parsley_clock::{
 use rdkafka::message::{Headers, Message};
 use rdkafka::producer::Producer;
 
-use crate::admin::{Admin, TopicInfo};
+use crate::admin::Admin;
 use crate::clients::{ClientRole, ClientSettings};
-use crate::error::{Error, RecordProblem, Result};
-use crate::outbox::{Ack, Outbox, SendTag, partition_for};
+use crate::outbox::{Ack, Outbox};
+use parsley_task::error::{Error, Result};
+use parsley_task::outgoing::{Acked, OutgoingRecord};
+use parsley_task::topic::TopicInfo;
+use parsley_task::topic::{SendTag, partition_for};
 
 /// How to build a [`CausalProducer`].
 #[derive(Debug, Clone)]
@@ -83,91 +86,6 @@ impl CausalProducerConfig {
     pub fn client_settings(mut self, clients: ClientSettings) -> Self {
         self.clients = clients;
         self
-    }
-}
-
-/// A send the broker acknowledged: its sequence and coordinate.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Acked {
-    /// The send sequence [`CausalProducer::send`] or [`CausalProducer::send_record`] returned.
-    pub seq: u64,
-    /// Where the record was appended.
-    pub coordinate: Coordinate,
-}
-
-/// One record for [`CausalProducer::send_record`]: topic, key and value, and optionally a
-/// record timestamp and headers besides the stamp.
-///
-/// ```
-/// use parsley_runtime::OutgoingRecord;
-///
-/// let record = OutgoingRecord::new("invoices", b"customer-7", b"42.00 EUR")
-///     .timestamp(1_767_225_600_000) // ms since the epoch
-///     .header("currency", b"EUR")
-///     .header("issued-by", b"invoicing");
-/// assert_eq!(record.headers().len(), 2);
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OutgoingRecord<'a> {
-    pub(crate) topic: &'a str,
-    pub(crate) key: &'a [u8],
-    pub(crate) value: &'a [u8],
-    pub(crate) timestamp: Option<i64>,
-    pub(crate) headers: Vec<(&'a str, &'a [u8])>,
-}
-
-impl<'a> OutgoingRecord<'a> {
-    /// A record with `key` and `value` for `topic`, its timestamp the producer's clock, no
-    /// header but the stamp.
-    pub fn new(topic: &'a str, key: &'a [u8], value: &'a [u8]) -> Self {
-        OutgoingRecord {
-            topic,
-            key,
-            value,
-            timestamp: None,
-            headers: Vec::new(),
-        }
-    }
-
-    /// Sets the record timestamp, ms since the epoch (it must be positive).
-    pub fn timestamp(mut self, ms: i64) -> Self {
-        self.timestamp = Some(ms);
-        self
-    }
-
-    /// Adds a header `name` with `value`, after the stamp header and the headers added before
-    /// (any name but the stamp header's, [`parsley_clock::STAMP_HEADER`] and
-    /// [`parsley_clock::LEGACY_STAMP_HEADER`]; names may repeat, as Kafka allows).
-    pub fn header(mut self, name: &'a str, value: &'a [u8]) -> Self {
-        self.headers.push((name, value));
-        self
-    }
-
-    /// The topic.
-    pub fn topic(&self) -> &'a str {
-        self.topic
-    }
-
-    /// The headers added, in order (the stamp header is not among them).
-    pub fn headers(&self) -> &[(&'a str, &'a [u8])] {
-        &self.headers
-    }
-
-    /// Why the record cannot be sent as asked, if it cannot.
-    pub(crate) fn check(&self) -> Result<()> {
-        let problem = if let Some(ms) = self.timestamp.filter(|ms| *ms <= 0) {
-            RecordProblem::Timestamp(ms)
-        } else if let Some((name, _)) = self.headers.iter().find(|(n, _)| is_stamp_header(n)) {
-            RecordProblem::ReservedHeader((*name).to_string())
-        } else if let Some((name, _)) = self.headers.iter().find(|(n, _)| n.contains('\0')) {
-            RecordProblem::NulInHeaderName((*name).to_string())
-        } else {
-            return Ok(());
-        };
-        Err(Error::InvalidRecord {
-            topic: self.topic.to_string(),
-            problem,
-        })
     }
 }
 
@@ -361,18 +279,18 @@ impl CausalProducer {
     ///
     /// # Errors
     /// - [`Error::InvalidRecord`] before anything is sent or claimed: a header named like the
-    ///   stamp header ([`RecordProblem::ReservedHeader`]), a header name with a NUL byte, a
+    ///   stamp header ([`RecordProblem::ReservedHeader`](parsley_task::error::RecordProblem::ReservedHeader)), a header name with a NUL byte, a
     ///   timestamp that is not positive;
     /// - [`Error::UnknownTopic`], a send or flush failure, or a timeout.
     pub fn send_record(&mut self, record: OutgoingRecord<'_>) -> Result<(u64, Channel)> {
         record.check()?;
-        let OutgoingRecord {
-            topic,
-            key,
-            value,
-            timestamp,
-            headers,
-        } = record;
+        let (topic, key, value, timestamp) = (
+            record.topic(),
+            record.key(),
+            record.value(),
+            record.record_timestamp(),
+        );
+        let headers = record.headers().to_vec();
         let channel = self.channel_for(topic, key)?;
         let stamp = match self.clock.stamp(channel) {
             Ok(s) => s,
@@ -459,7 +377,7 @@ impl CausalProducer {
                     first_error.get_or_insert(Error::Send {
                         topic,
                         channel: Box::new(tag.channel),
-                        source: failed.error,
+                        source: crate::client_error::client_error(failed.error),
                     });
                 }
             }
@@ -475,7 +393,7 @@ impl CausalProducer {
         self.outbox
             .producer()
             .begin_transaction()
-            .map_err(|e| Error::kafka("beginning a transaction", e))?;
+            .map_err(|e| crate::client_error::kafka("beginning a transaction", e))?;
         self.snapshot = Some(self.clock.clone());
         Ok(())
     }
@@ -500,7 +418,7 @@ impl CausalProducer {
     pub fn abort(&mut self) -> Result<()> {
         self.outbox
             .abort_transaction(self.timeout)
-            .map_err(|e| Error::kafka("aborting a transaction", e))?;
+            .map_err(|e| crate::client_error::kafka("aborting a transaction", e))?;
         self.outbox.wait_acked(self.timeout)?;
         self.outbox.discard();
         self.acked.clear();
@@ -566,8 +484,8 @@ mod tests {
     use rdkafka::message::{Header, OwnedHeaders, OwnedMessage};
 
     use super::{CausalProducer, CausalProducerConfig, OutgoingRecord};
-    use crate::admin::TopicInfo;
-    use crate::error::{Error, RecordProblem};
+    use parsley_task::error::{Error, RecordProblem};
+    use parsley_task::topic::TopicInfo;
 
     const ORDERS: TopicId = TopicId::from_halves(1, 2);
     const OTHER: TopicId = TopicId::from_halves(3, 4);
@@ -742,6 +660,6 @@ mod tests {
             r.headers(),
             [("b", &b"2"[..]), ("a", &b"1"[..]), ("b", &b"3"[..])]
         );
-        assert_eq!(r.timestamp, Some(1_700_000_000_000));
+        assert_eq!(r.record_timestamp(), Some(1_700_000_000_000));
     }
 }

@@ -29,13 +29,14 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
-use crate::admin::{Admin, TopicInfo, TopicSpec};
+use crate::admin::{Admin, TopicSpec};
 use crate::clients::ClientRole;
-use crate::error::{Error, Result};
 use crate::open_transaction::OpenTransactionWatch;
 use crate::security::Endpoint;
-use crate::state_store::{Checkpoint, TaskStore, now_ms};
 use parsley_clock::TopicId;
+use parsley_task::error::{Error, Result};
+use parsley_task::state_store::{Checkpoint, TaskStore, now_ms};
+use parsley_task::topic::TopicInfo;
 use tracing::warn;
 
 pub use parsley_stage::changelog_topic;
@@ -104,7 +105,7 @@ pub(crate) fn restore(
     (from, restored, store): (i64, Restored, Option<(&TaskStore, TopicId)>),
     (timeout, transaction_timeout): (Duration, Duration),
     progress: &mut dyn FnMut(i64, i64),
-    held: &mut dyn FnMut(Option<crate::explain::RestoreWait>),
+    held: &mut dyn FnMut(Option<parsley_task::explain::RestoreWait>),
 ) -> Result<(Restored, u64)> {
     let mut said = None;
     let result = read_changelog(
@@ -135,7 +136,7 @@ fn read_changelog(
     (from, mut restored, store): (i64, Restored, Option<(&TaskStore, TopicId)>),
     (timeout, transaction_timeout): (Duration, Duration),
     progress: &mut dyn FnMut(i64, i64),
-    held: &mut dyn FnMut(Option<crate::explain::RestoreWait>),
+    held: &mut dyn FnMut(Option<parsley_task::explain::RestoreWait>),
 ) -> Result<(Restored, u64)> {
     let end = admin.high_watermarks(&[(topic, partition)])?[0];
     let mut watch = OpenTransactionWatch::new(topic, partition, end, transaction_timeout, client);
@@ -157,7 +158,7 @@ fn read_changelog(
     let open = |from: Offset| -> Result<BaseConsumer> {
         let consumer: BaseConsumer = client
             .create()
-            .map_err(|e| Error::kafka("creating the restore consumer", e))?;
+            .map_err(|e| crate::client_error::kafka("creating the restore consumer", e))?;
         // A new consumer assigned before it knows the partition's leader queries the start
         // offset only when librdkafka's offset-query timer fires, 500 ms later, on every
         // restore; with the topic's metadata in hand it queries at once. Best effort: without
@@ -167,10 +168,10 @@ fn read_changelog(
         }
         let mut tpl = TopicPartitionList::new();
         tpl.add_partition_offset(topic, partition, from)
-            .map_err(|e| Error::kafka("building the restore assignment", e))?;
+            .map_err(|e| crate::client_error::kafka("building the restore assignment", e))?;
         consumer
             .assign(&tpl)
-            .map_err(|e| Error::kafka("assigning the changelog partition", e))?;
+            .map_err(|e| crate::client_error::kafka("assigning the changelog partition", e))?;
         Ok(consumer)
     };
     let (mut consumer, mut next) = if from > 0 {
@@ -198,7 +199,7 @@ fn read_changelog(
             }
             let position = consumer
                 .position()
-                .map_err(|e| Error::kafka("reading the restore position", e))?
+                .map_err(|e| crate::client_error::kafka("reading the restore position", e))?
                 .find_partition(topic, partition)
                 .and_then(|e| match e.offset() {
                     Offset::Offset(o) => Some(o),
@@ -266,8 +267,8 @@ fn read_changelog(
                 return Err(Endpoint::of(client, ClientRole::Restore).error(code, e.to_string()));
             }
             // librdkafka reconnects by itself (a broker restarting).
-            Err(e) if crate::error::transient(&e) => continue,
-            Err(e) => return Err(Error::kafka("reading the changelog", e)),
+            Err(e) if crate::client_error::transient(&e) => continue,
+            Err(e) => return Err(crate::client_error::kafka("reading the changelog", e)),
         };
         // Records arrive in offset order; one below `next` cannot come from this assignment.
         if next.is_some_and(|n| m.offset() < n) {

@@ -9,19 +9,7 @@ use std::time::Duration;
 use rdkafka::ClientConfig;
 
 use crate::clients::{ClientRole, ClientSettings};
-
-/// Whether the delivery gate enforces stamps.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum GateMode {
-    /// Records are delivered only when their claims are satisfied (the default).
-    #[default]
-    Causal,
-    /// **Negative control.** Claims are not checked: each channel is delivered in arrival
-    /// order, as a plain consumer would. Stamps are still decoded, merged into the node clock
-    /// and carried forward. This exists to show, in tests and in the demo, what the gate
-    /// prevents; never use it for real work.
-    Off,
-}
+use parsley_task::GateMode;
 
 /// How a [`Runtime`](crate::Runtime) talks to Kafka and paces its transactions.
 #[derive(Debug, Clone)]
@@ -136,7 +124,7 @@ impl RuntimeConfig {
         self
     }
 
-    /// Sets the gate mode; see [`GateMode::Off`] before using it.
+    /// Sets the gate mode; see `GateMode::Off` before using it.
     pub fn gate(mut self, mode: GateMode) -> Self {
         self.gate = mode;
         self
@@ -311,7 +299,7 @@ impl RuntimeConfig {
     /// interval set, else every [`ENDPOINT_STATISTICS_INTERVAL`]).
     pub(crate) fn digesting_statistics(
         mut self,
-        metrics: Arc<crate::metrics::StageMetrics>,
+        metrics: Arc<parsley_task::metrics::StageMetrics>,
     ) -> Self {
         let (interval, user) = match self.statistics.take() {
             Some((interval, sink)) => (interval, Some(sink)),

@@ -8,7 +8,7 @@
 
 use tracing::warn;
 
-use crate::error::Result;
+use parsley_task::error::Result;
 
 /// Where a stage armed with [`RuntimeConfig::crash_at`](crate::RuntimeConfig::crash_at) aborts
 /// its process.

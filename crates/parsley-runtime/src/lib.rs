@@ -104,49 +104,29 @@ mod admin;
 mod caught_up;
 mod causal_producer;
 mod changelog;
+mod client_error;
 mod client_log;
-mod client_stats;
 mod clients;
 mod config;
-pub mod driver;
 mod endpoint;
-mod error;
-mod event_time;
-mod explain;
 #[cfg(feature = "fault-injection")]
 mod fault;
-mod metrics;
 mod open_transaction;
 mod outbox;
 mod refusal;
 mod runtime;
 mod security;
+mod shutdown;
 mod signals;
 mod stage;
-mod state_store;
 
-pub use admin::{Admin, TopicInfo, TopicSpec};
-pub use causal_producer::{Acked, CausalProducer, CausalProducerConfig, OutgoingRecord};
+pub use admin::{Admin, TopicSpec};
+pub use causal_producer::{CausalProducer, CausalProducerConfig};
 pub use changelog::changelog_topic;
 pub use clients::{ClientRole, ClientSettings};
-pub use config::{GateMode, RuntimeConfig, StatisticsSink};
-pub use driver::TopologyTestDriver;
-pub use error::{
-    Error, InputRecord, PRODUCER_SIZE_LIMIT, RecordProblem, Refusal, Result, TIMESTAMP_AFTER_LIMIT,
-    TIMESTAMP_BEFORE_LIMIT, TOPIC_SIZE_LIMIT,
-};
-pub use explain::{
-    ANSWER_WITHIN, AheadChannel, BlockedRecord, ChannelName, Explanation, MAX_BLOCKED_LISTED,
-    PausedChannel, RestoreWait, StageExplanation, TaskExplanation, WaitsFor, WatermarkExplanation,
-    WatermarkHolder,
-};
+pub use config::{RuntimeConfig, StatisticsSink};
 #[cfg(feature = "fault-injection")]
 pub use fault::CrashPoint;
-pub use metrics::{
-    BadRecordCounts, LateKey, MetricsSnapshot, Progress, StageMetrics, TaskMetrics, TaskPhase,
-    progress_summary,
-};
-pub use outbox::partition_for;
 /// The causal vocabulary of `parsley-clock` that the runtime's signatures use: channels,
 /// coordinates, clocks, stamps and senders, the stamp header's name, and the clock's error
 /// (`ClockError`, inside [`Error::Clock`] and [`Error::MalformedStamp`]).
@@ -154,10 +134,30 @@ pub use parsley_clock::{
     Channel, Clock, Coordinate, DecodeErrorKind, Error as ClockError, InFlight, STAMP_HEADER,
     SenderId, SenderTag, Stamp, TopicId,
 };
+/// The task layer: the in-memory test driver, and the types the runtime's signatures share
+/// with it.
+pub use parsley_task::driver;
+pub use parsley_task::error::{
+    ClientError, Error, InputRecord, KafkaCode, PRODUCER_SIZE_LIMIT, RecordProblem, Refusal,
+    Result, TIMESTAMP_AFTER_LIMIT, TIMESTAMP_BEFORE_LIMIT, TOPIC_SIZE_LIMIT, TransactionFlags,
+};
+pub use parsley_task::explain::{
+    ANSWER_WITHIN, AheadChannel, BlockedRecord, ChannelName, Explanation, MAX_BLOCKED_LISTED,
+    PausedChannel, RestoreWait, StageExplanation, TaskExplanation, WaitsFor, WatermarkExplanation,
+    WatermarkHolder,
+};
+pub use parsley_task::metrics::{
+    BadRecordCounts, LateKey, MetricsSnapshot, Progress, StageMetrics, TaskMetrics, TaskPhase,
+    progress_summary,
+};
+pub use parsley_task::outgoing::{Acked, OutgoingRecord};
+pub use parsley_task::topic::{TopicInfo, partition_for};
+pub use parsley_task::{GateMode, TopologyTestDriver};
 /// The Kafka client the runtime is built on: [`CausalProducer::observe_message`] takes its
 /// messages, so a service that consumes with it uses this version.
 pub use rdkafka;
-pub use runtime::{Running, Runtime, Shutdown};
+pub use runtime::{Running, Runtime};
+pub use shutdown::Shutdown;
 pub use stage::{
     DELIVERY_TARGET, DLQ_KIND_HEADER, DLQ_OFFSET_HEADER, DLQ_PARTITION_HEADER, DLQ_REASON_HEADER,
     DLQ_SOURCE_HEADER, DLQ_STAGE_HEADER, DLQ_STAMP_HEADER, DLQ_TOPIC_HEADER, NO_TIMESTAMP,

@@ -29,8 +29,8 @@ use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use tracing::{debug, info};
 
 use crate::admin::Admin;
-use crate::error::Error;
 use crate::outbox::TXN_HEADER;
+use parsley_task::error::Error;
 
 /// How long reading the open transaction's first record may take.
 const READ_WRITER: Duration = Duration::from_secs(2);
@@ -99,8 +99,8 @@ impl OpenTransactionWatch {
 
     /// What the restore waits for, as the last look found it: the open transaction pinning
     /// the last stable offset ([`RestoreWait`](crate::RestoreWait)); `None` when none holds it.
-    pub(crate) fn wait(&self) -> Option<crate::explain::RestoreWait> {
-        self.held_at.map(|lso| crate::explain::RestoreWait {
+    pub(crate) fn wait(&self) -> Option<parsley_task::explain::RestoreWait> {
+        self.held_at.map(|lso| parsley_task::explain::RestoreWait {
             changelog: self.topic.clone(),
             partition: self.partition,
             last_stable_offset: lso,

@@ -66,20 +66,10 @@ use rdkafka_sys as rdsys;
 
 use crate::clients::ClientRole;
 use crate::config::{StatisticsSink, forward_statistics};
-use crate::error::{Error, Result};
 use crate::refusal::RecordShape;
 use crate::security::{Endpoint, SecurityWatch, WATCH_STEP};
-
-/// Identifies one send in its delivery report.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SendTag {
-    /// The sending task's partition, or a producer-chosen slot for plain producers.
-    pub task: i32,
-    /// The channel the record goes to.
-    pub channel: Channel,
-    /// The sender's send sequence of the record.
-    pub seq: u64,
-}
+use parsley_task::error::{Error, Result};
+use parsley_task::topic::SendTag;
 
 /// A delivery report: the offset the broker assigned, or why the send failed. One is recorded
 /// per send, so it is kept small: a failure, rare, is boxed.
@@ -346,7 +336,7 @@ impl Outbox {
                 statistics,
                 watch: SecurityWatch::new(Endpoint::of(&config, ClientRole::Producer)),
             })
-            .map_err(|e| Error::kafka("creating the producer", e))?;
+            .map_err(|e| crate::client_error::kafka("creating the producer", e))?;
         let ctx: *const AckContext = &**producer.context();
         // SAFETY: the client handle is live; `rd_kafka_queue_get_main` returns a new handle,
         // destroyed in `Drop`. The context lives in an `Arc` held by the client, so its
@@ -456,7 +446,7 @@ impl Outbox {
                         self.serve();
                         self.ctx()
                             .watch
-                            .explain(Error::kafka("initialising transactions", e))
+                            .explain(crate::client_error::kafka("initialising transactions", e))
                     });
                 }
             }
@@ -572,7 +562,7 @@ impl Outbox {
             .map_err(|e| Error::Send {
                 topic: topic.to_string(),
                 channel: Box::new(tag.channel),
-                source: KafkaError::from(e),
+                source: crate::client_error::client_error(KafkaError::from(e)),
             })?;
         let stamp_only = [(STAMP_HEADER_C, Some(stamp))];
         // An encoded stamp is never empty: an empty one is no header.
@@ -683,7 +673,9 @@ impl Outbox {
                         return Err(Error::Send {
                             topic: topic.to_string(),
                             channel: Box::new(channel),
-                            source: KafkaError::MessageProduction(code),
+                            source: crate::client_error::client_error(
+                                KafkaError::MessageProduction(code),
+                            ),
                         });
                     }
                     // Queue full: serve delivery reports until one makes room.
@@ -927,7 +919,7 @@ fn topic_handle(
     let refused = |source: KafkaError| Error::Send {
         topic: topic.to_string(),
         channel: Box::new(channel),
-        source,
+        source: crate::client_error::client_error(source),
     };
     let name = CString::new(topic).map_err(|e| refused(KafkaError::from(e)))?;
     // SAFETY: the client handle is live; a null configuration takes the producer's default
@@ -966,35 +958,15 @@ unsafe fn transaction_result(operation: &str, err: *mut rdsys::rd_kafka_error_t)
             .into_owned();
         let e = Error::Transaction {
             operation: operation.to_string(),
-            code: RDKafkaErrorCode::from(rdsys::rd_kafka_error_code(err)),
+            code: crate::client_error::code(RDKafkaErrorCode::from(rdsys::rd_kafka_error_code(
+                err,
+            ))),
             message,
             fatal: rdsys::rd_kafka_error_is_fatal(err) != 0,
             requires_abort: rdsys::rd_kafka_error_txn_requires_abort(err) != 0,
         };
         rdsys::rd_kafka_error_destroy(err);
         Err(e)
-    }
-}
-
-/// The partition of `key` among `partitions`: murmur2 of the key bytes, as the Java client's
-/// default partitioner and Kafka Streams compute it (librdkafka's `murmur2` partitioner), so
-/// records written by Parsley and by Java producers for one key land in the same partition.
-///
-/// # Panics
-/// When `partitions <= 0`.
-pub fn partition_for(key: &[u8], partitions: i32) -> i32 {
-    assert!(partitions > 0, "a topic has at least one partition");
-    // SAFETY: the murmur2 partitioner reads `keylen` bytes of `key` and ignores the topic and
-    // opaque pointers.
-    unsafe {
-        rdsys::rd_kafka_msg_partitioner_murmur2(
-            std::ptr::null(),
-            key.as_ptr().cast(),
-            key.len(),
-            partitions,
-            std::ptr::null_mut(),
-            std::ptr::null_mut(),
-        )
     }
 }
 
@@ -1042,15 +1014,5 @@ mod tests {
             took < timeout * 10,
             "init_transactions took {took:?} with a {timeout:?} timeout"
         );
-    }
-
-    #[test]
-    fn partitioning_matches_javas_murmur2() {
-        // Java: Utils.murmur2("kafka".getBytes()) == 0xd067cf64 (librdkafka's test vector).
-        let positive = 0xd067_cf64u32 & 0x7fff_ffff;
-        assert_eq!(partition_for(b"kafka", 1000), (positive % 1000) as i32);
-        assert_eq!(partition_for(b"kafka", 1000), 580);
-        let empty = 0x106e_08d9u32 & 0x7fff_ffff;
-        assert_eq!(partition_for(b"", 7), (empty % 7) as i32);
     }
 }

@@ -21,7 +21,7 @@
 
 use rdkafka::types::RDKafkaErrorCode;
 
-use crate::error::{
+use parsley_task::error::{
     PRODUCER_SIZE_LIMIT, Refusal, TIMESTAMP_AFTER_LIMIT, TIMESTAMP_BEFORE_LIMIT, TOPIC_SIZE_LIMIT,
 };
 

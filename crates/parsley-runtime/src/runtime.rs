@@ -1,9 +1,9 @@
 //! Running a topology: one stream thread per stage, or one stage per process; until told to
 //! stop, or until SIGINT or SIGTERM ([`Runtime::run_until_signal`]).
 
+use crate::shutdown::Shutdown;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -12,37 +12,17 @@ use parsley_stage::Topology;
 
 use crate::config::RuntimeConfig;
 use crate::endpoint::{Endpoint, Served};
-use crate::error::{Error, Result};
-use crate::explain::Explanation;
-use crate::metrics::{LateKey, MetricsSnapshot, Progress, StageEnd, StageMetrics, TaskMetrics};
 use crate::signals::SignalWatch;
 use crate::stage::StageRunner;
+use parsley_task::error::{Error, Result};
+use parsley_task::explain::Explanation;
+use parsley_task::metrics::{
+    LateKey, MetricsSnapshot, Progress, StageEnd, StageMetrics, TaskMetrics,
+};
 
 /// How often [`Running::wait_for_signal`] looks at its signal flags and the shutdown signal
 /// (a signal handler can only set a flag; progress events wake it earlier).
 const SIGNAL_POLL: Duration = Duration::from_millis(50);
-
-/// A cloneable request to stop: stream threads commit and return at their next loop turn
-/// (within 100 ms of polling).
-#[derive(Debug, Clone, Default)]
-pub struct Shutdown(Arc<AtomicBool>);
-
-impl Shutdown {
-    /// A fresh, untriggered signal.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Asks every stage watching this signal to stop.
-    pub fn trigger(&self) {
-        self.0.store(true, Ordering::Relaxed);
-    }
-
-    /// `true` once [`Shutdown::trigger`] was called.
-    pub fn is_triggered(&self) -> bool {
-        self.0.load(Ordering::Relaxed)
-    }
-}
 
 /// Runs the stages of a [`Topology`] against a cluster.
 #[derive(Debug, Clone)]
@@ -310,7 +290,7 @@ impl Running {
     /// [`ANSWER_WITHIN`]: crate::ANSWER_WITHIN
     /// [`StageExplanation::fresh`]: crate::StageExplanation::fresh
     pub fn explain(&self) -> Explanation {
-        explain_stages(
+        parsley_task::explain::explain_stages(
             self.stages.iter().map(|(name, thread, metrics)| {
                 (name.as_str(), metrics.as_ref(), thread.is_finished())
             }),
@@ -543,20 +523,6 @@ impl Running {
     }
 }
 
-/// The explanation of `stages` (name, metrics, whether its stream thread has ended), each
-/// waited for at most [`crate::ANSWER_WITHIN`] in all.
-pub(crate) fn explain_stages<'a>(
-    stages: impl IntoIterator<Item = (&'a str, &'a StageMetrics, bool)>,
-) -> Explanation {
-    crate::explain::explain(
-        stages.into_iter().map(|(name, metrics, finished)| {
-            let ended = finished || metrics.ended().is_some();
-            (name, metrics.explained(), ended)
-        }),
-        crate::explain::ANSWER_WITHIN,
-    )
-}
-
 /// The stage and error of a [`Progress::Failed`] event.
 fn failure(event: Progress) -> Option<(String, Arc<Error>)> {
     match event {
@@ -581,10 +547,11 @@ mod tests {
 
     use signal_hook::consts::{SIGINT, SIGTERM};
 
-    use super::{Running, Shutdown, StageThread, panic_message};
-    use crate::error::Error;
-    use crate::metrics::{Progress, StageMetrics};
+    use super::{Running, StageThread, panic_message};
+    use crate::shutdown::Shutdown;
     use crate::signals::SignalWatch;
+    use parsley_task::error::Error;
+    use parsley_task::metrics::{Progress, StageMetrics};
 
     /// How a fake stage's stream thread ends.
     enum Fake {

@@ -23,7 +23,7 @@ use rdkafka::types::RDKafkaErrorCode;
 use tracing::error;
 
 use crate::clients::ClientRole;
-use crate::error::Error;
+use parsley_task::error::Error;
 
 /// How long a wait on the cluster blocks before it looks at its client's watch again.
 pub(crate) const WATCH_STEP: Duration = Duration::from_millis(50);
@@ -84,7 +84,7 @@ impl Endpoint {
             protocol: self.protocol.as_str().into(),
             mechanism: self.mechanism.as_deref().map(Into::into),
             client: self.role.name(),
-            code,
+            code: crate::client_error::code(code),
             message: message.into(),
         }
     }
@@ -159,8 +159,8 @@ mod tests {
         watch.event(&KafkaError::Global(RDKafkaErrorCode::SSL), "later");
         let e = watch.error().unwrap();
         assert!(
-            matches!(&e, Error::Security { listener, protocol, mechanism: Some(m), client: "admin", code: RDKafkaErrorCode::Authentication, message }
-                if &**listener == "b:9094" && &**protocol == "SASL_SSL" && &**m == "SCRAM-SHA-512" && message.contains("invalid credentials")),
+            matches!(&e, Error::Security { listener, protocol, mechanism: Some(m), client: "admin", code, message }
+                if code.value == RDKafkaErrorCode::Authentication as i32 && &**listener == "b:9094" && &**protocol == "SASL_SSL" && &**m == "SCRAM-SHA-512" && message.contains("invalid credentials")),
             "{e}"
         );
         assert!(e.to_string().contains("b:9094") && e.to_string().contains("SCRAM-SHA-512"));

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use signal_hook::SigId;
 use signal_hook::consts::{SIGINT, SIGTERM};
 
-use crate::error::{Error, Result};
+use parsley_task::error::{Error, Result};
 
 /// The signals a watch listens to.
 const SIGNALS: [i32; 2] = [SIGINT, SIGTERM];

@@ -110,8 +110,8 @@ fn a_wrong_password_is_a_security_error_naming_the_listener_and_mechanism() {
     let (failure, took) = failing_start(&l.with_wrong_password(), timeout);
     eprintln!("wrong password: {failure} after {took:?}");
     assert!(
-        matches!(&*failure, Error::Security { listener, protocol, mechanism: Some(m), code: RDKafkaErrorCode::Authentication, .. }
-            if **listener == *l.bootstrap && &**protocol == "SASL_SSL" && &**m == "SCRAM-SHA-512"),
+        matches!(&*failure, Error::Security { listener, protocol, mechanism: Some(m), code, .. } 
+            if code.value == RDKafkaErrorCode::Authentication as i32 && **listener == *l.bootstrap && &**protocol == "SASL_SSL" && &**m == "SCRAM-SHA-512"),
         "{failure}"
     );
     assert!(
@@ -128,8 +128,8 @@ fn an_untrusted_certificate_is_a_security_error_naming_the_listener() {
     let (failure, took) = failing_start(&l.with_untrusted_ca(), timeout);
     eprintln!("untrusted CA: {failure} after {took:?}");
     assert!(
-        matches!(&*failure, Error::Security { listener, protocol, code: RDKafkaErrorCode::SSL, message, .. }
-            if **listener == *l.bootstrap && &**protocol == "SASL_SSL" && message.contains("certificate verify failed")),
+        matches!(&*failure, Error::Security { listener, protocol, code, message, .. } 
+            if code.value == RDKafkaErrorCode::SSL as i32 && **listener == *l.bootstrap && &**protocol == "SASL_SSL" && message.contains("certificate verify failed")),
         "{failure}"
     );
     assert!(took < timeout, "reported within the timeout: {took:?}");

@@ -8,14 +8,27 @@
 //! timer queue whose completeness comes from end offsets, not timeouts; and outputs, state,
 //! clocks and input offsets commit in one Kafka transaction (exactly-once, EOS v2).
 //!
-//! This crate is the one to depend on. It re-exports:
-//! - the DSL ([`StreamsBuilder`], [`KStream`], [`KTable`], [`KGroupedStream`]), named as in
-//!   Kafka Streams, which compiles a pipeline into stages;
+//! This crate is the one to depend on. Its root has what a Kafka Streams user reaches for first:
+//! - the DSL ([`StreamsBuilder`], [`KStream`], [`KTable`], [`KGroupedStream`], [`Consumed`],
+//!   [`Produced`], [`TimeWindows`], [`SessionWindows`], [`JoinWindows`], [`Windowed`]), named as
+//!   in Kafka Streams, which compiles a pipeline into stages;
 //! - the processor API ([`Handler`], [`Topology`]) for stages written by hand;
-//! - the runtime ([`Runtime`], [`RuntimeConfig`], [`CausalProducer`]) that runs a topology
-//!   against a broker, and stamps the records of plain producers that feed it;
-//! - codecs ([`Auto`], [`Json`], [`Bincode`], [`Utf8`], [`Bytes`], [`Nullable`]);
-//! - the causal vocabulary ([`Stamp`], [`Channel`], [`Coordinate`], …).
+//! - the test driver ([`TopologyTestDriver`]) and the one error type ([`Error`], [`Result`]);
+//! - the runtime ([`Runtime`], [`RuntimeConfig`], [`Running`]) that runs a topology against a
+//!   broker, the causal producer ([`CausalProducer`], [`CausalProducerConfig`],
+//!   [`OutgoingRecord`]) that stamps the records of plain producers feeding it, and the admin
+//!   client that creates topics ([`Admin`], [`TopicSpec`]).
+//!
+//! Everything else is in named modules: [`codec`] (`Auto`, `Json`, `Bincode`, `Utf8`, `Bytes`,
+//! `Nullable`), [`clock`] (stamps, channels, coordinates), [`stage`] (the processor API in
+//! full: records, steps, policies, event-time order), [`dsl`], [`driver`], [`task`] and
+//! [`runtime`].
+//!
+//! # Features
+//! - `kafka` (default): the runtime, the causal producer and the admin client, on librdkafka
+//!   (built from C, with OpenSSL). A crate whose tests use only the DSL and the test driver
+//!   depends on this crate with `default-features = false` and builds no C at all.
+//! - `jemalloc` (default): the process's allocator (below).
 //!
 //! [`prelude`] has what a service's `main.rs` needs. A whole service:
 //!
@@ -90,7 +103,8 @@
 //! | [`clock`] | [`parsley-clock`](https://docs.rs/parsley-clock) | channels, offset vector clocks, stamps and the stamp header's encoding (pure) |
 //! | [`stage`] | [`parsley-stage`](https://docs.rs/parsley-stage) | the `Handler` trait, codecs, the topology builder and its validation, the changelog's record format |
 //! | [`dsl`] | [`parsley-dsl`](https://docs.rs/parsley-dsl) | the Kafka-Streams-style DSL, compiled into stages |
-//! | [`runtime`], [`driver`] | [`parsley-runtime`](https://docs.rs/parsley-runtime) | stream threads, transactions, the causal producer, the admin client, the in-memory test driver |
+//! | [`task`], [`driver`] | [`parsley-task`](https://docs.rs/parsley-task) | the task without Kafka: gate, handler call, stamping, fold state, event time; the in-memory test driver; the error type |
+//! | [`runtime`] | [`parsley-runtime`](https://docs.rs/parsley-runtime) | stream threads, transactions, the causal producer, the admin client (feature `kafka`) |
 //! | — | [`parsley-gate`](https://docs.rs/parsley-gate) | the delivery gate and the event-time sort: pure decision logic the runtime drives, not re-exported (a service never calls it) |
 //!
 //! # Memory allocator
@@ -103,27 +117,23 @@
 //! times slower (the book's benchmarks chapter has the figures).
 //!
 //! A service that sets its own `#[global_allocator]` depends on this crate with
-//! `default-features = false` (two global allocators do not link).
+//! `default-features = false, features = ["kafka"]` (two global allocators do not link).
 #![forbid(unsafe_code)]
 #![doc(test(attr(deny(warnings))))]
 
-pub use parsley_clock::{CausalClock, Channel, Clock, Coordinate, SenderId, Stamp, TopicId};
+// The root: about twenty names, what a Kafka Streams user reaches for first. Everything else is
+// in the named modules below.
 pub use parsley_dsl::{
-    Consumed, Data, JoinWindows, KGroupedStream, KStream, KTable, LatePolicy, LateRecord, Produced,
-    SessionWindows, Split, StreamsBuilder, TimeWindows, Windowed,
+    Consumed, JoinWindows, KGroupedStream, KStream, KTable, Produced, SessionWindows,
+    StreamsBuilder, TimeWindows, Windowed,
 };
+#[cfg(feature = "kafka")]
 pub use parsley_runtime::{
-    Admin, CausalProducer, CausalProducerConfig, ClientRole, ClientSettings, Error,
-    MetricsSnapshot, OutgoingRecord, Progress, Result, Running, Runtime, RuntimeConfig, TopicInfo,
-    TopicSpec, TopologyTestDriver,
+    Admin, CausalProducer, CausalProducerConfig, OutgoingRecord, Running, Runtime, RuntimeConfig,
+    TopicSpec,
 };
-pub use parsley_stage::{
-    Auto, BadRecordKind, BadRecordPolicy, Bincode, BuiltInClock, Bytes, Codec, CodecError,
-    ControlStream, Emission, EventTimeOrder, Handler, HandlerError, HandlerResult,
-    ImpossiblePolicy, InternalTopic, Json, KeyPartitioning, Nullable, Record, StageBuilder,
-    StageSettings, StageSpec, StateChange, Step, Topology, TopologyBuilder, TopologyDescription,
-    Utf8,
-};
+pub use parsley_stage::{Handler, Topology};
+pub use parsley_task::{Error, Result, TopologyTestDriver};
 
 /// The process's allocator (see the crate docs' "Memory allocator").
 #[cfg(all(feature = "jemalloc", target_os = "linux"))]
@@ -145,25 +155,40 @@ pub mod dsl {
     pub use parsley_dsl::*;
 }
 
+/// Codecs: how keys and values become bytes and back (`parsley-stage`).
+pub mod codec {
+    pub use parsley_stage::{Auto, Bincode, Bytes, Codec, CodecError, Json, Nullable, Utf8};
+}
+
+/// The task without Kafka: gate, handler call, stamping, fold state, event time, metrics types
+/// (`parsley-task`).
+pub mod task {
+    pub use parsley_task::*;
+}
+
 /// The runtime: stream threads, transactions, the causal producer, the admin client
-/// (`parsley-runtime`).
+/// (`parsley-runtime`; feature `kafka`, on by default).
+#[cfg(feature = "kafka")]
 pub mod runtime {
     pub use parsley_runtime::*;
 }
 
 /// The topology test driver: a topology run in memory, with no broker, through the runtime's
-/// own tasks (`parsley_runtime::driver`).
+/// own tasks (`parsley_task::driver`).
 pub mod driver {
-    pub use parsley_runtime::driver::*;
+    pub use parsley_task::driver::*;
 }
 
 /// What a service's `main.rs` needs: the DSL, the processor API, the runtime, the causal
 /// producer, the common codecs and policies.
 pub mod prelude {
+    pub use crate::codec::{Auto, Bincode, Json, Utf8};
+    #[cfg(feature = "kafka")]
+    pub use crate::{CausalProducer, CausalProducerConfig, Runtime, RuntimeConfig};
     pub use crate::{
-        Auto, BadRecordPolicy, Bincode, CausalProducer, CausalProducerConfig, Consumed,
-        EventTimeOrder, Handler, HandlerError, JoinWindows, Json, KGroupedStream, KStream, KTable,
-        LatePolicy, Produced, Record, Runtime, RuntimeConfig, SessionWindows, Step, StreamsBuilder,
-        TimeWindows, Topology, Utf8, Windowed,
+        Consumed, Handler, JoinWindows, KGroupedStream, KStream, KTable, Produced, SessionWindows,
+        StreamsBuilder, TimeWindows, Topology, Windowed,
     };
+    pub use parsley_dsl::LatePolicy;
+    pub use parsley_stage::{BadRecordPolicy, EventTimeOrder, HandlerError, Record, Step};
 }

@@ -10,7 +10,7 @@ use rdkafka_sys as rdsys;
 use tracing::debug;
 
 use super::{Admin, Guard, cstr};
-use crate::error::{Error, Result};
+use parsley_task::error::{Error, Result};
 
 /// The isolation level of a `ListOffsets(LATEST)` request: the high watermark or the LSO.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

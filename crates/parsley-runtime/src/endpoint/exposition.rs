@@ -17,8 +17,8 @@ use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
 
-use crate::client_stats::{ClientDigest, ClientStatistics};
-use crate::metrics::{MetricsSnapshot, StageMetrics, TaskMetrics, TaskPhase};
+use parsley_task::client_stats::{ClientDigest, ClientStatistics};
+use parsley_task::metrics::{MetricsSnapshot, StageMetrics, TaskMetrics, TaskPhase};
 
 /// The `Content-Type` of what [`encode`] writes.
 pub(crate) const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;

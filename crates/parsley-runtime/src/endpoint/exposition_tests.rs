@@ -3,7 +3,7 @@
 use parsley_testkit::exposition::Exposition;
 
 use super::*;
-use crate::client_stats::{BrokerRtt, ClientDigest, PartitionLag, TransactionState};
+use parsley_task::client_stats::{BrokerRtt, ClientDigest, PartitionLag, TransactionState};
 
 fn task(partition: i32, phase: TaskPhase) -> TaskMetrics {
     TaskMetrics {

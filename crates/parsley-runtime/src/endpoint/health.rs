@@ -1,7 +1,7 @@
 //! Readiness: whether every stage of a [`Running`](crate::Running) is up with its tasks
 //! restored, and if not, why — in a line an operator reads in a probe's failure.
 
-use crate::metrics::{StageEnd, TaskMetrics, TaskPhase};
+use parsley_task::metrics::{StageEnd, TaskMetrics, TaskPhase};
 
 /// Where one stage stands, as the readiness check reads it.
 #[derive(Debug, Clone)]

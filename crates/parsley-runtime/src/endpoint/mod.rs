@@ -29,9 +29,9 @@ use std::time::Duration;
 use parsley_stage::StageSpec;
 use tracing::{debug, warn};
 
-use crate::error::{Error, Result};
-use crate::metrics::StageMetrics;
-use crate::runtime::Shutdown;
+use crate::shutdown::Shutdown;
+use parsley_task::error::{Error, Result};
+use parsley_task::metrics::StageMetrics;
 
 use self::exposition::StageView;
 use self::health::StageHealth;
@@ -276,7 +276,7 @@ fn metrics_text(served: &Served) -> String {
 
 /// Why each stage of `served` waits, as JSON.
 fn explain_json(served: &Served) -> String {
-    let explanation = crate::runtime::explain_stages(
+    let explanation = parsley_task::explain::explain_stages(
         served
             .stages
             .iter()

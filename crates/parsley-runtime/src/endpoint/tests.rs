@@ -8,7 +8,7 @@ use std::sync::Arc;
 use parsley_testkit::exposition::Exposition;
 
 use super::*;
-use crate::metrics::{StageEnd, TaskPhase};
+use parsley_task::metrics::{StageEnd, TaskPhase};
 
 /// A handler that is never run.
 struct Idle;

@@ -24,7 +24,7 @@
 use parsley_clock::Channel;
 use parsley_gate::Gate;
 
-use crate::event_time::EventTime;
+use parsley_task::event_time::EventTime;
 
 /// What the plan needs of one event-time input.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -33,8 +33,8 @@ use rdkafka::consumer::ConsumerGroupMetadata;
 use rdkafka::producer::{BaseProducer, Producer};
 use tracing::warn;
 
-use crate::error::{Error, Result};
 use crate::outbox::{AckContext, Outbox};
+use parsley_task::error::{Error, Result};
 
 /// What a call may take beyond the stage's timeout before it is given up: librdkafka's own
 /// timeout fires first whenever it works.
@@ -86,7 +86,7 @@ impl CommitCall {
         Self::spawn(stage, timeout, move |phase| {
             let outcome = producer
                 .send_offsets_to_transaction(&offsets, &metadata, timeout)
-                .map_err(|e| Error::kafka("sending offsets to the transaction", e))
+                .map_err(|e| crate::client_error::kafka("sending offsets to the transaction", e))
                 .and_then(|()| {
                     phase.store(COMMITTING, Ordering::Release);
                     Outbox::commit_served(&producer, timeout)

@@ -28,11 +28,12 @@ use rdkafka::{Offset, TopicPartitionList};
 use tracing::warn;
 
 use super::StageRunner;
-use super::context::TaskContext;
-use super::task::Task;
-use crate::admin::{Admin, TopicInfo};
-use crate::error::{Error, Result};
-use crate::event_time::{HeadEvidence, head_evidence};
+use crate::admin::Admin;
+use parsley_task::context::TaskContext;
+use parsley_task::error::Result;
+use parsley_task::event_time::{HeadEvidence, head_evidence};
+use parsley_task::task::Task;
+use parsley_task::topic::TopicInfo;
 
 /// The admin client and the topic names evidence requests need.
 pub(crate) struct Evidence {
@@ -249,7 +250,7 @@ pub(crate) fn consumer_positions<C: ConsumerContext>(
         rdkafka::bindings::rd_kafka_position(consumer.client().native_ptr(), positions.ptr())
     };
     if err != RDKafkaRespErr::RD_KAFKA_RESP_ERR_NO_ERROR {
-        return Err(Error::kafka(
+        return Err(crate::client_error::kafka(
             "reading positions",
             rdkafka::error::KafkaError::MetadataFetch(err.into()),
         ));

@@ -8,8 +8,8 @@
 
 use super::StageRunner;
 use super::alignment;
-use super::task::Task;
-use crate::explain::{self, TaskExplanation};
+use parsley_task::explain::{self, TaskExplanation};
+use parsley_task::task::Task;
 
 impl StageRunner {
     /// Publishes what every task waits for, when a caller asked since the last snapshot.

@@ -25,8 +25,8 @@ use std::collections::VecDeque;
 
 use parsley_clock::Channel;
 
-use super::ChannelMap;
-use super::record::Fetched;
+use parsley_task::ChannelMap;
+use parsley_task::record::Fetched;
 
 /// Most bytes of one partition in one fetch response (`max.partition.fetch.bytes`, bytes on
 /// the wire, compressed) for a stage with watermark alignment: 256 KiB instead of librdkafka's

@@ -33,19 +33,20 @@ use rdkafka::message::{BorrowedMessage, Headers, Message};
 use rdkafka::{Offset, TopicPartitionList};
 use tracing::{debug, warn};
 
+use super::StageRunner;
 use super::alignment::Bound;
-use super::context::TaskContext;
 use super::evidence;
 use super::held::{ALIGNED_PARTITION_FETCH_BYTES, HOLD_BYTES, Held, Pushed};
-use super::output::Header;
 use super::rebalance::{RebalanceContext, RebalanceEvent};
-use super::record::{Fetched, FetchedMessage, fetched};
-use super::{ChannelMap, ChannelSet, StageRunner};
 use crate::admin::Admin;
 use crate::clients::ClientRole;
 use crate::config::RuntimeConfig;
-use crate::error::{Error, Result};
 use crate::security::{Endpoint, is_security_failure};
+use parsley_task::context::TaskContext;
+use parsley_task::error::{Error, Result};
+use parsley_task::output::Header;
+use parsley_task::record::{Fetched, FetchedMessage, fetched};
+use parsley_task::{ChannelMap, ChannelSet};
 
 /// Most records taken from the consumer in one poll batch (one evidence epoch). Positions,
 /// high watermarks and deliveries are read once per batch, so a larger batch spreads that work
@@ -100,7 +101,7 @@ pub(crate) struct Intake {
     /// Poll batches so far: the epoch of the records of the current batch.
     epoch: u64,
     /// Records fetched so far (orders deliveries in arrival order under
-    /// [`GateMode::Off`](crate::GateMode::Off)).
+    /// `GateMode::Off`).
     arrivals: u64,
     /// When the current batch took its first record (one clock read per batch).
     batch_time: Option<Instant>,
@@ -134,11 +135,13 @@ impl Intake {
         let endpoint = Endpoint::of(&cc, ClientRole::Consumer);
         let consumer: BaseConsumer<RebalanceContext> = cc
             .create_with_context(RebalanceContext::new(config, admin.clone()))
-            .map_err(|e| Error::kafka(format!("creating the consumer of group {group}"), e))?;
+            .map_err(|e| {
+                crate::client_error::kafka(format!("creating the consumer of group {group}"), e)
+            })?;
         let topics: Vec<&str> = sources.iter().map(String::as_str).collect();
         consumer
             .subscribe(&topics)
-            .map_err(|e| Error::kafka("subscribing", e))?;
+            .map_err(|e| crate::client_error::kafka("subscribing", e))?;
         debug!("subscribed: joining the group");
         Ok(Intake {
             consumer,
@@ -267,7 +270,13 @@ impl Intake {
             Some(Ok(m)) => {
                 let at = *self.batch_time.get_or_insert_with(Instant::now);
                 self.arrivals += 1;
-                Some(fetched(ctx, &m, self.arrivals, self.epoch, at)?)
+                Some(fetched(
+                    ctx,
+                    &PolledMessage(&m),
+                    self.arrivals,
+                    self.epoch,
+                    at,
+                )?)
             }
             Some(Err(e)) => return Ok(Polled::Failed(e)),
             None => None,
@@ -341,7 +350,7 @@ impl Intake {
                 Offset::Offset(offset),
                 timeout,
             )
-            .map_err(|e| Error::kafka(format!("seeking {channel} to {offset}"), e))
+            .map_err(|e| crate::client_error::kafka(format!("seeking {channel} to {offset}"), e))
     }
 
     /// The positions where the current assignment starts again: the group's committed
@@ -354,7 +363,7 @@ impl Intake {
         let assignment = self
             .consumer
             .assignment()
-            .map_err(|e| Error::kafka("reading the assignment", e))?;
+            .map_err(|e| crate::client_error::kafka("reading the assignment", e))?;
         self.consumer
             .context()
             .start_positions(&self.consumer, &assignment)
@@ -364,7 +373,7 @@ impl Intake {
     pub(crate) fn unassign(&mut self) -> Result<()> {
         self.consumer
             .unassign()
-            .map_err(|e| Error::kafka("unassigning after revocation", e))?;
+            .map_err(|e| crate::client_error::kafka("unassigning after revocation", e))?;
         // Nothing is paused or held once nothing is assigned.
         self.full.clear();
         self.bounds.clear();
@@ -498,7 +507,7 @@ impl StageRunner {
         {
             return Err(self.intake.endpoint.error(code, e.to_string()));
         }
-        if crate::error::transient(&e) {
+        if crate::client_error::transient(&e) {
             warn!(error = %e, "consumer: transient error, carrying on");
             return Ok(());
         }
@@ -523,7 +532,7 @@ impl StageRunner {
         if let Ok(Some(change)) = self.source_change(self.config.timeout) {
             return Err(change);
         }
-        Err(Error::kafka("polling", e))
+        Err(crate::client_error::kafka("polling", e))
     }
 
     /// [`Error::RecordsLost`] for the first channel whose consumer position lies below its log
@@ -548,40 +557,42 @@ impl StageRunner {
 }
 
 /// A polled message as [`fetched`] reads it.
-impl FetchedMessage for BorrowedMessage<'_> {
+struct PolledMessage<'a, 'm>(&'a BorrowedMessage<'m>);
+
+impl FetchedMessage for PolledMessage<'_, '_> {
     fn topic(&self) -> &str {
-        Message::topic(self)
+        Message::topic(self.0)
     }
 
     fn partition(&self) -> i32 {
-        Message::partition(self)
+        Message::partition(self.0)
     }
 
     fn offset(&self) -> i64 {
-        Message::offset(self)
+        Message::offset(self.0)
     }
 
     fn timestamp_ms(&self) -> Option<i64> {
-        Message::timestamp(self).to_millis()
+        Message::timestamp(self.0).to_millis()
     }
 
     fn key(&self) -> Option<&[u8]> {
-        Message::key(self)
+        Message::key(self.0)
     }
 
     fn value(&self) -> Option<&[u8]> {
-        self.payload()
+        self.0.payload()
     }
 
     fn stamp_header(&self) -> Option<&[u8]> {
-        Message::headers(self)?
+        Message::headers(self.0)?
             .iter()
             .find(|h| parsley_clock::is_stamp_header(h.key))
             .map(|h| h.value.unwrap_or_default())
     }
 
     fn all_headers(&self) -> Box<[Header]> {
-        Message::headers(self).map_or_else(Box::default, |headers| {
+        Message::headers(self.0).map_or_else(Box::default, |headers| {
             headers
                 .iter()
                 .map(|h| (Cow::Owned(h.key.to_string()), h.value.map(<[u8]>::to_vec)))
@@ -644,7 +655,7 @@ fn pause_partition(
     } else {
         consumer.resume(&tpl)
     }
-    .map_err(|e| Error::kafka("pausing or resuming a partition", e))
+    .map_err(|e| crate::client_error::kafka("pausing or resuming a partition", e))
 }
 
 #[cfg(test)]

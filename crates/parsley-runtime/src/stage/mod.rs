@@ -56,43 +56,22 @@
 //! moment — both are written in the same transaction, after its outputs are acknowledged.
 
 mod alignment;
-mod backpressure;
 mod commit_call;
-mod context;
 mod evidence;
 mod explain;
 mod held;
 mod intake;
-mod output;
-mod policy;
 mod rebalance;
-mod record;
 mod restore;
 mod sources;
 mod startup;
-mod task;
 mod transaction;
 mod upstream;
 mod waits;
 
-// The pure parts the in-memory test driver (`crate::driver`) runs as the stream thread does.
-pub(crate) use self::context::TaskContext;
-pub(crate) use self::output::{ChangelogWriter, Header, Outgoing, Output};
-pub(crate) use self::record::{FetchedMessage, Work, fetched};
-pub(crate) use self::restore::{StartEvidence, rebuild_task};
-pub(crate) use self::task::Task;
 pub(crate) use self::upstream::feeding_stages;
-
-/// A map keyed by channel, hashed with foldhash: the stream thread looks a record's channel up
-/// in several of these per record, and std's SipHash of a channel (a 16-byte topic id and a
-/// partition) took about 250 instructions per lookup. Channels come from the group's assignment,
-/// not from record bytes, so a hash flooding attack is not a concern.
-pub(crate) type ChannelMap<V> =
-    std::collections::HashMap<parsley_clock::Channel, V, foldhash::fast::RandomState>;
-
-/// A set of channels hashed as [`ChannelMap`].
-pub(crate) type ChannelSet =
-    std::collections::HashSet<parsley_clock::Channel, foldhash::fast::RandomState>;
+use parsley_task::context::TaskContext;
+use parsley_task::task::{Task, publish_counts};
 
 #[cfg(test)]
 mod tests;
@@ -106,20 +85,20 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use parsley_stage::StageSpec;
 use tracing::{debug, info, info_span, trace_span, warn};
 
-pub use policy::{
+pub use parsley_task::policy::{
     DLQ_KIND_HEADER, DLQ_OFFSET_HEADER, DLQ_PARTITION_HEADER, DLQ_REASON_HEADER, DLQ_SOURCE_HEADER,
     DLQ_STAGE_HEADER, DLQ_STAMP_HEADER, DLQ_TOPIC_HEADER,
 };
-pub use task::{DELIVERY_TARGET, NO_TIMESTAMP};
+pub use parsley_task::task::{DELIVERY_TARGET, NO_TIMESTAMP};
 
-use self::backpressure::Step;
 use self::evidence::Evidence;
 use self::intake::{Intake, Taking};
 use self::sources::SourceCheck;
 use self::transaction::{MAX_RECOVERIES, Overlap, Transaction};
 use crate::config::RuntimeConfig;
-use crate::error::Result;
-use crate::metrics::{Progress, StageMetrics};
+use parsley_task::backpressure::{self, Step};
+use parsley_task::error::Result;
+use parsley_task::metrics::{Progress, StageMetrics};
 
 /// The longest a poll waits for a first record: shutdown requests, due commits and due ticks
 /// are looked at least this often.
@@ -165,7 +144,7 @@ pub(crate) struct StageRunner {
     upstreams: upstream::Upstreams,
     /// The stage's state store, when fold state lives on disk
     /// ([`RuntimeConfig::state_dir`]).
-    stores: Option<crate::state_store::StateStores>,
+    stores: Option<parsley_task::state_store::StateStores>,
 }
 
 impl StageRunner {
@@ -235,12 +214,14 @@ impl StageRunner {
     /// For such send errors the outstanding reports are awaited (a flush) and settled; an
     /// [`crate::Error::OutputRefused`] among them replaces `e`.
     fn explained(&mut self, e: crate::Error) -> crate::Error {
-        let crate::Error::Send { source, .. } = &e else {
+        if !matches!(e, crate::Error::Send { .. }) {
             return e;
-        };
-        let explainable = source.rdkafka_error_code().is_some_and(|code| {
-            code == rdkafka::types::RDKafkaErrorCode::State || crate::refusal::is_refusal(code)
-        });
+        }
+        let explainable = crate::client_error::library_error(&e)
+            .and_then(rdkafka::error::KafkaError::rdkafka_error_code)
+            .is_some_and(|code| {
+                code == rdkafka::types::RDKafkaErrorCode::State || crate::refusal::is_refusal(code)
+            });
         if !explainable {
             return e;
         }
@@ -258,7 +239,7 @@ impl StageRunner {
     /// refused for good ([`crate::Error::OutputRefused`]) under `Skip` or `DeadLetter`, the
     /// first time. A refused dead letter or changelog record, an input not known, or `Fail`
     /// leave the error to end the stage (counted as a bad record when its input is known).
-    fn refused_input(&self, e: &crate::Error) -> Option<task::RefusedInput> {
+    fn refused_input(&self, e: &crate::Error) -> Option<parsley_task::task::RefusedInput> {
         let crate::Error::OutputRefused {
             input: Some(input),
             dead_letter: false,
@@ -285,7 +266,7 @@ impl StageRunner {
             return None;
         }
         warn!(error = %e, "an output was refused for good: the transaction is aborted and the redo applies the bad-record policy to its input record");
-        task::RefusedInput::of(e, source)
+        parsley_task::task::RefusedInput::of(e, source)
     }
 
     /// One turn: the phases of the module docs.
@@ -450,48 +431,6 @@ impl StageRunner {
                 .seek(&self.ctx, channel, offset, self.config.timeout)?;
         }
         Ok(())
-    }
-}
-
-/// Adds each of `tasks`' counted deliveries to its metrics and sets the stage's gauges
-/// (`event_time`: the stage orders by event time).
-pub(crate) fn publish_counts<'a>(
-    tasks: impl IntoIterator<Item = &'a mut Task>,
-    metrics: &StageMetrics,
-    event_time: bool,
-) {
-    let mut blocked_total = 0;
-    let mut parked_total = 0;
-    for task in tasks {
-        let counts = task.take_counts();
-        let blocked = task.gate().blocked_count() as u64;
-        blocked_total += blocked;
-        let timers = task.timers_set() as u64;
-        let et = task
-            .event_time()
-            .map(|et| (et.parked() as u64, et.watermark(), et.catching_up() as u64));
-        parked_total += et.map_or(0, |(parked, _, _)| parked);
-        metrics.task(task.partition(), |m| {
-            m.delivered += counts.delivered;
-            m.held += counts.held;
-            m.gate_wait_us += counts.gate_wait_us;
-            m.max_gate_wait_us = m.max_gate_wait_us.max(counts.max_gate_wait_us);
-            m.blocked_heads = blocked;
-            m.late += counts.late;
-            m.raised += counts.raised;
-            m.ticks += counts.ticks;
-            if let Some((parked, watermark, catching_up)) = et {
-                m.parked = parked;
-                m.max_parked = m.max_parked.max(parked);
-                m.watermark_ms = watermark;
-                m.catching_up = catching_up;
-                m.timers = timers;
-            }
-        });
-    }
-    metrics.blocked_heads(blocked_total);
-    if event_time {
-        metrics.parked(parked_total);
     }
 }
 

@@ -26,10 +26,11 @@ use tracing::info;
 
 use super::StageRunner;
 use super::transaction::Overlap;
-use crate::admin::{Admin, TopicInfo};
+use crate::admin::Admin;
 use crate::config::{RuntimeConfig, StatisticsSink, forward_statistics};
-use crate::error::{Error, Result};
-use crate::metrics::TaskPhase;
+use parsley_task::error::{Error, Result};
+use parsley_task::metrics::TaskPhase;
+use parsley_task::topic::TopicInfo;
 
 /// What the rebalance callback tells the stream thread.
 #[derive(Debug)]
@@ -105,7 +106,7 @@ impl RebalanceContext {
     ) -> Result<Vec<(String, i32, i64)>> {
         let committed = consumer
             .committed_offsets(tpl.clone(), self.timeout)
-            .map_err(|e| Error::kafka("reading committed offsets", e))?;
+            .map_err(|e| crate::client_error::kafka("reading committed offsets", e))?;
         let elements = committed.elements();
         let partitions: Vec<(&str, i32)> = elements
             .iter()
@@ -158,7 +159,9 @@ impl ConsumerContext for RebalanceContext {
                         }
                         match consumer.assign(&assign) {
                             Ok(()) => RebalanceEvent::Assigned(positions),
-                            Err(e) => RebalanceEvent::Failed(Error::kafka("assigning", e)),
+                            Err(e) => {
+                                RebalanceEvent::Failed(crate::client_error::kafka("assigning", e))
+                            }
                         }
                     }
                     Err(e) => {

@@ -14,24 +14,22 @@
 //! Invariant: a task reports [`TaskPhase::Running`] only once everything restored is in
 //! place — the snapshot, the state, the event-time state and its counters.
 
-use std::collections::BTreeMap;
 use std::time::Instant;
 
 use parsley_clock::Channel;
-use parsley_gate::Part;
 use parsley_stage::changelog::Restored;
 use tracing::{info, info_span};
 
 use super::StageRunner;
-use super::context::TaskContext;
-use super::task::{FoldState, KeyedTimers, Task};
 use crate::admin::Admin;
 use crate::changelog;
 use crate::clients::ClientRole;
-use crate::error::{Error, Result};
-use crate::event_time::EventTime;
-use crate::metrics::TaskPhase;
-use crate::state_store::{self, ChangelogView, StateStores, TaskStore};
+use parsley_task::context::TaskContext;
+use parsley_task::error::Result;
+use parsley_task::metrics::TaskPhase;
+use parsley_task::state_store::{self, ChangelogView, StateStores, TaskStore};
+use parsley_task::task::{FoldState, Task};
+use parsley_task::task::{StartEvidence, rebuild_task};
 
 impl StageRunner {
     /// Builds the task of `partition`, assigned at `positions` (the group's committed offsets,
@@ -177,23 +175,6 @@ impl StageRunner {
     }
 }
 
-/// Where a task being restored reads what it needs from its sources' partitions: the cluster
-/// (the stream thread), or the in-memory logs (the test driver).
-pub(crate) trait StartEvidence {
-    /// The log start offset of source channel `channel`.
-    ///
-    /// # Errors
-    /// The read's.
-    fn log_start(&mut self, ctx: &TaskContext, channel: Channel) -> Result<i64>;
-
-    /// The high watermark (`READ_UNCOMMITTED`) and the last stable offset of each of
-    /// `channels`, in order.
-    ///
-    /// # Errors
-    /// The read's.
-    fn ends(&mut self, ctx: &TaskContext, channels: &[Channel]) -> Result<Vec<(i64, i64)>>;
-}
-
 /// The cluster, through the stage's admin client.
 struct Cluster<'a>(&'a Admin);
 
@@ -214,178 +195,4 @@ impl StartEvidence for Cluster<'_> {
         let stable = self.0.last_stable_offsets(&request)?;
         Ok(ends.into_iter().zip(stable).collect())
     }
-}
-
-/// Builds the task of `partition`, assigned at `positions` (the group's committed offsets, or
-/// the log start where it has none), from what its changelog partition holds (`restored`):
-/// from its snapshot ([`Task::restore`]) when it has one, else fresh ([`Task::fresh`]); a
-/// consumed channel the snapshot does not name is seeded at its log start; an event-time
-/// task's order is restored and started ([`start_event_time`]), and its per-key late counts
-/// published. Its fold state is `fold` (on disk), or else the restored records' (in memory).
-/// Returns the task and the channels whose fetch position must move to their log start,
-/// with it.
-///
-/// # Errors
-/// [`Error::RestoreMismatch`]; [`Error::EventTime`]; the gate's; `evidence`'s.
-pub(crate) fn rebuild_task(
-    ctx: &TaskContext,
-    order: Option<&parsley_stage::EventTimeOrder>,
-    partition: i32,
-    positions: Vec<(Channel, i64)>,
-    mut restored: Restored,
-    fold: Option<FoldState>,
-    evidence: &mut dyn StartEvidence,
-) -> Result<(Task, Vec<(Channel, i64)>)> {
-    let fold = fold.unwrap_or_else(|| FoldState::memory(std::mem::take(&mut restored.state)));
-    // The event-time record belongs to the snapshot it was committed with.
-    let event_bytes = restored
-        .snapshot
-        .as_ref()
-        .and(restored.event_time.as_ref())
-        .cloned();
-    let timers = std::mem::take(&mut restored.timers);
-    let keyed_timers = std::mem::take(&mut restored.keyed_timers);
-    let mut moved = Vec::new();
-    let mut task = match restored.snapshot {
-        Some(snapshot) => {
-            let (mut task, fresh) = Task::restore(ctx, partition, positions, snapshot, fold)?;
-            for (channel, position) in fresh {
-                let start = evidence.log_start(ctx, channel)?;
-                info!(partition, %channel, group_offset = position, start, "a channel new to the task starts at its log start");
-                if start != position {
-                    moved.push((channel, start));
-                }
-                task.seed(channel, start)
-                    .map_err(|e| ctx.gate_error(partition, e))?;
-            }
-            task
-        }
-        None => Task::fresh(partition, ctx.consumed(partition), &positions, fold)
-            .map_err(|e| ctx.gate_error(partition, e))?,
-    };
-    let event_time = event_time_of(ctx, order, partition, event_bytes.as_deref(), &timers)?;
-    let event_time = match event_time {
-        Some(et) => Some(start_event_time(ctx, &task, et, evidence)?),
-        None => None,
-    };
-    if !keyed_timers.is_empty() && event_time.is_none() {
-        return Err(Error::EventTime {
-            stage: ctx.stage.clone(),
-            partition,
-            message: format!(
-                "{} keyed timers are set, but the stage no longer orders by event time",
-                keyed_timers.len()
-            ),
-        });
-    }
-    task.set_event_time(event_time);
-    if let Some(clock) = &ctx.clock {
-        task.set_clock(Channel::new(ctx.sources[clock.source].id, partition));
-    }
-    task.set_timers(KeyedTimers::restored(keyed_timers));
-    ctx.metrics.set_late_keys(
-        partition,
-        true,
-        task.event_time()
-            .into_iter()
-            .flat_map(EventTime::late_by_key),
-    );
-    Ok((task, moved))
-}
-
-/// Starts the event-time order `et` of `task` just restored: the startup end of each input —
-/// one batched `ListOffsets(LATEST, READ_UNCOMMITTED)` in the stream thread — and the restored
-/// gate's frontiers: completeness from end offsets, never from a timeout.
-///
-/// # Errors
-/// `evidence`'s; the tracker's, naming the task.
-fn start_event_time(
-    ctx: &TaskContext,
-    task: &Task,
-    mut et: EventTime,
-    evidence: &mut dyn StartEvidence,
-) -> Result<EventTime> {
-    let partition = task.partition();
-    // An input other stages write waits for them before it gets its startup end (module
-    // `upstream`); meanwhile it holds the watermark.
-    let mut inputs = Vec::new();
-    for c in et.inputs() {
-        if let Some(fed) = ctx.fed_by_stages[ctx.source_position(c)?] {
-            et.unordered(c, fed.read_by_writers)
-                .map_err(|e| ctx.gate_error(partition, e))?;
-        } else {
-            inputs.push(c);
-        }
-    }
-    let ends = evidence.ends(ctx, &inputs)?;
-    for (c, (end, lso)) in inputs.iter().zip(ends) {
-        et.start(*c, end)
-            .map_err(|e| ctx.gate_error(partition, e))?;
-        // Completeness waits for an open transaction to resolve (completeness is never guessed):
-        // say which channel waits and for what, rather than guess.
-        if lso < end && task.gate().first_undelivered(c).is_some_and(|f| f < end) {
-            info!(
-                topic = %ctx.source_of(*c)?.name,
-                partition = c.partition,
-                last_stable_offset = lso,
-                startup_end = end,
-                "event-time catch-up waits for an open transaction: history ends at the \
-                 high watermark, above the last stable offset, until it commits or aborts"
-            );
-        }
-    }
-    et.follow(task.gate())
-        .map_err(|e| ctx.gate_error(partition, e))?;
-    info!(
-        partition,
-        parked = et.parked(),
-        watermark = ?et.watermark(),
-        catching_up = et.catching_up(),
-        "event-time order started"
-    );
-    Ok(et)
-}
-
-/// The event-time order of a task just restored, when the stage orders by event time (not
-/// started yet: the caller reads the startup ends): decoded from `bytes` (the changelog's
-/// event-time record committed with the task's snapshot) and `timers`, or fresh.
-///
-/// # Errors
-/// [`Error::EventTime`] for a record that does not decode, or for parked records in the
-/// changelog of a stage that no longer orders by event time (they would be lost).
-pub(crate) fn event_time_of(
-    ctx: &TaskContext,
-    order: Option<&parsley_stage::EventTimeOrder>,
-    partition: i32,
-    bytes: Option<&[u8]>,
-    timers: &BTreeMap<Part<Vec<u8>>, Vec<u8>>,
-) -> Result<Option<EventTime>> {
-    let event_error = |message: String| Error::EventTime {
-        stage: ctx.stage.clone(),
-        partition,
-        message,
-    };
-    if order.is_none() {
-        if timers.keys().any(|p| matches!(p, Part::Segment(_))) {
-            return Err(event_error(
-                "the changelog holds parked records but the stage no longer orders by event time; they would be lost".into(),
-            ));
-        }
-        return Ok(None);
-    }
-    // The hand-run control stream or the built-in clock's topic.
-    let control = ctx
-        .control
-        .map(|(source, lag_ms)| (ctx.sources[source].id, lag_ms));
-    let inputs: Vec<Channel> = ctx
-        .sources
-        .iter()
-        .filter(|t| Some(t.id) != control.map(|(id, _)| id))
-        .map(|t| Channel::new(t.id, partition))
-        .collect();
-    let topics = ctx.sources.iter().map(|t| (t.id, t.name.clone()));
-    Ok(Some(match bytes {
-        Some(b) => EventTime::decode(inputs, control, topics, b, timers).map_err(event_error)?,
-        None => EventTime::new(inputs, control, topics),
-    }))
 }

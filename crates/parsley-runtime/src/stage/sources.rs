@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 use tracing::warn;
 
 use super::StageRunner;
-use crate::admin::TopicInfo;
-use crate::error::{Error, Result};
+use parsley_task::error::{Error, Result};
+use parsley_task::topic::TopicInfo;
 
 /// How often a running stage describes its sources (as often as its consumer refreshes its
 /// metadata: `topic.metadata.refresh.interval.ms=5000`).

@@ -18,19 +18,20 @@ use parsley_stage::{BadRecordPolicy, ImpossiblePolicy, StageSpec};
 use tracing::{debug, warn};
 
 use super::StageRunner;
-use super::context::TaskContext;
 use super::evidence::Evidence;
 use super::intake::Intake;
 use super::sources::SourceCheck;
 use super::transaction::{OwnWrites, Transaction};
 use super::waits::JoinWait;
-use crate::admin::{Admin, TopicInfo, TopicSpec};
+use crate::admin::{Admin, TopicSpec};
 use crate::changelog;
 use crate::clients::ClientRole;
 use crate::config::RuntimeConfig;
-use crate::error::{Error, Result};
-use crate::metrics::{Progress, StageMetrics};
-use crate::state_store::{self, StateStores};
+use parsley_task::context::TaskContext;
+use parsley_task::error::{Error, Result};
+use parsley_task::metrics::{Progress, StageMetrics};
+use parsley_task::state_store::{self, StateStores};
+use parsley_task::topic::TopicInfo;
 
 /// The topics of a stage, resolved.
 struct Resolved {

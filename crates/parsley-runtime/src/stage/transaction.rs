@@ -44,16 +44,16 @@ use tracing::{debug, debug_span, warn};
 
 use super::StageRunner;
 use super::commit_call::CommitCall;
-use super::output::{ChangelogWriter, HeldSend, Outgoing, Output};
-use super::record::Work;
-use super::task::{Cause, RefusedInput, Task};
-use crate::admin::TopicInfo;
 use crate::config::StatisticsSink;
-use crate::error::{Error, InputRecord, Result};
-use crate::metrics::Progress;
 use crate::outbox::{Ack, Outbox};
 use crate::refusal::{self, RecordShape};
 
+use parsley_task::error::{Error, InputRecord, Result};
+use parsley_task::metrics::Progress;
+use parsley_task::output::{ChangelogWriter, HeldSend, Outgoing, Output};
+use parsley_task::record::Work;
+use parsley_task::task::{Cause, RefusedInput, Task};
+use parsley_task::topic::TopicInfo;
 /// Recoveries in a row, without a commit in between, before a stage gives up.
 pub(crate) const MAX_RECOVERIES: u32 = 5;
 
@@ -248,7 +248,7 @@ impl Transaction {
         self.outbox
             .producer()
             .begin_transaction()
-            .map_err(|e| Error::kafka("beginning a transaction", e))?;
+            .map_err(|e| crate::client_error::kafka("beginning a transaction", e))?;
         Ok(match std::mem::replace(&mut self.sends, Sends::Open) {
             Sends::Open => Vec::new(),
             Sends::Held(held) => held,
@@ -286,18 +286,28 @@ impl Transaction {
             Error::Send {
                 topic,
                 channel,
-                source: KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge),
-            } => Error::OutputRefused {
-                stage: String::new(),
-                input: None,
-                dead_letter: false,
-                topic,
-                partition: channel.partition,
-                reason: Box::new(refusal::too_large_for_producer(
-                    shape,
-                    self.message_max_bytes(),
-                )),
-            },
+                source,
+            } if matches!(
+                source
+                    .library_error()
+                    .and_then(|e| e.downcast_ref::<KafkaError>()),
+                Some(KafkaError::MessageProduction(
+                    RDKafkaErrorCode::MessageSizeTooLarge
+                ))
+            ) =>
+            {
+                Error::OutputRefused {
+                    stage: String::new(),
+                    input: None,
+                    dead_letter: false,
+                    topic,
+                    partition: channel.partition,
+                    reason: Box::new(refusal::too_large_for_producer(
+                        shape,
+                        self.message_max_bytes(),
+                    )),
+                }
+            }
             other => other,
         }
     }
@@ -480,7 +490,7 @@ impl StageRunner {
         let send = Error::Send {
             topic: topic.clone(),
             channel: Box::new(channel),
-            source,
+            source: crate::client_error::client_error(source),
         };
         let Some(code) = code.filter(|c| refusal::is_refusal(*c)) else {
             return send;
@@ -648,7 +658,7 @@ impl StageRunner {
                         channel.partition,
                         Offset::Offset(next),
                     )
-                    .map_err(|e| Error::kafka("building the offsets to commit", e))?;
+                    .map_err(|e| crate::client_error::kafka("building the offsets to commit", e))?;
             }
         }
         Ok(offsets)
@@ -818,7 +828,7 @@ impl StageRunner {
                 // up its tasks; taking the id back would fence the live owner in turn.
                 let open = self.txn.began.elapsed();
                 let timeout = self.config.transaction_timeout();
-                if crate::error::fencing(t.code()) && open < timeout {
+                if crate::client_error::fencing(t.code()) && open < timeout {
                     let group = self.spec.group_id(&self.app);
                     return Err(Error::Fenced {
                         transactional_id: self.config.transactional_id(&group),
@@ -835,7 +845,12 @@ impl StageRunner {
                 warn!(error = %t, open_ms = open.as_millis() as u64, "the producer is fenced or failed: replacing it");
                 self.replace_producer()?;
             }
-            Err(e) => return Err(Error::kafka(format!("aborting after: {cause}"), e)),
+            Err(e) => {
+                return Err(crate::client_error::kafka(
+                    format!("aborting after: {cause}"),
+                    e,
+                ));
+            }
         }
         Ok(())
     }

@@ -51,11 +51,11 @@ use parsley_stage::{StageSpec, Topology};
 use tracing::info;
 
 use super::StageRunner;
-use super::context::FedByStages;
 use crate::admin::Admin;
 use crate::caught_up::StageProgress;
 use crate::config::RuntimeConfig;
-use crate::error::{Error, Result};
+use parsley_task::context::FedByStages;
+use parsley_task::error::{Error, Result};
 
 /// The stages that feed each source of `stage` that other stages of `topology` write: per
 /// such source, the stages writing it and, transitively, those writing their sources, ordered

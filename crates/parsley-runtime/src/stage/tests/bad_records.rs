@@ -6,11 +6,11 @@ use parsley_stage::{BadRecordPolicy, Handler, HandlerResult, Json, Record, Step,
 use parsley_testkit::fixtures::{CopyRecords, SumValues};
 
 use super::*;
-use crate::outbox::partition_for;
 use crate::{
     DLQ_KIND_HEADER, DLQ_OFFSET_HEADER, DLQ_PARTITION_HEADER, DLQ_REASON_HEADER, DLQ_SOURCE_HEADER,
     DLQ_STAGE_HEADER, DLQ_STAMP_HEADER, DLQ_TOPIC_HEADER,
 };
+use parsley_task::topic::partition_for;
 
 fn sum(policy: BadRecordPolicy) -> TaskContext {
     let topology = Topology::builder("app")
@@ -358,7 +358,7 @@ fn c16_an_input_whose_output_is_refused_goes_to_the_policy_on_its_redo() {
     );
 
     // The recovery: a task back at the last commit, told which input was refused.
-    let refused = super::super::task::RefusedInput::of(&err, 0).expect("an input to take");
+    let refused = parsley_task::task::RefusedInput::of(&err, 0).expect("an input to take");
     let mut t = task(&ctx);
     t.refuse([refused]);
     assert!(t.is_refused(0, 1));
@@ -426,7 +426,7 @@ fn c17_the_dead_letter_of_a_refused_timestamp_gets_the_producers_clock() {
     t.offer(&ctx, fetched(0, 0, "a", "5", None)).unwrap();
     let err = t.deliver(&ctx, &mut out).unwrap_err();
     let mut t = task(&ctx);
-    t.refuse(super::super::task::RefusedInput::of(&err, 0));
+    t.refuse(parsley_task::task::RefusedInput::of(&err, 0));
     let mut out = Sends::default();
     t.offer(&ctx, fetched(0, 0, "a", "5", None)).unwrap();
     t.deliver(&ctx, &mut out).unwrap();
@@ -461,5 +461,5 @@ fn a_refused_dead_letter_is_named_as_one() {
             if stage == "sum" && i.offset == 0 && topic == "dlq"),
         "{err:?}"
     );
-    assert!(super::super::task::RefusedInput::of(&err, 0).is_none());
+    assert!(parsley_task::task::RefusedInput::of(&err, 0).is_none());
 }

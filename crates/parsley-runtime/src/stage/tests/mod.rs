@@ -18,18 +18,18 @@ use parsley_stage::changelog::{META_KEY, Restored, TaskSnapshot};
 use parsley_stage::{BadRecordPolicy, ImpossiblePolicy, StageSpec, Topology, Utf8};
 use parsley_testkit::fixtures::CountKeys;
 
-use super::backpressure::{self, Step as Plan};
-use super::context::{DeadLetterTopic, TaskContext};
-use super::output::{ChangelogWriter, Header, HeldSend, Outgoing, Output};
 use super::rebalance::check_assignment;
-use super::record::{Fetched, Payload, Rare};
-use super::task::{FoldState, Task};
 use super::transaction::{OwnWait, OwnWrites};
-use crate::admin::TopicInfo;
-use crate::config::GateMode;
-use crate::error::{Error, Result};
-use crate::metrics::StageMetrics;
-use crate::outbox::SendTag;
+use parsley_task::GateMode;
+use parsley_task::backpressure::{self, Step as Plan};
+use parsley_task::context::{DeadLetterTopic, TaskContext};
+use parsley_task::error::{Error, Result};
+use parsley_task::metrics::StageMetrics;
+use parsley_task::output::{ChangelogWriter, Header, HeldSend, Outgoing, Output};
+use parsley_task::record::{Fetched, Payload, Rare};
+use parsley_task::task::{FoldState, Task};
+use parsley_task::topic::SendTag;
+use parsley_task::topic::TopicInfo;
 
 fn topic(n: u8, name: &str) -> TopicInfo {
     TopicInfo {
@@ -589,7 +589,7 @@ fn c20_a_key_on_another_partition_than_murmur2_gives_stops_the_task_unless_unche
     let on = |p: i32| {
         (0..)
             .map(|i| format!("k{i}"))
-            .find(|k| crate::outbox::partition_for(k.as_bytes(), 4) == p)
+            .find(|k| parsley_task::topic::partition_for(k.as_bytes(), 4) == p)
             .unwrap()
     };
     let (here, elsewhere) = (on(0), on(3));
@@ -623,7 +623,7 @@ fn c20_a_key_on_another_partition_than_murmur2_gives_stops_the_task_unless_unche
 
 #[test]
 fn keys_in_errors_are_text_when_they_are_else_hex() {
-    assert_eq!(crate::error::render_key(b"sku-1"), "\"sku-1\"");
-    assert_eq!(crate::error::render_key(&[0xff, 0x00]), "0xff00");
-    assert!(crate::error::render_key(&[b'a'; 100]).ends_with('…'));
+    assert_eq!(parsley_task::error::render_key(b"sku-1"), "\"sku-1\"");
+    assert_eq!(parsley_task::error::render_key(&[0xff, 0x00]), "0xff00");
+    assert!(parsley_task::error::render_key(&[b'a'; 100]).ends_with('…'));
 }

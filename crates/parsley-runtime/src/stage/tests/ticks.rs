@@ -6,8 +6,7 @@ use parsley_stage::EventTimeOrder;
 use parsley_stage::changelog::Restored;
 
 use super::*;
-use crate::stage::restore::{StartEvidence, rebuild_task};
-use crate::stage::task::tick_due;
+use parsley_task::task::{StartEvidence, rebuild_task, tick_due};
 
 /// A stage counting the keys of `in` (topic 1) and `side` (topic 2) into `out` (topic 3) in
 /// event-time order, with the built-in clock (lag 500 ms, a tick every 100 ms) on

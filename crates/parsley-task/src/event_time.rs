@@ -27,7 +27,7 @@
 //! - otherwise (an open transaction may sit between the LSO and the high watermark, fetched
 //!   records are not delivered yet, or no response arrived yet): the **LSO read from the
 //!   leader**, one batched `ListOffsets(LATEST, READ_COMMITTED)` for all such channels
-//!   ([`Admin::last_stable_offsets`](crate::Admin::last_stable_offsets)); a reading taken
+//!   (`Admin::last_stable_offsets`); a reading taken
 //!   after the poll is at or above the LSO of the responses that poll returned. A producer that
 //!   holds a transaction open therefore costs a request per batch but cannot stall the
 //!   watermark. Every decision rests on a fetch response or a leader's answer, never on
@@ -103,7 +103,7 @@ use parsley_stage::changelog::{EventTimeRecord, EventTimeState, ParkedRecord, ti
 
 /// One record handed back for the handler.
 #[derive(Debug)]
-pub(crate) struct HandOver {
+pub struct HandOver {
     /// Its key, as delivered.
     pub key: Option<Vec<u8>>,
     /// The record.
@@ -125,7 +125,7 @@ impl HandOver {
 
 /// What [`EventTime::deliver`] did.
 #[derive(Debug)]
-pub(crate) enum Delivered {
+pub enum Delivered {
     /// Parked; `late` when its event time was below the watermark.
     Parked {
         /// Counted as late.
@@ -140,7 +140,7 @@ pub(crate) enum Delivered {
 /// The live-head evidence of one caught-up channel after a poll batch
 /// ([`head_evidence`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum HeadEvidence {
+pub enum HeadEvidence {
     /// The high watermark of the channel's latest fetch response, which the frontier has
     /// reached: at the head by that response (its LSO is at or below it).
     Fetched(i64),
@@ -155,7 +155,7 @@ pub(crate) enum HeadEvidence {
 /// head), given `next = F + 1` (the gate's frontier plus one), the high watermark of its
 /// latest fetch response `fetched_high_watermark` (librdkafka's cached value, `None` or
 /// negative before the first response) and the channel's last LSO reading `last_stable`.
-pub(crate) fn head_evidence(
+pub fn head_evidence(
     next: i64,
     fetched_high_watermark: Option<i64>,
     last_stable: Option<i64>,
@@ -169,7 +169,7 @@ pub(crate) fn head_evidence(
 
 /// Event-time state of one task (module docs).
 #[derive(Debug)]
-pub(crate) struct EventTime {
+pub struct EventTime {
     tracker: WatermarkTracker,
     /// The last LSO read from the leader per input channel (fetch-time evidence, not state).
     last_stable: BTreeMap<Channel, i64>,
@@ -196,7 +196,7 @@ type AncestorIndex = BTreeMap<Channel, BTreeMap<i64, (i64, Option<SenderTag>)>>;
 
 /// What [`EventTime::take_changes`] returns for the changelog.
 #[derive(Debug)]
-pub(crate) struct EventTimeChanges {
+pub struct EventTimeChanges {
     /// The event-time record ([`EventTimeRecord`], written under
     /// `parsley_stage::changelog::EVENT_TIME_KEY`).
     pub record: Vec<u8>,
@@ -209,7 +209,7 @@ impl EventTime {
     /// Fresh state for a task whose event-time inputs are `inputs` (the control channel
     /// excluded), with the control stream `control` (its topic and lag); `topics` names the
     /// stage's sources by id.
-    pub(crate) fn new(
+    pub fn new(
         inputs: Vec<Channel>,
         control: Option<(TopicId, i64)>,
         topics: impl IntoIterator<Item = (TopicId, String)>,
@@ -226,7 +226,7 @@ impl EventTime {
     }
 
     /// The name of the topic `id` of a parked record's channel; `None` if unknown.
-    pub(crate) fn topic_name(&self, id: TopicId) -> Option<&str> {
+    pub fn topic_name(&self, id: TopicId) -> Option<&str> {
         self.topics.get(&id).map(String::as_str)
     }
 
@@ -237,7 +237,7 @@ impl EventTime {
     ///
     /// # Errors
     /// A message naming what does not decode or breaks an invariant.
-    pub(crate) fn decode(
+    pub fn decode(
         inputs: Vec<Channel>,
         control: Option<(TopicId, i64)>,
         topics: impl IntoIterator<Item = (TopicId, String)>,
@@ -272,7 +272,7 @@ impl EventTime {
     ///
     /// # Errors
     /// The queue's codec error (a value that does not serialise); the changes are kept then.
-    pub(crate) fn take_changes(&mut self) -> Result<EventTimeChanges, GateError> {
+    pub fn take_changes(&mut self) -> Result<EventTimeChanges, GateError> {
         let changes = self.queue.take_changes()?;
         let record = EventTimeRecord {
             watermark: self.tracker.snapshot(),
@@ -296,23 +296,23 @@ impl EventTime {
 
     /// The per-key violation counter: every key with late records and its count, ascending by
     /// key (restored with the queue, so it counts across restarts).
-    pub(crate) fn late_by_key(&self) -> impl Iterator<Item = (&[u8], u64)> + '_ {
+    pub fn late_by_key(&self) -> impl Iterator<Item = (&[u8], u64)> + '_ {
         self.queue.late_by_key().map(|(k, n)| (k.as_slice(), n))
     }
 
     /// The keys whose late count grew since the last [`EventTime::take_changes`], with their
     /// counts now.
-    pub(crate) fn late_changed(&self) -> impl Iterator<Item = (&[u8], u64)> + '_ {
+    pub fn late_changed(&self) -> impl Iterator<Item = (&[u8], u64)> + '_ {
         self.queue.late_changed().map(|(k, n)| (k.as_slice(), n))
     }
 
     /// The event-time input channels (sorted).
-    pub(crate) fn inputs(&self) -> Vec<Channel> {
+    pub fn inputs(&self) -> Vec<Channel> {
         self.tracker.catch_up().inputs().collect()
     }
 
     /// Records the startup end (high watermark at task start) of an input.
-    pub(crate) fn start(&mut self, channel: Channel, end_offset: i64) -> Result<(), GateError> {
+    pub fn start(&mut self, channel: Channel, end_offset: i64) -> Result<(), GateError> {
         self.tracker.start(channel, end_offset)
     }
 
@@ -321,11 +321,7 @@ impl EventTime {
     /// writer also reads it, so a claim on the channel may come from reading it; otherwise a
     /// claim on a record's own channel makes only its sender's parked records there its
     /// ancestors (module docs: parked ancestors).
-    pub(crate) fn unordered(
-        &mut self,
-        channel: Channel,
-        read_by_writers: bool,
-    ) -> Result<(), GateError> {
+    pub fn unordered(&mut self, channel: Channel, read_by_writers: bool) -> Result<(), GateError> {
         self.tracker.unordered(channel)?;
         if !read_by_writers {
             self.own_sends.insert(channel.topic);
@@ -334,7 +330,7 @@ impl EventTime {
     }
 
     /// Reads the gate's frontiers.
-    pub(crate) fn follow<R>(&mut self, gate: &Gate<R>) -> Result<(), GateError> {
+    pub fn follow<R>(&mut self, gate: &Gate<R>) -> Result<(), GateError> {
         self.tracker.follow(gate)
     }
 
@@ -342,7 +338,7 @@ impl EventTime {
     /// read from the leader (kept for the next batch's [`head_evidence`]), the high watermark
     /// of its latest fetch response that the frontier reached, or an earlier LSO reading it has
     /// not reached.
-    pub(crate) fn fetched_head(
+    pub fn fetched_head(
         &mut self,
         channel: Channel,
         head: i64,
@@ -356,12 +352,12 @@ impl EventTime {
     }
 
     /// The last LSO read from the leader for `channel` ([`EventTime::fetched_head`]).
-    pub(crate) fn last_stable(&self, channel: &Channel) -> Option<i64> {
+    pub fn last_stable(&self, channel: &Channel) -> Option<i64> {
         self.last_stable.get(channel).copied()
     }
 
     /// Input channels caught up with their startup end (their live head matters).
-    pub(crate) fn caught_up_inputs(&self) -> Vec<Channel> {
+    pub fn caught_up_inputs(&self) -> Vec<Channel> {
         self.tracker
             .catch_up()
             .inputs()
@@ -370,38 +366,38 @@ impl EventTime {
     }
 
     /// Input channels not caught up yet.
-    pub(crate) fn catching_up(&self) -> usize {
+    pub fn catching_up(&self) -> usize {
         self.tracker.catch_up().waiting().count()
     }
 
     /// The task's watermark, ms.
-    pub(crate) fn watermark(&self) -> Option<i64> {
+    pub fn watermark(&self) -> Option<i64> {
         self.tracker.watermark()
     }
 
     /// What holds the watermark where it is ([`WatermarkTracker::held_by`]).
-    pub(crate) fn held_by(&self) -> Option<parsley_gate::Hold> {
+    pub fn held_by(&self) -> Option<parsley_gate::Hold> {
         self.tracker.held_by()
     }
 
     /// How far `channel`'s delivered event time runs ahead of the watermark, ms
     /// ([`WatermarkTracker::drift`]).
-    pub(crate) fn drift(&self, channel: &Channel) -> Option<i64> {
+    pub fn drift(&self, channel: &Channel) -> Option<i64> {
         self.tracker.drift(channel)
     }
 
     /// Records parked now.
-    pub(crate) fn parked(&self) -> usize {
+    pub fn parked(&self) -> usize {
         self.queue.len()
     }
 
     /// The smallest park time, ms: the watermark the next release needs.
-    pub(crate) fn next_parked_time(&self) -> Option<i64> {
+    pub fn next_parked_time(&self) -> Option<i64> {
         self.queue.next_release()
     }
 
     /// The control stream's lag, ms; `None` without a control stream.
-    pub(crate) fn lag_ms(&self) -> Option<i64> {
+    pub fn lag_ms(&self) -> Option<i64> {
         self.tracker.control_stream().map(|c| c.lag_ms)
     }
 
@@ -485,7 +481,7 @@ impl EventTime {
     ///
     /// # Errors
     /// [`GateError::NotConsumed`] for a record of a channel that is not an input.
-    pub(crate) fn deliver(
+    pub fn deliver(
         &mut self,
         stamp: Option<&Stamp>,
         replacements: &[Coordinate],
@@ -543,14 +539,14 @@ impl EventTime {
     ///
     /// # Errors
     /// [`GateError::NoControlStream`] for a task without a control stream.
-    pub(crate) fn tick(&mut self, timestamp: i64) -> Result<(), GateError> {
+    pub fn tick(&mut self, timestamp: i64) -> Result<(), GateError> {
         self.tracker.control(timestamp)
     }
 
     /// Releases every parked record at or below the tracker's watermark; returns how many.
     /// Take them, in release order, with [`EventTime::next_release`] before the next delivery
     /// or [`EventTime::take_changes`].
-    pub(crate) fn release(&mut self) -> usize {
+    pub fn release(&mut self) -> usize {
         match self.tracker.watermark() {
             Some(w) => self.queue.raise(w),
             None => 0,
@@ -558,12 +554,12 @@ impl EventTime {
     }
 
     /// The park time of the record [`EventTime::next_release`] gives next, ms.
-    pub(crate) fn next_release_time(&self) -> Option<i64> {
+    pub fn next_release_time(&self) -> Option<i64> {
         self.queue.next_released_time()
     }
 
     /// The next record [`EventTime::release`] released, in release order.
-    pub(crate) fn next_release(&mut self) -> Option<HandOver> {
+    pub fn next_release(&mut self) -> Option<HandOver> {
         let r = self.queue.next_released()?;
         if let Some(index) = &mut self.index {
             let c = r.value.channel();

@@ -14,12 +14,12 @@ use parsley_gate::Arrival;
 
 use super::context::TaskContext;
 use super::output::Header;
-use crate::config::GateMode;
+use crate::context::GateMode;
 use crate::error::{Error, Result};
 
 /// What the gate hands back on delivery.
 #[derive(Debug)]
-pub(crate) struct Payload {
+pub struct Payload {
     /// Index of the source topic in the stage's sources (`TaskContext::sources`).
     pub source: usize,
     /// Key bytes.
@@ -38,8 +38,8 @@ pub(crate) struct Payload {
 
 /// What few records carry ([`Payload::rare`]).
 #[derive(Debug, Default)]
-pub(crate) struct Rare {
-    /// The stamp, when the gate does not check it ([`crate::GateMode::Off`]): still merged
+pub struct Rare {
+    /// The stamp, when the gate does not check it (`GateMode::Off`): still merged
     /// into the node clock on delivery.
     pub unchecked_stamp: Option<Stamp>,
     /// Why the record goes to the dead-letter topic instead of the handler, if it does.
@@ -50,24 +50,24 @@ pub(crate) struct Rare {
 
 impl Rare {
     /// The stamp the gate did not check, if any.
-    pub(crate) fn unchecked_stamp(rare: &Option<Box<Rare>>) -> Option<&Stamp> {
+    pub fn unchecked_stamp(rare: &Option<Box<Rare>>) -> Option<&Stamp> {
         rare.as_ref()?.unchecked_stamp.as_ref()
     }
 
     /// Why the record goes to the dead-letter topic, if it does.
-    pub(crate) fn dead_letter(rare: &Option<Box<Rare>>) -> Option<&str> {
+    pub fn dead_letter(rare: &Option<Box<Rare>>) -> Option<&str> {
         rare.as_ref()?.dead_letter.as_deref()
     }
 
     /// The record's headers, when the stage keeps them; else none.
-    pub(crate) fn headers(rare: &Option<Box<Rare>>) -> &[Header] {
+    pub fn headers(rare: &Option<Box<Rare>>) -> &[Header] {
         rare.as_ref().map_or(&[], |r| &r.headers)
     }
 }
 
 /// A polled record, copied out of the consumer's buffer.
 #[derive(Debug)]
-pub(crate) struct Fetched {
+pub struct Fetched {
     /// The task's partition.
     pub partition: i32,
     /// The record's channel.
@@ -80,7 +80,7 @@ pub(crate) struct Fetched {
 
 /// Work done since the last commit: what makes a commit worth writing.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Work {
+pub struct Work {
     /// Records delivered to the handler or dead-lettered.
     pub deliveries: u64,
     /// Records the handler sent (its emissions; a dead letter is counted by the
@@ -94,7 +94,7 @@ pub(crate) struct Work {
 
 impl Work {
     /// No delivery, send, parked record or tick.
-    pub(crate) fn is_empty(&self) -> bool {
+    pub fn is_empty(&self) -> bool {
         *self == Work::default()
     }
 }
@@ -108,15 +108,21 @@ impl std::ops::AddAssign for Work {
     }
 }
 
-/// Per-task deliveries not yet added to the task's [`crate::TaskMetrics`] (one lock per
+/// Per-task deliveries not yet added to the task's [`crate::metrics::TaskMetrics`] (one lock per
 /// delivery round, not per record).
 #[derive(Debug, Default)]
-pub(crate) struct TaskCounts {
+pub struct TaskCounts {
+    /// Records delivered.
     pub delivered: u64,
+    /// Deliveries the gate held.
     pub held: u64,
+    /// Time those deliveries waited in the gate, µs.
     pub gate_wait_us: u64,
+    /// The longest of those waits, µs.
     pub max_gate_wait_us: u64,
+    /// Late records.
     pub late: u64,
+    /// Watermarks raised.
     pub raised: u64,
     /// Ticks of the built-in clock written.
     pub ticks: u64,
@@ -124,7 +130,7 @@ pub(crate) struct TaskCounts {
 
 /// A record read from a source partition, as [`fetched`] copies it: a message polled by the
 /// stage's consumer, or a record of the test driver's in-memory log.
-pub(crate) trait FetchedMessage {
+pub trait FetchedMessage {
     /// The topic's name.
     fn topic(&self) -> &str;
     /// The partition.
@@ -145,7 +151,7 @@ pub(crate) trait FetchedMessage {
 }
 
 /// Copies what the task needs out of a read record and decodes its stamp. `arrival` counts
-/// the records fetched so far (the delivery order under [`GateMode::Off`]), `epoch` is the
+/// the records fetched so far (the delivery order under `GateMode::Off`), `epoch` is the
 /// poll batch's, `arrived` when the batch took its first record.
 ///
 /// Boxed: the record passes through the poll loop, the hold buffer and the task by value
@@ -154,10 +160,11 @@ pub(crate) trait FetchedMessage {
 ///
 /// # Errors
 /// [`Error::UnknownTopic`] when the record's topic is not a source of the stage.
-pub(crate) fn fetched<M: FetchedMessage + ?Sized>(
+pub fn fetched<M: FetchedMessage + ?Sized>(
     ctx: &TaskContext,
     m: &M,
-    arrival: u64,
+    // Read only by the negative control, which delivers in arrival order.
+    #[cfg_attr(not(feature = "negative-controls"), allow(unused_variables))] arrival: u64,
     epoch: u64,
     arrived: Instant,
 ) -> Result<Box<Fetched>> {
@@ -169,14 +176,12 @@ pub(crate) fn fetched<M: FetchedMessage + ?Sized>(
     };
     let record_timestamp = m.timestamp_ms();
     // Kafka's v2 record format always has a timestamp; it only orders deliverable records.
-    let mut timestamp = record_timestamp.unwrap_or(i64::MIN);
-    let (stamp, unchecked_stamp) = match ctx.gate_mode {
-        GateMode::Causal => (stamp, None),
-        GateMode::Off => {
-            // A plain consumer: deliver in arrival order.
-            timestamp = arrival as i64;
-            (None, stamp)
-        }
+    let timestamp = record_timestamp.unwrap_or(i64::MIN);
+    let (stamp, unchecked_stamp, timestamp) = match ctx.gate_mode {
+        GateMode::Causal => (stamp, None, timestamp),
+        // A plain consumer: deliver in arrival order.
+        #[cfg(feature = "negative-controls")]
+        GateMode::Off => (None, stamp, arrival as i64),
     };
     // Allocated first and written in place: `Box::new` builds the record on the stack and
     // copies it into the allocation.

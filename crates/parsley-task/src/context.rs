@@ -11,13 +11,26 @@ use parsley_clock::{Channel, TopicId};
 use parsley_gate::GateError;
 use parsley_stage::{BadRecordPolicy, ImpossiblePolicy, KeyPartitioning, Processor, StageSpec};
 
-use crate::admin::TopicInfo;
-use crate::config::GateMode;
 use crate::error::{Error, Result};
 use crate::metrics::StageMetrics;
+use crate::topic::TopicInfo;
+
+/// Whether the delivery gate enforces stamps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum GateMode {
+    /// Records are delivered only when their claims are satisfied (the default).
+    #[default]
+    Causal,
+    /// **Negative control.** Claims are not checked: each channel is delivered in arrival
+    /// order, as a plain consumer would. Stamps are still decoded, merged into the node clock
+    /// and carried forward. This exists to show, in tests and in the demo, what the gate
+    /// prevents; never use it for real work. Only with the `negative-controls` feature.
+    #[cfg(feature = "negative-controls")]
+    Off,
+}
 
 /// A dead-letter topic ([`ImpossiblePolicy::DeadLetter`], [`BadRecordPolicy::DeadLetter`]).
-pub(crate) struct DeadLetterTopic {
+pub struct DeadLetterTopic {
     /// The resolved topic.
     pub info: TopicInfo,
     /// Its name, shared by every record sent there.
@@ -26,7 +39,7 @@ pub(crate) struct DeadLetterTopic {
 
 impl DeadLetterTopic {
     /// The dead-letter topic `info`.
-    pub(crate) fn new(info: TopicInfo) -> Self {
+    pub fn new(info: TopicInfo) -> Self {
         DeadLetterTopic {
             name: info.name.as_str().into(),
             info,
@@ -36,7 +49,7 @@ impl DeadLetterTopic {
 
 /// The built-in clock of a stage ([`parsley_stage::BuiltInClock`]): where and how often its
 /// tasks write ticks.
-pub(crate) struct ClockTicks {
+pub struct ClockTicks {
     /// Index of the clock's topic in `TaskContext::sources`.
     pub source: usize,
     /// The clock's topic name, shared by every tick.
@@ -47,14 +60,14 @@ pub(crate) struct ClockTicks {
 
 /// A source of the stage that other stages of the topology write (module `upstream`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct FedByStages {
+pub struct FedByStages {
     /// A stage that writes it also reads it: a claim on it may come from reading it, not only
     /// from the writer's own sends.
     pub read_by_writers: bool,
 }
 
 /// The stage as its tasks see it.
-pub(crate) struct TaskContext {
+pub struct TaskContext {
     /// The stage's name (in errors).
     pub stage: String,
     /// The source topics, in the topology's order: a record's `source` is an index here.
@@ -105,7 +118,7 @@ impl TaskContext {
     /// # Panics
     /// When the control stream's topic (the built-in clock's included) is not among `sources`:
     /// the topology's build makes it a source.
-    pub(crate) fn new(
+    pub fn new(
         spec: &StageSpec,
         sources: Vec<TopicInfo>,
         sinks: Vec<TopicInfo>,
@@ -161,7 +174,7 @@ impl TaskContext {
     }
 
     /// The channels a task of `partition` consumes: partition `partition` of every source.
-    pub(crate) fn consumed(&self, partition: i32) -> Vec<Channel> {
+    pub fn consumed(&self, partition: i32) -> Vec<Channel> {
         self.sources
             .iter()
             .map(|t| Channel::new(t.id, partition))
@@ -172,7 +185,7 @@ impl TaskContext {
     ///
     /// # Errors
     /// [`Error::UnknownTopic`] when `topic` is not a source of the stage.
-    pub(crate) fn source_index(&self, topic: &str) -> Result<usize> {
+    pub fn source_index(&self, topic: &str) -> Result<usize> {
         self.sources
             .iter()
             .position(|t| t.name == topic)
@@ -185,7 +198,7 @@ impl TaskContext {
     ///
     /// # Errors
     /// [`Error::UnknownTopic`] (naming the topic id) when it is not a source of the stage.
-    pub(crate) fn source_position(&self, channel: Channel) -> Result<usize> {
+    pub fn source_position(&self, channel: Channel) -> Result<usize> {
         self.sources
             .iter()
             .position(|t| t.id == channel.topic)
@@ -198,7 +211,7 @@ impl TaskContext {
     ///
     /// # Errors
     /// As [`TaskContext::source_position`].
-    pub(crate) fn source_of(&self, channel: Channel) -> Result<&TopicInfo> {
+    pub fn source_of(&self, channel: Channel) -> Result<&TopicInfo> {
         Ok(&self.sources[self.source_position(channel)?])
     }
 
@@ -206,7 +219,7 @@ impl TaskContext {
     ///
     /// # Errors
     /// [`Error::UnknownTopic`] when the stage did not declare it.
-    pub(crate) fn sink(&self, topic: &str) -> Result<&TopicInfo> {
+    pub fn sink(&self, topic: &str) -> Result<&TopicInfo> {
         self.sinks
             .iter()
             .find(|t| *t.name == *topic)
@@ -216,7 +229,7 @@ impl TaskContext {
     }
 
     /// The name of a topic the stage reads or writes, by id; empty when it is none of them.
-    pub(crate) fn topic_name(&self, id: TopicId) -> String {
+    pub fn topic_name(&self, id: TopicId) -> String {
         self.sources
             .iter()
             .chain(&self.sinks)
@@ -227,7 +240,7 @@ impl TaskContext {
     }
 
     /// A gate error of the task of `partition`, named by stage and task.
-    pub(crate) fn gate_error(&self, partition: i32, source: GateError) -> Error {
+    pub fn gate_error(&self, partition: i32, source: GateError) -> Error {
         Error::Gate {
             stage: self.stage.clone(),
             partition,

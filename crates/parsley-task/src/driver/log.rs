@@ -15,9 +15,10 @@ use std::collections::{BTreeMap, HashMap};
 
 use parsley_clock::{Channel, Stamp, TopicId, codec, is_stamp_header};
 
-use crate::admin::TopicInfo;
 use crate::error::{Error, Result};
-use crate::stage::{FetchedMessage, Header};
+use crate::output::Header;
+use crate::record::FetchedMessage;
+use crate::topic::TopicInfo;
 
 /// A record header as stored: its name and value (`None`: a null value).
 pub(super) type StoredHeader = (String, Option<Vec<u8>>);
@@ -163,7 +164,7 @@ impl Logs {
                 topic: topic.to_string(),
             })?;
         Ok(match key {
-            Some(k) => crate::outbox::partition_for(k, t.info.partitions),
+            Some(k) => crate::topic::partition_for(k, t.info.partitions),
             None => {
                 let p = t.next_keyless;
                 t.next_keyless = (p + 1) % t.info.partitions;

@@ -37,7 +37,7 @@ pub(super) fn check_key(
 
 /// The input record whose delivery made a run of sends ([`Task::cause_of`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Cause {
+pub struct Cause {
     /// Index of its source topic in [`TaskContext::sources`].
     pub source: usize,
     /// Its offset.
@@ -50,7 +50,7 @@ pub(crate) struct Cause {
 /// under a bad-record policy that takes it: the redo applies the policy to it instead of
 /// handling it ([`BadRecordKind::OutputRefused`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct RefusedInput {
+pub struct RefusedInput {
     /// Index of its source topic in [`TaskContext::sources`].
     pub source: usize,
     /// Its offset.
@@ -72,7 +72,7 @@ pub(crate) struct RefusedInput {
 impl RefusedInput {
     /// The input of `error` (an [`Error::OutputRefused`] of an output, not of a dead letter,
     /// with its input known), read from source `source`.
-    pub(crate) fn of(error: &Error, source: usize) -> Option<Self> {
+    pub fn of(error: &Error, source: usize) -> Option<Self> {
         match error {
             Error::OutputRefused {
                 stage,
@@ -111,14 +111,14 @@ impl RefusedInput {
 impl Task {
     /// The input record whose delivery made send `seq` of this task, if the send is not
     /// known to be acknowledged yet.
-    pub(crate) fn cause_of(&self, seq: u64) -> Option<Cause> {
+    pub fn cause_of(&self, seq: u64) -> Option<Cause> {
         let after = self.causes.partition_point(|(first, _)| *first <= seq);
         after.checked_sub(1).map(|i| self.causes[i].1)
     }
 
     /// The input record whose delivery made the send `tag`, if known; `None` for a tick of the
     /// built-in clock (no input record made it).
-    pub(crate) fn cause_of_send(&self, tag: SendTag) -> Option<Cause> {
+    pub fn cause_of_send(&self, tag: SendTag) -> Option<Cause> {
         if self.is_tick(&tag) {
             return None;
         }
@@ -136,7 +136,7 @@ impl Task {
 
     /// Input records whose outputs were refused for good: delivered again, they go to the
     /// bad-record policy instead of the handler. Given to a task just restored by a recovery.
-    pub(crate) fn refuse(&mut self, refused: impl IntoIterator<Item = RefusedInput>) {
+    pub fn refuse(&mut self, refused: impl IntoIterator<Item = RefusedInput>) {
         for mut r in refused {
             r.used = false;
             if !self.is_refused(r.source, r.offset) {
@@ -146,12 +146,12 @@ impl Task {
     }
 
     /// Takes the refused input records, for the task that replaces this one.
-    pub(crate) fn take_refused(&mut self) -> Vec<RefusedInput> {
+    pub fn take_refused(&mut self) -> Vec<RefusedInput> {
         std::mem::take(&mut self.refused)
     }
 
     /// Whether the record at `offset` of source `source` is a refused input record.
-    pub(crate) fn is_refused(&self, source: usize, offset: i64) -> bool {
+    pub fn is_refused(&self, source: usize, offset: i64) -> bool {
         self.refused
             .iter()
             .any(|r| r.source == source && r.offset == offset)
@@ -162,11 +162,7 @@ impl Task {
     ///
     /// # Errors
     /// The policy's error ([`Error::ImpossibleStamp`] under `Fail`); the gate's; a refused send.
-    pub(crate) fn resolve_impossible(
-        &mut self,
-        ctx: &TaskContext,
-        out: &mut dyn Output,
-    ) -> Result<Work> {
+    pub fn resolve_impossible(&mut self, ctx: &TaskContext, out: &mut dyn Output) -> Result<Work> {
         let mut work = Work::default();
         for stamp in self.gate.take_impossible() {
             ctx.metrics.impossible();

@@ -20,11 +20,11 @@ use parsley_clock::TopicId;
 use parsley_stage::changelog::{STATE_PREFIX, StateBytes, StateMap, state_bytes};
 
 use crate::error::Result;
-use crate::stage::output::ChangelogWriter;
+use crate::output::ChangelogWriter;
 use crate::state_store::{Checkpoint, TaskStore, now_ms};
 
 /// Changelog records: key and value (`None`: a tombstone).
-pub(crate) type Records = Vec<(Vec<u8>, Option<Vec<u8>>)>;
+pub type Records = Vec<(Vec<u8>, Option<Vec<u8>>)>;
 
 /// Changes of fold state by key (`None`: deleted), hashed as [`StateMap`] hashes keys.
 type Changes = HashMap<StateBytes, Option<StateBytes>, foldhash::quality::RandomState>;
@@ -34,9 +34,10 @@ type OrderedChanges =
     indexmap::IndexMap<StateBytes, Option<StateBytes>, foldhash::quality::RandomState>;
 
 /// A task's fold state by key bytes.
-pub(crate) enum FoldState {
+pub enum FoldState {
     /// On the heap.
     Memory {
+        /// The values by key.
         values: StateMap,
         /// Keys changed since the last changelog write, with their values (module docs).
         changed: OrderedChanges,
@@ -46,7 +47,7 @@ pub(crate) enum FoldState {
 }
 
 /// Fold state in a state store, and what is not in it yet.
-pub(crate) struct DiskFold {
+pub struct DiskFold {
     store: TaskStore,
     /// The changelog topic's id, for the checkpoint.
     changelog: TopicId,
@@ -60,7 +61,7 @@ pub(crate) struct DiskFold {
 
 impl FoldState {
     /// Fold state on the heap, holding `values`.
-    pub(crate) fn memory(values: StateMap) -> Self {
+    pub fn memory(values: StateMap) -> Self {
         FoldState::Memory {
             values,
             changed: OrderedChanges::default(),
@@ -69,7 +70,7 @@ impl FoldState {
 
     /// Fold state in `store`, the keyspace of a task of the stage whose changelog topic is
     /// `changelog`, restored up to its checkpoint.
-    pub(crate) fn disk(store: TaskStore, changelog: TopicId) -> Self {
+    pub fn disk(store: TaskStore, changelog: TopicId) -> Self {
         FoldState::Disk(Box::new(DiskFold {
             store,
             changelog,
@@ -83,7 +84,7 @@ impl FoldState {
     ///
     /// # Errors
     /// A failed read of the state store.
-    pub(crate) fn get(&self, k: &[u8]) -> Result<Option<Cow<'_, [u8]>>> {
+    pub fn get(&self, k: &[u8]) -> Result<Option<Cow<'_, [u8]>>> {
         match self {
             FoldState::Memory { values, .. } => Ok(values.get(k).map(|v| Cow::Borrowed(&v[..]))),
             FoldState::Disk(d) => {
@@ -96,7 +97,7 @@ impl FoldState {
     }
 
     /// Sets (`Some`) or deletes (`None`) the fold state of key `k`.
-    pub(crate) fn set(&mut self, k: &[u8], value: Option<Vec<u8>>) {
+    pub fn set(&mut self, k: &[u8], value: Option<Vec<u8>>) {
         match self {
             FoldState::Memory { values, changed } => {
                 // A key changed again keeps its bytes and its place, and its value's buffer
@@ -130,15 +131,20 @@ impl FoldState {
     }
 
     /// Keys with fold state (on disk: approximately, committed keys only).
-    pub(crate) fn len(&self) -> usize {
+    pub fn len(&self) -> usize {
         match self {
             FoldState::Memory { values, .. } => values.len(),
             FoldState::Disk(d) => d.store.approximate_keys(),
         }
     }
 
+    /// No key has fold state ([`FoldState::len`] is 0).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// The values, when they live on the heap (the test driver reads them).
-    pub(crate) fn in_memory(&self) -> Option<&StateMap> {
+    pub fn in_memory(&self) -> Option<&StateMap> {
         match self {
             FoldState::Memory { values, .. } => Some(values),
             FoldState::Disk(_) => None,
@@ -147,7 +153,7 @@ impl FoldState {
 
     /// Whether the changelog records a task writes must also reach the store once committed
     /// ([`FoldState::seal`]).
-    pub(crate) fn on_disk(&self) -> bool {
+    pub fn on_disk(&self) -> bool {
         matches!(self, FoldState::Disk(_))
     }
 
@@ -156,7 +162,7 @@ impl FoldState {
     ///
     /// # Errors
     /// The writer's.
-    pub(crate) fn write_changes(&mut self, writer: &mut dyn ChangelogWriter) -> Result<()> {
+    pub fn write_changes(&mut self, writer: &mut dyn ChangelogWriter) -> Result<()> {
         let mut key = vec![STATE_PREFIX];
         match self {
             FoldState::Memory { changed, .. } => {
@@ -180,7 +186,7 @@ impl FoldState {
 
     /// Keeps `records`, the changelog records just written in the open transaction, until it
     /// commits (on disk; nothing in memory).
-    pub(crate) fn seal(&mut self, records: Records) {
+    pub fn seal(&mut self, records: Records) {
         if let FoldState::Disk(d) = self {
             d.written.extend(records);
         }
@@ -192,7 +198,7 @@ impl FoldState {
     ///
     /// # Errors
     /// A failed write of the state store.
-    pub(crate) fn committed(&mut self, next: Option<i64>) -> Result<()> {
+    pub fn committed(&mut self, next: Option<i64>) -> Result<()> {
         let FoldState::Disk(d) = self else {
             return Ok(());
         };
@@ -219,7 +225,7 @@ impl FoldState {
 }
 
 /// A changelog writer that keeps a copy of every record it writes.
-pub(crate) struct Tee<'a> {
+pub struct Tee<'a> {
     pub inner: &'a mut dyn ChangelogWriter,
     /// The copies; `None`: keep none.
     pub copies: Option<Records>,

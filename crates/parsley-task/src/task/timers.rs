@@ -18,7 +18,7 @@ use parsley_stage::changelog::timer_key;
 
 /// The keyed timers of one task (module docs).
 #[derive(Debug, Default)]
-pub(crate) struct KeyedTimers {
+pub struct KeyedTimers {
     set: BTreeSet<(i64, Vec<u8>)>,
     /// Since the last changelog write: timer → whether it is set now.
     changes: BTreeMap<(i64, Vec<u8>), bool>,
@@ -26,7 +26,7 @@ pub(crate) struct KeyedTimers {
 
 impl KeyedTimers {
     /// Timers restored from a changelog (each set).
-    pub(crate) fn restored(set: BTreeSet<(i64, Vec<u8>)>) -> Self {
+    pub fn restored(set: BTreeSet<(i64, Vec<u8>)>) -> Self {
         KeyedTimers {
             set,
             changes: BTreeMap::new(),
@@ -34,7 +34,7 @@ impl KeyedTimers {
     }
 
     /// Sets the timer `(time, key)` unless it is set.
-    pub(crate) fn set(&mut self, time: i64, key: &[u8]) {
+    pub fn set(&mut self, time: i64, key: &[u8]) {
         let timer = (time, key.to_vec());
         if self.set.insert(timer.clone()) {
             self.changes.insert(timer, true);
@@ -42,7 +42,7 @@ impl KeyedTimers {
     }
 
     /// The time of the first timer due at `watermark` (time `<= watermark`), if any.
-    pub(crate) fn next_due(&self, watermark: i64) -> Option<i64> {
+    pub fn next_due(&self, watermark: i64) -> Option<i64> {
         self.set
             .first()
             .map(|(t, _)| *t)
@@ -50,12 +50,12 @@ impl KeyedTimers {
     }
 
     /// The time of the first timer set, if any.
-    pub(crate) fn next(&self) -> Option<i64> {
+    pub fn next(&self) -> Option<i64> {
         self.set.first().map(|(t, _)| *t)
     }
 
     /// Takes the first timer due at `watermark` (time `<= watermark`), if any.
-    pub(crate) fn take_due(&mut self, watermark: i64) -> Option<(i64, Vec<u8>)> {
+    pub fn take_due(&mut self, watermark: i64) -> Option<(i64, Vec<u8>)> {
         let first = self.set.first()?;
         if first.0 > watermark {
             return None;
@@ -69,13 +69,18 @@ impl KeyedTimers {
     }
 
     /// Timers set now.
-    pub(crate) fn len(&self) -> usize {
+    pub fn len(&self) -> usize {
         self.set.len()
+    }
+
+    /// No timer is set.
+    pub fn is_empty(&self) -> bool {
+        self.set.is_empty()
     }
 
     /// The changelog records of the changes since the last call: key, and an empty value for
     /// a timer set, `None` (a tombstone) for one fired.
-    pub(crate) fn take_changes(&mut self) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
+    pub fn take_changes(&mut self) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
         std::mem::take(&mut self.changes)
             .into_iter()
             .map(|((time, key), set)| (timer_key(time, &key), set.then(Vec::new)))

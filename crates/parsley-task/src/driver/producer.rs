@@ -1,5 +1,5 @@
 //! The driver's causal producer: a plain producer in memory that stamps what it sends with a
-//! [`CausalClock`], as [`CausalProducer`](crate::CausalProducer) does on a broker.
+//! [`CausalClock`], as `CausalProducer` does on a broker.
 //!
 //! Invariants: a send is appended and acknowledged at once, so the clock claims every earlier
 //! send by its coordinate (no in-flight claim is ever needed); a send inside an open
@@ -13,8 +13,8 @@ use parsley_clock::{
 use super::TopologyTestDriver;
 use super::log::{Append, name_uuid};
 use super::topics::TestRecord;
-use crate::causal_producer::{Acked, OutgoingRecord};
 use crate::error::Result;
+use crate::outgoing::{Acked, OutgoingRecord};
 
 /// The state of one named producer.
 pub(super) struct ProducerState {
@@ -38,7 +38,7 @@ impl ProducerState {
 /// what a service that feeds the topology sends, stamped with what it observed before.
 ///
 /// ```
-/// use parsley_runtime::driver::TopologyTestDriver;
+/// use parsley_task::driver::TopologyTestDriver;
 /// use parsley_stage::{Topology, Utf8};
 /// # use parsley_stage::{Handler, HandlerResult, Record, Step};
 /// # struct Forward;
@@ -95,14 +95,14 @@ impl TestProducer<'_> {
     }
 
     /// Records that the producer consumed the record at `coordinate`, which carried `stamp`:
-    /// its later sends claim both ([`CausalProducer::observe`](crate::CausalProducer::observe)).
+    /// its later sends claim both (`CausalProducer::observe`).
     pub fn observe(&self, coordinate: Coordinate, stamp: Option<&Stamp>) {
         self.driver
             .with(|d| d.producer(&self.name).clock.observe(coordinate, stamp));
     }
 
     /// Records that the producer consumed `record`, read from any topic: its coordinate and
-    /// stamp ([`CausalProducer::observe_message`](crate::CausalProducer::observe_message)).
+    /// stamp (`CausalProducer::observe_message`).
     /// Returns the coordinate.
     pub fn observe_record<K, V>(&self, record: &TestRecord<K, V>) -> Coordinate {
         self.observe(record.coordinate, record.stamp.as_ref());
@@ -156,7 +156,7 @@ impl TestProducer<'_> {
     ///
     /// # Errors
     /// [`crate::Error::InvalidRecord`] before anything is sent or claimed, as
-    /// [`CausalProducer::send_record`](crate::CausalProducer::send_record);
+    /// `CausalProducer::send_record`;
     /// [`crate::Error::UnknownTopic`]; then as [`TopologyTestDriver::run`].
     pub fn send_record(&self, record: OutgoingRecord<'_>) -> Result<Acked> {
         record.check()?;

@@ -11,14 +11,14 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 use crate::error::Result;
-use crate::outbox::SendTag;
+use crate::topic::SendTag;
 
 /// A record header: its name and its value (`None`: a header with a null value).
-pub(crate) type Header = (Cow<'static, str>, Option<Vec<u8>>);
+pub type Header = (Cow<'static, str>, Option<Vec<u8>>);
 
 /// One stamped record a task sends, its buffers handed over.
 #[derive(Debug)]
-pub(crate) struct Outgoing<'a> {
+pub struct Outgoing<'a> {
     /// The topic.
     pub topic: Arc<str>,
     /// The sending task, the target channel (partition chosen by the key) and the send
@@ -40,7 +40,7 @@ pub(crate) struct Outgoing<'a> {
 
 /// A stamped record kept while a commit is in flight, sent in the next transaction.
 #[derive(Debug)]
-pub(crate) struct HeldSend {
+pub struct HeldSend {
     topic: Arc<str>,
     tag: SendTag,
     key: Option<Vec<u8>>,
@@ -52,7 +52,7 @@ pub(crate) struct HeldSend {
 
 impl HeldSend {
     /// Keeps `record`, copying its borrowed parts.
-    pub(crate) fn hold(record: Outgoing<'_>) -> Self {
+    pub fn hold(record: Outgoing<'_>) -> Self {
         HeldSend {
             topic: record.topic,
             tag: record.tag,
@@ -65,7 +65,7 @@ impl HeldSend {
     }
 
     /// The send's tag.
-    pub(crate) fn tag(&self) -> SendTag {
+    pub fn tag(&self) -> SendTag {
         self.tag
     }
 
@@ -73,7 +73,7 @@ impl HeldSend {
     ///
     /// # Errors
     /// As [`Output::send`].
-    pub(crate) fn send_to(self, output: &mut dyn Output) -> Result<()> {
+    pub fn send_to(self, output: &mut dyn Output) -> Result<()> {
         let HeldSend {
             topic,
             tag,
@@ -96,7 +96,7 @@ impl HeldSend {
 }
 
 /// Takes a task's stamped records.
-pub(crate) trait Output {
+pub trait Output {
     /// Sends `record`, or keeps it to send later in the same order.
     ///
     /// # Errors
@@ -107,7 +107,7 @@ pub(crate) trait Output {
 }
 
 /// Takes the changelog records of a task (key; value, `None` for a tombstone).
-pub(crate) trait ChangelogWriter {
+pub trait ChangelogWriter {
     /// Writes one record to the task's changelog partition.
     ///
     /// # Errors

@@ -2,7 +2,7 @@
 //! that state larger than memory stays off the heap and a restart reads only the changelog's
 //! tail (as Kafka Streams does with RocksDB and its `.checkpoint` file).
 //!
-//! A stage run with a state directory ([`RuntimeConfig::state_dir`](crate::RuntimeConfig))
+//! A stage run with a state directory (`RuntimeConfig::state_dir`)
 //! opens one embedded store per stage under `{dir}/{group id}` (fjall, a log-structured merge
 //! tree), with one keyspace per task partition. The keyspace of task `p` holds the records of
 //! changelog partition `p` folded in offset order — the latest value of every key, tombstoned
@@ -45,11 +45,11 @@ const CACHE_BYTES: u64 = 64 << 20;
 /// written out, besides the cache.
 const MEMTABLE_BYTES: u64 = 16 << 20;
 /// The broker's default `delete.retention.ms`, used when the topic's cannot be read.
-pub(crate) const DEFAULT_DELETE_RETENTION_MS: i64 = 86_400_000;
+pub const DEFAULT_DELETE_RETENTION_MS: i64 = 86_400_000;
 
 /// Where a task's keyspace reflects its changelog partition up to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Checkpoint {
+pub struct Checkpoint {
     /// The changelog topic's id.
     pub topic: TopicId,
     /// Every changelog record below this offset is reflected.
@@ -85,7 +85,7 @@ impl Checkpoint {
 
 /// What a restore knows of the changelog partition when it judges a checkpoint.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct ChangelogView {
+pub struct ChangelogView {
     /// The changelog topic's id.
     pub topic: TopicId,
     /// The partition's log start offset.
@@ -100,7 +100,7 @@ pub(crate) struct ChangelogView {
 
 /// Whether a restore may start at `checkpoint` (module docs): `Ok(offset)` to read the tail
 /// from, or why the keyspace must be cleared.
-pub(crate) fn judge(checkpoint: Option<Checkpoint>, view: ChangelogView) -> Result<i64, String> {
+pub fn judge(checkpoint: Option<Checkpoint>, view: ChangelogView) -> Result<i64, String> {
     let Some(c) = checkpoint else {
         return Err("no checkpoint".into());
     };
@@ -129,7 +129,7 @@ pub(crate) fn judge(checkpoint: Option<Checkpoint>, view: ChangelogView) -> Resu
 
 /// The on-disk store of one stage instance: one keyspace per task partition.
 #[derive(Clone)]
-pub(crate) struct StateStores {
+pub struct StateStores {
     db: Database,
     path: PathBuf,
     /// The changelog topic's `delete.retention.ms`.
@@ -151,7 +151,7 @@ impl StateStores {
     /// # Errors
     /// [`Error::StateStore`] when it cannot be opened (another process holds it, no space, no
     /// permission).
-    pub(crate) fn open(dir: &Path, group: &str, delete_retention_ms: i64) -> Result<Self> {
+    pub fn open(dir: &Path, group: &str, delete_retention_ms: i64) -> Result<Self> {
         let path = dir.join(group);
         let db = Database::builder(&path)
             .cache_size(CACHE_BYTES)
@@ -165,7 +165,7 @@ impl StateStores {
     }
 
     /// The changelog topic's `delete.retention.ms`.
-    pub(crate) fn delete_retention_ms(&self) -> i64 {
+    pub fn delete_retention_ms(&self) -> i64 {
         self.delete_retention_ms
     }
 
@@ -173,7 +173,7 @@ impl StateStores {
     ///
     /// # Errors
     /// [`Error::StateStore`].
-    pub(crate) fn task(&self, partition: i32) -> Result<TaskStore> {
+    pub fn task(&self, partition: i32) -> Result<TaskStore> {
         let keyspace = self
             .db
             .keyspace(&format!("task-{partition}"), || {
@@ -193,7 +193,7 @@ impl StateStores {
     ///
     /// # Errors
     /// [`Error::StateStore`].
-    pub(crate) fn persist(&self) -> Result<()> {
+    pub fn persist(&self) -> Result<()> {
         self.db
             .persist(fjall::PersistMode::SyncAll)
             .map_err(|e| store_error(&self.path, "persisting", e))
@@ -208,7 +208,7 @@ fn store_error(path: &Path, doing: &str, e: impl std::fmt::Display) -> Error {
 }
 
 /// The keyspace of one task: its changelog partition's fold, up to a checkpoint.
-pub(crate) struct TaskStore {
+pub struct TaskStore {
     db: Database,
     keyspace: Keyspace,
     path: PathBuf,
@@ -227,7 +227,7 @@ impl TaskStore {
     ///
     /// # Errors
     /// [`Error::StateStore`] for a failed read.
-    pub(crate) fn checkpoint(&self) -> Result<Option<Checkpoint>> {
+    pub fn checkpoint(&self) -> Result<Option<Checkpoint>> {
         let raw = self
             .keyspace
             .get(CHECKPOINT_KEY)
@@ -239,7 +239,7 @@ impl TaskStore {
     ///
     /// # Errors
     /// [`Error::StateStore`].
-    pub(crate) fn clear(&self) -> Result<()> {
+    pub fn clear(&self) -> Result<()> {
         self.keyspace.clear().map_err(|e| self.error("clearing", e))
     }
 
@@ -248,7 +248,7 @@ impl TaskStore {
     ///
     /// # Errors
     /// [`Error::StateStore`] for a failed read or a record that does not fold, named by key.
-    pub(crate) fn load_into(&self, restored: &mut Restored) -> Result<()> {
+    pub fn load_into(&self, restored: &mut Restored) -> Result<()> {
         for guard in self
             .keyspace
             .range(vec![STATE_PREFIX + 1]..CHECKPOINT_KEY.to_vec())
@@ -266,7 +266,7 @@ impl TaskStore {
     ///
     /// # Errors
     /// [`Error::StateStore`].
-    pub(crate) fn get(&self, k: &[u8]) -> Result<Option<Vec<u8>>> {
+    pub fn get(&self, k: &[u8]) -> Result<Option<Vec<u8>>> {
         let mut key = Vec::with_capacity(1 + k.len());
         key.push(STATE_PREFIX);
         key.extend_from_slice(k);
@@ -281,7 +281,7 @@ impl TaskStore {
     ///
     /// # Errors
     /// [`Error::StateStore`].
-    pub(crate) fn write<'a>(
+    pub fn write<'a>(
         &self,
         records: impl IntoIterator<Item = (&'a [u8], Option<&'a [u8]>)>,
         checkpoint: Checkpoint,
@@ -298,13 +298,13 @@ impl TaskStore {
     }
 
     /// Keys with fold state, approximately (a metric).
-    pub(crate) fn approximate_keys(&self) -> usize {
+    pub fn approximate_keys(&self) -> usize {
         self.keyspace.approximate_len()
     }
 }
 
 /// Now, ms since the epoch.
-pub(crate) fn now_ms() -> i64 {
+pub fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64)

@@ -15,7 +15,7 @@ use crate::error::Result;
 /// stamp made by hand, bytes no codec produces.
 ///
 /// ```
-/// use parsley_runtime::driver::RawInput;
+/// use parsley_task::driver::RawInput;
 ///
 /// let record = RawInput::new(Some(b"sku-1"), Some(b"not json"))
 ///     .partition(1)

@@ -2,7 +2,7 @@
 //! tasks the runtime runs — Kafka Streams' `TopologyTestDriver` for Parsley.
 //!
 //! ```
-//! use parsley_runtime::driver::TopologyTestDriver;
+//! use parsley_task::driver::TopologyTestDriver;
 //! use parsley_stage::{Handler, HandlerResult, Record, Step, Topology, Utf8};
 //!
 //! /// Counts the records of each key.
@@ -104,10 +104,10 @@ pub use self::topics::{InputTopic, OutputTopic, RawInput, RawRecord, TestRecord}
 use self::log::{Append, Logs, Stored};
 use self::producer::ProducerState;
 use self::stage::{StageRun, StageTopics};
-use crate::admin::TopicInfo;
-use crate::config::GateMode;
+use crate::context::GateMode;
 use crate::error::{Error, Result};
 use crate::metrics::{LateKey, MetricsSnapshot, TaskMetrics};
+use crate::topic::TopicInfo;
 
 /// One record of a stage's changelog: the key, and the value (`None`: a tombstone).
 pub type ChangelogRecord = (Vec<u8>, Option<Vec<u8>>);
@@ -163,7 +163,7 @@ impl TopologyTestDriverBuilder {
         self
     }
 
-    /// Whether the gates enforce stamps (default [`GateMode::Causal`]; [`GateMode::Off`] is
+    /// Whether the gates enforce stamps (default [`GateMode::Causal`]; `GateMode::Off` is
     /// the negative control: arrival order).
     pub fn gate_mode(mut self, gate: GateMode) -> Self {
         self.gate = gate;

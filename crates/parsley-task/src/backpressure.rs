@@ -28,7 +28,7 @@ use crate::metrics::StageMetrics;
 
 /// One step of a backpressure plan, applied in order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Step {
+pub enum Step {
     /// Drop the payloads of the channel's untracked records ([`Gate::spill`]).
     Spill(Channel),
     /// Start re-fetching spilled records from `from` ([`Gate::begin_refetch`]); the consumer
@@ -55,7 +55,7 @@ pub(crate) enum Step {
 
 /// The backpressure steps for one task's `gate`, given the channels paused now and the cap of
 /// fetched-but-undelivered records per channel. Channels not seeded yet are left alone.
-pub(crate) fn plan<R, S: BuildHasher>(
+pub fn plan<R, S: BuildHasher>(
     gate: &Gate<R>,
     paused: &HashSet<Channel, S>,
     cap: usize,
@@ -112,12 +112,7 @@ pub(crate) fn plan<R, S: BuildHasher>(
 /// Mid-batch, after `channel` took a record: a channel beyond the cap that an in-flight claim
 /// needs spills at once (any other is paused by the plan after the batch); a read beyond the
 /// cap is counted.
-pub(crate) fn on_offer<R>(
-    gate: &mut Gate<R>,
-    channel: Channel,
-    cap: usize,
-    metrics: &StageMetrics,
-) {
+pub fn on_offer<R>(gate: &mut Gate<R>, channel: Channel, cap: usize, metrics: &StageMetrics) {
     if gate.held(&channel) <= cap {
         return;
     }

@@ -12,7 +12,7 @@
 //!
 //! A stage's metrics also say where the stage stands — assigned or not, ended or not, and how —
 //! and keep the digest of its clients' librdkafka statistics, for the
-//! [metrics endpoint](crate::RuntimeConfig::metrics_address) and its readiness check.
+//! metrics endpoint (`RuntimeConfig::metrics_address`) and its readiness check.
 //!
 //! Invariants: stage counters only grow (except the `blocked_heads` gauge); a task's entry
 //! exists from its assignment (in phase [`TaskPhase::Restoring`]) until it is revoked, and its
@@ -80,7 +80,7 @@ pub struct StageMetrics {
 
 /// How a stage's stream thread ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum StageEnd {
+pub enum StageEnd {
     /// It stopped cleanly after a shutdown request.
     Stopped,
     /// It ended with an error (its text).
@@ -126,7 +126,7 @@ pub struct TaskMetrics {
     /// `restore_position` reaches it (i64).
     pub restore_end: i64,
     /// The changelog offset the restore started reading at (i64): 0, or the checkpoint of the
-    /// task's copy in the state store ([`RuntimeConfig::state_dir`](crate::RuntimeConfig)),
+    /// task's copy in the state store (`RuntimeConfig::state_dir`),
     /// when it could be trusted.
     pub restore_start: i64,
     /// How long the last restore took, from its start to the task running, ms.
@@ -182,7 +182,7 @@ pub struct TaskMetrics {
 
 impl TaskMetrics {
     /// A task's entry at its assignment: restoring, every count zero.
-    pub(crate) fn new(partition: i32) -> Self {
+    pub fn new(partition: i32) -> Self {
         TaskMetrics {
             partition,
             phase: TaskPhase::Restoring,
@@ -391,7 +391,7 @@ impl StageMetrics {
     }
 
     /// Updates (creating it when new) the entry of task `partition`.
-    pub(crate) fn task(&self, partition: i32, update: impl FnOnce(&mut TaskMetrics)) {
+    pub fn task(&self, partition: i32, update: impl FnOnce(&mut TaskMetrics)) {
         let mut tasks = self.tasks.lock().expect("task metrics");
         update(
             tasks
@@ -401,7 +401,7 @@ impl StageMetrics {
     }
 
     /// Forgets the tasks this instance no longer owns.
-    pub(crate) fn retain_tasks(&self, keep: impl Fn(i32) -> bool) {
+    pub fn retain_tasks(&self, keep: impl Fn(i32) -> bool) {
         self.tasks
             .lock()
             .expect("task metrics")
@@ -431,7 +431,7 @@ impl StageMetrics {
 
     /// Sets the late counts of task `partition`'s keys in `counts`; with `replace`, forgets
     /// the task's other keys first (a restored task).
-    pub(crate) fn set_late_keys<'a>(
+    pub fn set_late_keys<'a>(
         &self,
         partition: i32,
         replace: bool,
@@ -447,108 +447,119 @@ impl StageMetrics {
     }
 
     /// What the stage's tasks wait for: its stream thread's side of `Running::explain`.
-    pub(crate) fn explained(&self) -> &Explained {
+    pub fn explained(&self) -> &Explained {
         &self.explained
     }
 
     /// The consumer got an assignment (`true`, before its tasks restore) or had it revoked.
-    pub(crate) fn set_assigned(&self, assigned: bool) {
+    pub fn set_assigned(&self, assigned: bool) {
         self.assigned.store(assigned, Ordering::Relaxed);
     }
 
     /// `true` while the consumer holds an assignment (possibly of no partition).
-    pub(crate) fn is_assigned(&self) -> bool {
+    pub fn is_assigned(&self) -> bool {
         self.assigned.load(Ordering::Relaxed)
     }
 
     /// Records how the stream thread ended (the first record stands).
-    pub(crate) fn end(&self, end: StageEnd) {
+    pub fn end(&self, end: StageEnd) {
         self.ended.lock().expect("stage end").get_or_insert(end);
     }
 
     /// How the stream thread ended; `None` while it runs.
-    pub(crate) fn ended(&self) -> Option<StageEnd> {
+    pub fn ended(&self) -> Option<StageEnd> {
         self.ended.lock().expect("stage end").clone()
     }
 
     /// Keeps the digest of one client's librdkafka statistics document.
-    pub(crate) fn record_statistics(&self, json: &[u8]) {
+    pub fn record_statistics(&self, json: &[u8]) {
         self.clients.lock().expect("client statistics").record(json);
     }
 
     /// The digest of the stage's clients' last statistics documents.
-    pub(crate) fn client_statistics(&self) -> ClientStatistics {
+    pub fn client_statistics(&self) -> ClientStatistics {
         self.clients.lock().expect("client statistics").clone()
     }
 
-    pub(crate) fn fetched(&self) {
+    /// A record fetched.
+    pub fn fetched(&self) {
         self.fetched.fetch_add(1, Ordering::Relaxed);
     }
 
-    pub(crate) fn delivered(&self) {
+    /// A record delivered to the handler.
+    pub fn delivered(&self) {
         self.delivered.fetch_add(1, Ordering::Relaxed);
     }
 
     /// A delivery the gate held for `us` µs.
-    pub(crate) fn held(&self, us: u64) {
+    pub fn held(&self, us: u64) {
         self.held.fetch_add(1, Ordering::Relaxed);
         self.gate_wait_us.fetch_add(us, Ordering::Relaxed);
         self.max_gate_wait_us.fetch_max(us, Ordering::Relaxed);
     }
 
     /// `n` records polled while a transaction committed.
-    pub(crate) fn overlapped(&self, n: u64) {
+    pub fn overlapped(&self, n: u64) {
         self.overlapped.fetch_add(n, Ordering::Relaxed);
     }
 
-    pub(crate) fn own_write_commit(&self) {
+    /// A commit made early because a gate waits on the open transaction's own write.
+    pub fn own_write_commit(&self) {
         self.own_write_commits.fetch_add(1, Ordering::Relaxed);
     }
 
-    pub(crate) fn tick_commit(&self) {
+    /// A commit made for a tick of the built-in clock.
+    pub fn tick_commit(&self) {
         self.tick_commits.fetch_add(1, Ordering::Relaxed);
     }
 
     /// A tick of the built-in clock written.
-    pub(crate) fn tick_written(&self) {
+    pub fn tick_written(&self) {
         self.ticks.fetch_add(1, Ordering::Relaxed);
     }
 
     /// A tick of the built-in clock read back.
-    pub(crate) fn tick_read(&self) {
+    pub fn tick_read(&self) {
         self.ticks_read.fetch_add(1, Ordering::Relaxed);
     }
 
-    pub(crate) fn late(&self) {
+    /// A record that arrived with an event time below its task's watermark.
+    pub fn late(&self) {
         self.late.fetch_add(1, Ordering::Relaxed);
     }
 
-    pub(crate) fn raised(&self) {
+    /// A record parked above its own event time behind a parked causal ancestor.
+    pub fn raised(&self) {
         self.raised.fetch_add(1, Ordering::Relaxed);
     }
 
-    pub(crate) fn timer_fired(&self) {
+    /// A timer fired.
+    pub fn timer_fired(&self) {
         self.timers_fired.fetch_add(1, Ordering::Relaxed);
     }
 
-    pub(crate) fn too_late(&self, n: u32) {
+    /// `n` records dropped as too late.
+    pub fn too_late(&self, n: u32) {
         self.too_late.fetch_add(u64::from(n), Ordering::Relaxed);
     }
 
-    pub(crate) fn parked(&self, n: u64) {
+    /// Records parked now by the stage's event-time tasks (a gauge).
+    pub fn parked(&self, n: u64) {
         self.parked.store(n, Ordering::Relaxed);
     }
 
-    pub(crate) fn blocked_heads(&self, n: u64) {
+    /// Channel heads the gates block now (a gauge).
+    pub fn blocked_heads(&self, n: u64) {
         self.blocked_heads.store(n, Ordering::Relaxed);
     }
 
-    pub(crate) fn emitted(&self) {
+    /// An emission sent.
+    pub fn emitted(&self) {
         self.emitted.fetch_add(1, Ordering::Relaxed);
     }
 
     /// A transaction committed `deliveries` and `emissions`; its commit took `commit_us`.
-    pub(crate) fn committed(&self, deliveries: u64, emissions: u64, commit_us: u64) {
+    pub fn committed(&self, deliveries: u64, emissions: u64, commit_us: u64) {
         self.transactions.fetch_add(1, Ordering::Relaxed);
         self.commit_us.fetch_add(commit_us, Ordering::Relaxed);
         self.committed_deliveries
@@ -557,45 +568,56 @@ impl StageMetrics {
             .fetch_add(emissions, Ordering::Relaxed);
     }
 
-    pub(crate) fn lookahead(&self) {
+    /// A delivery ahead of earlier records of its channel (claim-driven look-ahead).
+    pub fn lookahead(&self) {
         self.lookahead.fetch_add(1, Ordering::Relaxed);
     }
 
-    pub(crate) fn impossible(&self) {
+    /// A record whose stamp can never be satisfied.
+    pub fn impossible(&self) {
         self.impossible_stamps.fetch_add(1, Ordering::Relaxed);
     }
 
-    pub(crate) fn bad_record(&self, kind: BadRecordKind) {
+    /// A bad record of `kind`.
+    pub fn bad_record(&self, kind: BadRecordKind) {
         if let Some(i) = BadRecordKind::ALL.iter().position(|k| *k == kind) {
             self.bad_records[i].fetch_add(1, Ordering::Relaxed);
         }
     }
 
-    pub(crate) fn skipped(&self) {
+    /// A bad record skipped.
+    pub fn skipped(&self) {
         self.skipped.fetch_add(1, Ordering::Relaxed);
     }
 
-    pub(crate) fn dead_lettered(&self) {
+    /// A bad record sent to the dead-letter topic.
+    pub fn dead_lettered(&self) {
         self.dead_lettered.fetch_add(1, Ordering::Relaxed);
     }
 
-    pub(crate) fn beyond_cap(&self) {
+    /// A record fetched while its channel held more than `max_queued_per_channel` records.
+    pub fn beyond_cap(&self) {
         self.reads_beyond_cap.fetch_add(1, Ordering::Relaxed);
     }
 
-    pub(crate) fn spilled(&self, n: usize) {
+    /// `n` records spilled: their payloads dropped, to be read again (the book's
+    /// specification, §4).
+    pub fn spilled(&self, n: usize) {
         self.spilled.fetch_add(n as u64, Ordering::Relaxed);
     }
 
-    pub(crate) fn aligned(&self) {
+    /// An input started holding records for watermark alignment.
+    pub fn aligned(&self) {
         self.aligned.fetch_add(1, Ordering::Relaxed);
     }
 
-    pub(crate) fn refetched(&self, n: u64) {
+    /// `n` spilled records re-fetched by seeking back.
+    pub fn refetched(&self, n: u64) {
         self.refetched.fetch_add(n, Ordering::Relaxed);
     }
 
-    pub(crate) fn aborted(&self) {
+    /// A transaction aborted.
+    pub fn aborted(&self) {
         self.aborts.fetch_add(1, Ordering::Relaxed);
     }
 }
@@ -622,7 +644,7 @@ pub enum Progress {
     /// the observer can match on it (`Error::RecordsLost { .. }`, `Error::Fenced { .. }`, …)
     /// and classify it ([`Error::is_retriable`], [`Error::is_fatal`], …). It is shared
     /// (`Arc`) because [`Error`] is not `Clone` and the same error is also what
-    /// [`Running::stop`](crate::Running::stop) returns for this stage, as the `source` of its
+    /// `Running::stop` returns for this stage, as the `source` of its
     /// [`Error::StageFailed`]. A stream thread that panics sends no event.
     Failed {
         /// The stage.
@@ -637,13 +659,12 @@ pub enum Progress {
     },
 }
 
-/// One line on what the tasks of `tasks` (by stage, as [`Running::task_metrics`] gives them)
+/// One line on what the tasks of `tasks` (by stage, as `Running::task_metrics` gives them)
 /// are doing, for a progress bar: restore progress (changelog offsets read of those to read,
 /// summed) while any task restores; then catch-up — the frontier lag summed over every task,
 /// in offsets, and for event-time stages the input channels not yet at the end offset read at
 /// task start — until every task is caught up.
 ///
-/// [`Running::task_metrics`]: crate::Running::task_metrics
 pub fn progress_summary(tasks: &[(String, Vec<TaskMetrics>)]) -> String {
     let all = || tasks.iter().flat_map(|(_, ts)| ts);
     let restoring: Vec<&TaskMetrics> = all().filter(|t| t.phase == TaskPhase::Restoring).collect();

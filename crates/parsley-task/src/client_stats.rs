@@ -2,7 +2,7 @@
 //!
 //! librdkafka sends each client's statistics as one JSON document every
 //! `statistics.interval.ms` (its `STATISTICS.md` describes the fields). With the
-//! [metrics endpoint](crate::RuntimeConfig::metrics_address) on, every document of a stage's
+//! metrics endpoint (`RuntimeConfig::metrics_address`) on, every document of a stage's
 //! consumer and producer is digested here and the digest kept with the stage's metrics: the
 //! consumer's lag per partition, each broker's request round-trip time, and the producer's
 //! transaction state. The last document of each client wins; figures librdkafka marks unknown
@@ -23,60 +23,60 @@ use serde::Deserialize;
 
 /// The digest of the last statistics document of each of a stage's clients.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub(crate) struct ClientStatistics {
+pub struct ClientStatistics {
     /// The stage's consumer of its sources.
-    pub(crate) consumer: Option<ClientDigest>,
+    pub consumer: Option<ClientDigest>,
     /// The stage's transactional producer.
-    pub(crate) producer: Option<ClientDigest>,
+    pub producer: Option<ClientDigest>,
 }
 
 /// What one statistics document says that the endpoint exports.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub(crate) struct ClientDigest {
+pub struct ClientDigest {
     /// Consumer lag per partition (offsets), ascending by topic and partition.
-    pub(crate) lag: Vec<PartitionLag>,
+    pub lag: Vec<PartitionLag>,
     /// Request round-trip time per broker over librdkafka's last window (`brokers.*.rtt`).
-    pub(crate) rtt: Vec<BrokerRtt>,
+    pub rtt: Vec<BrokerRtt>,
     /// The producer's transaction state (`eos.txn_state`).
-    pub(crate) transaction: Option<TransactionState>,
+    pub transaction: Option<TransactionState>,
 }
 
 /// The consumer lag of one partition.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct PartitionLag {
+pub struct PartitionLag {
     /// The topic.
-    pub(crate) topic: String,
+    pub topic: String,
     /// The partition.
-    pub(crate) partition: i32,
+    pub partition: i32,
     /// Offsets between the consumer's position and the partition's end (its last stable
     /// offset, else its high watermark).
-    pub(crate) lag: i64,
+    pub lag: i64,
 }
 
 /// The request round-trip time to one broker.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct BrokerRtt {
+pub struct BrokerRtt {
     /// The broker's node id.
-    pub(crate) broker: i32,
+    pub broker: i32,
     /// Median, seconds.
-    pub(crate) p50: f64,
+    pub p50: f64,
     /// 99th percentile, seconds.
-    pub(crate) p99: f64,
+    pub p99: f64,
 }
 
 /// A transactional producer's state.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct TransactionState {
+pub struct TransactionState {
     /// librdkafka's name of the state (`Ready`, `InTransaction`, `CommittingTransaction`,
     /// `AbortableError`, `FatalError`, …). (The document's `txn_stateage` is not read:
     /// librdkafka 2.12 never records when the transaction state changed, so it gives the time
     /// since its clock's origin, the host's uptime.)
-    pub(crate) state: String,
+    pub state: String,
 }
 
 /// Which client a document came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum ClientKind {
+pub enum ClientKind {
     /// A consumer.
     Consumer,
     /// A producer.
@@ -86,7 +86,7 @@ pub(crate) enum ClientKind {
 impl ClientStatistics {
     /// Keeps the digest of `json`, one client's statistics document. A document that does not
     /// parse, or comes from another kind of client, changes nothing.
-    pub(crate) fn record(&mut self, json: &[u8]) {
+    pub fn record(&mut self, json: &[u8]) {
         match digest(json) {
             Ok((ClientKind::Consumer, d)) => self.consumer = Some(d),
             Ok((ClientKind::Producer, d)) => self.producer = Some(d),
@@ -101,7 +101,7 @@ impl ClientStatistics {
 ///
 /// # Errors
 /// A document that is not JSON of librdkafka's shape, or of another client type.
-pub(crate) fn digest(json: &[u8]) -> Result<(ClientKind, ClientDigest), String> {
+pub fn digest(json: &[u8]) -> Result<(ClientKind, ClientDigest), String> {
     let doc: Document = serde_json::from_slice(json).map_err(|e| e.to_string())?;
     let kind = match doc.client_type.as_str() {
         "consumer" => ClientKind::Consumer,

@@ -1,9 +1,16 @@
-//! The errors of `parsley-runtime`.
+//! The error of Parsley's task layer and of the Kafka runtime built on it: one public type,
+//! [`Error`], whose classification ([`Error::is_retriable`], [`Error::is_transient`],
+//! [`Error::is_fatal`], [`Error::is_fenced`]) holds for every layer. The Kafka client's part of
+//! an error is [`ClientError`] (module `kafka`), which names librdkafka's code and flags
+//! without the client library's types.
 
 use std::sync::Arc;
 
 use parsley_clock::{Channel, Coordinate};
-use rdkafka::error::KafkaError;
+
+mod kafka;
+
+pub use kafka::{ClientError, KafkaCode, TransactionFlags};
 
 /// A `Result` whose error is [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -26,7 +33,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// own error ([`Error::stage_error`]).
 ///
 /// ```
-/// use parsley_runtime::Error;
+/// use parsley_task::Error;
 ///
 /// fn after_stop(e: &Error) -> &'static str {
 ///     match e.stage_error() {
@@ -49,15 +56,15 @@ pub enum Error {
         /// What was being done.
         operation: String,
         /// The client's error.
-        source: KafkaError,
+        source: ClientError,
     },
     /// A transactional API call failed.
-    #[error("{operation}: {code:?}: {message}{}", if *fatal { " (fatal)" } else if *requires_abort { " (the transaction must be aborted)" } else { "" })]
+    #[error("{operation}: {code}: {message}{}", if *fatal { " (fatal)" } else if *requires_abort { " (the transaction must be aborted)" } else { "" })]
     Transaction {
         /// What was being done.
         operation: String,
         /// librdkafka's error code.
-        code: rdkafka::types::RDKafkaErrorCode,
+        code: KafkaCode,
         /// librdkafka's message.
         message: String,
         /// The producer cannot be used any more (fenced, or a fatal idempotence error).
@@ -69,7 +76,7 @@ pub enum Error {
     /// credentials, a certificate the client does not trust, a mechanism the listener does not
     /// enable. Reported as soon as librdkafka reports it (within the configured timeout).
     #[error(
-        "the {client} client cannot connect securely to {listener} ({protocol}{}): {code:?}: {message}",
+        "the {client} client cannot connect securely to {listener} ({protocol}{}): {code}: {message}",
         mechanism.as_deref().map_or(String::new(), |m| format!(", SASL mechanism {m}"))
     )]
     Security {
@@ -82,7 +89,7 @@ pub enum Error {
         /// The client's role (`consumer`, `producer`, `admin`, `restore`).
         client: &'static str,
         /// librdkafka's code (`_AUTHENTICATION`, `_SSL`, …).
-        code: rdkafka::types::RDKafkaErrorCode,
+        code: KafkaCode,
         /// librdkafka's message.
         message: Box<str>,
     },
@@ -181,7 +188,7 @@ pub enum Error {
         /// The target channel.
         channel: Box<Channel>,
         /// The client's error.
-        source: KafkaError,
+        source: ClientError,
     },
     /// An output record that the stage's producer or the broker refuses for what it is, and
     /// would refuse on every try: larger than a size limit (librdkafka's `MSG_SIZE_TOO_LARGE`
@@ -230,12 +237,11 @@ pub enum Error {
     /// Another producer initialised this stage's transactional id while the stage's
     /// transaction had been open for less than `transaction.timeout.ms`, so the transaction
     /// coordinator cannot have fenced it for its age (that fence, case C08, is recovered from
-    /// with a new producer): another process runs with this [`instance_id`], and this stage is
+    /// with a new producer): another process runs with this `instance_id`, and this stage is
     /// its zombie. Nothing of the open transaction becomes visible, the group's offsets are
     /// unchanged, and the stage gives up its tasks without taking the id back, which would
     /// fence the live owner in turn (case C09).
     ///
-    /// [`instance_id`]: crate::RuntimeConfig::instance_id
     #[error(
         "transactional id {transactional_id} was taken by another producer while this stage's transaction had been open {open_ms} ms, less than transaction.timeout.ms ({timeout_ms} ms): another process runs with this instance id, so this stage gives up its tasks ({message})"
     )]
@@ -252,15 +258,15 @@ pub enum Error {
     /// A stage with this name is not in the topology.
     #[error("no stage named {0} in the topology")]
     UnknownStage(String),
-    /// A stage run by [`Runtime::start`](crate::Runtime::start) or
-    /// [`Runtime::start_stages`](crate::Runtime::start_stages) ended with an error: what
-    /// [`Running::stop`](crate::Running::stop) returns for it. `source` is the stage's own
+    /// A stage run by `Runtime::start` or
+    /// `Runtime::start_stages` ended with an error: what
+    /// `Running::stop` returns for it. `source` is the stage's own
     /// typed error (match on `*source`, or use [`Error::stage_error`]); the classification
     /// methods ([`Error::is_retriable`], [`Error::is_fenced`], [`Error::is_transient`],
     /// [`Error::is_fatal`]) see through this wrapper.
     ///
     /// The error is shared (`Arc`) because the same error also reached the stage's observer as
-    /// [`Progress::Failed`](crate::Progress::Failed), and [`Error`] is not `Clone` (it holds
+    /// [`Progress::Failed`](crate::metrics::Progress::Failed), and [`Error`] is not `Clone` (it holds
     /// librdkafka's and the processor's errors).
     #[error("stage {stage} failed: {source}")]
     StageFailed {
@@ -290,7 +296,7 @@ pub enum Error {
         source: std::io::Error,
     },
     /// The metrics endpoint
-    /// ([`RuntimeConfig::metrics_address`](crate::RuntimeConfig::metrics_address)) cannot listen at
+    /// (`RuntimeConfig::metrics_address`) cannot listen at
     /// `address` (in use, not an address of this host, a privileged port, …) or cannot start its
     /// thread; no stage was started.
     #[error("cannot serve metrics at {address}: {source}")]
@@ -302,8 +308,8 @@ pub enum Error {
         source: std::io::Error,
     },
     /// The handlers of SIGINT and SIGTERM could not be installed
-    /// ([`Runtime::run_until_signal`](crate::Runtime::run_until_signal),
-    /// [`Running::wait_for_signal`](crate::Running::wait_for_signal)); nothing was started or
+    /// (`Runtime::run_until_signal`,
+    /// `Running::wait_for_signal`); nothing was started or
     /// stopped.
     #[error("cannot install the handlers of SIGINT and SIGTERM: {source}")]
     Signals {
@@ -311,7 +317,7 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
-    /// A record given to [`CausalProducer::send_record`](crate::CausalProducer::send_record)
+    /// A record given to `CausalProducer::send_record`
     /// cannot be sent as asked: nothing was sent and the producer's clock is unchanged.
     #[error("record for topic {topic} refused: {problem}")]
     InvalidRecord {
@@ -347,7 +353,7 @@ pub enum Error {
         /// The largest partition count of the topics it takes its count from.
         expected: i32,
     },
-    /// The on-disk state store ([`RuntimeConfig::state_dir`](crate::RuntimeConfig)) failed:
+    /// The on-disk state store (`RuntimeConfig::state_dir`) failed:
     /// it cannot be opened (another process holds it), read or written.
     #[error("state store {path}: {message}")]
     StateStore {
@@ -647,7 +653,7 @@ pub const TIMESTAMP_AFTER_LIMIT: &str = "message.timestamp.after.max.ms of the t
 /// (the broker's default: `log.message.timestamp.before.max.ms`, unlimited).
 pub const TIMESTAMP_BEFORE_LIMIT: &str = "message.timestamp.before.max.ms of the topic";
 
-/// Why a record given to [`CausalProducer::send_record`](crate::CausalProducer::send_record) is
+/// Why a record given to `CausalProducer::send_record` is
 /// refused ([`Error::InvalidRecord`]).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -674,7 +680,8 @@ impl From<parsley_clock::Error> for Error {
 }
 
 impl Error {
-    pub(crate) fn kafka(operation: impl Into<String>, source: KafkaError) -> Self {
+    /// An [`Error::Kafka`]: `operation` failed with the client's error `source`.
+    pub fn kafka(operation: impl Into<String>, source: ClientError) -> Self {
         Error::Kafka {
             operation: operation.into(),
             source,
@@ -684,12 +691,7 @@ impl Error {
     /// Names the stage, and the input record when known, in an [`Error::OutputRefused`] made
     /// where they are not known (the producer's side: its `stage` is empty); any other error
     /// is returned unchanged.
-    pub(crate) fn refused_in(
-        self,
-        stage: &str,
-        input: Option<InputRecord>,
-        dead_letter: bool,
-    ) -> Error {
+    pub fn refused_in(self, stage: &str, input: Option<InputRecord>, dead_letter: bool) -> Error {
         match self {
             Error::OutputRefused {
                 stage: named,
@@ -734,7 +736,7 @@ impl Error {
     ///   abort, and the stage ends then) — not [`Error::OutputRefused`], a record refused for
     ///   good, which is never retried as it was (the stage's bad-record policy may take its
     ///   input record out of the redo);
-    /// - [`Error::Kafka`] holding a transactional API error ([`KafkaError::Transaction`])
+    /// - [`Error::Kafka`] holding a transactional API error ([`ClientError::transaction`])
     ///   that is not fatal and requires an abort or may be retried (a coordinator that moved
     ///   mid-call: `AddOffsetsToTxn` meeting `_TRANSPORT`, seen when the transaction
     ///   coordinator's broker was killed), or whose code is a fence;
@@ -744,25 +746,23 @@ impl Error {
     /// Every other error is not retriable, [`Error::Fenced`] included. Apart from looking
     /// through [`Error::StageFailed`] (which a stage never returns itself), this is exactly the
     /// rule the stream loop applies to the errors of its batches. A retriable error that
-    /// reaches the caller (from [`Running::stop`](crate::Running::stop) or
-    /// [`Progress::Failed`](crate::Progress::Failed)) ended its stage anyway: the recoveries in
+    /// reaches the caller (from `Running::stop` or
+    /// [`Progress::Failed`](crate::metrics::Progress::Failed)) ended its stage anyway: the recoveries in
     /// a row ran out, or it came before the stage's first transaction (at startup); restarting
     /// the stage restores every task from its last commit.
     pub fn is_retriable(&self) -> bool {
         match self.stage_error() {
             // A fence seen at the commit goes to the recovery too, which tells a timed-out
             // transaction (redone) from a zombie (ends the stage: `Error::Fenced`).
-            Error::Transaction { fatal, code, .. } => !*fatal || fencing(*code),
+            Error::Transaction { fatal, code, .. } => !*fatal || code.is_fencing(),
             // The abort decides: a fenced producer cannot abort, and the stage ends then.
             Error::Send { .. } => true,
             // A call that never returned: the producer is replaced.
             Error::TransactionStalled { .. } => true,
-            Error::Kafka {
-                source: KafkaError::Transaction(t),
-                ..
-            } => {
-                (!t.is_fatal() && (t.txn_requires_abort() || t.is_retriable())) || fencing(t.code())
-            }
+            Error::Kafka { source, .. } => match source.transaction {
+                Some(t) => (!t.fatal && (t.requires_abort || t.retriable)) || source.is_fencing(),
+                None => false,
+            },
             _ => false,
         }
     }
@@ -779,10 +779,8 @@ impl Error {
     pub fn is_fenced(&self) -> bool {
         match self.stage_error() {
             Error::Fenced { .. } => true,
-            Error::Transaction { code, .. } => fencing(*code),
-            Error::Kafka { source, .. } | Error::Send { source, .. } => {
-                source.rdkafka_error_code().is_some_and(fencing)
-            }
+            Error::Transaction { code, .. } => code.is_fencing(),
+            Error::Kafka { source, .. } | Error::Send { source, .. } => source.is_fencing(),
             _ => false,
         }
     }
@@ -795,7 +793,7 @@ impl Error {
     /// metadata or offsets, initialising transactions, …); restarting the stage once the
     /// cluster is reachable again is expected to work.
     pub fn is_transient(&self) -> bool {
-        matches!(self.stage_error(), Error::Kafka { source, .. } if transient(source))
+        matches!(self.stage_error(), Error::Kafka { source, .. } if source.is_transient())
     }
 
     /// `true` when the error is neither [retriable](Error::is_retriable) nor
@@ -818,34 +816,8 @@ impl Error {
     }
 }
 
-/// Whether `code` says a newer epoch of the producer's transactional id exists: librdkafka's
-/// `_FENCED`, or the broker's `PRODUCER_FENCED` / `INVALID_PRODUCER_EPOCH`.
-pub(crate) fn fencing(code: rdkafka::types::RDKafkaErrorCode) -> bool {
-    use rdkafka::types::RDKafkaErrorCode as C;
-    matches!(
-        code,
-        C::Fenced | C::ProducerFenced | C::InvalidProducerEpoch
-    )
-}
-
-/// Consumer errors that report a connection state, not a lost record: librdkafka recovers
-/// from them on its own.
-pub(crate) fn transient(e: &rdkafka::error::KafkaError) -> bool {
-    use rdkafka::types::RDKafkaErrorCode as C;
-    matches!(
-        e.rdkafka_error_code(),
-        Some(
-            C::AllBrokersDown
-                | C::BrokerTransportFailure
-                | C::OperationTimedOut
-                | C::RequestTimedOut
-                | C::NetworkException
-        )
-    )
-}
-
 /// A key for an error message: quoted UTF-8 text when it is, else hex; the first 64 bytes.
-pub(crate) fn render_key(key: &[u8]) -> String {
+pub fn render_key(key: &[u8]) -> String {
     let shown = &key[..key.len().min(64)];
     let more = if key.len() > 64 { "…" } else { "" };
     match std::str::from_utf8(shown) {
@@ -873,497 +845,4 @@ fn describe_counts(partitions: &[(String, i32)]) -> String {
         .map(|(t, n)| format!("{t} has {n}"))
         .collect::<Vec<_>>()
         .join(", ")
-}
-
-#[cfg(test)]
-mod tests {
-    use std::sync::Arc;
-    use std::time::Duration;
-
-    use parsley_clock::{Channel, TopicId};
-    use rdkafka::error::KafkaError;
-    use rdkafka::types::RDKafkaErrorCode as C;
-
-    use super::Error;
-
-    /// The stage's recovery rule (`recoverable` in `stage.rs`), copied verbatim:
-    /// [`Error::is_retriable`] must say the same for every error a stage returns.
-    fn recoverable(e: &Error) -> bool {
-        match e {
-            Error::Transaction { fatal, code, .. } => !*fatal || super::fencing(*code),
-            Error::Send { .. } => true,
-            Error::Kafka {
-                source: KafkaError::Transaction(t),
-                ..
-            } => {
-                (!t.is_fatal() && (t.txn_requires_abort() || t.is_retriable()))
-                    || super::fencing(t.code())
-            }
-            Error::TransactionStalled { .. } => true,
-            _ => false,
-        }
-    }
-
-    fn transaction(code: C, fatal: bool, requires_abort: bool) -> Error {
-        Error::Transaction {
-            operation: "committing".into(),
-            code,
-            message: "librdkafka's message".into(),
-            fatal,
-            requires_abort,
-        }
-    }
-
-    fn send(code: C) -> Error {
-        Error::Send {
-            topic: "out".into(),
-            channel: Box::new(Channel::new(TopicId::from_halves(1, 2), 0)),
-            source: KafkaError::MessageProduction(code),
-        }
-    }
-
-    fn kafka(source: KafkaError) -> Error {
-        Error::Kafka {
-            operation: "polling".into(),
-            source,
-        }
-    }
-
-    fn input() -> super::InputRecord {
-        super::InputRecord {
-            topic: "in".into(),
-            partition: 0,
-            offset: 7,
-        }
-    }
-
-    fn output_refused(input: Option<super::InputRecord>, dead_letter: bool) -> Error {
-        Error::OutputRefused {
-            stage: "emit".into(),
-            input: input.map(Box::new),
-            dead_letter,
-            topic: "out".into(),
-            partition: 0,
-            reason: Box::new(super::Refusal::TooLarge {
-                size: 100_022,
-                limit: Some(100_000),
-                setting: super::PRODUCER_SIZE_LIMIT,
-            }),
-        }
-    }
-
-    #[test]
-    fn an_output_refused_names_the_stage_its_input_the_record_and_the_limit() {
-        assert_eq!(
-            output_refused(Some(input()), false).to_string(),
-            "stage emit: an output of input record in/0@7 to out/0 refused: 100022 B, its \
-             headers included, is over the limit of 100000 B (message.max.bytes of the stage's \
-             producer) (not retried)"
-        );
-        assert!(
-            output_refused(Some(input()), true)
-                .to_string()
-                .starts_with("stage emit: the dead letter of input record in/0@7 to out/0")
-        );
-        assert!(
-            output_refused(None, false)
-                .to_string()
-                .starts_with("stage emit: a record to out/0 refused")
-        );
-        // Named below the task (the producer's side), then by the task.
-        let unnamed = Error::OutputRefused {
-            stage: String::new(),
-            input: None,
-            dead_letter: false,
-            topic: "out".into(),
-            partition: 0,
-            reason: Box::new(super::Refusal::Timestamp {
-                timestamp: 1_000,
-                skew_ms: -5,
-                setting: super::TIMESTAMP_BEFORE_LIMIT,
-                max_ms: None,
-            }),
-        };
-        let named = unnamed.refused_in("emit", Some(input()), false);
-        assert!(
-            matches!(&named, Error::OutputRefused { stage, input: Some(i), .. }
-                if stage == "emit" && **i == input()),
-            "{named:?}"
-        );
-        assert!(named.to_string().contains(
-            "record timestamp 1000 ms is 5 ms behind this host's clock, beyond \
-             message.timestamp.before.max.ms of the topic"
-        ));
-        // Named once: a second naming changes nothing; other errors pass through.
-        let again = named.refused_in("other", None, true);
-        assert!(
-            matches!(&again, Error::OutputRefused { stage, dead_letter: false, .. } if stage == "emit")
-        );
-        let timeout = Error::Timeout {
-            what: "x".into(),
-            timeout: Duration::from_secs(1),
-        };
-        assert!(matches!(
-            timeout.refused_in("emit", Some(input()), false),
-            Error::Timeout { .. }
-        ));
-    }
-
-    fn fenced() -> Error {
-        Error::Fenced {
-            transactional_id: "app.stage-0-0".into(),
-            open_ms: 1_000,
-            timeout_ms: 60_000,
-            message: "fenced".into(),
-        }
-    }
-
-    /// Which of [`Error::is_retriable`], [`Error::is_transient`] and [`Error::is_fatal`] holds
-    /// (exactly one for every error below).
-    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-    enum Class {
-        Retriable,
-        Transient,
-        Fatal,
-    }
-    use Class::{Fatal, Retriable, Transient};
-
-    /// [`Error::is_fenced`] holds.
-    const FENCED: bool = true;
-    const NOT_FENCED: bool = false;
-
-    /// `(what, error, class, fenced)`.
-    type Row = (&'static str, Error, Class, bool);
-
-    fn consumer(code: C) -> Error {
-        kafka(KafkaError::MessageConsumption(code))
-    }
-
-    fn rows() -> Vec<Row> {
-        let lost = Error::RecordsLost {
-            topic: "in".into(),
-            partition: 0,
-            from: 5,
-            log_start: 50,
-        };
-        let deleted = Error::SourceDeleted {
-            stage: "s".into(),
-            topic: "in".into(),
-        };
-        let handler = Error::Stage(parsley_stage::Error::InvalidTopology {
-            problems: vec!["p".into()],
-        });
-        let mismatch = Error::RestoreMismatch {
-            stage: "s".into(),
-            partition: 0,
-            changelog: vec![],
-            group: vec![],
-        };
-        let timeout = Error::Timeout {
-            what: "restoring".into(),
-            timeout: Duration::from_secs(1),
-        };
-        let blocked = Error::RestoreBlocked {
-            topic: "app.s.changelog".into(),
-            partition: 0,
-            last_stable_offset: 4,
-            high_watermark: 5,
-            timeout: Duration::from_secs(30),
-            transaction_timeout: Duration::from_secs(60),
-            producer: Some("app.s-a-0".into()),
-        };
-        let admin = Error::Admin {
-            operation: "rebalancing".into(),
-            message: "m".into(),
-        };
-        let panicked = Error::StagePanicked {
-            stage: "s".into(),
-            message: Some("boom".into()),
-        };
-        let spawn = Error::ThreadSpawn {
-            stage: "s".into(),
-            source: std::io::Error::other("no threads"),
-        };
-        let signals = Error::Signals {
-            source: std::io::Error::other("no handler"),
-        };
-        let listener = Error::MetricsListener {
-            address: ([127, 0, 0, 1], 9464).into(),
-            source: std::io::Error::other("in use"),
-        };
-        let refused = Error::InvalidRecord {
-            topic: "out".into(),
-            problem: super::RecordProblem::ReservedHeader("ps".into()),
-        };
-        let too_large = output_refused(None, false);
-        let too_large_input = output_refused(Some(input()), false);
-        let dead_letter = output_refused(Some(input()), true);
-        #[rustfmt::skip]
-        let rows: Vec<Row> = vec![
-            // A failed transaction: aborted, every task back to its last commit.
-            ("abortable transaction", transaction(C::TopicAuthorizationFailed, false, true), Retriable, NOT_FENCED),
-            ("non-fatal transaction", transaction(C::CoordinatorNotAvailable, false, false), Retriable, NOT_FENCED),
-            // A fence at the commit: the recovery tells a timed-out transaction from a zombie.
-            ("_FENCED transaction", transaction(C::Fenced, true, false), Retriable, FENCED),
-            ("PRODUCER_FENCED transaction", transaction(C::ProducerFenced, true, false), Retriable, FENCED),
-            ("INVALID_PRODUCER_EPOCH transaction", transaction(C::InvalidProducerEpoch, true, false), Retriable, FENCED),
-            ("fatal transaction", transaction(C::TransactionalIdAuthorizationFailed, true, false), Fatal, NOT_FENCED),
-            // A refused send: the abort decides.
-            ("refused send", send(C::MessageTimedOut), Retriable, NOT_FENCED),
-            ("fenced send", send(C::InvalidProducerEpoch), Retriable, FENCED),
-            // A commit call that never returned: the producer is replaced.
-            ("stalled commit call", Error::TransactionStalled { operation: "sending the offsets", timeout: Duration::from_secs(1) }, Retriable, NOT_FENCED),
-            // The zombie: another process runs as this instance.
-            ("Fenced", fenced(), Fatal, FENCED),
-            // The consumer's connection states.
-            ("all brokers down", consumer(C::AllBrokersDown), Transient, NOT_FENCED),
-            ("transport failure", consumer(C::BrokerTransportFailure), Transient, NOT_FENCED),
-            ("operation timed out", consumer(C::OperationTimedOut), Transient, NOT_FENCED),
-            ("request timed out", consumer(C::RequestTimedOut), Transient, NOT_FENCED),
-            ("network exception", consumer(C::NetworkException), Transient, NOT_FENCED),
-            ("metadata timed out", kafka(KafkaError::MetadataFetch(C::OperationTimedOut)), Transient, NOT_FENCED),
-            // Other client errors.
-            ("unknown topic", consumer(C::UnknownTopicOrPartition), Fatal, NOT_FENCED),
-            ("offset out of range", consumer(C::AutoOffsetReset), Fatal, NOT_FENCED),
-            ("fenced client call", kafka(KafkaError::MessageProduction(C::ProducerFenced)), Fatal, FENCED),
-            ("no code", kafka(KafkaError::Canceled), Fatal, NOT_FENCED),
-            // The data, the topics, the topology, the handler.
-            ("RecordsLost", lost, Fatal, NOT_FENCED),
-            ("SourceDeleted", deleted, Fatal, NOT_FENCED),
-            ("Stage", handler, Fatal, NOT_FENCED),
-            ("RestoreMismatch", mismatch, Fatal, NOT_FENCED),
-            ("Timeout", timeout, Fatal, NOT_FENCED),
-            ("RestoreBlocked", blocked, Fatal, NOT_FENCED),
-            ("Admin", admin, Fatal, NOT_FENCED),
-            // The stream thread itself.
-            ("StagePanicked", panicked, Fatal, NOT_FENCED),
-            ("ThreadSpawn", spawn, Fatal, NOT_FENCED),
-            // The caller's: signal handlers, a refused record.
-            ("Signals", signals, Fatal, NOT_FENCED),
-            ("MetricsListener", listener, Fatal, NOT_FENCED),
-            ("InvalidRecord", refused, Fatal, NOT_FENCED),
-            // An output refused for good: never retried (the policy may take its input).
-            ("OutputRefused", too_large, Fatal, NOT_FENCED),
-            ("OutputRefused with its input", too_large_input, Fatal, NOT_FENCED),
-            ("OutputRefused dead letter", dead_letter, Fatal, NOT_FENCED),
-        ];
-        rows
-    }
-
-    /// Checks one row, bare and wrapped once and twice in `StageFailed` (which every method
-    /// looks through); the bare error must also follow the stage's recovery rule.
-    fn check((what, error, class, fenced): Row) {
-        assert_eq!(
-            recoverable(&error),
-            class == Retriable,
-            "{what}: the stage's rule"
-        );
-        let error = Arc::new(error);
-        let once = Arc::new(Error::StageFailed {
-            stage: "s".into(),
-            source: error.clone(),
-        });
-        let twice = Error::StageFailed {
-            stage: "t".into(),
-            source: once.clone(),
-        };
-        for (how, e) in [
-            ("bare", &*error),
-            ("wrapped", &*once),
-            ("wrapped twice", &twice),
-        ] {
-            assert_eq!(
-                (
-                    e.is_retriable(),
-                    e.is_transient(),
-                    e.is_fatal(),
-                    e.is_fenced()
-                ),
-                (
-                    class == Retriable,
-                    class == Transient,
-                    class == Fatal,
-                    fenced
-                ),
-                "{what} ({how}): (retriable, transient, fatal, fenced) of {e}"
-            );
-            assert!(std::ptr::eq(e.stage_error(), &*error), "{what} ({how})");
-        }
-    }
-
-    #[test]
-    fn each_error_is_classified_as_documented_through_any_stage_failed_wrapper() {
-        for row in rows() {
-            check(row);
-        }
-    }
-
-    /// Transactional API errors (`KafkaError::Transaction`) come only from librdkafka: these
-    /// are made by real calls — on a client without a transactional id, and against
-    /// librdkafka's in-process mock cluster with injected broker errors.
-    #[test]
-    fn transactional_api_errors_are_classified_by_their_flags_and_code() {
-        use rdkafka::consumer::{BaseConsumer, Consumer};
-        use rdkafka::mocking::MockCluster;
-        use rdkafka::producer::{BaseProducer, Producer};
-        use rdkafka::{ClientConfig, Offset, TopicPartitionList};
-        use rdkafka_sys::types::{RDKafkaApiKey, RDKafkaRespErr};
-
-        let timeout = Duration::from_secs(10);
-        let transactional = |e: &KafkaError| match e {
-            KafkaError::Transaction(t) => (t.code(), t.is_fatal(), t.txn_requires_abort()),
-            other => panic!("not a transactional API error: {other:?}"),
-        };
-
-        // Not transactional: neither fatal nor abortable.
-        let plain: BaseProducer = ClientConfig::new()
-            .set("bootstrap.servers", "127.0.0.1:1")
-            .set("log_level", "0")
-            .create()
-            .unwrap();
-        let not_configured = plain.begin_transaction().unwrap_err();
-        let (_, fatal, abort) = transactional(&not_configured);
-        assert!(!fatal && !abort, "{not_configured}");
-
-        let mock = MockCluster::new(1).unwrap();
-        mock.create_topic("in", 1, 1).unwrap();
-        let producer: BaseProducer = ClientConfig::new()
-            .set("bootstrap.servers", mock.bootstrap_servers())
-            .set("transactional.id", "parsley-error-classification")
-            .set("log_level", "0")
-            .create()
-            .unwrap();
-        producer.init_transactions(timeout).unwrap();
-        let consumer: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", mock.bootstrap_servers())
-            .set("group.id", "parsley-error-classification")
-            .set("log_level", "0")
-            .create()
-            .unwrap();
-        let group = consumer.group_metadata().unwrap();
-        let mut offsets = TopicPartitionList::new();
-        offsets
-            .add_partition_offset("in", 0, Offset::Offset(1))
-            .unwrap();
-
-        // Abortable: the group is not authorised for the offsets' commit.
-        producer.begin_transaction().unwrap();
-        mock.request_errors(
-            RDKafkaApiKey::AddOffsetsToTxn,
-            &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_GROUP_AUTHORIZATION_FAILED],
-        );
-        let abortable = producer
-            .send_offsets_to_transaction(&offsets, &group, timeout)
-            .unwrap_err();
-        let (code, fatal, abort) = transactional(&abortable);
-        assert!(!fatal && abort && !super::fencing(code), "{abortable}");
-        producer.abort_transaction(timeout).unwrap();
-
-        // Retriable, not abortable: the coordinator answers `AddOffsetsToTxn` with a retriable
-        // error past the call's timeout (as a coordinator that moved does).
-        producer.begin_transaction().unwrap();
-        mock.request_errors(
-            RDKafkaApiKey::AddOffsetsToTxn,
-            &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_COORDINATOR_LOAD_IN_PROGRESS; 200],
-        );
-        let retriable = producer
-            .send_offsets_to_transaction(&offsets, &group, Duration::from_millis(300))
-            .unwrap_err();
-        let (code, fatal, abort) = transactional(&retriable);
-        let may_retry = matches!(&retriable, KafkaError::Transaction(t) if t.is_retriable());
-        assert!(
-            may_retry && !fatal && !abort && !super::fencing(code),
-            "{retriable}"
-        );
-        mock.clear_request_errors(RDKafkaApiKey::AddOffsetsToTxn);
-        producer.abort_transaction(timeout).unwrap();
-
-        // A commit that timed out while its EndTxn is retried: "retry call to resume"; an abort
-        // meanwhile is refused with _CONFLICT (the stage's recovery replaces the producer).
-        producer.begin_transaction().unwrap();
-        producer
-            .send_offsets_to_transaction(&offsets, &group, timeout)
-            .unwrap();
-        mock.request_errors(
-            RDKafkaApiKey::EndTxn,
-            &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_COORDINATOR_LOAD_IN_PROGRESS; 200],
-        );
-        let timed_out = producer
-            .commit_transaction(Duration::from_millis(300))
-            .unwrap_err();
-        let (_, fatal, abort) = transactional(&timed_out);
-        assert!(!fatal && !abort, "{timed_out}");
-        let refused = producer.abort_transaction(timeout).unwrap_err();
-        assert!(
-            matches!(&refused, KafkaError::Transaction(t) if t.code() == C::Conflict),
-            "{refused}"
-        );
-        mock.clear_request_errors(RDKafkaApiKey::EndTxn);
-        producer.commit_transaction(timeout).unwrap();
-
-        // Fenced at the commit: fatal, with a fence code. (An empty transaction's commit sends
-        // nothing, so the offsets go in first.)
-        producer.begin_transaction().unwrap();
-        producer
-            .send_offsets_to_transaction(&offsets, &group, timeout)
-            .unwrap();
-        mock.request_errors(
-            RDKafkaApiKey::EndTxn,
-            &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_PRODUCER_FENCED],
-        );
-        let fenced = producer.commit_transaction(timeout).unwrap_err();
-        let (code, fatal, _) = transactional(&fenced);
-        assert!(fatal && super::fencing(code), "{fenced}");
-
-        for row in [
-            ("not configured", kafka(not_configured), Fatal, NOT_FENCED),
-            ("abortable", kafka(abortable), Retriable, NOT_FENCED),
-            ("retriable", kafka(retriable), Retriable, NOT_FENCED),
-            ("fenced", kafka(fenced), Retriable, FENCED),
-        ] {
-            check(row);
-        }
-    }
-
-    #[test]
-    fn a_stage_failure_names_the_stage_and_its_cause() {
-        let cause = Arc::new(Error::RecordsLost {
-            topic: "in".into(),
-            partition: 3,
-            from: 5,
-            log_start: 50,
-        });
-        let e = Error::StageFailed {
-            stage: "count".into(),
-            source: cause.clone(),
-        };
-        assert_eq!(e.to_string(), format!("stage count failed: {cause}"));
-        let source = std::error::Error::source(&e).expect("the stage's error is the source");
-        assert_eq!(source.to_string(), cause.to_string());
-        assert!(matches!(
-            e.stage_error(),
-            Error::RecordsLost {
-                partition: 3,
-                from: 5,
-                log_start: 50,
-                ..
-            }
-        ));
-        let panicked = Error::StagePanicked {
-            stage: "count".into(),
-            message: Some("boom".into()),
-        };
-        assert_eq!(
-            panicked.to_string(),
-            "stage count: its stream thread panicked: boom"
-        );
-        let silent = Error::StagePanicked {
-            stage: "count".into(),
-            message: None,
-        };
-        assert_eq!(
-            silent.to_string(),
-            "stage count: its stream thread panicked"
-        );
-    }
 }

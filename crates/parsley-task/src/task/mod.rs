@@ -27,16 +27,17 @@
 
 mod bad;
 mod fold;
+mod rebuild;
 mod ticks;
 mod timers;
 
 use bad::check_key;
-pub(crate) use bad::{Cause, RefusedInput};
-pub(crate) use fold::FoldState;
+pub use bad::{Cause, RefusedInput};
+pub use fold::FoldState;
+pub use rebuild::{StartEvidence, event_time_of, rebuild_task};
 use std::collections::VecDeque;
-#[cfg(test)]
-pub(crate) use ticks::tick_due;
-pub(crate) use timers::KeyedTimers;
+pub use ticks::tick_due;
+pub use timers::KeyedTimers;
 
 use parsley_clock::{CausalClock, Channel, Coordinate, SenderId, TopicId, codec};
 use parsley_gate::{Gate, GateError};
@@ -53,7 +54,8 @@ use super::record::{Fetched, Payload, Rare, TaskCounts, Work};
 use super::{backpressure, policy};
 use crate::error::{Error, InputRecord, Refusal, Result};
 use crate::event_time::{Delivered, EventTime, HandOver};
-use crate::outbox::{SendTag, partition_for};
+use crate::metrics::StageMetrics;
+use crate::topic::{SendTag, partition_for};
 
 /// The `tracing` target of the event sent for every record delivered to the handler, at
 /// `TRACE` level, with fields `topic` (a `&str`: `fmt` prints it quoted), `partition` and
@@ -101,7 +103,7 @@ fn partition_of(key: Option<&[u8]>, task: i32, partitions: i32) -> i32 {
 }
 
 /// One task: partition `p` of every source.
-pub(crate) struct Task {
+pub struct Task {
     partition: i32,
     gate: Gate<Payload>,
     clock: CausalClock,
@@ -165,7 +167,7 @@ impl Task {
     ///
     /// # Errors
     /// The gate's, for a position on a channel the task does not consume.
-    pub(crate) fn fresh(
+    pub fn fresh(
         partition: i32,
         consumed: Vec<Channel>,
         positions: &[(Channel, i64)],
@@ -193,7 +195,7 @@ impl Task {
     /// # Errors
     /// [`Error::RestoreMismatch`] when the snapshot was committed with other offsets than
     /// `positions` on the channels it names; the gate's errors.
-    pub(crate) fn restore(
+    pub fn restore(
         ctx: &TaskContext,
         partition: i32,
         mut positions: Vec<(Channel, i64)>,
@@ -256,12 +258,12 @@ impl Task {
     ///
     /// # Errors
     /// The gate's, for a channel the task does not consume or one seeded already.
-    pub(crate) fn seed(&mut self, channel: Channel, position: i64) -> Result<(), GateError> {
+    pub fn seed(&mut self, channel: Channel, position: i64) -> Result<(), GateError> {
         self.gate.seed(channel, position)
     }
 
     /// Sets the task's event-time order (after its restore).
-    pub(crate) fn set_event_time(&mut self, event_time: Option<EventTime>) {
+    pub fn set_event_time(&mut self, event_time: Option<EventTime>) {
         self.position = event_time.as_ref().and_then(EventTime::watermark);
         self.event_time = event_time;
     }
@@ -272,57 +274,57 @@ impl Task {
     }
 
     /// Gives the task its restored keyed timers.
-    pub(crate) fn set_timers(&mut self, timers: KeyedTimers) {
+    pub fn set_timers(&mut self, timers: KeyedTimers) {
         self.timers = timers;
     }
 
     /// Keyed timers set now.
-    pub(crate) fn timers_set(&self) -> usize {
+    pub fn timers_set(&self) -> usize {
         self.timers.len()
     }
 
     /// The task's partition.
-    pub(crate) fn partition(&self) -> i32 {
+    pub fn partition(&self) -> i32 {
         self.partition
     }
 
     /// The task's gate.
-    pub(crate) fn gate(&self) -> &Gate<Payload> {
+    pub fn gate(&self) -> &Gate<Payload> {
         &self.gate
     }
 
     /// The task's gate, to hand it evidence and apply backpressure.
-    pub(crate) fn gate_mut(&mut self) -> &mut Gate<Payload> {
+    pub fn gate_mut(&mut self) -> &mut Gate<Payload> {
         &mut self.gate
     }
 
     /// The gate, with the event-time order of an event-time stage (live-head evidence).
-    pub(crate) fn gate_and_event_time(&mut self) -> (&Gate<Payload>, Option<&mut EventTime>) {
+    pub fn gate_and_event_time(&mut self) -> (&Gate<Payload>, Option<&mut EventTime>) {
         (&self.gate, self.event_time.as_mut())
     }
 
     /// The event-time order, when the stage orders by event time.
-    pub(crate) fn event_time(&self) -> Option<&EventTime> {
+    pub fn event_time(&self) -> Option<&EventTime> {
         self.event_time.as_ref()
     }
 
     /// The event-time order, when the stage orders by event time.
-    pub(crate) fn event_time_mut(&mut self) -> Option<&mut EventTime> {
+    pub fn event_time_mut(&mut self) -> Option<&mut EventTime> {
         self.event_time.as_mut()
     }
 
     /// The node clock.
-    pub(crate) fn clock(&self) -> &CausalClock {
+    pub fn clock(&self) -> &CausalClock {
         &self.clock
     }
 
     /// The fold state.
-    pub(crate) fn fold(&self) -> &FoldState {
+    pub fn fold(&self) -> &FoldState {
         &self.fold
     }
 
     /// Keys with fold state (on disk: approximately, committed keys).
-    pub(crate) fn state_len(&self) -> usize {
+    pub fn state_len(&self) -> usize {
         self.fold.len()
     }
 
@@ -332,12 +334,12 @@ impl Task {
     ///
     /// # Errors
     /// A failed write of the state store.
-    pub(crate) fn committed(&mut self, next: Option<i64>) -> Result<()> {
+    pub fn committed(&mut self, next: Option<i64>) -> Result<()> {
         self.fold.committed(next)
     }
 
     /// The deliveries counted since the last call.
-    pub(crate) fn take_counts(&mut self) -> TaskCounts {
+    pub fn take_counts(&mut self) -> TaskCounts {
         std::mem::take(&mut self.counts)
     }
 
@@ -347,11 +349,7 @@ impl Task {
     /// # Errors
     /// The policy's error for a malformed stamp; the gate's refusal (the record is dropped
     /// with the error: the stage stops and reads it again after a restart).
-    pub(crate) fn offer(
-        &mut self,
-        ctx: &TaskContext,
-        fetched: impl Into<Box<Fetched>>,
-    ) -> Result<()> {
+    pub fn offer(&mut self, ctx: &TaskContext, fetched: impl Into<Box<Fetched>>) -> Result<()> {
         let Fetched {
             channel,
             mut arrival,
@@ -397,7 +395,7 @@ impl Task {
     /// The processor's; a clock or gate error; [`Error::NoEventTime`] for a record without a
     /// timestamp in an event-time stage; a refused send ([`Error::OutputRefused`] naming the
     /// stage and the input record for one refused for good).
-    pub(crate) fn deliver(&mut self, ctx: &TaskContext, out: &mut dyn Output) -> Result<Work> {
+    pub fn deliver(&mut self, ctx: &TaskContext, out: &mut dyn Output) -> Result<Work> {
         let mut work = Work::default();
         while let Some(d) = self.gate.next_delivery() {
             self.changed = true;
@@ -842,7 +840,7 @@ impl Task {
     ///
     /// # Errors
     /// The clock's, for a send it does not know.
-    pub(crate) fn acked(&mut self, tag: SendTag, offset: i64) -> Result<()> {
+    pub fn acked(&mut self, tag: SendTag, offset: i64) -> Result<()> {
         if self.is_tick(&tag) {
             return Ok(());
         }
@@ -853,7 +851,7 @@ impl Task {
     ///
     /// # Errors
     /// The clock's, for a send it does not know.
-    pub(crate) fn send_failed(&mut self, tag: SendTag) -> Result<()> {
+    pub fn send_failed(&mut self, tag: SendTag) -> Result<()> {
         if self.is_tick(&tag) {
             return Ok(());
         }
@@ -862,7 +860,7 @@ impl Task {
 
     /// The input offsets the task would commit now: the first undelivered offset of each of
     /// its channels, sorted by channel.
-    pub(crate) fn input_offsets(&self) -> Vec<(Channel, i64)> {
+    pub fn input_offsets(&self) -> Vec<(Channel, i64)> {
         let mut committed: Vec<(Channel, i64)> = self
             .gate
             .consumed()
@@ -880,7 +878,7 @@ impl Task {
     /// no delivery in between: its position moved over commit markers or aborted records
     /// (case C01 — the committed position after a trailing marker is the end). Such a move is
     /// committed at the next interval in an offsets-only transaction (case C06).
-    pub(crate) fn position_moved(&self) -> bool {
+    pub fn position_moved(&self) -> bool {
         !self.snapshot_offsets.is_empty() && self.input_offsets() != self.snapshot_offsets
     }
 
@@ -891,7 +889,7 @@ impl Task {
     ///
     /// # Errors
     /// A refused write; the timer queue's encoding errors.
-    pub(crate) fn write_changelog(
+    pub fn write_changelog(
         &mut self,
         ctx: &TaskContext,
         writer: &mut dyn ChangelogWriter,
@@ -948,5 +946,47 @@ impl Task {
         let copies = writer.copies.take().unwrap_or_default();
         self.fold.seal(copies);
         Ok(committed)
+    }
+}
+
+/// Adds each of `tasks`' counted deliveries to its metrics and sets the stage's gauges
+/// (`event_time`: the stage orders by event time).
+pub fn publish_counts<'a>(
+    tasks: impl IntoIterator<Item = &'a mut Task>,
+    metrics: &StageMetrics,
+    event_time: bool,
+) {
+    let mut blocked_total = 0;
+    let mut parked_total = 0;
+    for task in tasks {
+        let counts = task.take_counts();
+        let blocked = task.gate().blocked_count() as u64;
+        blocked_total += blocked;
+        let timers = task.timers_set() as u64;
+        let et = task
+            .event_time()
+            .map(|et| (et.parked() as u64, et.watermark(), et.catching_up() as u64));
+        parked_total += et.map_or(0, |(parked, _, _)| parked);
+        metrics.task(task.partition(), |m| {
+            m.delivered += counts.delivered;
+            m.held += counts.held;
+            m.gate_wait_us += counts.gate_wait_us;
+            m.max_gate_wait_us = m.max_gate_wait_us.max(counts.max_gate_wait_us);
+            m.blocked_heads = blocked;
+            m.late += counts.late;
+            m.raised += counts.raised;
+            m.ticks += counts.ticks;
+            if let Some((parked, watermark, catching_up)) = et {
+                m.parked = parked;
+                m.max_parked = m.max_parked.max(parked);
+                m.watermark_ms = watermark;
+                m.catching_up = catching_up;
+                m.timers = timers;
+            }
+        });
+    }
+    metrics.blocked_heads(blocked_total);
+    if event_time {
+        metrics.parked(parked_total);
     }
 }

@@ -64,11 +64,11 @@ pub const DLQ_KIND_HEADER: &str = "parsley.dlq.kind";
 /// is the stamp of the task that dead-lettered it).
 pub const DLQ_STAMP_HEADER: &str = "parsley.dlq.stamp";
 /// The kind header's value for an impossible stamp.
-pub(crate) const IMPOSSIBLE_STAMP_KIND: &str = "impossible-stamp";
+pub const IMPOSSIBLE_STAMP_KIND: &str = "impossible-stamp";
 
 /// What becomes of a record whose impossible stamp the gate reported.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Impossible {
+pub enum Impossible {
     /// Deliver it without its impossible claims.
     Deliver,
     /// Remove it from the gate and send it to the dead-letter topic with this reason.
@@ -77,7 +77,7 @@ pub(crate) enum Impossible {
 
 impl Impossible {
     /// How the gate resolves the record.
-    pub(crate) fn resolution(&self) -> Resolution {
+    pub fn resolution(&self) -> Resolution {
         match self {
             Impossible::Deliver => Resolution::Deliver,
             Impossible::DeadLetter(_) => Resolution::Discard,
@@ -89,7 +89,7 @@ impl Impossible {
 ///
 /// # Errors
 /// `error` itself under [`ImpossiblePolicy::Fail`].
-pub(crate) fn on_impossible(policy: &ImpossiblePolicy, error: Error) -> Result<Impossible> {
+pub fn on_impossible(policy: &ImpossiblePolicy, error: Error) -> Result<Impossible> {
     match policy {
         ImpossiblePolicy::Fail => Err(error),
         ImpossiblePolicy::DeliverAndCount => {
@@ -106,7 +106,7 @@ pub(crate) fn on_impossible(policy: &ImpossiblePolicy, error: Error) -> Result<I
 ///
 /// # Errors
 /// `error` itself under [`ImpossiblePolicy::Fail`].
-pub(crate) fn on_malformed(policy: &ImpossiblePolicy, error: Error) -> Result<Option<Box<str>>> {
+pub fn on_malformed(policy: &ImpossiblePolicy, error: Error) -> Result<Option<Box<str>>> {
     match policy {
         ImpossiblePolicy::Fail => Err(error),
         ImpossiblePolicy::DeliverAndCount => {
@@ -118,7 +118,7 @@ pub(crate) fn on_malformed(policy: &ImpossiblePolicy, error: Error) -> Result<Op
 }
 
 /// Where a dead-lettered record came from, and why.
-pub(crate) struct DeadLetterCause<'a> {
+pub struct DeadLetterCause<'a> {
     /// The stage.
     pub stage: &'a str,
     /// The source topic.
@@ -135,14 +135,14 @@ pub(crate) struct DeadLetterCause<'a> {
 
 impl DeadLetterCause<'_> {
     /// `topic/partition@offset`.
-    pub(crate) fn source(&self) -> String {
+    pub fn source(&self) -> String {
         format!("{}/{}@{}", self.topic, self.partition, self.offset)
     }
 }
 
 /// The headers of a dead-lettered record besides its own stamp (module docs): the original
 /// headers, its original stamp renamed, then the cause.
-pub(crate) fn dead_letter_headers(cause: &DeadLetterCause<'_>, original: &[Header]) -> Vec<Header> {
+pub fn dead_letter_headers(cause: &DeadLetterCause<'_>, original: &[Header]) -> Vec<Header> {
     let mut headers: Vec<Header> = original
         .iter()
         .map(|(name, value)| {
@@ -171,7 +171,7 @@ pub(crate) fn dead_letter_headers(cause: &DeadLetterCause<'_>, original: &[Heade
 
 /// What becomes of a bad record of `kind` (`error` names it) under `policy`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Bad {
+pub enum Bad {
     /// Count it and go on.
     Skip,
     /// Send it to the dead-letter topic with this reason.
@@ -182,11 +182,7 @@ pub(crate) enum Bad {
 ///
 /// # Errors
 /// `error` itself under [`BadRecordPolicy::Fail`].
-pub(crate) fn on_bad_record(
-    policy: &BadRecordPolicy,
-    kind: BadRecordKind,
-    error: Error,
-) -> Result<Bad> {
+pub fn on_bad_record(policy: &BadRecordPolicy, kind: BadRecordKind, error: Error) -> Result<Bad> {
     match policy {
         BadRecordPolicy::Fail => Err(error),
         BadRecordPolicy::Skip => {

@@ -46,7 +46,7 @@ pub(super) struct Ticker {
 }
 
 /// Whether a tick is due at `now_ms` after one at `last_ms`, every `interval_ms` (module docs).
-pub(crate) fn tick_due(last_ms: Option<i64>, now_ms: i64, interval_ms: i64) -> bool {
+pub fn tick_due(last_ms: Option<i64>, now_ms: i64, interval_ms: i64) -> bool {
     match last_ms {
         None => true,
         Some(last) => now_ms < last || now_ms - last >= interval_ms,
@@ -56,7 +56,7 @@ pub(crate) fn tick_due(last_ms: Option<i64>, now_ms: i64, interval_ms: i64) -> b
 impl Task {
     /// Makes the task write the built-in clock's ticks to `channel` (its partition of the clock
     /// topic).
-    pub(crate) fn set_clock(&mut self, channel: Channel) {
+    pub fn set_clock(&mut self, channel: Channel) {
         self.ticker = Some(Ticker {
             channel,
             last_ms: None,
@@ -66,7 +66,7 @@ impl Task {
     }
 
     /// `true` for the send tag of a tick: its report touches no clock claim.
-    pub(crate) fn is_tick(&self, tag: &SendTag) -> bool {
+    pub fn is_tick(&self, tag: &SendTag) -> bool {
         self.ticker
             .as_ref()
             .is_some_and(|t| t.channel == tag.channel)
@@ -74,7 +74,7 @@ impl Task {
 
     /// How long until this task's next tick is due at `now_ms` (ms since the epoch); `None`
     /// without a built-in clock.
-    pub(crate) fn tick_due_in(&self, ctx: &TaskContext, now_ms: i64) -> Option<i64> {
+    pub fn tick_due_in(&self, ctx: &TaskContext, now_ms: i64) -> Option<i64> {
         let interval = ctx.clock.as_ref()?.interval_ms;
         let ticker = self.ticker.as_ref()?;
         Some(match ticker.last_ms {
@@ -88,12 +88,7 @@ impl Task {
     ///
     /// # Errors
     /// The output's refusal.
-    pub(crate) fn tick(
-        &mut self,
-        ctx: &TaskContext,
-        out: &mut dyn Output,
-        now_ms: i64,
-    ) -> Result<Work> {
+    pub fn tick(&mut self, ctx: &TaskContext, out: &mut dyn Output, now_ms: i64) -> Result<Work> {
         let (Some(clock), Some(ticker)) = (&ctx.clock, self.ticker.as_mut()) else {
             return Ok(Work::default());
         };
@@ -127,7 +122,7 @@ impl Task {
     }
 
     /// The tick of the open transaction is no longer open: a commit started (module docs).
-    pub(crate) fn tick_committing(&mut self) {
+    pub fn tick_committing(&mut self) {
         if let Some(t) = self.ticker.as_mut() {
             t.open_ms = None;
         }
@@ -138,7 +133,7 @@ impl Task {
     /// (the clock, not offset completeness, moves the watermark) and the earliest parked
     /// record or timer at or below that tick's timestamp minus the lag. `None` otherwise, and
     /// without a built-in clock.
-    pub(crate) fn open_tick_releases(&self) -> Option<i64> {
+    pub fn open_tick_releases(&self) -> Option<i64> {
         let open = self.ticker.as_ref()?.open_ms?;
         let et = self.event_time.as_ref()?;
         if et.catching_up() > 0 {

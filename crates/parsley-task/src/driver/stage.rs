@@ -30,17 +30,17 @@ use parsley_stage::StageSpec;
 use parsley_stage::changelog::Restored;
 
 use super::log::{Append, Logs, View};
-use crate::admin::TopicInfo;
-use crate::changelog::changelog_topic;
-use crate::config::GateMode;
+use crate::context::GateMode;
+use crate::context::TaskContext;
 use crate::error::{Error, Result};
 use crate::event_time::{HeadEvidence, head_evidence};
 use crate::metrics::{StageMetrics, TaskPhase};
-use crate::outbox::SendTag;
-use crate::stage::{
-    ChangelogWriter, Outgoing, Output, StartEvidence, Task, TaskContext, Work, fetched,
-    publish_counts, rebuild_task,
-};
+use crate::output::{ChangelogWriter, Outgoing, Output};
+use crate::record::{Work, fetched};
+use crate::task::{StartEvidence, Task, publish_counts, rebuild_task};
+use crate::topic::SendTag;
+use crate::topic::TopicInfo;
+use parsley_stage::changelog_topic;
 
 /// A changelog record: key, and value (`None`: a tombstone).
 pub(super) type ChangelogRecord = (Vec<u8>, Option<Vec<u8>>);

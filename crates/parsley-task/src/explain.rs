@@ -1,6 +1,6 @@
 //! "Why is it waiting?": what every blocked record of a running stage waits for, per stage and
-//! per task, with the exact evidence it needs ([`Running::explain`](crate::Running::explain),
-//! and `GET /explain` on the [metrics endpoint](crate::RuntimeConfig::metrics_address)).
+//! per task, with the exact evidence it needs (`Running::explain`,
+//! and `GET /explain` on the metrics endpoint (`RuntimeConfig::metrics_address`)).
 //!
 //! # What is explained
 //! Per task (partition `p` of every source of a stage):
@@ -50,7 +50,9 @@ use parsley_clock::{Channel, TopicId};
 use parsley_gate::{Awaiting, Gate, Hold, InputState};
 use serde::{Deserialize, Serialize};
 
-/// How long [`Running::explain`](crate::Running::explain) waits for a stream thread to take a
+use crate::metrics::StageMetrics;
+
+/// How long `Running::explain` waits for a stream thread to take a
 /// fresh snapshot before it falls back on that stage's last one.
 pub const ANSWER_WITHIN: Duration = Duration::from_secs(2);
 
@@ -79,7 +81,7 @@ impl fmt::Display for ChannelName {
     }
 }
 
-/// Why every stage of a [`Running`](crate::Running) waits, in start order.
+/// Why every stage of a `Running` waits, in start order.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct Explanation {
     /// One entry per stage.
@@ -279,7 +281,7 @@ pub struct PausedChannel {
     pub channel: ChannelName,
     /// Fetched, undelivered records it holds (spilled ones excluded).
     pub held: usize,
-    /// The cap per channel ([`RuntimeConfig::max_queued_per_channel`](crate::RuntimeConfig::max_queued_per_channel)).
+    /// The cap per channel (`RuntimeConfig::max_queued_per_channel`).
     pub cap: usize,
 }
 
@@ -525,10 +527,7 @@ impl fmt::Display for Explanation {
 }
 
 /// The name of a channel, its topic named by `names` (`None`: not known).
-pub(crate) fn channel_name(
-    channel: Channel,
-    names: &dyn Fn(TopicId) -> Option<String>,
-) -> ChannelName {
+pub fn channel_name(channel: Channel, names: &dyn Fn(TopicId) -> Option<String>) -> ChannelName {
     ChannelName {
         topic: names(channel.topic),
         partition: channel.partition,
@@ -537,7 +536,7 @@ pub(crate) fn channel_name(
 }
 
 /// A key as shown: its text when it is UTF-8, else `0x` and its bytes in hex.
-pub(crate) fn key_text(key: &[u8]) -> String {
+pub fn key_text(key: &[u8]) -> String {
     match std::str::from_utf8(key) {
         Ok(text) => text.to_string(),
         Err(_) => {
@@ -553,7 +552,7 @@ pub(crate) fn key_text(key: &[u8]) -> String {
 
 /// The blocked records of `gate` (at most [`MAX_BLOCKED_LISTED`], by channel and offset) and
 /// how many more there are; `key` reads a held payload's key bytes (`None`: a null key).
-pub(crate) fn blocked_records<R>(
+pub fn blocked_records<R>(
     gate: &Gate<R>,
     key: impl Fn(&R) -> Option<&[u8]>,
     names: &dyn Fn(TopicId) -> Option<String>,
@@ -597,7 +596,7 @@ pub(crate) fn blocked_records<R>(
 
 /// The channels of `gate` in `paused` (the consumer's paused partitions), with what they hold
 /// against `cap`, by channel.
-pub(crate) fn paused_channels<R, S: std::hash::BuildHasher>(
+pub fn paused_channels<R, S: std::hash::BuildHasher>(
     gate: &Gate<R>,
     paused: &HashSet<Channel, S>,
     cap: usize,
@@ -615,7 +614,7 @@ pub(crate) fn paused_channels<R, S: std::hash::BuildHasher>(
 
 /// The watermark `watermark_ms`, with `parked` records waiting for it, held by `hold`
 /// ([`parsley_gate::WatermarkTracker::held_by`]).
-pub(crate) fn watermark(
+pub fn watermark(
     watermark_ms: Option<i64>,
     parked: usize,
     hold: Option<Hold>,
@@ -667,7 +666,7 @@ fn now_ms() -> i64 {
 /// metrics): a request flag the stream thread looks at once per turn, the last snapshot it
 /// published, and the restore waits its restores report.
 #[derive(Debug, Default)]
-pub(crate) struct Explained {
+pub struct Explained {
     requested: AtomicBool,
     latest: Mutex<Published>,
     published: Condvar,
@@ -687,12 +686,12 @@ struct Published {
 impl Explained {
     /// `true` (once) when a caller asked for a snapshot since the last one: one relaxed load
     /// per turn when nobody asks.
-    pub(crate) fn wanted(&self) -> bool {
+    pub fn wanted(&self) -> bool {
         self.requested.load(Ordering::Relaxed) && self.requested.swap(false, Ordering::AcqRel)
     }
 
     /// Publishes the stream thread's snapshot of its running tasks and wakes the callers.
-    pub(crate) fn publish(&self, tasks: Vec<TaskExplanation>) {
+    pub fn publish(&self, tasks: Vec<TaskExplanation>) {
         let mut latest = self.latest.lock().expect("explanation");
         latest.generation += 1;
         latest.taken_at_ms = Some(now_ms());
@@ -701,7 +700,7 @@ impl Explained {
     }
 
     /// Sets (or clears, `None`) the restore wait of task `partition`.
-    pub(crate) fn set_restore(&self, partition: i32, wait: Option<RestoreWait>) {
+    pub fn set_restore(&self, partition: i32, wait: Option<RestoreWait>) {
         let mut restores = self.restores.lock().expect("restore waits");
         match wait {
             Some(wait) => restores.insert(partition, wait),
@@ -710,7 +709,7 @@ impl Explained {
     }
 
     /// Forgets the restore waits of the tasks this instance no longer owns.
-    pub(crate) fn retain_restores(&self, keep: &dyn Fn(i32) -> bool) {
+    pub fn retain_restores(&self, keep: &dyn Fn(i32) -> bool) {
         self.restores
             .lock()
             .expect("restore waits")
@@ -770,7 +769,7 @@ impl Explained {
 
 /// Asks every stage of `stages` (name, its explanation slot, whether its stream thread has
 /// ended) at once, then gathers their answers, waiting at most `within` in all.
-pub(crate) fn explain<'a>(
+pub fn explain<'a>(
     stages: impl IntoIterator<Item = (&'a str, &'a Explained, bool)>,
     within: Duration,
 ) -> Explanation {
@@ -785,6 +784,20 @@ pub(crate) fn explain<'a>(
             .map(|(name, slot, ended, generation)| slot.answer(name, generation, deadline, !ended))
             .collect(),
     }
+}
+
+/// The explanation of `stages` (name, metrics, whether its stream thread has ended), each
+/// waited for at most [`ANSWER_WITHIN`] in all.
+pub fn explain_stages<'a>(
+    stages: impl IntoIterator<Item = (&'a str, &'a StageMetrics, bool)>,
+) -> Explanation {
+    explain(
+        stages.into_iter().map(|(name, metrics, finished)| {
+            let ended = finished || metrics.ended().is_some();
+            (name, metrics.explained(), ended)
+        }),
+        ANSWER_WITHIN,
+    )
 }
 
 #[cfg(test)]
