@@ -21,15 +21,20 @@
 //! 8. for a stage with the built-in clock, **write a tick** for every task whose tick interval
 //!    has passed (the poll waits no longer than the next tick is due, so an idle stage ticks
 //!    too);
-//! 9. **commit** when the interval is due, or at once when a gate waits on the open
-//!    transaction's own write;
+//! 9. **start a commit** when the interval is due, or at once when a gate waits on the open
+//!    transaction's own write: the outputs acknowledged, the changelog written, the offsets and
+//!    `EndTxn` started on a helper thread;
 //! 10. every few seconds, **check the sources**' topic ids and partition counts;
 //! 11. when a caller asked why the stage waits, **publish a snapshot** of what each task waits
 //!     for (module `explain`).
 //!
-//! While a commit's round trips run on a helper thread, [`StageRunner::overlap_batch`] repeats
-//! phases 1, 2, 4 and 6 with what is ready; the sends made meanwhile are held for the next
-//! transaction.
+//! While a commit's round trips run on the helper thread, each turn is a **commit turn**
+//! ([`StageRunner::commit_turn`]) instead: the call's bound checked, and phases 1, 2, 4 and 6
+//! repeated with what is ready ([`StageRunner::overlap_batch`]), the sends made meanwhile held
+//! for the next transaction; once the call has returned or nothing is ready, the turn
+//! **finishes the commit** ([`StageRunner::finish_commit`]) and the next transaction begins.
+//! Both phases are called from the loop, one turn at a time: no phase runs the loop's body.
+//! A revocation or a shutdown commits both phases at once, with nothing taken between them.
 //!
 //! # Layout
 //! | module | its one job |
@@ -94,7 +99,7 @@ pub use parsley_task::task::{DELIVERY_TARGET, NO_TIMESTAMP};
 use self::evidence::Evidence;
 use self::intake::{Intake, Taking};
 use self::sources::SourceCheck;
-use self::transaction::{MAX_RECOVERIES, Overlap, Transaction};
+use self::transaction::{MAX_RECOVERIES, Transaction};
 use crate::config::RuntimeConfig;
 use parsley_task::backpressure::{self, Step};
 use parsley_task::error::Result;
@@ -271,8 +276,13 @@ impl StageRunner {
 
     /// One turn: the phases of the module docs.
     fn run_batch(&mut self) -> Result<Turn> {
+        if self.txn.committing() {
+            // A commit in flight: its turn, not the loop's phases.
+            self.commit_turn()?;
+            return Ok(Turn::Running);
+        }
         if self.shutdown.load(Ordering::Relaxed) {
-            self.commit(Overlap::No)?;
+            self.commit()?;
             return Ok(Turn::Stopped);
         }
         let wait = if self.intake.take_released() {

@@ -25,7 +25,6 @@ use rdkafka::{Offset, TopicPartitionList};
 use tracing::info;
 
 use super::StageRunner;
-use super::transaction::Overlap;
 use crate::admin::Admin;
 use crate::config::{RuntimeConfig, StatisticsSink, forward_statistics};
 use parsley_task::error::{Error, Result};
@@ -238,7 +237,7 @@ impl StageRunner {
                         ?partitions,
                         "revoked: committing, then handing the tasks over"
                     );
-                    self.commit(Overlap::No)?;
+                    self.commit()?;
                     self.intake.unassign()?;
                     self.tasks.clear();
                     self.metrics.retain_tasks(|_| false);

@@ -8,11 +8,13 @@
 //! clocks claim coordinates only), the changelog written, the offsets sent with the consumer's
 //! group metadata, `EndTxn`; then the next transaction begins.
 //!
-//! **Overlap.** Once a transaction's outputs, changelog records and offsets are fixed, its
-//! round trips (`AddOffsetsToTxn`, `TxnOffsetCommit`, `EndTxn`) run on a helper thread while
-//! the stream thread goes on polling, gating and delivering: handlers run and event-time tasks
-//! park and release, but each send is stamped and held ([`Sends::Held`]) until the commit
-//! returns; then the next transaction begins and the held sends go first, in the order made.
+//! **Two phases, overlapped.** A commit starts ([`StageRunner::start_commit`]) once a
+//! transaction's outputs, changelog records and offsets are fixed: its round trips
+//! (`AddOffsetsToTxn`, `TxnOffsetCommit`, `EndTxn`) run on a helper thread while the loop's
+//! next turns go on polling, gating and delivering ([`StageRunner::commit_turn`]): handlers run
+//! and event-time tasks park and release, but each send is stamped and held ([`Sends::Held`])
+//! until the commit returns. Then a turn finishes it ([`StageRunner::finish_commit`]): the next
+//! transaction begins and the held sends go first, in the order made.
 //!
 //! **Commit first.** A stage that reads a topic it writes commits at once, not at the
 //! interval, when a gate waits on an offset its own open transaction wrote: `read_committed`
@@ -35,7 +37,6 @@ use std::time::{Duration, Instant};
 
 use parsley_clock::{Channel, Coordinate, TopicId};
 use parsley_gate::Awaiting;
-use rdkafka::consumer::ConsumerGroupMetadata;
 use rdkafka::error::KafkaError;
 use rdkafka::producer::Producer;
 use rdkafka::types::RDKafkaErrorCode;
@@ -47,19 +48,19 @@ use super::commit_call::CommitCall;
 use crate::config::StatisticsSink;
 use crate::outbox::{Ack, Outbox};
 use crate::refusal::{self, RecordShape};
-
 use parsley_task::error::{Error, InputRecord, Result};
 use parsley_task::metrics::Progress;
 use parsley_task::output::{ChangelogWriter, HeldSend, Outgoing, Output};
 use parsley_task::record::Work;
 use parsley_task::task::{Cause, RefusedInput, Task};
 use parsley_task::topic::TopicInfo;
+
 /// Recoveries in a row, without a commit in between, before a stage gives up.
 pub(crate) const MAX_RECOVERIES: u32 = 5;
 
 /// Whether a commit may overlap its round trips with further work.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Overlap {
+pub(super) enum Overlap {
     /// Commit on a helper thread while the stream thread takes what is ready (the interval
     /// and commit-first commits).
     Yes,
@@ -75,6 +76,25 @@ enum Sends {
     /// A commit is in flight: sends are stamped and held, in the order made, for the next
     /// transaction.
     Held(Vec<HeldSend>),
+}
+
+/// A commit between its two phases: its round trips run on a helper thread.
+pub(super) struct Committing {
+    call: CommitCall,
+    /// The loop takes what is ready meanwhile.
+    overlap: bool,
+    /// Nothing more is taken: the next turn waits for the call and finishes.
+    draining: bool,
+    /// The error of the work done meanwhile, surfaced once the commit has finished.
+    overlapped: Result<()>,
+    /// The work the commit makes visible.
+    done: Work,
+    /// When the commit started (the interval runs from here), and when its call started.
+    commit_started: Instant,
+    started: Instant,
+    /// What the flush and the changelog write took, µs.
+    flush_us: u64,
+    changelog_us: u64,
 }
 
 /// A blocked head that waits on the open transaction's own write.
@@ -174,6 +194,8 @@ pub(crate) struct Transaction {
     /// for its capacity (it grows to a commit interval's sends; grown afresh each time, its
     /// pages were faulted in again at every commit).
     spare_held: Vec<HeldSend>,
+    /// The commit in flight, between its two phases.
+    committing: Option<Committing>,
 }
 
 impl Transaction {
@@ -214,6 +236,7 @@ impl Transaction {
             changelog_next: BTreeMap::new(),
             acks: Vec::new(),
             spare_held: Vec::new(),
+            committing: None,
         }
     }
 
@@ -225,6 +248,11 @@ impl Transaction {
     /// The changelog topic.
     pub(crate) fn changelog(&self) -> &TopicInfo {
         &self.changelog
+    }
+
+    /// A commit is in flight (between its two phases).
+    pub(crate) fn committing(&self) -> bool {
+        self.committing.is_some()
     }
 
     /// Time left until the commit interval `interval` is due.
@@ -400,7 +428,7 @@ impl StageRunner {
     /// committed).
     pub(super) fn commit_if_due(&mut self) -> Result<()> {
         if self.txn.last_commit.elapsed() >= self.config.commit_interval {
-            return self.commit(Overlap::Yes);
+            return self.start_commit(Overlap::Yes);
         }
         if let Some(wait) = self.txn.own_writes.awaited(self.tasks.values()) {
             debug!(
@@ -409,7 +437,7 @@ impl StageRunner {
                 "commit first: a gate waits on the open transaction's own write"
             );
             self.metrics.own_write_commit();
-            return self.commit(Overlap::Yes);
+            return self.start_commit(Overlap::Yes);
         }
         if let Some((partition, tick_ms)) = self
             .tasks
@@ -421,7 +449,7 @@ impl StageRunner {
                 tick_ms, "commit first: the open transaction's tick would release a parked record"
             );
             self.metrics.tick_commit();
-            return self.commit(Overlap::Yes);
+            return self.start_commit(Overlap::Yes);
         }
         Ok(())
     }
@@ -555,10 +583,27 @@ impl StageRunner {
         }
     }
 
-    /// Commits the open transaction with the input offsets of every task, then begins the
-    /// next one (module docs; with [`Overlap::Yes`] and no shutdown pending, the round trips
-    /// overlap further work).
-    pub(super) fn commit(&mut self, overlap: Overlap) -> Result<()> {
+    /// Commits the open transaction and begins the next one, without overlap: both phases at
+    /// once ([`StageRunner::start_commit`], [`StageRunner::finish_commit`]). For a revocation or
+    /// a shutdown, after which nothing may be taken; a commit already in flight finishes first.
+    pub(super) fn commit(&mut self) -> Result<()> {
+        if self.txn.committing.is_some() {
+            self.finish_commit()?;
+        }
+        self.start_commit(Overlap::No)?;
+        if self.txn.committing.is_some() {
+            self.finish_commit()?;
+        }
+        Ok(())
+    }
+
+    /// The first phase of a commit: every output acknowledged, the changelog written, then the
+    /// offsets and `EndTxn` started on a helper thread ([`CommitCall`]). With [`Overlap::Yes`]
+    /// and no shutdown pending, the loop's next turns take what is ready while the call runs
+    /// ([`StageRunner::commit_turn`]), their sends held for the next transaction; without, the
+    /// caller finishes at once. Nothing to commit: the interval restarts, and no commit is in
+    /// flight.
+    pub(super) fn start_commit(&mut self, overlap: Overlap) -> Result<()> {
         // The interval runs from the start of a commit, as Kafka Streams counts
         // `commit.interval.ms`: a record that arrives during a commit waits for that commit and
         // at most one interval after its start, not a whole interval after its end.
@@ -595,26 +640,115 @@ impl StageRunner {
         if !overlap {
             self.txn.outbox.flush(self.config.timeout)?;
         }
+        // Waiting longer than the transaction timeout is pointless: by then the coordinator
+        // has aborted the transaction, and the commit can only fail.
+        let timeout = self.config.timeout.min(self.config.transaction_timeout());
         // The changelog's sends are not waited for when the commit overlaps: the helper's
         // commit flushes them, and this thread serves their delivery reports between the
         // batches it takes meanwhile.
-        let (committed, overlapped) = self.commit_call(offsets, metadata, overlap);
-        committed?;
+        let call = CommitCall::start(
+            &self.ctx.stage,
+            self.txn.outbox.shared_producer(),
+            offsets,
+            metadata,
+            timeout,
+        )?;
+        if overlap {
+            self.txn.sends = Sends::Held(std::mem::take(&mut self.txn.spare_held));
+        }
+        self.txn.committing = Some(Committing {
+            call,
+            overlap,
+            draining: !overlap,
+            overlapped: Ok(()),
+            done,
+            commit_started,
+            started,
+            flush_us,
+            changelog_us,
+        });
+        Ok(())
+    }
+
+    /// One turn of the loop while a commit is in flight: the call's bound checked, the
+    /// changelog's delivery reports served, and what is ready taken
+    /// ([`StageRunner::overlap_batch`]); once the call has returned or nothing is ready, the
+    /// commit finishes ([`StageRunner::finish_commit`]).
+    ///
+    /// # Errors
+    /// [`Error::TransactionStalled`] when the call ran past its bound (the commit is dropped,
+    /// and the recovery replaces the producer); [`StageRunner::finish_commit`]'s.
+    pub(super) fn commit_turn(&mut self) -> Result<()> {
+        let Some(committing) = self.txn.committing.as_mut() else {
+            return Ok(());
+        };
+        if !committing.draining && !committing.call.finished() {
+            if let Err(stalled) = committing.call.check() {
+                self.txn.committing = None;
+                return Err(stalled);
+            }
+            // The commit's flush waits for the changelog's delivery reports: served between
+            // batches.
+            self.txn.outbox.serve();
+            let taken = if self.shutdown.load(Ordering::Relaxed) {
+                Ok(false)
+            } else {
+                self.overlap_batch()
+            };
+            let committing = self.txn.committing.as_mut().expect("a commit in flight");
+            match taken {
+                Ok(true) => return Ok(()),
+                Ok(false) => committing.draining = true,
+                Err(e) => {
+                    committing.draining = true;
+                    committing.overlapped = Err(e);
+                }
+            }
+        }
+        self.finish_commit()
+    }
+
+    /// The second phase of a commit: waits for the call (woken by the helper when it returns,
+    /// and at least every 100 ms to check its bound), then the changelog's acknowledgements
+    /// reach the tasks' state, the metrics and the observer hear of the commit, the next
+    /// transaction begins (after an overlapped commit even if a shutdown arrived meanwhile: the
+    /// work done during the commit goes into it, and the shutdown commits it) and the sends held
+    /// meanwhile go first. An error of the work done during the commit surfaces last, with the
+    /// next transaction open: the recovery aborts it and returns the tasks to the commit just
+    /// made.
+    ///
+    /// # Errors
+    /// The call's ([`Error::TransactionStalled`] past its bound); the acknowledgements'; the
+    /// next transaction's; the overlapped work's; a held send's.
+    pub(super) fn finish_commit(&mut self) -> Result<()> {
+        let Some(mut committing) = self.txn.committing.take() else {
+            return Ok(());
+        };
+        let call = &mut committing.call;
+        while !self
+            .txn
+            .outbox
+            .wait_until(Duration::from_millis(100), |_| call.finished())
+        {
+            call.check()?;
+        }
+        committing.call.result()?;
         self.txn.outbox.wait_acked(self.config.timeout)?;
         self.settle_acks()?;
         // Committed: what the tasks wrote to the changelog may reach their state store.
         for (partition, task) in &mut self.tasks {
             task.committed(self.txn.changelog_next.get(partition).copied())?;
         }
-        let commit_us = commit_started.elapsed().as_micros() as u64;
+        let done = &committing.done;
+        let commit_us = committing.commit_started.elapsed().as_micros() as u64;
         self.metrics
             .committed(done.deliveries, done.emissions, commit_us);
         debug!(
             deliveries = done.deliveries,
             emissions = done.emissions,
-            took_us = started.elapsed().as_micros() as u64,
-            flush_us,
-            changelog_us,
+            took_us = committing.started.elapsed().as_micros() as u64,
+            flush_us = committing.flush_us,
+            changelog_us = committing.changelog_us,
             poll_batches = self.intake.epoch(),
             "committed"
         );
@@ -624,16 +758,12 @@ impl StageRunner {
                 metrics: self.metrics.snapshot(),
             });
         }
-        // After an overlapped commit a transaction opens even if a shutdown arrived meanwhile:
-        // the work done during the commit goes into it, and the shutdown commits it.
         let mut held = Vec::new();
-        if overlap || !self.shutdown.load(Ordering::Relaxed) {
+        if committing.overlap || !self.shutdown.load(Ordering::Relaxed) {
             held = self.txn.begin()?;
         }
-        self.txn.last_commit = commit_started;
-        // An error of the work done during the commit surfaces now, with the next transaction
-        // open: the recovery aborts it and returns the tasks to the commit just made.
-        overlapped?;
+        self.txn.last_commit = committing.commit_started;
+        committing.overlapped?;
         self.send_held(held)
     }
 
@@ -662,63 +792,6 @@ impl StageRunner {
             }
         }
         Ok(offsets)
-    }
-
-    /// Sends the offsets and commits on a helper thread, each call bounded by the stage's
-    /// timeout or its transaction timeout, whichever is shorter ([`CommitCall`]), while this thread serves the delivery reports and, with
-    /// `overlap`, takes what is ready ([`StageRunner::overlap_batch`]) until the commit
-    /// returns or nothing is ready; returns the commit's result and the overlapped work's.
-    fn commit_call(
-        &mut self,
-        offsets: TopicPartitionList,
-        metadata: ConsumerGroupMetadata,
-        overlap: bool,
-    ) -> (Result<()>, Result<()>) {
-        // Waiting longer than the transaction timeout is pointless: by then the coordinator
-        // has aborted the transaction, and the commit can only fail.
-        let timeout = self.config.timeout.min(self.config.transaction_timeout());
-        let call = CommitCall::start(
-            &self.ctx.stage,
-            self.txn.outbox.shared_producer(),
-            offsets,
-            metadata,
-            timeout,
-        );
-        let mut call = match call {
-            Ok(call) => call,
-            Err(e) => return (Err(e), Ok(())),
-        };
-        let mut taken = Ok(());
-        if overlap {
-            self.txn.sends = Sends::Held(std::mem::take(&mut self.txn.spare_held));
-            while !call.finished() {
-                if let Err(stalled) = call.check() {
-                    return (Err(stalled), taken);
-                }
-                // The commit's flush waits for the changelog's delivery reports: served
-                // between batches.
-                self.txn.outbox.serve();
-                match self.overlap_batch() {
-                    Ok(true) => {}
-                    Ok(false) => break,
-                    Err(e) => {
-                        taken = Err(e);
-                        break;
-                    }
-                }
-            }
-        }
-        // Woken by the helper when it returns, and at least every 100 ms to check the bound.
-        while !self
-            .txn
-            .outbox
-            .wait_until(Duration::from_millis(100), |_| call.finished())
-        {
-            if let Err(stalled) = call.check() {
-                return (Err(stalled), taken);
-            }
-        }
-        (call.result(), taken)
     }
 
     /// Sends, in the order made, what the tasks made while the last commit was in flight. A
@@ -761,6 +834,8 @@ impl StageRunner {
     /// the abort's own error when the producer cannot abort otherwise; the restore's errors.
     pub(super) fn recover(&mut self, cause: &Error, refused: Option<RefusedInput>) -> Result<()> {
         warn!(error = %cause, "aborting the transaction; every task returns to its last commit");
+        // A commit in flight is given up with the transaction.
+        self.txn.committing = None;
         let stalled = matches!(cause, Error::TransactionStalled { .. });
         let aborted = (!stalled).then(|| self.txn.outbox.abort_transaction(self.config.timeout));
         // librdkafka refuses the abort while a call it timed out is still at work in the
