@@ -1,78 +1,22 @@
-//! The entry point: [`StreamsBuilder`], the sources it reads, and the codecs of sources and
-//! sinks ([`Consumed`], [`Produced`]).
+//! The entry point: [`StreamsBuilder`], the streams and tables it reads, its settings for every
+//! stage, and the compilation of what was built.
+//!
+//! The top of the crate: it hands out the [`KStream`]s and [`KTable`]s every operator module
+//! adds to; no module imports it.
 
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::Arc;
 
-use parsley_stage::{
-    Auto, BadRecordPolicy, Codec, Error, EventTimeOrder, ImpossiblePolicy, Part, Topology,
-};
-use serde::Serialize;
-use serde::de::DeserializeOwned;
+use parsley_stage::{BadRecordPolicy, Error, EventTimeOrder, ImpossiblePolicy, Part, Topology};
 
-use crate::flow::{Change, Codecs, Ctx, Outlet, forward};
+use crate::data::{Consumed, Data};
+use crate::flow::{Change, Ctx, Outlet, forward};
 use crate::graph::Graph;
+use crate::late::LatePolicy;
 use crate::processor::{Root, Value};
 use crate::stream::KStream;
 use crate::table::KTable;
-use crate::window::LatePolicy;
-
-/// What a stream's keys and values must be: owned, cloneable (a record reaching two operators
-/// is cloned), sendable to the stream threads, and serde-encodable (they cross topics and
-/// state). Implemented for every such type.
-pub trait Data: Clone + Serialize + DeserializeOwned + Send + Sync + 'static {}
-
-impl<T: Clone + Serialize + DeserializeOwned + Send + Sync + 'static> Data for T {}
-
-/// The codecs a source is read with (Kafka Streams' `Consumed`). The default is [`Auto`] for
-/// both: a `String` as UTF-8, bytes as they are, everything else JSON.
-pub struct Consumed<K, V> {
-    pub(crate) codecs: Codecs<K, V>,
-}
-
-impl<K: Data, V: Data> Consumed<K, V> {
-    /// Reads keys with `key` and values with `value`.
-    pub fn with(key: impl Codec<K> + 'static, value: impl Codec<V> + 'static) -> Self {
-        Consumed {
-            codecs: Codecs {
-                key: Arc::new(key),
-                value: Arc::new(value),
-            },
-        }
-    }
-}
-
-impl<K: Data, V: Data> Default for Consumed<K, V> {
-    fn default() -> Self {
-        Consumed::with(Auto, Auto)
-    }
-}
-
-/// The codecs a sink is written with (Kafka Streams' `Produced`); the default is [`Auto`] for
-/// both. The partition of a written record is murmur2 of its key bytes, as Kafka Streams and
-/// the Java client's default partitioner compute it.
-pub struct Produced<K, V> {
-    pub(crate) codecs: Codecs<K, V>,
-}
-
-impl<K: Data, V: Data> Produced<K, V> {
-    /// Writes keys with `key` and values with `value`.
-    pub fn with(key: impl Codec<K> + 'static, value: impl Codec<V> + 'static) -> Self {
-        Produced {
-            codecs: Codecs {
-                key: Arc::new(key),
-                value: Arc::new(value),
-            },
-        }
-    }
-}
-
-impl<K: Data, V: Data> Default for Produced<K, V> {
-    fn default() -> Self {
-        Produced::with(Auto, Auto)
-    }
-}
 
 /// Builds a DSL topology (Kafka Streams' `StreamsBuilder`): read streams and tables, chain
 /// operators on them, then [`StreamsBuilder::build`] compiles the pipeline into stages.
@@ -132,7 +76,7 @@ impl StreamsBuilder {
         self
     }
 
-    /// The records of `topic` as a stream, read with [`Auto`] codecs.
+    /// The records of `topic` as a stream, read with [`Auto`](parsley_stage::Auto) codecs.
     ///
     /// # Panics
     /// After [`StreamsBuilder::build`].
@@ -149,7 +93,7 @@ impl StreamsBuilder {
         topic: impl Into<String>,
         consumed: Consumed<K, V>,
     ) -> KStream<K, V> {
-        source_stream(&self.graph, topic.into(), consumed.codecs, None)
+        KStream::source(&self.graph, topic.into(), consumed.codecs, None)
     }
 
     /// The records of `topic` as a table (Kafka Streams' `KTable`): the latest value of each
@@ -182,7 +126,7 @@ impl StreamsBuilder {
         let codecs = consumed.codecs;
         let slot = name;
         let root: Root = Arc::new(move |ctx: &mut Ctx<'_>, key, value| {
-            let key = decode_key(ctx, &codecs, key)?;
+            let key = ctx.decode_key(&codecs, key)?;
             let new = match value {
                 Value::Borrowed(Some(v)) => Some(codecs.value.decode(v)),
                 Value::Owned(Some(v)) => Some(codecs.value.decode_owned(v)),
@@ -213,50 +157,4 @@ impl StreamsBuilder {
     pub fn build(self) -> Result<Topology, Error> {
         self.graph.borrow_mut().build()
     }
-}
-
-/// Decodes a record's key with `codecs` (an absent key as the codec allows).
-pub(crate) fn decode_key<K, V>(
-    ctx: &Ctx<'_>,
-    codecs: &Codecs<K, V>,
-    key: Option<&[u8]>,
-) -> Result<K, Error> {
-    match key {
-        Some(k) => codecs.key.decode(k),
-        None => codecs.key.decode_absent(),
-    }
-    .map_err(|e| ctx.decode_error(Part::Key, e))
-}
-
-/// A stream read from `topic` (an internal topic when `internal` names the operator it
-/// repartitions for).
-pub(crate) fn source_stream<K: Data, V: Data>(
-    graph: &Rc<RefCell<Graph>>,
-    topic: String,
-    codecs: Codecs<K, V>,
-    internal: Option<String>,
-) -> KStream<K, V> {
-    let mut g = graph.borrow_mut();
-    let name = g.name("source", None);
-    let what = match &internal {
-        Some(_) => format!("source {topic} (internal)"),
-        None => format!("source {topic}"),
-    };
-    let node = g.add(name, what, &[], false, false);
-    let (out, freeze) = Outlet::<K, V>::new();
-    g.on_freeze(freeze);
-    let children = out.children();
-    let root: Root = Arc::new(move |ctx: &mut Ctx<'_>, key, value| {
-        let key = decode_key(ctx, &codecs, key)?;
-        let value = match value {
-            Value::Borrowed(Some(v)) => codecs.value.decode(v),
-            Value::Owned(Some(v)) => codecs.value.decode_owned(v),
-            Value::Borrowed(None) | Value::Owned(None) => codecs.value.decode_absent(),
-        }
-        .map_err(|e| ctx.decode_error(Part::Value, e))?;
-        forward(&children, ctx, key, value)
-    });
-    g.add_source(topic, node, root, internal);
-    drop(g);
-    KStream::new(graph.clone(), node, out, false)
 }

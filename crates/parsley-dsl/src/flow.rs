@@ -7,15 +7,18 @@
 //!   record's metadata, the composite state of its key, and the emissions made so far, in order.
 //! - Children are attached while the topology is built and frozen by `StreamsBuilder::build`;
 //!   a push function reads them without a lock.
+//!
+//! Above `data` and `state`; below every operator: it imports nothing of theirs.
 
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::{Arc, OnceLock};
 
-use parsley_stage::{Codec, CodecError, Error, Part, RawEmission};
+use parsley_stage::{CodecError, Error, Part, RawEmission};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use crate::data::Codecs;
 use crate::state::Slots;
 
 /// The record being handled, what its key's state holds, and what has been emitted for it.
@@ -65,6 +68,19 @@ impl Ctx<'_> {
                 source,
             },
         }
+    }
+
+    /// The delivered record's key decoded with `codecs` (an absent key as the codec allows).
+    pub(crate) fn decode_key<K, V>(
+        &self,
+        codecs: &Codecs<K, V>,
+        key: Option<&[u8]>,
+    ) -> Result<K, Error> {
+        match key {
+            Some(k) => codecs.key.decode(k),
+            None => codecs.key.decode_absent(),
+        }
+        .map_err(|e| self.decode_error(Part::Key, e))
     }
 
     /// An encoding error of the stage.
@@ -210,21 +226,6 @@ impl Ctx<'_> {
             return Err(self.decode_error(Part::Key, CodecError::Absent));
         }
         Ok(())
-    }
-}
-
-/// A key codec and a value codec.
-pub(crate) struct Codecs<K, V> {
-    pub(crate) key: Arc<dyn Codec<K>>,
-    pub(crate) value: Arc<dyn Codec<V>>,
-}
-
-impl<K, V> Clone for Codecs<K, V> {
-    fn clone(&self) -> Self {
-        Codecs {
-            key: self.key.clone(),
-            value: self.value.clone(),
-        }
     }
 }
 

@@ -11,6 +11,9 @@
 //! - Operator names are unique in a topology; a stateful operator's state slot is its name.
 //! - A topic is the source of at most one operator.
 //! - Nothing is attached after `build`: every outlet is frozen exactly once, by `build`.
+//!
+//! Above `processor`, `late` and `data`; below the typed operators (`stream`, `table`, …) that
+//! add nodes to it: it knows operators only as untyped nodes and imports nothing of theirs.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -20,8 +23,9 @@ use parsley_stage::{
     Topology,
 };
 
+use crate::data::Data;
+use crate::late::{LatePolicy, LateRoute};
 use crate::processor::{DslProcessor, OnTimer, Root};
-use crate::window::LatePolicy;
 
 /// One operator.
 pub(crate) struct Node {
@@ -112,9 +116,19 @@ impl Graph {
         self.late = policy;
     }
 
-    /// The late policy windowed operators added from now on take.
-    pub(crate) fn late(&self) -> &LatePolicy {
-        &self.late
+    /// The route of windowed operator `node` named `operator` for its records too late, under
+    /// the late policy of operators added now: its topic, if any, becomes a sink of the
+    /// operator's stage.
+    pub(crate) fn late_route<K: Data, V: Data>(
+        &mut self,
+        node: usize,
+        operator: String,
+    ) -> LateRoute<K, V> {
+        let route = LateRoute::new(&self.late, operator);
+        if let Some(topic) = route.topic() {
+            self.add_sink(topic.to_string(), node);
+        }
+        route
     }
 
     /// Registers the timer of windowed operator `node`: its stage orders by event time.

@@ -7,6 +7,10 @@
 //! update is emitted with it. A grouped stream whose key changed
 //! is sent through a repartition topic first, so each key's records are aggregated in one
 //! task.
+//!
+//! Above `stream`, whose grouping operators (`group_by`, `group_by_key`) it defines, and
+//! `table`; below `window` and `session`, which window a grouped stream: it imports nothing of
+//! theirs.
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -14,22 +18,48 @@ use std::sync::Arc;
 
 use parsley_stage::Codec;
 
-use crate::builder::Data;
-use crate::flow::{Change, Codecs, Ctx, Outlet, forward_at};
+use crate::data::{Codecs, Data, auto_codecs};
+use crate::flow::{Change, Ctx, Outlet, forward_at};
 use crate::graph::Graph;
-use crate::stream::{KStream, auto_codecs};
+use crate::stream::KStream;
 use crate::table::KTable;
 
 /// A stream grouped by key (Kafka Streams' `KGroupedStream`), from [`KStream::group_by_key`]
 /// or [`KStream::group_by`].
 pub struct KGroupedStream<K, V> {
     stream: KStream<K, V>,
-    pub(crate) name: Option<String>,
+    name: Option<String>,
     codecs: Codecs<K, V>,
 }
 
+// A stream's grouping: here, so that `stream` knows nothing of grouped streams.
+impl<K: Data, V: Data> KStream<K, V> {
+    /// Groups the records by their key for an aggregation (repartitioned first when an
+    /// operator changed the key).
+    pub fn group_by_key(&self) -> KGroupedStream<K, V> {
+        KGroupedStream::new(self.clone())
+    }
+
+    /// Groups the records by the key `selector` gives (always repartitioned).
+    pub fn group_by<K2: Data>(
+        &self,
+        selector: impl Fn(&K, &V) -> K2 + Send + Sync + 'static,
+    ) -> KGroupedStream<K2, V> {
+        let name = self.next_name.clone();
+        let mut grouped = KGroupedStream::new(
+            KStream {
+                next_name: None,
+                ..self.clone()
+            }
+            .select_key(selector),
+        );
+        grouped.name = name;
+        grouped
+    }
+}
+
 impl<K: Data, V: Data> KGroupedStream<K, V> {
-    pub(crate) fn new(stream: KStream<K, V>) -> Self {
+    fn new(stream: KStream<K, V>) -> Self {
         let name = stream.next_name.clone();
         KGroupedStream {
             stream,

@@ -47,13 +47,30 @@
 //! println!("{}", topology.describe());
 //! # Ok::<(), parsley_stage::Error>(())
 //! ```
+//!
+//! # Layering
+//! Each module imports only modules listed before it (checked by the workspace's
+//! `no_import_circles` test):
+//! 1. `data` (what records are, their codecs) and `state` (a key's slots): import none of the
+//!    others;
+//! 2. `flow`: operators as push functions over a record's context;
+//! 3. `processor` (a compiled stage) and `late` (records too late for their windows);
+//! 4. `graph`: the untyped operators and their compilation into stages;
+//! 5. `stream`: [`KStream`] and its stateless operators, sinks and repartitions;
+//! 6. `table` ([`KTable`], stream–table joins) and `stream_join` (windowed stream joins);
+//! 7. `grouped`: [`KGroupedStream`] and its aggregations;
+//! 8. `window`: [`TimeWindows`] and the [`Windowing`] of a grouped stream;
+//! 9. `session`: [`SessionWindows`];
+//! 10. `builder`: [`StreamsBuilder`], the entry point, on top.
 #![forbid(unsafe_code)]
 #![doc(test(attr(deny(warnings))))]
 
 mod builder;
+mod data;
 mod flow;
 mod graph;
 mod grouped;
+mod late;
 mod processor;
 mod session;
 mod state;
@@ -62,14 +79,16 @@ mod stream_join;
 mod table;
 mod window;
 
-pub use builder::{Consumed, Data, Produced, StreamsBuilder};
+pub use builder::StreamsBuilder;
+pub use data::{Consumed, Data, Produced};
 pub use grouped::KGroupedStream;
+pub use late::{LatePolicy, LateRecord};
 pub use session::{SessionWindowedKStream, SessionWindows};
 pub use state::read_slot;
 pub use stream::{KStream, Split};
 pub use stream_join::JoinWindows;
 pub use table::KTable;
-pub use window::{LatePolicy, LateRecord, TimeWindowedKStream, TimeWindows, Windowed, Windowing};
+pub use window::{TimeWindowedKStream, TimeWindows, Windowed, Windowing};
 
 #[cfg(test)]
 mod tests;

@@ -1,5 +1,8 @@
 //! A compiled stage: its sources' entry points over the fused operators, as the runtime's
 //! [`Processor`].
+//!
+//! Above `flow` and `state`; below `graph`, which compiles stages into it, and the operators
+//! that read sources: it imports nothing of theirs.
 
 use std::sync::Arc;
 

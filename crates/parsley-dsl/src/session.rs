@@ -28,6 +28,9 @@
 //! - A record that would extend a closed session, or that merges with no open session and
 //!   whose own session would already be closed, is too late: counted and routed by the late
 //!   policy, never dropped silently.
+//!
+//! Above `window` (the [`Windowed`] keys and the [`Windowing`] trait), `grouped` and `table`;
+//! no operator module imports it.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -36,11 +39,11 @@ use std::time::Duration;
 use parsley_stage::Error;
 use serde::{Deserialize, Serialize};
 
-use crate::builder::Data;
+use crate::data::Data;
 use crate::flow::{Change, Children, Ctx, Outlet, forward_at};
 use crate::grouped::KGroupedStream;
 use crate::table::KTable;
-use crate::window::{LateRoute, Windowed, Windowing};
+use crate::window::{Windowed, Windowing};
 
 /// Session windows (Kafka Streams' `SessionWindows`): per key, records within `gap` of each
 /// other form a session.
@@ -234,7 +237,7 @@ impl<K: Data, V: Data> SessionWindowedKStream<K, V> {
         let (out, freeze) = Outlet::<Windowed<K>, Change<A>>::new();
         let mut g = graph.borrow_mut();
         g.on_freeze(freeze);
-        let late = LateRoute::<K, V>::new(&mut g, node, name.clone());
+        let late = g.late_route::<K, V>(node, name.clone());
         let children = out.children();
         let (timer_children, timer_slot) = (children.clone(), name.clone());
         g.add_timer(

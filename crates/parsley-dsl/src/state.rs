@@ -15,6 +15,8 @@
 //!
 //! Invariants: the stored list is sorted by slot name with no duplicates; a key whose slots
 //! are all gone is deleted, not stored empty; decoding untrusted bytes never panics.
+//!
+//! At the bottom of the crate: it imports none of its modules.
 
 use std::borrow::Cow;
 

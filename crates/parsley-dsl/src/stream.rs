@@ -7,18 +7,22 @@
 //! join, `process`) first sends the stream through a repartition topic, so that each key's
 //! records meet in one task, as Kafka Streams does. Records crossing a repartition topic are
 //! stamped like every output, so causal order survives the hop.
+//!
+//! The lowest of the typed operators: above `graph`, `processor`, `flow` and `data`, below
+//! every module that turns a stream into something else, which adds its operators to
+//! [`KStream`] itself: `table` (stream–table joins), `grouped` (`group_by`, `group_by_key`),
+//! `stream_join` (windowed joins). It imports none of those.
 
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::Arc;
 
-use parsley_stage::{Auto, Error, Handler, Record, StateChange};
+use parsley_stage::{Auto, Error, Handler, Part, Record, StateChange};
 
-use crate::builder::{Data, Produced, source_stream};
-use crate::flow::{Children, Codecs, Ctx, Outlet, Push, forward, forward_at};
+use crate::data::{Codecs, Data, Produced, auto_codecs};
+use crate::flow::{Children, Ctx, Outlet, Push, forward, forward_at};
 use crate::graph::Graph;
-use crate::grouped::KGroupedStream;
-use crate::table::KTable;
+use crate::processor::{Root, Value};
 
 /// A stream of keyed records (Kafka Streams' `KStream`). Operators take `&self`: a stream
 /// may feed several operators, each record reaching all of them in the order they were
@@ -62,6 +66,39 @@ impl<K: Data, V: Data> KStream<K, V> {
             rekeyed,
             next_name: None,
         }
+    }
+
+    /// A stream read from `topic` (an internal topic when `internal` names the operator it
+    /// repartitions for).
+    pub(crate) fn source(
+        graph: &Rc<RefCell<Graph>>,
+        topic: String,
+        codecs: Codecs<K, V>,
+        internal: Option<String>,
+    ) -> KStream<K, V> {
+        let mut g = graph.borrow_mut();
+        let name = g.name("source", None);
+        let what = match &internal {
+            Some(_) => format!("source {topic} (internal)"),
+            None => format!("source {topic}"),
+        };
+        let node = g.add(name, what, &[], false, false);
+        let (out, freeze) = Outlet::<K, V>::new();
+        g.on_freeze(freeze);
+        let children = out.children();
+        let root: Root = Arc::new(move |ctx: &mut Ctx<'_>, key, value| {
+            let key = ctx.decode_key(&codecs, key)?;
+            let value = match value {
+                Value::Borrowed(Some(v)) => codecs.value.decode(v),
+                Value::Owned(Some(v)) => codecs.value.decode_owned(v),
+                Value::Borrowed(None) | Value::Owned(None) => codecs.value.decode_absent(),
+            }
+            .map_err(|e| ctx.decode_error(Part::Value, e))?;
+            forward(&children, ctx, key, value)
+        });
+        g.add_source(topic, node, root, internal);
+        drop(g);
+        KStream::new(graph.clone(), node, out, false)
     }
 
     /// Names the next operator applied to the returned stream (Kafka Streams' `Named`). The
@@ -303,7 +340,7 @@ impl<K: Data, V: Data> KStream<K, V> {
             ..self.clone()
         }
         .sink(topic.clone(), codecs.clone(), "repartition-sink", true);
-        let read = source_stream(&self.graph, topic.clone(), codecs, Some(name));
+        let read = KStream::source(&self.graph, topic.clone(), codecs, Some(name));
         self.graph
             .borrow_mut()
             .add_internal(topic, writer, read.node);
@@ -318,29 +355,6 @@ impl<K: Data, V: Data> KStream<K, V> {
         } else {
             self.clone()
         }
-    }
-
-    /// Groups the records by their key for an aggregation (repartitioned first when an
-    /// operator changed the key).
-    pub fn group_by_key(&self) -> KGroupedStream<K, V> {
-        KGroupedStream::new(self.clone())
-    }
-
-    /// Groups the records by the key `selector` gives (always repartitioned).
-    pub fn group_by<K2: Data>(
-        &self,
-        selector: impl Fn(&K, &V) -> K2 + Send + Sync + 'static,
-    ) -> KGroupedStream<K2, V> {
-        let name = self.next_name.clone();
-        let mut grouped = KGroupedStream::new(
-            KStream {
-                next_name: None,
-                ..self.clone()
-            }
-            .select_key(selector),
-        );
-        grouped.name = name;
-        grouped
     }
 
     /// Runs `handler` on each record (the processor API inside the DSL): it sees the record
@@ -401,68 +415,6 @@ impl<K: Data, V: Data> KStream<K, V> {
                 })
             },
         )
-    }
-
-    /// Joins each record with `table`'s value for its key (inner join: records whose key has
-    /// no value are dropped). The join is **causally consistent**: a record whose stamp claims
-    /// a table update — it was produced after that update was seen — is joined with that
-    /// version or a later one, never an older one, whatever the fetch order, at startup and on
-    /// replay: the causal gate delivers the update first. The stream is repartitioned first,
-    /// co-partitioned with the table, when an operator changed its key.
-    pub fn join<T: Data, R: Data>(
-        &self,
-        table: &KTable<K, T>,
-        joiner: impl Fn(V, &T) -> R + Send + Sync + 'static,
-    ) -> KStream<K, R> {
-        self.join_table(table, "join", move |v, t| t.map(|t| joiner(v, t)))
-    }
-
-    /// Joins each record with `table`'s value for its key, `None` when it has none (left
-    /// join: every record gives one). Causally consistent as [`KStream::join`].
-    pub fn left_join<T: Data, R: Data>(
-        &self,
-        table: &KTable<K, T>,
-        joiner: impl Fn(V, Option<&T>) -> R + Send + Sync + 'static,
-    ) -> KStream<K, R> {
-        self.join_table(table, "left-join", move |v, t| Some(joiner(v, t)))
-    }
-
-    fn join_table<T: Data, R: Data>(
-        &self,
-        table: &KTable<K, T>,
-        kind: &str,
-        joiner: impl Fn(V, Option<&T>) -> Option<R> + Send + Sync + 'static,
-    ) -> KStream<K, R> {
-        let name = self.graph.borrow().name(kind, self.next_name.clone());
-        let stream = self.keyed(&format!("{name}-input"), auto_codecs());
-        let mut g = self.graph.borrow_mut();
-        let what = format!("{kind} stream with table {}", g.node(table.node).name);
-        let node = g.add(name.clone(), what, &[stream.node, table.node], true, true);
-        let (out, freeze) = Outlet::<K, R>::new();
-        g.on_freeze(freeze);
-        drop(g);
-        let slot: Arc<str> = name.into();
-        let s = slot.clone();
-        table.out.attach(Arc::new(move |ctx, _k, change| {
-            ctx.store(&s, change.new.as_ref())
-        }));
-        let children = out.children();
-        stream.out.attach(Arc::new(move |ctx, k, v| {
-            let t: Option<T> = ctx.load(&slot)?;
-            match joiner(v, t.as_ref()) {
-                Some(r) => forward(&children, ctx, k, r),
-                None => Ok(()),
-            }
-        }));
-        KStream::new(self.graph.clone(), node, out, false)
-    }
-}
-
-/// [`Auto`] codecs for a repartition topic.
-pub(crate) fn auto_codecs<K: Data, V: Data>() -> Codecs<K, V> {
-    Codecs {
-        key: Arc::new(Auto),
-        value: Arc::new(Auto),
     }
 }
 

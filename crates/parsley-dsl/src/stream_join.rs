@@ -16,6 +16,8 @@
 //! Invariants: both inputs are co-partitioned by key (repartitioned first when an operator
 //! changed a key); a buffered record is in its key's slot iff it arrived in time and has not
 //! expired; a timer is set at each buffered record's expiry.
+//!
+//! Above `stream`, to which it adds the windowed joins; no operator module imports it.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,10 +25,9 @@ use std::time::Duration;
 use parsley_stage::Error;
 use serde::{Deserialize, Serialize};
 
-use crate::builder::Data;
+use crate::data::{Data, auto_codecs};
 use crate::flow::{Children, Ctx, Outlet, forward_at};
-use crate::stream::{KStream, auto_codecs};
-use crate::window::LateRoute;
+use crate::stream::KStream;
 
 /// The time difference within which two records join (Kafka Streams' `JoinWindows`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -177,8 +178,8 @@ impl<K: Data, V: Data> KStream<K, V> {
         let node = g.add(name.clone(), what, &[left.node, right.node], true, true);
         let (out, freeze) = Outlet::<K, R>::new();
         g.on_freeze(freeze);
-        let late_left = LateRoute::<K, V>::new(&mut g, node, name.clone());
-        let late_right = LateRoute::<K, V2>::new(&mut g, node, name.clone());
+        let late_left = g.late_route::<K, V>(node, name.clone());
+        let late_right = g.late_route::<K, V2>(node, name.clone());
         let joiner: Joiner<V, V2, R> = Arc::new(joiner);
         let children = out.children();
         let (slot, timer_children, timer_joiner) = (name.clone(), children.clone(), joiner.clone());

@@ -1,20 +1,26 @@
-//! [`KTable`]: a table of the latest value per key, its changes, and table–table joins.
+//! [`KTable`]: a table of the latest value per key, its changes, and its joins: stream–table
+//! and table–table.
 //!
 //! A table is a stream of changes: each update of a key carries its old and new value
 //! (`None`: absent or deleted). A source table ([`StreamsBuilder::table`](crate::StreamsBuilder::table))
 //! and an aggregation keep their values in their stage's state; `filter` and `map_values`
-//! derive a table from its parent's changes without keeping one; a join keeps both sides'
-//! latest values per key, each with the timestamp of its update, and gives each result the
-//! later of the update's and the other side's timestamps, as Kafka Streams does.
+//! derive a table from its parent's changes without keeping one; a table–table join keeps
+//! both sides' latest values per key, each with the timestamp of its update, and gives each
+//! result the later of the update's and the other side's timestamps, as Kafka Streams does. A
+//! stream–table join ([`KStream::join`]) keeps the table's latest value per key and looks it up
+//! for each record of the stream.
+//!
+//! Above `stream` (a table's updates are a stream; a stream joins a table); below `grouped` and
+//! the windows, whose aggregations make tables: it imports nothing of theirs.
 
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::Arc;
 
-use crate::builder::Data;
 use parsley_stage::Error;
 
-use crate::flow::{Change, Children, Ctx, Outlet, Push, forward, forward_at};
+use crate::data::{Data, auto_codecs};
+use crate::flow::{Change, Children, Ctx, NO_TIMESTAMP, Outlet, Push, forward, forward_at};
 use crate::graph::Graph;
 use crate::stream::KStream;
 
@@ -46,7 +52,7 @@ type SidesV1<V, W> = (Option<V>, Option<W>);
 
 /// The sides of the join in slot `slot` of the context's key (none: both absent).
 fn load_sides<V: Data, W: Data>(ctx: &mut Ctx<'_>, slot: &str) -> Result<Sides<V, W>, Error> {
-    let unknown = crate::flow::NO_TIMESTAMP;
+    let unknown = NO_TIMESTAMP;
     Ok(ctx
         .load_upgraded(slot, |(v, w): SidesV1<V, W>| {
             (v.map(|v| (v, unknown)), w.map(|w| (w, unknown)))
@@ -309,11 +315,68 @@ impl<K: Data, V: Data> KTable<K, V> {
     }
 }
 
+// A stream's joins with a table: here, so that `stream` knows nothing of tables.
+impl<K: Data, V: Data> KStream<K, V> {
+    /// Joins each record with `table`'s value for its key (inner join: records whose key has
+    /// no value are dropped). The join is **causally consistent**: a record whose stamp claims
+    /// a table update — it was produced after that update was seen — is joined with that
+    /// version or a later one, never an older one, whatever the fetch order, at startup and on
+    /// replay: the causal gate delivers the update first. The stream is repartitioned first,
+    /// co-partitioned with the table, when an operator changed its key.
+    pub fn join<T: Data, R: Data>(
+        &self,
+        table: &KTable<K, T>,
+        joiner: impl Fn(V, &T) -> R + Send + Sync + 'static,
+    ) -> KStream<K, R> {
+        self.join_table(table, "join", move |v, t| t.map(|t| joiner(v, t)))
+    }
+
+    /// Joins each record with `table`'s value for its key, `None` when it has none (left
+    /// join: every record gives one). Causally consistent as [`KStream::join`].
+    pub fn left_join<T: Data, R: Data>(
+        &self,
+        table: &KTable<K, T>,
+        joiner: impl Fn(V, Option<&T>) -> R + Send + Sync + 'static,
+    ) -> KStream<K, R> {
+        self.join_table(table, "left-join", move |v, t| Some(joiner(v, t)))
+    }
+
+    fn join_table<T: Data, R: Data>(
+        &self,
+        table: &KTable<K, T>,
+        kind: &str,
+        joiner: impl Fn(V, Option<&T>) -> Option<R> + Send + Sync + 'static,
+    ) -> KStream<K, R> {
+        let name = self.graph.borrow().name(kind, self.next_name.clone());
+        let stream = self.keyed(&format!("{name}-input"), auto_codecs());
+        let mut g = self.graph.borrow_mut();
+        let what = format!("{kind} stream with table {}", g.node(table.node).name);
+        let node = g.add(name.clone(), what, &[stream.node, table.node], true, true);
+        let (out, freeze) = Outlet::<K, R>::new();
+        g.on_freeze(freeze);
+        drop(g);
+        let slot: Arc<str> = name.into();
+        let s = slot.clone();
+        table.out.attach(Arc::new(move |ctx, _k, change| {
+            ctx.store(&s, change.new.as_ref())
+        }));
+        let children = out.children();
+        stream.out.attach(Arc::new(move |ctx, k, v| {
+            let t: Option<T> = ctx.load(&slot)?;
+            match joiner(v, t.as_ref()) {
+                Some(r) => forward(&children, ctx, k, r),
+                None => Ok(()),
+            }
+        }));
+        KStream::new(self.graph.clone(), node, out, false)
+    }
+}
+
 fn store_sides<V: Data, W: Data>(
-    ctx: &mut crate::flow::Ctx<'_>,
+    ctx: &mut Ctx<'_>,
     slot: &str,
     sides: Sides<V, W>,
-) -> Result<(), parsley_stage::Error> {
+) -> Result<(), Error> {
     if sides.0.is_none() && sides.1.is_none() {
         ctx.store::<Sides<V, W>>(slot, None)
     } else {
@@ -323,12 +386,12 @@ fn store_sides<V: Data, W: Data>(
 
 fn emit<K: Data, R: Data>(
     children: &Children<K, Change<R>>,
-    ctx: &mut crate::flow::Ctx<'_>,
+    ctx: &mut Ctx<'_>,
     at: i64,
     k: K,
     old: Option<R>,
     new: Option<R>,
-) -> Result<(), parsley_stage::Error> {
+) -> Result<(), Error> {
     if old.is_none() && new.is_none() {
         return Ok(());
     }

@@ -1,6 +1,7 @@
 //! Time windows closed by evidence: [`TimeWindows`] (tumbling and hopping), the windowed
 //! aggregations of a [`TimeWindowedKStream`] into a table keyed by [`Windowed`] keys, and the
-//! [`LatePolicy`] for records that arrive after their windows closed.
+//! kinds of windows a grouped stream is aggregated in ([`Windowing`]). Records that arrive
+//! after their windows closed go as the [`LatePolicy`](crate::LatePolicy) says.
 //!
 //! A record with event time `t` (its Kafka record timestamp, ms since the epoch) belongs to
 //! every window `[start, start + size)` with `start <= t < start + size`, where `start` is a
@@ -20,7 +21,11 @@
 //! - A timer is set at `end + grace` for every window when it opens; the timer closes every
 //!   window of the key that closes at or before its time, in start order.
 //! - A record whose windows have all closed when it arrives is never dropped silently: it is
-//!   counted (`too_late`) and, under [`LatePolicy::ToTopic`], written to that topic.
+//!   counted (`too_late`) and, under [`LatePolicy::ToTopic`](crate::LatePolicy::ToTopic),
+//!   written to that topic.
+//!
+//! Above `grouped` and `table`; below `session`, whose windows are a [`Windowing`] too: it
+//! imports nothing of `session`.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -29,11 +34,9 @@ use std::time::Duration;
 use parsley_stage::Error;
 use serde::{Deserialize, Serialize};
 
-use crate::builder::Data;
-use crate::flow::{Change, Children, Codecs, Ctx, Outlet, forward_at};
-use crate::graph::Graph;
+use crate::data::Data;
+use crate::flow::{Change, Children, Ctx, Outlet, forward_at};
 use crate::grouped::KGroupedStream;
-use crate::stream::auto_codecs;
 use crate::table::KTable;
 
 /// Windows of a fixed size that start at multiples of an advance (Kafka Streams'
@@ -146,87 +149,6 @@ pub struct Windowed<K> {
     pub end: i64,
 }
 
-/// What a windowed operator does with a record that arrives after every window it belongs to
-/// has closed (set with `StreamsBuilder::on_late_record`). Either way it is counted
-/// (`MetricsSnapshot::too_late`); nothing is dropped silently.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub enum LatePolicy {
-    /// Count it.
-    #[default]
-    Count,
-    /// Count it and write it to `topic` as a [`LateRecord`], keyed by its key.
-    ToTopic(String),
-}
-
-/// A record too late for its windows, as [`LatePolicy::ToTopic`] writes it (JSON with the
-/// default codecs); times in ms since the epoch.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct LateRecord<V> {
-    /// The record's value.
-    pub value: V,
-    /// Its event time.
-    pub timestamp: i64,
-    /// The operator it was late for.
-    pub operator: String,
-    /// The latest window it belongs to: its start…
-    pub window_start: i64,
-    /// …and its end.
-    pub window_end: i64,
-    /// The task's watermark when it arrived.
-    pub watermark: i64,
-}
-
-/// Where a windowed operator's records too late for every window go (its [`LatePolicy`]).
-pub(crate) struct LateRoute<K, V> {
-    operator: String,
-    topic: Option<LateTopic<K, V>>,
-}
-
-/// The late topic and its codecs.
-type LateTopic<K, V> = (Arc<str>, Codecs<K, LateRecord<V>>);
-
-impl<K: Data, V: Data> LateRoute<K, V> {
-    /// The route of operator `node` named `operator` under the graph's late policy (a topic
-    /// becomes a sink of the operator's stage).
-    pub(crate) fn new(g: &mut Graph, node: usize, operator: String) -> Self {
-        let topic = match g.late().clone() {
-            LatePolicy::Count => None,
-            LatePolicy::ToTopic(topic) => {
-                g.add_sink(topic.clone(), node);
-                Some((Arc::<str>::from(topic), auto_codecs::<K, LateRecord<V>>()))
-            }
-        };
-        LateRoute { operator, topic }
-    }
-
-    /// Counts the context's record `(key, value)`, too late for its latest window
-    /// `(start, end)`, and writes it to the late topic if there is one.
-    ///
-    /// # Errors
-    /// When the late record does not encode.
-    pub(crate) fn take(
-        &self,
-        ctx: &mut Ctx<'_>,
-        key: K,
-        value: V,
-        (window_start, window_end): (i64, i64),
-    ) -> Result<(), Error> {
-        ctx.too_late += 1;
-        if let Some((topic, codecs)) = &self.topic {
-            let record = LateRecord {
-                value,
-                timestamp: ctx.timestamp,
-                operator: self.operator.clone(),
-                window_start,
-                window_end,
-                watermark: ctx.watermark.unwrap_or(i64::MIN),
-            };
-            ctx.send(topic, codecs, key, record)?;
-        }
-        Ok(())
-    }
-}
-
 /// The open windows of one key (module docs): by start, the aggregate and its timestamp (the
 /// latest event time of its records).
 #[derive(Serialize, Deserialize)]
@@ -325,7 +247,7 @@ impl<K: Data, V: Data> TimeWindowedKStream<K, V> {
         let (out, freeze) = Outlet::<Windowed<K>, Change<A>>::new();
         let mut g = graph.borrow_mut();
         g.on_freeze(freeze);
-        let late = LateRoute::new(&mut g, node, name.clone());
+        let late = g.late_route(node, name.clone());
         let children = out.children();
         let slot = name.clone();
         let on_timer_children = children.clone();

@@ -1,5 +1,7 @@
 //! Serde codecs for keys, values and fold state.
 //!
+//! At the bottom of the crate: it imports none of its modules.
+//!
 //! A [`Codec<T>`] turns a typed value into the bytes of a Kafka key or value (or of a state
 //! entry) and back. [`Json`] is readable on the wire and the default; [`Bincode`] is compact;
 //! [`Utf8`] writes a `String` as its bytes, the common choice for keys shared with other

@@ -1,6 +1,8 @@
 //! A topology described for people: its stages, what each reads, runs and writes, and the
 //! topics the topology creates for itself — the analogue of Kafka Streams'
 //! `Topology#describe`, where a Parsley stage stands for a sub-topology.
+//!
+//! The top of the crate: it reads a built [`Topology`]; no module imports it.
 
 use std::fmt;
 

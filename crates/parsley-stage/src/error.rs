@@ -1,9 +1,11 @@
-//! The errors of `parsley-stage`.
+//! The errors of `parsley-stage`: [`Error`], with what it says of a record that failed: the
+//! [`Part`] that did not decode and the [`BadRecordKind`] a bad-record policy counts.
+//!
+//! Below `processor` and `topology`, which return its errors: it imports only the error types
+//! of `codec` and `handler`.
 
 use crate::codec::CodecError;
 use crate::handler::HandlerError;
-use crate::processor::Part;
-use crate::topology::BadRecordKind;
 
 /// A `Result` whose error is [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -104,6 +106,76 @@ impl Error {
             } => Some(BadRecordKind::MissingValue),
             Error::Handler { .. } => Some(BadRecordKind::Handler),
             _ => None,
+        }
+    }
+}
+
+/// Where a decoding failure happened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Part {
+    /// The record key.
+    Key,
+    /// The record value.
+    Value,
+    /// The fold state of the record's key.
+    State,
+}
+
+impl std::fmt::Display for Part {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Part::Key => "key",
+            Part::Value => "value",
+            Part::State => "state",
+        })
+    }
+}
+
+/// What made a record bad ([`BadRecordPolicy`](crate::BadRecordPolicy)); counted per kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum BadRecordKind {
+    /// The key does not decode.
+    KeyDecode,
+    /// The value does not decode.
+    ValueDecode,
+    /// The record has no key, and the stage keeps fold state by key or its key type cannot
+    /// stand for a missing key.
+    MissingKey,
+    /// The record has no value (a tombstone), and the stage's value type cannot stand for one.
+    MissingValue,
+    /// The handler returned an error.
+    Handler,
+    /// One of the records the handler emitted for it was refused for good by the stage's
+    /// producer or the broker — larger than a size limit, or a timestamp outside the window the
+    /// topic accepts (the runtime's `Error::OutputRefused`). The transaction holding its other
+    /// outputs is aborted, and the redo applies the policy to the input record instead of
+    /// handling it: none of its outputs is written.
+    OutputRefused,
+}
+
+impl BadRecordKind {
+    /// Every kind, in the order metrics list them.
+    pub const ALL: [BadRecordKind; 6] = [
+        BadRecordKind::KeyDecode,
+        BadRecordKind::ValueDecode,
+        BadRecordKind::MissingKey,
+        BadRecordKind::MissingValue,
+        BadRecordKind::Handler,
+        BadRecordKind::OutputRefused,
+    ];
+
+    /// The kind's name, as a dead-lettered record's `parsley.dlq.kind` header gives it:
+    /// `key-decode`, `value-decode`, `missing-key`, `missing-value`, `handler`,
+    /// `output-refused`.
+    pub fn name(self) -> &'static str {
+        match self {
+            BadRecordKind::KeyDecode => "key-decode",
+            BadRecordKind::ValueDecode => "value-decode",
+            BadRecordKind::MissingKey => "missing-key",
+            BadRecordKind::MissingValue => "missing-value",
+            BadRecordKind::Handler => "handler",
+            BadRecordKind::OutputRefused => "output-refused",
         }
     }
 }

@@ -5,6 +5,8 @@
 //! problem of the topology): a control topic is one of the stage's sources and not its only one,
 //! a lag is `>= 0`, a tick interval is `> 0`, and a stage has a hand-run control stream or the
 //! built-in clock, not both.
+//!
+//! At the bottom of the crate: it imports none of its modules (`topology` re-exports its types).
 
 /// The built-in clock's tick interval unless [`EventTimeOrder::tick_interval_ms`] sets another:
 /// 100 ms. Each task writes a tick at most this often; the clock trails wall time by about one

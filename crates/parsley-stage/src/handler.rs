@@ -1,5 +1,7 @@
 //! The `Handler` trait: a stage's logic as a pure function.
 //!
+//! At the bottom of the crate: it imports none of its modules.
+//!
 //! A handler sees one delivered record and the current fold state of the record's key, and
 //! returns a [`Step`]: the records to emit and what becomes of the fold state. The runtime
 //! stamps, claims and orders the emissions downstream, and commits the new fold state in the

@@ -11,6 +11,8 @@
 //! Invariant (checked by `TopologyBuilder::build`): every internal topic is a source or sink of
 //! some stage, is declared once, and takes its partition count from at least one topic that is
 //! not internal.
+//!
+//! At the bottom of the crate: it imports none of its modules.
 
 /// A topic the topology creates for itself.
 #[derive(Debug, Clone, PartialEq, Eq)]

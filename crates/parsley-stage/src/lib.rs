@@ -53,6 +53,15 @@
 //! [`changelog`] is the byte format of a stage's changelog records and the fold a restore
 //! applies to them (pure; the runtime reads and writes the topic).
 //! [`CausalClock`] is re-exported for plain producers that feed a topology.
+//!
+//! # Layering
+//! Each module imports only modules listed before it (checked by the workspace's
+//! `no_import_circles` test):
+//! 1. `codec`, `handler`, `internal`, `event_time` and [`changelog`]: import none of the others;
+//! 2. `error`: the error types of `codec` and `handler`;
+//! 3. `processor`: a handler and its codecs as bytes, failing with `error`'s errors;
+//! 4. [`topology`]: stages built from processors and validated;
+//! 5. `describe`: a built topology, for people.
 #![forbid(unsafe_code)]
 #![doc(test(attr(deny(warnings))))]
 
@@ -68,13 +77,13 @@ pub mod topology;
 
 pub use codec::{Auto, Bincode, Bytes, Codec, CodecError, Json, Nullable, Utf8};
 pub use describe::{StageDescription, TopologyDescription};
-pub use error::{Error, Result};
+pub use error::{BadRecordKind, Error, Part, Result};
 pub use handler::{Emission, Handler, HandlerError, HandlerResult, Record, StateChange, Step};
 pub use internal::InternalTopic;
 pub use parsley_clock::CausalClock;
-pub use processor::{Part, Processor, RawDelivery, RawEmission, RawRecord, RawStep, RawTimer};
+pub use processor::{Processor, RawDelivery, RawEmission, RawRecord, RawStep, RawTimer};
 pub use topology::{
-    BadRecordKind, BadRecordPolicy, BuiltInClock, ControlStream, DEFAULT_MAX_DRIFT_MS,
-    DEFAULT_TICK_INTERVAL_MS, EventTimeOrder, ImpossiblePolicy, KeyPartitioning, StageBuilder,
-    StageSettings, StageSpec, Topology, TopologyBuilder, changelog_topic, clock_topic,
+    BadRecordPolicy, BuiltInClock, ControlStream, DEFAULT_MAX_DRIFT_MS, DEFAULT_TICK_INTERVAL_MS,
+    EventTimeOrder, ImpossiblePolicy, KeyPartitioning, StageBuilder, StageSettings, StageSpec,
+    Topology, TopologyBuilder, changelog_topic, clock_topic,
 };

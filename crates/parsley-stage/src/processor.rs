@@ -1,13 +1,16 @@
 //! The byte-level face of a stage, as the runtime sees it.
 //!
 //! The runtime deals in bytes; a [`Processor`] decodes a delivered record with the stage's
-//! codecs, calls its [`Handler`] and encodes the resulting [`Step`]. Every decoding failure is
-//! an [`Error`] that names the record's topic, partition and offset.
+//! codecs, calls its [`Handler`] and encodes the resulting [`Step`](crate::Step). Every
+//! decoding failure is an [`Error`] that names the record's topic, partition and offset.
+//!
+//! Above `codec`, `handler` and `error`; below `topology`, whose stage builder wraps a handler
+//! and its codecs in one: it imports nothing of `topology`.
 
 use std::sync::Arc;
 
 use crate::codec::{Codec, CodecError};
-use crate::error::Error;
+use crate::error::{Error, Part};
 use crate::handler::{Handler, Record, StateChange};
 
 /// A delivered record as bytes.
@@ -182,27 +185,6 @@ pub trait Processor: Send + Sync {
     /// them, and the runtime hands them to the stage's bad-record policy. The default: `true`.
     fn keeps_state(&self) -> bool {
         true
-    }
-}
-
-/// Where a decoding failure happened.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Part {
-    /// The record key.
-    Key,
-    /// The record value.
-    Value,
-    /// The fold state of the record's key.
-    State,
-}
-
-impl std::fmt::Display for Part {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Part::Key => "key",
-            Part::Value => "value",
-            Part::State => "state",
-        })
     }
 }
 

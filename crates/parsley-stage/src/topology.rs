@@ -36,11 +36,16 @@
 //! the open transaction itself (the book's specification, §7).
 //! Sources of one stage must be co-partitioned (same partition count, same key hashing); that
 //! is checked against the broker when the runtime starts.
+//!
+//! Above every module but `describe`: it builds on `processor`, `error`, `codec`, `handler`,
+//! `event_time` and `internal`, and re-exports their types a stage's settings name
+//! ([`EventTimeOrder`], [`BadRecordKind`]); nothing below imports it.
 
 use std::fmt;
 use std::sync::Arc;
 
 use crate::codec::{Codec, Json};
+pub use crate::error::BadRecordKind;
 use crate::error::{Error, Result};
 use crate::event_time;
 pub use crate::event_time::{
@@ -174,55 +179,6 @@ pub enum BadRecordPolicy {
         /// The dead-letter topic (must exist; not one of the stage's sources).
         topic: String,
     },
-}
-
-/// What made a record bad ([`BadRecordPolicy`]); counted per kind.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum BadRecordKind {
-    /// The key does not decode.
-    KeyDecode,
-    /// The value does not decode.
-    ValueDecode,
-    /// The record has no key, and the stage keeps fold state by key or its key type cannot
-    /// stand for a missing key.
-    MissingKey,
-    /// The record has no value (a tombstone), and the stage's value type cannot stand for one.
-    MissingValue,
-    /// The handler returned an error.
-    Handler,
-    /// One of the records the handler emitted for it was refused for good by the stage's
-    /// producer or the broker — larger than a size limit, or a timestamp outside the window the
-    /// topic accepts (the runtime's `Error::OutputRefused`). The transaction holding its other
-    /// outputs is aborted, and the redo applies the policy to the input record instead of
-    /// handling it: none of its outputs is written.
-    OutputRefused,
-}
-
-impl BadRecordKind {
-    /// Every kind, in the order metrics list them.
-    pub const ALL: [BadRecordKind; 6] = [
-        BadRecordKind::KeyDecode,
-        BadRecordKind::ValueDecode,
-        BadRecordKind::MissingKey,
-        BadRecordKind::MissingValue,
-        BadRecordKind::Handler,
-        BadRecordKind::OutputRefused,
-    ];
-
-    /// The kind's name, as a dead-lettered record's `parsley.dlq.kind` header gives it:
-    /// `key-decode`, `value-decode`, `missing-key`, `missing-value`, `handler`,
-    /// `output-refused`.
-    pub fn name(self) -> &'static str {
-        match self {
-            BadRecordKind::KeyDecode => "key-decode",
-            BadRecordKind::ValueDecode => "value-decode",
-            BadRecordKind::MissingKey => "missing-key",
-            BadRecordKind::MissingValue => "missing-value",
-            BadRecordKind::Handler => "handler",
-            BadRecordKind::OutputRefused => "output-refused",
-        }
-    }
 }
 
 /// What a stage does with a record whose stamp no truthful sender can produce (the book's

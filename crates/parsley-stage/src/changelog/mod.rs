@@ -41,6 +41,8 @@
 //!   of what it decodes to.
 //! - The keys of the record kinds do not overlap: each key names at most one kind, so the fold
 //!   ([`Restored::apply`]) keeps the latest record of every key and never mixes kinds.
+//!
+//! Beside the rest of the crate: it imports none of its other modules.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 

@@ -1,0 +1,90 @@
+//! What a stream's keys and values are ([`Data`]) and the codecs they cross topics with: a
+//! source's ([`Consumed`]), a sink's ([`Produced`]), and the pair of codecs an operator reads
+//! or writes a topic with (`Codecs`).
+//!
+//! At the bottom of the crate: it imports none of its modules.
+
+use std::sync::Arc;
+
+use parsley_stage::{Auto, Codec};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+/// What a stream's keys and values must be: owned, cloneable (a record reaching two operators
+/// is cloned), sendable to the stream threads, and serde-encodable (they cross topics and
+/// state). Implemented for every such type.
+pub trait Data: Clone + Serialize + DeserializeOwned + Send + Sync + 'static {}
+
+impl<T: Clone + Serialize + DeserializeOwned + Send + Sync + 'static> Data for T {}
+
+/// A key codec and a value codec.
+pub(crate) struct Codecs<K, V> {
+    pub(crate) key: Arc<dyn Codec<K>>,
+    pub(crate) value: Arc<dyn Codec<V>>,
+}
+
+impl<K, V> Clone for Codecs<K, V> {
+    fn clone(&self) -> Self {
+        Codecs {
+            key: self.key.clone(),
+            value: self.value.clone(),
+        }
+    }
+}
+
+/// [`Auto`] codecs for a repartition topic.
+pub(crate) fn auto_codecs<K: Data, V: Data>() -> Codecs<K, V> {
+    Codecs {
+        key: Arc::new(Auto),
+        value: Arc::new(Auto),
+    }
+}
+
+/// The codecs a source is read with (Kafka Streams' `Consumed`). The default is [`Auto`] for
+/// both: a `String` as UTF-8, bytes as they are, everything else JSON.
+pub struct Consumed<K, V> {
+    pub(crate) codecs: Codecs<K, V>,
+}
+
+impl<K: Data, V: Data> Consumed<K, V> {
+    /// Reads keys with `key` and values with `value`.
+    pub fn with(key: impl Codec<K> + 'static, value: impl Codec<V> + 'static) -> Self {
+        Consumed {
+            codecs: Codecs {
+                key: Arc::new(key),
+                value: Arc::new(value),
+            },
+        }
+    }
+}
+
+impl<K: Data, V: Data> Default for Consumed<K, V> {
+    fn default() -> Self {
+        Consumed::with(Auto, Auto)
+    }
+}
+
+/// The codecs a sink is written with (Kafka Streams' `Produced`); the default is [`Auto`] for
+/// both. The partition of a written record is murmur2 of its key bytes, as Kafka Streams and
+/// the Java client's default partitioner compute it.
+pub struct Produced<K, V> {
+    pub(crate) codecs: Codecs<K, V>,
+}
+
+impl<K: Data, V: Data> Produced<K, V> {
+    /// Writes keys with `key` and values with `value`.
+    pub fn with(key: impl Codec<K> + 'static, value: impl Codec<V> + 'static) -> Self {
+        Produced {
+            codecs: Codecs {
+                key: Arc::new(key),
+                value: Arc::new(value),
+            },
+        }
+    }
+}
+
+impl<K: Data, V: Data> Default for Produced<K, V> {
+    fn default() -> Self {
+        Produced::with(Auto, Auto)
+    }
+}
