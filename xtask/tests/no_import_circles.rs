@@ -26,15 +26,7 @@ use syn::visit::Visit;
 /// Circles known and not yet broken: a crate and the modules of one circle, as the failure
 /// message names them. They are reported and do not fail the test; a listed circle that no
 /// longer exists fails it, so that the list only shrinks.
-const ALLOWED: &[(&str, &[&str])] = &[
-    // `runtime` starts the metrics endpoint (`Endpoint`, `Served`); `endpoint` calls back into
-    // `runtime` for `Shutdown` and `explain_stages`. Being broken in the runtime's
-    // restructuring: remove this entry when it is.
-    ("parsley-runtime", &["endpoint", "runtime"]),
-    // The simulator: `outcome::tally` calls `run::run`, which returns an `outcome::Outcome`.
-    // Moving `tally` beside `run` (or `Outcome` below both) breaks it: then remove this entry.
-    ("parsley-testkit", &["sim::outcome", "sim::run"]),
-];
+const ALLOWED: &[(&str, &[&str])] = &[];
 
 #[test]
 fn no_crate_has_an_import_circle_between_its_modules() {

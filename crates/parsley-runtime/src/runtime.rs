@@ -290,7 +290,7 @@ impl Running {
     /// [`ANSWER_WITHIN`]: crate::ANSWER_WITHIN
     /// [`StageExplanation::fresh`]: crate::StageExplanation::fresh
     pub fn explain(&self) -> Explanation {
-        parsley_task::explain::explain_stages(
+        parsley_task::metrics::explain_stages(
             self.stages.iter().map(|(name, thread, metrics)| {
                 (name.as_str(), metrics.as_ref(), thread.is_finished())
             }),

@@ -50,8 +50,6 @@ use parsley_clock::{Channel, TopicId};
 use parsley_gate::{Awaiting, Gate, Hold, InputState};
 use serde::{Deserialize, Serialize};
 
-use crate::metrics::StageMetrics;
-
 /// How long `Running::explain` waits for a stream thread to take a
 /// fresh snapshot before it falls back on that stage's last one.
 pub const ANSWER_WITHIN: Duration = Duration::from_secs(2);
@@ -784,20 +782,6 @@ pub fn explain<'a>(
             .map(|(name, slot, ended, generation)| slot.answer(name, generation, deadline, !ended))
             .collect(),
     }
-}
-
-/// The explanation of `stages` (name, metrics, whether its stream thread has ended), each
-/// waited for at most [`ANSWER_WITHIN`] in all.
-pub fn explain_stages<'a>(
-    stages: impl IntoIterator<Item = (&'a str, &'a StageMetrics, bool)>,
-) -> Explanation {
-    explain(
-        stages.into_iter().map(|(name, metrics, finished)| {
-            let ended = finished || metrics.ended().is_some();
-            (name, metrics.explained(), ended)
-        }),
-        ANSWER_WITHIN,
-    )
 }
 
 #[cfg(test)]

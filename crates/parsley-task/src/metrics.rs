@@ -27,7 +27,7 @@ use parsley_stage::BadRecordKind;
 
 use crate::client_stats::ClientStatistics;
 use crate::error::Error;
-use crate::explain::Explained;
+use crate::explain::{Explained, Explanation};
 
 /// Live counters of one stage (all tasks of one stream thread).
 #[derive(Debug, Default)]
@@ -688,6 +688,20 @@ pub fn progress_summary(tasks: &[(String, Vec<TaskMetrics>)]) -> String {
         0 if history.is_empty() => "caught up".to_string(),
         lag => format!("catching up: frontier lag {lag} offsets{history}"),
     }
+}
+
+/// The explanation of `stages` (name, metrics, whether its stream thread has ended), each
+/// waited for at most [`ANSWER_WITHIN`](crate::explain::ANSWER_WITHIN) in all.
+pub fn explain_stages<'a>(
+    stages: impl IntoIterator<Item = (&'a str, &'a StageMetrics, bool)>,
+) -> Explanation {
+    crate::explain::explain(
+        stages.into_iter().map(|(name, metrics, finished)| {
+            let ended = finished || metrics.ended().is_some();
+            (name, metrics.explained(), ended)
+        }),
+        crate::explain::ANSWER_WITHIN,
+    )
 }
 
 #[cfg(test)]

@@ -276,7 +276,7 @@ fn metrics_text(served: &Served) -> String {
 
 /// Why each stage of `served` waits, as JSON.
 fn explain_json(served: &Served) -> String {
-    let explanation = parsley_task::explain::explain_stages(
+    let explanation = parsley_task::metrics::explain_stages(
         served
             .stages
             .iter()

@@ -55,8 +55,9 @@ mod run;
 mod task;
 
 pub use config::{SimConfig, Variant};
-pub use outcome::{Outcome, Tally, tally};
+pub use outcome::{Outcome, Tally};
 pub use run::run;
+pub use run::tally;
 
 /// A record's unique id in a simulation.
 pub type RecordId = u64;

@@ -1,13 +1,14 @@
 //! What a simulation found, after the drain: liveness (no record left undelivered in a gate,
 //! every position at the end of its channel), no truthful stamp judged impossible, and safety —
 //! the [oracle](crate::oracle) replaying the committed ground truth (each process's sends and
-//! deliveries) — as an [`Outcome`]; and the counts of many random histories as a [`Tally`].
+//! deliveries) — as an [`Outcome`]; and the counts of many random histories as a [`Tally`] (summed by
+//! [`tally`](super::run::tally), beside the run it repeats).
 
 use std::fmt::Write as _;
 
 use parsley_clock::Channel;
 
-use super::{Ev, Sim, SimConfig, run};
+use super::{Ev, Sim};
 use crate::oracle::History;
 
 /// What a simulation found.
@@ -186,25 +187,4 @@ impl Tally {
             self.first_failure = other.first_failure;
         }
     }
-}
-
-/// Runs `histories` random histories from `first_seed` on.
-pub fn tally(first_seed: u64, histories: u64, config: &SimConfig) -> Tally {
-    let mut t = Tally::default();
-    for seed in first_seed..first_seed + histories {
-        let o = run(seed, config);
-        t.histories += 1;
-        t.deliveries += o.deliveries;
-        t.lookahead += o.lookahead;
-        t.own += o.own;
-        t.spilled += o.spilled;
-        t.refetched += o.refetched;
-        t.task_aborts += o.task_aborts;
-        t.violations += u64::from(o.violation.is_some());
-        t.stalls += u64::from(o.stall.is_some());
-        if o.failed() && t.first_failure.is_none() {
-            t.first_failure = Some((seed, o.violation.or(o.stall).unwrap_or_default()));
-        }
-    }
-    t
 }

@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 
 use rand::Rng;
 
-use super::{Outcome, Sim, SimConfig, Who};
+use super::{Outcome, Sim, SimConfig, Tally, Who};
 
 impl Sim {
     /// Runs `steps` random steps, then closes everything and drains every task.
@@ -178,4 +178,25 @@ impl Sim {
 pub fn run(seed: u64, config: &SimConfig) -> Outcome {
     let mut sim = Sim::random(seed, config);
     sim.run_random(config.steps)
+}
+
+/// Runs `histories` random histories from `first_seed` on.
+pub fn tally(first_seed: u64, histories: u64, config: &SimConfig) -> Tally {
+    let mut t = Tally::default();
+    for seed in first_seed..first_seed + histories {
+        let o = run(seed, config);
+        t.histories += 1;
+        t.deliveries += o.deliveries;
+        t.lookahead += o.lookahead;
+        t.own += o.own;
+        t.spilled += o.spilled;
+        t.refetched += o.refetched;
+        t.task_aborts += o.task_aborts;
+        t.violations += u64::from(o.violation.is_some());
+        t.stalls += u64::from(o.stall.is_some());
+        if o.failed() && t.first_failure.is_none() {
+            t.first_failure = Some((seed, o.violation.or(o.stall).unwrap_or_default()));
+        }
+    }
+    t
 }
