@@ -13,11 +13,13 @@
 //! Invariants:
 //! - there is at most one task per partition, and a task is here exactly from the end of its
 //!   restore to its revocation or the recovery that rebuilds it;
-//! - a task is inserted only once it reports [`TaskPhase::Running`](parsley_task::metrics::TaskPhase)
-//!   (module `restore`), and every task of the map is taken out together (a revocation, a
-//!   recovery): no task outlives the transaction its work belongs to;
+//! - a task is taken in only once it reports
+//!   [`TaskPhase::Running`](parsley_task::metrics::TaskPhase) (module `restore`), and the tasks
+//!   are taken out all together: at a revocation once their work is committed, at a recovery
+//!   once it is aborted (what they refused for good is kept for their rebuilt selves);
 //! - an event-time input channel of a task here that other stages write waits for them until
-//!   their history is committed (module `upstream`), and stops waiting when its task goes.
+//!   their history is committed (module `upstream`), and is forgotten at the next look once
+//!   its task is gone.
 
 mod acks;
 mod explain;
