@@ -292,7 +292,7 @@ impl Tasks {
         RefusedInput::of(e, source)
     }
 
-    /// Applies each task's watermark alignment ([`Tasks::align`]), then its backpressure plan:
+    /// Applies each task's watermark alignment ([`align`]), then its backpressure plan:
     /// gate steps first, then the consumer's pauses and resumes, then its seeks.
     pub(crate) fn apply_backpressure(
         &mut self,

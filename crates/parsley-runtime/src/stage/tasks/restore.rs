@@ -128,7 +128,7 @@ impl Tasks {
 /// can be trusted (`state_store::judge`), else from 0 with the keyspace cleared.
 ///
 /// # Errors
-/// [`Error::StateStore`]; admin errors.
+/// [`crate::Error::StateStore`]; admin errors.
 fn local_copy(
     admin: &Admin,
     changelog: &TopicInfo,
