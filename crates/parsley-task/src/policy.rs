@@ -13,9 +13,9 @@
 //! it, a handler error, an output refused for good: `Error::OutputRefused`):
 //! [`BadRecordPolicy`] chooses `Fail`, `Skip` (counted per kind) or `DeadLetter`. An output
 //! refused for good is found only after the record was handled, so the policy takes the input
-//! record on the redo of its aborted transaction (`StageRunner::refused_input`), none of its
-//! outputs written; the dead letter of a record whose output's timestamp was refused gets the
-//! producer's clock. A skipped or dead-lettered record counts as processed: its offset commits
+//! record on the redo of its aborted transaction (the runtime's `Tasks::refused_input`), none
+//! of its outputs written; the dead letter of a record whose output's timestamp was refused
+//! gets the producer's clock. A skipped or dead-lettered record counts as processed: its offset commits
 //! with the transaction, the node clock has observed it, records that claim it are delivered
 //! after it, and it changes no fold state.
 //!

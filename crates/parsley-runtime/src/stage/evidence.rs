@@ -13,24 +13,34 @@
 //!   the frontier has reached it (a local read), an earlier LSO reading when the frontier has not
 //!   reached that, and otherwise the LSO read from the leaders in one batched `ListOffsets(LATEST,
 //!   READ_COMMITTED)`.
+//! - **A failed poll** ([`Evidence::poll_failed`]): what the cluster says now decides whether
+//!   the stage carries on — a source deleted or recreated, a position below its log start.
+//!
+//! [`Evidence`] owns the stage's admin client and the names of the topics claims name; it
+//! reads the consumer and the tasks it is handed and keeps nothing of them.
 //!
 //! Invariant: every reading handed to a gate was taken after the poll that returned the
 //! records it is evidence for; nothing here is persisted (fetch-time evidence is read again
 //! after a restart).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
+use std::time::Duration;
 
 use parsley_clock::{Channel, TopicId};
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
+use rdkafka::error::KafkaError;
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{Offset, TopicPartitionList};
 use tracing::warn;
 
-use super::StageRunner;
+use super::intake::Intake;
+use super::sources;
+use super::tasks::Tasks;
 use crate::admin::Admin;
+use crate::security::is_security_failure;
 use parsley_task::context::TaskContext;
-use parsley_task::error::Result;
+use parsley_task::error::{Error, Result};
 use parsley_task::event_time::{HeadEvidence, head_evidence};
 use parsley_task::task::Task;
 use parsley_task::topic::TopicInfo;
@@ -95,39 +105,42 @@ impl Evidence {
     }
 }
 
-impl StageRunner {
-    /// Hands every task the evidence read after the batch's polls: the consumer's positions,
-    /// then the high watermarks the gates ask for.
-    pub(super) fn read_evidence(&mut self) -> Result<()> {
-        if self.tasks.is_empty() {
+impl Evidence {
+    /// Hands every task the evidence read after the batch's polls: the consumer's positions
+    /// (through `intake`), then the high watermarks the gates ask for.
+    pub(crate) fn read(
+        &mut self,
+        ctx: &TaskContext,
+        intake: &Intake,
+        tasks: &mut Tasks,
+    ) -> Result<()> {
+        if tasks.is_empty() {
             return Ok(());
         }
-        for (topic, partition, position) in
-            consumer_positions(self.intake.consumer(), &self.ctx, &self.tasks)?
-        {
-            let source = self.ctx.source_index(&topic)?;
-            let channel = Channel::new(self.ctx.sources[source].id, partition);
+        for (topic, partition, position) in consumer_positions(intake.consumer(), ctx, tasks)? {
+            let source = ctx.source_index(&topic)?;
+            let channel = Channel::new(ctx.sources[source].id, partition);
             // A held record is not read past: the gate takes at most its offset.
-            let position = self.intake.gate_position(&channel, position);
-            if let Some(task) = self.tasks.get_mut(&partition) {
+            let position = intake.gate_position(&channel, position);
+            if let Some(task) = tasks.get_mut(partition) {
                 task.gate_mut()
                     .position(channel, position)
-                    .map_err(|e| self.ctx.gate_error(partition, e))?;
+                    .map_err(|e| ctx.gate_error(partition, e))?;
             }
         }
         let mut served: BTreeSet<Channel> = BTreeSet::new();
         loop {
             let mut wanted: BTreeSet<Channel> = BTreeSet::new();
-            for task in self.tasks.values() {
+            for (_, task) in tasks.iter() {
                 wanted.extend(task.gate().evidence_wanted());
             }
             wanted.retain(|c| !served.contains(c));
             if wanted.is_empty() {
                 return Ok(());
             }
-            let readings = self.evidence.high_watermarks(&wanted)?;
-            let epoch = self.intake.epoch();
-            for task in self.tasks.values_mut() {
+            let readings = self.high_watermarks(&wanted)?;
+            let epoch = intake.epoch();
+            for task in tasks.values_mut() {
                 for &(c, hw) in &readings {
                     task.gate_mut().high_watermark(c, hw, epoch);
                 }
@@ -138,9 +151,14 @@ impl StageRunner {
 
     /// Hands the trackers the live-head evidence of every caught-up event-time input of every
     /// task, after the batch's polls and deliveries (module docs).
-    pub(super) fn read_heads(&mut self) -> Result<()> {
+    pub(crate) fn read_heads(
+        &self,
+        ctx: &TaskContext,
+        intake: &Intake,
+        tasks: &mut Tasks,
+    ) -> Result<()> {
         let mut ask: Vec<Channel> = Vec::new();
-        for task in self.tasks.values_mut() {
+        for task in tasks.values_mut() {
             let (gate, Some(et)) = task.gate_and_event_time() else {
                 continue;
             };
@@ -151,11 +169,11 @@ impl StageRunner {
                 };
                 // A paused partition is not fetched: its last response says nothing about
                 // what was appended since.
-                let fetched = if self.intake.is_paused(&c) {
+                let fetched = if intake.is_paused(&c) {
                     None
                 } else {
-                    let name = &self.ctx.source_of(c)?.name;
-                    cached_high_watermark(self.intake.consumer(), name, c.partition)
+                    let name = &ctx.source_of(c)?.name;
+                    cached_high_watermark(intake.consumer(), name, c.partition)
                 };
                 let head = match head_evidence(frontier + 1, fetched, et.last_stable(&c)) {
                     HeadEvidence::Fetched(hw) => hw,
@@ -166,7 +184,7 @@ impl StageRunner {
                     }
                 };
                 et.fetched_head(c, head, false)
-                    .map_err(|e| self.ctx.gate_error(c.partition, e))?;
+                    .map_err(|e| ctx.gate_error(c.partition, e))?;
             }
         }
         if ask.is_empty() {
@@ -174,17 +192,13 @@ impl StageRunner {
         }
         let mut request = Vec::with_capacity(ask.len());
         for c in &ask {
-            request.push((self.ctx.source_of(*c)?.name.as_str(), c.partition));
+            request.push((ctx.source_of(*c)?.name.as_str(), c.partition));
         }
-        let heads = self.evidence.admin().last_stable_offsets(&request)?;
+        let heads = self.admin.last_stable_offsets(&request)?;
         for (c, lso) in ask.iter().zip(heads) {
-            if let Some(et) = self
-                .tasks
-                .get_mut(&c.partition)
-                .and_then(Task::event_time_mut)
-            {
+            if let Some(et) = tasks.get_mut(c.partition).and_then(Task::event_time_mut) {
                 et.fetched_head(*c, lso, true)
-                    .map_err(|e| self.ctx.gate_error(c.partition, e))?;
+                    .map_err(|e| ctx.gate_error(c.partition, e))?;
             }
         }
         Ok(())
@@ -193,26 +207,106 @@ impl StageRunner {
     /// Sets every task's frontier lag from the end offsets of the consumer's last fetch
     /// responses (a local read, no request). The built-in clock's topic is left out: the
     /// task's own ticks are always a little ahead of what it has read.
-    pub(super) fn publish_frontier_lag(&self) {
-        let clock = self.ctx.clock.as_ref().map(|c| c.source);
-        for task in self.tasks.values() {
+    pub(crate) fn publish_frontier_lag(ctx: &TaskContext, intake: &Intake, tasks: &Tasks) {
+        let clock = ctx.clock.as_ref().map(|c| c.source);
+        for (_, task) in tasks.iter() {
             let mut lag = Some(0);
-            for (i, source) in self.ctx.sources.iter().enumerate() {
+            for (i, source) in ctx.sources.iter().enumerate() {
                 if Some(i) == clock {
                     continue;
                 }
                 let channel = Channel::new(source.id, task.partition());
-                let end =
-                    cached_high_watermark(self.intake.consumer(), &source.name, task.partition());
+                let end = cached_high_watermark(intake.consumer(), &source.name, task.partition());
                 let first = task.gate().first_undelivered(&channel);
                 lag = match (lag, end, first) {
                     (Some(l), Some(end), Some(first)) => Some(l + (end - first).max(0)),
                     _ => None,
                 };
             }
-            self.metrics
-                .task(task.partition(), |m| m.frontier_lag = lag);
+            ctx.metrics.task(task.partition(), |m| m.frontier_lag = lag);
         }
+    }
+
+    /// Decides what an error of `intake`'s poll means: `Ok` to carry on, or the error that
+    /// ends the stage; `timeout` bounds the descriptions it takes.
+    /// - A failure to authenticate or to set up TLS: [`Error::Security`].
+    /// - A transient connection error (a broker restarting, a network blip): librdkafka
+    ///   reconnects by itself; carry on.
+    /// - An unknown topic or partition: [`Error::SourceDeleted`] when the cluster confirms a
+    ///   source is gone, [`Error::SourceChanged`] when it was recreated (a new topic id);
+    ///   otherwise metadata not caught up yet (a topic just created, a leader moving): carry
+    ///   on.
+    /// - A fetch position that fell out of range (with `auto.offset.reset=error`) while the
+    ///   stage runs: [`Error::RecordsLost`] for the channel whose position now lies below its
+    ///   log start offset (retention or `DeleteRecords` removed records the stage had not
+    ///   fetched: case C12 mid-stream); librdkafka's error names no partition, so the positions
+    ///   are compared with the log start offsets read now.
+    /// - Anything else is the client's error — unless a source was recreated meanwhile, which
+    ///   explains it: [`Error::SourceChanged`] then.
+    pub(crate) fn poll_failed(
+        &self,
+        ctx: &TaskContext,
+        intake: &Intake,
+        tasks: &Tasks,
+        e: KafkaError,
+        timeout: Duration,
+    ) -> Result<()> {
+        use rdkafka::types::RDKafkaErrorCode as C;
+        if let Some(code) = e.rdkafka_error_code()
+            && is_security_failure(code)
+        {
+            return Err(intake.security_error(code, e.to_string()));
+        }
+        if crate::client_error::transient(&e) {
+            warn!(error = %e, "consumer: transient error, carrying on");
+            return Ok(());
+        }
+        match e.rdkafka_error_code() {
+            Some(C::UnknownTopicOrPartition | C::UnknownTopic | C::UnknownPartition) => {
+                // Deleted ends the stage, recreated too (a new id); else metadata catching up.
+                if let Some(change) = sources::source_change(&self.admin, ctx, timeout)? {
+                    return Err(change);
+                }
+                warn!(error = %e, "consumer: a source is unknown to it but exists: carrying on");
+                return Ok(());
+            }
+            Some(C::AutoOffsetReset) => match self.records_lost(ctx, intake, tasks) {
+                Ok(Some(lost)) => return Err(lost),
+                Ok(None) => {}
+                Err(lookup) => warn!(error = %lookup, "cannot name the channel a fetch lost"),
+            },
+            _ => {}
+        }
+        // A source recreated under the stage explains errors like a position out of range on
+        // the new topic: say that instead (a description that fails explains nothing).
+        if let Ok(Some(change)) = sources::source_change(&self.admin, ctx, timeout) {
+            return Err(change);
+        }
+        Err(crate::client_error::kafka("polling", e))
+    }
+
+    /// [`Error::RecordsLost`] for the first channel whose consumer position lies below its log
+    /// start offset, if any.
+    fn records_lost(
+        &self,
+        ctx: &TaskContext,
+        intake: &Intake,
+        tasks: &Tasks,
+    ) -> Result<Option<Error>> {
+        let positions = consumer_positions(intake.consumer(), ctx, tasks)?;
+        let channels: Vec<(&str, i32)> =
+            positions.iter().map(|(t, p, _)| (t.as_str(), *p)).collect();
+        let starts = self.admin.log_start_offsets(&channels)?;
+        Ok(positions
+            .into_iter()
+            .zip(starts)
+            .find(|((_, _, position), start)| position < start)
+            .map(|((topic, partition, from), log_start)| Error::RecordsLost {
+                topic,
+                partition,
+                from,
+                log_start,
+            }))
     }
 }
 
@@ -227,11 +321,12 @@ impl StageRunner {
 ///
 /// # Errors
 /// The client's, naming the read.
-pub(crate) fn consumer_positions<C: ConsumerContext>(
+fn consumer_positions<C: ConsumerContext>(
     consumer: &BaseConsumer<C>,
     ctx: &TaskContext,
-    tasks: &BTreeMap<i32, Task>,
+    tasks: &Tasks,
 ) -> Result<Vec<(String, i32, i64)>> {
+    let tasks = tasks.iter();
     let mut positions = TopicPartitionList::with_capacity(tasks.len() * ctx.sources.len());
     for (partition, task) in tasks {
         for source in &ctx.sources {

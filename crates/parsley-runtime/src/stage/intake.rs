@@ -1,10 +1,14 @@
 //! Intake: the stage's consumer and the one poll loop.
 //!
 //! One consumer per stage (`read_committed`, explicit positions, range assignment), subscribed
-//! to the sources. [`StageRunner::take_batch`] is the only place that polls it: one poll batch
-//! is what the consumer has ready, up to [`MAX_BATCH`] records — one evidence epoch, after
-//! which positions and high watermarks are read once. Each record is copied out of the
-//! consumer's buffer, its stamp decoded ([`Fetched`]), and offered to its task.
+//! to the sources. [`Intake`] owns it and what the poll loop keeps between polls: the record
+//! deferred behind rebalance events, the poll epoch, the channels paused for backpressure and
+//! those bounded and held for watermark alignment. The stream thread's poll loop
+//! (`StageRunner::take_batch`) is the only caller of [`Intake::poll`]: one poll batch is what
+//! the consumer has ready, up to [`MAX_BATCH`] records — one evidence epoch, after which
+//! positions and high watermarks are read once. Each record is copied out of the consumer's
+//! buffer, its stamp decoded ([`Fetched`]), and offered to its task (through
+//! [`Intake::hold`], which keeps it back beyond its channel's alignment bound).
 //!
 //! Rebalance events arrive from the consumer's callback during a poll. While the transaction
 //! is open they are handled at once, before the record polled with them is offered (newly
@@ -31,17 +35,15 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{BorrowedMessage, Headers, Message};
 use rdkafka::{Offset, TopicPartitionList};
-use tracing::{debug, warn};
+use tracing::debug;
 
-use super::StageRunner;
 use super::alignment::Bound;
-use super::evidence;
 use super::held::{ALIGNED_PARTITION_FETCH_BYTES, HOLD_BYTES, Held, Pushed};
 use super::rebalance::{RebalanceContext, RebalanceEvent};
 use crate::admin::Admin;
 use crate::clients::ClientRole;
 use crate::config::RuntimeConfig;
-use crate::security::{Endpoint, is_security_failure};
+use crate::security::Endpoint;
 use parsley_task::context::TaskContext;
 use parsley_task::error::{Error, Result};
 use parsley_task::output::Header;
@@ -85,11 +87,14 @@ pub(crate) enum Hold {
 }
 
 /// What one poll gave.
-enum Polled {
+pub(crate) enum Polled {
+    /// A record, to offer.
     Record(Box<Fetched>),
     /// Rebalance events wait (the record polled with them, if any, is deferred).
     Rebalance,
+    /// Nothing was ready.
     Nothing,
+    /// The poll failed: what it means is for the caller to decide (module `evidence`).
     Failed(KafkaError),
 }
 
@@ -249,7 +254,7 @@ impl Intake {
     }
 
     /// `true` when rebalance events or a record polled with them wait.
-    fn rebalance_waiting(&self) -> bool {
+    pub(crate) fn rebalance_waiting(&self) -> bool {
         self.deferred.is_some() || self.consumer.context().has_events()
     }
 
@@ -259,13 +264,13 @@ impl Intake {
     }
 
     /// Starts a poll batch: a new evidence epoch.
-    fn next_epoch(&mut self) {
+    pub(crate) fn next_epoch(&mut self) {
         self.epoch += 1;
         self.batch_time = None;
     }
 
     /// Polls once, waiting at most `timeout`.
-    fn poll(&mut self, timeout: Duration, ctx: &TaskContext) -> Result<Polled> {
+    pub(crate) fn poll(&mut self, timeout: Duration, ctx: &TaskContext) -> Result<Polled> {
         let fetched = match self.consumer.poll(timeout) {
             Some(Ok(m)) => {
                 let at = *self.batch_time.get_or_insert_with(Instant::now);
@@ -325,6 +330,21 @@ impl Intake {
         }
         self.bounds.clear();
         Ok(())
+    }
+
+    /// The record polled together with the rebalance events just handled, if any: to be
+    /// offered now.
+    pub(crate) fn take_deferred(&mut self) -> Option<Box<Fetched>> {
+        self.deferred.take()
+    }
+
+    /// The error for a security failure `code` of the consumer ([`Endpoint::error`]).
+    pub(crate) fn security_error(
+        &self,
+        code: rdkafka::types::RDKafkaErrorCode,
+        message: String,
+    ) -> Error {
+        self.endpoint.error(code, message)
     }
 
     /// Drops a record polled behind a rebalance event: it is read again from the committed
@@ -392,167 +412,6 @@ impl Intake {
     /// Tells the rebalance callback that the stream thread is done with the consumer.
     pub(crate) fn close(&self) {
         self.consumer.context().close();
-    }
-}
-
-impl StageRunner {
-    /// The one poll loop: takes one poll batch and offers each record to its task. See the
-    /// module docs for how rebalance events are handled in each [`Taking`].
-    pub(super) fn take_batch(&mut self, taking: Taking) -> Result<Taken> {
-        let mut timeout = match taking {
-            Taking::Waiting(wait) => wait,
-            Taking::Ready => Duration::ZERO,
-        };
-        if self.intake.rebalance_waiting() {
-            match taking {
-                Taking::Waiting(_) => {
-                    self.rebalance()?;
-                }
-                Taking::Ready => {
-                    return Ok(Taken {
-                        records: 0,
-                        at_rebalance: true,
-                    });
-                }
-            }
-        }
-        self.intake.next_epoch();
-        let mut taken = Taken::default();
-        while taken.records < MAX_BATCH {
-            match self.intake.poll(timeout, &self.ctx)? {
-                Polled::Record(f) => {
-                    self.offer(f)?;
-                    taken.records += 1;
-                }
-                Polled::Rebalance => match taking {
-                    Taking::Waiting(_) => {
-                        if !self.rebalance()? {
-                            break;
-                        }
-                        taken.records += 1;
-                    }
-                    Taking::Ready => {
-                        taken.at_rebalance = true;
-                        break;
-                    }
-                },
-                Polled::Nothing => break,
-                Polled::Failed(e) => {
-                    self.poll_failed(e)?;
-                    break;
-                }
-            }
-            timeout = Duration::ZERO;
-        }
-        Ok(taken)
-    }
-
-    /// Handles the waiting rebalance events, then offers the record polled with them, if any
-    /// (`true` then).
-    fn rebalance(&mut self) -> Result<bool> {
-        self.handle_rebalance()?;
-        match self.intake.deferred.take() {
-            Some(f) => {
-                self.offer(f)?;
-                Ok(true)
-            }
-            None => Ok(false),
-        }
-    }
-
-    /// Hands a fetched record to its task, or holds it beyond its channel's alignment bound
-    /// (counted when its channel starts holding).
-    ///
-    /// # Errors
-    /// [`Error::Gate`] when no task of the stage consumes the record's partition; the task's.
-    fn offer(&mut self, f: Box<Fetched>) -> Result<()> {
-        let f = match self.intake.hold(&self.ctx, f)? {
-            Hold::Offer(f) => f,
-            Hold::Held { first } => {
-                if first {
-                    self.metrics.aligned();
-                }
-                return Ok(());
-            }
-        };
-        let partition = f.partition;
-        let Some(task) = self.tasks.get_mut(&partition) else {
-            return Err(self.ctx.gate_error(
-                partition,
-                parsley_gate::GateError::NotSeeded { channel: f.channel },
-            ));
-        };
-        task.offer(&self.ctx, f)
-    }
-
-    /// Decides what a poll's error means: `Ok` to carry on, or the error that ends the stage.
-    /// - A failure to authenticate or to set up TLS: [`Error::Security`].
-    /// - A transient connection error (a broker restarting, a network blip): librdkafka
-    ///   reconnects by itself; carry on.
-    /// - An unknown topic or partition: [`Error::SourceDeleted`] when the cluster confirms a
-    ///   source is gone, [`Error::SourceChanged`] when it was recreated (a new topic id);
-    ///   otherwise metadata not caught up yet (a topic just created, a leader moving): carry
-    ///   on.
-    /// - A fetch position that fell out of range (with `auto.offset.reset=error`) while the
-    ///   stage runs: [`Error::RecordsLost`] for the channel whose position now lies below its
-    ///   log start offset (retention or `DeleteRecords` removed records the stage had not
-    ///   fetched: case C12 mid-stream); librdkafka's error names no partition, so the positions
-    ///   are compared with the log start offsets read now.
-    /// - Anything else is the client's error — unless a source was recreated meanwhile, which
-    ///   explains it: [`Error::SourceChanged`] then.
-    fn poll_failed(&self, e: KafkaError) -> Result<()> {
-        use rdkafka::types::RDKafkaErrorCode as C;
-        if let Some(code) = e.rdkafka_error_code()
-            && is_security_failure(code)
-        {
-            return Err(self.intake.endpoint.error(code, e.to_string()));
-        }
-        if crate::client_error::transient(&e) {
-            warn!(error = %e, "consumer: transient error, carrying on");
-            return Ok(());
-        }
-        match e.rdkafka_error_code() {
-            Some(C::UnknownTopicOrPartition | C::UnknownTopic | C::UnknownPartition) => {
-                // Deleted ends the stage, recreated too (a new id); else metadata catching up.
-                if let Some(change) = self.source_change(self.config.timeout)? {
-                    return Err(change);
-                }
-                warn!(error = %e, "consumer: a source is unknown to it but exists: carrying on");
-                return Ok(());
-            }
-            Some(C::AutoOffsetReset) => match self.records_lost() {
-                Ok(Some(lost)) => return Err(lost),
-                Ok(None) => {}
-                Err(lookup) => warn!(error = %lookup, "cannot name the channel a fetch lost"),
-            },
-            _ => {}
-        }
-        // A source recreated under the stage explains errors like a position out of range on
-        // the new topic: say that instead (a description that fails explains nothing).
-        if let Ok(Some(change)) = self.source_change(self.config.timeout) {
-            return Err(change);
-        }
-        Err(crate::client_error::kafka("polling", e))
-    }
-
-    /// [`Error::RecordsLost`] for the first channel whose consumer position lies below its log
-    /// start offset, if any.
-    fn records_lost(&self) -> Result<Option<Error>> {
-        let positions =
-            evidence::consumer_positions(self.intake.consumer(), &self.ctx, &self.tasks)?;
-        let channels: Vec<(&str, i32)> =
-            positions.iter().map(|(t, p, _)| (t.as_str(), *p)).collect();
-        let starts = self.evidence.admin().log_start_offsets(&channels)?;
-        Ok(positions
-            .into_iter()
-            .zip(starts)
-            .find(|((_, _, position), start)| position < start)
-            .map(|((topic, partition, from), log_start)| Error::RecordsLost {
-                topic,
-                partition,
-                from,
-                log_start,
-            }))
     }
 }
 

@@ -26,7 +26,7 @@
 //!    `EndTxn` started on a helper thread;
 //! 10. every few seconds, **check the sources**' topic ids and partition counts;
 //! 11. when a caller asked why the stage waits, **publish a snapshot** of what each task waits
-//!     for (module `explain`).
+//!     for (module `tasks::explain`).
 //!
 //! While a commit's round trips run on the helper thread, each turn is a **commit turn**
 //! ([`StageRunner::commit_turn`]) instead: the call's bound checked, and phases 1, 2, 4 and 6
@@ -35,6 +35,24 @@
 //! **finishes the commit** ([`StageRunner::finish_commit`]) and the next transaction begins.
 //! Both phases are called from the loop, one turn at a time: no phase runs the loop's body.
 //! A revocation or a shutdown commits both phases at once, with nothing taken between them.
+//!
+//! # Owners
+//! The stream thread's state has four owners, each a type with private fields whose methods
+//! keep its invariants (stated in its module docs), as Kafka Streams splits its stream
+//! thread, task manager and record collector:
+//! - [`Tasks`]: the tasks by partition, and what belongs to them only (the state store, the
+//!   channels waiting for upstream stages, what a restore reads with);
+//! - [`Intake`]: the consumer, the poll, the records held for alignment, the rebalance events;
+//! - [`Transaction`]: the producer, the open transaction, the commit in flight;
+//! - [`Evidence`]: the admin client's readings — positions, high watermarks, live heads, what
+//!   a failed poll means.
+//!
+//! [`StageRunner`] keeps the loop and the phases that need more than one owner. A phase that
+//! walks one owner and needs another for a step takes the other as a parameter of the first's
+//! method (a delivery takes the transaction it sends into, a reading of evidence the intake and
+//! the tasks). The phases that need all of them are the stream thread's own: the poll loop with
+//! its rebalance events (here), and the commit's phases and the recovery (module `commit`).
+//! No owner holds a reference to another.
 //!
 //! # Layout
 //! | module | its one job |
@@ -45,38 +63,43 @@
 //! | `output` | the narrow traits a task hands its records to |
 //! | `policy` | impossible stamps and dead letters |
 //! | `backpressure` | the pure plan of pauses, resumes, spills and re-fetches |
-//! | `intake` | the consumer and the one poll loop |
+//! | this module | the stream thread: the loop and its phases, the poll loop, rebalance events |
+//! | `commit` | the commit's two phases and the recovery, across the owners |
+//! | `tasks` | the tasks' owner: offer, deliver, ticks, alignment and backpressure, refused inputs, upstream waits |
+//! | `tasks::acks` | the tasks' side of a commit: acknowledgements, refusals named, changelog, held sends |
+//! | `tasks::restore` | building an assigned task from its changelog |
+//! | `tasks::explain` | the snapshot of what each task waits for, taken between turns on request |
+//! | `intake` | the consumer and the poll |
 //! | `held` | the records of inputs held back by watermark alignment |
-//! | `evidence` | positions, high watermarks, live heads |
-//! | `rebalance` | the consumer's callback; assignment checks; handing tasks in and out |
-//! | `restore` | building an assigned task from its changelog |
-//! | `transaction` | begin, commit, overlap, commit first, recovery |
+//! | `alignment` | the pure bounds of watermark alignment |
+//! | `evidence` | positions, high watermarks, live heads, what a failed poll means |
+//! | `rebalance` | the consumer's callback; assignment checks |
+//! | `transaction` | the producer: begin, a commit's call, overlap, commit first, abort |
+//! | `commit_call` | a commit's round trips on a helper thread, bounded |
 //! | `sources` | the sources' identity, checked while the stage runs |
-//! | `startup` | resolving topics and creating the clients |
+//! | `startup` | resolving topics and creating the owners |
 //! | `upstream` | inputs other stages write: waiting for those stages to commit their history |
 //! | `waits` | saying what a slow group join waits for |
-//! | `explain` | the snapshot of what each task waits for, taken between turns on request |
 //!
 //! Invariant: a task's committed offsets and its last committed snapshot describe the same
 //! moment — both are written in the same transaction, after its outputs are acknowledged.
 
 mod alignment;
+mod commit;
 mod commit_call;
 mod evidence;
-mod explain;
 mod held;
 mod intake;
 mod rebalance;
-mod restore;
 mod sources;
 mod startup;
+mod tasks;
 mod transaction;
 mod upstream;
 mod waits;
 
 pub(crate) use self::upstream::feeding_stages;
 use parsley_task::context::TaskContext;
-use parsley_task::task::{Task, publish_counts};
 
 #[cfg(test)]
 mod tests;
@@ -85,10 +108,11 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Sender;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
+use parsley_clock::Channel;
 use parsley_stage::StageSpec;
-use tracing::{debug, info, info_span, trace_span, warn};
+use tracing::{debug, info, info_span, warn};
 
 pub use parsley_task::policy::{
     DLQ_KIND_HEADER, DLQ_OFFSET_HEADER, DLQ_PARTITION_HEADER, DLQ_REASON_HEADER, DLQ_SOURCE_HEADER,
@@ -97,24 +121,19 @@ pub use parsley_task::policy::{
 pub use parsley_task::task::{DELIVERY_TARGET, NO_TIMESTAMP};
 
 use self::evidence::Evidence;
-use self::intake::{Intake, Taking};
+use self::intake::{Intake, MAX_BATCH, Polled, Taken, Taking};
+use self::rebalance::{RebalanceEvent, check_assignment};
 use self::sources::SourceCheck;
+use self::tasks::Tasks;
 use self::transaction::{MAX_RECOVERIES, Transaction};
+use self::waits::JoinWait;
 use crate::config::RuntimeConfig;
-use parsley_task::backpressure::{self, Step};
 use parsley_task::error::Result;
-use parsley_task::metrics::{Progress, StageMetrics};
+use parsley_task::metrics::{Progress, StageMetrics, TaskPhase};
 
 /// The longest a poll waits for a first record: shutdown requests, due commits and due ticks
 /// are looked at least this often.
 const MAX_POLL_WAIT: Duration = Duration::from_millis(100);
-
-/// The wall clock now, ms since the epoch: the timestamp of the built-in clock's ticks.
-fn wall_clock_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
 
 /// How a turn of the stream thread ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -137,22 +156,53 @@ pub(crate) struct StageRunner {
     /// When the sources' identity was last checked.
     source_check: SourceCheck,
     /// The tasks this instance owns, by partition.
-    tasks: BTreeMap<i32, Task>,
+    tasks: Tasks,
     txn: Transaction,
     metrics: Arc<StageMetrics>,
     observer: Option<Sender<Progress>>,
     shutdown: Arc<AtomicBool>,
     /// The wait for the first assignment, until it comes (module `waits`).
-    join_wait: Option<waits::JoinWait>,
-    /// The stages that write the stage's sources, and the event-time channels waiting for
-    /// them (module `upstream`).
-    upstreams: upstream::Upstreams,
-    /// The stage's state store, when fold state lives on disk
-    /// ([`RuntimeConfig::state_dir`]).
-    stores: Option<parsley_task::state_store::StateStores>,
+    join_wait: Option<JoinWait>,
 }
 
 impl StageRunner {
+    /// Resolves the stage's topics, checks co-partitioning, creates the clients and
+    /// initialises transactions (module `startup`).
+    ///
+    /// # Errors
+    /// [`crate::Error::UnknownTopic`], [`crate::Error::NotCoPartitioned`],
+    /// [`crate::Error::ChangelogPartitions`], [`crate::Error::InternalTopicPartitions`],
+    /// client and admin errors.
+    ///
+    /// `feeding` names, per source that other stages of the topology write, those stages
+    /// ([`feeding_stages`]).
+    pub(crate) fn new(
+        app: &str,
+        spec: StageSpec,
+        feeding: &[(String, Vec<StageSpec>)],
+        config: RuntimeConfig,
+        metrics: Arc<StageMetrics>,
+        observer: Option<Sender<Progress>>,
+        shutdown: Arc<AtomicBool>,
+    ) -> Result<Self> {
+        let started = startup::start(app, &spec, feeding, &config, &metrics)?;
+        Ok(StageRunner {
+            app: app.to_string(),
+            spec,
+            config,
+            ctx: started.ctx,
+            intake: started.intake,
+            evidence: started.evidence,
+            source_check: SourceCheck::new(),
+            tasks: started.tasks,
+            txn: started.txn,
+            metrics,
+            observer,
+            shutdown,
+            join_wait: Some(started.join_wait),
+        })
+    }
+
     /// Runs until shutdown (Ok, after a final commit) or the first error (the open
     /// transaction is aborted).
     pub(crate) fn run(mut self) -> Result<()> {
@@ -162,11 +212,7 @@ impl StageRunner {
         let result = self.run_loop();
         self.intake.close();
         // What the state store buffers goes to disk: the next start reads only the tail.
-        if let Some(stores) = &self.stores
-            && let Err(e) = stores.persist()
-        {
-            warn!(error = %e, "the state store could not be persisted; the next start reads more of the changelog");
-        }
+        self.tasks.persist_stores();
         match &result {
             Ok(()) => info!("stopped"),
             Err(e) => {
@@ -187,7 +233,7 @@ impl StageRunner {
     /// An output refused for good ([`crate::Error::OutputRefused`]) is never retried as it
     /// was: under a bad-record policy that takes records, its transaction is aborted the same
     /// way and the redo skips or dead-letters its input record
-    /// ([`StageRunner::refused_input`]); otherwise the stage ends with it. Such a recovery is
+    /// ([`Tasks::refused_input`]); otherwise the stage ends with it. Such a recovery is
     /// not counted: each takes one more input record out, so they cannot loop.
     fn run_loop(&mut self) -> Result<()> {
         let mut recoveries = 0;
@@ -204,7 +250,7 @@ impl StageRunner {
                     recoveries += 1;
                     self.recover(&e, None)?;
                 }
-                Err(e) => match self.refused_input(&e) {
+                Err(e) => match self.tasks.refused_input(&self.ctx, &e) {
                     Some(refused) => self.recover(&e, Some(refused))?,
                     None => return Err(e),
                 },
@@ -240,40 +286,6 @@ impl StageRunner {
         }
     }
 
-    /// The input record that the stage's bad-record policy takes for `e`: an output of it
-    /// refused for good ([`crate::Error::OutputRefused`]) under `Skip` or `DeadLetter`, the
-    /// first time. A refused dead letter or changelog record, an input not known, or `Fail`
-    /// leave the error to end the stage (counted as a bad record when its input is known).
-    fn refused_input(&self, e: &crate::Error) -> Option<parsley_task::task::RefusedInput> {
-        let crate::Error::OutputRefused {
-            input: Some(input),
-            dead_letter: false,
-            ..
-        } = e
-        else {
-            return None;
-        };
-        if self.ctx.bad_records == parsley_stage::BadRecordPolicy::Fail {
-            // Counted here: under the other policies the redo counts it.
-            self.ctx
-                .metrics
-                .bad_record(parsley_stage::BadRecordKind::OutputRefused);
-            return None;
-        }
-        let source = self.ctx.source_index(&input.topic).ok()?;
-        let again = self
-            .tasks
-            .get(&input.partition)
-            .is_some_and(|t| t.is_refused(source, input.offset));
-        if again {
-            // The policy took it already and an output of it was refused again: nothing more
-            // to take out.
-            return None;
-        }
-        warn!(error = %e, "an output was refused for good: the transaction is aborted and the redo applies the bad-record policy to its input record");
-        parsley_task::task::RefusedInput::of(e, source)
-    }
-
     /// One turn: the phases of the module docs.
     fn run_batch(&mut self) -> Result<Turn> {
         if self.txn.committing() {
@@ -292,51 +304,29 @@ impl StageRunner {
             self.txn
                 .until_due(self.config.commit_interval)
                 .min(MAX_POLL_WAIT)
-                .min(self.until_tick())
+                .min(self.tasks.until_tick(&self.ctx))
         };
         self.take_batch(Taking::Waiting(wait))?;
         // After the poll: an assignment ready by now has been handled.
         self.watch_join();
         self.read_evidence()?;
-        self.resolve_impossible()?;
+        self.tasks.resolve_impossible(&self.ctx, &mut self.txn)?;
         self.deliver()?;
         if self.spec.event_time().is_some() {
-            self.read_upstreams()?;
-            self.read_heads()?;
+            self.tasks
+                .read_upstreams(&self.ctx, self.evidence.admin(), &self.config)?;
+            self.evidence
+                .read_heads(&self.ctx, &self.intake, &mut self.tasks)?;
             self.deliver()?;
         }
         self.apply_backpressure()?;
         self.settle_acks()?;
-        self.write_ticks()?;
+        self.tasks.write_ticks(&self.ctx, &mut self.txn)?;
         self.commit_if_due()?;
-        self.check_sources()?;
-        self.explain_if_asked();
+        self.source_check
+            .check(self.evidence.admin(), &self.ctx, self.config.timeout)?;
+        self.tasks.explain_if_asked(&self.ctx, &self.intake);
         Ok(Turn::Running)
-    }
-
-    /// Writes a tick of the built-in clock, in the open transaction, for every task whose tick
-    /// interval has passed (module `task::ticks`); the wall clock gives the ticks' timestamps.
-    fn write_ticks(&mut self) -> Result<()> {
-        if self.ctx.clock.is_none() {
-            return Ok(());
-        }
-        let now = wall_clock_ms();
-        for task in self.tasks.values_mut() {
-            let work = task.tick(&self.ctx, &mut self.txn, now)?;
-            self.txn.add(work);
-        }
-        Ok(())
-    }
-
-    /// How long until a task's next tick is due: the longest the next poll may wait (a stage
-    /// without the built-in clock, or with no task, waits for the other reasons only).
-    fn until_tick(&self) -> Duration {
-        let now = wall_clock_ms();
-        self.tasks
-            .values()
-            .filter_map(|t| t.tick_due_in(&self.ctx, now))
-            .min()
-            .map_or(Duration::MAX, |ms| Duration::from_millis(ms.max(0) as u64))
     }
 
     /// One poll batch while the transaction commits on a helper thread: the records ready now
@@ -359,128 +349,179 @@ impl StageRunner {
         Ok(true)
     }
 
-    /// Applies the stage's policy to the impossible stamps the gates found.
-    fn resolve_impossible(&mut self) -> Result<()> {
-        for task in self.tasks.values_mut() {
-            let work = task.resolve_impossible(&self.ctx, &mut self.txn);
-            self.txn.add(work?);
-        }
-        Ok(())
+    /// Phase 2: the consumer's positions and the high watermarks the gates ask for, to the
+    /// tasks (module `evidence`).
+    fn read_evidence(&mut self) -> Result<()> {
+        self.evidence.read(&self.ctx, &self.intake, &mut self.tasks)
     }
 
-    /// Delivers what every task's gate releases, its sends going to the transaction (held
-    /// while a commit is in flight), then publishes the tasks' counters.
+    /// Phase 4: what the gates release, delivered into the transaction (module `tasks`).
     fn deliver(&mut self) -> Result<()> {
-        let mut result = Ok(());
-        for task in self.tasks.values_mut() {
-            let _span = trace_span!("deliver", partition = task.partition()).entered();
-            match task.deliver(&self.ctx, &mut self.txn) {
-                Ok(work) => self.txn.add(work),
-                Err(e) => {
-                    result = Err(e);
+        self.tasks.deliver(&self.ctx, &mut self.txn)
+    }
+
+    /// Phase 6: watermark alignment and the backpressure plan, applied to the tasks' gates
+    /// and the consumer (module `tasks`).
+    fn apply_backpressure(&mut self) -> Result<()> {
+        self.tasks.apply_backpressure(
+            &self.ctx,
+            &mut self.intake,
+            &mut self.txn,
+            self.config.timeout,
+        )
+    }
+
+    /// Phase 7: the delivery reports recorded so far, settled into the tasks' clocks (module
+    /// `tasks::acks`).
+    fn settle_acks(&mut self) -> Result<()> {
+        self.tasks
+            .settle_acks(&self.ctx, &mut self.txn, self.evidence.admin())
+    }
+
+    /// Once per turn until the first assignment: says once what a slow join waits for
+    /// (module `waits`).
+    fn watch_join(&mut self) {
+        if let Some(wait) = self.join_wait.as_mut() {
+            wait.watch(self.evidence.admin(), &self.app, &self.spec, &self.config);
+        }
+    }
+
+    /// The one poll loop: takes one poll batch and offers each record to its task. Rebalance
+    /// events arrive from the consumer's callback during a poll: with [`Taking::Waiting`] they
+    /// are handled at once, before the record polled with them is offered; with
+    /// [`Taking::Ready`] (a commit in flight) the batch stops at them (module `intake`).
+    fn take_batch(&mut self, taking: Taking) -> Result<Taken> {
+        let mut timeout = match taking {
+            Taking::Waiting(wait) => wait,
+            Taking::Ready => Duration::ZERO,
+        };
+        if self.intake.rebalance_waiting() {
+            match taking {
+                Taking::Waiting(_) => {
+                    self.rebalance()?;
+                }
+                Taking::Ready => {
+                    return Ok(Taken {
+                        records: 0,
+                        at_rebalance: true,
+                    });
+                }
+            }
+        }
+        self.intake.next_epoch();
+        let mut taken = Taken::default();
+        while taken.records < MAX_BATCH {
+            match self.intake.poll(timeout, &self.ctx)? {
+                Polled::Record(f) => {
+                    self.tasks.offer(&self.ctx, &mut self.intake, f)?;
+                    taken.records += 1;
+                }
+                Polled::Rebalance => match taking {
+                    Taking::Waiting(_) => {
+                        if !self.rebalance()? {
+                            break;
+                        }
+                        taken.records += 1;
+                    }
+                    Taking::Ready => {
+                        taken.at_rebalance = true;
+                        break;
+                    }
+                },
+                Polled::Nothing => break,
+                Polled::Failed(e) => {
+                    self.evidence.poll_failed(
+                        &self.ctx,
+                        &self.intake,
+                        &self.tasks,
+                        e,
+                        self.config.timeout,
+                    )?;
                     break;
                 }
             }
+            timeout = Duration::ZERO;
         }
-        self.publish_task_metrics();
-        result
+        Ok(taken)
     }
 
-    /// Adds each task's counted deliveries to its metrics and sets the stage's gauges.
-    fn publish_task_metrics(&mut self) {
-        publish_counts(
-            self.tasks.values_mut(),
-            &self.metrics,
-            self.spec.event_time().is_some(),
-        );
-    }
-
-    /// Applies each task's watermark alignment ([`align`]), then its backpressure plan: gate
-    /// steps first, then the consumer's pauses and resumes, then its seeks.
-    fn apply_backpressure(&mut self) -> Result<()> {
-        let mut pauses = Vec::new();
-        let mut seeks = Vec::new();
-        let max_drift = self.spec.event_time().and_then(|o| o.max_drift_ms);
-        for task in self.tasks.values_mut() {
-            if let Some(drift) = max_drift {
-                align(&self.ctx, &mut self.intake, &mut self.txn, task, drift)?;
+    /// Handles the waiting rebalance events, then offers the record polled with them, if any
+    /// (`true` then).
+    fn rebalance(&mut self) -> Result<bool> {
+        self.handle_rebalance()?;
+        match self.intake.take_deferred() {
+            Some(f) => {
+                self.tasks.offer(&self.ctx, &mut self.intake, f)?;
+                Ok(true)
             }
-            let partition = task.partition();
-            let steps = backpressure::plan(task.gate(), self.intake.full(), self.ctx.cap);
-            let gate = task.gate_mut();
-            for step in steps {
-                match step {
-                    Step::Spill(channel) => {
-                        let n = gate.spill(&channel);
-                        debug!(%channel, spilled = n, "spilling a channel that is full");
-                        self.metrics.spilled(n);
+            None => Ok(false),
+        }
+    }
+
+    /// Handles the rebalance events recorded so far (module `rebalance`): restores the tasks
+    /// of an assignment, commits and hands over the tasks of a revocation.
+    fn handle_rebalance(&mut self) -> Result<()> {
+        for event in self.intake.take_events() {
+            match event {
+                RebalanceEvent::Assigned(positions) => {
+                    // At an assignment: the wait for the first one ends, said with how long it
+                    // took.
+                    match self.join_wait.take() {
+                        Some(wait) => info!(
+                            ?positions,
+                            joined_after_ms = wait.waited().as_millis() as u64,
+                            "assigned"
+                        ),
+                        None => info!(?positions, "assigned"),
                     }
-                    Step::BeginRefetch { channel, from } => {
-                        let resume = gate
-                            .begin_refetch(channel, from)
-                            .map_err(|e| self.ctx.gate_error(partition, e))?;
-                        debug!(%channel, from, resume, "re-fetching spilled records");
-                        seeks.push((channel, from));
+                    let mut by_task: BTreeMap<i32, Vec<(Channel, i64)>> = BTreeMap::new();
+                    for (topic, partition, position) in positions {
+                        let source = self.ctx.source_index(&topic)?;
+                        by_task.entry(partition).or_default().push((
+                            Channel::new(self.ctx.sources[source].id, partition),
+                            position,
+                        ));
                     }
-                    Step::EndRefetch { channel, resume } => {
-                        gate.end_refetch(&channel);
-                        debug!(%channel, resume, "re-fetch ends early: full");
-                        seeks.push((channel, resume));
+                    let names: Vec<&str> =
+                        self.ctx.sources.iter().map(|t| t.name.as_str()).collect();
+                    let now = self.evidence.admin().describe_topics(&names)?;
+                    check_assignment(&self.ctx.stage, &self.ctx.sources, &now, &by_task)?;
+                    // Every assigned task shows as restoring until its own restore is done, so
+                    // the readiness check never takes the first restored tasks for all of them.
+                    for partition in by_task.keys() {
+                        self.metrics
+                            .task(*partition, |m| m.phase = TaskPhase::Restoring);
                     }
-                    Step::Pause(channel) => pauses.push((channel, true)),
-                    Step::Resume(channel) => pauses.push((channel, false)),
+                    self.metrics.set_assigned(true);
+                    for (partition, positions) in by_task {
+                        self.tasks.restore(
+                            &self.ctx,
+                            &mut self.intake,
+                            self.evidence.admin(),
+                            &self.config,
+                            partition,
+                            positions,
+                            [],
+                        )?;
+                    }
                 }
+                RebalanceEvent::Revoked(partitions) => {
+                    // Commit first: what was delivered is not done again by the next owner,
+                    // and the next owner restores exactly this state. The group generation is
+                    // still ours until the unassign below.
+                    info!(
+                        ?partitions,
+                        "revoked: committing, then handing the tasks over"
+                    );
+                    self.commit()?;
+                    self.intake.unassign()?;
+                    self.tasks.clear();
+                    self.metrics.retain_tasks(|_| false);
+                    self.metrics.set_assigned(false);
+                }
+                RebalanceEvent::Failed(error) => return Err(error),
             }
-        }
-        for (channel, full) in pauses {
-            debug!(%channel, full, "backpressure");
-            self.intake.set_full(&self.ctx, channel, full)?;
-        }
-        for (channel, offset) in seeks {
-            self.intake
-                .seek(&self.ctx, channel, offset, self.config.timeout)?;
         }
         Ok(())
-    }
-}
-
-/// Most held records one turn lets go on for one task: past it, the rest waits for the next
-/// turn, so that commits and polls keep their pace during a long catch-up.
-const ALIGN_PER_TURN: usize = 4 * intake::MAX_BATCH;
-
-/// Applies watermark alignment (module `alignment`) to `task` with drift `drift`, ms: sets each
-/// input's bound and offers what its held records the bound lets go on. Offered records are
-/// delivered at once and the bounds set again from the watermark they move, until nothing more
-/// goes on or [`ALIGN_PER_TURN`] records went: inputs whose records lie closer together in event
-/// time than the drift go on in one turn, not a drift's worth of event time per turn. Held
-/// records go to the gate before anything the backpressure plan decides for their channels.
-fn align(
-    ctx: &TaskContext,
-    intake: &mut Intake,
-    txn: &mut Transaction,
-    task: &mut Task,
-    drift: i64,
-) -> Result<()> {
-    let mut offered = 0;
-    loop {
-        let bounds = match task.gate_and_event_time() {
-            (gate, Some(et)) => {
-                let limit = alignment::limit(drift, et.lag_ms());
-                alignment::bounds(&alignment::inputs(gate, et), et.watermark(), limit)
-            }
-            (_, None) => return Ok(()),
-        };
-        let before = offered;
-        for (channel, bound) in bounds {
-            for f in intake.set_bound(ctx, channel, bound)? {
-                task.offer(ctx, f)?;
-                offered += 1;
-            }
-        }
-        if offered == before || offered >= ALIGN_PER_TURN {
-            return Ok(());
-        }
-        let work = task.deliver(ctx, txn)?;
-        txn.add(work);
     }
 }

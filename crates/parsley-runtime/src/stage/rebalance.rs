@@ -1,11 +1,11 @@
-//! Rebalance: what the consumer's callback records, and how the stream thread hands tasks in
-//! and out.
+//! Rebalance: what the consumer's callback records, and the checks before the stream thread
+//! hands tasks in (`StageRunner::handle_rebalance`).
 //!
 //! On assignment the callback reads the group's committed offsets (librdkafka asks with
 //! `require_stable` under `read_committed`) or, without one, the log start offset, and assigns
 //! those positions explicitly; the stream thread then checks the assignment
 //! ([`check_assignment`]) and restores each task from its changelog partition (module
-//! `restore`). On revocation the stream thread commits first (with the group generation that
+//! `tasks::restore`). On revocation the stream thread commits first (with the group generation that
 //! is still its own), then unassigns and drops its tasks; the next owner restores exactly that
 //! commit.
 //!
@@ -22,13 +22,10 @@ use rdkafka::client::ClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{Offset, TopicPartitionList};
-use tracing::info;
 
-use super::StageRunner;
 use crate::admin::Admin;
 use crate::config::{RuntimeConfig, StatisticsSink, forward_statistics};
 use parsley_task::error::{Error, Result};
-use parsley_task::metrics::TaskPhase;
 use parsley_task::topic::TopicInfo;
 
 /// What the rebalance callback tells the stream thread.
@@ -191,62 +188,6 @@ impl ConsumerContext for RebalanceContext {
         let mut events = self.events.lock().expect("rebalance events");
         events.push(event);
         self.pending.store(true, Ordering::Release);
-    }
-}
-
-impl StageRunner {
-    /// Handles the rebalance events recorded so far: restores the tasks of an assignment,
-    /// commits and hands over the tasks of a revocation.
-    pub(super) fn handle_rebalance(&mut self) -> Result<()> {
-        for event in self.intake.take_events() {
-            match event {
-                RebalanceEvent::Assigned(positions) => {
-                    match self.joined() {
-                        Some(joined_after_ms) => info!(?positions, joined_after_ms, "assigned"),
-                        None => info!(?positions, "assigned"),
-                    }
-                    let mut by_task: BTreeMap<i32, Vec<(Channel, i64)>> = BTreeMap::new();
-                    for (topic, partition, position) in positions {
-                        let source = self.ctx.source_index(&topic)?;
-                        by_task.entry(partition).or_default().push((
-                            Channel::new(self.ctx.sources[source].id, partition),
-                            position,
-                        ));
-                    }
-                    let names: Vec<&str> =
-                        self.ctx.sources.iter().map(|t| t.name.as_str()).collect();
-                    let now = self.evidence.admin().describe_topics(&names)?;
-                    check_assignment(&self.ctx.stage, &self.ctx.sources, &now, &by_task)?;
-                    // Every assigned task shows as restoring until its own restore is done, so
-                    // the readiness check never takes the first restored tasks for all of them.
-                    for partition in by_task.keys() {
-                        self.metrics
-                            .task(*partition, |m| m.phase = TaskPhase::Restoring);
-                    }
-                    self.metrics.set_assigned(true);
-                    for (partition, positions) in by_task {
-                        let task = self.restore_task(partition, positions)?;
-                        self.tasks.insert(partition, task);
-                    }
-                }
-                RebalanceEvent::Revoked(partitions) => {
-                    // Commit first: what was delivered is not done again by the next owner,
-                    // and the next owner restores exactly this state. The group generation is
-                    // still ours until the unassign below.
-                    info!(
-                        ?partitions,
-                        "revoked: committing, then handing the tasks over"
-                    );
-                    self.commit()?;
-                    self.intake.unassign()?;
-                    self.tasks.clear();
-                    self.metrics.retain_tasks(|_| false);
-                    self.metrics.set_assigned(false);
-                }
-                RebalanceEvent::Failed(error) => return Err(error),
-            }
-        }
-        Ok(())
     }
 }
 

@@ -18,7 +18,8 @@ use std::time::{Duration, Instant};
 
 use tracing::warn;
 
-use super::StageRunner;
+use crate::admin::Admin;
+use parsley_task::context::TaskContext;
 use parsley_task::error::{Error, Result};
 use parsley_task::topic::TopicInfo;
 
@@ -65,19 +66,25 @@ impl SourceCheck {
     }
 }
 
-impl StageRunner {
-    /// Describes the sources when [`CHECK_EVERY`] has passed since the last time (module
-    /// docs). A description that fails (the cluster unreachable, a broker restarting) proves
-    /// nothing: it is logged and tried again at the next interval.
+impl SourceCheck {
+    /// Describes the sources of `ctx` with `admin` when [`CHECK_EVERY`] has passed since the
+    /// last time (module docs), within `timeout` at most. A description that fails (the
+    /// cluster unreachable, a broker restarting) proves nothing: it is logged and tried again
+    /// at the next interval.
     ///
     /// # Errors
     /// [`Error::SourceChanged`], [`Error::SourceDeleted`].
-    pub(super) fn check_sources(&mut self) -> Result<()> {
-        if self.source_check.last.elapsed() < CHECK_EVERY {
+    pub(crate) fn check(
+        &mut self,
+        admin: &Admin,
+        ctx: &TaskContext,
+        timeout: Duration,
+    ) -> Result<()> {
+        if self.last.elapsed() < CHECK_EVERY {
             return Ok(());
         }
-        self.source_check.last = Instant::now();
-        match self.source_change(CHECK_TIMEOUT.min(self.config.timeout)) {
+        self.last = Instant::now();
+        match source_change(admin, ctx, CHECK_TIMEOUT.min(timeout)) {
             Ok(Some(change)) => Err(change),
             Ok(None) => Ok(()),
             Err(e) => {
@@ -86,26 +93,27 @@ impl StageRunner {
             }
         }
     }
+}
 
-    /// What changed in the sources since the stage started, described now within `timeout`:
-    /// [`Error::SourceChanged`] or [`Error::SourceDeleted`], or `None` when nothing did.
-    ///
-    /// # Errors
-    /// The admin client's, when the sources cannot be described.
-    pub(super) fn source_change(&self, timeout: Duration) -> Result<Option<Error>> {
-        let names: Vec<&str> = self.ctx.sources.iter().map(|t| t.name.as_str()).collect();
-        match self
-            .evidence
-            .admin()
-            .describe_topics_within(&names, timeout)
-        {
-            Ok(now) => Ok(compare(&self.ctx.stage, &self.ctx.sources, &now).err()),
-            Err(Error::UnknownTopic { topic }) => Ok(Some(Error::SourceDeleted {
-                stage: self.ctx.stage.clone(),
-                topic,
-            })),
-            Err(other) => Err(other),
-        }
+/// What changed in the sources of `ctx` since the stage started, described now with `admin`
+/// within `timeout`: [`Error::SourceChanged`] or [`Error::SourceDeleted`], or `None` when
+/// nothing did.
+///
+/// # Errors
+/// The admin client's, when the sources cannot be described.
+pub(crate) fn source_change(
+    admin: &Admin,
+    ctx: &TaskContext,
+    timeout: Duration,
+) -> Result<Option<Error>> {
+    let names: Vec<&str> = ctx.sources.iter().map(|t| t.name.as_str()).collect();
+    match admin.describe_topics_within(&names, timeout) {
+        Ok(now) => Ok(compare(&ctx.stage, &ctx.sources, &now).err()),
+        Err(Error::UnknownTopic { topic }) => Ok(Some(Error::SourceDeleted {
+            stage: ctx.stage.clone(),
+            topic,
+        })),
+        Err(other) => Err(other),
     }
 }
 

@@ -10,17 +10,14 @@
 //! sources co-partitioned (equal partition counts); the changelog has as many partitions.
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
-use std::sync::mpsc::Sender;
 use std::time::Instant;
 
 use parsley_stage::{BadRecordPolicy, ImpossiblePolicy, StageSpec};
 use tracing::{debug, warn};
 
-use super::StageRunner;
 use super::evidence::Evidence;
 use super::intake::Intake;
-use super::sources::SourceCheck;
+use super::tasks::Tasks;
 use super::transaction::{OwnWrites, Transaction};
 use super::waits::JoinWait;
 use crate::admin::{Admin, TopicSpec};
@@ -29,7 +26,7 @@ use crate::clients::ClientRole;
 use crate::config::RuntimeConfig;
 use parsley_task::context::TaskContext;
 use parsley_task::error::{Error, Result};
-use parsley_task::metrics::{Progress, StageMetrics};
+use parsley_task::metrics::StageMetrics;
 use parsley_task::state_store::{self, StateStores};
 use parsley_task::topic::TopicInfo;
 
@@ -45,145 +42,150 @@ struct Resolved {
 /// The dead-letter topics of impossible stamps and of bad records, resolved.
 type DeadLetters = (Option<TopicInfo>, Option<TopicInfo>);
 
-impl StageRunner {
-    /// Resolves the stage's topics, checks co-partitioning, creates the clients and
-    /// initialises transactions (module docs).
-    ///
-    /// # Errors
-    /// [`Error::UnknownTopic`], [`Error::NotCoPartitioned`], [`Error::ChangelogPartitions`],
-    /// [`Error::InternalTopicPartitions`],
-    /// client and admin errors.
-    ///
-    /// `feeding` names, per source that other stages of the topology write, those stages
-    /// ([`super::feeding_stages`]).
-    pub(crate) fn new(
-        app: &str,
-        spec: StageSpec,
-        feeding: &[(String, Vec<StageSpec>)],
-        config: RuntimeConfig,
-        metrics: Arc<StageMetrics>,
-        observer: Option<Sender<Progress>>,
-        shutdown: Arc<AtomicBool>,
-    ) -> Result<Self> {
-        let started = Instant::now();
-        let group = spec.group_id(app);
-        let admin = Arc::new(Admin::from_config(
-            &config.client_config(&group, ClientRole::Admin, &[]),
-            config.timeout,
-        )?);
-        let transactional_id = config.transactional_id(&group);
-        let pc = config.client_config(
-            &group,
-            ClientRole::Producer,
-            &[
-                ("transactional.id", &transactional_id),
-                ("linger.ms", "5"),
-                ("partitioner", "murmur2_random"),
-            ],
-        );
-        let (resolved, outbox) = std::thread::scope(|scope| {
-            let producing = scope
-                .spawn(|| Transaction::producer(&pc, config.statistics_sink(), config.timeout));
-            let resolved = (|| -> Result<_> {
-                ensure_internal_topics(&admin, &spec)?;
-                let (sources, sinks, dead_letters) = describe(&admin, &spec)?;
-                debug!(
-                    took_ms = started.elapsed().as_millis() as u64,
-                    "startup: topics described"
-                );
-                // The group join runs while the changelog is made ready and the producer
-                // initialises (the assignment waits for the first poll).
-                let aligned = spec.event_time().is_some_and(|o| o.max_drift_ms.is_some());
-                let intake = Intake::subscribe(&config, &group, &admin, spec.sources(), aligned)?;
-                let join_wait = JoinWait::new();
-                let changelog = changelog::ensure_topic(
-                    &admin,
-                    &changelog::changelog_topic(&group),
-                    sources[0].partitions,
-                )?;
-                debug!(
-                    took_ms = started.elapsed().as_millis() as u64,
-                    "startup: changelog ready"
-                );
-                let resolved = Resolved {
-                    sources,
-                    sinks,
-                    dead_letters,
-                    changelog,
-                };
-                Ok((resolved, intake, join_wait))
-            })();
-            let outbox = match producing.join() {
-                Ok(outbox) => outbox,
-                Err(panic) => std::panic::resume_unwind(panic),
+/// The owners of a stream thread's state, built.
+pub(super) struct Started {
+    pub ctx: TaskContext,
+    pub intake: Intake,
+    pub evidence: Evidence,
+    pub txn: Transaction,
+    pub tasks: Tasks,
+    pub join_wait: JoinWait,
+}
+
+/// Resolves the topics of the stage of `spec` in application `app`, checks co-partitioning,
+/// creates the clients and initialises transactions (module docs).
+///
+/// # Errors
+/// [`Error::UnknownTopic`], [`Error::NotCoPartitioned`], [`Error::ChangelogPartitions`],
+/// [`Error::InternalTopicPartitions`],
+/// client and admin errors.
+///
+/// `feeding` names, per source that other stages of the topology write, those stages
+/// ([`super::feeding_stages`]).
+pub(super) fn start(
+    app: &str,
+    spec: &StageSpec,
+    feeding: &[(String, Vec<StageSpec>)],
+    config: &RuntimeConfig,
+    metrics: &Arc<StageMetrics>,
+) -> Result<Started> {
+    let started = Instant::now();
+    let group = spec.group_id(app);
+    let admin = Arc::new(Admin::from_config(
+        &config.client_config(&group, ClientRole::Admin, &[]),
+        config.timeout,
+    )?);
+    let transactional_id = config.transactional_id(&group);
+    let pc = config.client_config(
+        &group,
+        ClientRole::Producer,
+        &[
+            ("transactional.id", &transactional_id),
+            ("linger.ms", "5"),
+            ("partitioner", "murmur2_random"),
+        ],
+    );
+    let (resolved, outbox) = std::thread::scope(|scope| {
+        let producing =
+            scope.spawn(|| Transaction::producer(&pc, config.statistics_sink(), config.timeout));
+        let resolved = (|| -> Result<_> {
+            ensure_internal_topics(&admin, spec)?;
+            let (sources, sinks, dead_letters) = describe(&admin, spec)?;
+            debug!(
+                took_ms = started.elapsed().as_millis() as u64,
+                "startup: topics described"
+            );
+            // The group join runs while the changelog is made ready and the producer
+            // initialises (the assignment waits for the first poll).
+            let aligned = spec.event_time().is_some_and(|o| o.max_drift_ms.is_some());
+            let intake = Intake::subscribe(config, &group, &admin, spec.sources(), aligned)?;
+            let join_wait = JoinWait::new();
+            let changelog = changelog::ensure_topic(
+                &admin,
+                &changelog::changelog_topic(&group),
+                sources[0].partitions,
+            )?;
+            debug!(
+                took_ms = started.elapsed().as_millis() as u64,
+                "startup: changelog ready"
+            );
+            let resolved = Resolved {
+                sources,
+                sinks,
+                dead_letters,
+                changelog,
             };
-            (resolved, outbox)
-        });
-        let (resolved, intake, join_wait) = resolved?;
-        let outbox = outbox?;
-        debug!(
-            took_ms = started.elapsed().as_millis() as u64,
-            "startup: transactions initialised"
-        );
-        let Resolved {
-            sources,
-            sinks,
-            dead_letters: (dead_letter, bad_record_dead_letter),
-            changelog,
-        } = resolved;
-        let looped = sinks
-            .iter()
-            .filter(|k| sources.iter().any(|s| s.id == k.id))
-            .map(|k| k.id)
-            .collect();
-        let stores = match &config.state_dir {
-            Some(dir) => Some(open_stores(&admin, dir, &group, &changelog.name)?),
-            None => None,
+            Ok((resolved, intake, join_wait))
+        })();
+        let outbox = match producing.join() {
+            Ok(outbox) => outbox,
+            Err(panic) => std::panic::resume_unwind(panic),
         };
-        let evidence = Evidence::new(admin, sources.iter().chain(&sinks));
-        let txn = Transaction::new(
-            outbox,
-            pc,
-            config.statistics_sink(),
-            changelog,
-            OwnWrites::new(looped),
-            config.timeout,
-        );
-        let mut ctx = TaskContext::new(
-            &spec,
-            sources,
-            sinks,
-            (dead_letter, bad_record_dead_letter),
-            config.gate,
-            config.max_queued_per_channel,
-            metrics.clone(),
-        );
-        // Only an event-time stage waits for the stages that write its sources.
-        let feeding = if spec.event_time().is_some() {
-            feeding
-        } else {
-            &[]
-        };
-        let upstreams = super::upstream::Upstreams::new(app, feeding, &config)?;
-        ctx.fed_by_stages = ctx.sources.iter().map(|t| upstreams.fed(&t.name)).collect();
-        Ok(StageRunner {
-            app: app.to_string(),
-            spec,
-            config,
-            ctx,
-            intake,
-            evidence,
-            source_check: SourceCheck::new(),
-            tasks: Default::default(),
-            txn,
-            metrics,
-            observer,
-            shutdown,
-            join_wait: Some(join_wait),
-            upstreams,
-            stores,
-        })
-    }
+        (resolved, outbox)
+    });
+    let (resolved, intake, join_wait) = resolved?;
+    let outbox = outbox?;
+    debug!(
+        took_ms = started.elapsed().as_millis() as u64,
+        "startup: transactions initialised"
+    );
+    let Resolved {
+        sources,
+        sinks,
+        dead_letters: (dead_letter, bad_record_dead_letter),
+        changelog,
+    } = resolved;
+    let looped = sinks
+        .iter()
+        .filter(|k| sources.iter().any(|s| s.id == k.id))
+        .map(|k| k.id)
+        .collect();
+    let stores = match &config.state_dir {
+        Some(dir) => Some(open_stores(&admin, dir, &group, &changelog.name)?),
+        None => None,
+    };
+    let evidence = Evidence::new(admin, sources.iter().chain(&sinks));
+    let txn = Transaction::new(
+        outbox,
+        pc,
+        config.statistics_sink(),
+        changelog,
+        OwnWrites::new(looped),
+        config.timeout,
+    );
+    let mut ctx = TaskContext::new(
+        spec,
+        sources,
+        sinks,
+        (dead_letter, bad_record_dead_letter),
+        config.gate,
+        config.max_queued_per_channel,
+        metrics.clone(),
+    );
+    // Only an event-time stage waits for the stages that write its sources.
+    let feeding = if spec.event_time().is_some() {
+        feeding
+    } else {
+        &[]
+    };
+    let upstreams = super::upstream::Upstreams::new(app, feeding, config)?;
+    ctx.fed_by_stages = ctx.sources.iter().map(|t| upstreams.fed(&t.name)).collect();
+    let tasks = Tasks::new(
+        app,
+        spec,
+        config,
+        upstreams,
+        stores,
+        txn.changelog().clone(),
+    );
+    Ok(Started {
+        ctx,
+        intake,
+        evidence,
+        txn,
+        tasks,
+        join_wait,
+    })
 }
 
 /// The stage's state store under `dir`, knowing how long its changelog topic keeps tombstones

@@ -1,5 +1,7 @@
 //! The transaction: one transactional producer per stream thread (EOS v2), and the commit
-//! discipline around it.
+//! discipline around it. [`Transaction`] owns the producer, the open transaction's state
+//! (its work, its own writes, where sends go) and the commit in flight; the stream thread's
+//! module `commit` runs a commit's phases through it and the tasks (module `tasks`).
 //!
 //! Every commit interval one transaction commits the outputs of the deliveries since the last
 //! commit, each changed task's fold state and snapshot in the stage's changelog, and, per
@@ -8,51 +10,57 @@
 //! clocks claim coordinates only), the changelog written, the offsets sent with the consumer's
 //! group metadata, `EndTxn`; then the next transaction begins.
 //!
-//! **Two phases, overlapped.** A commit starts ([`StageRunner::start_commit`]) once a
+//! **Two phases, overlapped.** A commit starts ([`Transaction::start_commit`]) once a
 //! transaction's outputs, changelog records and offsets are fixed: its round trips
 //! (`AddOffsetsToTxn`, `TxnOffsetCommit`, `EndTxn`) run on a helper thread while the loop's
-//! next turns go on polling, gating and delivering ([`StageRunner::commit_turn`]): handlers run
-//! and event-time tasks park and release, but each send is stamped and held ([`Sends::Held`])
-//! until the commit returns. Then a turn finishes it ([`StageRunner::finish_commit`]): the next
-//! transaction begins and the held sends go first, in the order made.
+//! next turns go on polling, gating and delivering ([`Transaction::overlap_turn`]): handlers
+//! run and event-time tasks park and release, but each send is stamped and held
+//! ([`Sends::Held`]) until the commit returns. Then a turn finishes it
+//! ([`Transaction::wait_commit`]): the next transaction begins and the held sends go first, in
+//! the order made.
 //!
 //! **Commit first.** A stage that reads a topic it writes commits at once, not at the
 //! interval, when a gate waits on an offset its own open transaction wrote: `read_committed`
 //! shows that record only after the commit ([`OwnWrites`]).
 //!
-//! **Recovery.** A transaction that cannot commit (timed out, a send refused) is aborted and
-//! every task returns to its last commit in place; a producer fenced for its transaction's age
-//! (case C08) is replaced; a fence by another process running as this instance (case C09)
-//! ends the stage with [`Error::Fenced`]. An output refused for good ([`Error::OutputRefused`],
-//! cases C16 and C17: named from the delivery reports by [`refusal::culprit`]) is never redone
-//! as it was: the redo skips or dead-letters its input record under a policy that takes it,
-//! and after a batch the broker refused the producer is replaced.
+//! **Recovery.** A transaction that cannot commit (timed out, a send refused) is aborted
+//! ([`Transaction::abort_for_recovery`]) and every task returns to its last commit in place; a
+//! producer fenced for its transaction's age (case C08) is replaced; a fence by another
+//! process running as this instance (case C09) ends the stage with [`Error::Fenced`]. An output
+//! refused for good ([`Error::OutputRefused`], cases C16 and C17: named from the delivery
+//! reports by [`refusal::culprit`]) is never redone as it was: the redo skips or dead-letters
+//! its input record under a policy that takes it, and after a batch the broker refused the
+//! producer is replaced.
 //!
-//! Invariant: a task's committed offsets and its last committed snapshot describe the same
-//! moment — both are written in the same transaction, after its outputs are acknowledged.
+//! Invariants:
+//! - a task's committed offsets and its last committed snapshot describe the same moment —
+//!   both are written in the same transaction, after its outputs are acknowledged;
+//! - sends go into the open transaction exactly when no commit is in flight
+//!   ([`Sends::Open`]); while one is, they are held in the order made and go first into the
+//!   next transaction;
+//! - the work counted as uncommitted is the open transaction's only: taken by the commit that
+//!   makes it visible, forgotten with an abort.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use parsley_clock::{Channel, Coordinate, TopicId};
 use parsley_gate::Awaiting;
+use rdkafka::consumer::ConsumerGroupMetadata;
 use rdkafka::error::KafkaError;
 use rdkafka::producer::Producer;
 use rdkafka::types::RDKafkaErrorCode;
-use rdkafka::{ClientConfig, Offset, TopicPartitionList};
-use tracing::{debug, debug_span, warn};
+use rdkafka::{ClientConfig, TopicPartitionList};
+use tracing::warn;
 
-use super::StageRunner;
 use super::commit_call::CommitCall;
 use crate::config::StatisticsSink;
 use crate::outbox::{Ack, Outbox};
 use crate::refusal::{self, RecordShape};
-use parsley_task::error::{Error, InputRecord, Result};
-use parsley_task::metrics::Progress;
+use parsley_task::error::{Error, Result};
 use parsley_task::output::{ChangelogWriter, HeldSend, Outgoing, Output};
 use parsley_task::record::Work;
-use parsley_task::task::{Cause, RefusedInput, Task};
+use parsley_task::task::Task;
 use parsley_task::topic::TopicInfo;
 
 /// Recoveries in a row, without a commit in between, before a stage gives up.
@@ -60,7 +68,7 @@ pub(crate) const MAX_RECOVERIES: u32 = 5;
 
 /// Whether a commit may overlap its round trips with further work.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Overlap {
+pub(crate) enum Overlap {
     /// Commit on a helper thread while the stream thread takes what is ready (the interval
     /// and commit-first commits).
     Yes,
@@ -79,7 +87,7 @@ enum Sends {
 }
 
 /// A commit between its two phases: its round trips run on a helper thread.
-pub(super) struct Committing {
+struct Committing {
     call: CommitCall,
     /// The loop takes what is ready meanwhile.
     overlap: bool,
@@ -240,11 +248,6 @@ impl Transaction {
         }
     }
 
-    /// The changelog topic's name.
-    pub(crate) fn changelog_name(&self) -> &str {
-        &self.changelog.name
-    }
-
     /// The changelog topic.
     pub(crate) fn changelog(&self) -> &TopicInfo {
         &self.changelog
@@ -384,9 +387,9 @@ impl Output for Transaction {
 }
 
 /// The changelog partition of one task, in the open transaction. Its records are all written
-/// through one writer per transaction (`write_changelog`), the first of them naming the
-/// producer.
-struct TaskChangelog<'a> {
+/// through one writer per transaction ([`Transaction::changelog_writer`]), the first of them
+/// naming the producer.
+pub(crate) struct TaskChangelog<'a> {
     txn: &'a Transaction,
     channel: Channel,
     timeout: Duration,
@@ -420,424 +423,223 @@ impl ChangelogWriter for TaskChangelog<'_> {
     }
 }
 
-impl StageRunner {
-    /// The commit due now, if any: the interval has passed, or a gate waits on the open
-    /// transaction's own write (commit first: waiting for the interval would hold the head up
-    /// to a whole interval for nothing, and forever with no interval), or a tick of the open
-    /// transaction would release a parked record (module `task::ticks`: it counts only once
-    /// committed).
-    pub(super) fn commit_if_due(&mut self) -> Result<()> {
-        if self.txn.last_commit.elapsed() >= self.config.commit_interval {
-            return self.start_commit(Overlap::Yes);
-        }
-        if let Some(wait) = self.txn.own_writes.awaited(self.tasks.values()) {
-            debug!(
-                head = %wait.head,
-                awaits = %wait.awaits,
-                "commit first: a gate waits on the open transaction's own write"
-            );
-            self.metrics.own_write_commit();
-            return self.start_commit(Overlap::Yes);
-        }
-        if let Some((partition, tick_ms)) = self
-            .tasks
-            .values()
-            .find_map(|t| Some((t.partition(), t.open_tick_releases()?)))
-        {
-            debug!(
-                partition,
-                tick_ms, "commit first: the open transaction's tick would release a parked record"
-            );
-            self.metrics.tick_commit();
-            return self.start_commit(Overlap::Yes);
-        }
-        Ok(())
+impl Transaction {
+    /// The commit interval `interval` has passed since the last commit started.
+    pub(crate) fn commit_due(&self, interval: Duration) -> bool {
+        self.last_commit.elapsed() >= interval
     }
 
-    /// Applies the delivery reports recorded so far to the tasks' clocks.
+    /// The commit-first decision ([`OwnWrites::awaited`]) for `tasks`.
+    pub(crate) fn own_write_awaited<'a>(
+        &self,
+        tasks: impl IntoIterator<Item = &'a Task>,
+    ) -> Option<OwnWait> {
+        self.own_writes.awaited(tasks)
+    }
+
+    /// Nothing was done in the open transaction.
+    pub(crate) fn nothing_done(&self) -> bool {
+        self.uncommitted.is_empty()
+    }
+
+    /// Deliveries made in the open transaction.
+    #[cfg(feature = "fault-injection")]
+    pub(crate) fn deliveries(&self) -> u64 {
+        self.uncommitted.deliveries
+    }
+
+    /// The commit interval runs again from `at` (the start of the last commit, or of a
+    /// transaction begun afresh).
+    pub(crate) fn restart_interval(&mut self, at: Instant) {
+        self.last_commit = at;
+    }
+
+    /// The delivery reports recorded so far, to be settled (then handed back with
+    /// [`Transaction::keep_acks`], for the buffer's capacity).
+    pub(crate) fn drain_acks(&mut self) -> Vec<Ack> {
+        let mut acks = std::mem::take(&mut self.acks);
+        self.outbox.drain_into(&mut acks);
+        acks
+    }
+
+    /// Keeps the buffer of settled delivery reports for the next drain.
+    pub(crate) fn keep_acks(&mut self, acks: Vec<Ack>) {
+        self.acks = acks;
+    }
+
+    /// A changelog record of changelog partition `partition` was acknowledged at `offset`.
+    pub(crate) fn changelog_acked(&mut self, partition: i32, offset: i64) {
+        let next = self.changelog_next.entry(partition).or_default();
+        *next = (*next).max(offset + 1);
+    }
+
+    /// A send of the open transaction was acknowledged at `offset` on `channel`
+    /// ([`OwnWrites::acked`]).
+    pub(crate) fn own_write_acked(&mut self, channel: Channel, offset: i64) {
+        self.own_writes.acked(channel, offset);
+    }
+
+    /// The offset after the last changelog record acknowledged on changelog partition
+    /// `partition`, if any.
+    pub(crate) fn changelog_next(&self, partition: i32) -> Option<i64> {
+        self.changelog_next.get(&partition).copied()
+    }
+
+    /// The writer of task `partition`'s changelog records in the open transaction.
+    pub(crate) fn changelog_writer(&self, partition: i32, timeout: Duration) -> TaskChangelog<'_> {
+        TaskChangelog {
+            txn: self,
+            channel: Channel::new(self.changelog.id, partition),
+            timeout,
+            named: false,
+        }
+    }
+
+    /// Keeps the buffer of sends held during the last commit, emptied, for the next one, if it
+    /// is the larger.
+    pub(crate) fn keep_spare_held(&mut self, held: Vec<HeldSend>) {
+        if held.capacity() > self.spare_held.capacity() {
+            self.spare_held = held;
+        }
+    }
+
+    /// The first phase's call: the work of the open transaction taken as what the commit makes
+    /// visible, the outbox flushed unless the commit overlaps, and the offsets and `EndTxn` of
+    /// `stage` started on a helper thread ([`CommitCall`]) within `call_timeout`; with
+    /// `overlap`, the sends made meanwhile are held for the next transaction. `started` tells
+    /// when the commit and its call started, and what the flush and changelog write took.
     ///
     /// # Errors
-    /// For a send or changelog write the broker refused: [`Error::OutputRefused`] when a record
-    /// of the refused batch explains the refusal alone (too large alone, a timestamp outside
-    /// the topic's window: [`refusal::culprit`]), naming it and the input record that made it;
-    /// else [`Error::Send`].
-    pub(super) fn settle_acks(&mut self) -> Result<()> {
-        let mut acks = std::mem::take(&mut self.txn.acks);
-        self.txn.outbox.drain_into(&mut acks);
-        let settled = self.settle(&acks);
-        self.txn.acks = acks;
-        settled
-    }
-
-    /// Applies drained delivery reports (see [`StageRunner::settle_acks`]).
-    fn settle(&mut self, acks: &[Ack]) -> Result<()> {
-        for (i, ack) in acks.iter().enumerate() {
-            let Some(tag) = ack.tag else {
-                // A changelog write: its offset moves the state store's next checkpoint.
-                match ack.result {
-                    Ok(offset) => {
-                        let next = self.txn.changelog_next.entry(ack.partition).or_default();
-                        *next = (*next).max(offset + 1);
-                    }
-                    Err(_) => return Err(self.send_failed(acks, i)),
-                }
-                continue;
-            };
-            // A task dropped (revoked) with its aborted transaction has no claims left.
-            let Some(task) = self.tasks.get_mut(&tag.task) else {
-                continue;
-            };
-            match ack.result {
-                Ok(offset) => {
-                    task.acked(tag, offset)?;
-                    self.txn.own_writes.acked(tag.channel, offset);
-                }
-                Err(_) => return Err(self.send_failed(acks, i)),
-            }
-        }
-        Ok(())
-    }
-
-    /// The error of the failed delivery report `acks[i]`: [`Error::OutputRefused`] when the
-    /// broker refused a record for what it is and one record among the failed reports of the
-    /// same topic explains it alone, else [`Error::Send`].
-    fn send_failed(&self, acks: &[Ack], i: usize) -> Error {
-        let ack = &acks[i];
-        let source = ack
-            .result
-            .as_ref()
-            .expect_err("a failed report")
-            .error
-            .clone();
-        let changelog = Channel::new(self.txn.changelog.id, -1);
-        let (topic, channel) = match ack.tag {
-            Some(tag) => (self.ctx.topic_name(tag.channel.topic), tag.channel),
-            None => (self.txn.changelog.name.clone(), changelog),
-        };
-        let code = source.rdkafka_error_code();
-        let send = Error::Send {
-            topic: topic.clone(),
-            channel: Box::new(channel),
-            source: crate::client_error::client_error(source),
-        };
-        let Some(code) = code.filter(|c| refusal::is_refusal(*c)) else {
-            return send;
-        };
-        // Every failed report of the same topic with the same code: the refused batch is
-        // among them (a batch's reports arrive together).
-        let same_topic = |a: &Ack| match (a.tag, ack.tag) {
-            (Some(a), Some(b)) => a.channel.topic == b.channel.topic,
-            (None, None) => true,
-            _ => false,
-        };
-        let failed: Vec<(&Ack, RecordShape)> = acks
-            .iter()
-            .filter(|a| same_topic(a))
-            .filter_map(|a| match &a.result {
-                Err(f) if f.error.rdkafka_error_code() == Some(code) => Some((a, f.shape)),
-                _ => None,
-            })
-            .collect();
-        let shapes: Vec<RecordShape> = failed.iter().map(|(_, s)| *s).collect();
-        let limits = match self.evidence.admin().topic_limits(&topic) {
-            Ok(limits) => limits,
-            Err(e) => {
-                warn!(error = %e, %topic, "cannot read the topic's limits to explain a refusal");
-                refusal::TopicLimits::default()
-            }
-        };
-        let now_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as i64);
-        let Some((j, reason)) = refusal::culprit(code, &shapes, &limits, now_ms) else {
-            warn!(error = %send, "the broker refused a batch that no record explains alone");
-            return send;
-        };
-        let (culprit, shape) = &failed[j];
-        let (input, dead_letter) = match culprit.tag {
-            Some(tag) => match self.tasks.get(&tag.task).and_then(|t| t.cause_of_send(tag)) {
-                Some(cause) => (
-                    Some(Box::new(self.input_record(tag.task, &cause))),
-                    cause.dead_letter,
-                ),
-                None => (None, false),
-            },
-            None => (None, false),
-        };
-        Error::OutputRefused {
-            stage: self.ctx.stage.clone(),
-            input,
-            dead_letter,
-            topic,
-            partition: shape.partition,
-            reason: Box::new(reason),
-        }
-    }
-
-    /// The input record `cause` of a send of task `task`.
-    fn input_record(&self, task: i32, cause: &Cause) -> InputRecord {
-        InputRecord {
-            topic: self.ctx.sources[cause.source].name.clone(),
-            partition: task,
-            offset: cause.offset,
-        }
-    }
-
-    /// Commits the open transaction and begins the next one, without overlap: both phases at
-    /// once ([`StageRunner::start_commit`], [`StageRunner::finish_commit`]). For a revocation or
-    /// a shutdown, after which nothing may be taken; a commit already in flight finishes first.
-    pub(super) fn commit(&mut self) -> Result<()> {
-        if self.txn.committing.is_some() {
-            self.finish_commit()?;
-        }
-        self.start_commit(Overlap::No)?;
-        if self.txn.committing.is_some() {
-            self.finish_commit()?;
-        }
-        Ok(())
-    }
-
-    /// The first phase of a commit: every output acknowledged, the changelog written, then the
-    /// offsets and `EndTxn` started on a helper thread ([`CommitCall`]). With [`Overlap::Yes`]
-    /// and no shutdown pending, the loop's next turns take what is ready while the call runs
-    /// ([`StageRunner::commit_turn`]), their sends held for the next transaction; without, the
-    /// caller finishes at once. Nothing to commit: the interval restarts, and no commit is in
-    /// flight.
-    pub(super) fn start_commit(&mut self, overlap: Overlap) -> Result<()> {
-        // The interval runs from the start of a commit, as Kafka Streams counts
-        // `commit.interval.ms`: a record that arrives during a commit waits for that commit and
-        // at most one interval after its start, not a whole interval after its end.
-        let commit_started = Instant::now();
-        let _span = debug_span!("commit").entered();
-        self.publish_frontier_lag();
-        if self.txn.uncommitted.is_empty() && !self.tasks.values().any(Task::position_moved) {
-            self.txn.last_commit = commit_started;
-            return Ok(());
-        }
-        let flush_started = Instant::now();
-        self.txn.outbox.flush(self.config.timeout)?;
-        let flush_us = flush_started.elapsed().as_micros() as u64;
-        self.settle_acks()?;
-        let changelog_started = Instant::now();
-        let offsets = self.write_changelog()?;
-        #[cfg(feature = "fault-injection")]
-        if self.txn.uncommitted.deliveries > 0 {
-            crate::fault::reached(
-                self.config.crash_point(),
-                crate::fault::CrashPoint::AfterChangelog,
-                || self.txn.outbox.flush(self.config.timeout),
-            )?;
-        }
-        let metadata = self.intake.group_metadata()?;
-        let changelog_us = changelog_started.elapsed().as_micros() as u64;
-        let started = Instant::now();
+    /// The flush's; the call's start.
+    pub(crate) fn start_commit(
+        &mut self,
+        stage: &str,
+        offsets: TopicPartitionList,
+        metadata: ConsumerGroupMetadata,
+        overlap: bool,
+        (timeout, call_timeout): (Duration, Duration),
+        started: CommitStarted,
+    ) -> Result<()> {
         // Counted from here: what an overlapped commit takes belongs to the next transaction.
-        let done = std::mem::take(&mut self.txn.uncommitted);
-        for task in self.tasks.values_mut() {
-            task.tick_committing();
-        }
-        let overlap = overlap == Overlap::Yes && !self.shutdown.load(Ordering::Relaxed);
+        let done = std::mem::take(&mut self.uncommitted);
         if !overlap {
-            self.txn.outbox.flush(self.config.timeout)?;
+            self.outbox.flush(timeout)?;
         }
-        // Waiting longer than the transaction timeout is pointless: by then the coordinator
-        // has aborted the transaction, and the commit can only fail.
-        let timeout = self.config.timeout.min(self.config.transaction_timeout());
         // The changelog's sends are not waited for when the commit overlaps: the helper's
         // commit flushes them, and this thread serves their delivery reports between the
         // batches it takes meanwhile.
         let call = CommitCall::start(
-            &self.ctx.stage,
-            self.txn.outbox.shared_producer(),
+            stage,
+            self.outbox.shared_producer(),
             offsets,
             metadata,
-            timeout,
+            call_timeout,
         )?;
         if overlap {
-            self.txn.sends = Sends::Held(std::mem::take(&mut self.txn.spare_held));
+            self.sends = Sends::Held(std::mem::take(&mut self.spare_held));
         }
-        self.txn.committing = Some(Committing {
+        self.committing = Some(Committing {
             call,
             overlap,
             draining: !overlap,
             overlapped: Ok(()),
             done,
-            commit_started,
-            started,
-            flush_us,
-            changelog_us,
+            commit_started: started.commit,
+            started: started.call,
+            flush_us: started.flush_us,
+            changelog_us: started.changelog_us,
         });
         Ok(())
     }
 
-    /// One turn of the loop while a commit is in flight: the call's bound checked, the
-    /// changelog's delivery reports served, and what is ready taken
-    /// ([`StageRunner::overlap_batch`]); once the call has returned or nothing is ready, the
-    /// commit finishes ([`StageRunner::finish_commit`]).
+    /// A turn while a commit is in flight: `true` when the loop may take what is ready (the
+    /// call has not returned, nothing stopped the overlap; the call's bound checked and the
+    /// changelog's delivery reports served), `false` when the commit is to be finished.
     ///
     /// # Errors
     /// [`Error::TransactionStalled`] when the call ran past its bound (the commit is dropped,
-    /// and the recovery replaces the producer); [`StageRunner::finish_commit`]'s.
-    pub(super) fn commit_turn(&mut self) -> Result<()> {
-        let Some(committing) = self.txn.committing.as_mut() else {
-            return Ok(());
+    /// and the recovery replaces the producer).
+    pub(crate) fn overlap_turn(&mut self) -> Result<bool> {
+        let Some(committing) = self.committing.as_mut() else {
+            return Ok(false);
         };
-        if !committing.draining && !committing.call.finished() {
-            if let Err(stalled) = committing.call.check() {
-                self.txn.committing = None;
-                return Err(stalled);
-            }
-            // The commit's flush waits for the changelog's delivery reports: served between
-            // batches.
-            self.txn.outbox.serve();
-            let taken = if self.shutdown.load(Ordering::Relaxed) {
-                Ok(false)
-            } else {
-                self.overlap_batch()
-            };
-            let committing = self.txn.committing.as_mut().expect("a commit in flight");
-            match taken {
-                Ok(true) => return Ok(()),
-                Ok(false) => committing.draining = true,
-                Err(e) => {
-                    committing.draining = true;
-                    committing.overlapped = Err(e);
-                }
-            }
+        if committing.draining || committing.call.finished() {
+            return Ok(false);
         }
-        self.finish_commit()
+        if let Err(stalled) = committing.call.check() {
+            self.committing = None;
+            return Err(stalled);
+        }
+        // The commit's flush waits for the changelog's delivery reports: served between
+        // batches.
+        self.outbox.serve();
+        Ok(true)
     }
 
-    /// The second phase of a commit: waits for the call (woken by the helper when it returns,
-    /// and at least every 100 ms to check its bound), then the changelog's acknowledgements
-    /// reach the tasks' state, the metrics and the observer hear of the commit, the next
-    /// transaction begins (after an overlapped commit even if a shutdown arrived meanwhile: the
-    /// work done during the commit goes into it, and the shutdown commits it) and the sends held
-    /// meanwhile go first. An error of the work done during the commit surfaces last, with the
-    /// next transaction open: the recovery aborts it and returns the tasks to the commit just
-    /// made.
+    /// What a turn took while the commit is in flight: `true` to go on overlapping;
+    /// otherwise nothing more is taken (the error of the work, if any, kept to surface once
+    /// the commit has finished) and the commit is to be finished.
+    pub(crate) fn overlapped(&mut self, taken: Result<bool>) -> bool {
+        let committing = self.committing.as_mut().expect("a commit in flight");
+        match taken {
+            Ok(true) => return true,
+            Ok(false) => committing.draining = true,
+            Err(e) => {
+                committing.draining = true;
+                committing.overlapped = Err(e);
+            }
+        }
+        false
+    }
+
+    /// The second phase's wait: for the call (woken by the helper when it returns, and at
+    /// least every 100 ms to check its bound), then for every delivery report within
+    /// `timeout`. `None` when no commit is in flight.
     ///
     /// # Errors
-    /// The call's ([`Error::TransactionStalled`] past its bound); the acknowledgements'; the
-    /// next transaction's; the overlapped work's; a held send's.
-    pub(super) fn finish_commit(&mut self) -> Result<()> {
-        let Some(mut committing) = self.txn.committing.take() else {
-            return Ok(());
+    /// The call's ([`Error::TransactionStalled`] past its bound); the reports'.
+    pub(crate) fn wait_commit(&mut self, timeout: Duration) -> Result<Option<Committed>> {
+        let Some(mut committing) = self.committing.take() else {
+            return Ok(None);
         };
         let call = &mut committing.call;
         while !self
-            .txn
             .outbox
             .wait_until(Duration::from_millis(100), |_| call.finished())
         {
             call.check()?;
         }
         committing.call.result()?;
-        self.txn.outbox.wait_acked(self.config.timeout)?;
-        self.settle_acks()?;
-        // Committed: what the tasks wrote to the changelog may reach their state store.
-        for (partition, task) in &mut self.tasks {
-            task.committed(self.txn.changelog_next.get(partition).copied())?;
-        }
-        let done = &committing.done;
-        let commit_us = committing.commit_started.elapsed().as_micros() as u64;
-        self.metrics
-            .committed(done.deliveries, done.emissions, commit_us);
-        debug!(
-            deliveries = done.deliveries,
-            emissions = done.emissions,
-            took_us = committing.started.elapsed().as_micros() as u64,
-            flush_us = committing.flush_us,
-            changelog_us = committing.changelog_us,
-            poll_batches = self.intake.epoch(),
-            "committed"
-        );
-        if let Some(o) = &self.observer {
-            let _ = o.send(Progress::Committed {
-                stage: self.spec.name().to_string(),
-                metrics: self.metrics.snapshot(),
-            });
-        }
-        let mut held = Vec::new();
-        if committing.overlap || !self.shutdown.load(Ordering::Relaxed) {
-            held = self.txn.begin()?;
-        }
-        self.txn.last_commit = committing.commit_started;
-        committing.overlapped?;
-        self.send_held(held)
+        self.outbox.wait_acked(timeout)?;
+        Ok(Some(Committed {
+            overlap: committing.overlap,
+            overlapped: committing.overlapped,
+            done: committing.done,
+            commit_started: committing.commit_started,
+            call_started: committing.started,
+            flush_us: committing.flush_us,
+            changelog_us: committing.changelog_us,
+        }))
     }
 
-    /// Writes every task's changelog records in the open transaction and returns the input
-    /// offsets to commit with them.
-    fn write_changelog(&mut self) -> Result<TopicPartitionList> {
-        let mut offsets = TopicPartitionList::new();
-        for task in self.tasks.values_mut() {
-            let mut writer = TaskChangelog {
-                txn: &self.txn,
-                channel: Channel::new(self.txn.changelog.id, task.partition()),
-                timeout: self.config.timeout,
-                named: false,
-            };
-            let written = task
-                .write_changelog(&self.ctx, &mut writer)
-                .map_err(|e| e.refused_in(&self.ctx.stage, None, false))?;
-            for (channel, next) in written {
-                offsets
-                    .add_partition_offset(
-                        &self.ctx.source_of(channel)?.name,
-                        channel.partition,
-                        Offset::Offset(next),
-                    )
-                    .map_err(|e| crate::client_error::kafka("building the offsets to commit", e))?;
-            }
-        }
-        Ok(offsets)
-    }
-
-    /// Sends, in the order made, what the tasks made while the last commit was in flight. A
-    /// refused send releases its claim in its task's clock.
-    fn send_held(&mut self, mut held: Vec<HeldSend>) -> Result<()> {
-        let result = self.send_each(&mut held);
-        held.clear();
-        if held.capacity() > self.txn.spare_held.capacity() {
-            self.txn.spare_held = held;
-        }
-        result
-    }
-
-    /// Sends and takes out each of `held`, in order; stops at the first refused.
-    fn send_each(&mut self, held: &mut Vec<HeldSend>) -> Result<()> {
-        for record in held.drain(..) {
-            let tag = record.tag();
-            if let Err(err) = record.send_to(&mut self.txn) {
-                let mut cause = None;
-                if let Some(task) = self.tasks.get_mut(&tag.task) {
-                    task.send_failed(tag)?;
-                    cause = task.cause_of_send(tag);
-                }
-                let input = cause.as_ref().map(|c| self.input_record(tag.task, c));
-                let dead_letter = cause.is_some_and(|c| c.dead_letter);
-                return Err(err.refused_in(&self.ctx.stage, input, dead_letter));
-            }
-        }
-        Ok(())
-    }
-
-    /// Aborts the open transaction and returns every task to its last commit: restored from
-    /// the changelog at the group's committed offsets (read with `require_stable`), the
-    /// consumer sought back there, fetch evidence dropped (the book's specification, §7). The input
-    /// records whose outputs were refused for good stay refused in the restored tasks, `refused`
-    /// (the one `cause` names) among them.
+    /// Aborts the open transaction for a recovery from `cause` (module docs): a commit in
+    /// flight is given up with it; a producer whose call is still at work, or fenced for its
+    /// transaction's age, is replaced. `transactional_id` names the producer in
+    /// [`Error::Fenced`].
     ///
     /// # Errors
     /// [`Error::Fenced`] when another process running as this instance fenced the producer;
-    /// the abort's own error when the producer cannot abort otherwise; the restore's errors.
-    pub(super) fn recover(&mut self, cause: &Error, refused: Option<RefusedInput>) -> Result<()> {
-        warn!(error = %cause, "aborting the transaction; every task returns to its last commit");
+    /// the abort's own error when the producer cannot abort otherwise; a new producer's.
+    pub(crate) fn abort_for_recovery(
+        &mut self,
+        cause: &Error,
+        (timeout, transaction_timeout): (Duration, Duration),
+        transactional_id: &str,
+    ) -> Result<()> {
         // A commit in flight is given up with the transaction.
-        self.txn.committing = None;
+        self.committing = None;
         let stalled = matches!(cause, Error::TransactionStalled { .. });
-        let aborted = (!stalled).then(|| self.txn.outbox.abort_transaction(self.config.timeout));
+        let aborted = (!stalled).then(|| self.outbox.abort_transaction(timeout));
         // librdkafka refuses the abort while a call it timed out is still at work in the
         // background ("retry call to resume": a commit whose EndTxn is waiting for a
         // coordinator), as while a call has not returned at all.
@@ -851,21 +653,23 @@ impl StageRunner {
             // the group's committed offsets then say. The old producer is freed when its last
             // call returns.
             warn!("a transactional call is still in progress: replacing the producer");
-            self.replace_producer()?;
+            self.replace_producer(timeout)?;
         } else if let Some(aborted) = aborted {
-            self.after_abort(cause, aborted)?;
+            self.after_abort(
+                cause,
+                aborted,
+                (timeout, transaction_timeout),
+                transactional_id,
+            )?;
         }
-        self.restart_from_last_commit(refused)
+        Ok(())
     }
 
     /// A new producer for the transactional id in place of this one (a new epoch: initialising
     /// it fences the old one and lets the coordinator finish or abort what it left open).
-    fn replace_producer(&mut self) -> Result<()> {
-        self.txn.outbox = Transaction::producer(
-            &self.txn.producer_config,
-            self.txn.statistics.clone(),
-            self.config.timeout,
-        )?;
+    fn replace_producer(&mut self, timeout: Duration) -> Result<()> {
+        self.outbox =
+            Transaction::producer(&self.producer_config, self.statistics.clone(), timeout)?;
         Ok(())
     }
 
@@ -877,11 +681,13 @@ impl StageRunner {
         &mut self,
         cause: &Error,
         aborted: std::result::Result<(), KafkaError>,
+        (timeout, transaction_timeout): (Duration, Duration),
+        transactional_id: &str,
     ) -> Result<()> {
         match aborted {
             Ok(()) => {
-                self.txn.outbox.wait_acked(self.config.timeout)?;
-                self.txn.outbox.discard();
+                self.outbox.wait_acked(timeout)?;
+                self.outbox.discard();
                 if let Error::OutputRefused { reason, .. } = cause
                     && reason.by_broker()
                 {
@@ -890,7 +696,7 @@ impl StageRunner {
                     // refused as OUT_OF_ORDER_SEQUENCE_NUMBER and aborted in turn. A new
                     // producer takes the transactional id (a new epoch, sequences from 0).
                     warn!("the broker refused a batch: replacing the producer");
-                    self.replace_producer()?;
+                    self.replace_producer(timeout)?;
                 }
             }
             Err(rdkafka::error::KafkaError::Transaction(t)) if t.is_fatal() => {
@@ -901,14 +707,12 @@ impl StageRunner {
                 // from its first partition, which is after `begin`. A younger one was fenced by
                 // another process running as this instance: this stage is the zombie and gives
                 // up its tasks; taking the id back would fence the live owner in turn.
-                let open = self.txn.began.elapsed();
-                let timeout = self.config.transaction_timeout();
-                if crate::client_error::fencing(t.code()) && open < timeout {
-                    let group = self.spec.group_id(&self.app);
+                let open = self.began.elapsed();
+                if crate::client_error::fencing(t.code()) && open < transaction_timeout {
                     return Err(Error::Fenced {
-                        transactional_id: self.config.transactional_id(&group),
+                        transactional_id: transactional_id.to_string(),
                         open_ms: open.as_millis() as u64,
-                        timeout_ms: timeout.as_millis() as u64,
+                        timeout_ms: transaction_timeout.as_millis() as u64,
                         message: t.to_string(),
                     });
                 }
@@ -918,7 +722,7 @@ impl StageRunner {
                 // the group moved them elsewhere, the next commit is refused and the rebalance
                 // hands them over.
                 warn!(error = %t, open_ms = open.as_millis() as u64, "the producer is fenced or failed: replacing it");
-                self.replace_producer()?;
+                self.replace_producer(timeout)?;
             }
             Err(e) => {
                 return Err(crate::client_error::kafka(
@@ -930,43 +734,39 @@ impl StageRunner {
         Ok(())
     }
 
-    /// Every task back to its last commit after an abort: the consumer sought back to the
-    /// group's committed offsets, each task restored from the changelog, `refused` inputs
-    /// kept refused, and a new transaction begun.
-    fn restart_from_last_commit(&mut self, refused: Option<RefusedInput>) -> Result<()> {
-        self.metrics.aborted();
-        self.txn.uncommitted = Work::default();
-        // A record held behind a rebalance event is read again from the committed offsets.
-        self.intake.drop_deferred();
-        self.txn.sends = Sends::Open;
-        let positions = self.intake.start_positions()?;
-        self.intake.resume_all(&self.ctx)?;
-        let mut refused: Vec<RefusedInput> = self
-            .tasks
-            .values_mut()
-            .flat_map(Task::take_refused)
-            .chain(refused)
-            .collect();
-        self.tasks.clear();
-        let mut by_task: BTreeMap<i32, Vec<(Channel, i64)>> = BTreeMap::new();
-        for (topic, partition, position) in positions {
-            let source = self.ctx.source_index(&topic)?;
-            let channel = Channel::new(self.ctx.sources[source].id, partition);
-            self.intake
-                .seek(&self.ctx, channel, position, self.config.timeout)?;
-            by_task
-                .entry(partition)
-                .or_default()
-                .push((channel, position));
-        }
-        for (partition, positions) in by_task {
-            let mut task = self.restore_task(partition, positions)?;
-            task.refuse(refused.extract_if(.., |r| r.input.partition == partition));
-            self.tasks.insert(partition, task);
-        }
-        // Nothing was held (the sends were dropped above).
-        self.txn.begin()?;
-        self.txn.last_commit = Instant::now();
-        Ok(())
+    /// After an abort: the work of the aborted transaction forgotten and the sends going into
+    /// the next transaction again (what was held is dropped with it).
+    pub(crate) fn forget_aborted(&mut self) {
+        self.uncommitted = Work::default();
+        self.sends = Sends::Open;
     }
+}
+
+/// When a commit started, for its call and its metrics.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CommitStarted {
+    /// The commit (the interval runs from here).
+    pub commit: Instant,
+    /// Its call.
+    pub call: Instant,
+    /// What the flush and the changelog write took, µs.
+    pub flush_us: u64,
+    pub changelog_us: u64,
+}
+
+/// A commit whose call returned and whose delivery reports arrived: what the second phase
+/// goes on with.
+pub(crate) struct Committed {
+    /// The loop took what was ready meanwhile.
+    pub overlap: bool,
+    /// The error of the work done meanwhile, to surface once the commit has finished.
+    pub overlapped: Result<()>,
+    /// The work the commit makes visible.
+    pub done: Work,
+    /// When the commit and its call started.
+    pub commit_started: Instant,
+    pub call_started: Instant,
+    /// What the flush and the changelog write before the call took, µs.
+    pub flush_us: u64,
+    pub changelog_us: u64,
 }

@@ -50,7 +50,6 @@ use parsley_clock::Channel;
 use parsley_stage::{StageSpec, Topology};
 use tracing::info;
 
-use super::StageRunner;
 use crate::admin::Admin;
 use crate::caught_up::StageProgress;
 use crate::config::RuntimeConfig;
@@ -200,12 +199,22 @@ impl Upstreams {
         self.chains.get(topic).map(|(_, fed)| *fed)
     }
 
+    /// `true` when channels wait and their feeding stages' progress is due to be read again
+    /// (at most once per `interval`, counted from `now`, which then starts the next one).
+    pub(crate) fn look_due(&mut self, now: Instant, interval: Duration) -> bool {
+        if self.waiting.is_empty() || now < self.next_look {
+            return false;
+        }
+        self.next_look = now + interval;
+        true
+    }
+
     /// Makes `channel` of `topic` wait for its feeding stages, from now (step 2 of the module
     /// docs): reads what the first of them must commit.
     ///
     /// # Errors
     /// Reading the last stable offsets.
-    fn wait(&mut self, admin: &Admin, channel: Channel, topic: &str) -> Result<()> {
+    pub(crate) fn wait(&mut self, admin: &Admin, channel: Channel, topic: &str) -> Result<()> {
         let Some((chain, _)) = self.chains.get(topic) else {
             return Ok(());
         };
@@ -234,7 +243,7 @@ impl Upstreams {
     ///
     /// # Errors
     /// Reading committed or last stable offsets.
-    fn advance(
+    pub(crate) fn advance(
         &mut self,
         admin: &Admin,
         timeout: Duration,
@@ -267,85 +276,6 @@ impl Upstreams {
             self.waiting.remove(c);
         }
         Ok(done)
-    }
-}
-
-impl StageRunner {
-    /// Makes the event-time input channels of the task of `partition` that other stages write
-    /// wait for them (module docs).
-    ///
-    /// # Errors
-    /// Reading the last stable offsets.
-    pub(super) fn wait_for_upstream(&mut self, partition: i32) -> Result<()> {
-        for (source, topic) in self.event_time_fed() {
-            let channel = Channel::new(self.ctx.sources[source].id, partition);
-            self.upstreams
-                .wait(self.evidence.admin(), channel, &topic)?;
-        }
-        Ok(())
-    }
-
-    /// The stage's sources (index and name) that other stages write, when it orders by event
-    /// time.
-    fn event_time_fed(&self) -> Vec<(usize, String)> {
-        if self.spec.event_time().is_none() {
-            return Vec::new();
-        }
-        self.ctx
-            .sources
-            .iter()
-            .enumerate()
-            .filter(|(_, t)| self.upstreams.fed(&t.name).is_some())
-            .map(|(i, t)| (i, t.name.clone()))
-            .collect()
-    }
-
-    /// Reads the feeding stages' progress for the waiting channels, at most once per commit
-    /// interval, and starts the catch-up of each channel whose feeding stages have all
-    /// committed: its startup end is its high watermark now.
-    ///
-    /// # Errors
-    /// Admin and consumer errors; the tracker's.
-    pub(super) fn read_upstreams(&mut self) -> Result<()> {
-        let now = Instant::now();
-        if self.upstreams.waiting.is_empty() || now < self.upstreams.next_look {
-            return Ok(());
-        }
-        self.upstreams.next_look = now + self.config.commit_interval;
-        let tasks = &self.tasks;
-        let done = self
-            .upstreams
-            .advance(self.evidence.admin(), self.config.timeout, |c| {
-                tasks
-                    .get(&c.partition)
-                    .is_some_and(|t| t.event_time().is_some())
-            })?;
-        if done.is_empty() {
-            return Ok(());
-        }
-        let request: Vec<(&str, i32)> = done
-            .iter()
-            .map(|(c, topic)| (topic.as_str(), c.partition))
-            .collect();
-        let ends = self.evidence.admin().high_watermarks(&request)?;
-        for ((c, topic), end) in done.iter().zip(ends) {
-            let Some(task) = self.tasks.get_mut(&c.partition) else {
-                continue;
-            };
-            let (gate, Some(et)) = task.gate_and_event_time() else {
-                continue;
-            };
-            et.start(*c, end)
-                .and_then(|()| et.follow(gate))
-                .map_err(|e| self.ctx.gate_error(c.partition, e))?;
-            info!(
-                topic = %topic,
-                partition = c.partition,
-                startup_end = end,
-                "the stages writing this event-time input have committed their history"
-            );
-        }
-        Ok(())
     }
 }
 

@@ -23,8 +23,9 @@ use std::time::{Duration, Instant};
 
 use tracing::{info, warn};
 
-use super::StageRunner;
-use crate::admin::GroupView;
+use crate::admin::{Admin, GroupView};
+use crate::config::RuntimeConfig;
+use parsley_stage::StageSpec;
 
 /// How long a join may take before the stream thread says what it waits for: a join that
 /// waits for no one takes well under a second.
@@ -85,22 +86,26 @@ pub(crate) fn join_notice(view: &GroupView, session_timeout: Duration) -> String
     }
 }
 
-impl StageRunner {
+impl JoinWait {
     /// Once per turn until the first assignment: after [`JOIN_NOTICE`] without one, logs once
-    /// what the join waits for (module docs).
-    pub(super) fn watch_join(&mut self) {
-        let Some(wait) = self.join_wait.as_mut() else {
-            return;
-        };
-        if wait.noticed || wait.waited() < JOIN_NOTICE {
+    /// what the join of the group of `spec` in application `app` waits for (module docs),
+    /// described with `admin`.
+    pub(crate) fn watch(
+        &mut self,
+        admin: &Admin,
+        app: &str,
+        spec: &StageSpec,
+        config: &RuntimeConfig,
+    ) {
+        if self.noticed || self.waited() < JOIN_NOTICE {
             return;
         }
-        wait.noticed = true;
-        let waited_ms = wait.waited().as_millis() as u64;
-        let group = self.spec.group_id(&self.app);
-        let session_timeout = self.config.session_timeout();
-        let instance = self.config.group_instance_id(&group);
-        match self.evidence.admin().describe_group(&group) {
+        self.noticed = true;
+        let waited_ms = self.waited().as_millis() as u64;
+        let group = spec.group_id(app);
+        let session_timeout = config.session_timeout();
+        let instance = config.group_instance_id(&group);
+        match admin.describe_group(&group) {
             Ok(view) => info!(
                 group,
                 group_instance_id = instance.as_deref().unwrap_or("none (dynamic member)"),
@@ -117,14 +122,6 @@ impl StageRunner {
                 "waiting for the first assignment; the group cannot be described"
             ),
         }
-    }
-
-    /// At an assignment: ends the wait for the first one and says how long it took (`None`
-    /// for a later assignment).
-    pub(super) fn joined(&mut self) -> Option<u64> {
-        self.join_wait
-            .take()
-            .map(|wait| wait.waited().as_millis() as u64)
     }
 }
 
