@@ -100,21 +100,24 @@ pub(crate) struct TxnError {
     pub requires_abort: bool,
 }
 
+/// The producer's main queue (delivery reports, errors, logs), as a handle of its own.
+struct MainQueue(*mut rdsys::rd_kafka_queue_t);
+
+// SAFETY: librdkafka's queue handles may be used from any thread.
+unsafe impl Send for MainQueue {}
+// SAFETY: as above; the handle is only read through (length, callbacks), never moved out, and
+// destroyed once, in `Io`'s `Drop`, with exclusive access.
+unsafe impl Sync for MainQueue {}
+
 /// The client of a producer, its main queue (callback registered) and its topic handles:
 /// what every send and wait needs, shared by reference (`&self`).
 pub(crate) struct Io<C: ProducerContext<DeliveryOpaque = usize> + QueueWake> {
     client: Arc<BaseProducer<C>>,
-    queue: *mut rdsys::rd_kafka_queue_t,
+    queue: MainQueue,
     /// Locked only by [`Io::topic`]; [`Io::topic_mut`] reads it without the lock.
     topics: Mutex<Vec<TopicHandle>>,
     id: u64,
 }
-
-// SAFETY: the queue handle may be used from any thread; it is only read through (length) and
-// destroyed once, in `Drop`, with exclusive access.
-unsafe impl<C: ProducerContext<DeliveryOpaque = usize> + QueueWake> Send for Io<C> {}
-// SAFETY: as above.
-unsafe impl<C: ProducerContext<DeliveryOpaque = usize> + QueueWake> Sync for Io<C> {}
 
 impl<C: ProducerContext<DeliveryOpaque = usize> + QueueWake> Io<C> {
     fn new(client: BaseProducer<C>) -> Self {
@@ -126,7 +129,7 @@ impl<C: ProducerContext<DeliveryOpaque = usize> + QueueWake> Io<C> {
         let queue = unsafe {
             let q = rdsys::rd_kafka_queue_get_main(client.client().native_ptr());
             rdsys::rd_kafka_queue_cb_event_enable(q, Some(queue_nonempty::<C>), ctx as *mut c_void);
-            q
+            MainQueue(q)
         };
         Io {
             client: Arc::new(client),
@@ -150,7 +153,7 @@ impl<C: ProducerContext<DeliveryOpaque = usize> + QueueWake> Io<C> {
     /// Events waiting in the producer's main queue (delivery reports, errors, logs).
     pub(crate) fn queued(&self) -> usize {
         // SAFETY: the queue handle is live for as long as `self`.
-        unsafe { rdsys::rd_kafka_queue_length(self.queue) }
+        unsafe { rdsys::rd_kafka_queue_length(self.queue.0) }
     }
 
     /// The handle of topic `name`, made on its first use (under the lock).
@@ -340,8 +343,8 @@ impl<C: ProducerContext<DeliveryOpaque = usize> + QueueWake> Drop for Io<C> {
         // callback any more (it calls it under the queue's lock, which this call takes), so
         // the context may be dropped with the client. The handle is destroyed exactly once.
         unsafe {
-            rdsys::rd_kafka_queue_cb_event_enable(self.queue, None, std::ptr::null_mut());
-            rdsys::rd_kafka_queue_destroy(self.queue);
+            rdsys::rd_kafka_queue_cb_event_enable(self.queue.0, None, std::ptr::null_mut());
+            rdsys::rd_kafka_queue_destroy(self.queue.0);
         }
         let topics = self
             .topics
@@ -513,8 +516,8 @@ impl<C: ProducerContext<DeliveryOpaque = usize> + QueueWake, T> Producer<C, T> {
             && !v.is_empty()
             && v.as_ptr() as usize != report.value
         {
-            debug_assert!(false, "a report for send id {} of another value", report.id);
             std::mem::forget(v);
+            debug_assert!(false, "a report for send id {} of another value", report.id);
         }
         Some(meta)
     }
@@ -635,5 +638,114 @@ pub(crate) fn brokers_metadata<C: ProducerContext>(
         Ok(())
     } else {
         Err(err.into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rdkafka::ClientConfig;
+    use rdkafka::client::ClientContext;
+    use rdkafka::producer::DeliveryResult;
+    use std::time::{Duration, Instant};
+
+    /// Records each delivery report's proof.
+    #[derive(Default)]
+    struct Reports(Mutex<Vec<Reported>>);
+
+    impl ClientContext for Reports {}
+
+    impl ProducerContext for Reports {
+        type DeliveryOpaque = usize;
+
+        fn delivery(&self, result: &DeliveryResult<'_>, id: usize) {
+            let m = match result {
+                Ok(m) | Err((_, m)) => m,
+            };
+            self.0.lock().unwrap().push(Reported::of(m, id));
+        }
+    }
+
+    impl QueueWake for Reports {
+        fn queue_nonempty(&self) {}
+    }
+
+    /// A producer whose sends fail fast: nothing listens on port 1.
+    fn producer() -> Producer<Reports, &'static str> {
+        let client = ClientConfig::new()
+            .set("bootstrap.servers", "127.0.0.1:1")
+            .set("message.timeout.ms", "100")
+            .set("log_level", "0")
+            .create_with_context(Reports::default())
+            .unwrap();
+        Producer::new(client)
+    }
+
+    fn record(topic: Topic) -> Record<'static> {
+        Record {
+            topic,
+            partition: 0,
+            key: Some(b"k"),
+            timestamp: None,
+            headers: &[(c"h", Some(b"v")), (c"null", None)],
+        }
+    }
+
+    #[test]
+    fn a_lent_value_is_freed_on_its_own_report_only() {
+        let mut p = producer();
+        let topic = p.topic_mut("lent").unwrap();
+        let sent = p.send_lent(&record(topic), Some(vec![7; 64]), "first", |a| a.produce());
+        assert_eq!(sent, Ok(()));
+        assert_eq!(p.lent.len(), 1);
+        // A report made from another message (here: of the same id, another value) does not
+        // free the value: it is leaked (in a release build), never freed under librdkafka.
+        let forged = Reported {
+            id: 1,
+            value: 0xdead_beef,
+        };
+        let taken =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| p.take_reported(&forged)));
+        assert_eq!(taken.is_err(), cfg!(debug_assertions));
+        drop(p);
+        let mut p = producer();
+        let topic = p.topic_mut("lent").unwrap();
+        p.send_lent(&record(topic), Some(vec![7; 64]), "second", |a| a.produce())
+            .unwrap();
+        // The send times out undelivered; its report frees the value.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let report = loop {
+            p.io().client().poll(Duration::from_millis(50));
+            if let Some(r) = p.io().client().context().0.lock().unwrap().pop() {
+                break r;
+            }
+            assert!(Instant::now() < deadline, "no delivery report");
+        };
+        assert_eq!(report.id(), 1);
+        assert_eq!(p.take_reported(&report), Some("second"));
+        p.settle();
+        assert!(p.lent.is_empty());
+        assert_eq!(p.first_id, 2);
+    }
+
+    #[test]
+    fn a_refused_lent_send_leaves_no_entry_and_a_topic_of_another_producer_is_refused() {
+        let mut other = producer();
+        let foreign = other.topic_mut("elsewhere").unwrap();
+        let mut p = producer();
+        let refused = p.send_lent(&record(foreign), Some(vec![1; 8]), "x", |a| a.produce());
+        assert_eq!(refused, Err(RDKafkaErrorCode::InvalidArgument));
+        assert!(p.lent.is_empty());
+        // Ids go on from where they were: the refused send took none.
+        let topic = p.topic_mut("here").unwrap();
+        p.send_lent(&record(topic), None, "tombstone", |a| {
+            a.produce()?;
+            a.produce() // a second call does nothing
+        })
+        .unwrap();
+        assert_eq!(p.lent.len(), 1);
+        assert_eq!(p.first_id, 1);
+        assert_eq!(p.forget_lent(), 1);
+        assert_eq!(p.first_id, 2);
     }
 }
