@@ -14,5 +14,6 @@
 //! record measured from outside the processes, live-record latency, peak memory).
 //!
 //! Figures are recorded in the book ("Benchmarks").
+#![forbid(unsafe_code)]
 
 pub mod workloads;

@@ -1,6 +1,7 @@
 //! The book's chapters and the README, compiled as doctests so every Rust example in them
 //! builds and runs with `cargo test --doc` (the way timely-dataflow checks its mdBook).
 #![doc(test(attr(deny(warnings))))]
+#![forbid(unsafe_code)]
 
 macro_rules! chapter {
     ($name:ident, $file:literal) => {

@@ -3,6 +3,7 @@
 //! Stamps name `entries` channels spread over `entries / 4` topics (four partitions each),
 //! with offsets around 10^9 that differ by a few thousand between partitions of a topic: the
 //! shape of a stage reading a few busy topics.
+#![forbid(unsafe_code)]
 
 use std::hint::black_box;
 

@@ -4,6 +4,7 @@
 //! consumed by the task (already delivered up to the claimed offset) and the rest on channels
 //! the task does not consume (the ignore branch). Records arrive in causal order, so every
 //! record is delivered at once: this measures the cost of the checks, not of waiting.
+#![forbid(unsafe_code)]
 
 use std::hint::black_box;
 

@@ -1,6 +1,7 @@
 //! The cost of the key-partition check per delivered record: murmur2 of the key bytes modulo
 //! the source's partition count, compared with the record's partition (case C20). Keys of 8
 //! bytes (the end-to-end benchmark's keys, `00000042`), 16 and 36 bytes (a UUID as text).
+#![forbid(unsafe_code)]
 
 use std::hint::black_box;
 

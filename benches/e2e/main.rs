@@ -77,6 +77,7 @@
 //! ratio to it. The exit status is 2 when a target is not met, except with `--quick`: a smoke
 //! run (100,000 records at 100 B unless `--records` and `--payloads`, one run per mode, no
 //! latency phase) whose figures are too short to judge.
+#![forbid(unsafe_code)]
 
 mod kafka_streams;
 mod load;

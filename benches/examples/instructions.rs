@@ -12,6 +12,7 @@
 //! per stamp, and the repetitions (stamps encoded or decoded; delivered records, in batches of
 //! 1,000, for `gate`). Only the `measured_*` functions are counted: the instructions per
 //! repetition are callgrind's total divided by the repetitions.
+#![forbid(unsafe_code)]
 
 use std::hint::black_box;
 

@@ -45,6 +45,7 @@
 //!
 //! Missing Java or Maven are installed from Debian's packages when running as root on a
 //! Debian-like machine; elsewhere the error says what to install.
+#![forbid(unsafe_code)]
 
 mod book;
 mod cluster;

@@ -13,6 +13,7 @@
 //! Scenarios come from the corpus (`corpus.jsonl`: interesting scenarios kept, each with why)
 //! and from seeds ([`generate`]): proptest strategies spread evenly over the operators, a
 //! differing scenario shrunk to a minimal script before it is reported.
+#![forbid(unsafe_code)]
 
 pub mod catalogue;
 pub mod generate;

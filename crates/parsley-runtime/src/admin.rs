@@ -9,7 +9,7 @@
 //! `DescribeTopics` reports every new topic with its partitions, and [`Admin::delete_topics`]
 //! once it reports them gone — no fixed sleep.
 
-use std::ffi::{CStr, CString, c_char};
+use std::ffi::CString;
 use std::time::{Duration, Instant};
 
 use futures::executor::block_on;
@@ -19,11 +19,13 @@ use rdkafka::admin::{AdminClient, AdminOptions, NewPartitions, NewTopic, TopicRe
 use rdkafka::client::ClientContext;
 use rdkafka::error::KafkaError;
 use rdkafka::types::RDKafkaErrorCode;
-use rdkafka_sys as rdsys;
 
 use tracing::{debug, warn};
 
 use crate::clients::{ClientRole, ClientSettings};
+use crate::librdkafka::admin::{
+    AdminCall, DescribedGroup, Event, Isolation, MainEvent, OffsetSpec, Request, TopicNames,
+};
 use crate::security::{Endpoint, SecurityWatch, WATCH_STEP};
 use parsley_task::error::{Error, Result};
 use parsley_task::topic::TopicInfo;
@@ -32,7 +34,6 @@ use parsley_task::topic::TopicInfo;
 const TRANSPORT_RETRY: Duration = Duration::from_millis(100);
 
 mod offsets;
-use offsets::Isolation;
 
 /// A topic to create.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -123,7 +124,7 @@ impl Admin {
         // Errors as events in the main queue (`RD_KAFKA_EVENT_ERROR`), served while a request
         // waits; without them librdkafka only logs an error the client has no callback for.
         let mut config = config.clone();
-        config.set("enabled_events", rdsys::RD_KAFKA_EVENT_ERROR.to_string());
+        config.set("enabled_events", crate::librdkafka::admin::error_events());
         let client = config
             .create_with_context(context)
             .map_err(|e| crate::client_error::kafka("creating the admin client", e))?;
@@ -177,76 +178,37 @@ impl Admin {
         names: &[&str],
         timeout: Duration,
     ) -> Result<Vec<std::result::Result<TopicInfo, (RDKafkaErrorCode, String)>>> {
-        let cnames: Vec<CString> = names
+        let collection = TopicNames::new(names).map_err(|e| Error::Admin {
+            operation: "describing topics".into(),
+            message: format!(
+                "topic name {:?} contains a NUL byte",
+                String::from_utf8_lossy(&e.into_vec())
+            ),
+        })?;
+        let event = self.request(
+            "describing topics",
+            timeout,
+            AdminCall::DescribeTopics(&collection),
+            None,
+        )?;
+        let mut by_name = std::collections::HashMap::new();
+        for described in event.described_topics() {
+            let entry = described.result.map(|(id, partitions)| TopicInfo {
+                name: described.name.clone(),
+                id,
+                partitions: partitions as i32,
+            });
+            by_name.insert(described.name, entry);
+        }
+        Ok(names
             .iter()
             .map(|n| {
-                CString::new(*n).map_err(|_| Error::Admin {
-                    operation: "describing topics".into(),
-                    message: format!("topic name {n:?} contains a NUL byte"),
-                })
+                by_name.remove(*n).unwrap_or(Err((
+                    RDKafkaErrorCode::UnknownTopicOrPartition,
+                    "not in the answer".into(),
+                )))
             })
-            .collect::<Result<_>>()?;
-        let mut ptrs: Vec<*const c_char> = cnames.iter().map(|c| c.as_ptr()).collect();
-        // SAFETY: every pointer passed to librdkafka is valid for the call; every object
-        // created here is destroyed by the guards below, after its last use.
-        unsafe {
-            let collection = Guard(
-                rdsys::rd_kafka_TopicCollection_of_topic_names(ptrs.as_mut_ptr(), ptrs.len()),
-                rdsys::rd_kafka_TopicCollection_destroy,
-            );
-            let event = self.request(
-                "describing topics",
-                timeout,
-                rdsys::rd_kafka_admin_op_t::RD_KAFKA_ADMIN_OP_DESCRIBETOPICS,
-                |_| Ok(()),
-                |rk, options, queue| {
-                    rdsys::rd_kafka_DescribeTopics(rk, collection.0, options, queue)
-                },
-            )?;
-            let result = rdsys::rd_kafka_event_DescribeTopics_result(event.0);
-            let mut count = 0usize;
-            let descriptions = rdsys::rd_kafka_DescribeTopics_result_topics(result, &mut count);
-            let mut by_name = std::collections::HashMap::new();
-            for i in 0..count {
-                let d = *descriptions.add(i);
-                let name = cstr(rdsys::rd_kafka_TopicDescription_name(d));
-                let error = rdsys::rd_kafka_TopicDescription_error(d);
-                let code = if error.is_null() {
-                    rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR
-                } else {
-                    rdsys::rd_kafka_error_code(error)
-                };
-                let entry = if code != rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
-                    Err((
-                        RDKafkaErrorCode::from(code),
-                        cstr(rdsys::rd_kafka_error_string(error)),
-                    ))
-                } else {
-                    let uuid = rdsys::rd_kafka_TopicDescription_topic_id(d);
-                    let id = TopicId::from_halves(
-                        rdsys::rd_kafka_Uuid_most_significant_bits(uuid),
-                        rdsys::rd_kafka_Uuid_least_significant_bits(uuid),
-                    );
-                    let mut partitions = 0usize;
-                    rdsys::rd_kafka_TopicDescription_partitions(d, &mut partitions);
-                    Ok(TopicInfo {
-                        name: name.clone(),
-                        id,
-                        partitions: partitions as i32,
-                    })
-                };
-                by_name.insert(name, entry);
-            }
-            Ok(names
-                .iter()
-                .map(|n| {
-                    by_name.remove(*n).unwrap_or(Err((
-                        RDKafkaErrorCode::UnknownTopicOrPartition,
-                        "not in the answer".into(),
-                    )))
-                })
-                .collect())
-        }
+            .collect())
     }
 
     /// The names of the topics with the given ids, among all topics of the cluster (one
@@ -279,92 +241,64 @@ impl Admin {
             .collect())
     }
 
-    /// Runs one native admin request: options for `op` with request timeout `timeout` (and whatever
-    /// `configure` sets), `start` on a private queue, then waits for the result event and checks
-    /// its error. A request whose broker dropped the connection (`_TRANSPORT`) is started again
-    /// every [`TRANSPORT_RETRY`] until the deadline: the requests sent here only read. Returns
-    /// the event, destroyed when dropped.
-    ///
-    /// # Safety
-    /// `configure` and `start` must only pass the given pointers to librdkafka calls that expect
-    /// them; they are valid for the duration of the calls.
-    #[allow(clippy::too_many_lines)]
-    unsafe fn request(
+    /// Runs one native admin request: `call` with request timeout `timeout` (and isolation
+    /// level `isolation`, if given) on a private queue, then waits for the result event and
+    /// checks its error. A request whose broker dropped the connection (`_TRANSPORT`) is
+    /// started again every [`TRANSPORT_RETRY`] until the deadline: the requests sent here only
+    /// read. Returns the event, destroyed when dropped.
+    fn request(
         &self,
         operation: &str,
         timeout: Duration,
-        op: rdsys::rd_kafka_admin_op_t,
-        configure: impl FnOnce(*mut rdsys::rd_kafka_AdminOptions_t) -> std::result::Result<(), String>,
-        start: impl Fn(
-            *mut rdsys::rd_kafka_t,
-            *const rdsys::rd_kafka_AdminOptions_t,
-            *mut rdsys::rd_kafka_queue_t,
-        ),
-    ) -> Result<Guard<rdsys::rd_kafka_event_t>> {
-        let rk = self.client.inner().native_ptr();
+        call: AdminCall<'_>,
+        isolation: Option<Isolation>,
+    ) -> Result<Event> {
         let timeout_ms = timeout.as_millis().min(i32::MAX as u128) as i32;
         let fail = |message: String| Error::Admin {
             operation: operation.to_string(),
             message,
         };
-        // SAFETY: the options and queue are created here and destroyed by their guards after
-        // the event (which the caller owns) is taken off the queue.
-        unsafe {
-            let options = Guard(
-                rdsys::rd_kafka_AdminOptions_new(rk, op),
-                rdsys::rd_kafka_AdminOptions_destroy,
-            );
-            let mut errstr = [0 as c_char; 512];
-            rdsys::rd_kafka_AdminOptions_set_request_timeout(
-                options.0,
-                timeout_ms,
-                errstr.as_mut_ptr(),
-                errstr.len(),
-            );
-            configure(options.0).map_err(fail)?;
-            let queue = Guard(rdsys::rd_kafka_queue_new(rk), rdsys::rd_kafka_queue_destroy);
-            // Waited for in short steps: a failure to authenticate or to set up TLS arrives
-            // as an error event, not as the request's answer (module docs of `security`).
-            let watch = &self.client.inner().context().watch;
-            let deadline = std::time::Instant::now() + timeout + Duration::from_secs(5);
-            let step = WATCH_STEP.as_millis() as i32;
-            loop {
-                start(rk, options.0, queue.0);
-                let event = loop {
-                    let event = rdsys::rd_kafka_queue_poll(queue.0, step);
-                    if !event.is_null() {
-                        break event;
-                    }
-                    self.serve_main_queue();
-                    if let Some(e) = watch.error() {
-                        return Err(e);
-                    }
-                    if std::time::Instant::now() >= deadline {
-                        return Err(fail(format!("no answer within {timeout:?}")));
-                    }
-                };
-                let event = Guard(event, rdsys::rd_kafka_event_destroy);
-                let code = rdsys::rd_kafka_event_error(event.0);
-                if code == rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
-                    return Ok(event);
+        let mut request = Request::new(self.client.inner(), call, timeout_ms);
+        if let Some(isolation) = isolation {
+            request.set_isolation(isolation).map_err(fail)?;
+        }
+        // Waited for in short steps: a failure to authenticate or to set up TLS arrives as an
+        // error event, not as the request's answer (module docs of `security`).
+        let watch = &self.client.inner().context().watch;
+        let deadline = std::time::Instant::now() + timeout + Duration::from_secs(5);
+        let step = WATCH_STEP.as_millis() as i32;
+        loop {
+            request.start();
+            let event = loop {
+                if let Some(event) = request.poll(step) {
+                    break event;
                 }
-                // The broker the request went to dropped the connection (a node of the
-                // cluster killed or restarting): every request here only reads, so it is
-                // sent again, to whichever broker librdkafka picks, until the deadline.
-                let retry = code == rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR__TRANSPORT
-                    && std::time::Instant::now() + TRANSPORT_RETRY < deadline
-                    && watch.error().is_none();
-                if !retry {
-                    return Err(
-                        watch.explain(fail(cstr(rdsys::rd_kafka_event_error_string(event.0))))
-                    );
+                self.serve_main_queue();
+                if let Some(e) = watch.error() {
+                    return Err(e);
                 }
-                debug!(
-                    operation,
-                    "admin request: transport failure, sending it again"
-                );
-                std::thread::sleep(TRANSPORT_RETRY);
+                if std::time::Instant::now() >= deadline {
+                    return Err(fail(format!("no answer within {timeout:?}")));
+                }
+            };
+            let code = event.error();
+            if code == RDKafkaErrorCode::NoError {
+                return Ok(event);
             }
+            // The broker the request went to dropped the connection (a node of the cluster
+            // killed or restarting): every request here only reads, so it is sent again, to
+            // whichever broker librdkafka picks, until the deadline.
+            let retry = code == RDKafkaErrorCode::BrokerTransportFailure
+                && std::time::Instant::now() + TRANSPORT_RETRY < deadline
+                && watch.error().is_none();
+            if !retry {
+                return Err(watch.explain(fail(event.error_string())));
+            }
+            debug!(
+                operation,
+                "admin request: transport failure, sending it again"
+            );
+            std::thread::sleep(TRANSPORT_RETRY);
         }
     }
 
@@ -372,47 +306,24 @@ impl Admin {
     /// rdkafka's admin client never polls: errors go to the context's watch, logs to
     /// `tracing` (target `librdkafka`), other events are dropped.
     fn serve_main_queue(&self) {
-        let rk = self.client.inner().native_ptr();
-        // SAFETY: the client handle is live; the queue handle returned is destroyed below, and
-        // every event polled from it is destroyed after its last use.
-        unsafe {
-            let main = Guard(
-                rdsys::rd_kafka_queue_get_main(rk),
-                rdsys::rd_kafka_queue_destroy,
-            );
-            loop {
-                let event = rdsys::rd_kafka_queue_poll(main.0, 0);
-                if event.is_null() {
-                    return;
-                }
-                let event = Guard(event, rdsys::rd_kafka_event_destroy);
-                match rdsys::rd_kafka_event_type(event.0) {
-                    rdsys::RD_KAFKA_EVENT_ERROR => {
-                        let code = RDKafkaErrorCode::from(rdsys::rd_kafka_event_error(event.0));
-                        let reason = cstr(rdsys::rd_kafka_event_error_string(event.0));
-                        self.client
-                            .inner()
-                            .context()
-                            .watch
-                            .event(&KafkaError::Global(code), &reason);
-                    }
-                    rdsys::RD_KAFKA_EVENT_LOG => {
-                        let (mut fac, mut text, mut level) =
-                            (std::ptr::null(), std::ptr::null(), 0);
-                        if rdsys::rd_kafka_event_log(event.0, &mut fac, &mut text, &mut level) == 0
-                        {
-                            let (fac, text) = (cstr(fac), cstr(text));
-                            if level <= 4 {
-                                tracing::warn!(target: "librdkafka", "librdkafka: {fac} {text}");
-                            } else {
-                                debug!(target: "librdkafka", "librdkafka: {fac} {text}");
-                            }
-                        }
-                    }
-                    _ => {}
+        let client = self.client.inner();
+        crate::librdkafka::admin::drain_main_queue(client, |event| match event {
+            MainEvent::Error { code, reason } => client
+                .context()
+                .watch
+                .event(&KafkaError::Global(code), &reason),
+            MainEvent::Log {
+                facility,
+                text,
+                level,
+            } => {
+                if level <= 4 {
+                    tracing::warn!(target: "librdkafka", "librdkafka: {facility} {text}");
+                } else {
+                    debug!(target: "librdkafka", "librdkafka: {facility} {text}");
                 }
             }
-        }
+        });
     }
 
     /// Creates `topics` (replication factor 1 is not assumed: the broker default is used)
@@ -510,7 +421,7 @@ impl Admin {
                     .collect();
                 self.list_retrying(
                     &partitions,
-                    rdsys::rd_kafka_OffsetSpec_t::RD_KAFKA_OFFSET_SPEC_EARLIEST,
+                    OffsetSpec::Earliest,
                     Isolation::ReadUncommitted,
                     true,
                 )?;
@@ -710,85 +621,33 @@ impl Admin {
             operation: operation.clone(),
             message: "the group id contains a NUL byte".into(),
         })?;
-        let names = [name.as_ptr()];
-        // SAFETY: every pointer passed to librdkafka is valid for the call; the result's
-        // descriptions live as long as the event, which outlives every read below.
-        unsafe {
-            let event = self.request(
-                &operation,
-                self.timeout,
-                rdsys::rd_kafka_admin_op_t::RD_KAFKA_ADMIN_OP_DESCRIBECONSUMERGROUPS,
-                |_| Ok(()),
-                |rk, options, queue| {
-                    // librdkafka copies the names; its signature asks for a mutable array.
-                    rdsys::rd_kafka_DescribeConsumerGroups(
-                        rk,
-                        names.as_ptr().cast_mut(),
-                        names.len(),
-                        options,
-                        queue,
-                    )
-                },
-            )?;
-            let result = rdsys::rd_kafka_event_DescribeConsumerGroups_result(event.0);
-            let mut count = 0usize;
-            let groups = rdsys::rd_kafka_DescribeConsumerGroups_result_groups(result, &mut count);
-            if count == 0 {
-                return Err(Error::Admin {
-                    operation,
-                    message: "no group in the answer".into(),
-                });
-            }
-            let d = *groups;
-            let error = rdsys::rd_kafka_ConsumerGroupDescription_error(d);
-            if !error.is_null() {
-                let code = RDKafkaErrorCode::from(rdsys::rd_kafka_error_code(error));
-                if code == RDKafkaErrorCode::CoordinatorLoadInProgress {
-                    return Ok(GroupView::Loading);
-                }
-                return Err(Error::Admin {
-                    operation,
-                    message: cstr(rdsys::rd_kafka_error_string(error)),
-                });
-            }
-            let state = cstr(rdsys::rd_kafka_consumer_group_state_name(
-                rdsys::rd_kafka_ConsumerGroupDescription_state(d),
-            ));
-            let members = (0..rdsys::rd_kafka_ConsumerGroupDescription_member_count(d))
-                .map(|i| {
-                    let m = rdsys::rd_kafka_ConsumerGroupDescription_member(d, i);
-                    let instance = rdsys::rd_kafka_MemberDescription_group_instance_id(m);
-                    GroupMember {
-                        client_id: cstr(rdsys::rd_kafka_MemberDescription_client_id(m)),
-                        host: cstr(rdsys::rd_kafka_MemberDescription_host(m)),
-                        instance_id: (!instance.is_null()).then(|| cstr(instance)),
-                        member_id: cstr(rdsys::rd_kafka_MemberDescription_consumer_id(m)),
-                    }
-                })
-                .collect();
-            Ok(GroupView::Described { state, members })
+        let event = self.request(
+            &operation,
+            self.timeout,
+            AdminCall::DescribeGroup(&name),
+            None,
+        )?;
+        let Some(DescribedGroup { result }) = event.described_groups().into_iter().next() else {
+            return Err(Error::Admin {
+                operation,
+                message: "no group in the answer".into(),
+            });
+        };
+        match result {
+            Err((RDKafkaErrorCode::CoordinatorLoadInProgress, _)) => Ok(GroupView::Loading),
+            Err((_, message)) => Err(Error::Admin { operation, message }),
+            Ok((state, members)) => Ok(GroupView::Described {
+                state,
+                members: members
+                    .into_iter()
+                    .map(|m| GroupMember {
+                        client_id: m.client_id,
+                        host: m.host,
+                        instance_id: m.instance_id,
+                        member_id: m.consumer_id,
+                    })
+                    .collect(),
+            }),
         }
     }
-}
-
-struct Guard<T>(*mut T, unsafe extern "C" fn(*mut T));
-
-impl<T> Drop for Guard<T> {
-    fn drop(&mut self) {
-        if !self.0.is_null() {
-            // SAFETY: the pointer came from the matching librdkafka constructor and is
-            // destroyed exactly once.
-            unsafe { (self.1)(self.0) }
-        }
-    }
-}
-
-/// # Safety
-/// `p` is null or a NUL-terminated string that outlives the call.
-unsafe fn cstr(p: *const c_char) -> String {
-    if p.is_null() {
-        return String::new();
-    }
-    // SAFETY: guaranteed by the caller.
-    unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
 }

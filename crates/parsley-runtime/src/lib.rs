@@ -99,6 +99,12 @@
 //! # Features
 //! - `fault-injection`: crash points for fault-injection tests (`CrashPoint`,
 //!   `RuntimeConfig::crash_at`). Off by default: a default build has no crash point.
+//!
+//! # `unsafe` in one place
+//! Every call into librdkafka that `rdkafka` does not make for us is in module [`librdkafka`],
+//! behind safe wrappers: the only module with `unsafe` code (the crate denies it everywhere
+//! else). Its docs state the invariant that makes each wrapper safe to call.
+#![deny(unsafe_code)]
 
 mod admin;
 mod caught_up;
@@ -111,6 +117,8 @@ mod config;
 mod endpoint;
 #[cfg(feature = "fault-injection")]
 mod fault;
+#[allow(unsafe_code)]
+pub mod librdkafka;
 mod open_transaction;
 mod outbox;
 mod refusal;

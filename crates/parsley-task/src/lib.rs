@@ -61,6 +61,7 @@
 //! assert!(invoice.stamp.unwrap().clock.covers(order)); // the invoice claims its order
 //! # Ok::<(), parsley_task::Error>(())
 //! ```
+#![forbid(unsafe_code)]
 
 pub mod backpressure;
 pub mod client_stats;

@@ -23,6 +23,7 @@
 //! - [`sim`]: a deterministic simulator of partitions with gaps, producers and stage tasks that
 //!   drives the real gate and clock and checks them with the oracle, with negative controls.
 #![doc(test(attr(deny(warnings))))]
+#![forbid(unsafe_code)]
 
 pub mod broker;
 pub mod cluster;

@@ -12,6 +12,7 @@
 //!    for watching the metrics endpoint.
 //! 4. The facts and the ledger are read back and the delivery order of every task is checked
 //!    by the oracle. The exit status is non-zero on any violation or loss.
+#![forbid(unsafe_code)]
 
 use std::io::IsTerminal;
 use std::net::SocketAddr;

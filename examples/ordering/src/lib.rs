@@ -28,6 +28,7 @@
 //! assert_eq!(w.topics().len(), 13);
 //! # Ok::<(), parsley_ordering::Error>(())
 //! ```
+#![forbid(unsafe_code)]
 
 // The allocator of a Parsley service (jemalloc, the `parsley` crate's default), for every
 // strategy and worker this crate runs.

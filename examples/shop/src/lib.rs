@@ -13,6 +13,7 @@
 //!   counts), and revenue per customer and hour in event-time windows
 //!   ([`pipeline::hourly_revenue`], which `cargo xtask replay` replays); the binary's `run`
 //!   subcommand runs either with Parsley's runtime.
+#![forbid(unsafe_code)]
 
 pub mod model;
 pub mod orders;

@@ -8,6 +8,7 @@
 //!   customer and hour (one-hour windows of event time, every update emitted).
 //!
 //! `cargo xtask compare` runs them, and the same pipeline in Kafka Streams, on the same input.
+#![forbid(unsafe_code)]
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};

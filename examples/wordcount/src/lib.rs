@@ -12,6 +12,7 @@
 //! subcommand runs [`pipeline::topology`] with Parsley's runtime.
 //!
 //! [`Topology`]: parsley::Topology
+#![forbid(unsafe_code)]
 
 pub mod lines;
 pub mod pipeline;

@@ -5,6 +5,7 @@
 //!   consumed and committed everything its input held.
 //!
 //! `cargo xtask compare` runs it, and the same pipeline in Kafka Streams, on the same input.
+#![forbid(unsafe_code)]
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};

@@ -2,22 +2,14 @@
 //! from one batched `ListOffsets` request answered by the partition leaders, asked again while
 //! a leader moves or restarts (and, for a topic just created, until its leaders know it).
 
-use std::ffi::CString;
 use std::time::{Duration, Instant};
 
 use rdkafka::types::RDKafkaErrorCode;
-use rdkafka_sys as rdsys;
 use tracing::debug;
 
-use super::{Admin, Guard, cstr};
+use super::Admin;
+use crate::librdkafka::admin::{AdminCall, Isolation, OffsetQuery, OffsetSpec};
 use parsley_task::error::{Error, Result};
-
-/// The isolation level of a `ListOffsets(LATEST)` request: the high watermark or the LSO.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Isolation {
-    ReadUncommitted,
-    ReadCommitted,
-}
 
 impl Admin {
     /// The high watermark (log end offset, open transactions included) of each partition, from
@@ -32,11 +24,7 @@ impl Admin {
     /// # Errors
     /// [`Error::Admin`] for a failed request or a partition that reports an error (named).
     pub fn high_watermarks(&self, partitions: &[(&str, i32)]) -> Result<Vec<i64>> {
-        self.list_offsets(
-            partitions,
-            rdsys::rd_kafka_OffsetSpec_t::RD_KAFKA_OFFSET_SPEC_LATEST,
-            Isolation::ReadUncommitted,
-        )
+        self.list_offsets(partitions, OffsetSpec::Latest, Isolation::ReadUncommitted)
     }
 
     /// The last stable offset (LSO: the first offset of the oldest open transaction, or the
@@ -54,11 +42,7 @@ impl Admin {
     /// # Errors
     /// [`Error::Admin`] for a failed request or a partition that reports an error (named).
     pub fn last_stable_offsets(&self, partitions: &[(&str, i32)]) -> Result<Vec<i64>> {
-        self.list_offsets(
-            partitions,
-            rdsys::rd_kafka_OffsetSpec_t::RD_KAFKA_OFFSET_SPEC_LATEST,
-            Isolation::ReadCommitted,
-        )
+        self.list_offsets(partitions, OffsetSpec::Latest, Isolation::ReadCommitted)
     }
 
     /// The log start offset of each of `partitions` (in order): one batched
@@ -68,17 +52,13 @@ impl Admin {
     /// # Errors
     /// [`Error::Admin`] for a failed request or a partition that reports an error (named).
     pub fn log_start_offsets(&self, partitions: &[(&str, i32)]) -> Result<Vec<i64>> {
-        self.list_offsets(
-            partitions,
-            rdsys::rd_kafka_OffsetSpec_t::RD_KAFKA_OFFSET_SPEC_EARLIEST,
-            Isolation::ReadUncommitted,
-        )
+        self.list_offsets(partitions, OffsetSpec::Earliest, Isolation::ReadUncommitted)
     }
 
     fn list_offsets(
         &self,
         partitions: &[(&str, i32)],
-        spec: rdsys::rd_kafka_OffsetSpec_t,
+        spec: OffsetSpec,
         isolation: Isolation,
     ) -> Result<Vec<i64>> {
         self.list_retrying(partitions, spec, isolation, false)
@@ -90,7 +70,7 @@ impl Admin {
     pub(super) fn list_retrying(
         &self,
         partitions: &[(&str, i32)],
-        spec: rdsys::rd_kafka_OffsetSpec_t,
+        spec: OffsetSpec,
         isolation: Isolation,
         fresh: bool,
     ) -> Result<Vec<i64>> {
@@ -121,132 +101,89 @@ impl Admin {
     fn list_once(
         &self,
         partitions: &[(&str, i32)],
-        spec: rdsys::rd_kafka_OffsetSpec_t,
+        spec: OffsetSpec,
         isolation: Isolation,
         fresh: bool,
     ) -> std::result::Result<Vec<i64>, (bool, Error)> {
         if partitions.is_empty() {
             return Ok(Vec::new());
         }
-        let names: Vec<CString> = partitions
-            .iter()
-            .map(|(t, _)| {
-                CString::new(*t).map_err(|_| Error::Admin {
+        let query = OffsetQuery::new(partitions, spec).map_err(|e| {
+            (
+                false,
+                Error::Admin {
                     operation: "listing offsets".into(),
-                    message: format!("topic name {t:?} contains a NUL byte"),
+                    message: format!(
+                        "topic name {:?} contains a NUL byte",
+                        String::from_utf8_lossy(&e.into_vec())
+                    ),
+                },
+            )
+        })?;
+        let event = self
+            .request(
+                "listing offsets",
+                // Short attempts: while leaders are unknown librdkafka waits out the whole
+                // request timeout; the caller retries with fresh metadata instead.
+                self.timeout.min(Duration::from_secs(5)),
+                AdminCall::ListOffsets(&query),
+                Some(isolation),
+            )
+            // No answer, a timeout, a transport failure: the broker may be restarting.
+            // Asked again until the caller's deadline.
+            .map_err(|e| (true, e))?;
+        let mut found = std::collections::HashMap::new();
+        for listed in event.listed_offsets() {
+            let (topic, partition) = (listed.topic, listed.partition);
+            if let Some(code) = listed.error {
+                let retriable = matches!(
+                    code,
+                    RDKafkaErrorCode::FencedLeaderEpoch
+                        | RDKafkaErrorCode::UnknownLeaderEpoch
+                        | RDKafkaErrorCode::NotLeaderForPartition
+                        | RDKafkaErrorCode::LeaderNotAvailable
+                        | RDKafkaErrorCode::OffsetNotAvailable
+                        | RDKafkaErrorCode::RequestTimedOut
+                        | RDKafkaErrorCode::NetworkException
+                        // The client's metadata predates the partition (just added).
+                        | RDKafkaErrorCode::UnknownPartition
+                ) || (fresh && code == RDKafkaErrorCode::UnknownTopicOrPartition);
+                return Err((
+                    retriable,
+                    Error::Admin {
+                        operation: format!("listing the offsets of {topic}/{partition}"),
+                        message: code.to_string(),
+                    },
+                ));
+            }
+            if listed.offset < 0 {
+                // An answer without an error but without an offset either (librdkafka's
+                // "invalid", -1001): seen during a broker restart in fault injection (seed
+                // 31), where it reached the gate as a high watermark and made a valid claim
+                // look impossible. An offset asked for here is never negative: ask again.
+                return Err((
+                    true,
+                    Error::Admin {
+                        operation: format!("listing the offsets of {topic}/{partition}"),
+                        message: format!("offset {} in an answer without an error", listed.offset),
+                    },
+                ));
+            }
+            found.insert((topic, partition), listed.offset);
+        }
+        partitions
+            .iter()
+            .map(|(t, p)| {
+                found.get(&(t.to_string(), *p)).copied().ok_or_else(|| {
+                    (
+                        false,
+                        Error::Admin {
+                            operation: format!("listing the offsets of {t}/{p}"),
+                            message: "not in the answer".into(),
+                        },
+                    )
                 })
             })
-            .collect::<Result<_>>()
-            .map_err(|e| (false, e))?;
-        // SAFETY: every pointer passed to librdkafka is valid for the call; every object
-        // created here is destroyed by the guards below, after its last use.
-        unsafe {
-            let list = Guard(
-                rdsys::rd_kafka_topic_partition_list_new(partitions.len() as i32),
-                rdsys::rd_kafka_topic_partition_list_destroy,
-            );
-            for (name, (_, p)) in names.iter().zip(partitions) {
-                let tp = rdsys::rd_kafka_topic_partition_list_add(list.0, name.as_ptr(), *p);
-                (*tp).offset = spec as i64;
-            }
-            let event = self
-                .request(
-                    "listing offsets",
-                    // Short attempts: while leaders are unknown librdkafka waits out the whole
-                    // request timeout; the caller retries with fresh metadata instead.
-                    self.timeout.min(Duration::from_secs(5)),
-                    rdsys::rd_kafka_admin_op_t::RD_KAFKA_ADMIN_OP_LISTOFFSETS,
-                    |options| {
-                        let level = match isolation {
-                            Isolation::ReadUncommitted => {
-                                rdsys::rd_kafka_IsolationLevel_t::RD_KAFKA_ISOLATION_LEVEL_READ_UNCOMMITTED
-                            }
-                            Isolation::ReadCommitted => {
-                                rdsys::rd_kafka_IsolationLevel_t::RD_KAFKA_ISOLATION_LEVEL_READ_COMMITTED
-                            }
-                        };
-                        let err = rdsys::rd_kafka_AdminOptions_set_isolation_level(options, level);
-                        if err.is_null() {
-                            return Ok(());
-                        }
-                        let message = cstr(rdsys::rd_kafka_error_string(err));
-                        rdsys::rd_kafka_error_destroy(err);
-                        Err(message)
-                    },
-                    |rk, options, queue| rdsys::rd_kafka_ListOffsets(rk, list.0, options, queue),
-                )
-                // No answer, a timeout, a transport failure: the broker may be restarting.
-                // Asked again until the caller's deadline.
-                .map_err(|e| (true, e))?;
-            let result = rdsys::rd_kafka_event_ListOffsets_result(event.0);
-            let mut count = 0usize;
-            let infos = rdsys::rd_kafka_ListOffsets_result_infos(result, &mut count);
-            let mut found = std::collections::HashMap::new();
-            for i in 0..count {
-                let tp = rdsys::rd_kafka_ListOffsetsResultInfo_topic_partition(*infos.add(i));
-                let topic = cstr((*tp).topic);
-                if (*tp).err != rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
-                    let code = RDKafkaErrorCode::from((*tp).err);
-                    let retriable = matches!(
-                        code,
-                        RDKafkaErrorCode::FencedLeaderEpoch
-                            | RDKafkaErrorCode::UnknownLeaderEpoch
-                            | RDKafkaErrorCode::NotLeaderForPartition
-                            | RDKafkaErrorCode::LeaderNotAvailable
-                            | RDKafkaErrorCode::OffsetNotAvailable
-                            | RDKafkaErrorCode::RequestTimedOut
-                            | RDKafkaErrorCode::NetworkException
-                            // The client's metadata predates the partition (just added).
-                            | RDKafkaErrorCode::UnknownPartition
-                    ) || (fresh
-                        && code == RDKafkaErrorCode::UnknownTopicOrPartition);
-                    return Err((
-                        retriable,
-                        Error::Admin {
-                            operation: format!(
-                                "listing the offsets of {topic}/{}",
-                                (*tp).partition
-                            ),
-                            message: code.to_string(),
-                        },
-                    ));
-                }
-                if (*tp).offset < 0 {
-                    // An answer without an error but without an offset either (librdkafka's
-                    // "invalid", -1001): seen during a broker restart in fault injection (seed
-                    // 31), where it reached the gate as a high watermark and made a valid
-                    // claim look impossible. An offset asked for here is never negative: ask
-                    // again.
-                    return Err((
-                        true,
-                        Error::Admin {
-                            operation: format!(
-                                "listing the offsets of {topic}/{}",
-                                (*tp).partition
-                            ),
-                            message: format!(
-                                "offset {} in an answer without an error",
-                                (*tp).offset
-                            ),
-                        },
-                    ));
-                }
-                found.insert((topic, (*tp).partition), (*tp).offset);
-            }
-            partitions
-                .iter()
-                .map(|(t, p)| {
-                    found.get(&(t.to_string(), *p)).copied().ok_or_else(|| {
-                        (
-                            false,
-                            Error::Admin {
-                                operation: format!("listing the offsets of {t}/{p}"),
-                                message: "not in the answer".into(),
-                            },
-                        )
-                    })
-                })
-                .collect()
-        }
+            .collect()
     }
 }

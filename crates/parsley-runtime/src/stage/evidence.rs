@@ -28,9 +28,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parsley_clock::{Channel, TopicId};
-use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
+use rdkafka::consumer::{BaseConsumer, ConsumerContext};
 use rdkafka::error::KafkaError;
-use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{Offset, TopicPartitionList};
 use tracing::warn;
 
@@ -38,6 +37,7 @@ use super::intake::Intake;
 use super::sources;
 use super::tasks::Tasks;
 use crate::admin::Admin;
+use crate::librdkafka::cached_high_watermark;
 use crate::security::is_security_failure;
 use parsley_task::context::TaskContext;
 use parsley_task::error::{Error, Result};
@@ -339,17 +339,12 @@ fn consumer_positions<C: ConsumerContext>(
             }
         }
     }
-    // SAFETY: the client handle is alive for as long as `consumer` is borrowed; the list is a
-    // valid list owned by `positions`, which librdkafka only updates in place.
-    let err = unsafe {
-        rdkafka::bindings::rd_kafka_position(consumer.client().native_ptr(), positions.ptr())
-    };
-    if err != RDKafkaRespErr::RD_KAFKA_RESP_ERR_NO_ERROR {
-        return Err(crate::client_error::kafka(
+    crate::librdkafka::consumer::positions(consumer, &mut positions).map_err(|code| {
+        crate::client_error::kafka(
             "reading positions",
-            rdkafka::error::KafkaError::MetadataFetch(err.into()),
-        ));
-    }
+            rdkafka::error::KafkaError::MetadataFetch(code),
+        )
+    })?;
     Ok(positions
         .elements()
         .iter()
@@ -358,33 +353,4 @@ fn consumer_positions<C: ConsumerContext>(
             _ => None,
         })
         .collect())
-}
-
-/// librdkafka's cached high watermark of `topic`/`partition`, from the consumer's last fetch
-/// response (`rd_kafka_get_watermark_offsets`: a local read, no request; the rdkafka crate does
-/// not wrap it); `None` before the first fetch response. Not evidence for the causal gate
-/// (the book's specification, §4, wants a `READ_UNCOMMITTED` `ListOffsets` after the poll: a claim
-/// on another channel can name a record appended after that channel's last fetch response); used
-/// for the frontier-lag metric and, when the frontier has reached it, as the live-head evidence of
-/// event-time ordering (the book's specification, §5: the latest fetch response, whose LSO is at or
-/// below it).
-fn cached_high_watermark<C: ConsumerContext>(
-    consumer: &BaseConsumer<C>,
-    topic: &str,
-    partition: i32,
-) -> Option<i64> {
-    let topic = std::ffi::CString::new(topic).ok()?;
-    let (mut low, mut high) = (-1_i64, -1_i64);
-    // SAFETY: the client handle is alive for as long as `consumer` is borrowed; `topic` is a
-    // NUL-terminated string that outlives the call; `low` and `high` are valid for writes.
-    let err = unsafe {
-        rdkafka::bindings::rd_kafka_get_watermark_offsets(
-            consumer.client().native_ptr(),
-            topic.as_ptr(),
-            partition,
-            &mut low,
-            &mut high,
-        )
-    };
-    (err == RDKafkaRespErr::RD_KAFKA_RESP_ERR_NO_ERROR && high >= 0).then_some(high)
 }

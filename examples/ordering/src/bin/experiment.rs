@@ -1,6 +1,7 @@
 //! `experiment` (run by `cargo xtask experiment`): the same generated input through four
 //! ordering strategies on a real broker, per seed; prints the table and writes it with a
 //! chart under `target/experiment/`.
+#![forbid(unsafe_code)]
 
 use std::io::Write as _;
 use std::path::PathBuf;

@@ -4,6 +4,7 @@
 //! ```text
 //! cargo run -p parsley-ordering --bin generate -- --prefix demo --seed 3
 //! ```
+#![forbid(unsafe_code)]
 
 use std::process::ExitCode;
 use std::time::Duration;

@@ -15,6 +15,7 @@
 //! its peak resident set (`VmHWM`), the most records its tasks' timer queues held, and how
 //! often an input started holding records for alignment. The `arrival` mode runs the same
 //! stage without event-time order: the drain the event-time ones are compared with.
+#![forbid(unsafe_code)]
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};

@@ -35,11 +35,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
+use parsley::runtime::librdkafka::cached_high_watermark;
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
-use rdkafka::types::{RDKafkaErrorCode, RDKafkaRespErr};
+use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use super::WindowId;
@@ -497,30 +498,6 @@ pub fn parse_result(key: &[u8], value: &[u8]) -> Option<(u32, i64, u64)> {
     let text = std::str::from_utf8(value).ok()?;
     let (start, count) = text.split_once(' ')?;
     Some((product, start.parse().ok()?, count.parse().ok()?))
-}
-
-/// librdkafka's cached high watermark of `topic`/`partition` from the consumer's latest fetch
-/// response (`rd_kafka_get_watermark_offsets`: a local read; the rdkafka crate does not wrap
-/// it); `None` before the first fetch response.
-fn cached_high_watermark<C: ConsumerContext>(
-    consumer: &BaseConsumer<C>,
-    topic: &str,
-    partition: i32,
-) -> Option<i64> {
-    let topic = std::ffi::CString::new(topic).ok()?;
-    let (mut low, mut high) = (-1_i64, -1_i64);
-    // SAFETY: the client handle is alive for as long as `consumer` is borrowed; `topic` is a
-    // NUL-terminated string that outlives the call; `low` and `high` are valid for writes.
-    let err = unsafe {
-        rdkafka::bindings::rd_kafka_get_watermark_offsets(
-            consumer.client().native_ptr(),
-            topic.as_ptr(),
-            partition,
-            &mut low,
-            &mut high,
-        )
-    };
-    (err == RDKafkaRespErr::RD_KAFKA_RESP_ERR_NO_ERROR && high >= 0).then_some(high)
 }
 
 #[cfg(test)]

@@ -27,6 +27,7 @@
 //! and to the state they show (each fact's running total and each ledger entry's level is
 //! refolded from the ground truth along the delivery log). Fault times come
 //! from the seed, so a failing run prints its seed and replays with `--seed`.
+#![forbid(unsafe_code)]
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
