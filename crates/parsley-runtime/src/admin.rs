@@ -25,7 +25,9 @@ use tracing::{debug, warn};
 
 use crate::clients::{ClientRole, ClientSettings};
 use crate::security::{Endpoint, SecurityWatch, WATCH_STEP};
+use parsley_task::error;
 use parsley_task::error::{Error, Result};
+use parsley_task::error::{Operation, SetupError};
 use parsley_task::topic::TopicInfo;
 
 /// The pause before an admin request whose broker dropped the connection is sent again.
@@ -97,7 +99,7 @@ impl Admin {
     /// `timeout`.
     ///
     /// # Errors
-    /// [`Error::Kafka`] when the client cannot be created.
+    /// [`KafkaError::Client`](parsley_task::error::KafkaError::Client) when the client cannot be created.
     pub fn new(bootstrap: &str, timeout: Duration) -> Result<Self> {
         Self::connect(bootstrap, &ClientSettings::new(), timeout)
     }
@@ -107,7 +109,7 @@ impl Admin {
     /// out after `timeout`.
     ///
     /// # Errors
-    /// [`Error::Kafka`] when the client cannot be created (an unknown or invalid property).
+    /// [`KafkaError::Client`](parsley_task::error::KafkaError::Client) when the client cannot be created (an unknown or invalid property).
     pub fn connect(bootstrap: &str, settings: &ClientSettings, timeout: Duration) -> Result<Self> {
         Self::from_config(
             &settings.config(bootstrap, ClientRole::Admin, "parsley-admin", &[]),
@@ -126,7 +128,7 @@ impl Admin {
         config.set("enabled_events", rdsys::RD_KAFKA_EVENT_ERROR.to_string());
         let client = config
             .create_with_context(context)
-            .map_err(|e| crate::client_error::kafka("creating the admin client", e))?;
+            .map_err(|e| crate::client_error::kafka(Operation::CreateAdminClient, e))?;
         Ok(Admin { client, timeout })
     }
 
@@ -137,8 +139,8 @@ impl Admin {
     /// Describes `names`: id and partition count of each, in the given order.
     ///
     /// # Errors
-    /// [`Error::UnknownTopic`] naming the first topic the cluster does not know;
-    /// [`Error::Admin`] for any other failure.
+    /// [`SetupError::UnknownTopic`] naming the first topic the cluster does not know;
+    /// [`KafkaError::Admin`](parsley_task::error::KafkaError::Admin) for any other failure.
     pub fn describe_topics(&self, names: &[&str]) -> Result<Vec<TopicInfo>> {
         self.describe_topics_within(names, self.timeout)
     }
@@ -156,14 +158,14 @@ impl Admin {
             .map(|(name, r)| {
                 r.map_err(|(code, msg)| {
                     if code == RDKafkaErrorCode::UnknownTopicOrPartition {
-                        Error::UnknownTopic {
+                        Error::Setup(SetupError::UnknownTopic {
                             topic: name.to_string(),
-                        }
+                        })
                     } else {
-                        Error::Admin {
-                            operation: format!("describing topic {name}"),
-                            message: msg,
-                        }
+                        Error::from(
+                            error::KafkaError::admin(Operation::DescribeTopic, msg)
+                                .with_topic(name),
+                        )
                     }
                 })
             })
@@ -180,9 +182,11 @@ impl Admin {
         let cnames: Vec<CString> = names
             .iter()
             .map(|n| {
-                CString::new(*n).map_err(|_| Error::Admin {
-                    operation: "describing topics".into(),
-                    message: format!("topic name {n:?} contains a NUL byte"),
+                CString::new(*n).map_err(|_| {
+                    Error::admin(
+                        Operation::DescribeTopics,
+                        format!("topic name {n:?} contains a NUL byte"),
+                    )
                 })
             })
             .collect::<Result<_>>()?;
@@ -195,7 +199,8 @@ impl Admin {
                 rdsys::rd_kafka_TopicCollection_destroy,
             );
             let event = self.request(
-                "describing topics",
+                Operation::DescribeTopics,
+                None,
                 timeout,
                 rdsys::rd_kafka_admin_op_t::RD_KAFKA_ADMIN_OP_DESCRIBETOPICS,
                 |_| Ok(()),
@@ -254,7 +259,7 @@ impl Admin {
     /// absent from the answer.
     ///
     /// # Errors
-    /// [`Error::Kafka`] or [`Error::Admin`] when a request fails.
+    /// [`KafkaError::Client`](parsley_task::error::KafkaError::Client) or [`KafkaError::Admin`](parsley_task::error::KafkaError::Admin) when a request fails.
     pub fn topic_names(
         &self,
         ids: &[TopicId],
@@ -263,7 +268,7 @@ impl Admin {
             .client
             .inner()
             .fetch_metadata(None, self.timeout)
-            .map_err(|e| crate::client_error::kafka("listing topics", e))?;
+            .map_err(|e| crate::client_error::kafka(Operation::ListTopics, e))?;
         let names: Vec<String> = metadata
             .topics()
             .iter()
@@ -291,7 +296,8 @@ impl Admin {
     #[allow(clippy::too_many_lines)]
     unsafe fn request(
         &self,
-        operation: &str,
+        operation: Operation,
+        group: Option<&str>,
         timeout: Duration,
         op: rdsys::rd_kafka_admin_op_t,
         configure: impl FnOnce(*mut rdsys::rd_kafka_AdminOptions_t) -> std::result::Result<(), String>,
@@ -303,9 +309,12 @@ impl Admin {
     ) -> Result<Guard<rdsys::rd_kafka_event_t>> {
         let rk = self.client.inner().native_ptr();
         let timeout_ms = timeout.as_millis().min(i32::MAX as u128) as i32;
-        let fail = |message: String| Error::Admin {
-            operation: operation.to_string(),
-            message,
+        let fail = |message: String| {
+            let e = error::KafkaError::admin(operation, message);
+            Error::from(match group {
+                Some(g) => e.with_group(g),
+                None => e,
+            })
         };
         // SAFETY: the options and queue are created here and destroyed by their guards after
         // the event (which the caller owns) is taken off the queue.
@@ -360,7 +369,7 @@ impl Admin {
                     );
                 }
                 debug!(
-                    operation,
+                    operation = %operation,
                     "admin request: transport failure, sending it again"
                 );
                 std::thread::sleep(TRANSPORT_RETRY);
@@ -423,7 +432,7 @@ impl Admin {
     /// (a node down or restarting) is asked for again, every half second, until the timeout.
     ///
     /// # Errors
-    /// [`Error::Admin`] naming the topic that could not be created (including one that
+    /// [`KafkaError::Admin`](parsley_task::error::KafkaError::Admin) naming the topic that could not be created (including one that
     /// exists already), or when the topics do not appear, or their leaders do not answer,
     /// within the timeout.
     pub fn create_topics(&self, topics: &[TopicSpec]) -> Result<Vec<TopicInfo>> {
@@ -460,7 +469,7 @@ impl Admin {
                 self.client
                     .create_topics(pending.iter().copied(), &self.options()),
             )
-            .map_err(|e| crate::client_error::kafka("creating topics", e))?;
+            .map_err(|e| crate::client_error::kafka(Operation::CreateTopics, e))?;
             let mut again = Vec::new();
             for (r, topic) in results.into_iter().zip(pending) {
                 let Err((name, code)) = r else { continue };
@@ -482,10 +491,10 @@ impl Admin {
                     again.push(topic);
                     continue;
                 }
-                return Err(Error::Admin {
-                    operation: format!("creating topic {name}"),
-                    message: code.to_string(),
-                });
+                return Err(Error::from(
+                    error::KafkaError::admin(Operation::CreateTopic, code.to_string())
+                        .with_topic(name),
+                ));
             }
             pending = again;
             if !pending.is_empty() {
@@ -517,13 +526,16 @@ impl Admin {
                 return Ok(infos);
             }
             if Instant::now() > deadline {
-                return Err(Error::Admin {
-                    operation: format!("creating topics {names:?}"),
-                    message: format!(
-                        "not described with all partitions within {:?}",
-                        self.timeout
-                    ),
-                });
+                return Err(Error::from(
+                    error::KafkaError::admin(
+                        Operation::CreateTopics,
+                        format!(
+                            "not described with all partitions within {:?}",
+                            self.timeout
+                        ),
+                    )
+                    .with_topics(names.iter()),
+                ));
             }
         }
     }
@@ -532,17 +544,21 @@ impl Admin {
     /// shows it.
     ///
     /// # Errors
-    /// [`Error::Admin`] naming the topic when the broker refuses or the change does not show.
+    /// [`KafkaError::Admin`](parsley_task::error::KafkaError::Admin) naming the topic when the broker refuses or the change does not show.
     pub fn add_partitions(&self, topic: &str, total: i32) -> Result<()> {
         let request = NewPartitions::new(topic, total as usize);
         let results = block_on(self.client.create_partitions([&request], &self.options()))
-            .map_err(|e| crate::client_error::kafka(format!("adding partitions to {topic}"), e))?;
+            .map_err(|e| {
+                Error::from(
+                    crate::client_error::client(Operation::AddPartitions, e).with_topic(topic),
+                )
+            })?;
         for r in results {
             if let Err((t, code)) = r {
-                return Err(Error::Admin {
-                    operation: format!("adding partitions to {t}"),
-                    message: code.to_string(),
-                });
+                return Err(Error::from(
+                    error::KafkaError::admin(Operation::AddPartitions, code.to_string())
+                        .with_topic(t),
+                ));
             }
         }
         let deadline = Instant::now() + self.timeout;
@@ -551,10 +567,13 @@ impl Admin {
                 return Ok(());
             }
             if Instant::now() > deadline {
-                return Err(Error::Admin {
-                    operation: format!("adding partitions to {topic}"),
-                    message: format!("{total} partitions not shown after {:?}", self.timeout),
-                });
+                return Err(Error::from(
+                    error::KafkaError::admin(
+                        Operation::AddPartitions,
+                        format!("{total} partitions not shown after {:?}", self.timeout),
+                    )
+                    .with_topic(topic),
+                ));
             }
         }
     }
@@ -563,30 +582,42 @@ impl Admin {
     /// retention does on its own); returns the partition's new log start offset.
     ///
     /// # Errors
-    /// [`Error::Admin`] naming the partition when the broker refuses.
+    /// [`KafkaError::Admin`](parsley_task::error::KafkaError::Admin) naming the partition when the broker refuses.
     pub fn delete_records(&self, topic: &str, partition: i32, before: i64) -> Result<i64> {
         let mut tpl = rdkafka::TopicPartitionList::new();
         tpl.add_partition_offset(topic, partition, rdkafka::Offset::Offset(before))
-            .map_err(|e| crate::client_error::kafka("building the records to delete", e))?;
+            .map_err(|e| crate::client_error::kafka(Operation::BuildRecordsToDelete, e))?;
         let result = block_on(self.client.delete_records(&tpl, &self.options())).map_err(|e| {
-            crate::client_error::kafka(format!("deleting records of {topic}/{partition}"), e)
+            Error::from(
+                crate::client_error::client(Operation::DeleteRecords, e)
+                    .with_partition(topic, partition),
+            )
         })?;
-        let e = result
-            .find_partition(topic, partition)
-            .ok_or_else(|| Error::Admin {
-                operation: format!("deleting records of {topic}/{partition}"),
-                message: "no result for the partition".into(),
-            })?;
-        e.error().map_err(|err| Error::Admin {
-            operation: format!("deleting records of {topic}/{partition} below {before}"),
-            message: err.to_string(),
+        let e = result.find_partition(topic, partition).ok_or_else(|| {
+            Error::from(
+                error::KafkaError::admin(
+                    Operation::DeleteRecords,
+                    "no result for the partition".into(),
+                )
+                .with_partition(topic, partition),
+            )
+        })?;
+        e.error().map_err(|err| {
+            Error::from(
+                error::KafkaError::admin(Operation::DeleteRecords, err.to_string())
+                    .with_partition(topic, partition)
+                    .with_offset(before),
+            )
         })?;
         match e.offset() {
             rdkafka::Offset::Offset(low) => Ok(low),
-            other => Err(Error::Admin {
-                operation: format!("deleting records of {topic}/{partition}"),
-                message: format!("unexpected low watermark {other:?}"),
-            }),
+            other => Err(Error::from(
+                error::KafkaError::admin(
+                    Operation::DeleteRecords,
+                    format!("unexpected low watermark {other:?}"),
+                )
+                .with_partition(topic, partition),
+            )),
         }
     }
 
@@ -595,20 +626,26 @@ impl Admin {
     /// `message.timestamp.after.max.ms`, `cleanup.policy`, …).
     ///
     /// # Errors
-    /// [`Error::Admin`] naming the topic when the broker refuses (an unknown topic).
+    /// [`KafkaError::Admin`](parsley_task::error::KafkaError::Admin) naming the topic when the broker refuses (an unknown topic).
     pub fn topic_config(&self, topic: &str) -> Result<Vec<(String, String)>> {
         let resource = rdkafka::admin::ResourceSpecifier::Topic(topic);
         let results = block_on(self.client.describe_configs([&resource], &self.options()))
             .map_err(|e| {
-                crate::client_error::kafka(format!("describing the configuration of {topic}"), e)
+                Error::from(
+                    crate::client_error::client(Operation::DescribeConfig, e).with_topic(topic),
+                )
             })?;
-        let described = results.into_iter().next().ok_or_else(|| Error::Admin {
-            operation: format!("describing the configuration of {topic}"),
-            message: "no result".into(),
+        let described = results.into_iter().next().ok_or_else(|| {
+            Error::from(
+                error::KafkaError::admin(Operation::DescribeConfig, "no result".into())
+                    .with_topic(topic),
+            )
         })?;
-        let resource = described.map_err(|code| Error::Admin {
-            operation: format!("describing the configuration of {topic}"),
-            message: code.to_string(),
+        let resource = described.map_err(|code| {
+            Error::from(
+                error::KafkaError::admin(Operation::DescribeConfig, code.to_string())
+                    .with_topic(topic),
+            )
         })?;
         Ok(resource
             .entries
@@ -631,16 +668,16 @@ impl Admin {
     /// Deletes `names` and returns once `DescribeTopics` no longer knows them.
     ///
     /// # Errors
-    /// [`Error::Admin`] naming a topic that could not be deleted or did not disappear.
+    /// [`KafkaError::Admin`](parsley_task::error::KafkaError::Admin) naming a topic that could not be deleted or did not disappear.
     pub fn delete_topics(&self, names: &[&str]) -> Result<()> {
         let results = block_on(self.client.delete_topics(names, &self.options()))
-            .map_err(|e| crate::client_error::kafka("deleting topics", e))?;
+            .map_err(|e| crate::client_error::kafka(Operation::DeleteTopics, e))?;
         for r in results {
             if let Err((topic, code)) = r {
-                return Err(Error::Admin {
-                    operation: format!("deleting topic {topic}"),
-                    message: code.to_string(),
-                });
+                return Err(Error::from(
+                    error::KafkaError::admin(Operation::DeleteTopic, code.to_string())
+                        .with_topic(topic),
+                ));
             }
         }
         let deadline = Instant::now() + self.timeout;
@@ -652,10 +689,13 @@ impl Admin {
                 return Ok(());
             }
             if Instant::now() > deadline {
-                return Err(Error::Admin {
-                    operation: format!("deleting topics {names:?}"),
-                    message: format!("still described after {:?}", self.timeout),
-                });
+                return Err(Error::from(
+                    error::KafkaError::admin(
+                        Operation::DeleteTopics,
+                        format!("still described after {:?}", self.timeout),
+                    )
+                    .with_topics(names.iter()),
+                ));
             }
         }
     }
@@ -702,20 +742,25 @@ impl Admin {
     /// Describes consumer group `group` (one `DescribeConsumerGroups` request).
     ///
     /// # Errors
-    /// [`Error::Admin`] for a failed request or a group error other than a coordinator still
+    /// [`KafkaError::Admin`](parsley_task::error::KafkaError::Admin) for a failed request or a group error other than a coordinator still
     /// loading.
     pub(crate) fn describe_group(&self, group: &str) -> Result<GroupView> {
-        let operation = format!("describing group {group}");
-        let name = CString::new(group).map_err(|_| Error::Admin {
-            operation: operation.clone(),
-            message: "the group id contains a NUL byte".into(),
+        let name = CString::new(group).map_err(|_| {
+            Error::from(
+                error::KafkaError::admin(
+                    Operation::DescribeGroup,
+                    "the group id contains a NUL byte".into(),
+                )
+                .with_group(group),
+            )
         })?;
         let names = [name.as_ptr()];
         // SAFETY: every pointer passed to librdkafka is valid for the call; the result's
         // descriptions live as long as the event, which outlives every read below.
         unsafe {
             let event = self.request(
-                &operation,
+                Operation::DescribeGroup,
+                Some(group),
                 self.timeout,
                 rdsys::rd_kafka_admin_op_t::RD_KAFKA_ADMIN_OP_DESCRIBECONSUMERGROUPS,
                 |_| Ok(()),
@@ -734,10 +779,13 @@ impl Admin {
             let mut count = 0usize;
             let groups = rdsys::rd_kafka_DescribeConsumerGroups_result_groups(result, &mut count);
             if count == 0 {
-                return Err(Error::Admin {
-                    operation,
-                    message: "no group in the answer".into(),
-                });
+                return Err(Error::from(
+                    error::KafkaError::admin(
+                        Operation::DescribeGroup,
+                        "no group in the answer".into(),
+                    )
+                    .with_group(group),
+                ));
             }
             let d = *groups;
             let error = rdsys::rd_kafka_ConsumerGroupDescription_error(d);
@@ -746,10 +794,13 @@ impl Admin {
                 if code == RDKafkaErrorCode::CoordinatorLoadInProgress {
                     return Ok(GroupView::Loading);
                 }
-                return Err(Error::Admin {
-                    operation,
-                    message: cstr(rdsys::rd_kafka_error_string(error)),
-                });
+                return Err(Error::from(
+                    error::KafkaError::admin(
+                        Operation::DescribeGroup,
+                        cstr(rdsys::rd_kafka_error_string(error)),
+                    )
+                    .with_group(group),
+                ));
             }
             let state = cstr(rdsys::rd_kafka_consumer_group_state_name(
                 rdsys::rd_kafka_ConsumerGroupDescription_state(d),

@@ -68,6 +68,8 @@ use crate::clients::ClientRole;
 use crate::config::{StatisticsSink, forward_statistics};
 use crate::refusal::RecordShape;
 use crate::security::{Endpoint, SecurityWatch, WATCH_STEP};
+use parsley_task::error;
+use parsley_task::error::Operation;
 use parsley_task::error::{Error, Result};
 use parsley_task::topic::SendTag;
 
@@ -336,7 +338,7 @@ impl Outbox {
                 statistics,
                 watch: SecurityWatch::new(Endpoint::of(&config, ClientRole::Producer)),
             })
-            .map_err(|e| crate::client_error::kafka("creating the producer", e))?;
+            .map_err(|e| crate::client_error::kafka(Operation::CreateProducer, e))?;
         let ctx: *const AckContext = &**producer.context();
         // SAFETY: the client handle is live; `rd_kafka_queue_get_main` returns a new handle,
         // destroyed in `Drop`. The context lives in an `Arc` held by the client, so its
@@ -374,7 +376,7 @@ impl Outbox {
     /// left to `init_transactions`, which reports the real error.
     ///
     /// # Errors
-    /// [`Error::Kafka`] when transactions cannot be initialised within `timeout`.
+    /// [`KafkaError::Client`](parsley_task::error::KafkaError::Client) when transactions cannot be initialised within `timeout`.
     pub(crate) fn init_transactions(&self, timeout: Duration) -> Result<()> {
         let started = Instant::now();
         let deadline = started + timeout;
@@ -446,7 +448,7 @@ impl Outbox {
                         self.serve();
                         self.ctx()
                             .watch
-                            .explain(crate::client_error::kafka("initialising transactions", e))
+                            .explain(crate::client_error::kafka(Operation::InitTransactions, e))
                     });
                 }
             }
@@ -559,10 +561,12 @@ impl Outbox {
             .iter()
             .map(|(k, _)| CString::new(*k))
             .collect::<std::result::Result<Vec<_>, _>>()
-            .map_err(|e| Error::Send {
-                topic: topic.to_string(),
-                channel: Box::new(tag.channel),
-                source: crate::client_error::client_error(KafkaError::from(e)),
+            .map_err(|e| {
+                Error::Kafka(error::KafkaError::Send {
+                    topic: topic.to_string(),
+                    channel: Box::new(tag.channel),
+                    source: Box::new(crate::client_error::client_error(KafkaError::from(e))),
+                })
             })?;
         let stamp_only = [(STAMP_HEADER_C, Some(stamp))];
         // An encoded stamp is never empty: an empty one is no header.
@@ -670,13 +674,13 @@ impl Outbox {
                 Err(code) => {
                     self.ctx().outstanding.fetch_sub(1, Ordering::Relaxed);
                     if code != RDKafkaErrorCode::QueueFull {
-                        return Err(Error::Send {
+                        return Err(Error::Kafka(error::KafkaError::Send {
                             topic: topic.to_string(),
                             channel: Box::new(channel),
-                            source: crate::client_error::client_error(
+                            source: Box::new(crate::client_error::client_error(
                                 KafkaError::MessageProduction(code),
-                            ),
-                        });
+                            )),
+                        }));
                     }
                     // Queue full: serve delivery reports until one makes room.
                     let deadline = *deadline.get_or_insert_with(|| Instant::now() + timeout);
@@ -687,10 +691,10 @@ impl Outbox {
                             o.ctx().reports.load(Ordering::Relaxed) != before
                         })
                     {
-                        return Err(Error::Timeout {
+                        return Err(Error::Kafka(error::KafkaError::Timeout {
                             what: format!("room in the producer queue for {topic}"),
                             timeout,
-                        });
+                        }));
                     }
                 }
             }
@@ -809,10 +813,10 @@ impl Outbox {
             unsafe { rdsys::rd_kafka_flush(producer.client().native_ptr(), ms) }
         });
         if err != rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
-            return Err(Error::Timeout {
+            return Err(Error::Kafka(error::KafkaError::Timeout {
                 what: "flushing the producer".into(),
                 timeout,
-            });
+            }));
         }
         self.wait_acked(timeout)
     }
@@ -821,10 +825,10 @@ impl Outbox {
     pub(crate) fn wait_acked(&self, timeout: Duration) -> Result<()> {
         let outstanding = |o: &Self| o.ctx().outstanding.load(Ordering::Relaxed);
         if !self.wait_until(timeout, |o| outstanding(o) == 0) {
-            return Err(Error::Timeout {
+            return Err(Error::Kafka(error::KafkaError::Timeout {
                 what: format!("acknowledgement of {} send(s)", outstanding(self)),
                 timeout,
-            });
+            }));
         }
         Ok(())
     }
@@ -898,7 +902,7 @@ impl Outbox {
         // consumed and destroyed by `transaction_result`.
         unsafe {
             transaction_result(
-                "committing the transaction",
+                Operation::CommitTransaction,
                 rdsys::rd_kafka_commit_transaction(producer.client().native_ptr(), ms),
             )
         }
@@ -916,10 +920,12 @@ fn topic_handle(
     if let Some(t) = topics.iter().find(|t| &*t.name == topic) {
         return Ok(t.rkt);
     }
-    let refused = |source: KafkaError| Error::Send {
-        topic: topic.to_string(),
-        channel: Box::new(channel),
-        source: crate::client_error::client_error(source),
+    let refused = |source: KafkaError| {
+        Error::Kafka(error::KafkaError::Send {
+            topic: topic.to_string(),
+            channel: Box::new(channel),
+            source: Box::new(crate::client_error::client_error(source)),
+        })
     };
     let name = CString::new(topic).map_err(|e| refused(KafkaError::from(e)))?;
     // SAFETY: the client handle is live; a null configuration takes the producer's default
@@ -947,7 +953,10 @@ fn topic_handle(
 ///
 /// # Safety
 /// `err` is null or an error object returned by librdkafka that nobody else will destroy.
-unsafe fn transaction_result(operation: &str, err: *mut rdsys::rd_kafka_error_t) -> Result<()> {
+unsafe fn transaction_result(
+    operation: Operation,
+    err: *mut rdsys::rd_kafka_error_t,
+) -> Result<()> {
     if err.is_null() {
         return Ok(());
     }
@@ -956,15 +965,15 @@ unsafe fn transaction_result(operation: &str, err: *mut rdsys::rd_kafka_error_t)
         let message = std::ffi::CStr::from_ptr(rdsys::rd_kafka_error_string(err))
             .to_string_lossy()
             .into_owned();
-        let e = Error::Transaction {
-            operation: operation.to_string(),
+        let e = Error::Kafka(error::KafkaError::Transaction {
+            operation,
             code: crate::client_error::code(RDKafkaErrorCode::from(rdsys::rd_kafka_error_code(
                 err,
             ))),
             message,
             fatal: rdsys::rd_kafka_error_is_fatal(err) != 0,
             requires_abort: rdsys::rd_kafka_error_txn_requires_abort(err) != 0,
-        };
+        });
         rdsys::rd_kafka_error_destroy(err);
         Err(e)
     }
@@ -1007,7 +1016,9 @@ mod tests {
         let err = outbox.init_transactions(timeout).unwrap_err();
         let took = started.elapsed();
         match &err {
-            Error::Kafka { operation, .. } => assert_eq!(operation, "initialising transactions"),
+            Error::Kafka(error::KafkaError::Client { operation, .. }) => {
+                assert_eq!(operation, "initialising transactions")
+            }
             other => panic!("expected the initialisation's error, got {other:?}"),
         }
         assert!(

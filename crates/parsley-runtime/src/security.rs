@@ -7,7 +7,7 @@
 //! SCRAM password on the project's broker), `_SSL` after a failed handshake (an untrusted or
 //! mismatched certificate, within milliseconds). So every client context of the runtime keeps a
 //! [`SecurityWatch`] that records the first such event, and a call that waits on the cluster
-//! looks at it between short waits: it fails with [`Error::Security`] naming the listener, the
+//! looks at it between short waits: it fails with [`KafkaError::Security`](parsley_task::error::KafkaError::Security) naming the listener, the
 //! security protocol and the SASL mechanism as soon as the event arrives, and never later than
 //! its own timeout.
 //!
@@ -23,6 +23,7 @@ use rdkafka::types::RDKafkaErrorCode;
 use tracing::error;
 
 use crate::clients::ClientRole;
+use parsley_task::error;
 use parsley_task::error::Error;
 
 /// How long a wait on the cluster blocks before it looks at its client's watch again.
@@ -40,7 +41,7 @@ pub(crate) fn is_security_failure(code: RDKafkaErrorCode) -> bool {
     )
 }
 
-/// What a client connects to and with, for [`Error::Security`].
+/// What a client connects to and with, for [`KafkaError::Security`](parsley_task::error::KafkaError::Security).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Endpoint {
     /// The client's role.
@@ -79,14 +80,14 @@ impl Endpoint {
 
     /// The typed error for a security failure `code` (`message`: librdkafka's words).
     pub(crate) fn error(&self, code: RDKafkaErrorCode, message: String) -> Error {
-        Error::Security {
+        Error::Kafka(error::KafkaError::Security {
             listener: self.listener.as_str().into(),
             protocol: self.protocol.as_str().into(),
             mechanism: self.mechanism.as_deref().map(Into::into),
             client: self.role.name(),
             code: crate::client_error::code(code),
             message: message.into(),
-        }
+        })
     }
 }
 
@@ -159,7 +160,7 @@ mod tests {
         watch.event(&KafkaError::Global(RDKafkaErrorCode::SSL), "later");
         let e = watch.error().unwrap();
         assert!(
-            matches!(&e, Error::Security { listener, protocol, mechanism: Some(m), client: "admin", code, message }
+            matches!(&e, Error::Kafka(error::KafkaError::Security { listener, protocol, mechanism: Some(m), client: "admin", code, message })
                 if code.value == RDKafkaErrorCode::Authentication as i32 && &**listener == "b:9094" && &**protocol == "SASL_SSL" && &**m == "SCRAM-SHA-512" && message.contains("invalid credentials")),
             "{e}"
         );

@@ -11,6 +11,7 @@ use parsley_task::error::{
     ClientError, InputRecord, KafkaCode, PRODUCER_SIZE_LIMIT, RecordProblem, Refusal,
     TransactionFlags,
 };
+use parsley_task::error::{KafkaError, Operation, ProcessingError, RecordError, SetupError};
 
 /// Which of retriable, transient and fatal holds, and whether the error is a fence.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,7 +70,7 @@ fn rows() -> Vec<(&'static str, Error, Class, &'static str)> {
         (
             "Kafka, transient",
             Error::kafka(
-                "polling",
+                Operation::Poll,
                 client(KafkaCode::TRANSPORT, "BrokerTransportFailure"),
             ),
             Transient,
@@ -77,17 +78,14 @@ fn rows() -> Vec<(&'static str, Error, Class, &'static str)> {
         ),
         (
             "Kafka, plain",
-            Error::Kafka {
-                operation: "subscribing".into(),
-                source: ClientError::new(None, "no code"),
-            },
+            Error::kafka(Operation::Subscribe, ClientError::new(None, "no code")),
             Fatal,
             "subscribing: no code",
         ),
         (
             "Kafka, fenced client call",
             Error::kafka(
-                "creating the producer",
+                Operation::CreateProducer,
                 client(KafkaCode::PRODUCER_FENCED, "ProducerFenced"),
             ),
             FatalFenced,
@@ -96,7 +94,7 @@ fn rows() -> Vec<(&'static str, Error, Class, &'static str)> {
         (
             "Kafka, abortable transactional call",
             Error::kafka(
-                "sending offsets to the transaction",
+                Operation::SendOffsetsToTransaction,
                 transactional(49, "InvalidTxnState", abort),
             ),
             Retriable,
@@ -105,7 +103,7 @@ fn rows() -> Vec<(&'static str, Error, Class, &'static str)> {
         (
             "Kafka, fenced transactional call",
             Error::kafka(
-                "beginning a transaction",
+                Operation::BeginTransaction,
                 transactional(KafkaCode::FENCED, "Fenced", fatal),
             ),
             RetriableFenced,
@@ -114,7 +112,7 @@ fn rows() -> Vec<(&'static str, Error, Class, &'static str)> {
         (
             "Kafka, fatal transactional call",
             Error::kafka(
-                "initialising transactions",
+                Operation::InitTransactions,
                 transactional(53, "TransactionalIdAuthorizationFailed", fatal),
             ),
             Fatal,
@@ -122,187 +120,187 @@ fn rows() -> Vec<(&'static str, Error, Class, &'static str)> {
         ),
         (
             "Transaction, abortable",
-            Error::Transaction {
-                operation: "committing the transaction".into(),
+            Error::Kafka(KafkaError::Transaction {
+                operation: Operation::CommitTransaction,
                 code: KafkaCode::new(49, "InvalidTxnState"),
                 message: "m".into(),
                 fatal: false,
                 requires_abort: true,
-            },
+            }),
             Retriable,
             "committing the transaction: InvalidTxnState: m (the transaction must be aborted)",
         ),
         (
             "Transaction, fenced",
-            Error::Transaction {
-                operation: "committing the transaction".into(),
+            Error::Kafka(KafkaError::Transaction {
+                operation: Operation::CommitTransaction,
                 code: KafkaCode::new(KafkaCode::PRODUCER_FENCED, "ProducerFenced"),
                 message: "m".into(),
                 fatal: true,
                 requires_abort: false,
-            },
+            }),
             RetriableFenced,
             "committing the transaction: ProducerFenced: m (fatal)",
         ),
         (
             "Transaction, fatal",
-            Error::Transaction {
-                operation: "committing the transaction".into(),
+            Error::Kafka(KafkaError::Transaction {
+                operation: Operation::CommitTransaction,
                 code: KafkaCode::new(53, "TransactionalIdAuthorizationFailed"),
                 message: "m".into(),
                 fatal: true,
                 requires_abort: false,
-            },
+            }),
             Fatal,
             "committing the transaction: TransactionalIdAuthorizationFailed: m (fatal)",
         ),
         (
             "Security",
-            Error::Security {
+            Error::Kafka(KafkaError::Security {
                 listener: "localhost:9093".into(),
                 protocol: "SASL_SSL".into(),
                 mechanism: Some("SCRAM-SHA-512".into()),
                 client: "consumer",
                 code: KafkaCode::new(-169, "Authentication"),
                 message: "bad password".into(),
-            },
+            }),
             Fatal,
             "the consumer client cannot connect securely to localhost:9093 (SASL_SSL, SASL mechanism SCRAM-SHA-512): Authentication: bad password",
         ),
         (
             "Admin",
-            Error::Admin {
-                operation: "rebalancing".into(),
-                message: "m".into(),
-            },
+            Error::admin(Operation::Rebalance, "m".into()),
             Fatal,
             "rebalancing: m",
         ),
         (
             "Send",
-            Error::Send {
+            Error::Kafka(KafkaError::Send {
                 topic: "out".into(),
                 channel: Box::new(channel()),
-                source: client(-192, "MessageTimedOut"),
-            },
+                source: Box::new(client(-192, "MessageTimedOut")),
+            }),
             Retriable,
             "send to 00000000-0000-0001-0000-000000000002/3 (topic out) failed: MessageTimedOut (message)",
         ),
         (
             "Send, fenced",
-            Error::Send {
+            Error::Kafka(KafkaError::Send {
                 topic: "out".into(),
                 channel: Box::new(channel()),
-                source: client(KafkaCode::INVALID_PRODUCER_EPOCH, "InvalidProducerEpoch"),
-            },
+                source: Box::new(client(
+                    KafkaCode::INVALID_PRODUCER_EPOCH,
+                    "InvalidProducerEpoch",
+                )),
+            }),
             RetriableFenced,
             "send to 00000000-0000-0001-0000-000000000002/3 (topic out) failed: InvalidProducerEpoch (message)",
         ),
         (
             "Fenced",
-            Error::Fenced {
+            Error::Kafka(KafkaError::Fenced {
                 transactional_id: "app.s-0".into(),
                 open_ms: 1_000,
                 timeout_ms: 60_000,
                 message: "fenced".into(),
-            },
+            }),
             FatalFenced,
             "transactional id app.s-0 was taken by another producer while this stage's transaction had been open 1000 ms, less than transaction.timeout.ms (60000 ms): another process runs with this instance id, so this stage gives up its tasks (fenced)",
         ),
         (
             "TransactionStalled",
-            Error::TransactionStalled {
-                operation: "committing the transaction (EndTxn to the transaction coordinator)",
+            Error::Kafka(KafkaError::TransactionStalled {
+                operation: Operation::EndTxn,
                 timeout: Duration::from_secs(1),
-            },
+            }),
             Retriable,
             "committing the transaction (EndTxn to the transaction coordinator) did not return within 1s: the producer is replaced, which aborts the transaction",
         ),
         (
             "Timeout",
-            Error::Timeout {
+            Error::Kafka(KafkaError::Timeout {
                 what: "flushing the producer".into(),
                 timeout: Duration::from_secs(2),
-            },
+            }),
             Fatal,
             "flushing the producer did not complete within 2s",
         ),
         (
             "UnknownTopic",
-            Error::UnknownTopic { topic: "in".into() },
+            Error::Setup(SetupError::UnknownTopic { topic: "in".into() }),
             Fatal,
             "topic in does not exist (topics are not created automatically)",
         ),
         (
             "UnknownStage",
-            Error::UnknownStage("s".into()),
+            Error::Setup(SetupError::UnknownStage("s".into())),
             Fatal,
             "no stage named s in the topology",
         ),
         (
             "UnsupportedGroupProtocol",
-            Error::UnsupportedGroupProtocol {
+            Error::Setup(SetupError::UnsupportedGroupProtocol {
                 protocol: "consumer".into(),
-            },
+            }),
             Fatal,
             "consumer property group.protocol=consumer: Parsley stages need the classic group protocol (KIP-848's consumer protocol assigns partitions on the broker and moves them one by one, so a stage can neither keep a task's co-partitioned sources together nor commit the task before a partition of it moves); remove the property or set it to classic",
         ),
         (
             "NotCoPartitioned",
-            Error::NotCoPartitioned {
+            Error::Setup(SetupError::NotCoPartitioned {
                 stage: "s".into(),
                 partitions: vec![("a".into(), 2), ("b".into(), 3)],
-            },
+            }),
             Fatal,
             "stage s: source topics are not co-partitioned: a has 2, b has 3",
         ),
         (
             "ChangelogPartitions",
-            Error::ChangelogPartitions {
+            Error::Setup(SetupError::ChangelogPartitions {
                 topic: "app.s.changelog".into(),
                 partitions: 2,
                 expected: 3,
-            },
+            }),
             Fatal,
             "changelog topic app.s.changelog has 2 partitions, the stage's sources have 3",
         ),
         (
             "InternalTopicPartitions",
-            Error::InternalTopicPartitions {
+            Error::Setup(SetupError::InternalTopicPartitions {
                 topic: "app.r".into(),
                 partitions: 2,
                 expected: 3,
-            },
+            }),
             Fatal,
             "internal topic app.r has 2 partitions, the topics it is co-partitioned with have 3",
         ),
         (
             "ThreadSpawn",
-            Error::ThreadSpawn {
+            Error::Setup(SetupError::ThreadSpawn {
                 stage: "s".into(),
                 source: io(),
-            },
+            }),
             Fatal,
             "stage s: cannot spawn its stream thread: os error",
         ),
         (
             "MetricsListener",
-            Error::MetricsListener {
+            Error::Setup(SetupError::MetricsListener {
                 address: ([127, 0, 0, 1], 9464).into(),
                 source: io(),
-            },
+            }),
             Fatal,
             "cannot serve metrics at 127.0.0.1:9464: os error",
         ),
         (
             "Signals",
-            Error::Signals { source: io() },
+            Error::Setup(SetupError::Signals { source: io() }),
             Fatal,
             "cannot install the handlers of SIGINT and SIGTERM: os error",
         ),
         (
             "MalformedStamp",
-            Error::MalformedStamp {
+            Error::Record(RecordError::MalformedStamp {
                 topic: "in".into(),
                 partition: 3,
                 offset: 7,
@@ -314,13 +312,13 @@ fn rows() -> Vec<(&'static str, Error, Class, &'static str)> {
                     channel: channel(),
                     offset: -1,
                 }),
-            },
+            }),
             Fatal,
             "impossible stamp on record in/3@7 (channel 00000000-0000-0001-0000-000000000002/3): offset -1 on channel 00000000-0000-0001-0000-000000000002/3 is negative; a clock entry claims offsets >= 0",
         ),
         (
             "ImpossibleStamp",
-            Error::ImpossibleStamp {
+            Error::Record(RecordError::ImpossibleStamp {
                 stage: "s".into(),
                 topic: "in".into(),
                 stamp: Box::new(parsley_gate::ImpossibleStamp {
@@ -338,22 +336,22 @@ fn rows() -> Vec<(&'static str, Error, Class, &'static str)> {
                     },
                     reason: parsley_gate::ImpossibleReason::SelfClaim,
                 }),
-            },
+            }),
             Fatal,
             "stage s: impossible stamp on record in/3@7 (channel 00000000-0000-0001-0000-000000000002/3@7) from sender 01010101-0101-0101-0101-010101010101#4: claims 00000000-0000-0001-0000-000000000002/3@9 (a claim on its own channel at or beyond its own offset)",
         ),
         (
             "InvalidRecord",
-            Error::InvalidRecord {
+            Error::Record(RecordError::InvalidRecord {
                 topic: "out".into(),
                 problem: RecordProblem::Timestamp(0),
-            },
+            }),
             Fatal,
             "record for topic out refused: timestamp 0 ms is not after the epoch",
         ),
         (
             "OutputRefused",
-            Error::OutputRefused {
+            Error::Record(RecordError::OutputRefused {
                 stage: "s".into(),
                 input: Some(Box::new(input())),
                 dead_letter: false,
@@ -364,45 +362,45 @@ fn rows() -> Vec<(&'static str, Error, Class, &'static str)> {
                     limit: Some(100_000),
                     setting: PRODUCER_SIZE_LIMIT,
                 }),
-            },
+            }),
             Fatal,
             "stage s: an output of input record in/0@7 to out/0 refused: 100022 B, its headers included, is over the limit of 100000 B (message.max.bytes of the stage's producer) (not retried)",
         ),
         (
             "RecordsLost",
-            Error::RecordsLost {
+            Error::Record(RecordError::RecordsLost {
                 topic: "in".into(),
                 partition: 0,
                 from: 5,
                 log_start: 50,
-            },
+            }),
             Fatal,
             "in/0: records [5, 50) were deleted before this stage delivered them (it needed offset 5 next; the log now starts at 50)",
         ),
         (
             "SourceChanged",
-            Error::SourceChanged {
+            Error::Record(RecordError::SourceChanged {
                 stage: "s".into(),
                 topic: "in".into(),
                 partitions: (2, 3),
                 recreated: true,
                 ids: (TopicId::from_halves(1, 2), TopicId::from_halves(3, 4)),
-            },
+            }),
             Fatal,
             "stage s: source topic in changed while the stage runs: partitions 2 -> 3, and it was recreated (topic id 00000000-0000-0001-0000-000000000002 -> 00000000-0000-0003-0000-000000000004)",
         ),
         (
             "SourceDeleted",
-            Error::SourceDeleted {
+            Error::Record(RecordError::SourceDeleted {
                 stage: "s".into(),
                 topic: "in".into(),
-            },
+            }),
             Fatal,
             "stage s: source topic in was deleted while the stage runs (a topic created again under that name is a new channel, read from its log start when the stage starts again)",
         ),
         (
             "KeyPartitionMismatch",
-            Error::KeyPartitionMismatch {
+            Error::Record(RecordError::KeyPartitionMismatch {
                 stage: "s".into(),
                 topic: "in".into(),
                 partition: 0,
@@ -410,47 +408,49 @@ fn rows() -> Vec<(&'static str, Error, Class, &'static str)> {
                 key: "\"k\"".into(),
                 expected: 1,
                 partitions: 2,
-            },
+            }),
             Fatal,
             "stage s: record in/0@7 has key \"k\", which murmur2 puts on partition 1 of 2: its writer does not partition like the Java client (librdkafka's default partitioner is consistent_random; set partitioner=murmur2_random), or wrote before the topic's partition count changed; a source partitioned some other way on purpose opts out with KeyPartitioning::Unchecked",
         ),
         (
             "KeylessRecord",
-            Error::KeylessRecord {
+            Error::Record(RecordError::KeylessRecord {
                 stage: "s".into(),
                 topic: "in".into(),
                 partition: 0,
                 offset: 7,
-            },
+            }),
             Fatal,
             "stage s: record in/0@7 has no key, and the stage keeps fold state by key (a stage whose handler's State is () takes records without a key)",
         ),
         (
             "NoEventTime",
-            Error::NoEventTime {
+            Error::Record(RecordError::NoEventTime {
                 stage: "s".into(),
                 topic: "in".into(),
                 partition: 0,
                 offset: 7,
-            },
+            }),
             Fatal,
             "stage s: record in/0@7 has no timestamp, so no event time",
         ),
         (
             "Stage",
-            Error::Stage(parsley_stage::Error::InvalidTopology {
-                problems: vec!["p".into()],
-            }),
+            Error::Processing(ProcessingError::Stage(
+                parsley_stage::Error::InvalidTopology {
+                    problems: vec!["p".into()],
+                },
+            )),
             Fatal,
             "invalid topology: p",
         ),
         (
             "Gate",
-            Error::Gate {
+            Error::Processing(ProcessingError::Gate {
                 stage: "s".into(),
                 partition: 3,
                 source: Box::new(parsley_gate::GateError::NotSeeded { channel: channel() }),
-            },
+            }),
             Fatal,
             "stage s, task 3: channel 00000000-0000-0001-0000-000000000002/3 is not seeded",
         ),
@@ -465,38 +465,38 @@ fn rows() -> Vec<(&'static str, Error, Class, &'static str)> {
         ),
         (
             "StateStore",
-            Error::StateStore {
+            Error::Processing(ProcessingError::StateStore {
                 path: "/tmp/state".into(),
                 message: "locked".into(),
-            },
+            }),
             Fatal,
             "state store /tmp/state: locked",
         ),
         (
             "Changelog",
-            Error::Changelog {
+            Error::Processing(ProcessingError::Changelog {
                 topic: "app.s.changelog".into(),
                 partition: 0,
                 offset: 7,
                 message: "bad".into(),
-            },
+            }),
             Fatal,
             "changelog app.s.changelog/0@7: bad",
         ),
         (
             "RestoreMismatch",
-            Error::RestoreMismatch {
+            Error::Processing(ProcessingError::RestoreMismatch {
                 stage: "s".into(),
                 partition: 0,
                 changelog: vec!["in/0@5".into()],
                 group: vec!["in/0@6".into()],
-            },
+            }),
             Fatal,
             "stage s, task 0: the changelog's snapshot was committed with input offsets [\"in/0@5\"], the group's committed offsets are [\"in/0@6\"]",
         ),
         (
             "RestoreBlocked",
-            Error::RestoreBlocked {
+            Error::Processing(ProcessingError::RestoreBlocked {
                 topic: "app.s.changelog".into(),
                 partition: 0,
                 last_stable_offset: 4,
@@ -504,26 +504,26 @@ fn rows() -> Vec<(&'static str, Error, Class, &'static str)> {
                 timeout: Duration::from_secs(30),
                 transaction_timeout: Duration::from_secs(60),
                 producer: Some("app.s-a-0".into()),
-            },
+            }),
             Fatal,
             "restoring app.s.changelog/0: the read stopped at the last stable offset 4, below the high watermark 5: a transaction open on the partition since offset 4, by the producer with transactional id app.s-a-0, did not end within 30s; it ends when its producer commits or aborts it, or when the coordinator aborts it after that producer's transaction.timeout.ms (this stage's producers: 60s)",
         ),
         (
             "EventTime",
-            Error::EventTime {
+            Error::Processing(ProcessingError::EventTime {
                 stage: "s".into(),
                 partition: 0,
                 message: "bad".into(),
-            },
+            }),
             Fatal,
             "stage s, task 0: event-time state: bad",
         ),
         (
             "StagePanicked",
-            Error::StagePanicked {
+            Error::Processing(ProcessingError::StagePanicked {
                 stage: "s".into(),
                 message: Some("boom".into()),
-            },
+            }),
             Fatal,
             "stage s: its stream thread panicked: boom",
         ),
@@ -586,4 +586,14 @@ fn the_table_has_a_row_for_every_variant() {
     names.dedup();
     // Every variant of the error type but `StageFailed`, which every row is wrapped in.
     assert_eq!(names.len(), 36, "{names:?}");
+}
+
+#[test]
+fn the_error_stays_small() {
+    // Clippy's `result_large_err` bound: every `Result` of the crates carries one.
+    assert!(
+        std::mem::size_of::<Error>() <= 128,
+        "{}",
+        std::mem::size_of::<Error>()
+    );
 }

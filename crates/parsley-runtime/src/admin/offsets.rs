@@ -11,6 +11,7 @@ use tracing::debug;
 
 use super::{Admin, Guard, cstr};
 use parsley_task::error::{Error, Result};
+use parsley_task::error::{KafkaError, Operation};
 
 /// The isolation level of a `ListOffsets(LATEST)` request: the high watermark or the LSO.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,7 +31,7 @@ impl Admin {
     /// being judged.
     ///
     /// # Errors
-    /// [`Error::Admin`] for a failed request or a partition that reports an error (named).
+    /// [`KafkaError::Admin`] for a failed request or a partition that reports an error (named).
     pub fn high_watermarks(&self, partitions: &[(&str, i32)]) -> Result<Vec<i64>> {
         self.list_offsets(
             partitions,
@@ -52,7 +53,7 @@ impl Admin {
     /// response's.
     ///
     /// # Errors
-    /// [`Error::Admin`] for a failed request or a partition that reports an error (named).
+    /// [`KafkaError::Admin`] for a failed request or a partition that reports an error (named).
     pub fn last_stable_offsets(&self, partitions: &[(&str, i32)]) -> Result<Vec<i64>> {
         self.list_offsets(
             partitions,
@@ -66,7 +67,7 @@ impl Admin {
     /// moving or restarting (within the admin's timeout).
     ///
     /// # Errors
-    /// [`Error::Admin`] for a failed request or a partition that reports an error (named).
+    /// [`KafkaError::Admin`] for a failed request or a partition that reports an error (named).
     pub fn log_start_offsets(&self, partitions: &[(&str, i32)]) -> Result<Vec<i64>> {
         self.list_offsets(
             partitions,
@@ -118,6 +119,8 @@ impl Admin {
     }
 
     /// One `ListOffsets` request; the error says whether asking again may succeed.
+    // `(bool, Error)` is 128 bytes, at clippy's bound; it is returned once per request.
+    #[allow(clippy::result_large_err)]
     fn list_once(
         &self,
         partitions: &[(&str, i32)],
@@ -131,9 +134,11 @@ impl Admin {
         let names: Vec<CString> = partitions
             .iter()
             .map(|(t, _)| {
-                CString::new(*t).map_err(|_| Error::Admin {
-                    operation: "listing offsets".into(),
-                    message: format!("topic name {t:?} contains a NUL byte"),
+                CString::new(*t).map_err(|_| {
+                    Error::admin(
+                        Operation::ListOffsets,
+                        format!("topic name {t:?} contains a NUL byte"),
+                    )
                 })
             })
             .collect::<Result<_>>()
@@ -151,7 +156,8 @@ impl Admin {
             }
             let event = self
                 .request(
-                    "listing offsets",
+                    Operation::ListOffsets,
+                    None,
                     // Short attempts: while leaders are unknown librdkafka waits out the whole
                     // request timeout; the caller retries with fresh metadata instead.
                     self.timeout.min(Duration::from_secs(5)),
@@ -202,13 +208,10 @@ impl Admin {
                         && code == RDKafkaErrorCode::UnknownTopicOrPartition);
                     return Err((
                         retriable,
-                        Error::Admin {
-                            operation: format!(
-                                "listing the offsets of {topic}/{}",
-                                (*tp).partition
-                            ),
-                            message: code.to_string(),
-                        },
+                        Error::from(
+                            KafkaError::admin(Operation::ListPartitionOffsets, code.to_string())
+                                .with_partition(topic, (*tp).partition),
+                        ),
                     ));
                 }
                 if (*tp).offset < 0 {
@@ -219,16 +222,13 @@ impl Admin {
                     // again.
                     return Err((
                         true,
-                        Error::Admin {
-                            operation: format!(
-                                "listing the offsets of {topic}/{}",
-                                (*tp).partition
-                            ),
-                            message: format!(
-                                "offset {} in an answer without an error",
-                                (*tp).offset
-                            ),
-                        },
+                        Error::from(
+                            KafkaError::admin(
+                                Operation::ListPartitionOffsets,
+                                format!("offset {} in an answer without an error", (*tp).offset),
+                            )
+                            .with_partition(topic, (*tp).partition),
+                        ),
                     ));
                 }
                 found.insert((topic, (*tp).partition), (*tp).offset);
@@ -239,10 +239,13 @@ impl Admin {
                     found.get(&(t.to_string(), *p)).copied().ok_or_else(|| {
                         (
                             false,
-                            Error::Admin {
-                                operation: format!("listing the offsets of {t}/{p}"),
-                                message: "not in the answer".into(),
-                            },
+                            Error::from(
+                                KafkaError::admin(
+                                    Operation::ListPartitionOffsets,
+                                    "not in the answer".into(),
+                                )
+                                .with_partition(t, *p),
+                            ),
                         )
                     })
                 })

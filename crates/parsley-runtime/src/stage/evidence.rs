@@ -18,6 +18,7 @@
 //! records it is evidence for; nothing here is persisted (fetch-time evidence is read again
 //! after a restart).
 
+use parsley_task::error::Operation;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
@@ -251,7 +252,7 @@ pub(crate) fn consumer_positions<C: ConsumerContext>(
     };
     if err != RDKafkaRespErr::RD_KAFKA_RESP_ERR_NO_ERROR {
         return Err(crate::client_error::kafka(
-            "reading positions",
+            Operation::ReadPositions,
             rdkafka::error::KafkaError::MetadataFetch(err.into()),
         ));
     }

@@ -44,6 +44,7 @@ use crate::config::RuntimeConfig;
 use crate::security::{Endpoint, is_security_failure};
 use parsley_task::context::TaskContext;
 use parsley_task::error::{Error, Result};
+use parsley_task::error::{Operation, RecordError};
 use parsley_task::output::Header;
 use parsley_task::record::{Fetched, FetchedMessage, fetched};
 use parsley_task::{ChannelMap, ChannelSet};
@@ -136,12 +137,14 @@ impl Intake {
         let consumer: BaseConsumer<RebalanceContext> = cc
             .create_with_context(RebalanceContext::new(config, admin.clone()))
             .map_err(|e| {
-                crate::client_error::kafka(format!("creating the consumer of group {group}"), e)
+                Error::from(
+                    crate::client_error::client(Operation::CreateConsumer, e).with_group(group),
+                )
             })?;
         let topics: Vec<&str> = sources.iter().map(String::as_str).collect();
         consumer
             .subscribe(&topics)
-            .map_err(|e| crate::client_error::kafka("subscribing", e))?;
+            .map_err(|e| crate::client_error::kafka(Operation::Subscribe, e))?;
         debug!("subscribed: joining the group");
         Ok(Intake {
             consumer,
@@ -350,20 +353,30 @@ impl Intake {
                 Offset::Offset(offset),
                 timeout,
             )
-            .map_err(|e| crate::client_error::kafka(format!("seeking {channel} to {offset}"), e))
+            .map_err(|e| {
+                Error::from(
+                    crate::client_error::client(Operation::Seek, e)
+                        .with_partition(
+                            ctx.source_of(channel)
+                                .map_or_else(|_| channel.topic.to_string(), |s| s.name.clone()),
+                            channel.partition,
+                        )
+                        .with_offset(offset),
+                )
+            })
     }
 
     /// The positions where the current assignment starts again: the group's committed
     /// offsets, or the log start where it has none (as on assignment).
     ///
     /// # Errors
-    /// As on assignment: [`Error::RecordsLost`] for a committed offset below the log start;
+    /// As on assignment: [`RecordError::RecordsLost`] for a committed offset below the log start;
     /// client errors.
     pub(crate) fn start_positions(&self) -> Result<Vec<(String, i32, i64)>> {
         let assignment = self
             .consumer
             .assignment()
-            .map_err(|e| crate::client_error::kafka("reading the assignment", e))?;
+            .map_err(|e| crate::client_error::kafka(Operation::ReadAssignment, e))?;
         self.consumer
             .context()
             .start_positions(&self.consumer, &assignment)
@@ -373,7 +386,7 @@ impl Intake {
     pub(crate) fn unassign(&mut self) -> Result<()> {
         self.consumer
             .unassign()
-            .map_err(|e| crate::client_error::kafka("unassigning after revocation", e))?;
+            .map_err(|e| crate::client_error::kafka(Operation::UnassignAfterRevocation, e))?;
         // Nothing is paused or held once nothing is assigned.
         self.full.clear();
         self.bounds.clear();
@@ -383,9 +396,11 @@ impl Intake {
 
     /// The group metadata that goes with the offsets into the transaction (EOS v2).
     pub(crate) fn group_metadata(&self) -> Result<rdkafka::consumer::ConsumerGroupMetadata> {
-        self.consumer.group_metadata().ok_or_else(|| Error::Admin {
-            operation: "committing".into(),
-            message: "the consumer has no group metadata".into(),
+        self.consumer.group_metadata().ok_or_else(|| {
+            Error::admin(
+                Operation::Commit,
+                "the consumer has no group metadata".into(),
+            )
         })
     }
 
@@ -464,7 +479,7 @@ impl StageRunner {
     /// (counted when its channel starts holding).
     ///
     /// # Errors
-    /// [`Error::Gate`] when no task of the stage consumes the record's partition; the task's.
+    /// [`ProcessingError::Gate`](parsley_task::error::ProcessingError::Gate) when no task of the stage consumes the record's partition; the task's.
     fn offer(&mut self, f: Box<Fetched>) -> Result<()> {
         let f = match self.intake.hold(&self.ctx, f)? {
             Hold::Offer(f) => f,
@@ -486,20 +501,20 @@ impl StageRunner {
     }
 
     /// Decides what a poll's error means: `Ok` to carry on, or the error that ends the stage.
-    /// - A failure to authenticate or to set up TLS: [`Error::Security`].
+    /// - A failure to authenticate or to set up TLS: [`KafkaError::Security`](parsley_task::error::KafkaError::Security).
     /// - A transient connection error (a broker restarting, a network blip): librdkafka
     ///   reconnects by itself; carry on.
-    /// - An unknown topic or partition: [`Error::SourceDeleted`] when the cluster confirms a
-    ///   source is gone, [`Error::SourceChanged`] when it was recreated (a new topic id);
+    /// - An unknown topic or partition: [`RecordError::SourceDeleted`] when the cluster confirms a
+    ///   source is gone, [`RecordError::SourceChanged`] when it was recreated (a new topic id);
     ///   otherwise metadata not caught up yet (a topic just created, a leader moving): carry
     ///   on.
     /// - A fetch position that fell out of range (with `auto.offset.reset=error`) while the
-    ///   stage runs: [`Error::RecordsLost`] for the channel whose position now lies below its
+    ///   stage runs: [`RecordError::RecordsLost`] for the channel whose position now lies below its
     ///   log start offset (retention or `DeleteRecords` removed records the stage had not
     ///   fetched: case C12 mid-stream); librdkafka's error names no partition, so the positions
     ///   are compared with the log start offsets read now.
     /// - Anything else is the client's error — unless a source was recreated meanwhile, which
-    ///   explains it: [`Error::SourceChanged`] then.
+    ///   explains it: [`RecordError::SourceChanged`] then.
     fn poll_failed(&self, e: KafkaError) -> Result<()> {
         use rdkafka::types::RDKafkaErrorCode as C;
         if let Some(code) = e.rdkafka_error_code()
@@ -532,10 +547,10 @@ impl StageRunner {
         if let Ok(Some(change)) = self.source_change(self.config.timeout) {
             return Err(change);
         }
-        Err(crate::client_error::kafka("polling", e))
+        Err(crate::client_error::kafka(Operation::Poll, e))
     }
 
-    /// [`Error::RecordsLost`] for the first channel whose consumer position lies below its log
+    /// [`RecordError::RecordsLost`] for the first channel whose consumer position lies below its log
     /// start offset, if any.
     fn records_lost(&self) -> Result<Option<Error>> {
         let positions =
@@ -547,11 +562,13 @@ impl StageRunner {
             .into_iter()
             .zip(starts)
             .find(|((_, _, position), start)| position < start)
-            .map(|((topic, partition, from), log_start)| Error::RecordsLost {
-                topic,
-                partition,
-                from,
-                log_start,
+            .map(|((topic, partition, from), log_start)| {
+                Error::Record(RecordError::RecordsLost {
+                    topic,
+                    partition,
+                    from,
+                    log_start,
+                })
             }))
     }
 }
@@ -655,7 +672,7 @@ fn pause_partition(
     } else {
         consumer.resume(&tpl)
     }
-    .map_err(|e| crate::client_error::kafka("pausing or resuming a partition", e))
+    .map_err(|e| crate::client_error::kafka(Operation::PauseResume, e))
 }
 
 #[cfg(test)]

@@ -184,7 +184,7 @@ impl StageRunner {
     /// another process running as this instance or any other error ends the stage. Recoveries
     /// without a commit in between are bounded, so a persistent fault cannot loop forever.
     ///
-    /// An output refused for good ([`crate::Error::OutputRefused`]) is never retried as it
+    /// An output refused for good ([`crate::RecordError::OutputRefused`]) is never retried as it
     /// was: under a bad-record policy that takes records, its transaction is aborted the same
     /// way and the redo skips or dead-letters its input record
     /// ([`StageRunner::refused_input`]); otherwise the stage ends with it. Such a recovery is
@@ -217,9 +217,9 @@ impl StageRunner {
     /// before the refused record's delivery report was settled is explained by that report
     /// (and a refused batch no record explains may be explained by reports still to come).
     /// For such send errors the outstanding reports are awaited (a flush) and settled; an
-    /// [`crate::Error::OutputRefused`] among them replaces `e`.
+    /// [`crate::RecordError::OutputRefused`] among them replaces `e`.
     fn explained(&mut self, e: crate::Error) -> crate::Error {
-        if !matches!(e, crate::Error::Send { .. }) {
+        if !matches!(e, crate::Error::Kafka(crate::KafkaError::Send { .. })) {
             return e;
         }
         let explainable = crate::client_error::library_error(&e)
@@ -235,21 +235,23 @@ impl StageRunner {
             return e;
         }
         match self.settle_acks() {
-            Err(refused @ crate::Error::OutputRefused { .. }) => refused,
+            Err(refused @ crate::Error::Record(crate::RecordError::OutputRefused { .. })) => {
+                refused
+            }
             _ => e,
         }
     }
 
     /// The input record that the stage's bad-record policy takes for `e`: an output of it
-    /// refused for good ([`crate::Error::OutputRefused`]) under `Skip` or `DeadLetter`, the
+    /// refused for good ([`crate::RecordError::OutputRefused`]) under `Skip` or `DeadLetter`, the
     /// first time. A refused dead letter or changelog record, an input not known, or `Fail`
     /// leave the error to end the stage (counted as a bad record when its input is known).
     fn refused_input(&self, e: &crate::Error) -> Option<parsley_task::task::RefusedInput> {
-        let crate::Error::OutputRefused {
+        let crate::Error::Record(crate::RecordError::OutputRefused {
             input: Some(input),
             dead_letter: false,
             ..
-        } = e
+        }) = e
         else {
             return None;
         };

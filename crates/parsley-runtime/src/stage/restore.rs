@@ -36,8 +36,8 @@ impl StageRunner {
     /// or the log start where it has none), from its changelog partition (module docs).
     ///
     /// # Errors
-    /// The changelog's read and decoding errors; [`crate::Error::RestoreMismatch`];
-    /// [`crate::Error::EventTime`]; admin errors.
+    /// The changelog's read and decoding errors; [`crate::ProcessingError::RestoreMismatch`];
+    /// [`crate::ProcessingError::EventTime`]; admin errors.
     pub(super) fn restore_task(
         &mut self,
         partition: i32,
@@ -113,7 +113,7 @@ impl StageRunner {
     /// can be trusted (`state_store::judge`), else from 0 with the keyspace cleared.
     ///
     /// # Errors
-    /// [`Error::StateStore`]; admin errors.
+    /// [`ProcessingError::StateStore`](parsley_task::error::ProcessingError::StateStore); admin errors.
     fn local_copy(
         &self,
         stores: &StateStores,

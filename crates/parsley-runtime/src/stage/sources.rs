@@ -7,7 +7,7 @@
 //! topic's start again at zero, which a client may take for stale metadata. So, besides the
 //! checks at an assignment and when the consumer reports a source unknown, the stream thread
 //! describes its sources every [`CHECK_EVERY`] and ends the stage with
-//! [`Error::SourceChanged`] (naming the old and new topic ids) or [`Error::SourceDeleted`] as
+//! [`RecordError::SourceChanged`] (naming the old and new topic ids) or [`RecordError::SourceDeleted`] as
 //! soon as one changed — never a silent stall. A restart then starts the new channel at its log
 //! start (case C11).
 //!
@@ -20,6 +20,7 @@ use tracing::warn;
 
 use super::StageRunner;
 use parsley_task::error::{Error, Result};
+use parsley_task::error::{RecordError, SetupError};
 use parsley_task::topic::TopicInfo;
 
 /// How often a running stage describes its sources (as often as its consumer refreshes its
@@ -34,17 +35,17 @@ const CHECK_TIMEOUT: Duration = Duration::from_secs(5);
 /// and partition count in `now` (the same topics, described again, in the same order).
 ///
 /// # Errors
-/// [`Error::SourceChanged`] for the first source that changed.
+/// [`RecordError::SourceChanged`] for the first source that changed.
 pub(crate) fn compare(stage: &str, sources: &[TopicInfo], now: &[TopicInfo]) -> Result<()> {
     for (before, now) in sources.iter().zip(now) {
         if before.partitions != now.partitions || before.id != now.id {
-            return Err(Error::SourceChanged {
+            return Err(Error::Record(RecordError::SourceChanged {
                 stage: stage.to_string(),
                 topic: before.name.clone(),
                 partitions: (before.partitions, now.partitions),
                 recreated: before.id != now.id,
                 ids: (before.id, now.id),
-            });
+            }));
         }
     }
     Ok(())
@@ -71,7 +72,7 @@ impl StageRunner {
     /// nothing: it is logged and tried again at the next interval.
     ///
     /// # Errors
-    /// [`Error::SourceChanged`], [`Error::SourceDeleted`].
+    /// [`RecordError::SourceChanged`], [`RecordError::SourceDeleted`].
     pub(super) fn check_sources(&mut self) -> Result<()> {
         if self.source_check.last.elapsed() < CHECK_EVERY {
             return Ok(());
@@ -88,7 +89,7 @@ impl StageRunner {
     }
 
     /// What changed in the sources since the stage started, described now within `timeout`:
-    /// [`Error::SourceChanged`] or [`Error::SourceDeleted`], or `None` when nothing did.
+    /// [`RecordError::SourceChanged`] or [`RecordError::SourceDeleted`], or `None` when nothing did.
     ///
     /// # Errors
     /// The admin client's, when the sources cannot be described.
@@ -100,10 +101,12 @@ impl StageRunner {
             .describe_topics_within(&names, timeout)
         {
             Ok(now) => Ok(compare(&self.ctx.stage, &self.ctx.sources, &now).err()),
-            Err(Error::UnknownTopic { topic }) => Ok(Some(Error::SourceDeleted {
-                stage: self.ctx.stage.clone(),
-                topic,
-            })),
+            Err(Error::Setup(SetupError::UnknownTopic { topic })) => {
+                Ok(Some(Error::Record(RecordError::SourceDeleted {
+                    stage: self.ctx.stage.clone(),
+                    topic,
+                })))
+            }
             Err(other) => Err(other),
         }
     }
@@ -125,7 +128,7 @@ mod tests {
         assert!(compare("s", &[t(1, 2)], &[t(1, 2)]).is_ok());
         let err = compare("s", &[t(1, 2)], &[t(2, 2)]).unwrap_err();
         assert!(
-            matches!(&err, Error::SourceChanged { topic, partitions: (2, 2), recreated: true, ids, .. }
+            matches!(&err, Error::Record(RecordError::SourceChanged { topic, partitions: (2, 2), recreated: true, ids, .. })
                 if topic == "in" && *ids == (TopicId::from_bytes([1; 16]), TopicId::from_bytes([2; 16]))),
             "{err}"
         );
@@ -133,11 +136,11 @@ mod tests {
         let err = compare("s", &[t(1, 2)], &[t(1, 3)]).unwrap_err();
         assert!(matches!(
             err,
-            Error::SourceChanged {
+            Error::Record(RecordError::SourceChanged {
                 partitions: (2, 3),
                 recreated: false,
                 ..
-            }
+            })
         ));
     }
 }

@@ -28,6 +28,7 @@ use crate::changelog;
 use crate::clients::ClientRole;
 use crate::config::RuntimeConfig;
 use parsley_task::context::TaskContext;
+use parsley_task::error::SetupError;
 use parsley_task::error::{Error, Result};
 use parsley_task::metrics::{Progress, StageMetrics};
 use parsley_task::state_store::{self, StateStores};
@@ -50,8 +51,8 @@ impl StageRunner {
     /// initialises transactions (module docs).
     ///
     /// # Errors
-    /// [`Error::UnknownTopic`], [`Error::NotCoPartitioned`], [`Error::ChangelogPartitions`],
-    /// [`Error::InternalTopicPartitions`],
+    /// [`SetupError::UnknownTopic`], [`SetupError::NotCoPartitioned`], [`SetupError::ChangelogPartitions`],
+    /// [`SetupError::InternalTopicPartitions`],
     /// client and admin errors.
     ///
     /// `feeding` names, per source that other stages of the topology write, those stages
@@ -190,7 +191,7 @@ impl StageRunner {
 /// (`delete.retention.ms`; the broker's default when it cannot be read).
 ///
 /// # Errors
-/// [`Error::StateStore`].
+/// [`ProcessingError::StateStore`](parsley_task::error::ProcessingError::StateStore).
 fn open_stores(
     admin: &Admin,
     dir: &std::path::Path,
@@ -222,7 +223,7 @@ fn open_stores(
 /// creates it.
 ///
 /// # Errors
-/// [`Error::InternalTopicPartitions`]; [`Error::UnknownTopic`] when a topic it takes its count
+/// [`SetupError::InternalTopicPartitions`]; [`SetupError::UnknownTopic`] when a topic it takes its count
 /// from does not exist; admin errors.
 fn ensure_internal_topics(admin: &Admin, spec: &StageSpec) -> Result<()> {
     for topic in spec.internal_topics() {
@@ -235,7 +236,7 @@ fn ensure_internal_topics(admin: &Admin, spec: &StageSpec) -> Result<()> {
             .unwrap_or(1);
         let info = match admin.describe_topics(&[topic.name.as_str()]) {
             Ok(mut t) => t.remove(0),
-            Err(Error::UnknownTopic { .. }) => {
+            Err(Error::Setup(SetupError::UnknownTopic { .. })) => {
                 let mut new = TopicSpec::new(topic.name.clone(), expected);
                 for (k, v) in &topic.config {
                     new = new.config(k.clone(), v.clone());
@@ -246,11 +247,11 @@ fn ensure_internal_topics(admin: &Admin, spec: &StageSpec) -> Result<()> {
             Err(e) => return Err(e),
         };
         if info.partitions != expected {
-            return Err(Error::InternalTopicPartitions {
+            return Err(Error::Setup(SetupError::InternalTopicPartitions {
                 topic: topic.name.clone(),
                 partitions: info.partitions,
                 expected,
-            });
+            }));
         }
         debug!(topic = %topic.name, partitions = expected, "startup: internal topic ready");
     }
@@ -267,13 +268,13 @@ fn describe(
         .iter()
         .any(|t| t.partitions != sources[0].partitions)
     {
-        return Err(Error::NotCoPartitioned {
+        return Err(Error::Setup(SetupError::NotCoPartitioned {
             stage: spec.name().to_string(),
             partitions: sources
                 .iter()
                 .map(|t| (t.name.clone(), t.partitions))
                 .collect(),
-        });
+        }));
     }
     let sink_names: Vec<&str> = spec.sinks().iter().map(String::as_str).collect();
     let sinks = if sink_names.is_empty() {

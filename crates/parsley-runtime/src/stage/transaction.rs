@@ -23,7 +23,7 @@
 //! **Recovery.** A transaction that cannot commit (timed out, a send refused) is aborted and
 //! every task returns to its last commit in place; a producer fenced for its transaction's age
 //! (case C08) is replaced; a fence by another process running as this instance (case C09)
-//! ends the stage with [`Error::Fenced`]. An output refused for good ([`Error::OutputRefused`],
+//! ends the stage with [`KafkaError::Fenced`](parsley_task::error::KafkaError::Fenced). An output refused for good ([`RecordError::OutputRefused`],
 //! cases C16 and C17: named from the delivery reports by [`refusal::culprit`]) is never redone
 //! as it was: the redo skips or dead-letters its input record under a policy that takes it,
 //! and after a batch the broker refused the producer is replaced.
@@ -48,7 +48,9 @@ use super::commit_call::CommitCall;
 use crate::config::StatisticsSink;
 use crate::outbox::{Ack, Outbox};
 use crate::refusal::{self, RecordShape};
+use parsley_task::error;
 use parsley_task::error::{Error, InputRecord, Result};
+use parsley_task::error::{Operation, RecordError};
 use parsley_task::metrics::Progress;
 use parsley_task::output::{ChangelogWriter, HeldSend, Outgoing, Output};
 use parsley_task::record::Work;
@@ -178,7 +180,7 @@ pub(crate) struct Transaction {
     changelog: TopicInfo,
     sends: Sends,
     /// When the open transaction began: a fence seen before `transaction.timeout.ms` has
-    /// passed since cannot be the coordinator's (case C09, [`Error::Fenced`]).
+    /// passed since cannot be the coordinator's (case C09, [`KafkaError::Fenced`](parsley_task::error::KafkaError::Fenced)).
     began: Instant,
     /// When the last commit started (the interval runs from the start of a commit).
     last_commit: Instant,
@@ -276,7 +278,7 @@ impl Transaction {
         self.outbox
             .producer()
             .begin_transaction()
-            .map_err(|e| crate::client_error::kafka("beginning a transaction", e))?;
+            .map_err(|e| crate::client_error::kafka(Operation::BeginTransaction, e))?;
         Ok(match std::mem::replace(&mut self.sends, Sends::Open) {
             Sends::Open => Vec::new(),
             Sends::Held(held) => held,
@@ -286,7 +288,7 @@ impl Transaction {
     /// Waits until every send so far has a delivery report (recorded, not settled).
     ///
     /// # Errors
-    /// [`Error::Timeout`] when they do not arrive within `timeout`.
+    /// [`KafkaError::Timeout`](parsley_task::error::KafkaError::Timeout) when they do not arrive within `timeout`.
     pub(crate) fn flush(&self, timeout: Duration) -> Result<()> {
         self.outbox.flush(timeout)
     }
@@ -304,18 +306,18 @@ impl Transaction {
             .unwrap_or(refusal::DEFAULT_MESSAGE_MAX_BYTES)
     }
 
-    /// `e`, or [`Error::OutputRefused`] when it is librdkafka's `MSG_SIZE_TOO_LARGE` from
+    /// `e`, or [`RecordError::OutputRefused`] when it is librdkafka's `MSG_SIZE_TOO_LARGE` from
     /// `produce()` for the record of `shape` (it will never fit the producer's
     /// `message.max.bytes`). The stage and the input record are named by the caller
     /// ([`Error::refused_in`]). librdkafka does not mark the transaction for abort for a
     /// record it refuses in `produce()`: the caller must not commit it.
     fn refused_by_producer(&self, e: Error, shape: &RecordShape) -> Error {
         match e {
-            Error::Send {
+            Error::Kafka(error::KafkaError::Send {
                 topic,
                 channel,
                 source,
-            } if matches!(
+            }) if matches!(
                 source
                     .library_error()
                     .and_then(|e| e.downcast_ref::<KafkaError>()),
@@ -324,7 +326,7 @@ impl Transaction {
                 ))
             ) =>
             {
-                Error::OutputRefused {
+                Error::Record(RecordError::OutputRefused {
                     stage: String::new(),
                     input: None,
                     dead_letter: false,
@@ -334,7 +336,7 @@ impl Transaction {
                         shape,
                         self.message_max_bytes(),
                     )),
-                }
+                })
             }
             other => other,
         }
@@ -457,10 +459,10 @@ impl StageRunner {
     /// Applies the delivery reports recorded so far to the tasks' clocks.
     ///
     /// # Errors
-    /// For a send or changelog write the broker refused: [`Error::OutputRefused`] when a record
+    /// For a send or changelog write the broker refused: [`RecordError::OutputRefused`] when a record
     /// of the refused batch explains the refusal alone (too large alone, a timestamp outside
     /// the topic's window: [`refusal::culprit`]), naming it and the input record that made it;
-    /// else [`Error::Send`].
+    /// else [`KafkaError::Send`](parsley_task::error::KafkaError::Send).
     pub(super) fn settle_acks(&mut self) -> Result<()> {
         let mut acks = std::mem::take(&mut self.txn.acks);
         self.txn.outbox.drain_into(&mut acks);
@@ -498,9 +500,9 @@ impl StageRunner {
         Ok(())
     }
 
-    /// The error of the failed delivery report `acks[i]`: [`Error::OutputRefused`] when the
+    /// The error of the failed delivery report `acks[i]`: [`RecordError::OutputRefused`] when the
     /// broker refused a record for what it is and one record among the failed reports of the
-    /// same topic explains it alone, else [`Error::Send`].
+    /// same topic explains it alone, else [`KafkaError::Send`](parsley_task::error::KafkaError::Send).
     fn send_failed(&self, acks: &[Ack], i: usize) -> Error {
         let ack = &acks[i];
         let source = ack
@@ -515,11 +517,11 @@ impl StageRunner {
             None => (self.txn.changelog.name.clone(), changelog),
         };
         let code = source.rdkafka_error_code();
-        let send = Error::Send {
+        let send = Error::Kafka(error::KafkaError::Send {
             topic: topic.clone(),
             channel: Box::new(channel),
-            source: crate::client_error::client_error(source),
-        };
+            source: Box::new(crate::client_error::client_error(source)),
+        });
         let Some(code) = code.filter(|c| refusal::is_refusal(*c)) else {
             return send;
         };
@@ -564,14 +566,14 @@ impl StageRunner {
             },
             None => (None, false),
         };
-        Error::OutputRefused {
+        Error::Record(RecordError::OutputRefused {
             stage: self.ctx.stage.clone(),
             input,
             dead_letter,
             topic,
             partition: shape.partition,
             reason: Box::new(reason),
-        }
+        })
     }
 
     /// The input record `cause` of a send of task `task`.
@@ -676,7 +678,7 @@ impl StageRunner {
     /// commit finishes ([`StageRunner::finish_commit`]).
     ///
     /// # Errors
-    /// [`Error::TransactionStalled`] when the call ran past its bound (the commit is dropped,
+    /// [`KafkaError::TransactionStalled`](parsley_task::error::KafkaError::TransactionStalled) when the call ran past its bound (the commit is dropped,
     /// and the recovery replaces the producer); [`StageRunner::finish_commit`]'s.
     pub(super) fn commit_turn(&mut self) -> Result<()> {
         let Some(committing) = self.txn.committing.as_mut() else {
@@ -718,7 +720,7 @@ impl StageRunner {
     /// made.
     ///
     /// # Errors
-    /// The call's ([`Error::TransactionStalled`] past its bound); the acknowledgements'; the
+    /// The call's ([`KafkaError::TransactionStalled`](parsley_task::error::KafkaError::TransactionStalled) past its bound); the acknowledgements'; the
     /// next transaction's; the overlapped work's; a held send's.
     pub(super) fn finish_commit(&mut self) -> Result<()> {
         let Some(mut committing) = self.txn.committing.take() else {
@@ -788,7 +790,7 @@ impl StageRunner {
                         channel.partition,
                         Offset::Offset(next),
                     )
-                    .map_err(|e| crate::client_error::kafka("building the offsets to commit", e))?;
+                    .map_err(|e| crate::client_error::kafka(Operation::BuildOffsetsToCommit, e))?;
             }
         }
         Ok(offsets)
@@ -830,13 +832,16 @@ impl StageRunner {
     /// (the one `cause` names) among them.
     ///
     /// # Errors
-    /// [`Error::Fenced`] when another process running as this instance fenced the producer;
+    /// [`KafkaError::Fenced`](parsley_task::error::KafkaError::Fenced) when another process running as this instance fenced the producer;
     /// the abort's own error when the producer cannot abort otherwise; the restore's errors.
     pub(super) fn recover(&mut self, cause: &Error, refused: Option<RefusedInput>) -> Result<()> {
         warn!(error = %cause, "aborting the transaction; every task returns to its last commit");
         // A commit in flight is given up with the transaction.
         self.txn.committing = None;
-        let stalled = matches!(cause, Error::TransactionStalled { .. });
+        let stalled = matches!(
+            cause,
+            Error::Kafka(error::KafkaError::TransactionStalled { .. })
+        );
         let aborted = (!stalled).then(|| self.txn.outbox.abort_transaction(self.config.timeout));
         // librdkafka refuses the abort while a call it timed out is still at work in the
         // background ("retry call to resume": a commit whose EndTxn is waiting for a
@@ -871,7 +876,7 @@ impl StageRunner {
 
     /// What follows an abort of the open transaction: on success, the reports awaited and
     /// the outbox emptied (the producer replaced after a batch the broker refused); a fenced or
-    /// failed producer replaced, or the stage ended with [`Error::Fenced`] when another process
+    /// failed producer replaced, or the stage ended with [`KafkaError::Fenced`](parsley_task::error::KafkaError::Fenced) when another process
     /// runs as this instance.
     fn after_abort(
         &mut self,
@@ -882,7 +887,7 @@ impl StageRunner {
             Ok(()) => {
                 self.txn.outbox.wait_acked(self.config.timeout)?;
                 self.txn.outbox.discard();
-                if let Error::OutputRefused { reason, .. } = cause
+                if let Error::Record(RecordError::OutputRefused { reason, .. }) = cause
                     && reason.by_broker()
                 {
                     // librdkafka keeps counting the sequence numbers of the batch the broker
@@ -905,12 +910,12 @@ impl StageRunner {
                 let timeout = self.config.transaction_timeout();
                 if crate::client_error::fencing(t.code()) && open < timeout {
                     let group = self.spec.group_id(&self.app);
-                    return Err(Error::Fenced {
+                    return Err(Error::Kafka(error::KafkaError::Fenced {
                         transactional_id: self.config.transactional_id(&group),
                         open_ms: open.as_millis() as u64,
                         timeout_ms: timeout.as_millis() as u64,
                         message: t.to_string(),
-                    });
+                    }));
                 }
                 // A timed-out transaction (or another fatal producer error): this producer is
                 // done; a new one takes the id (initialising it completes or aborts whatever
@@ -921,9 +926,8 @@ impl StageRunner {
                 self.replace_producer()?;
             }
             Err(e) => {
-                return Err(crate::client_error::kafka(
-                    format!("aborting after: {cause}"),
-                    e,
+                return Err(Error::from(
+                    crate::client_error::client(Operation::AbortAfter, e).with_cause(&cause),
                 ));
             }
         }
