@@ -590,9 +590,10 @@ fn the_table_has_a_row_for_every_variant() {
 
 #[test]
 fn the_error_stays_small() {
-    // Clippy's `result_large_err` bound: every `Result` of the crates carries one.
+    // Below clippy's `result_large_err` bound (128 bytes): every `Result` of the crates
+    // carries one.
     assert!(
-        std::mem::size_of::<Error>() <= 128,
+        std::mem::size_of::<Error>() < 128,
         "{}",
         std::mem::size_of::<Error>()
     );
