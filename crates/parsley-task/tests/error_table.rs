@@ -598,3 +598,64 @@ fn the_error_stays_small() {
         std::mem::size_of::<Error>()
     );
 }
+
+/// A Kafka error names what its call was about in the words the free-text operation had.
+#[test]
+fn an_operation_names_its_topic_partition_offset_or_group_as_before() {
+    use parsley_task::error::{KafkaError, Operation};
+    let client = |op| KafkaError::client(op, ClientError::new(None, "m"));
+    let admin = |op| KafkaError::admin(op, "m".into());
+    let cases = [
+        (
+            client(Operation::CreateConsumer).with_group("app"),
+            "creating the consumer of group app: m",
+        ),
+        (
+            client(Operation::Seek)
+                .with_partition("in", 3)
+                .with_offset(7),
+            "seeking in/3 to 7: m",
+        ),
+        (
+            client(Operation::AbortAfter).with_cause(&"the cause"),
+            "aborting after: the cause: m",
+        ),
+        (
+            client(Operation::DeleteRecords).with_partition("in", 0),
+            "deleting records of in/0: m",
+        ),
+        (
+            admin(Operation::DeleteRecords)
+                .with_partition("in", 0)
+                .with_offset(5),
+            "deleting records of in/0 below 5: m",
+        ),
+        (
+            admin(Operation::DescribeTopic).with_topic("in"),
+            "describing topic in: m",
+        ),
+        (
+            admin(Operation::CreateTopics).with_topics(["a", "b"]),
+            "creating topics [\"a\", \"b\"]: m",
+        ),
+        (admin(Operation::CreateTopics), "creating topics: m"),
+        (
+            admin(Operation::ListPartitionOffsets).with_partition("in", 2),
+            "listing the offsets of in/2: m",
+        ),
+        (
+            admin(Operation::DescribeGroup).with_group("app"),
+            "describing group app: m",
+        ),
+        (
+            admin(Operation::DescribeConfig).with_topic("out"),
+            "describing the configuration of out: m",
+        ),
+    ];
+    for (e, text) in cases {
+        assert_eq!(e.to_string(), text);
+        assert_eq!(Error::from(e).to_string(), text);
+    }
+    assert_eq!(Operation::Poll, "polling");
+    assert_eq!(Operation::Poll.to_string(), "polling");
+}
