@@ -99,7 +99,8 @@ impl Admin {
     /// `timeout`.
     ///
     /// # Errors
-    /// [`KafkaError::Client`](parsley_task::error::KafkaError::Client) when the client cannot be created.
+    /// [`KafkaError::Client`](parsley_task::error::KafkaError::Client) when the client cannot be
+    /// created.
     pub fn new(bootstrap: &str, timeout: Duration) -> Result<Self> {
         Self::connect(bootstrap, &ClientSettings::new(), timeout)
     }
@@ -109,7 +110,8 @@ impl Admin {
     /// out after `timeout`.
     ///
     /// # Errors
-    /// [`KafkaError::Client`](parsley_task::error::KafkaError::Client) when the client cannot be created (an unknown or invalid property).
+    /// [`KafkaError::Client`](parsley_task::error::KafkaError::Client) when the client cannot be
+    /// created (an unknown or invalid property).
     pub fn connect(bootstrap: &str, settings: &ClientSettings, timeout: Duration) -> Result<Self> {
         Self::from_config(
             &settings.config(bootstrap, ClientRole::Admin, "parsley-admin", &[]),
@@ -259,7 +261,8 @@ impl Admin {
     /// absent from the answer.
     ///
     /// # Errors
-    /// [`KafkaError::Client`](parsley_task::error::KafkaError::Client) or [`KafkaError::Admin`](parsley_task::error::KafkaError::Admin) when a request fails.
+    /// [`KafkaError::Client`](parsley_task::error::KafkaError::Client) or
+    /// [`KafkaError::Admin`](parsley_task::error::KafkaError::Admin) when a request fails.
     pub fn topic_names(
         &self,
         ids: &[TopicId],
@@ -432,9 +435,9 @@ impl Admin {
     /// (a node down or restarting) is asked for again, every half second, until the timeout.
     ///
     /// # Errors
-    /// [`KafkaError::Admin`](parsley_task::error::KafkaError::Admin) naming the topic that could not be created (including one that
-    /// exists already), or when the topics do not appear, or their leaders do not answer,
-    /// within the timeout.
+    /// [`KafkaError::Admin`](parsley_task::error::KafkaError::Admin) naming the topic that could
+    /// not be created (including one that exists already), or when the topics do not appear, or
+    /// their leaders do not answer, within the timeout.
     pub fn create_topics(&self, topics: &[TopicSpec]) -> Result<Vec<TopicInfo>> {
         self.create(topics, false)
     }
@@ -544,7 +547,8 @@ impl Admin {
     /// shows it.
     ///
     /// # Errors
-    /// [`KafkaError::Admin`](parsley_task::error::KafkaError::Admin) naming the topic when the broker refuses or the change does not show.
+    /// [`KafkaError::Admin`](parsley_task::error::KafkaError::Admin) naming the topic when the
+    /// broker refuses or the change does not show.
     pub fn add_partitions(&self, topic: &str, total: i32) -> Result<()> {
         let request = NewPartitions::new(topic, total as usize);
         let results = block_on(self.client.create_partitions([&request], &self.options()))
@@ -582,7 +586,8 @@ impl Admin {
     /// retention does on its own); returns the partition's new log start offset.
     ///
     /// # Errors
-    /// [`KafkaError::Admin`](parsley_task::error::KafkaError::Admin) naming the partition when the broker refuses.
+    /// [`KafkaError::Admin`](parsley_task::error::KafkaError::Admin) naming the partition when the
+    /// broker refuses.
     pub fn delete_records(&self, topic: &str, partition: i32, before: i64) -> Result<i64> {
         let mut tpl = rdkafka::TopicPartitionList::new();
         tpl.add_partition_offset(topic, partition, rdkafka::Offset::Offset(before))
@@ -626,7 +631,8 @@ impl Admin {
     /// `message.timestamp.after.max.ms`, `cleanup.policy`, …).
     ///
     /// # Errors
-    /// [`KafkaError::Admin`](parsley_task::error::KafkaError::Admin) naming the topic when the broker refuses (an unknown topic).
+    /// [`KafkaError::Admin`](parsley_task::error::KafkaError::Admin) naming the topic when the
+    /// broker refuses (an unknown topic).
     pub fn topic_config(&self, topic: &str) -> Result<Vec<(String, String)>> {
         let resource = rdkafka::admin::ResourceSpecifier::Topic(topic);
         let results = block_on(self.client.describe_configs([&resource], &self.options()))
@@ -668,7 +674,8 @@ impl Admin {
     /// Deletes `names` and returns once `DescribeTopics` no longer knows them.
     ///
     /// # Errors
-    /// [`KafkaError::Admin`](parsley_task::error::KafkaError::Admin) naming a topic that could not be deleted or did not disappear.
+    /// [`KafkaError::Admin`](parsley_task::error::KafkaError::Admin) naming a topic that could not
+    /// be deleted or did not disappear.
     pub fn delete_topics(&self, names: &[&str]) -> Result<()> {
         let results = block_on(self.client.delete_topics(names, &self.options()))
             .map_err(|e| crate::client_error::kafka(Operation::DeleteTopics, e))?;
@@ -742,8 +749,8 @@ impl Admin {
     /// Describes consumer group `group` (one `DescribeConsumerGroups` request).
     ///
     /// # Errors
-    /// [`KafkaError::Admin`](parsley_task::error::KafkaError::Admin) for a failed request or a group error other than a coordinator still
-    /// loading.
+    /// [`KafkaError::Admin`](parsley_task::error::KafkaError::Admin) for a failed request or a
+    /// group error other than a coordinator still loading.
     pub(crate) fn describe_group(&self, group: &str) -> Result<GroupView> {
         let name = CString::new(group).map_err(|_| {
             Error::from(

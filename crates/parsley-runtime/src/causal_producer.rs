@@ -231,11 +231,13 @@ impl CausalProducer {
     ///
     /// # Errors
     /// Nothing is observed when one of these is returned:
-    /// - [`SetupError::UnknownTopic`](parsley_task::error::SetupError::UnknownTopic) when the message's topic does not exist (any more);
+    /// - [`SetupError::UnknownTopic`](parsley_task::error::SetupError::UnknownTopic) when the
+    ///   message's topic does not exist (any more);
     /// - [`RecordError::MalformedStamp`] naming the record's topic, partition and offset and the
     ///   decoder's finding when its stamp header does not decode;
-    /// - [`ProcessingError::Clock`](parsley_task::error::ProcessingError::Clock) ([`NegativeOffset`](parsley_clock::Error::NegativeOffset)) for a
-    ///   message with a negative offset (one made by hand, never read from a log).
+    /// - [`ProcessingError::Clock`](parsley_task::error::ProcessingError::Clock)
+    ///   ([`NegativeOffset`](parsley_clock::Error::NegativeOffset)) for a message with a negative
+    ///   offset (one made by hand, never read from a log).
     pub fn observe_message<M: Message>(&mut self, message: &M) -> Result<Coordinate> {
         let topic = self.topic(message.topic())?.id;
         let (coordinate, stamp) = consumed(topic, message)?;
@@ -246,7 +248,8 @@ impl CausalProducer {
     /// The topic's id and partition count (described once, then cached).
     ///
     /// # Errors
-    /// [`SetupError::UnknownTopic`](parsley_task::error::SetupError::UnknownTopic) when the topic does not exist.
+    /// [`SetupError::UnknownTopic`](parsley_task::error::SetupError::UnknownTopic) when the topic
+    /// does not exist.
     pub fn topic(&mut self, topic: &str) -> Result<&TopicInfo> {
         if !self.topics.contains_key(topic) {
             let info = self.admin.describe_topics(&[topic])?.remove(0);
@@ -258,7 +261,8 @@ impl CausalProducer {
     /// The channel a record with `key` goes to on `topic`.
     ///
     /// # Errors
-    /// [`SetupError::UnknownTopic`](parsley_task::error::SetupError::UnknownTopic) when the topic does not exist.
+    /// [`SetupError::UnknownTopic`](parsley_task::error::SetupError::UnknownTopic) when the topic
+    /// does not exist.
     pub fn channel_for(&mut self, topic: &str, key: &[u8]) -> Result<Channel> {
         let info = self.topic(topic)?;
         Ok(Channel::new(info.id, partition_for(key, info.partitions)))
@@ -280,9 +284,11 @@ impl CausalProducer {
     ///
     /// # Errors
     /// - [`RecordError::InvalidRecord`] before anything is sent or claimed: a header named like the
-    ///   stamp header ([`RecordProblem::ReservedHeader`](parsley_task::error::RecordProblem::ReservedHeader)), a header name with a NUL byte, a
-    ///   timestamp that is not positive;
-    /// - [`SetupError::UnknownTopic`](parsley_task::error::SetupError::UnknownTopic), a send or flush failure, or a timeout.
+    ///   stamp header
+    ///   ([`RecordProblem::ReservedHeader`](parsley_task::error::RecordProblem::ReservedHeader)), a
+    ///   header name with a NUL byte, a timestamp that is not positive;
+    /// - [`SetupError::UnknownTopic`](parsley_task::error::SetupError::UnknownTopic), a send or
+    ///   flush failure, or a timeout.
     pub fn send_record(&mut self, record: OutgoingRecord<'_>) -> Result<(u64, Channel)> {
         record.check()?;
         let (topic, key, value, timestamp) = (
@@ -439,8 +445,8 @@ impl CausalProducer {
 /// stamp header holds (`None` without one).
 ///
 /// # Errors
-/// [`RecordError::MalformedStamp`] when the header does not decode; [`ProcessingError::Clock`](parsley_task::error::ProcessingError::Clock) for a negative
-/// offset.
+/// [`RecordError::MalformedStamp`] when the header does not decode;
+/// [`ProcessingError::Clock`](parsley_task::error::ProcessingError::Clock) for a negative offset.
 fn consumed<M: Message>(topic: TopicId, message: &M) -> Result<(Coordinate, Option<Stamp>)> {
     let channel = Channel::new(topic, message.partition());
     let offset = message.offset();

@@ -94,10 +94,10 @@ pub(crate) const RESTORE_STALL: Duration = Duration::from_secs(10);
 /// or gone: `None`), and with `None` when the restore ends.
 ///
 /// # Errors
-/// [`ProcessingError::Changelog`] for a record that does not decode (topic, partition, offset named);
-/// [`ProcessingError::RestoreBlocked`] when an open transaction holds the position below the high
-/// watermark until `timeout`; [`KafkaError::Timeout`] when the position does not reach the high
-/// watermark within `timeout` for another reason; client errors.
+/// [`ProcessingError::Changelog`] for a record that does not decode (topic, partition, offset
+/// named); [`ProcessingError::RestoreBlocked`] when an open transaction holds the position below
+/// the high watermark until `timeout`; [`KafkaError::Timeout`] when the position does not reach the
+/// high watermark within `timeout` for another reason; client errors.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn restore(
     client: &ClientConfig,

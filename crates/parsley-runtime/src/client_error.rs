@@ -42,7 +42,8 @@ pub(crate) fn client(operation: Operation, source: KafkaError) -> error::KafkaEr
     error::KafkaError::client(operation, client_error(source))
 }
 
-/// The librdkafka error an [`KafkaError::Client`](parsley_task::error::KafkaError::Client) or [`KafkaError::Send`](parsley_task::error::KafkaError::Send) was made from, when it was.
+/// The librdkafka error an [`KafkaError::Client`](parsley_task::error::KafkaError::Client) or
+/// [`KafkaError::Send`](parsley_task::error::KafkaError::Send) was made from, when it was.
 pub(crate) fn library_error(e: &Error) -> Option<&KafkaError> {
     match e {
         Error::Kafka(error::KafkaError::Client { source, .. })

@@ -376,7 +376,8 @@ impl Outbox {
     /// left to `init_transactions`, which reports the real error.
     ///
     /// # Errors
-    /// [`KafkaError::Client`](parsley_task::error::KafkaError::Client) when transactions cannot be initialised within `timeout`.
+    /// [`KafkaError::Client`](parsley_task::error::KafkaError::Client) when transactions cannot be
+    /// initialised within `timeout`.
     pub(crate) fn init_transactions(&self, timeout: Duration) -> Result<()> {
         let started = Instant::now();
         let deadline = started + timeout;

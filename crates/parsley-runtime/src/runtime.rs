@@ -136,13 +136,13 @@ impl Runtime {
     ///
     /// # Errors
     /// [`SetupError::UnsupportedGroupProtocol`] for a consumer `group.protocol` other than
-    /// `classic` (KIP-848's consumer protocol; nothing started);
-    /// [`SetupError::UnknownStage`] for a name not in the topology; [`SetupError::MetricsListener`] when
-    /// the metrics endpoint cannot listen (nothing started); [`SetupError::ThreadSpawn`] when a
-    /// stream thread cannot be spawned. The errors of the stages themselves come later,
-    /// typed: each stage that ends with an error sends [`Progress::Failed`] with it (the
-    /// stage's own error, shared), and [`Running::stop`] returns the first such stage's as
-    /// the `source` of an [`Error::StageFailed`].
+    /// `classic` (KIP-848's consumer protocol; nothing started); [`SetupError::UnknownStage`] for a
+    /// name not in the topology; [`SetupError::MetricsListener`] when the metrics endpoint cannot
+    /// listen (nothing started); [`SetupError::ThreadSpawn`] when a stream thread cannot be
+    /// spawned. The errors of the stages themselves come later, typed: each stage that ends with an
+    /// error sends [`Progress::Failed`] with it (the stage's own error, shared), and
+    /// [`Running::stop`] returns the first such stage's as the `source` of an
+    /// [`Error::StageFailed`].
     pub fn start_stages(&self, names: &[&str]) -> Result<Running> {
         self.config.check_group_protocol()?;
         let shutdown = Shutdown::new();

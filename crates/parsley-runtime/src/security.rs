@@ -2,14 +2,15 @@
 //! them.
 //!
 //! librdkafka does not fail a request to a broker it cannot authenticate to: the request waits
-//! until its own timeout and then fails with a transport error. The cause arrives on its own,
-//! as an error event — `_AUTHENTICATION` after a failed SASL exchange (about 0.3 s for a wrong
-//! SCRAM password on the project's broker), `_SSL` after a failed handshake (an untrusted or
-//! mismatched certificate, within milliseconds). So every client context of the runtime keeps a
-//! [`SecurityWatch`] that records the first such event, and a call that waits on the cluster
-//! looks at it between short waits: it fails with [`KafkaError::Security`](parsley_task::error::KafkaError::Security) naming the listener, the
-//! security protocol and the SASL mechanism as soon as the event arrives, and never later than
-//! its own timeout.
+//! until its own timeout and then fails with a transport error. The cause arrives on its own, as an
+//! error event — `_AUTHENTICATION` after a failed SASL exchange (about 0.3 s for a wrong SCRAM
+//! password on the project's broker), `_SSL` after a failed handshake (an untrusted or mismatched
+//! certificate, within milliseconds). So every client context of the runtime keeps a
+//! [`SecurityWatch`] that records the first such event, and a call that waits on the cluster looks
+//! at it between short waits: it fails with
+//! [`KafkaError::Security`](parsley_task::error::KafkaError::Security) naming the listener, the
+//! security protocol and the SASL mechanism as soon as the event arrives, and never later than its
+//! own timeout.
 //!
 //! Invariant: a watch holds the first security failure its client reported, and only such a
 //! failure (transport errors of a broker restarting are not recorded).
@@ -41,7 +42,8 @@ pub(crate) fn is_security_failure(code: RDKafkaErrorCode) -> bool {
     )
 }
 
-/// What a client connects to and with, for [`KafkaError::Security`](parsley_task::error::KafkaError::Security).
+/// What a client connects to and with, for
+/// [`KafkaError::Security`](parsley_task::error::KafkaError::Security).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Endpoint {
     /// The client's role.

@@ -1,9 +1,9 @@
 //! What every task of a stage shares: the stage's topics by role, its processor, its policy
 //! for impossible stamps, and its metrics.
 //!
-//! Built once at startup from the resolved topics and never changed while the stage runs
-//! (a source that changes under the stage ends it: `RecordError::SourceChanged`). Lookups are linear
-//! scans: a stage has few topics, and comparing a name is cheaper than hashing it.
+//! Built once at startup from the resolved topics and never changed while the stage runs (a source
+//! that changes under the stage ends it: `RecordError::SourceChanged`). Lookups are linear scans: a
+//! stage has few topics, and comparing a name is cheaper than hashing it.
 
 use std::sync::Arc;
 

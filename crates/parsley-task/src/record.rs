@@ -160,7 +160,8 @@ pub trait FetchedMessage {
 /// at each step (a dozen copies per record).
 ///
 /// # Errors
-/// [`SetupError::UnknownTopic`](crate::error::SetupError::UnknownTopic) when the record's topic is not a source of the stage.
+/// [`SetupError::UnknownTopic`](crate::error::SetupError::UnknownTopic) when the record's topic is
+/// not a source of the stage.
 pub fn fetched<M: FetchedMessage + ?Sized>(
     ctx: &TaskContext,
     m: &M,

@@ -150,8 +150,8 @@ impl StateStores {
     /// changelog topic keeps tombstones `delete_retention_ms`.
     ///
     /// # Errors
-    /// [`ProcessingError::StateStore`] when it cannot be opened (another process holds it, no space, no
-    /// permission).
+    /// [`ProcessingError::StateStore`] when it cannot be opened (another process holds it, no
+    /// space, no permission).
     pub fn open(dir: &Path, group: &str, delete_retention_ms: i64) -> Result<Self> {
         let path = dir.join(group);
         let db = Database::builder(&path)
@@ -248,7 +248,8 @@ impl TaskStore {
     /// records, keyed timers) into `restored`, as the changelog's records would be.
     ///
     /// # Errors
-    /// [`ProcessingError::StateStore`] for a failed read or a record that does not fold, named by key.
+    /// [`ProcessingError::StateStore`] for a failed read or a record that does not fold, named by
+    /// key.
     pub fn load_into(&self, restored: &mut Restored) -> Result<()> {
         for guard in self
             .keyspace

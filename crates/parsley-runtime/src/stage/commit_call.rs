@@ -3,18 +3,18 @@
 //! (`EndTxn`), on a helper thread, while the stream thread serves the producer's delivery
 //! reports (and, when the commit overlaps, takes further batches).
 //!
-//! librdkafka can wait in `send_offsets_to_transaction` past the timeout it was given: when
-//! the group coordinator leaves the cluster, a coordinator request may stay parked on the
-//! departed broker until some other broker changes state, possibly never (librdkafka issues
-//! 5456 and 5511; case C21 reproduces it on the local cluster with Kafka 4.4 and librdkafka
-//! 2.12). So the stream thread waits for each of the two calls at most the stage's timeout
-//! or its transaction timeout, whichever is shorter (past the transaction timeout the
-//! coordinator has aborted the transaction, and the commit can only fail), plus [`GRACE`]. A call that has not returned by then is given up:
+//! librdkafka can wait in `send_offsets_to_transaction` past the timeout it was given: when the
+//! group coordinator leaves the cluster, a coordinator request may stay parked on the departed
+//! broker until some other broker changes state, possibly never (librdkafka issues 5456 and 5511;
+//! case C21 reproduces it on the local cluster with Kafka 4.4 and librdkafka 2.12). So the stream
+//! thread waits for each of the two calls at most the stage's timeout or its transaction timeout,
+//! whichever is shorter (past the transaction timeout the coordinator has aborted the transaction,
+//! and the commit can only fail), plus [`GRACE`]. A call that has not returned by then is given up:
 //! [`KafkaError::TransactionStalled`], which the stage recovers from like an aborted transaction,
 //! except that the producer is replaced instead of asked to abort (librdkafka refuses any
-//! transactional call while one is in progress). Initialising the new producer fences the old
-//! one's epoch, and the coordinator aborts whatever it left open; the tasks return to their
-//! last commit and the work is redone, exactly once.
+//! transactional call while one is in progress). Initialising the new producer fences the old one's
+//! epoch, and the coordinator aborts whatever it left open; the tasks return to their last commit
+//! and the work is redone, exactly once.
 //!
 //! A call that takes longer than [`NOTICE`] is said once, at WARN, with what the commit waits
 //! for, so a stage that waits seconds for a coordinator is never silent about it.

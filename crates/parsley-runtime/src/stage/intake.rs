@@ -479,7 +479,8 @@ impl StageRunner {
     /// (counted when its channel starts holding).
     ///
     /// # Errors
-    /// [`ProcessingError::Gate`](parsley_task::error::ProcessingError::Gate) when no task of the stage consumes the record's partition; the task's.
+    /// [`ProcessingError::Gate`](parsley_task::error::ProcessingError::Gate) when no task of the
+    /// stage consumes the record's partition; the task's.
     fn offer(&mut self, f: Box<Fetched>) -> Result<()> {
         let f = match self.intake.hold(&self.ctx, f)? {
             Hold::Offer(f) => f,
@@ -501,7 +502,8 @@ impl StageRunner {
     }
 
     /// Decides what a poll's error means: `Ok` to carry on, or the error that ends the stage.
-    /// - A failure to authenticate or to set up TLS: [`KafkaError::Security`](parsley_task::error::KafkaError::Security).
+    /// - A failure to authenticate or to set up TLS:
+    ///   [`KafkaError::Security`](parsley_task::error::KafkaError::Security).
     /// - A transient connection error (a broker restarting, a network blip): librdkafka
     ///   reconnects by itself; carry on.
     /// - An unknown topic or partition: [`RecordError::SourceDeleted`] when the cluster confirms a
@@ -550,8 +552,8 @@ impl StageRunner {
         Err(crate::client_error::kafka(Operation::Poll, e))
     }
 
-    /// [`RecordError::RecordsLost`] for the first channel whose consumer position lies below its log
-    /// start offset, if any.
+    /// [`RecordError::RecordsLost`] for the first channel whose consumer position lies below its
+    /// log start offset, if any.
     fn records_lost(&self) -> Result<Option<Error>> {
         let positions =
             evidence::consumer_positions(self.intake.consumer(), &self.ctx, &self.tasks)?;

@@ -258,7 +258,8 @@ impl StageRunner {
 /// again, `by_task` the assigned channels with their positions, by task.
 ///
 /// # Errors
-/// [`RecordError::SourceChanged`] or [`SetupError::NotCoPartitioned`], naming the topic and partition.
+/// [`RecordError::SourceChanged`] or [`SetupError::NotCoPartitioned`], naming the topic and
+/// partition.
 pub(crate) fn check_assignment(
     stage: &str,
     sources: &[TopicInfo],

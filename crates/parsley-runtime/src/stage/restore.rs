@@ -113,7 +113,8 @@ impl StageRunner {
     /// can be trusted (`state_store::judge`), else from 0 with the keyspace cleared.
     ///
     /// # Errors
-    /// [`ProcessingError::StateStore`](parsley_task::error::ProcessingError::StateStore); admin errors.
+    /// [`ProcessingError::StateStore`](parsley_task::error::ProcessingError::StateStore); admin
+    /// errors.
     fn local_copy(
         &self,
         stores: &StateStores,

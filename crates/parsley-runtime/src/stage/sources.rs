@@ -1,15 +1,14 @@
 //! The identity of a stage's sources, checked while the stage runs.
 //!
-//! A source topic that is deleted and created again under its name is a new channel (a new
-//! topic id, offsets from zero): the stage's committed offsets, gate frontiers and claims
-//! name the old one. A recreated topic can also leave the consumer waiting without an error:
-//! after a broker restart the old partitions' leader epochs are above zero, and the new
-//! topic's start again at zero, which a client may take for stale metadata. So, besides the
-//! checks at an assignment and when the consumer reports a source unknown, the stream thread
-//! describes its sources every [`CHECK_EVERY`] and ends the stage with
-//! [`RecordError::SourceChanged`] (naming the old and new topic ids) or [`RecordError::SourceDeleted`] as
-//! soon as one changed — never a silent stall. A restart then starts the new channel at its log
-//! start (case C11).
+//! A source topic that is deleted and created again under its name is a new channel (a new topic
+//! id, offsets from zero): the stage's committed offsets, gate frontiers and claims name the old
+//! one. A recreated topic can also leave the consumer waiting without an error: after a broker
+//! restart the old partitions' leader epochs are above zero, and the new topic's start again at
+//! zero, which a client may take for stale metadata. So, besides the checks at an assignment and
+//! when the consumer reports a source unknown, the stream thread describes its sources every
+//! [`CHECK_EVERY`] and ends the stage with [`RecordError::SourceChanged`] (naming the old and new
+//! topic ids) or [`RecordError::SourceDeleted`] as soon as one changed — never a silent stall. A
+//! restart then starts the new channel at its log start (case C11).
 //!
 //! Invariant: a stage runs only while every source has the id and partition count it had when
 //! the stage started.
@@ -89,7 +88,8 @@ impl StageRunner {
     }
 
     /// What changed in the sources since the stage started, described now within `timeout`:
-    /// [`RecordError::SourceChanged`] or [`RecordError::SourceDeleted`], or `None` when nothing did.
+    /// [`RecordError::SourceChanged`] or [`RecordError::SourceDeleted`], or `None` when nothing
+    /// did.
     ///
     /// # Errors
     /// The admin client's, when the sources cannot be described.

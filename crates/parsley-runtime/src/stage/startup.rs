@@ -51,9 +51,9 @@ impl StageRunner {
     /// initialises transactions (module docs).
     ///
     /// # Errors
-    /// [`SetupError::UnknownTopic`], [`SetupError::NotCoPartitioned`], [`SetupError::ChangelogPartitions`],
-    /// [`SetupError::InternalTopicPartitions`],
-    /// client and admin errors.
+    /// [`SetupError::UnknownTopic`], [`SetupError::NotCoPartitioned`],
+    /// [`SetupError::ChangelogPartitions`], [`SetupError::InternalTopicPartitions`], client and
+    /// admin errors.
     ///
     /// `feeding` names, per source that other stages of the topology write, those stages
     /// ([`super::feeding_stages`]).
@@ -223,8 +223,8 @@ fn open_stores(
 /// creates it.
 ///
 /// # Errors
-/// [`SetupError::InternalTopicPartitions`]; [`SetupError::UnknownTopic`] when a topic it takes its count
-/// from does not exist; admin errors.
+/// [`SetupError::InternalTopicPartitions`]; [`SetupError::UnknownTopic`] when a topic it takes its
+/// count from does not exist; admin errors.
 fn ensure_internal_topics(admin: &Admin, spec: &StageSpec) -> Result<()> {
     for topic in spec.internal_topics() {
         let of: Vec<&str> = topic.partitions_of.iter().map(String::as_str).collect();

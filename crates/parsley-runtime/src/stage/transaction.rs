@@ -20,13 +20,13 @@
 //! interval, when a gate waits on an offset its own open transaction wrote: `read_committed`
 //! shows that record only after the commit ([`OwnWrites`]).
 //!
-//! **Recovery.** A transaction that cannot commit (timed out, a send refused) is aborted and
-//! every task returns to its last commit in place; a producer fenced for its transaction's age
-//! (case C08) is replaced; a fence by another process running as this instance (case C09)
-//! ends the stage with [`KafkaError::Fenced`](parsley_task::error::KafkaError::Fenced). An output refused for good ([`RecordError::OutputRefused`],
-//! cases C16 and C17: named from the delivery reports by [`refusal::culprit`]) is never redone
-//! as it was: the redo skips or dead-letters its input record under a policy that takes it,
-//! and after a batch the broker refused the producer is replaced.
+//! **Recovery.** A transaction that cannot commit (timed out, a send refused) is aborted and every
+//! task returns to its last commit in place; a producer fenced for its transaction's age (case C08)
+//! is replaced; a fence by another process running as this instance (case C09) ends the stage with
+//! [`KafkaError::Fenced`](parsley_task::error::KafkaError::Fenced). An output refused for good
+//! ([`RecordError::OutputRefused`], cases C16 and C17: named from the delivery reports by
+//! [`refusal::culprit`]) is never redone as it was: the redo skips or dead-letters its input record
+//! under a policy that takes it, and after a batch the broker refused the producer is replaced.
 //!
 //! Invariant: a task's committed offsets and its last committed snapshot describe the same
 //! moment — both are written in the same transaction, after its outputs are acknowledged.
@@ -179,8 +179,9 @@ pub(crate) struct Transaction {
     /// The stage's changelog: task state and Parsley's own state.
     changelog: TopicInfo,
     sends: Sends,
-    /// When the open transaction began: a fence seen before `transaction.timeout.ms` has
-    /// passed since cannot be the coordinator's (case C09, [`KafkaError::Fenced`](parsley_task::error::KafkaError::Fenced)).
+    /// When the open transaction began: a fence seen before `transaction.timeout.ms` has passed
+    /// since cannot be the coordinator's (case C09,
+    /// [`KafkaError::Fenced`](parsley_task::error::KafkaError::Fenced)).
     began: Instant,
     /// When the last commit started (the interval runs from the start of a commit).
     last_commit: Instant,
@@ -288,7 +289,8 @@ impl Transaction {
     /// Waits until every send so far has a delivery report (recorded, not settled).
     ///
     /// # Errors
-    /// [`KafkaError::Timeout`](parsley_task::error::KafkaError::Timeout) when they do not arrive within `timeout`.
+    /// [`KafkaError::Timeout`](parsley_task::error::KafkaError::Timeout) when they do not arrive
+    /// within `timeout`.
     pub(crate) fn flush(&self, timeout: Duration) -> Result<()> {
         self.outbox.flush(timeout)
     }
@@ -459,10 +461,10 @@ impl StageRunner {
     /// Applies the delivery reports recorded so far to the tasks' clocks.
     ///
     /// # Errors
-    /// For a send or changelog write the broker refused: [`RecordError::OutputRefused`] when a record
-    /// of the refused batch explains the refusal alone (too large alone, a timestamp outside
-    /// the topic's window: [`refusal::culprit`]), naming it and the input record that made it;
-    /// else [`KafkaError::Send`](parsley_task::error::KafkaError::Send).
+    /// For a send or changelog write the broker refused: [`RecordError::OutputRefused`] when a
+    /// record of the refused batch explains the refusal alone (too large alone, a timestamp outside
+    /// the topic's window: [`refusal::culprit`]), naming it and the input record that made it; else
+    /// [`KafkaError::Send`](parsley_task::error::KafkaError::Send).
     pub(super) fn settle_acks(&mut self) -> Result<()> {
         let mut acks = std::mem::take(&mut self.txn.acks);
         self.txn.outbox.drain_into(&mut acks);
@@ -501,8 +503,8 @@ impl StageRunner {
     }
 
     /// The error of the failed delivery report `acks[i]`: [`RecordError::OutputRefused`] when the
-    /// broker refused a record for what it is and one record among the failed reports of the
-    /// same topic explains it alone, else [`KafkaError::Send`](parsley_task::error::KafkaError::Send).
+    /// broker refused a record for what it is and one record among the failed reports of the same
+    /// topic explains it alone, else [`KafkaError::Send`](parsley_task::error::KafkaError::Send).
     fn send_failed(&self, acks: &[Ack], i: usize) -> Error {
         let ack = &acks[i];
         let source = ack
@@ -678,8 +680,9 @@ impl StageRunner {
     /// commit finishes ([`StageRunner::finish_commit`]).
     ///
     /// # Errors
-    /// [`KafkaError::TransactionStalled`](parsley_task::error::KafkaError::TransactionStalled) when the call ran past its bound (the commit is dropped,
-    /// and the recovery replaces the producer); [`StageRunner::finish_commit`]'s.
+    /// [`KafkaError::TransactionStalled`](parsley_task::error::KafkaError::TransactionStalled) when
+    /// the call ran past its bound (the commit is dropped, and the recovery replaces the producer);
+    /// [`StageRunner::finish_commit`]'s.
     pub(super) fn commit_turn(&mut self) -> Result<()> {
         let Some(committing) = self.txn.committing.as_mut() else {
             return Ok(());
@@ -720,8 +723,10 @@ impl StageRunner {
     /// made.
     ///
     /// # Errors
-    /// The call's ([`KafkaError::TransactionStalled`](parsley_task::error::KafkaError::TransactionStalled) past its bound); the acknowledgements'; the
-    /// next transaction's; the overlapped work's; a held send's.
+    /// The call's
+    /// ([`KafkaError::TransactionStalled`](parsley_task::error::KafkaError::TransactionStalled)
+    /// past its bound); the acknowledgements'; the next transaction's; the overlapped work's; a
+    /// held send's.
     pub(super) fn finish_commit(&mut self) -> Result<()> {
         let Some(mut committing) = self.txn.committing.take() else {
             return Ok(());
@@ -832,8 +837,9 @@ impl StageRunner {
     /// (the one `cause` names) among them.
     ///
     /// # Errors
-    /// [`KafkaError::Fenced`](parsley_task::error::KafkaError::Fenced) when another process running as this instance fenced the producer;
-    /// the abort's own error when the producer cannot abort otherwise; the restore's errors.
+    /// [`KafkaError::Fenced`](parsley_task::error::KafkaError::Fenced) when another process running
+    /// as this instance fenced the producer; the abort's own error when the producer cannot abort
+    /// otherwise; the restore's errors.
     pub(super) fn recover(&mut self, cause: &Error, refused: Option<RefusedInput>) -> Result<()> {
         warn!(error = %cause, "aborting the transaction; every task returns to its last commit");
         // A commit in flight is given up with the transaction.
@@ -874,10 +880,11 @@ impl StageRunner {
         Ok(())
     }
 
-    /// What follows an abort of the open transaction: on success, the reports awaited and
-    /// the outbox emptied (the producer replaced after a batch the broker refused); a fenced or
-    /// failed producer replaced, or the stage ended with [`KafkaError::Fenced`](parsley_task::error::KafkaError::Fenced) when another process
-    /// runs as this instance.
+    /// What follows an abort of the open transaction: on success, the reports awaited and the
+    /// outbox emptied (the producer replaced after a batch the broker refused); a fenced or failed
+    /// producer replaced, or the stage ended with
+    /// [`KafkaError::Fenced`](parsley_task::error::KafkaError::Fenced) when another process runs as
+    /// this instance.
     fn after_abort(
         &mut self,
         cause: &Error,

@@ -488,12 +488,15 @@ impl TopologyTestDriver {
     /// # Errors
     /// [`Error::StageFailed`] naming the first stopped stage, its `source` the typed error the
     /// stage stopped with — the one the runtime's stream thread would end with, e.g.
-    /// [`ProcessingError::Stage`](crate::error::ProcessingError::Stage) (a handler error or a record that does not decode, under
-    /// [`BadRecordPolicy::Fail`]), [`RecordError::KeyPartitionMismatch`](crate::error::RecordError::KeyPartitionMismatch), [`RecordError::KeylessRecord`](crate::error::RecordError::KeylessRecord),
-    /// [`RecordError::ImpossibleStamp`](crate::error::RecordError::ImpossibleStamp), [`RecordError::MalformedStamp`](crate::error::RecordError::MalformedStamp) — each naming the topic,
-    /// partition and offset of the record; match it with [`Error::stage_error`]. A stopped
-    /// stage takes no turn until it is restarted ([`TopologyTestDriver::restart`]), and every
-    /// run returns its error until then; the other stages run as far as they can.
+    /// [`ProcessingError::Stage`](crate::error::ProcessingError::Stage) (a handler error or a
+    /// record that does not decode, under [`BadRecordPolicy::Fail`]),
+    /// [`RecordError::KeyPartitionMismatch`](crate::error::RecordError::KeyPartitionMismatch),
+    /// [`RecordError::KeylessRecord`](crate::error::RecordError::KeylessRecord),
+    /// [`RecordError::ImpossibleStamp`](crate::error::RecordError::ImpossibleStamp),
+    /// [`RecordError::MalformedStamp`](crate::error::RecordError::MalformedStamp) — each naming the
+    /// topic, partition and offset of the record; match it with [`Error::stage_error`]. A stopped
+    /// stage takes no turn until it is restarted ([`TopologyTestDriver::restart`]), and every run
+    /// returns its error until then; the other stages run as far as they can.
     ///
     /// # Panics
     /// When the topology does not settle within the builder's
@@ -514,8 +517,10 @@ impl TopologyTestDriver {
     /// auto-run is off).
     ///
     /// # Errors
-    /// A restore error ([`ProcessingError::Changelog`](crate::error::ProcessingError::Changelog), [`ProcessingError::RestoreMismatch`](crate::error::ProcessingError::RestoreMismatch), [`ProcessingError::EventTime`](crate::error::ProcessingError::EventTime));
-    /// then as [`TopologyTestDriver::run`].
+    /// A restore error ([`ProcessingError::Changelog`](crate::error::ProcessingError::Changelog),
+    /// [`ProcessingError::RestoreMismatch`](crate::error::ProcessingError::RestoreMismatch),
+    /// [`ProcessingError::EventTime`](crate::error::ProcessingError::EventTime)); then as
+    /// [`TopologyTestDriver::run`].
     pub fn restart(&self) -> Result<()> {
         self.with(|d| {
             for stage in &mut d.stages {

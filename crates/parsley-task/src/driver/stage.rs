@@ -130,8 +130,8 @@ impl StageRun {
     /// and a stopped stage runs again.
     ///
     /// # Errors
-    /// [`ProcessingError::Changelog`] for a record that does not decode; [`ProcessingError::RestoreMismatch`];
-    /// [`ProcessingError::EventTime`]; the gate's.
+    /// [`ProcessingError::Changelog`] for a record that does not decode;
+    /// [`ProcessingError::RestoreMismatch`]; [`ProcessingError::EventTime`]; the gate's.
     pub(super) fn restart(&mut self, logs: &Logs) -> Result<()> {
         self.failed = None;
         self.tasks.clear();

@@ -169,7 +169,8 @@ impl std::error::Error for ClientError {
 
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-/// What went wrong talking to the Kafka cluster ([`KafkaError::Client`](super::KafkaError::Client)).
+/// What went wrong talking to the Kafka cluster
+/// ([`KafkaError::Client`](super::KafkaError::Client)).
 ///
 /// Its part of the classification: [`KafkaError::is_retriable`], [`KafkaError::is_transient`],
 /// [`KafkaError::is_fenced`].

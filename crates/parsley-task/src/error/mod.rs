@@ -238,11 +238,10 @@ impl Error {
     ///
     /// Every other error is not retriable, [`KafkaError::Fenced`] included. Apart from looking
     /// through [`Error::StageFailed`] (which a stage never returns itself), this is exactly the
-    /// rule the stream loop applies to the errors of its batches. A retriable error that
-    /// reaches the caller (from `Running::stop` or
-    /// [`Progress::Failed`](crate::metrics::Progress::Failed)) ended its stage anyway: the recoveries in
-    /// a row ran out, or it came before the stage's first transaction (at startup); restarting
-    /// the stage restores every task from its last commit.
+    /// rule the stream loop applies to the errors of its batches. A retriable error that reaches
+    /// the caller (from `Running::stop` or [`Progress::Failed`](crate::metrics::Progress::Failed))
+    /// ended its stage anyway: the recoveries in a row ran out, or it came before the stage's first
+    /// transaction (at startup); restarting the stage restores every task from its last commit.
     pub fn is_retriable(&self) -> bool {
         match self.stage_error() {
             Error::Kafka(e) => e.is_retriable(),

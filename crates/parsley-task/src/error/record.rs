@@ -66,13 +66,13 @@ pub enum RecordError {
     /// that lost one of them never commits. A refused dead letter or changelog record, or one
     /// whose input is not known, stops the stage under every policy.
     ///
-    /// When the broker refuses a batch, every record in it fails; the one named is the record
-    /// that explains the refusal alone (too large alone, or a timestamp outside the topic's
-    /// window). A refused batch that no single record explains (records that fit one by one
-    /// in a batch that does not) stays an [`KafkaError::Send`](crate::error::KafkaError::Send). After the broker refused a batch the
-    /// runtime replaces the stage's producer before the redo: librdkafka goes on counting the
-    /// refused batch's sequence numbers, which would make the broker refuse the next
-    /// transaction's first send as `OUT_OF_ORDER_SEQUENCE_NUMBER`.
+    /// When the broker refuses a batch, every record in it fails; the one named is the record that
+    /// explains the refusal alone (too large alone, or a timestamp outside the topic's window). A
+    /// refused batch that no single record explains (records that fit one by one in a batch that
+    /// does not) stays an [`KafkaError::Send`](crate::error::KafkaError::Send). After the broker
+    /// refused a batch the runtime replaces the stage's producer before the redo: librdkafka goes
+    /// on counting the refused batch's sequence numbers, which would make the broker refuse the
+    /// next transaction's first send as `OUT_OF_ORDER_SEQUENCE_NUMBER`.
     #[error(
         "stage {stage}: {} to {topic}/{partition} refused: {reason} (not retried)",
         refused_what(input.as_deref(), *dead_letter)
@@ -276,7 +276,8 @@ impl std::fmt::Display for InputRecord {
     }
 }
 
-/// Why an output record is refused for good ([`RecordError::OutputRefused`](crate::error::RecordError::OutputRefused)).
+/// Why an output record is refused for good
+/// ([`RecordError::OutputRefused`](crate::error::RecordError::OutputRefused)).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum Refusal {

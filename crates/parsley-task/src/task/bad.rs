@@ -162,7 +162,8 @@ impl Task {
     /// record goes to `out`.
     ///
     /// # Errors
-    /// The policy's error ([`RecordError::ImpossibleStamp`] under `Fail`); the gate's; a refused send.
+    /// The policy's error ([`RecordError::ImpossibleStamp`] under `Fail`); the gate's; a refused
+    /// send.
     pub fn resolve_impossible(&mut self, ctx: &TaskContext, out: &mut dyn Output) -> Result<Work> {
         let mut work = Work::default();
         for stamp in self.gate.take_impossible() {

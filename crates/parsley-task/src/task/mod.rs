@@ -749,8 +749,8 @@ impl Task {
     /// (`None` for a timer), named when an output is refused for good.
     ///
     /// # Errors
-    /// [`ProcessingError::EventTime`] for timers in a stage that does not order by event time; a refused
-    /// send.
+    /// [`ProcessingError::EventTime`] for timers in a stage that does not order by event time; a
+    /// refused send.
     #[allow(clippy::too_many_arguments)]
     fn apply(
         &mut self,

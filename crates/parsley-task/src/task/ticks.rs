@@ -152,8 +152,9 @@ impl Task {
     /// epoch): processing time moves to it (module docs).
     ///
     /// # Errors
-    /// [`RecordError::NoEventTime`] for a record without a timestamp; [`ProcessingError::EventTime`] for a
-    /// task without event-time order (the built-in clock is part of it); the tracker's.
+    /// [`RecordError::NoEventTime`] for a record without a timestamp;
+    /// [`ProcessingError::EventTime`] for a task without event-time order (the built-in clock is
+    /// part of it); the tracker's.
     pub(super) fn read_tick(
         &mut self,
         ctx: &TaskContext,
