@@ -278,7 +278,9 @@ fn waiting_to_catch_up_ends_with_the_error_of_a_stage_that_fails() {
     assert!(
         matches!(
             &**source,
-            parsley_runtime::Error::Stage(parsley_stage::Error::Decode { offset: 2, .. })
+            parsley_runtime::Error::Processing(parsley_runtime::ProcessingError::Stage(
+                parsley_stage::Error::Decode { offset: 2, .. }
+            ))
         ),
         "{source}"
     );

@@ -27,7 +27,9 @@ use crate::librdkafka::admin::{
     AdminCall, DescribedGroup, Event, Isolation, MainEvent, OffsetSpec, Request, TopicNames,
 };
 use crate::security::{Endpoint, SecurityWatch, WATCH_STEP};
+use parsley_task::error;
 use parsley_task::error::{Error, Result};
+use parsley_task::error::{Operation, SetupError};
 use parsley_task::topic::TopicInfo;
 
 /// The pause before an admin request whose broker dropped the connection is sent again.
@@ -98,7 +100,8 @@ impl Admin {
     /// `timeout`.
     ///
     /// # Errors
-    /// [`Error::Kafka`] when the client cannot be created.
+    /// [`KafkaError::Client`](parsley_task::error::KafkaError::Client) when the client cannot be
+    /// created.
     pub fn new(bootstrap: &str, timeout: Duration) -> Result<Self> {
         Self::connect(bootstrap, &ClientSettings::new(), timeout)
     }
@@ -108,7 +111,8 @@ impl Admin {
     /// out after `timeout`.
     ///
     /// # Errors
-    /// [`Error::Kafka`] when the client cannot be created (an unknown or invalid property).
+    /// [`KafkaError::Client`](parsley_task::error::KafkaError::Client) when the client cannot be
+    /// created (an unknown or invalid property).
     pub fn connect(bootstrap: &str, settings: &ClientSettings, timeout: Duration) -> Result<Self> {
         Self::from_config(
             &settings.config(bootstrap, ClientRole::Admin, "parsley-admin", &[]),
@@ -127,7 +131,7 @@ impl Admin {
         config.set("enabled_events", crate::librdkafka::admin::error_events());
         let client = config
             .create_with_context(context)
-            .map_err(|e| crate::client_error::kafka("creating the admin client", e))?;
+            .map_err(|e| crate::client_error::kafka(Operation::CreateAdminClient, e))?;
         Ok(Admin { client, timeout })
     }
 
@@ -138,8 +142,8 @@ impl Admin {
     /// Describes `names`: id and partition count of each, in the given order.
     ///
     /// # Errors
-    /// [`Error::UnknownTopic`] naming the first topic the cluster does not know;
-    /// [`Error::Admin`] for any other failure.
+    /// [`SetupError::UnknownTopic`] naming the first topic the cluster does not know;
+    /// [`KafkaError::Admin`](parsley_task::error::KafkaError::Admin) for any other failure.
     pub fn describe_topics(&self, names: &[&str]) -> Result<Vec<TopicInfo>> {
         self.describe_topics_within(names, self.timeout)
     }
@@ -157,14 +161,14 @@ impl Admin {
             .map(|(name, r)| {
                 r.map_err(|(code, msg)| {
                     if code == RDKafkaErrorCode::UnknownTopicOrPartition {
-                        Error::UnknownTopic {
+                        Error::Setup(SetupError::UnknownTopic {
                             topic: name.to_string(),
-                        }
+                        })
                     } else {
-                        Error::Admin {
-                            operation: format!("describing topic {name}"),
-                            message: msg,
-                        }
+                        Error::from(
+                            error::KafkaError::admin(Operation::DescribeTopic, msg)
+                                .with_topic(name),
+                        )
                     }
                 })
             })
@@ -178,15 +182,18 @@ impl Admin {
         names: &[&str],
         timeout: Duration,
     ) -> Result<Vec<std::result::Result<TopicInfo, (RDKafkaErrorCode, String)>>> {
-        let collection = TopicNames::new(names).map_err(|e| Error::Admin {
-            operation: "describing topics".into(),
-            message: format!(
-                "topic name {:?} contains a NUL byte",
-                String::from_utf8_lossy(&e.into_vec())
-            ),
+        let collection = TopicNames::new(names).map_err(|e| {
+            Error::admin(
+                Operation::DescribeTopics,
+                format!(
+                    "topic name {:?} contains a NUL byte",
+                    String::from_utf8_lossy(&e.into_vec())
+                ),
+            )
         })?;
         let event = self.request(
-            "describing topics",
+            Operation::DescribeTopics,
+            None,
             timeout,
             AdminCall::DescribeTopics(&collection),
             None,
@@ -216,7 +223,8 @@ impl Admin {
     /// absent from the answer.
     ///
     /// # Errors
-    /// [`Error::Kafka`] or [`Error::Admin`] when a request fails.
+    /// [`KafkaError::Client`](parsley_task::error::KafkaError::Client) or
+    /// [`KafkaError::Admin`](parsley_task::error::KafkaError::Admin) when a request fails.
     pub fn topic_names(
         &self,
         ids: &[TopicId],
@@ -225,7 +233,7 @@ impl Admin {
             .client
             .inner()
             .fetch_metadata(None, self.timeout)
-            .map_err(|e| crate::client_error::kafka("listing topics", e))?;
+            .map_err(|e| crate::client_error::kafka(Operation::ListTopics, e))?;
         let names: Vec<String> = metadata
             .topics()
             .iter()
@@ -248,15 +256,19 @@ impl Admin {
     /// read. Returns the event, destroyed when dropped.
     fn request(
         &self,
-        operation: &str,
+        operation: Operation,
+        group: Option<&str>,
         timeout: Duration,
         call: AdminCall<'_>,
         isolation: Option<Isolation>,
     ) -> Result<Event> {
         let timeout_ms = timeout.as_millis().min(i32::MAX as u128) as i32;
-        let fail = |message: String| Error::Admin {
-            operation: operation.to_string(),
-            message,
+        let fail = |message: String| {
+            let e = error::KafkaError::admin(operation, message);
+            Error::from(match group {
+                Some(g) => e.with_group(g),
+                None => e,
+            })
         };
         let mut request = Request::new(self.client.inner(), call, timeout_ms);
         if let Some(isolation) = isolation {
@@ -295,7 +307,7 @@ impl Admin {
                 return Err(watch.explain(fail(event.error_string())));
             }
             debug!(
-                operation,
+                operation = %operation,
                 "admin request: transport failure, sending it again"
             );
             std::thread::sleep(TRANSPORT_RETRY);
@@ -334,9 +346,9 @@ impl Admin {
     /// (a node down or restarting) is asked for again, every half second, until the timeout.
     ///
     /// # Errors
-    /// [`Error::Admin`] naming the topic that could not be created (including one that
-    /// exists already), or when the topics do not appear, or their leaders do not answer,
-    /// within the timeout.
+    /// [`KafkaError::Admin`](parsley_task::error::KafkaError::Admin) naming the topic that could
+    /// not be created (including one that exists already), or when the topics do not appear, or
+    /// their leaders do not answer, within the timeout.
     pub fn create_topics(&self, topics: &[TopicSpec]) -> Result<Vec<TopicInfo>> {
         self.create(topics, false)
     }
@@ -371,7 +383,7 @@ impl Admin {
                 self.client
                     .create_topics(pending.iter().copied(), &self.options()),
             )
-            .map_err(|e| crate::client_error::kafka("creating topics", e))?;
+            .map_err(|e| crate::client_error::kafka(Operation::CreateTopics, e))?;
             let mut again = Vec::new();
             for (r, topic) in results.into_iter().zip(pending) {
                 let Err((name, code)) = r else { continue };
@@ -393,10 +405,10 @@ impl Admin {
                     again.push(topic);
                     continue;
                 }
-                return Err(Error::Admin {
-                    operation: format!("creating topic {name}"),
-                    message: code.to_string(),
-                });
+                return Err(Error::from(
+                    error::KafkaError::admin(Operation::CreateTopic, code.to_string())
+                        .with_topic(name),
+                ));
             }
             pending = again;
             if !pending.is_empty() {
@@ -428,13 +440,16 @@ impl Admin {
                 return Ok(infos);
             }
             if Instant::now() > deadline {
-                return Err(Error::Admin {
-                    operation: format!("creating topics {names:?}"),
-                    message: format!(
-                        "not described with all partitions within {:?}",
-                        self.timeout
-                    ),
-                });
+                return Err(Error::from(
+                    error::KafkaError::admin(
+                        Operation::CreateTopics,
+                        format!(
+                            "not described with all partitions within {:?}",
+                            self.timeout
+                        ),
+                    )
+                    .with_topics(names.iter()),
+                ));
             }
         }
     }
@@ -443,17 +458,22 @@ impl Admin {
     /// shows it.
     ///
     /// # Errors
-    /// [`Error::Admin`] naming the topic when the broker refuses or the change does not show.
+    /// [`KafkaError::Admin`](parsley_task::error::KafkaError::Admin) naming the topic when the
+    /// broker refuses or the change does not show.
     pub fn add_partitions(&self, topic: &str, total: i32) -> Result<()> {
         let request = NewPartitions::new(topic, total as usize);
         let results = block_on(self.client.create_partitions([&request], &self.options()))
-            .map_err(|e| crate::client_error::kafka(format!("adding partitions to {topic}"), e))?;
+            .map_err(|e| {
+                Error::from(
+                    crate::client_error::client(Operation::AddPartitions, e).with_topic(topic),
+                )
+            })?;
         for r in results {
             if let Err((t, code)) = r {
-                return Err(Error::Admin {
-                    operation: format!("adding partitions to {t}"),
-                    message: code.to_string(),
-                });
+                return Err(Error::from(
+                    error::KafkaError::admin(Operation::AddPartitions, code.to_string())
+                        .with_topic(t),
+                ));
             }
         }
         let deadline = Instant::now() + self.timeout;
@@ -462,10 +482,13 @@ impl Admin {
                 return Ok(());
             }
             if Instant::now() > deadline {
-                return Err(Error::Admin {
-                    operation: format!("adding partitions to {topic}"),
-                    message: format!("{total} partitions not shown after {:?}", self.timeout),
-                });
+                return Err(Error::from(
+                    error::KafkaError::admin(
+                        Operation::AddPartitions,
+                        format!("{total} partitions not shown after {:?}", self.timeout),
+                    )
+                    .with_topic(topic),
+                ));
             }
         }
     }
@@ -474,30 +497,43 @@ impl Admin {
     /// retention does on its own); returns the partition's new log start offset.
     ///
     /// # Errors
-    /// [`Error::Admin`] naming the partition when the broker refuses.
+    /// [`KafkaError::Admin`](parsley_task::error::KafkaError::Admin) naming the partition when the
+    /// broker refuses.
     pub fn delete_records(&self, topic: &str, partition: i32, before: i64) -> Result<i64> {
         let mut tpl = rdkafka::TopicPartitionList::new();
         tpl.add_partition_offset(topic, partition, rdkafka::Offset::Offset(before))
-            .map_err(|e| crate::client_error::kafka("building the records to delete", e))?;
+            .map_err(|e| crate::client_error::kafka(Operation::BuildRecordsToDelete, e))?;
         let result = block_on(self.client.delete_records(&tpl, &self.options())).map_err(|e| {
-            crate::client_error::kafka(format!("deleting records of {topic}/{partition}"), e)
+            Error::from(
+                crate::client_error::client(Operation::DeleteRecords, e)
+                    .with_partition(topic, partition),
+            )
         })?;
-        let e = result
-            .find_partition(topic, partition)
-            .ok_or_else(|| Error::Admin {
-                operation: format!("deleting records of {topic}/{partition}"),
-                message: "no result for the partition".into(),
-            })?;
-        e.error().map_err(|err| Error::Admin {
-            operation: format!("deleting records of {topic}/{partition} below {before}"),
-            message: err.to_string(),
+        let e = result.find_partition(topic, partition).ok_or_else(|| {
+            Error::from(
+                error::KafkaError::admin(
+                    Operation::DeleteRecords,
+                    "no result for the partition".into(),
+                )
+                .with_partition(topic, partition),
+            )
+        })?;
+        e.error().map_err(|err| {
+            Error::from(
+                error::KafkaError::admin(Operation::DeleteRecords, err.to_string())
+                    .with_partition(topic, partition)
+                    .with_offset(before),
+            )
         })?;
         match e.offset() {
             rdkafka::Offset::Offset(low) => Ok(low),
-            other => Err(Error::Admin {
-                operation: format!("deleting records of {topic}/{partition}"),
-                message: format!("unexpected low watermark {other:?}"),
-            }),
+            other => Err(Error::from(
+                error::KafkaError::admin(
+                    Operation::DeleteRecords,
+                    format!("unexpected low watermark {other:?}"),
+                )
+                .with_partition(topic, partition),
+            )),
         }
     }
 
@@ -506,20 +542,27 @@ impl Admin {
     /// `message.timestamp.after.max.ms`, `cleanup.policy`, …).
     ///
     /// # Errors
-    /// [`Error::Admin`] naming the topic when the broker refuses (an unknown topic).
+    /// [`KafkaError::Admin`](parsley_task::error::KafkaError::Admin) naming the topic when the
+    /// broker refuses (an unknown topic).
     pub fn topic_config(&self, topic: &str) -> Result<Vec<(String, String)>> {
         let resource = rdkafka::admin::ResourceSpecifier::Topic(topic);
         let results = block_on(self.client.describe_configs([&resource], &self.options()))
             .map_err(|e| {
-                crate::client_error::kafka(format!("describing the configuration of {topic}"), e)
+                Error::from(
+                    crate::client_error::client(Operation::DescribeConfig, e).with_topic(topic),
+                )
             })?;
-        let described = results.into_iter().next().ok_or_else(|| Error::Admin {
-            operation: format!("describing the configuration of {topic}"),
-            message: "no result".into(),
+        let described = results.into_iter().next().ok_or_else(|| {
+            Error::from(
+                error::KafkaError::admin(Operation::DescribeConfig, "no result".into())
+                    .with_topic(topic),
+            )
         })?;
-        let resource = described.map_err(|code| Error::Admin {
-            operation: format!("describing the configuration of {topic}"),
-            message: code.to_string(),
+        let resource = described.map_err(|code| {
+            Error::from(
+                error::KafkaError::admin(Operation::DescribeConfig, code.to_string())
+                    .with_topic(topic),
+            )
         })?;
         Ok(resource
             .entries
@@ -542,16 +585,17 @@ impl Admin {
     /// Deletes `names` and returns once `DescribeTopics` no longer knows them.
     ///
     /// # Errors
-    /// [`Error::Admin`] naming a topic that could not be deleted or did not disappear.
+    /// [`KafkaError::Admin`](parsley_task::error::KafkaError::Admin) naming a topic that could not
+    /// be deleted or did not disappear.
     pub fn delete_topics(&self, names: &[&str]) -> Result<()> {
         let results = block_on(self.client.delete_topics(names, &self.options()))
-            .map_err(|e| crate::client_error::kafka("deleting topics", e))?;
+            .map_err(|e| crate::client_error::kafka(Operation::DeleteTopics, e))?;
         for r in results {
             if let Err((topic, code)) = r {
-                return Err(Error::Admin {
-                    operation: format!("deleting topic {topic}"),
-                    message: code.to_string(),
-                });
+                return Err(Error::from(
+                    error::KafkaError::admin(Operation::DeleteTopic, code.to_string())
+                        .with_topic(topic),
+                ));
             }
         }
         let deadline = Instant::now() + self.timeout;
@@ -563,10 +607,13 @@ impl Admin {
                 return Ok(());
             }
             if Instant::now() > deadline {
-                return Err(Error::Admin {
-                    operation: format!("deleting topics {names:?}"),
-                    message: format!("still described after {:?}", self.timeout),
-                });
+                return Err(Error::from(
+                    error::KafkaError::admin(
+                        Operation::DeleteTopics,
+                        format!("still described after {:?}", self.timeout),
+                    )
+                    .with_topics(names.iter()),
+                ));
             }
         }
     }
@@ -613,29 +660,29 @@ impl Admin {
     /// Describes consumer group `group` (one `DescribeConsumerGroups` request).
     ///
     /// # Errors
-    /// [`Error::Admin`] for a failed request or a group error other than a coordinator still
-    /// loading.
+    /// [`KafkaError::Admin`](parsley_task::error::KafkaError::Admin) for a failed request or a
+    /// group error other than a coordinator still loading.
     pub(crate) fn describe_group(&self, group: &str) -> Result<GroupView> {
-        let operation = format!("describing group {group}");
-        let name = CString::new(group).map_err(|_| Error::Admin {
-            operation: operation.clone(),
-            message: "the group id contains a NUL byte".into(),
-        })?;
+        let fail = |message: String| {
+            Error::from(
+                error::KafkaError::admin(Operation::DescribeGroup, message).with_group(group),
+            )
+        };
+        let name =
+            CString::new(group).map_err(|_| fail("the group id contains a NUL byte".into()))?;
         let event = self.request(
-            &operation,
+            Operation::DescribeGroup,
+            Some(group),
             self.timeout,
             AdminCall::DescribeGroup(&name),
             None,
         )?;
         let Some(DescribedGroup { result }) = event.described_groups().into_iter().next() else {
-            return Err(Error::Admin {
-                operation,
-                message: "no group in the answer".into(),
-            });
+            return Err(fail("no group in the answer".into()));
         };
         match result {
             Err((RDKafkaErrorCode::CoordinatorLoadInProgress, _)) => Ok(GroupView::Loading),
-            Err((_, message)) => Err(Error::Admin { operation, message }),
+            Err((_, message)) => Err(fail(message)),
             Ok((state, members)) => Ok(GroupView::Described {
                 state,
                 members: members

@@ -34,6 +34,7 @@
 //! across looks, not again from the committed offset each time. These are facts about the log,
 //! not state: nothing is persisted.
 
+use parsley_task::error::Operation;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -152,7 +153,10 @@ impl StageProgress {
             )
             .create()
             .map_err(|e| {
-                crate::client_error::kafka(format!("create a progress reader of group {group}"), e)
+                parsley_task::error::Error::from(
+                    crate::client_error::client(Operation::CreateProgressReader, e)
+                        .with_group(group),
+                )
             })?;
         Ok(StageProgress {
             spec: spec.clone(),
@@ -219,7 +223,12 @@ impl StageProgress {
                 debug!(stage = self.spec.name(), error = %e, "committed offsets not readable yet");
                 return Ok(false);
             }
-            Err(e) => return Err(crate::client_error::kafka("read committed offsets", e)),
+            Err(e) => {
+                return Err(crate::client_error::kafka(
+                    Operation::ReadProgressOffsets,
+                    e,
+                ));
+            }
         };
         // Per partition to read: topic, partition, committed offset, where to read from, LSO.
         let mut reads: Vec<(String, i32, i64, i64, i64)> = Vec::new();
@@ -261,11 +270,11 @@ impl StageProgress {
         let mut tpl = TopicPartitionList::new();
         for (topic, p, from, _) in reads {
             tpl.add_partition_offset(topic, *p, Offset::Offset(*from))
-                .map_err(|e| crate::client_error::kafka("build the partitions to read", e))?;
+                .map_err(|e| crate::client_error::kafka(Operation::BuildProgressPartitions, e))?;
         }
         self.consumer
             .assign(&tpl)
-            .map_err(|e| crate::client_error::kafka("assign the partitions to read", e))?;
+            .map_err(|e| crate::client_error::kafka(Operation::AssignProgressPartitions, e))?;
         let mut open: Vec<(String, i32, i64, i64)> = reads.to_vec();
         let deadline = Instant::now() + GAP_READ_BUDGET;
         let position = |consumer: &BaseConsumer, topic: &str, p: i32| -> Option<i64> {
@@ -320,7 +329,7 @@ impl StageProgress {
         }
         self.consumer
             .unassign()
-            .map_err(|e| crate::client_error::kafka("unassign the partitions read", e))?;
+            .map_err(|e| crate::client_error::kafka(Operation::UnassignProgressPartitions, e))?;
         Ok(())
     }
 

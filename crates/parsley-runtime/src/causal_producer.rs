@@ -33,6 +33,7 @@ use crate::admin::Admin;
 use crate::clients::{ClientRole, ClientSettings};
 use crate::outbox::{Ack, Outbox};
 use parsley_task::error::{Error, Result};
+use parsley_task::error::{KafkaError, Operation, RecordError};
 use parsley_task::outgoing::{Acked, OutgoingRecord};
 use parsley_task::topic::TopicInfo;
 use parsley_task::topic::{SendTag, partition_for};
@@ -164,7 +165,7 @@ impl CausalProducer {
     /// Creates the producer (and, when transactional, initialises its transactions).
     ///
     /// # Errors
-    /// [`Error::Kafka`] when the client cannot be created or transactions cannot be
+    /// [`KafkaError::Client`] when the client cannot be created or transactions cannot be
     /// initialised.
     pub fn new(config: CausalProducerConfig) -> Result<Self> {
         let mut own = vec![("linger.ms", "5"), ("partitioner", "murmur2_random")];
@@ -230,11 +231,13 @@ impl CausalProducer {
     ///
     /// # Errors
     /// Nothing is observed when one of these is returned:
-    /// - [`Error::UnknownTopic`] when the message's topic does not exist (any more);
-    /// - [`Error::MalformedStamp`] naming the record's topic, partition and offset and the
+    /// - [`SetupError::UnknownTopic`](parsley_task::error::SetupError::UnknownTopic) when the
+    ///   message's topic does not exist (any more);
+    /// - [`RecordError::MalformedStamp`] naming the record's topic, partition and offset and the
     ///   decoder's finding when its stamp header does not decode;
-    /// - [`Error::Clock`] ([`NegativeOffset`](parsley_clock::Error::NegativeOffset)) for a
-    ///   message with a negative offset (one made by hand, never read from a log).
+    /// - [`ProcessingError::Clock`](parsley_task::error::ProcessingError::Clock)
+    ///   ([`NegativeOffset`](parsley_clock::Error::NegativeOffset)) for a message with a negative
+    ///   offset (one made by hand, never read from a log).
     pub fn observe_message<M: Message>(&mut self, message: &M) -> Result<Coordinate> {
         let topic = self.topic(message.topic())?.id;
         let (coordinate, stamp) = consumed(topic, message)?;
@@ -245,7 +248,8 @@ impl CausalProducer {
     /// The topic's id and partition count (described once, then cached).
     ///
     /// # Errors
-    /// [`Error::UnknownTopic`] when the topic does not exist.
+    /// [`SetupError::UnknownTopic`](parsley_task::error::SetupError::UnknownTopic) when the topic
+    /// does not exist.
     pub fn topic(&mut self, topic: &str) -> Result<&TopicInfo> {
         if !self.topics.contains_key(topic) {
             let info = self.admin.describe_topics(&[topic])?.remove(0);
@@ -257,7 +261,8 @@ impl CausalProducer {
     /// The channel a record with `key` goes to on `topic`.
     ///
     /// # Errors
-    /// [`Error::UnknownTopic`] when the topic does not exist.
+    /// [`SetupError::UnknownTopic`](parsley_task::error::SetupError::UnknownTopic) when the topic
+    /// does not exist.
     pub fn channel_for(&mut self, topic: &str, key: &[u8]) -> Result<Channel> {
         let info = self.topic(topic)?;
         Ok(Channel::new(info.id, partition_for(key, info.partitions)))
@@ -278,10 +283,12 @@ impl CausalProducer {
     /// channel are not acknowledged yet (see the module docs).
     ///
     /// # Errors
-    /// - [`Error::InvalidRecord`] before anything is sent or claimed: a header named like the
-    ///   stamp header ([`RecordProblem::ReservedHeader`](parsley_task::error::RecordProblem::ReservedHeader)), a header name with a NUL byte, a
-    ///   timestamp that is not positive;
-    /// - [`Error::UnknownTopic`], a send or flush failure, or a timeout.
+    /// - [`RecordError::InvalidRecord`] before anything is sent or claimed: a header named like the
+    ///   stamp header
+    ///   ([`RecordProblem::ReservedHeader`](parsley_task::error::RecordProblem::ReservedHeader)), a
+    ///   header name with a NUL byte, a timestamp that is not positive;
+    /// - [`SetupError::UnknownTopic`](parsley_task::error::SetupError::UnknownTopic), a send or
+    ///   flush failure, or a timeout.
     pub fn send_record(&mut self, record: OutgoingRecord<'_>) -> Result<(u64, Channel)> {
         record.check()?;
         let (topic, key, value, timestamp) = (
@@ -330,7 +337,7 @@ impl CausalProducer {
     /// Returns the sends acknowledged since the last call that returned them.
     ///
     /// # Errors
-    /// The first failed send ([`Error::Send`]), or a timeout.
+    /// The first failed send ([`KafkaError::Send`]), or a timeout.
     pub fn flush(&mut self) -> Result<Vec<Acked>> {
         self.settle_all()?;
         Ok(std::mem::take(&mut self.acked))
@@ -374,11 +381,11 @@ impl CausalProducer {
                         .values()
                         .find(|t| t.id == tag.channel.topic)
                         .map_or_else(String::new, |t| t.name.clone());
-                    first_error.get_or_insert(Error::Send {
+                    first_error.get_or_insert(Error::Kafka(KafkaError::Send {
                         topic,
                         channel: Box::new(tag.channel),
-                        source: crate::client_error::client_error(failed.error),
-                    });
+                        source: Box::new(crate::client_error::client_error(failed.error)),
+                    }));
                 }
             }
         }
@@ -388,12 +395,12 @@ impl CausalProducer {
     /// Begins a transaction; the clock is snapshotted so an abort can restore it.
     ///
     /// # Errors
-    /// [`Error::Kafka`] from the client (also when the producer is not transactional).
+    /// [`KafkaError::Client`] from the client (also when the producer is not transactional).
     pub fn begin(&mut self) -> Result<()> {
         self.outbox
             .producer()
             .begin_transaction()
-            .map_err(|e| crate::client_error::kafka("beginning a transaction", e))?;
+            .map_err(|e| crate::client_error::kafka(Operation::BeginTransaction, e))?;
         self.snapshot = Some(self.clock.clone());
         Ok(())
     }
@@ -402,7 +409,7 @@ impl CausalProducer {
     /// returned them.
     ///
     /// # Errors
-    /// [`Error::Kafka`] from the client; the transaction must then be aborted.
+    /// [`KafkaError::Client`] from the client; the transaction must then be aborted.
     pub fn commit(&mut self) -> Result<Vec<Acked>> {
         self.outbox.commit_transaction(self.timeout)?;
         let acked = self.flush()?;
@@ -414,11 +421,11 @@ impl CausalProducer {
     /// is claimed afterwards.
     ///
     /// # Errors
-    /// [`Error::Kafka`] from the client.
+    /// [`KafkaError::Client`] from the client.
     pub fn abort(&mut self) -> Result<()> {
         self.outbox
             .abort_transaction(self.timeout)
-            .map_err(|e| crate::client_error::kafka("aborting a transaction", e))?;
+            .map_err(|e| crate::client_error::kafka(Operation::AbortTransaction, e))?;
         self.outbox.wait_acked(self.timeout)?;
         self.outbox.discard();
         self.acked.clear();
@@ -438,8 +445,8 @@ impl CausalProducer {
 /// stamp header holds (`None` without one).
 ///
 /// # Errors
-/// [`Error::MalformedStamp`] when the header does not decode; [`Error::Clock`] for a negative
-/// offset.
+/// [`RecordError::MalformedStamp`] when the header does not decode;
+/// [`ProcessingError::Clock`](parsley_task::error::ProcessingError::Clock) for a negative offset.
 fn consumed<M: Message>(topic: TopicId, message: &M) -> Result<(Coordinate, Option<Stamp>)> {
     let channel = Channel::new(topic, message.partition());
     let offset = message.offset();
@@ -455,12 +462,14 @@ fn consumed<M: Message>(topic: TopicId, message: &M) -> Result<(Coordinate, Opti
     }) else {
         return Ok((coordinate, None));
     };
-    let stamp = codec::decode(value).map_err(|source| Error::MalformedStamp {
-        topic: message.topic().to_string(),
-        partition: message.partition(),
-        offset,
-        record: coordinate,
-        source: Box::new(source),
+    let stamp = codec::decode(value).map_err(|source| {
+        Error::Record(RecordError::MalformedStamp {
+            topic: message.topic().to_string(),
+            partition: message.partition(),
+            offset,
+            record: coordinate,
+            source: Box::new(source),
+        })
     })?;
     Ok((coordinate, Some(stamp)))
 }
@@ -485,6 +494,7 @@ mod tests {
 
     use super::{CausalProducer, CausalProducerConfig, OutgoingRecord};
     use parsley_task::error::{Error, RecordProblem};
+    use parsley_task::error::{ProcessingError, RecordError};
     use parsley_task::topic::TopicInfo;
 
     const ORDERS: TopicId = TopicId::from_halves(1, 2);
@@ -564,13 +574,13 @@ mod tests {
         let before = p.clock().clone();
         let e = p.observe_message(&message(2, Some(&[9, 0]))).unwrap_err();
         match &e {
-            Error::MalformedStamp {
+            Error::Record(RecordError::MalformedStamp {
                 topic,
                 partition,
                 offset,
                 record,
                 source,
-            } => {
+            }) => {
                 assert_eq!((topic.as_str(), *partition, *offset), ("orders", 3, 2));
                 assert_eq!(*record, Channel::new(ORDERS, 3).at(2));
                 assert!(
@@ -595,7 +605,7 @@ mod tests {
         // An empty (or null) stamp header is malformed too, not a missing one.
         assert!(matches!(
             p.observe_message(&message(3, Some(&[]))),
-            Err(Error::MalformedStamp { offset: 3, .. })
+            Err(Error::Record(RecordError::MalformedStamp { offset: 3, .. }))
         ));
         assert_eq!(p.clock(), &before);
     }
@@ -605,7 +615,7 @@ mod tests {
         let mut p = offline();
         assert!(matches!(
             p.observe_message(&message(-1, None)),
-            Err(Error::Clock(e)) if matches!(*e, parsley_clock::Error::NegativeOffset { offset: -1, .. })
+            Err(Error::Processing(ProcessingError::Clock(e))) if matches!(*e, parsley_clock::Error::NegativeOffset { offset: -1, .. })
         ));
         assert!(p.clock().is_empty());
     }
@@ -614,7 +624,7 @@ mod tests {
     fn a_record_that_cannot_be_sent_as_asked_is_refused_before_anything_is_sent() {
         let mut p = offline();
         let refused = |p: &mut CausalProducer, r: OutgoingRecord<'_>| match p.send_record(r) {
-            Err(Error::InvalidRecord { topic, problem }) => {
+            Err(Error::Record(RecordError::InvalidRecord { topic, problem })) => {
                 assert_eq!(topic, "orders");
                 problem
             }

@@ -35,6 +35,7 @@ use crate::open_transaction::OpenTransactionWatch;
 use crate::security::Endpoint;
 use parsley_clock::TopicId;
 use parsley_task::error::{Error, Result};
+use parsley_task::error::{KafkaError, Operation, ProcessingError, SetupError};
 use parsley_task::state_store::{Checkpoint, TaskStore, now_ms};
 use parsley_task::topic::TopicInfo;
 use tracing::warn;
@@ -45,11 +46,11 @@ pub use parsley_stage::changelog_topic;
 /// partitions) when it does not exist.
 ///
 /// # Errors
-/// [`Error::ChangelogPartitions`] when it exists with another partition count; admin errors.
+/// [`SetupError::ChangelogPartitions`] when it exists with another partition count; admin errors.
 pub(crate) fn ensure_topic(admin: &Admin, name: &str, partitions: i32) -> Result<TopicInfo> {
     let existing = match admin.describe_topics(&[name]) {
         Ok(mut t) => Some(t.remove(0)),
-        Err(Error::UnknownTopic { .. }) => None,
+        Err(Error::Setup(SetupError::UnknownTopic { .. })) => None,
         Err(e) => return Err(e),
     };
     let info = match existing {
@@ -60,11 +61,11 @@ pub(crate) fn ensure_topic(admin: &Admin, name: &str, partitions: i32) -> Result
         )?,
     };
     if info.partitions != partitions {
-        return Err(Error::ChangelogPartitions {
+        return Err(Error::Setup(SetupError::ChangelogPartitions {
             topic: name.to_string(),
             partitions: info.partitions,
             expected: partitions,
-        });
+        }));
     }
     Ok(info)
 }
@@ -93,10 +94,10 @@ pub(crate) const RESTORE_STALL: Duration = Duration::from_secs(10);
 /// or gone: `None`), and with `None` when the restore ends.
 ///
 /// # Errors
-/// [`Error::Changelog`] for a record that does not decode (topic, partition, offset named);
-/// [`Error::RestoreBlocked`] when an open transaction holds the position below the high
-/// watermark until `timeout`; [`Error::Timeout`] when the position does not reach the high
-/// watermark within `timeout` for another reason; client errors.
+/// [`ProcessingError::Changelog`] for a record that does not decode (topic, partition, offset
+/// named); [`ProcessingError::RestoreBlocked`] when an open transaction holds the position below
+/// the high watermark until `timeout`; [`KafkaError::Timeout`] when the position does not reach the
+/// high watermark within `timeout` for another reason; client errors.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn restore(
     client: &ClientConfig,
@@ -158,7 +159,7 @@ fn read_changelog(
     let open = |from: Offset| -> Result<BaseConsumer> {
         let consumer: BaseConsumer = client
             .create()
-            .map_err(|e| crate::client_error::kafka("creating the restore consumer", e))?;
+            .map_err(|e| crate::client_error::kafka(Operation::CreateRestoreConsumer, e))?;
         // A new consumer assigned before it knows the partition's leader queries the start
         // offset only when librdkafka's offset-query timer fires, 500 ms later, on every
         // restore; with the topic's metadata in hand it queries at once. Best effort: without
@@ -168,10 +169,10 @@ fn read_changelog(
         }
         let mut tpl = TopicPartitionList::new();
         tpl.add_partition_offset(topic, partition, from)
-            .map_err(|e| crate::client_error::kafka("building the restore assignment", e))?;
+            .map_err(|e| crate::client_error::kafka(Operation::BuildRestoreAssignment, e))?;
         consumer
             .assign(&tpl)
-            .map_err(|e| crate::client_error::kafka("assigning the changelog partition", e))?;
+            .map_err(|e| crate::client_error::kafka(Operation::AssignChangelogPartition, e))?;
         Ok(consumer)
     };
     let (mut consumer, mut next) = if from > 0 {
@@ -199,7 +200,7 @@ fn read_changelog(
             }
             let position = consumer
                 .position()
-                .map_err(|e| crate::client_error::kafka("reading the restore position", e))?
+                .map_err(|e| crate::client_error::kafka(Operation::ReadRestorePosition, e))?
                 .find_partition(topic, partition)
                 .and_then(|e| match e.offset() {
                     Offset::Offset(o) => Some(o),
@@ -225,7 +226,7 @@ fn read_changelog(
                 if let Some(blocked) = watch.timed_out(admin, at, timeout) {
                     return Err(blocked);
                 }
-                return Err(Error::Timeout {
+                return Err(Error::Kafka(KafkaError::Timeout {
                     what: format!(
                         "restoring {topic}/{partition}: position {at} of high watermark {end} \
                      ({} consumer(s) replaced after reading nothing for {}s)",
@@ -233,7 +234,7 @@ fn read_changelog(
                         RESTORE_STALL.as_secs()
                     ),
                     timeout,
-                });
+                }));
             }
             // A position held by an open transaction is no stalled client: a new one would stop
             // at the same offset.
@@ -268,7 +269,7 @@ fn read_changelog(
             }
             // librdkafka reconnects by itself (a broker restarting).
             Err(e) if crate::client_error::transient(&e) => continue,
-            Err(e) => return Err(crate::client_error::kafka("reading the changelog", e)),
+            Err(e) => return Err(crate::client_error::kafka(Operation::ReadChangelog, e)),
         };
         // Records arrive in offset order; one below `next` cannot come from this assignment.
         if next.is_some_and(|n| m.offset() < n) {
@@ -279,11 +280,13 @@ fn read_changelog(
         unlooked += 1;
         restored
             .apply(m.key().unwrap_or_default(), m.payload())
-            .map_err(|message| Error::Changelog {
-                topic: topic.to_string(),
-                partition,
-                offset: m.offset(),
-                message,
+            .map_err(|message| {
+                Error::Processing(ProcessingError::Changelog {
+                    topic: topic.to_string(),
+                    partition,
+                    offset: m.offset(),
+                    message,
+                })
             })?;
         if let Some(c) = &mut copy {
             c.batch.push((

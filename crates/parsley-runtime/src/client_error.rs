@@ -1,7 +1,8 @@
 //! librdkafka's errors as the task layer's [`ClientError`]: its code and name, and the flags
 //! of a transactional API error, with the library's error kept as the source.
 
-use parsley_task::error::{ClientError, Error, KafkaCode, TransactionFlags};
+use parsley_task::error;
+use parsley_task::error::{ClientError, Error, KafkaCode, Operation, TransactionFlags};
 use rdkafka::error::KafkaError;
 use rdkafka::types::RDKafkaErrorCode;
 
@@ -29,15 +30,24 @@ pub(crate) fn client_error(e: KafkaError) -> ClientError {
     error.with_source(e)
 }
 
-/// An [`Error::Kafka`]: `operation` failed with librdkafka's error `source`.
-pub(crate) fn kafka(operation: impl Into<String>, source: KafkaError) -> Error {
+/// A [`KafkaError::Client`](parsley_task::error::KafkaError::Client): `operation` failed with
+/// librdkafka's error `source`.
+pub(crate) fn kafka(operation: Operation, source: KafkaError) -> Error {
     Error::kafka(operation, client_error(source))
 }
 
-/// The librdkafka error an [`Error::Kafka`] or [`Error::Send`] was made from, when it was.
+/// The same as [`kafka`], as the kind, to name what the call was about
+/// ([`with_topic`](parsley_task::error::KafkaError::with_topic), …).
+pub(crate) fn client(operation: Operation, source: KafkaError) -> error::KafkaError {
+    error::KafkaError::client(operation, client_error(source))
+}
+
+/// The librdkafka error an [`KafkaError::Client`](parsley_task::error::KafkaError::Client) or
+/// [`KafkaError::Send`](parsley_task::error::KafkaError::Send) was made from, when it was.
 pub(crate) fn library_error(e: &Error) -> Option<&KafkaError> {
     match e {
-        Error::Kafka { source, .. } | Error::Send { source, .. } => {
+        Error::Kafka(error::KafkaError::Client { source, .. })
+        | Error::Kafka(error::KafkaError::Send { source, .. }) => {
             source.library_error()?.downcast_ref::<KafkaError>()
         }
         _ => None,
@@ -65,7 +75,9 @@ mod tests {
     use rdkafka::error::KafkaError;
     use rdkafka::types::RDKafkaErrorCode as C;
 
+    use parsley_task::error;
     use parsley_task::error::{ClientError, Error};
+    use parsley_task::error::{Operation, ProcessingError, RecordError, SetupError};
 
     use super::{client_error, code, fencing};
 
@@ -73,16 +85,19 @@ mod tests {
     /// [`Error::is_retriable`] must say the same for every error a stage returns.
     fn recoverable(e: &Error) -> bool {
         match e {
-            Error::Transaction { fatal, code, .. } => !*fatal || code.is_fencing(),
-            Error::Send { .. } => true,
-            Error::Kafka { source, .. } => kafka_source(source).is_some_and(|e| match e {
-                KafkaError::Transaction(t) => {
-                    (!t.is_fatal() && (t.txn_requires_abort() || t.is_retriable()))
-                        || fencing(t.code())
-                }
-                _ => false,
-            }),
-            Error::TransactionStalled { .. } => true,
+            Error::Kafka(error::KafkaError::Transaction { fatal, code, .. }) => {
+                !*fatal || code.is_fencing()
+            }
+            Error::Kafka(error::KafkaError::Send { .. }) => true,
+            Error::Kafka(error::KafkaError::Client { source, .. }) => kafka_source(source)
+                .is_some_and(|e| match e {
+                    KafkaError::Transaction(t) => {
+                        (!t.is_fatal() && (t.txn_requires_abort() || t.is_retriable()))
+                            || fencing(t.code())
+                    }
+                    _ => false,
+                }),
+            Error::Kafka(error::KafkaError::TransactionStalled { .. }) => true,
             _ => false,
         }
     }
@@ -93,28 +108,25 @@ mod tests {
     }
 
     fn transaction(c: C, fatal: bool, requires_abort: bool) -> Error {
-        Error::Transaction {
-            operation: "committing".into(),
+        Error::Kafka(error::KafkaError::Transaction {
+            operation: Operation::Commit,
             code: code(c),
             message: "librdkafka's message".into(),
             fatal,
             requires_abort,
-        }
+        })
     }
 
     fn send(code: C) -> Error {
-        Error::Send {
+        Error::Kafka(error::KafkaError::Send {
             topic: "out".into(),
             channel: Box::new(Channel::new(TopicId::from_halves(1, 2), 0)),
-            source: client_error(KafkaError::MessageProduction(code)),
-        }
+            source: Box::new(client_error(KafkaError::MessageProduction(code))),
+        })
     }
 
     fn kafka(source: KafkaError) -> Error {
-        Error::Kafka {
-            operation: "polling".into(),
-            source: client_error(source),
-        }
+        Error::kafka(Operation::Poll, client_error(source))
     }
 
     fn input() -> parsley_task::error::InputRecord {
@@ -126,7 +138,7 @@ mod tests {
     }
 
     fn output_refused(input: Option<parsley_task::error::InputRecord>, dead_letter: bool) -> Error {
-        Error::OutputRefused {
+        Error::Record(RecordError::OutputRefused {
             stage: "emit".into(),
             input: input.map(Box::new),
             dead_letter,
@@ -137,7 +149,7 @@ mod tests {
                 limit: Some(100_000),
                 setting: parsley_task::error::PRODUCER_SIZE_LIMIT,
             }),
-        }
+        })
     }
 
     #[test]
@@ -159,7 +171,7 @@ mod tests {
                 .starts_with("stage emit: a record to out/0 refused")
         );
         // Named below the task (the producer's side), then by the task.
-        let unnamed = Error::OutputRefused {
+        let unnamed = Error::Record(RecordError::OutputRefused {
             stage: String::new(),
             input: None,
             dead_letter: false,
@@ -171,10 +183,10 @@ mod tests {
                 setting: parsley_task::error::TIMESTAMP_BEFORE_LIMIT,
                 max_ms: None,
             }),
-        };
+        });
         let named = unnamed.refused_in("emit", Some(input()), false);
         assert!(
-            matches!(&named, Error::OutputRefused { stage, input: Some(i), .. }
+            matches!(&named, Error::Record(RecordError::OutputRefused { stage, input: Some(i), .. })
                 if stage == "emit" && **i == input()),
             "{named:?}"
         );
@@ -185,25 +197,25 @@ mod tests {
         // Named once: a second naming changes nothing; other errors pass through.
         let again = named.refused_in("other", None, true);
         assert!(
-            matches!(&again, Error::OutputRefused { stage, dead_letter: false, .. } if stage == "emit")
+            matches!(&again, Error::Record(RecordError::OutputRefused { stage, dead_letter: false, .. }) if stage == "emit")
         );
-        let timeout = Error::Timeout {
+        let timeout = Error::Kafka(error::KafkaError::Timeout {
             what: "x".into(),
             timeout: Duration::from_secs(1),
-        };
+        });
         assert!(matches!(
             timeout.refused_in("emit", Some(input()), false),
-            Error::Timeout { .. }
+            Error::Kafka(error::KafkaError::Timeout { .. })
         ));
     }
 
     fn fenced() -> Error {
-        Error::Fenced {
+        Error::Kafka(error::KafkaError::Fenced {
             transactional_id: "app.stage-0-0".into(),
             open_ms: 1_000,
             timeout_ms: 60_000,
             message: "fenced".into(),
-        }
+        })
     }
 
     /// Which of [`Error::is_retriable`], [`Error::is_transient`] and [`Error::is_fatal`] holds
@@ -228,30 +240,32 @@ mod tests {
     }
 
     fn rows() -> Vec<Row> {
-        let lost = Error::RecordsLost {
+        let lost = Error::Record(RecordError::RecordsLost {
             topic: "in".into(),
             partition: 0,
             from: 5,
             log_start: 50,
-        };
-        let deleted = Error::SourceDeleted {
+        });
+        let deleted = Error::Record(RecordError::SourceDeleted {
             stage: "s".into(),
             topic: "in".into(),
-        };
-        let handler = Error::Stage(parsley_stage::Error::InvalidTopology {
-            problems: vec!["p".into()],
         });
-        let mismatch = Error::RestoreMismatch {
+        let handler = Error::Processing(ProcessingError::Stage(
+            parsley_stage::Error::InvalidTopology {
+                problems: vec!["p".into()],
+            },
+        ));
+        let mismatch = Error::Processing(ProcessingError::RestoreMismatch {
             stage: "s".into(),
             partition: 0,
             changelog: vec![],
             group: vec![],
-        };
-        let timeout = Error::Timeout {
+        });
+        let timeout = Error::Kafka(error::KafkaError::Timeout {
             what: "restoring".into(),
             timeout: Duration::from_secs(1),
-        };
-        let blocked = Error::RestoreBlocked {
+        });
+        let blocked = Error::Processing(ProcessingError::RestoreBlocked {
             topic: "app.s.changelog".into(),
             partition: 0,
             last_stable_offset: 4,
@@ -259,30 +273,27 @@ mod tests {
             timeout: Duration::from_secs(30),
             transaction_timeout: Duration::from_secs(60),
             producer: Some("app.s-a-0".into()),
-        };
-        let admin = Error::Admin {
-            operation: "rebalancing".into(),
-            message: "m".into(),
-        };
-        let panicked = Error::StagePanicked {
+        });
+        let admin = Error::admin(Operation::Rebalance, "m".into());
+        let panicked = Error::Processing(ProcessingError::StagePanicked {
             stage: "s".into(),
             message: Some("boom".into()),
-        };
-        let spawn = Error::ThreadSpawn {
+        });
+        let spawn = Error::Setup(SetupError::ThreadSpawn {
             stage: "s".into(),
             source: std::io::Error::other("no threads"),
-        };
-        let signals = Error::Signals {
+        });
+        let signals = Error::Setup(SetupError::Signals {
             source: std::io::Error::other("no handler"),
-        };
-        let listener = Error::MetricsListener {
+        });
+        let listener = Error::Setup(SetupError::MetricsListener {
             address: ([127, 0, 0, 1], 9464).into(),
             source: std::io::Error::other("in use"),
-        };
-        let refused = Error::InvalidRecord {
+        });
+        let refused = Error::Record(RecordError::InvalidRecord {
             topic: "out".into(),
             problem: parsley_task::error::RecordProblem::ReservedHeader("ps".into()),
-        };
+        });
         let too_large = output_refused(None, false);
         let too_large_input = output_refused(Some(input()), false);
         let dead_letter = output_refused(Some(input()), true);
@@ -300,7 +311,7 @@ mod tests {
             ("refused send", send(C::MessageTimedOut), Retriable, NOT_FENCED),
             ("fenced send", send(C::InvalidProducerEpoch), Retriable, FENCED),
             // A commit call that never returned: the producer is replaced.
-            ("stalled commit call", Error::TransactionStalled { operation: "sending the offsets", timeout: Duration::from_secs(1) }, Retriable, NOT_FENCED),
+            ("stalled commit call", Error::Kafka(error::KafkaError::TransactionStalled { operation: Operation::TxnOffsetCommit, timeout: Duration::from_secs(1) }), Retriable, NOT_FENCED),
             // The zombie: another process runs as this instance.
             ("Fenced", fenced(), Fatal, FENCED),
             // The consumer's connection states.
@@ -515,12 +526,12 @@ mod tests {
 
     #[test]
     fn a_stage_failure_names_the_stage_and_its_cause() {
-        let cause = Arc::new(Error::RecordsLost {
+        let cause = Arc::new(Error::Record(RecordError::RecordsLost {
             topic: "in".into(),
             partition: 3,
             from: 5,
             log_start: 50,
-        });
+        }));
         let e = Error::StageFailed {
             stage: "count".into(),
             source: cause.clone(),
@@ -530,25 +541,25 @@ mod tests {
         assert_eq!(source.to_string(), cause.to_string());
         assert!(matches!(
             e.stage_error(),
-            Error::RecordsLost {
+            Error::Record(RecordError::RecordsLost {
                 partition: 3,
                 from: 5,
                 log_start: 50,
                 ..
-            }
+            })
         ));
-        let panicked = Error::StagePanicked {
+        let panicked = Error::Processing(ProcessingError::StagePanicked {
             stage: "count".into(),
             message: Some("boom".into()),
-        };
+        });
         assert_eq!(
             panicked.to_string(),
             "stage count: its stream thread panicked: boom"
         );
-        let silent = Error::StagePanicked {
+        let silent = Error::Processing(ProcessingError::StagePanicked {
             stage: "count".into(),
             message: None,
-        };
+        });
         assert_eq!(
             silent.to_string(),
             "stage count: its stream thread panicked"

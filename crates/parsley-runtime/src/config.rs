@@ -188,20 +188,21 @@ impl RuntimeConfig {
         format!("{group}-{}-0", self.instance_id)
     }
 
-    /// Refuses a consumer `group.protocol` other than `classic` (any case), which the stages
-    /// cannot work under ([`Error::UnsupportedGroupProtocol`](crate::Error::UnsupportedGroupProtocol)
-    /// says why). Not set, or `classic`: `Ok`.
+    /// Refuses a consumer `group.protocol` other than `classic` (any case), which the stages cannot
+    /// work under
+    /// ([`SetupError::UnsupportedGroupProtocol`](crate::SetupError::UnsupportedGroupProtocol) says
+    /// why). Not set, or `classic`: `Ok`.
     ///
     /// # Errors
-    /// [`Error::UnsupportedGroupProtocol`](crate::Error::UnsupportedGroupProtocol) naming the
-    /// value.
+    /// [`SetupError::UnsupportedGroupProtocol`](crate::SetupError::UnsupportedGroupProtocol) naming
+    /// the value.
     pub(crate) fn check_group_protocol(&self) -> crate::Result<()> {
         match self.clients.get(ClientRole::Consumer, "group.protocol") {
-            Some(p) if !p.trim().eq_ignore_ascii_case("classic") => {
-                Err(crate::Error::UnsupportedGroupProtocol {
+            Some(p) if !p.trim().eq_ignore_ascii_case("classic") => Err(crate::Error::Setup(
+                crate::SetupError::UnsupportedGroupProtocol {
                     protocol: p.to_string(),
-                })
-            }
+                },
+            )),
             _ => Ok(()),
         }
     }
@@ -260,14 +261,13 @@ impl RuntimeConfig {
     ///   ([`Running::explain`](crate::Running::explain)'s [`Explanation`](crate::Explanation)).
     ///
     /// [`Runtime::start`](crate::Runtime::start) and
-    /// [`Runtime::start_stages`](crate::Runtime::start_stages) bind it (each call its own
-    /// listener, for the stages it starts: with a fixed port, stop one group before starting
-    /// another; port 0 picks a free port), [`Running::metrics_address`](crate::Running::metrics_address)
-    /// reports it, and [`Running::stop`](crate::Running::stop) closes it once every stage has
-    /// stopped (so does dropping the [`Running`](crate::Running)). An address that cannot be
-    /// bound makes the start fail with [`Error::MetricsListener`](crate::Error::MetricsListener)
-    /// before any stage starts. [`Runtime::run_stage`](crate::Runtime::run_stage) serves
-    /// nothing.
+    /// [`Runtime::start_stages`](crate::Runtime::start_stages) bind it (each call its own listener,
+    /// for the stages it starts: with a fixed port, stop one group before starting another; port 0
+    /// picks a free port), [`Running::metrics_address`](crate::Running::metrics_address) reports
+    /// it, and [`Running::stop`](crate::Running::stop) closes it once every stage has stopped (so
+    /// does dropping the [`Running`](crate::Running)). An address that cannot be bound makes the
+    /// start fail with [`SetupError::MetricsListener`](crate::SetupError::MetricsListener) before
+    /// any stage starts. [`Runtime::run_stage`](crate::Runtime::run_stage) serves nothing.
     ///
     /// With the endpoint on, each stage's consumer and producer report librdkafka's statistics
     /// every 5 s, or at the interval of [`RuntimeConfig::statistics`], whose sink still gets
@@ -288,7 +288,7 @@ impl RuntimeConfig {
     /// reads only the changelog's tail (as Kafka Streams' `state.dir` with RocksDB). Choose it
     /// for state larger than memory; the heap (the default) is faster. Two instances of a stage
     /// on one machine need different directories: a store is held by one process at a time
-    /// (the second fails with [`Error::StateStore`](crate::Error::StateStore)).
+    /// (the second fails with [`ProcessingError::StateStore`](crate::ProcessingError::StateStore)).
     pub fn state_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.state_dir = Some(dir.into());
         self
@@ -399,7 +399,7 @@ mod tests {
             .check_group_protocol()
             .unwrap_err();
         assert!(
-            matches!(&refused, crate::Error::UnsupportedGroupProtocol { protocol } if protocol == "consumer"),
+            matches!(&refused, crate::Error::Setup(crate::SetupError::UnsupportedGroupProtocol { protocol }) if protocol == "consumer"),
             "{refused:?}"
         );
         let message = refused.to_string();

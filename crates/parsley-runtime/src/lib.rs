@@ -137,7 +137,7 @@ pub use config::{RuntimeConfig, StatisticsSink};
 pub use fault::CrashPoint;
 /// The causal vocabulary of `parsley-clock` that the runtime's signatures use: channels,
 /// coordinates, clocks, stamps and senders, the stamp header's name, and the clock's error
-/// (`ClockError`, inside [`Error::Clock`] and [`Error::MalformedStamp`]).
+/// (`ClockError`, inside [`ProcessingError::Clock`] and [`RecordError::MalformedStamp`]).
 pub use parsley_clock::{
     Channel, Clock, Coordinate, DecodeErrorKind, Error as ClockError, InFlight, STAMP_HEADER,
     SenderId, SenderTag, Stamp, TopicId,
@@ -145,9 +145,11 @@ pub use parsley_clock::{
 /// The task layer: the in-memory test driver, and the types the runtime's signatures share
 /// with it.
 pub use parsley_task::driver;
+/// The error type and its kinds (`parsley_task::error`).
 pub use parsley_task::error::{
-    ClientError, Error, InputRecord, KafkaCode, PRODUCER_SIZE_LIMIT, RecordProblem, Refusal,
-    Result, TIMESTAMP_AFTER_LIMIT, TIMESTAMP_BEFORE_LIMIT, TOPIC_SIZE_LIMIT, TransactionFlags,
+    ClientError, Error, InputRecord, KafkaCode, KafkaError, Operation, PRODUCER_SIZE_LIMIT,
+    ProcessingError, RecordError, RecordProblem, Refusal, Result, SetupError,
+    TIMESTAMP_AFTER_LIMIT, TIMESTAMP_BEFORE_LIMIT, TOPIC_SIZE_LIMIT, TransactionFlags,
 };
 pub use parsley_task::explain::{
     ANSWER_WITHIN, AheadChannel, BlockedRecord, ChannelName, Explanation, MAX_BLOCKED_LISTED,

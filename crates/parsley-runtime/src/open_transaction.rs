@@ -12,7 +12,7 @@
 //! once, at INFO, what the restore waits for and the longest it can take: the transaction ends
 //! when its producer commits or aborts it, or when the coordinator aborts it after that
 //! producer's `transaction.timeout.ms`. If the restore then times out, its error is
-//! [`Error::RestoreBlocked`], naming the partition and both offsets.
+//! [`ProcessingError::RestoreBlocked`], naming the partition and both offsets.
 //!
 //! The producer holding the transaction is named by the transactional id that Parsley's
 //! producers write on the first changelog record of each transaction on a partition (header
@@ -31,6 +31,7 @@ use tracing::{debug, info};
 use crate::admin::Admin;
 use crate::outbox::TXN_HEADER;
 use parsley_task::error::Error;
+use parsley_task::error::ProcessingError;
 
 /// How long reading the open transaction's first record may take.
 const READ_WRITER: Duration = Duration::from_secs(2);
@@ -116,18 +117,20 @@ impl OpenTransactionWatch {
     }
 
     /// The error of a restore that timed out at `at` after `timeout`: asks the LSO once more,
-    /// and returns [`Error::RestoreBlocked`] when an open transaction holds the position,
+    /// and returns [`ProcessingError::RestoreBlocked`] when an open transaction holds the position,
     /// else `None` (the caller's own timeout error).
     pub(crate) fn timed_out(&mut self, admin: &Admin, at: i64, timeout: Duration) -> Option<Error> {
         self.check(admin, at);
-        self.held_at.map(|lso| Error::RestoreBlocked {
-            topic: self.topic.clone(),
-            partition: self.partition,
-            last_stable_offset: lso,
-            high_watermark: self.end,
-            timeout,
-            transaction_timeout: self.transaction_timeout,
-            producer: self.producer.clone(),
+        self.held_at.map(|lso| {
+            Error::Processing(ProcessingError::RestoreBlocked {
+                topic: self.topic.clone(),
+                partition: self.partition,
+                last_stable_offset: lso,
+                high_watermark: self.end,
+                timeout,
+                transaction_timeout: self.transaction_timeout,
+                producer: self.producer.clone(),
+            })
         })
     }
 

@@ -70,6 +70,8 @@ use crate::config::{StatisticsSink, forward_statistics};
 use crate::librdkafka::producer::{self as native, QueueWake, Record, Reported, UNTAGGED};
 use crate::refusal::RecordShape;
 use crate::security::{Endpoint, SecurityWatch, WATCH_STEP};
+use parsley_task::error;
+use parsley_task::error::Operation;
 use parsley_task::error::{Error, Result};
 use parsley_task::topic::SendTag;
 
@@ -285,13 +287,13 @@ fn enqueue(
             Err(code) => {
                 ctx.outstanding.fetch_sub(1, Ordering::Relaxed);
                 if code != RDKafkaErrorCode::QueueFull {
-                    return Err(Error::Send {
+                    return Err(Error::Kafka(error::KafkaError::Send {
                         topic: topic.to_string(),
                         channel: Box::new(channel),
-                        source: crate::client_error::client_error(KafkaError::MessageProduction(
-                            code,
+                        source: Box::new(crate::client_error::client_error(
+                            KafkaError::MessageProduction(code),
                         )),
-                    });
+                    }));
                 }
                 // Queue full: serve delivery reports until one makes room.
                 let deadline = *deadline.get_or_insert_with(|| Instant::now() + timeout);
@@ -302,10 +304,10 @@ fn enqueue(
                         c.reports.load(Ordering::Relaxed) != before
                     })
                 {
-                    return Err(Error::Timeout {
+                    return Err(Error::Kafka(error::KafkaError::Timeout {
                         what: format!("room in the producer queue for {topic}"),
                         timeout,
-                    });
+                    }));
                 }
             }
         }
@@ -342,7 +344,7 @@ impl Outbox {
                 statistics,
                 watch: SecurityWatch::new(Endpoint::of(&config, ClientRole::Producer)),
             })
-            .map_err(|e| crate::client_error::kafka("creating the producer", e))?;
+            .map_err(|e| crate::client_error::kafka(Operation::CreateProducer, e))?;
         Ok(Outbox {
             producer: native::Producer::new(producer),
             transactional_id: config.get("transactional.id").map(str::to_string),
@@ -366,7 +368,8 @@ impl Outbox {
     /// left to `init_transactions`, which reports the real error.
     ///
     /// # Errors
-    /// [`Error::Kafka`] when transactions cannot be initialised within `timeout`.
+    /// [`KafkaError::Client`](parsley_task::error::KafkaError::Client) when transactions cannot be
+    /// initialised within `timeout`.
     pub(crate) fn init_transactions(&self, timeout: Duration) -> Result<()> {
         let started = Instant::now();
         let deadline = started + timeout;
@@ -420,7 +423,7 @@ impl Outbox {
                         self.serve();
                         self.ctx()
                             .watch
-                            .explain(crate::client_error::kafka("initialising transactions", e))
+                            .explain(crate::client_error::kafka(Operation::InitTransactions, e))
                     });
                 }
             }
@@ -496,10 +499,12 @@ impl Outbox {
         timestamp: Option<i64>,
         timeout: Duration,
     ) -> Result<()> {
-        let refused = |source: KafkaError| Error::Send {
-            topic: topic.to_string(),
-            channel: Box::new(tag.channel),
-            source: crate::client_error::client_error(source),
+        let refused = |source: KafkaError| {
+            Error::Kafka(error::KafkaError::Send {
+                topic: topic.to_string(),
+                channel: Box::new(tag.channel),
+                source: Box::new(crate::client_error::client_error(source)),
+            })
         };
         let handle = self.producer.topic_mut(topic).map_err(refused)?;
         // Header names as C strings: the stamp's is a constant; the extra ones (dead letters
@@ -557,10 +562,12 @@ impl Outbox {
         timeout: Duration,
     ) -> Result<()> {
         let io = self.producer.io();
-        let handle = io.topic(topic).map_err(|source| Error::Send {
-            topic: topic.to_string(),
-            channel: Box::new(channel),
-            source: crate::client_error::client_error(source),
+        let handle = io.topic(topic).map_err(|source| {
+            Error::Kafka(error::KafkaError::Send {
+                topic: topic.to_string(),
+                channel: Box::new(channel),
+                source: Box::new(crate::client_error::client_error(source)),
+            })
         })?;
         let writer = self
             .transactional_id
@@ -593,10 +600,10 @@ impl Outbox {
             .serving_while(|producer| native::flush(producer, ms))
             .is_err()
         {
-            return Err(Error::Timeout {
+            return Err(Error::Kafka(error::KafkaError::Timeout {
                 what: "flushing the producer".into(),
                 timeout,
-            });
+            }));
         }
         self.wait_acked(timeout)
     }
@@ -605,10 +612,10 @@ impl Outbox {
     pub(crate) fn wait_acked(&self, timeout: Duration) -> Result<()> {
         let outstanding = |c: &AckContext| c.outstanding.load(Ordering::Relaxed);
         if !self.wait_until(timeout, |c| outstanding(c) == 0) {
-            return Err(Error::Timeout {
+            return Err(Error::Kafka(error::KafkaError::Timeout {
                 what: format!("acknowledgement of {} send(s)", outstanding(self.ctx())),
                 timeout,
-            });
+            }));
         }
         Ok(())
     }
@@ -681,12 +688,14 @@ impl Outbox {
         producer: &BaseProducer<AckContext>,
         timeout: Duration,
     ) -> Result<()> {
-        native::commit_transaction(producer, millis(timeout)).map_err(|e| Error::Transaction {
-            operation: "committing the transaction".to_string(),
-            code: crate::client_error::code(e.code),
-            message: e.message,
-            fatal: e.fatal,
-            requires_abort: e.requires_abort,
+        native::commit_transaction(producer, millis(timeout)).map_err(|e| {
+            Error::Kafka(error::KafkaError::Transaction {
+                operation: Operation::CommitTransaction,
+                code: crate::client_error::code(e.code),
+                message: e.message,
+                fatal: e.fatal,
+                requires_abort: e.requires_abort,
+            })
         })
     }
 }
@@ -730,7 +739,9 @@ mod tests {
         let err = outbox.init_transactions(timeout).unwrap_err();
         let took = started.elapsed();
         match &err {
-            Error::Kafka { operation, .. } => assert_eq!(operation, "initialising transactions"),
+            Error::Kafka(error::KafkaError::Client { operation, .. }) => {
+                assert_eq!(operation, "initialising transactions")
+            }
             other => panic!("expected the initialisation's error, got {other:?}"),
         }
         assert!(

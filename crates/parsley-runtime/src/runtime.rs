@@ -15,6 +15,7 @@ use crate::endpoint::{Endpoint, Served};
 use crate::signals::SignalWatch;
 use crate::stage::StageRunner;
 use parsley_task::error::{Error, Result};
+use parsley_task::error::{KafkaError, ProcessingError, SetupError};
 use parsley_task::explain::Explanation;
 use parsley_task::metrics::{
     LateKey, MetricsSnapshot, Progress, StageEnd, StageMetrics, TaskMetrics,
@@ -46,8 +47,8 @@ impl Runtime {
     /// commits and returns `Ok`) or an error stops it (its open transaction is aborted).
     ///
     /// # Errors
-    /// [`Error::UnsupportedGroupProtocol`] for a consumer `group.protocol` other than
-    /// `classic`; [`Error::UnknownStage`], topic resolution and co-partitioning errors, and
+    /// [`SetupError::UnsupportedGroupProtocol`] for a consumer `group.protocol` other than
+    /// `classic`; [`SetupError::UnknownStage`], topic resolution and co-partitioning errors, and
     /// every error that stops the stage.
     pub fn run_stage(
         &self,
@@ -71,7 +72,7 @@ impl Runtime {
         let spec = self
             .topology
             .stage(name)
-            .ok_or_else(|| Error::UnknownStage(name.to_string()))?
+            .ok_or_else(|| Error::Setup(SetupError::UnknownStage(name.to_string())))?
             .clone();
         let feeding = crate::stage::feeding_stages(&self.topology, &spec);
         StageRunner::new(
@@ -89,8 +90,8 @@ impl Runtime {
     /// Starts every stage on its own stream thread.
     ///
     /// # Errors
-    /// [`Error::UnsupportedGroupProtocol`] as [`Runtime::start_stages`];
-    /// [`Error::ThreadSpawn`] when a stream thread cannot be spawned. The errors of the
+    /// [`SetupError::UnsupportedGroupProtocol`] as [`Runtime::start_stages`];
+    /// [`SetupError::ThreadSpawn`] when a stream thread cannot be spawned. The errors of the
     /// stages themselves come later, typed, as [`Runtime::start_stages`] describes: as
     /// [`Progress::Failed`] to the observer and from [`Running::stop`].
     pub fn start(&self) -> Result<Running> {
@@ -120,8 +121,8 @@ impl Runtime {
     /// ```
     ///
     /// # Errors
-    /// [`Error::Signals`] when the handlers cannot be installed (nothing started);
-    /// [`Error::ThreadSpawn`] as [`Runtime::start`]; and what
+    /// [`SetupError::Signals`] when the handlers cannot be installed (nothing started);
+    /// [`SetupError::ThreadSpawn`] as [`Runtime::start`]; and what
     /// [`Running::wait_for_signal`] returns.
     pub fn run_until_signal(&self) -> Result<Vec<(String, MetricsSnapshot)>> {
         let watch = SignalWatch::install()?;
@@ -134,14 +135,14 @@ impl Runtime {
     /// first and serves until [`Running::stop`].
     ///
     /// # Errors
-    /// [`Error::UnsupportedGroupProtocol`] for a consumer `group.protocol` other than
-    /// `classic` (KIP-848's consumer protocol; nothing started);
-    /// [`Error::UnknownStage`] for a name not in the topology; [`Error::MetricsListener`] when
-    /// the metrics endpoint cannot listen (nothing started); [`Error::ThreadSpawn`] when a
-    /// stream thread cannot be spawned. The errors of the stages themselves come later,
-    /// typed: each stage that ends with an error sends [`Progress::Failed`] with it (the
-    /// stage's own error, shared), and [`Running::stop`] returns the first such stage's as
-    /// the `source` of an [`Error::StageFailed`].
+    /// [`SetupError::UnsupportedGroupProtocol`] for a consumer `group.protocol` other than
+    /// `classic` (KIP-848's consumer protocol; nothing started); [`SetupError::UnknownStage`] for a
+    /// name not in the topology; [`SetupError::MetricsListener`] when the metrics endpoint cannot
+    /// listen (nothing started); [`SetupError::ThreadSpawn`] when a stream thread cannot be
+    /// spawned. The errors of the stages themselves come later, typed: each stage that ends with an
+    /// error sends [`Progress::Failed`] with it (the stage's own error, shared), and
+    /// [`Running::stop`] returns the first such stage's as the `source` of an
+    /// [`Error::StageFailed`].
     pub fn start_stages(&self, names: &[&str]) -> Result<Running> {
         self.config.check_group_protocol()?;
         let shutdown = Shutdown::new();
@@ -152,7 +153,7 @@ impl Runtime {
                 self.topology
                     .stage(name)
                     .cloned()
-                    .ok_or_else(|| Error::UnknownStage(name.to_string()))
+                    .ok_or_else(|| Error::Setup(SetupError::UnknownStage(name.to_string())))
             })
             .collect::<Result<Vec<_>>>()?;
         let served: Vec<_> = specs
@@ -200,9 +201,11 @@ impl Runtime {
                     });
                     result
                 })
-                .map_err(|source| Error::ThreadSpawn {
-                    stage: name.clone(),
-                    source,
+                .map_err(|source| {
+                    Error::Setup(SetupError::ThreadSpawn {
+                        stage: name.clone(),
+                        source,
+                    })
                 })?;
             stages.push((name, handle, metrics));
         }
@@ -310,7 +313,7 @@ impl Running {
     ///
     /// # Errors
     /// [`Error::StageFailed`] when a stage fails meanwhile (its own error as `source`);
-    /// [`Error::Timeout`] when the stages are not caught up within `timeout`; admin and client
+    /// [`KafkaError::Timeout`] when the stages are not caught up within `timeout`; admin and client
     /// errors reading the offsets.
     pub fn wait_until_caught_up(&self, timeout: Duration) -> Result<()> {
         let deadline = std::time::Instant::now() + timeout;
@@ -341,10 +344,10 @@ impl Running {
             }
             let now = std::time::Instant::now();
             if now >= deadline {
-                return Err(Error::Timeout {
+                return Err(Error::Kafka(KafkaError::Timeout {
                     what: "the stages to catch up with their sources".into(),
                     timeout,
-                });
+                }));
             }
             let wait = (deadline - now).min(Duration::from_millis(100));
             if let Ok(Progress::Failed { stage, error }) = self.progress.recv_timeout(wait) {
@@ -405,7 +408,7 @@ impl Running {
     ///   install its own handling, or call this again.
     ///
     /// # Errors
-    /// - [`Error::Signals`] when the handlers cannot be installed (the stages are stopped);
+    /// - [`SetupError::Signals`] when the handlers cannot be installed (the stages are stopped);
     /// - [`Error::StageFailed`] for the stage whose [`Progress::Failed`] ended the wait: its
     ///   own typed error as `source` (see [`Running::stop`]); the other stages were stopped;
     /// - whatever [`Running::stop`] returns otherwise: a stage that failed or panicked while
@@ -478,18 +481,19 @@ impl Running {
     ///   `Error::RecordsLost { .. }` or `Error::Fenced { .. }` — and classify it
     ///   ([`Error::is_retriable`], [`Error::is_fenced`], [`Error::is_transient`],
     ///   [`Error::is_fatal`] look through the wrapper).
-    /// - [`Error::StagePanicked`] for a stage whose stream thread panicked.
+    /// - [`ProcessingError::StagePanicked`] for a stage whose stream thread panicked.
     ///
     /// ```no_run
     /// # use parsley_runtime::{Error, Running};
+    /// # use parsley_runtime::{KafkaError, RecordError};
     /// # fn running() -> Running { unimplemented!() }
     /// match running().stop() {
     ///     Ok(stages) => println!("{} stages stopped", stages.len()),
     ///     Err(e) => match e.stage_error() {
-    ///         Error::RecordsLost { topic, from, log_start, .. } => {
+    ///         Error::Record(RecordError::RecordsLost { topic, from, log_start, .. }) => {
     ///             eprintln!("{topic}: records [{from}, {log_start}) were deleted before delivery")
     ///         }
-    ///         Error::Fenced { .. } => eprintln!("another process runs with this instance id"),
+    ///         Error::Kafka(KafkaError::Fenced { .. }) => eprintln!("another process runs with this instance id"),
     ///         _ => eprintln!("{e}"),
     ///     },
     /// }
@@ -508,10 +512,10 @@ impl Running {
                     });
                 }
                 Err(payload) => {
-                    first_error.get_or_insert(Error::StagePanicked {
+                    first_error.get_or_insert(Error::Processing(ProcessingError::StagePanicked {
                         stage: name.clone(),
                         message: panic_message(payload.as_ref()),
-                    });
+                    }));
                 }
             }
             out.push((name, metrics.snapshot()));
@@ -551,6 +555,7 @@ mod tests {
     use crate::shutdown::Shutdown;
     use crate::signals::SignalWatch;
     use parsley_task::error::Error;
+    use parsley_task::error::{ProcessingError, RecordError};
     use parsley_task::metrics::{Progress, StageMetrics};
 
     /// How a fake stage's stream thread ends.
@@ -590,12 +595,12 @@ mod tests {
                 Fake::Fails => {
                     let stage = name.clone();
                     std::thread::spawn(move || {
-                        let error = Arc::new(Error::RecordsLost {
+                        let error = Arc::new(Error::Record(RecordError::RecordsLost {
                             topic: "in".into(),
                             partition: 2,
                             from: 5,
                             log_start: 50,
-                        });
+                        }));
                         let _ = tx.send(Progress::Failed {
                             stage,
                             error: error.clone(),
@@ -679,7 +684,10 @@ mod tests {
             Error::StageFailed { stage, source } => {
                 assert_eq!(stage, "b");
                 assert!(
-                    matches!(**source, Error::RecordsLost { partition: 2, .. }),
+                    matches!(
+                        **source,
+                        Error::Record(RecordError::RecordsLost { partition: 2, .. })
+                    ),
                     "{e}"
                 );
             }
@@ -695,7 +703,7 @@ mod tests {
             .wait_then_stop(&SignalWatch::unregistered())
             .unwrap_err();
         assert!(
-            matches!(&e, Error::StagePanicked { stage, message: Some(m) } if stage == "b" && m == "boom"),
+            matches!(&e, Error::Processing(ProcessingError::StagePanicked { stage, message: Some(m) }) if stage == "b" && m == "boom"),
             "{e}"
         );
         assert!(stopped[0].load(Ordering::SeqCst), "a was stopped");

@@ -2,14 +2,15 @@
 //! them.
 //!
 //! librdkafka does not fail a request to a broker it cannot authenticate to: the request waits
-//! until its own timeout and then fails with a transport error. The cause arrives on its own,
-//! as an error event — `_AUTHENTICATION` after a failed SASL exchange (about 0.3 s for a wrong
-//! SCRAM password on the project's broker), `_SSL` after a failed handshake (an untrusted or
-//! mismatched certificate, within milliseconds). So every client context of the runtime keeps a
-//! [`SecurityWatch`] that records the first such event, and a call that waits on the cluster
-//! looks at it between short waits: it fails with [`Error::Security`] naming the listener, the
-//! security protocol and the SASL mechanism as soon as the event arrives, and never later than
-//! its own timeout.
+//! until its own timeout and then fails with a transport error. The cause arrives on its own, as an
+//! error event — `_AUTHENTICATION` after a failed SASL exchange (about 0.3 s for a wrong SCRAM
+//! password on the project's broker), `_SSL` after a failed handshake (an untrusted or mismatched
+//! certificate, within milliseconds). So every client context of the runtime keeps a
+//! [`SecurityWatch`] that records the first such event, and a call that waits on the cluster looks
+//! at it between short waits: it fails with
+//! [`KafkaError::Security`](parsley_task::error::KafkaError::Security) naming the listener, the
+//! security protocol and the SASL mechanism as soon as the event arrives, and never later than its
+//! own timeout.
 //!
 //! Invariant: a watch holds the first security failure its client reported, and only such a
 //! failure (transport errors of a broker restarting are not recorded).
@@ -23,6 +24,7 @@ use rdkafka::types::RDKafkaErrorCode;
 use tracing::error;
 
 use crate::clients::ClientRole;
+use parsley_task::error;
 use parsley_task::error::Error;
 
 /// How long a wait on the cluster blocks before it looks at its client's watch again.
@@ -40,7 +42,8 @@ pub(crate) fn is_security_failure(code: RDKafkaErrorCode) -> bool {
     )
 }
 
-/// What a client connects to and with, for [`Error::Security`].
+/// What a client connects to and with, for
+/// [`KafkaError::Security`](parsley_task::error::KafkaError::Security).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Endpoint {
     /// The client's role.
@@ -79,14 +82,14 @@ impl Endpoint {
 
     /// The typed error for a security failure `code` (`message`: librdkafka's words).
     pub(crate) fn error(&self, code: RDKafkaErrorCode, message: String) -> Error {
-        Error::Security {
+        Error::Kafka(error::KafkaError::Security {
             listener: self.listener.as_str().into(),
             protocol: self.protocol.as_str().into(),
             mechanism: self.mechanism.as_deref().map(Into::into),
             client: self.role.name(),
             code: crate::client_error::code(code),
             message: message.into(),
-        }
+        })
     }
 }
 
@@ -159,7 +162,7 @@ mod tests {
         watch.event(&KafkaError::Global(RDKafkaErrorCode::SSL), "later");
         let e = watch.error().unwrap();
         assert!(
-            matches!(&e, Error::Security { listener, protocol, mechanism: Some(m), client: "admin", code, message }
+            matches!(&e, Error::Kafka(error::KafkaError::Security { listener, protocol, mechanism: Some(m), client: "admin", code, message })
                 if code.value == RDKafkaErrorCode::Authentication as i32 && &**listener == "b:9094" && &**protocol == "SASL_SSL" && &**m == "SCRAM-SHA-512" && message.contains("invalid credentials")),
             "{e}"
         );

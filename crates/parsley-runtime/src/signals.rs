@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use signal_hook::SigId;
 use signal_hook::consts::{SIGINT, SIGTERM};
 
+use parsley_task::error::SetupError;
 use parsley_task::error::{Error, Result};
 
 /// The signals a watch listens to.
@@ -37,11 +38,11 @@ impl SignalWatch {
     /// this is, then that one arrived.
     ///
     /// # Errors
-    /// [`Error::Signals`] when an action cannot be registered (none stays registered then).
+    /// [`SetupError::Signals`] when an action cannot be registered (none stays registered then).
     pub(crate) fn install() -> Result<Self> {
         use signal_hook::flag;
         let mut watch = SignalWatch::unregistered();
-        let failed = |source| Error::Signals { source };
+        let failed = |source| Error::Setup(SetupError::Signals { source });
         // On an error, `watch` drops and takes back what was registered before it.
         for signal in SIGNALS {
             let id = flag::register_conditional_default(signal, watch.arrived.clone())

@@ -1,6 +1,7 @@
 //! Topic identity on the real broker: a recreated topic is a new channel.
 
 use parsley_clock::Channel;
+use parsley_runtime::SetupError;
 use parsley_runtime::{Error, TopicSpec};
 use parsley_testkit::fixtures::{admin, unique_topic};
 
@@ -19,7 +20,7 @@ fn a_topic_deleted_and_recreated_under_the_same_name_is_a_different_channel() {
     admin.delete_topics(&[&name]).unwrap();
     assert!(matches!(
         admin.describe_topics(&[&name]),
-        Err(Error::UnknownTopic { ref topic }) if *topic == name
+        Err(Error::Setup(SetupError::UnknownTopic { ref topic })) if *topic == name
     ));
 
     let second = admin

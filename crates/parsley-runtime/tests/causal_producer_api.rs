@@ -16,6 +16,7 @@ use parsley_runtime::{
     CausalProducer, CausalProducerConfig, Channel, ClockError, DecodeErrorKind, Error,
     OutgoingRecord, RecordProblem, STAMP_HEADER, Stamp, TopicInfo,
 };
+use parsley_runtime::{RecordError, SetupError};
 use parsley_testkit::fixtures::{
     DEADLINE, bootstrap, committed_consumer, create_topic, raw_producer, read_committed,
     send_stamped,
@@ -141,13 +142,13 @@ fn a_malformed_stamp_is_a_typed_error_naming_the_record_and_the_clock_is_unchang
     let before = service.clock().clone();
     let e = service.observe_message(&consumed[1]).unwrap_err();
     match &e {
-        Error::MalformedStamp {
+        Error::Record(RecordError::MalformedStamp {
             topic,
             partition,
             offset,
             record,
             source,
-        } => {
+        }) => {
             assert_eq!(
                 (topic.as_str(), *partition, *offset),
                 (orders.name.as_str(), 0, 1)
@@ -185,7 +186,7 @@ fn a_record_of_a_topic_that_does_not_exist_is_an_unknown_topic() {
     let mut service = producer();
     assert!(matches!(
         service.observe_message(&message),
-        Err(Error::UnknownTopic { topic }) if topic == name
+        Err(Error::Setup(SetupError::UnknownTopic { topic })) if topic == name
     ));
     assert!(service.clock().is_empty());
 }
@@ -215,7 +216,7 @@ fn a_send_with_a_timestamp_and_headers_arrives_with_exactly_those_and_the_stamp(
         .send_record(OutgoingRecord::new(&topic.name, b"k", b"v").header(STAMP_HEADER, b"mine"))
         .unwrap_err();
     assert!(
-        matches!(&refused, Error::InvalidRecord { problem: RecordProblem::ReservedHeader(h), .. } if h == STAMP_HEADER),
+        matches!(&refused, Error::Record(RecordError::InvalidRecord { problem: RecordProblem::ReservedHeader(h), .. }) if h == STAMP_HEADER),
         "{refused}"
     );
     let acked = p.flush().unwrap();

@@ -5,6 +5,7 @@
 use parsley_clock::{Clock, Stamp};
 use parsley_runtime::driver::{RawInput, TopologyTestDriver};
 use parsley_runtime::{Error, partition_for};
+use parsley_runtime::{RecordError, SetupError};
 use parsley_stage::{Handler, HandlerResult, InternalTopic, Json, Record, Step, Topology, Utf8};
 use parsley_testkit::fixtures::{CountKeys, Forward, utf8_stage};
 
@@ -129,11 +130,11 @@ fn a_stateful_count_per_key_emits_running_counts_and_keeps_its_state() {
     );
     assert!(matches!(
         driver.state("nope", &"apple".to_string(), Utf8, Json),
-        Err::<Option<u64>, _>(Error::UnknownStage(s)) if s == "nope"
+        Err::<Option<u64>, _>(Error::Setup(SetupError::UnknownStage(s))) if s == "nope"
     ));
     assert!(matches!(
         driver.output_topic("nope", Utf8, Utf8).err(),
-        Some(Error::UnknownTopic { topic }) if topic == "nope"
+        Some(Error::Setup(SetupError::UnknownTopic { topic })) if topic == "nope"
     ));
 }
 
@@ -270,7 +271,7 @@ fn records_of_one_batch_wait_for_causes_offered_after_them() {
         .unwrap();
     let err = driver.run().unwrap_err();
     assert!(
-        matches!(err.stage_error(), Error::ImpossibleStamp { stage, topic, stamp }
+        matches!(err.stage_error(), Error::Record(RecordError::ImpossibleStamp { stage, topic, stamp })
             if stage == "pay" && topic == "payments" && stamp.record.offset == 1
                 && stamp.claim.offset == 5),
         "{err}"
@@ -343,7 +344,7 @@ fn internal_topics_take_the_largest_partition_count_of_the_topics_they_follow() 
         .build()
         .unwrap_err();
     assert!(
-        matches!(&err, Error::InternalTopicPartitions { topic, partitions: 2, expected: 3 }
+        matches!(&err, Error::Setup(SetupError::InternalTopicPartitions { topic, partitions: 2, expected: 3 })
             if topic == "shop-rekey-repartition"),
         "{err}"
     );
@@ -362,7 +363,7 @@ fn sources_that_are_not_co_partitioned_are_refused_as_the_runtime_refuses_them()
         .build()
         .unwrap_err();
     assert!(
-        matches!(&err, Error::NotCoPartitioned { stage, partitions }
+        matches!(&err, Error::Setup(SetupError::NotCoPartitioned { stage, partitions })
             if stage == "pay"
                 && *partitions == [("orders".to_string(), 2), ("payments".to_string(), 1)]),
         "{err}"

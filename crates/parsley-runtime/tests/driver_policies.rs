@@ -7,6 +7,7 @@ use parsley_runtime::{
     DLQ_KIND_HEADER, DLQ_OFFSET_HEADER, DLQ_PARTITION_HEADER, DLQ_REASON_HEADER, DLQ_SOURCE_HEADER,
     DLQ_STAGE_HEADER, DLQ_TOPIC_HEADER, Error,
 };
+use parsley_runtime::{ProcessingError, RecordError};
 use parsley_stage::{BadRecordPolicy, Json, KeyPartitioning, Topology, Utf8};
 use parsley_testkit::fixtures::{CountKeys, SumValues, key_on, utf8_stage};
 
@@ -162,7 +163,7 @@ fn a_failing_handler_stops_the_stage_with_its_typed_error_until_a_restart() {
         "{err}"
     );
     assert!(
-        matches!(err.stage_error(), Error::Stage(parsley_stage::Error::Handler { stage, topic, partition: 0, offset: 1, .. })
+        matches!(err.stage_error(), Error::Processing(ProcessingError::Stage(parsley_stage::Error::Handler { stage, topic, partition: 0, offset: 1, .. }))
             if stage == "count" && topic == "orders"),
         "{err}"
     );
@@ -251,7 +252,7 @@ fn a_key_on_another_partition_than_murmur2_gives_stops_the_stage() {
         )
         .unwrap_err();
     assert!(
-        matches!(err.stage_error(), Error::KeyPartitionMismatch { stage, topic, partition: 1, offset: 0, key: k, expected: 0, partitions: 2 }
+        matches!(err.stage_error(), Error::Record(RecordError::KeyPartitionMismatch { stage, topic, partition: 1, offset: 0, key: k, expected: 0, partitions: 2 })
             if stage == "count" && topic == "orders" && *k == format!("{key:?}")),
         "{err}"
     );

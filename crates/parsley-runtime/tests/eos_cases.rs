@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use parsley_runtime::{CrashPoint, Error, Runtime, RuntimeConfig, TopicInfo, changelog_topic};
+use parsley_runtime::{KafkaError, ProcessingError, RecordError};
 use parsley_stage::{Handler, HandlerResult, ImpossiblePolicy, Record, Step, Topology, Utf8};
 use parsley_testkit::fixtures::{
     CountKeys, DEADLINE, admin, bootstrap, committed_values, create_topic, forward_topology,
@@ -140,7 +141,7 @@ fn c10_a_transaction_that_dies_before_its_commit_leaves_state_and_outputs_as_com
     assert!(
         matches!(
             &*error,
-            Error::Stage(parsley_stage::Error::Handler { source, .. })
+            Error::Processing(ProcessingError::Stage(parsley_stage::Error::Handler { source, .. }))
                 if source.to_string() == "dying before the commit"
         ),
         "{error:?}"
@@ -212,7 +213,7 @@ fn c12_retention_below_the_committed_offset_is_an_error_naming_the_lost_range() 
     assert!(
         matches!(
             &*error,
-            Error::RecordsLost { topic, partition: 0, from: 5, log_start: 50 }
+            Error::Record(RecordError::RecordsLost { topic, partition: 0, from: 5, log_start: 50 })
                 if *topic == input.name
         ),
         "{error:?}"
@@ -269,7 +270,7 @@ fn c12_retention_overtaking_a_running_stage_is_an_error_naming_the_lost_range() 
     assert!(
         matches!(
             &*error,
-            Error::RecordsLost { topic, partition: 0, from: f, log_start: 202 }
+            Error::Record(RecordError::RecordsLost { topic, partition: 0, from: f, log_start: 202 })
                 if *topic == input.name && *f == from
         ),
         "{error:?}"
@@ -568,7 +569,7 @@ impl Handler for HoldFirst {
 
 /// C09 with a Parsley stage as the zombie: another producer initialises the stage's
 /// transactional id while the stage's transaction is open (seconds old, far below its 60 s
-/// timeout, so the coordinator did not fence it). The stage ends with `Error::Fenced` and
+/// timeout, so the coordinator did not fence it). The stage ends with `KafkaError::Fenced` and
 /// gives up without taking the id back: the producer that fenced it still commits afterwards.
 /// Nothing of the stage becomes visible and the group's offsets are unchanged.
 #[test]
@@ -603,7 +604,7 @@ fn c09_a_fenced_stage_gives_up_its_tasks_without_taking_the_transactional_id_bac
     assert!(
         matches!(
             &*error,
-            Error::Fenced { transactional_id, open_ms, timeout_ms: 60_000, .. }
+            Error::Kafka(KafkaError::Fenced { transactional_id, open_ms, timeout_ms: 60_000, .. })
                 if *transactional_id == id && *open_ms < 60_000
         ),
         "{error:?}"
@@ -746,7 +747,7 @@ fn a_source_deleted_while_the_stage_runs_stops_it_with_a_clear_error() {
     assert!(
         matches!(
             &*error,
-            Error::SourceDeleted { stage, topic } if stage == "forward" && *topic == input.name
+            Error::Record(RecordError::SourceDeleted { stage, topic }) if stage == "forward" && *topic == input.name
         ),
         "{error:?}"
     );
@@ -772,18 +773,18 @@ fn a_source_recreated_while_the_stage_runs_stops_it_naming_the_old_and_new_ids()
         new_id = Some(t.id);
     });
     match &*error {
-        Error::SourceChanged {
+        Error::Record(RecordError::SourceChanged {
             stage,
             topic,
             recreated: true,
             ids,
             ..
-        } => {
+        }) => {
             assert_eq!((stage.as_str(), topic), ("forward", &input.name));
             assert_eq!(*ids, (input.id, new_id.unwrap()), "old and new ids");
             assert!(error.to_string().contains(&new_id.unwrap().to_string()));
         }
-        Error::SourceDeleted { stage, topic } => {
+        Error::Record(RecordError::SourceDeleted { stage, topic }) => {
             assert_eq!((stage.as_str(), topic), ("forward", &input.name));
         }
         other => panic!("expected SourceChanged or SourceDeleted, got {other}"),
@@ -799,7 +800,7 @@ fn a_source_whose_partition_count_changes_stops_the_stage_with_a_clear_error() {
     assert!(
         matches!(
             &*error,
-            Error::SourceChanged { topic, partitions: (1, 2), .. } if *topic == input.name
+            Error::Record(RecordError::SourceChanged { topic, partitions: (1, 2), .. }) if *topic == input.name
         ),
         "{error:?}"
     );

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use parsley_clock::{CausalClock, Channel, SenderId, Stamp};
 use parsley_gate::{Arrival, Gate, ImpossibleReason};
+use parsley_runtime::RecordError;
 use parsley_runtime::{
     CausalProducer, CausalProducerConfig, Error, MetricsSnapshot, Runtime, RuntimeConfig, TopicInfo,
 };
@@ -289,7 +290,7 @@ fn a_claim_beyond_the_high_watermark_fails_the_task_by_default() {
     assert!(
         matches!(
             &*error,
-            Error::ImpossibleStamp { topic, stamp, .. }
+            Error::Record(RecordError::ImpossibleStamp { topic, stamp, .. })
                 if *topic == b.name
                     && stamp.record == Channel::new(b.id, 0).at(0)
                     && stamp.claim == channel.at(10_000)

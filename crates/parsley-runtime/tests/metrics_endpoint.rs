@@ -10,6 +10,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::sync::mpsc::channel;
 use std::time::{Duration, Instant};
 
+use parsley_runtime::SetupError;
 use parsley_runtime::{
     Error, Running, Runtime, RuntimeConfig, StatisticsSink, TaskPhase, TopicSpec, changelog_topic,
 };
@@ -318,7 +319,9 @@ fn a_second_start_on_a_port_in_use_fails_and_starts_nothing() {
     )
     .start();
     match second {
-        Err(Error::MetricsListener { address, .. }) => assert_eq!(address, taken),
+        Err(Error::Setup(SetupError::MetricsListener { address, .. })) => {
+            assert_eq!(address, taken)
+        }
         other => panic!("not a listener error: {other:?}"),
     }
     first.stop().unwrap();

@@ -7,7 +7,7 @@
 //!
 //! Before the fix, C16 (a), C16 (b) and C17 (a timestamp two hours ahead) each made the stage
 //! redo the same transaction five times (`aborts: 6`, in about 1.5 s) and stop with an untyped
-//! `Error::Send` (`MessageSizeTooLarge` twice; `InvalidRecord` or `InvalidTimestamp` for the
+//! `KafkaError::Send` (`MessageSizeTooLarge` twice; `InvalidRecord` or `InvalidTimestamp` for the
 //! timestamp — Kafka 4.4 answered both in these runs). Checked by hand: with the refusal
 //! classification switched off, the six tests of refused outputs fail; without the producer
 //! replaced after a refused batch, the C16 (b) dead-letter test sees a second abort
@@ -20,6 +20,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use parsley_runtime::RecordError;
 use parsley_runtime::{
     ClientRole, ClientSettings, Error, InputRecord, MetricsSnapshot, PRODUCER_SIZE_LIMIT, Refusal,
     Runtime, RuntimeConfig, TIMESTAMP_AFTER_LIMIT, TOPIC_SIZE_LIMIT, TopicInfo, TopicSpec,
@@ -369,14 +370,14 @@ fn c16a_a_record_over_the_producers_limit_with_its_stamp_aborts_and_names_it() {
     let topology = emit_big(&app, &input, &output, 99_900, BadRecordPolicy::Fail);
     let config = RuntimeConfig::new(bootstrap()).producer_property("message.max.bytes", "100000");
     let (error, m) = failure(topology, config);
-    let Error::OutputRefused {
+    let Error::Record(RecordError::OutputRefused {
         stage,
         input: Some(refused_input),
         dead_letter: false,
         topic,
         partition: 0,
         reason,
-    } = &*error
+    }) = &*error
     else {
         panic!("expected OutputRefused naming its input, got {error:?}");
     };
@@ -488,13 +489,13 @@ fn c16b_a_batch_the_broker_refuses_for_the_topics_limit_aborts_and_names_the_rec
     let topology = emit_big(&app, &input, &output, 3000, BadRecordPolicy::Fail);
     let (error, m) = failure(topology, RuntimeConfig::new(bootstrap()));
     eprintln!("C16 (b): {error}");
-    let Error::OutputRefused {
+    let Error::Record(RecordError::OutputRefused {
         input: Some(refused_input),
         dead_letter: false,
         topic,
         reason,
         ..
-    } = &*error
+    }) = &*error
     else {
         panic!("expected OutputRefused naming its input, got {error:?}");
     };
@@ -566,12 +567,12 @@ fn c17_an_output_stamped_two_hours_ahead_is_refused_and_named_with_the_setting()
     let topology = forward_topology(&app, &[&input.name], &output.name, ImpossiblePolicy::Fail);
     let (error, m) = failure(topology, RuntimeConfig::new(bootstrap()));
     eprintln!("C17: {error}");
-    let Error::OutputRefused {
+    let Error::Record(RecordError::OutputRefused {
         input: Some(refused_input),
         topic,
         reason,
         ..
-    } = &*error
+    }) = &*error
     else {
         panic!("expected OutputRefused naming its input, got {error:?}");
     };

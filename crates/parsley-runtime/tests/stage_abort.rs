@@ -19,7 +19,7 @@ use rdkafka::producer::Producer;
 /// against 5 s, plus the test broker's 1 s abort sweep): the coordinator aborts the open
 /// transaction, its commit fails and the stage recovers; the record is then handled again,
 /// normally. (An emission too large for the producer was the fault here until such a record
-/// became a refusal for good, `Error::OutputRefused`, which is not redone: case C16.)
+/// became a refusal for good, `RecordError::OutputRefused`, which is not redone: case C16.)
 struct CountWithFault {
     out: String,
     armed: AtomicBool,

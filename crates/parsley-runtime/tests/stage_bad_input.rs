@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parsley_runtime::{Error, Runtime, RuntimeConfig};
+use parsley_runtime::{RecordError, SetupError};
 use parsley_stage::ImpossiblePolicy;
 use parsley_testkit::fixtures::{
     DEADLINE, bootstrap, create_topic, forward_topology, next_failure, unique_topic, wait_tasks,
@@ -48,7 +49,7 @@ fn a_malformed_stamp_stops_the_task_naming_the_record_and_loses_nothing() {
     assert!(
         matches!(
             &*failure,
-            Error::MalformedStamp { topic, partition: 0, offset: 1, source, .. }
+            Error::Record(RecordError::MalformedStamp { topic, partition: 0, offset: 1, source, .. })
                 if *topic == input.name
                     && matches!(
                         **source,
@@ -102,7 +103,7 @@ fn a_stage_whose_sources_are_not_co_partitioned_refuses_to_start() {
     assert!(
         matches!(
             err.stage_error(),
-            Error::NotCoPartitioned { stage, partitions }
+            Error::Setup(SetupError::NotCoPartitioned { stage, partitions })
                 if stage == "forward"
                     && partitions.contains(&(a.name.clone(), 2))
                     && partitions.contains(&(b.name.clone(), 3))
@@ -146,7 +147,7 @@ fn an_assignment_that_splits_a_task_across_members_is_refused() {
     assert!(
         matches!(
             &*error,
-            Error::NotCoPartitioned { partitions, .. }
+            Error::Setup(SetupError::NotCoPartitioned { partitions, .. })
                 if partitions.iter().any(|(what, _)| what.ends_with(" missing)"))
         ),
         "{error:?}"

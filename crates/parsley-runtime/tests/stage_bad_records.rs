@@ -8,6 +8,7 @@ use parsley_runtime::{
     DLQ_KIND_HEADER, DLQ_OFFSET_HEADER, DLQ_PARTITION_HEADER, DLQ_STAGE_HEADER, DLQ_TOPIC_HEADER,
     Error, Runtime, RuntimeConfig,
 };
+use parsley_runtime::{ProcessingError, RecordError};
 use parsley_stage::{BadRecordPolicy, Json, Topology, Utf8};
 use parsley_testkit::fixtures::{
     CopyRecords, DEADLINE, SumValues, bootstrap, committed_values, create_topic, next_failure,
@@ -176,7 +177,7 @@ fn under_fail_a_handler_error_stops_the_stage_naming_the_record() {
         .unwrap();
     let failure = next_failure(&running);
     assert!(
-        matches!(&*failure, Error::Stage(parsley_stage::Error::Handler { topic, offset: 1, .. }) if *topic == input.name),
+        matches!(&*failure, Error::Processing(ProcessingError::Stage(parsley_stage::Error::Handler { topic, offset: 1, .. })) if *topic == input.name),
         "{failure}"
     );
     let _ = running.stop();
@@ -226,7 +227,7 @@ fn c19_keyless_records_pass_a_stateless_stage_and_stop_a_stateful_one() {
     let running = runtime.start_stages(&["sum"]).unwrap();
     let failure = next_failure(&running);
     assert!(
-        matches!(&*failure, Error::KeylessRecord { stage, topic, partition: 0, offset: 0 } if stage == "sum" && *topic == input.name),
+        matches!(&*failure, Error::Record(RecordError::KeylessRecord { stage, topic, partition: 0, offset: 0 }) if stage == "sum" && *topic == input.name),
         "{failure}"
     );
     let _ = running.stop();

@@ -4,6 +4,7 @@
 //! second topic. A stage reading both stops with a typed error naming the record, its key and
 //! the partition murmur2 gives — unless that source opted out of the check.
 
+use parsley_runtime::RecordError;
 use parsley_runtime::{Error, Runtime, RuntimeConfig, partition_for};
 use parsley_stage::KeyPartitioning;
 use parsley_testkit::fixtures::{
@@ -63,14 +64,14 @@ fn c20_keys_hashed_by_another_partitioner_stop_the_stage_naming_the_record() {
     let failure = next_failure(&running);
     let _ = running.stop();
     match &*failure {
-        Error::KeyPartitionMismatch {
+        Error::Record(RecordError::KeyPartitionMismatch {
             topic,
             partition,
             key,
             expected,
             partitions: 4,
             ..
-        } => {
+        }) => {
             assert_eq!(
                 *topic, crc.name,
                 "only the CRC32-partitioned source mismatches"

@@ -7,6 +7,7 @@
 
 use parsley_clock::{CausalClock, Channel, SenderId, Stamp};
 use parsley_runtime::{Admin, Error, Runtime, RuntimeConfig, TaskPhase, changelog_topic};
+use parsley_runtime::{KafkaError, ProcessingError};
 use parsley_stage::{Handler, HandlerResult, ImpossiblePolicy, Record, Step, Topology, Utf8};
 use parsley_testkit::fixtures::{
     DEADLINE, bootstrap, commit_group_offsets, committed_end_offsets, committed_values,
@@ -147,7 +148,7 @@ fn a_changelog_that_disagrees_with_the_committed_offsets_is_an_error() {
     assert!(
         matches!(
             &*failure,
-            Error::RestoreMismatch { stage, partition: 0, changelog, group }
+            Error::Processing(ProcessingError::RestoreMismatch { stage, partition: 0, changelog, group })
                 if stage == "count" && *changelog == at(4) && *group == at(1)
         ),
         "{failure:?}"
@@ -323,7 +324,7 @@ fn a_task_restored_while_the_last_commit_is_pending_gets_exactly_that_commit() {
     let failure = next_failure(&b);
     let _ = b.stop();
     assert!(
-        matches!(&*failure, Error::Kafka { operation, .. } if operation == "reading committed offsets"),
+        matches!(&*failure, Error::Kafka(KafkaError::Client { operation, .. }) if operation == "reading committed offsets"),
         "{failure:?}"
     );
 
@@ -345,7 +346,7 @@ fn a_task_restored_while_the_last_commit_is_pending_gets_exactly_that_commit() {
     assert!(
         matches!(
             &*failure,
-            Error::RestoreBlocked { topic, partition: 0, last_stable_offset, high_watermark, timeout, .. }
+            Error::Processing(ProcessingError::RestoreBlocked { topic, partition: 0, last_stable_offset, high_watermark, timeout, .. })
                 if *topic == changelog
                     && *last_stable_offset == held
                     && *high_watermark == end

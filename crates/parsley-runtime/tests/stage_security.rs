@@ -1,7 +1,7 @@
 //! Secured clusters on the real broker's SASL_SSL listener (SCRAM-SHA-512 over TLS): every
 //! client a stage creates — consumer, transactional producer, admin client, changelog restore
 //! consumer — and a `CausalProducer`'s clients get the user's client settings; a wrong password
-//! or an untrusted certificate is `Error::Security` naming the listener and the mechanism,
+//! or an untrusted certificate is `KafkaError::Security` naming the listener and the mechanism,
 //! well within the configured timeout, never a hang.
 //!
 //! With `$PARSLEY_BOOTSTRAP` pointing at another cluster there is no secure listener of ours:
@@ -9,6 +9,7 @@
 
 use std::time::{Duration, Instant};
 
+use parsley_runtime::KafkaError;
 use parsley_runtime::rdkafka::types::RDKafkaErrorCode;
 use parsley_runtime::{
     CausalProducer, CausalProducerConfig, ClientSettings, Error, Runtime, RuntimeConfig,
@@ -110,7 +111,7 @@ fn a_wrong_password_is_a_security_error_naming_the_listener_and_mechanism() {
     let (failure, took) = failing_start(&l.with_wrong_password(), timeout);
     eprintln!("wrong password: {failure} after {took:?}");
     assert!(
-        matches!(&*failure, Error::Security { listener, protocol, mechanism: Some(m), code, .. } 
+        matches!(&*failure, Error::Kafka(KafkaError::Security { listener, protocol, mechanism: Some(m), code, .. }) 
             if code.value == RDKafkaErrorCode::Authentication as i32 && **listener == *l.bootstrap && &**protocol == "SASL_SSL" && &**m == "SCRAM-SHA-512"),
         "{failure}"
     );
@@ -128,7 +129,7 @@ fn an_untrusted_certificate_is_a_security_error_naming_the_listener() {
     let (failure, took) = failing_start(&l.with_untrusted_ca(), timeout);
     eprintln!("untrusted CA: {failure} after {took:?}");
     assert!(
-        matches!(&*failure, Error::Security { listener, protocol, code, message, .. } 
+        matches!(&*failure, Error::Kafka(KafkaError::Security { listener, protocol, code, message, .. }) 
             if code.value == RDKafkaErrorCode::SSL as i32 && **listener == *l.bootstrap && &**protocol == "SASL_SSL" && message.contains("certificate verify failed")),
         "{failure}"
     );
@@ -153,7 +154,7 @@ fn a_causal_producer_uses_the_settings_for_both_of_its_clients() {
     let started = Instant::now();
     let err = refused.send(&topic.name, b"k", b"w").unwrap_err();
     assert!(
-        matches!(&err, Error::Security { client: "admin", mechanism: Some(m), .. } if &**m == "SCRAM-SHA-512"),
+        matches!(&err, Error::Kafka(KafkaError::Security { client: "admin", mechanism: Some(m), .. }) if &**m == "SCRAM-SHA-512"),
         "{err}"
     );
     assert!(

@@ -5,7 +5,7 @@
 //! - a static member that stopped holds its tasks until its session times out, and the
 //!   instance that waits for them says so at INFO, naming the member and `session.timeout.ms`;
 //! - a restore held by a transaction open on its changelog partition says so at INFO and fails
-//!   with `Error::RestoreBlocked`, naming the partition and both offsets.
+//!   with `ProcessingError::RestoreBlocked`, naming the partition and both offsets.
 //!
 //! The INFO lines are read from a `tracing` subscriber this test binary installs for all its
 //! threads (the stages' stream threads included); each test looks only for lines naming its
@@ -15,6 +15,7 @@ use std::io::Write;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use parsley_runtime::ProcessingError;
 use parsley_runtime::{
     Error, Progress, Running, Runtime, RuntimeConfig, TaskPhase, TopicSpec, changelog_topic,
 };
@@ -319,7 +320,7 @@ fn a_restore_held_by_an_open_transaction_says_so_and_fails_naming_the_offsets() 
     assert!(
         matches!(
             &*failure,
-            Error::RestoreBlocked {
+            Error::Processing(ProcessingError::RestoreBlocked {
                 topic,
                 partition: 0,
                 last_stable_offset: 0,
@@ -327,7 +328,7 @@ fn a_restore_held_by_an_open_transaction_says_so_and_fails_naming_the_offsets() 
                 timeout,
                 transaction_timeout,
                 producer: None,
-            } if *topic == changelog && *timeout == wait && *transaction_timeout == Duration::from_secs(60)
+            }) if *topic == changelog && *timeout == wait && *transaction_timeout == Duration::from_secs(60)
         ),
         "{failure:?}"
     );
@@ -426,7 +427,7 @@ fn a_restore_held_by_a_dead_stages_transaction_names_its_transactional_id() {
     let _ = running.stop();
     let dead_id = format!("{app}.forward-{dead}-0");
     assert!(
-        matches!(&*failure, Error::RestoreBlocked { producer: Some(p), .. } if *p == dead_id),
+        matches!(&*failure, Error::Processing(ProcessingError::RestoreBlocked { producer: Some(p), .. }) if *p == dead_id),
         "{failure:?}"
     );
     assert!(

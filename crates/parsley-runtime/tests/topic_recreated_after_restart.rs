@@ -11,6 +11,7 @@
 
 use std::time::{Duration, Instant};
 
+use parsley_runtime::RecordError;
 use parsley_runtime::{Error, Runtime, RuntimeConfig, TopicSpec};
 use parsley_stage::ImpossiblePolicy;
 use parsley_testkit::broker;
@@ -63,16 +64,16 @@ fn a_source_recreated_after_a_broker_restart_stops_the_stage_naming_it() {
     let _ = running.stop();
     eprintln!("stopped {took:?} after the recreation: {error}");
     match &*error {
-        Error::SourceChanged {
+        Error::Record(RecordError::SourceChanged {
             topic,
             recreated: true,
             ids,
             ..
-        } => {
+        }) => {
             assert_eq!(*topic, name);
             assert_eq!(*ids, (old.id, new.id));
         }
-        Error::SourceDeleted { topic, .. } => assert_eq!(*topic, name),
+        Error::Record(RecordError::SourceDeleted { topic, .. }) => assert_eq!(*topic, name),
         other => panic!("expected SourceChanged or SourceDeleted, got {other}"),
     }
     assert!(took < DEADLINE - Duration::from_secs(1), "{took:?}");

@@ -146,11 +146,11 @@ pub enum BadRecordKind {
     MissingValue,
     /// The handler returned an error.
     Handler,
-    /// One of the records the handler emitted for it was refused for good by the stage's
-    /// producer or the broker — larger than a size limit, or a timestamp outside the window the
-    /// topic accepts (the runtime's `Error::OutputRefused`). The transaction holding its other
-    /// outputs is aborted, and the redo applies the policy to the input record instead of
-    /// handling it: none of its outputs is written.
+    /// One of the records the handler emitted for it was refused for good by the stage's producer
+    /// or the broker — larger than a size limit, or a timestamp outside the window the topic
+    /// accepts (the runtime's `RecordError::OutputRefused`). The transaction holding its other
+    /// outputs is aborted, and the redo applies the policy to the input record instead of handling
+    /// it: none of its outputs is written.
     OutputRefused,
 }
 

@@ -1,9 +1,9 @@
 //! What every task of a stage shares: the stage's topics by role, its processor, its policy
 //! for impossible stamps, and its metrics.
 //!
-//! Built once at startup from the resolved topics and never changed while the stage runs
-//! (a source that changes under the stage ends it: `Error::SourceChanged`). Lookups are linear
-//! scans: a stage has few topics, and comparing a name is cheaper than hashing it.
+//! Built once at startup from the resolved topics and never changed while the stage runs (a source
+//! that changes under the stage ends it: `RecordError::SourceChanged`). Lookups are linear scans: a
+//! stage has few topics, and comparing a name is cheaper than hashing it.
 
 use std::sync::Arc;
 
@@ -12,6 +12,7 @@ use parsley_gate::GateError;
 use parsley_stage::{BadRecordPolicy, ImpossiblePolicy, KeyPartitioning, Processor, StageSpec};
 
 use crate::error::{Error, Result};
+use crate::error::{ProcessingError, SetupError};
 use crate::metrics::StageMetrics;
 use crate::topic::TopicInfo;
 
@@ -184,26 +185,30 @@ impl TaskContext {
     /// The index of source `topic` in `sources`, looked up per record.
     ///
     /// # Errors
-    /// [`Error::UnknownTopic`] when `topic` is not a source of the stage.
+    /// [`SetupError::UnknownTopic`] when `topic` is not a source of the stage.
     pub fn source_index(&self, topic: &str) -> Result<usize> {
         self.sources
             .iter()
             .position(|t| t.name == topic)
-            .ok_or_else(|| Error::UnknownTopic {
-                topic: topic.to_string(),
+            .ok_or_else(|| {
+                Error::Setup(SetupError::UnknownTopic {
+                    topic: topic.to_string(),
+                })
             })
     }
 
     /// The index in `sources` of the topic of `channel`.
     ///
     /// # Errors
-    /// [`Error::UnknownTopic`] (naming the topic id) when it is not a source of the stage.
+    /// [`SetupError::UnknownTopic`] (naming the topic id) when it is not a source of the stage.
     pub fn source_position(&self, channel: Channel) -> Result<usize> {
         self.sources
             .iter()
             .position(|t| t.id == channel.topic)
-            .ok_or_else(|| Error::UnknownTopic {
-                topic: channel.topic.to_string(),
+            .ok_or_else(|| {
+                Error::Setup(SetupError::UnknownTopic {
+                    topic: channel.topic.to_string(),
+                })
             })
     }
 
@@ -218,13 +223,15 @@ impl TaskContext {
     /// The sink named `topic`.
     ///
     /// # Errors
-    /// [`Error::UnknownTopic`] when the stage did not declare it.
+    /// [`SetupError::UnknownTopic`] when the stage did not declare it.
     pub fn sink(&self, topic: &str) -> Result<&TopicInfo> {
         self.sinks
             .iter()
             .find(|t| *t.name == *topic)
-            .ok_or_else(|| Error::UnknownTopic {
-                topic: topic.to_string(),
+            .ok_or_else(|| {
+                Error::Setup(SetupError::UnknownTopic {
+                    topic: topic.to_string(),
+                })
             })
     }
 
@@ -241,10 +248,10 @@ impl TaskContext {
 
     /// A gate error of the task of `partition`, named by stage and task.
     pub fn gate_error(&self, partition: i32, source: GateError) -> Error {
-        Error::Gate {
+        Error::Processing(ProcessingError::Gate {
             stage: self.stage.clone(),
             partition,
             source: Box::new(source),
-        }
+        })
     }
 }

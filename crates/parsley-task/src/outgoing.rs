@@ -3,6 +3,7 @@
 
 use parsley_clock::{Coordinate, is_stamp_header};
 
+use crate::error::RecordError;
 use crate::error::{Error, RecordProblem, Result};
 
 /// A send the broker acknowledged: its sequence and coordinate.
@@ -98,9 +99,9 @@ impl<'a> OutgoingRecord<'a> {
         } else {
             return Ok(());
         };
-        Err(Error::InvalidRecord {
+        Err(Error::Record(RecordError::InvalidRecord {
             topic: self.topic.to_string(),
             problem,
-        })
+        }))
     }
 }

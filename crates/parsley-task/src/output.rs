@@ -100,8 +100,8 @@ pub trait Output {
     /// Sends `record`, or keeps it to send later in the same order.
     ///
     /// # Errors
-    /// When the producer refuses the record; it was not sent. A record it will never take
-    /// (larger than its `message.max.bytes`) is [`crate::Error::OutputRefused`] with the stage
+    /// When the producer refuses the record; it was not sent. A record it will never take (larger
+    /// than its `message.max.bytes`) is [`crate::error::RecordError::OutputRefused`] with the stage
     /// and input left for the task to name ([`crate::Error::refused_in`]).
     fn send(&mut self, record: Outgoing<'_>) -> Result<()>;
 }
@@ -111,7 +111,7 @@ pub trait ChangelogWriter {
     /// Writes one record to the task's changelog partition.
     ///
     /// # Errors
-    /// When the producer refuses the record ([`crate::Error::OutputRefused`] when it never
-    /// will).
+    /// When the producer refuses the record ([`crate::error::RecordError::OutputRefused`] when it
+    /// never will).
     fn write(&mut self, key: &[u8], value: Option<&[u8]>) -> Result<()>;
 }

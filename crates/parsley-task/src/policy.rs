@@ -10,7 +10,7 @@
 //! - `DeadLetter`: the record goes to the dead-letter topic and is counted.
 //!
 //! **Bad records** (a key or value that does not decode or is missing where the stage needs
-//! it, a handler error, an output refused for good: `Error::OutputRefused`):
+//! it, a handler error, an output refused for good: `RecordError::OutputRefused`):
 //! [`BadRecordPolicy`] chooses `Fail`, `Skip` (counted per kind) or `DeadLetter`. An output
 //! refused for good is found only after the record was handled, so the policy takes the input
 //! record on the redo of its aborted transaction (the runtime's `Tasks::refused_input`), none

@@ -15,6 +15,7 @@ use parsley_gate::Arrival;
 use super::context::TaskContext;
 use super::output::Header;
 use crate::context::GateMode;
+use crate::error::RecordError;
 use crate::error::{Error, Result};
 
 /// What the gate hands back on delivery.
@@ -159,7 +160,8 @@ pub trait FetchedMessage {
 /// at each step (a dozen copies per record).
 ///
 /// # Errors
-/// [`Error::UnknownTopic`] when the record's topic is not a source of the stage.
+/// [`SetupError::UnknownTopic`](crate::error::SetupError::UnknownTopic) when the record's topic is
+/// not a source of the stage.
 pub fn fetched<M: FetchedMessage + ?Sized>(
     ctx: &TaskContext,
     m: &M,
@@ -223,18 +225,18 @@ pub fn fetched<M: FetchedMessage + ?Sized>(
 /// Decodes the stamp header of `m`; `None` when the record has none.
 ///
 /// # Errors
-/// [`Error::MalformedStamp`] naming the record and the decoder's finding.
+/// [`RecordError::MalformedStamp`] naming the record and the decoder's finding.
 fn decode_stamp<M: FetchedMessage + ?Sized>(m: &M, channel: Channel) -> Result<Option<Stamp>> {
     let Some(value) = m.stamp_header() else {
         return Ok(None);
     };
-    codec::decode(value)
-        .map(Some)
-        .map_err(|source| Error::MalformedStamp {
+    codec::decode(value).map(Some).map_err(|source| {
+        Error::Record(RecordError::MalformedStamp {
             topic: m.topic().to_string(),
             partition: m.partition(),
             offset: m.offset(),
             record: channel.at(m.offset()),
             source: Box::new(source),
         })
+    })
 }

@@ -31,6 +31,7 @@ use fjall::{Database, Keyspace, KeyspaceCreateOptions};
 use parsley_clock::TopicId;
 use parsley_stage::changelog::{Restored, STATE_PREFIX};
 
+use crate::error::ProcessingError;
 use crate::error::{Error, Result};
 
 /// The key of a keyspace's checkpoint.
@@ -149,8 +150,8 @@ impl StateStores {
     /// changelog topic keeps tombstones `delete_retention_ms`.
     ///
     /// # Errors
-    /// [`Error::StateStore`] when it cannot be opened (another process holds it, no space, no
-    /// permission).
+    /// [`ProcessingError::StateStore`] when it cannot be opened (another process holds it, no
+    /// space, no permission).
     pub fn open(dir: &Path, group: &str, delete_retention_ms: i64) -> Result<Self> {
         let path = dir.join(group);
         let db = Database::builder(&path)
@@ -172,7 +173,7 @@ impl StateStores {
     /// The keyspace of task `partition`.
     ///
     /// # Errors
-    /// [`Error::StateStore`].
+    /// [`ProcessingError::StateStore`].
     pub fn task(&self, partition: i32) -> Result<TaskStore> {
         let keyspace = self
             .db
@@ -192,7 +193,7 @@ impl StateStores {
     /// what was committed since).
     ///
     /// # Errors
-    /// [`Error::StateStore`].
+    /// [`ProcessingError::StateStore`].
     pub fn persist(&self) -> Result<()> {
         self.db
             .persist(fjall::PersistMode::SyncAll)
@@ -201,10 +202,10 @@ impl StateStores {
 }
 
 fn store_error(path: &Path, doing: &str, e: impl std::fmt::Display) -> Error {
-    Error::StateStore {
+    Error::Processing(ProcessingError::StateStore {
         path: path.display().to_string(),
         message: format!("{doing} the state store: {e}"),
-    }
+    })
 }
 
 /// The keyspace of one task: its changelog partition's fold, up to a checkpoint.
@@ -217,16 +218,16 @@ pub struct TaskStore {
 
 impl TaskStore {
     fn error(&self, doing: &str, e: impl std::fmt::Display) -> Error {
-        Error::StateStore {
+        Error::Processing(ProcessingError::StateStore {
             path: self.path.display().to_string(),
             message: format!("{doing} task {}'s keyspace: {e}", self.partition),
-        }
+        })
     }
 
     /// The checkpoint; `None` when there is none or it does not decode.
     ///
     /// # Errors
-    /// [`Error::StateStore`] for a failed read.
+    /// [`ProcessingError::StateStore`] for a failed read.
     pub fn checkpoint(&self) -> Result<Option<Checkpoint>> {
         let raw = self
             .keyspace
@@ -238,7 +239,7 @@ impl TaskStore {
     /// Empties the keyspace (its checkpoint too): the changelog is read whole.
     ///
     /// # Errors
-    /// [`Error::StateStore`].
+    /// [`ProcessingError::StateStore`].
     pub fn clear(&self) -> Result<()> {
         self.keyspace.clear().map_err(|e| self.error("clearing", e))
     }
@@ -247,7 +248,8 @@ impl TaskStore {
     /// records, keyed timers) into `restored`, as the changelog's records would be.
     ///
     /// # Errors
-    /// [`Error::StateStore`] for a failed read or a record that does not fold, named by key.
+    /// [`ProcessingError::StateStore`] for a failed read or a record that does not fold, named by
+    /// key.
     pub fn load_into(&self, restored: &mut Restored) -> Result<()> {
         for guard in self
             .keyspace
@@ -265,7 +267,7 @@ impl TaskStore {
     /// The fold state of key `k` (changelog key `0x00 ++ k`).
     ///
     /// # Errors
-    /// [`Error::StateStore`].
+    /// [`ProcessingError::StateStore`].
     pub fn get(&self, k: &[u8]) -> Result<Option<Vec<u8>>> {
         let mut key = Vec::with_capacity(1 + k.len());
         key.push(STATE_PREFIX);
@@ -280,7 +282,7 @@ impl TaskStore {
     /// Applies changelog records (`None`: a tombstone) and moves the checkpoint, atomically.
     ///
     /// # Errors
-    /// [`Error::StateStore`].
+    /// [`ProcessingError::StateStore`].
     pub fn write<'a>(
         &self,
         records: impl IntoIterator<Item = (&'a [u8], Option<&'a [u8]>)>,
@@ -395,7 +397,7 @@ mod tests {
             // One process at a time: a second open of the same store is refused, named.
             let second = StateStores::open(&dir, "app.stage", 1_000).unwrap_err();
             assert!(
-                matches!(&second, Error::StateStore { path, .. } if path.ends_with("app.stage")),
+                matches!(&second, Error::Processing(ProcessingError::StateStore { path, .. }) if path.ends_with("app.stage")),
                 "{second}"
             );
             let store = stores.task(2).unwrap();

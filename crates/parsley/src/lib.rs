@@ -160,6 +160,13 @@ pub mod codec {
     pub use parsley_stage::{Auto, Bincode, Bytes, Codec, CodecError, Json, Nullable, Utf8};
 }
 
+/// The error type, [`Error`], and its kinds: [`error::KafkaError`], [`error::SetupError`],
+/// [`error::RecordError`], [`error::ProcessingError`], with the [`error::Operation`] a Kafka
+/// error names (`parsley_task::error`).
+pub mod error {
+    pub use parsley_task::error::*;
+}
+
 /// The task without Kafka: gate, handler call, stamping, fold state, event time, metrics types
 /// (`parsley-task`).
 pub mod task {

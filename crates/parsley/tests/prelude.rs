@@ -44,5 +44,11 @@ fn a_dsl_pipeline_and_a_handler_stage_build_from_the_prelude() {
     assert_eq!(handwritten.stages()[0].sinks(), ["upper"]);
     // A stage's build error converts into the runtime's error with `?`.
     let err: parsley::Error = Topology::builder("app").build().unwrap_err().into();
-    assert!(matches!(err, parsley::Error::Stage(_)), "{err}");
+    assert!(
+        matches!(
+            err,
+            parsley::Error::Processing(parsley::error::ProcessingError::Stage(_))
+        ),
+        "{err}"
+    );
 }

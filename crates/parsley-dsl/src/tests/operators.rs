@@ -208,7 +208,7 @@ fn process_runs_a_handler_with_state_after_a_repartition_when_rekeyed() {
     assert_eq!(h.lines("by-value"), ["x#1=x@0", "y#1=y@1", "x#2=x@2"]);
     let err = h.pipe("in", Some("k"), Some("boom")).unwrap_err();
     assert!(
-        matches!(err.stage_error(), parsley_runtime::Error::Stage(Error::Handler { stage, topic, offset: 3, .. })
+        matches!(err.stage_error(), parsley_runtime::Error::Processing(parsley_runtime::ProcessingError::Stage(Error::Handler { stage, topic, offset: 3, .. }))
             if stage == "in" && topic == "in"),
         "{err}"
     );
@@ -276,11 +276,13 @@ fn bad_records_and_bad_state_are_typed_errors_naming_the_record() {
     assert!(
         matches!(
             err.stage_error(),
-            parsley_runtime::Error::Stage(Error::Decode {
-                offset: 0,
-                part: Part::Value,
-                ..
-            })
+            parsley_runtime::Error::Processing(parsley_runtime::ProcessingError::Stage(
+                Error::Decode {
+                    offset: 0,
+                    part: Part::Value,
+                    ..
+                }
+            ))
         ),
         "{err}"
     );

@@ -145,11 +145,13 @@ fn a_record_without_a_key_at_a_repartition_is_a_missing_key_bad_record() {
     assert!(
         matches!(
             err.stage_error(),
-            parsley_runtime::Error::Stage(parsley_stage::Error::Missing {
-                part: parsley_stage::Part::Key,
-                offset: 0,
-                ..
-            })
+            parsley_runtime::Error::Processing(parsley_runtime::ProcessingError::Stage(
+                parsley_stage::Error::Missing {
+                    part: parsley_stage::Part::Key,
+                    offset: 0,
+                    ..
+                }
+            ))
         ),
         "{err:?}"
     );

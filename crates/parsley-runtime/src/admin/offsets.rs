@@ -10,6 +10,7 @@ use tracing::debug;
 use super::Admin;
 use crate::librdkafka::admin::{AdminCall, Isolation, OffsetQuery, OffsetSpec};
 use parsley_task::error::{Error, Result};
+use parsley_task::error::{KafkaError, Operation};
 
 impl Admin {
     /// The high watermark (log end offset, open transactions included) of each partition, from
@@ -22,7 +23,7 @@ impl Admin {
     /// being judged.
     ///
     /// # Errors
-    /// [`Error::Admin`] for a failed request or a partition that reports an error (named).
+    /// [`KafkaError::Admin`] for a failed request or a partition that reports an error (named).
     pub fn high_watermarks(&self, partitions: &[(&str, i32)]) -> Result<Vec<i64>> {
         self.list_offsets(partitions, OffsetSpec::Latest, Isolation::ReadUncommitted)
     }
@@ -40,7 +41,7 @@ impl Admin {
     /// response's.
     ///
     /// # Errors
-    /// [`Error::Admin`] for a failed request or a partition that reports an error (named).
+    /// [`KafkaError::Admin`] for a failed request or a partition that reports an error (named).
     pub fn last_stable_offsets(&self, partitions: &[(&str, i32)]) -> Result<Vec<i64>> {
         self.list_offsets(partitions, OffsetSpec::Latest, Isolation::ReadCommitted)
     }
@@ -50,7 +51,7 @@ impl Admin {
     /// moving or restarting (within the admin's timeout).
     ///
     /// # Errors
-    /// [`Error::Admin`] for a failed request or a partition that reports an error (named).
+    /// [`KafkaError::Admin`] for a failed request or a partition that reports an error (named).
     pub fn log_start_offsets(&self, partitions: &[(&str, i32)]) -> Result<Vec<i64>> {
         self.list_offsets(partitions, OffsetSpec::Earliest, Isolation::ReadUncommitted)
     }
@@ -98,6 +99,8 @@ impl Admin {
     }
 
     /// One `ListOffsets` request; the error says whether asking again may succeed.
+    // `(bool, Error)` is 128 bytes, at clippy's bound; it is returned once per request.
+    #[allow(clippy::result_large_err)]
     fn list_once(
         &self,
         partitions: &[(&str, i32)],
@@ -111,18 +114,19 @@ impl Admin {
         let query = OffsetQuery::new(partitions, spec).map_err(|e| {
             (
                 false,
-                Error::Admin {
-                    operation: "listing offsets".into(),
-                    message: format!(
+                Error::admin(
+                    Operation::ListOffsets,
+                    format!(
                         "topic name {:?} contains a NUL byte",
                         String::from_utf8_lossy(&e.into_vec())
                     ),
-                },
+                ),
             )
         })?;
         let event = self
             .request(
-                "listing offsets",
+                Operation::ListOffsets,
+                None,
                 // Short attempts: while leaders are unknown librdkafka waits out the whole
                 // request timeout; the caller retries with fresh metadata instead.
                 self.timeout.min(Duration::from_secs(5)),
@@ -150,10 +154,10 @@ impl Admin {
                 ) || (fresh && code == RDKafkaErrorCode::UnknownTopicOrPartition);
                 return Err((
                     retriable,
-                    Error::Admin {
-                        operation: format!("listing the offsets of {topic}/{partition}"),
-                        message: code.to_string(),
-                    },
+                    Error::from(
+                        KafkaError::admin(Operation::ListPartitionOffsets, code.to_string())
+                            .with_partition(topic, partition),
+                    ),
                 ));
             }
             if listed.offset < 0 {
@@ -163,10 +167,13 @@ impl Admin {
                 // look impossible. An offset asked for here is never negative: ask again.
                 return Err((
                     true,
-                    Error::Admin {
-                        operation: format!("listing the offsets of {topic}/{partition}"),
-                        message: format!("offset {} in an answer without an error", listed.offset),
-                    },
+                    Error::from(
+                        KafkaError::admin(
+                            Operation::ListPartitionOffsets,
+                            format!("offset {} in an answer without an error", listed.offset),
+                        )
+                        .with_partition(topic, partition),
+                    ),
                 ));
             }
             found.insert((topic, partition), listed.offset);
@@ -177,10 +184,13 @@ impl Admin {
                 found.get(&(t.to_string(), *p)).copied().ok_or_else(|| {
                     (
                         false,
-                        Error::Admin {
-                            operation: format!("listing the offsets of {t}/{p}"),
-                            message: "not in the answer".into(),
-                        },
+                        Error::from(
+                            KafkaError::admin(
+                                Operation::ListPartitionOffsets,
+                                "not in the answer".into(),
+                            )
+                            .with_partition(t, *p),
+                        ),
                     )
                 })
             })

@@ -30,6 +30,7 @@ use parsley_stage::StageSpec;
 use tracing::{debug, warn};
 
 use crate::shutdown::Shutdown;
+use parsley_task::error::SetupError;
 use parsley_task::error::{Error, Result};
 use parsley_task::metrics::StageMetrics;
 
@@ -68,10 +69,10 @@ impl Endpoint {
     /// own.
     ///
     /// # Errors
-    /// [`Error::MetricsListener`] when the address cannot be bound or the thread cannot be
+    /// [`SetupError::MetricsListener`] when the address cannot be bound or the thread cannot be
     /// spawned.
     pub(crate) fn start(address: SocketAddr, served: Served) -> Result<Endpoint> {
-        let failed = |source| Error::MetricsListener { address, source };
+        let failed = |source| Error::Setup(SetupError::MetricsListener { address, source });
         let listener = TcpListener::bind(address).map_err(failed)?;
         let bound = listener.local_addr().map_err(failed)?;
         let closing = Arc::new(AtomicBool::new(false));

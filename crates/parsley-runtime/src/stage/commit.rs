@@ -141,8 +141,9 @@ impl StageRunner {
     /// commit finishes ([`StageRunner::finish_commit`]).
     ///
     /// # Errors
-    /// [`Error::TransactionStalled`] when the call ran past its bound (the commit is dropped,
-    /// and the recovery replaces the producer); [`StageRunner::finish_commit`]'s.
+    /// [`KafkaError::TransactionStalled`](parsley_task::error::KafkaError::TransactionStalled) when
+    /// the call ran past its bound (the commit is dropped, and the recovery replaces the producer);
+    /// [`StageRunner::finish_commit`]'s.
     pub(super) fn commit_turn(&mut self) -> Result<()> {
         if self.txn.overlap_turn()? {
             let taken = if self.shutdown.load(Ordering::Relaxed) {
@@ -167,8 +168,10 @@ impl StageRunner {
     /// made.
     ///
     /// # Errors
-    /// The call's ([`Error::TransactionStalled`] past its bound); the acknowledgements'; the
-    /// next transaction's; the overlapped work's; a held send's.
+    /// The call's
+    /// ([`KafkaError::TransactionStalled`](parsley_task::error::KafkaError::TransactionStalled)
+    /// past its bound); the acknowledgements'; the next transaction's; the overlapped work's; a
+    /// held send's.
     pub(super) fn finish_commit(&mut self) -> Result<()> {
         let Some(committed) = self.txn.wait_commit(self.config.timeout)? else {
             return Ok(());
@@ -211,8 +214,9 @@ impl StageRunner {
     /// (the one `cause` names) among them.
     ///
     /// # Errors
-    /// [`Error::Fenced`] when another process running as this instance fenced the producer;
-    /// the abort's own error when the producer cannot abort otherwise; the restore's errors.
+    /// [`KafkaError::Fenced`](parsley_task::error::KafkaError::Fenced) when another process running
+    /// as this instance fenced the producer; the abort's own error when the producer cannot abort
+    /// otherwise; the restore's errors.
     pub(super) fn recover(&mut self, cause: &Error, refused: Option<RefusedInput>) -> Result<()> {
         warn!(error = %cause, "aborting the transaction; every task returns to its last commit");
         let group = self.spec.group_id(&self.app);

@@ -3,18 +3,18 @@
 //! (`EndTxn`), on a helper thread, while the stream thread serves the producer's delivery
 //! reports (and, when the commit overlaps, takes further batches).
 //!
-//! librdkafka can wait in `send_offsets_to_transaction` past the timeout it was given: when
-//! the group coordinator leaves the cluster, a coordinator request may stay parked on the
-//! departed broker until some other broker changes state, possibly never (librdkafka issues
-//! 5456 and 5511; case C21 reproduces it on the local cluster with Kafka 4.4 and librdkafka
-//! 2.12). So the stream thread waits for each of the two calls at most the stage's timeout
-//! or its transaction timeout, whichever is shorter (past the transaction timeout the
-//! coordinator has aborted the transaction, and the commit can only fail), plus [`GRACE`]. A call that has not returned by then is given up:
-//! [`Error::TransactionStalled`], which the stage recovers from like an aborted transaction,
+//! librdkafka can wait in `send_offsets_to_transaction` past the timeout it was given: when the
+//! group coordinator leaves the cluster, a coordinator request may stay parked on the departed
+//! broker until some other broker changes state, possibly never (librdkafka issues 5456 and 5511;
+//! case C21 reproduces it on the local cluster with Kafka 4.4 and librdkafka 2.12). So the stream
+//! thread waits for each of the two calls at most the stage's timeout or its transaction timeout,
+//! whichever is shorter (past the transaction timeout the coordinator has aborted the transaction,
+//! and the commit can only fail), plus [`GRACE`]. A call that has not returned by then is given up:
+//! [`KafkaError::TransactionStalled`], which the stage recovers from like an aborted transaction,
 //! except that the producer is replaced instead of asked to abort (librdkafka refuses any
-//! transactional call while one is in progress). Initialising the new producer fences the old
-//! one's epoch, and the coordinator aborts whatever it left open; the tasks return to their
-//! last commit and the work is redone, exactly once.
+//! transactional call while one is in progress). Initialising the new producer fences the old one's
+//! epoch, and the coordinator aborts whatever it left open; the tasks return to their last commit
+//! and the work is redone, exactly once.
 //!
 //! A call that takes longer than [`NOTICE`] is said once, at WARN, with what the commit waits
 //! for, so a stage that waits seconds for a coordinator is never silent about it.
@@ -35,6 +35,7 @@ use tracing::warn;
 
 use crate::outbox::{AckContext, Outbox};
 use parsley_task::error::{Error, Result};
+use parsley_task::error::{KafkaError, Operation, SetupError};
 
 /// What a call may take beyond the stage's timeout before it is given up: librdkafka's own
 /// timeout fires first whenever it works.
@@ -62,11 +63,11 @@ pub(super) struct CommitCall {
 }
 
 /// The call of `phase`, as a log line or an error names it.
-fn operation(phase: u8) -> &'static str {
+fn operation(phase: u8) -> Operation {
     if phase == SENDING_OFFSETS {
-        "sending the input offsets to the transaction (TxnOffsetCommit to the group coordinator)"
+        Operation::TxnOffsetCommit
     } else {
-        "committing the transaction (EndTxn to the transaction coordinator)"
+        Operation::EndTxn
     }
 }
 
@@ -75,7 +76,7 @@ impl CommitCall {
     /// committing it, each call with `timeout`.
     ///
     /// # Errors
-    /// [`Error::ThreadSpawn`] when the helper thread cannot be spawned (nothing was called).
+    /// [`SetupError::ThreadSpawn`] when the helper thread cannot be spawned (nothing was called).
     pub(super) fn start(
         stage: &str,
         producer: Arc<BaseProducer<AckContext>>,
@@ -86,7 +87,7 @@ impl CommitCall {
         Self::spawn(stage, timeout, move |phase| {
             let outcome = producer
                 .send_offsets_to_transaction(&offsets, &metadata, timeout)
-                .map_err(|e| crate::client_error::kafka("sending offsets to the transaction", e))
+                .map_err(|e| crate::client_error::kafka(Operation::SendOffsetsToTransaction, e))
                 .and_then(|()| {
                     phase.store(COMMITTING, Ordering::Release);
                     Outbox::commit_served(&producer, timeout)
@@ -114,9 +115,11 @@ impl CommitCall {
                 reported.store(DONE, Ordering::Release);
                 wake();
             })
-            .map_err(|source| Error::ThreadSpawn {
-                stage: stage.to_string(),
-                source,
+            .map_err(|source| {
+                Error::Setup(SetupError::ThreadSpawn {
+                    stage: stage.to_string(),
+                    source,
+                })
             })?;
         Ok(CommitCall {
             phase,
@@ -136,7 +139,7 @@ impl CommitCall {
     /// a call has taken [`NOTICE`], logs (WARN, once per call) what the commit waits for.
     ///
     /// # Errors
-    /// [`Error::TransactionStalled`] naming the call once it has run longer than the timeout
+    /// [`KafkaError::TransactionStalled`] naming the call once it has run longer than the timeout
     /// plus [`GRACE`].
     pub(super) fn check(&mut self) -> Result<()> {
         let phase = self.phase.load(Ordering::Acquire);
@@ -160,19 +163,19 @@ impl CommitCall {
         if waited <= self.timeout + GRACE {
             return Ok(());
         }
-        Err(Error::TransactionStalled {
+        Err(Error::Kafka(KafkaError::TransactionStalled {
             operation: operation(phase),
             timeout: self.timeout,
-        })
+        }))
     }
 
     /// The calls' result, once [`CommitCall::finished`].
     pub(super) fn result(self) -> Result<()> {
         self.result.recv().unwrap_or_else(|_| {
-            Err(Error::TransactionStalled {
-                operation: "the commit's helper thread ended without a result",
+            Err(Error::Kafka(KafkaError::TransactionStalled {
+                operation: Operation::CommitHelperEnded,
                 timeout: self.timeout,
-            })
+            }))
         })
     }
 }
@@ -206,15 +209,18 @@ mod tests {
         assert!(wait(call).0.is_ok());
         let failing = CommitCall::spawn("s", Duration::from_secs(5), |_| {
             (
-                Err(Error::Timeout {
+                Err(Error::Kafka(KafkaError::Timeout {
                     what: "x".into(),
                     timeout: Duration::from_secs(1),
-                }),
+                })),
                 || {},
             )
         })
         .unwrap();
-        assert!(matches!(wait(failing).0, Err(Error::Timeout { .. })));
+        assert!(matches!(
+            wait(failing).0,
+            Err(Error::Kafka(KafkaError::Timeout { .. }))
+        ));
     }
 
     #[test]
@@ -229,7 +235,7 @@ mod tests {
         .unwrap();
         let (outcome, took) = wait(call);
         assert!(
-            matches!(outcome, Err(Error::TransactionStalled { operation, timeout: t }) if operation.starts_with("sending the input offsets") && t == timeout),
+            matches!(outcome, Err(Error::Kafka(KafkaError::TransactionStalled { operation, timeout: t })) if operation.as_str().starts_with("sending the input offsets") && t == timeout),
             "{outcome:?}"
         );
         assert!(took > timeout + GRACE, "given up after {took:?}");
@@ -247,7 +253,7 @@ mod tests {
         .unwrap();
         let (outcome, _) = wait(call);
         assert!(
-            matches!(outcome, Err(Error::TransactionStalled { operation, .. }) if operation.starts_with("committing")),
+            matches!(outcome, Err(Error::Kafka(KafkaError::TransactionStalled { operation, .. })) if operation.as_str().starts_with("committing")),
             "{outcome:?}"
         );
     }

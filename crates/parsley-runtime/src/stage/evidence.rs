@@ -41,6 +41,7 @@ use crate::librdkafka::cached_high_watermark;
 use crate::security::is_security_failure;
 use parsley_task::context::TaskContext;
 use parsley_task::error::{Error, Result};
+use parsley_task::error::{Operation, RecordError};
 use parsley_task::event_time::{HeadEvidence, head_evidence};
 use parsley_task::task::Task;
 use parsley_task::topic::TopicInfo;
@@ -229,20 +230,21 @@ impl Evidence {
 
     /// Decides what an error of `intake`'s poll means: `Ok` to carry on, or the error that
     /// ends the stage; `timeout` bounds the descriptions it takes.
-    /// - A failure to authenticate or to set up TLS: [`Error::Security`].
+    /// - A failure to authenticate or to set up TLS:
+    ///   [`KafkaError::Security`](parsley_task::error::KafkaError::Security).
     /// - A transient connection error (a broker restarting, a network blip): librdkafka
     ///   reconnects by itself; carry on.
-    /// - An unknown topic or partition: [`Error::SourceDeleted`] when the cluster confirms a
-    ///   source is gone, [`Error::SourceChanged`] when it was recreated (a new topic id);
+    /// - An unknown topic or partition: [`RecordError::SourceDeleted`] when the cluster confirms a
+    ///   source is gone, [`RecordError::SourceChanged`] when it was recreated (a new topic id);
     ///   otherwise metadata not caught up yet (a topic just created, a leader moving): carry
     ///   on.
     /// - A fetch position that fell out of range (with `auto.offset.reset=error`) while the
-    ///   stage runs: [`Error::RecordsLost`] for the channel whose position now lies below its
+    ///   stage runs: [`RecordError::RecordsLost`] for the channel whose position now lies below its
     ///   log start offset (retention or `DeleteRecords` removed records the stage had not
     ///   fetched: case C12 mid-stream); librdkafka's error names no partition, so the positions
     ///   are compared with the log start offsets read now.
     /// - Anything else is the client's error — unless a source was recreated meanwhile, which
-    ///   explains it: [`Error::SourceChanged`] then.
+    ///   explains it: [`RecordError::SourceChanged`] then.
     pub(crate) fn poll_failed(
         &self,
         ctx: &TaskContext,
@@ -282,11 +284,11 @@ impl Evidence {
         if let Ok(Some(change)) = sources::source_change(&self.admin, ctx, timeout) {
             return Err(change);
         }
-        Err(crate::client_error::kafka("polling", e))
+        Err(crate::client_error::kafka(Operation::Poll, e))
     }
 
-    /// [`Error::RecordsLost`] for the first channel whose consumer position lies below its log
-    /// start offset, if any.
+    /// [`RecordError::RecordsLost`] for the first channel whose consumer position lies below its
+    /// log start offset, if any.
     fn records_lost(
         &self,
         ctx: &TaskContext,
@@ -301,11 +303,13 @@ impl Evidence {
             .into_iter()
             .zip(starts)
             .find(|((_, _, position), start)| position < start)
-            .map(|((topic, partition, from), log_start)| Error::RecordsLost {
-                topic,
-                partition,
-                from,
-                log_start,
+            .map(|((topic, partition, from), log_start)| {
+                Error::Record(RecordError::RecordsLost {
+                    topic,
+                    partition,
+                    from,
+                    log_start,
+                })
             }))
     }
 }
@@ -341,7 +345,7 @@ fn consumer_positions<C: ConsumerContext>(
     }
     crate::librdkafka::consumer::positions(consumer, &mut positions).map_err(|code| {
         crate::client_error::kafka(
-            "reading positions",
+            Operation::ReadPositions,
             rdkafka::error::KafkaError::MetadataFetch(code),
         )
     })?;

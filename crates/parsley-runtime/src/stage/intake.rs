@@ -45,6 +45,7 @@ use crate::clients::ClientRole;
 use crate::config::RuntimeConfig;
 use crate::security::Endpoint;
 use parsley_task::context::TaskContext;
+use parsley_task::error::Operation;
 use parsley_task::error::{Error, Result};
 use parsley_task::output::Header;
 use parsley_task::record::{Fetched, FetchedMessage, fetched};
@@ -141,12 +142,14 @@ impl Intake {
         let consumer: BaseConsumer<RebalanceContext> = cc
             .create_with_context(RebalanceContext::new(config, admin.clone()))
             .map_err(|e| {
-                crate::client_error::kafka(format!("creating the consumer of group {group}"), e)
+                Error::from(
+                    crate::client_error::client(Operation::CreateConsumer, e).with_group(group),
+                )
             })?;
         let topics: Vec<&str> = sources.iter().map(String::as_str).collect();
         consumer
             .subscribe(&topics)
-            .map_err(|e| crate::client_error::kafka("subscribing", e))?;
+            .map_err(|e| crate::client_error::kafka(Operation::Subscribe, e))?;
         debug!("subscribed: joining the group");
         Ok(Intake {
             consumer,
@@ -363,27 +366,30 @@ impl Intake {
         timeout: Duration,
     ) -> Result<()> {
         self.held.forget_from(&channel, offset);
+        let topic = &ctx.source_of(channel)?.name;
         self.consumer
-            .seek(
-                &ctx.source_of(channel)?.name,
-                channel.partition,
-                Offset::Offset(offset),
-                timeout,
-            )
-            .map_err(|e| crate::client_error::kafka(format!("seeking {channel} to {offset}"), e))
+            .seek(topic, channel.partition, Offset::Offset(offset), timeout)
+            .map_err(|e| {
+                Error::from(
+                    crate::client_error::client(Operation::Seek, e)
+                        .with_partition(topic, channel.partition)
+                        .with_offset(offset),
+                )
+            })
     }
 
     /// The positions where the current assignment starts again: the group's committed
     /// offsets, or the log start where it has none (as on assignment).
     ///
     /// # Errors
-    /// As on assignment: [`Error::RecordsLost`] for a committed offset below the log start;
-    /// client errors.
+    /// As on assignment:
+    /// [`RecordError::RecordsLost`](parsley_task::error::RecordError::RecordsLost) for a committed
+    /// offset below the log start; client errors.
     pub(crate) fn start_positions(&self) -> Result<Vec<(String, i32, i64)>> {
         let assignment = self
             .consumer
             .assignment()
-            .map_err(|e| crate::client_error::kafka("reading the assignment", e))?;
+            .map_err(|e| crate::client_error::kafka(Operation::ReadAssignment, e))?;
         self.consumer
             .context()
             .start_positions(&self.consumer, &assignment)
@@ -393,7 +399,7 @@ impl Intake {
     pub(crate) fn unassign(&mut self) -> Result<()> {
         self.consumer
             .unassign()
-            .map_err(|e| crate::client_error::kafka("unassigning after revocation", e))?;
+            .map_err(|e| crate::client_error::kafka(Operation::UnassignAfterRevocation, e))?;
         // Nothing is paused or held once nothing is assigned.
         self.full.clear();
         self.bounds.clear();
@@ -403,9 +409,11 @@ impl Intake {
 
     /// The group metadata that goes with the offsets into the transaction (EOS v2).
     pub(crate) fn group_metadata(&self) -> Result<rdkafka::consumer::ConsumerGroupMetadata> {
-        self.consumer.group_metadata().ok_or_else(|| Error::Admin {
-            operation: "committing".into(),
-            message: "the consumer has no group metadata".into(),
+        self.consumer.group_metadata().ok_or_else(|| {
+            Error::admin(
+                Operation::Commit,
+                "the consumer has no group metadata".into(),
+            )
         })
     }
 
@@ -514,7 +522,7 @@ fn pause_partition(
     } else {
         consumer.resume(&tpl)
     }
-    .map_err(|e| crate::client_error::kafka("pausing or resuming a partition", e))
+    .map_err(|e| crate::client_error::kafka(Operation::PauseResume, e))
 }
 
 #[cfg(test)]

@@ -170,8 +170,8 @@ impl StageRunner {
     /// initialises transactions (module `startup`).
     ///
     /// # Errors
-    /// [`crate::Error::UnknownTopic`], [`crate::Error::NotCoPartitioned`],
-    /// [`crate::Error::ChangelogPartitions`], [`crate::Error::InternalTopicPartitions`],
+    /// [`crate::SetupError::UnknownTopic`], [`crate::SetupError::NotCoPartitioned`],
+    /// [`crate::SetupError::ChangelogPartitions`], [`crate::SetupError::InternalTopicPartitions`],
     /// client and admin errors.
     ///
     /// `feeding` names, per source that other stages of the topology write, those stages
@@ -230,7 +230,7 @@ impl StageRunner {
     /// another process running as this instance or any other error ends the stage. Recoveries
     /// without a commit in between are bounded, so a persistent fault cannot loop forever.
     ///
-    /// An output refused for good ([`crate::Error::OutputRefused`]) is never retried as it
+    /// An output refused for good ([`crate::RecordError::OutputRefused`]) is never retried as it
     /// was: under a bad-record policy that takes records, its transaction is aborted the same
     /// way and the redo skips or dead-letters its input record
     /// ([`Tasks::refused_input`]); otherwise the stage ends with it. Such a recovery is
@@ -263,9 +263,9 @@ impl StageRunner {
     /// before the refused record's delivery report was settled is explained by that report
     /// (and a refused batch no record explains may be explained by reports still to come).
     /// For such send errors the outstanding reports are awaited (a flush) and settled; an
-    /// [`crate::Error::OutputRefused`] among them replaces `e`.
+    /// [`crate::RecordError::OutputRefused`] among them replaces `e`.
     fn explained(&mut self, e: crate::Error) -> crate::Error {
-        if !matches!(e, crate::Error::Send { .. }) {
+        if !matches!(e, crate::Error::Kafka(crate::KafkaError::Send { .. })) {
             return e;
         }
         let explainable = crate::client_error::library_error(&e)
@@ -281,7 +281,9 @@ impl StageRunner {
             return e;
         }
         match self.settle_acks() {
-            Err(refused @ crate::Error::OutputRefused { .. }) => refused,
+            Err(refused @ crate::Error::Record(crate::RecordError::OutputRefused { .. })) => {
+                refused
+            }
             _ => e,
         }
     }

@@ -26,6 +26,7 @@ use rdkafka::{Offset, TopicPartitionList};
 use crate::admin::Admin;
 use crate::config::{RuntimeConfig, StatisticsSink, forward_statistics};
 use parsley_task::error::{Error, Result};
+use parsley_task::error::{Operation, RecordError, SetupError};
 use parsley_task::topic::TopicInfo;
 
 /// What the rebalance callback tells the stream thread.
@@ -41,10 +42,7 @@ pub(crate) enum RebalanceEvent {
 
 /// A rebalance failure described by `message`.
 fn rebalance_failed(message: String) -> Error {
-    Error::Admin {
-        operation: "rebalancing".into(),
-        message,
-    }
+    Error::admin(Operation::Rebalance, message)
 }
 
 /// The consumer's context: records rebalance events for the stream thread.
@@ -102,7 +100,7 @@ impl RebalanceContext {
     ) -> Result<Vec<(String, i32, i64)>> {
         let committed = consumer
             .committed_offsets(tpl.clone(), self.timeout)
-            .map_err(|e| crate::client_error::kafka("reading committed offsets", e))?;
+            .map_err(|e| crate::client_error::kafka(Operation::ReadCommittedOffsets, e))?;
         let elements = committed.elements();
         let partitions: Vec<(&str, i32)> = elements
             .iter()
@@ -114,12 +112,12 @@ impl RebalanceContext {
             let position = match e.offset() {
                 Offset::Offset(o) if o >= 0 => {
                     if o < low {
-                        return Err(Error::RecordsLost {
+                        return Err(Error::Record(RecordError::RecordsLost {
                             topic: e.topic().to_string(),
                             partition: e.partition(),
                             from: o,
                             log_start: low,
-                        });
+                        }));
                     }
                     o
                 }
@@ -155,9 +153,10 @@ impl ConsumerContext for RebalanceContext {
                         }
                         match consumer.assign(&assign) {
                             Ok(()) => RebalanceEvent::Assigned(positions),
-                            Err(e) => {
-                                RebalanceEvent::Failed(crate::client_error::kafka("assigning", e))
-                            }
+                            Err(e) => RebalanceEvent::Failed(crate::client_error::kafka(
+                                Operation::Assign,
+                                e,
+                            )),
                         }
                     }
                     Err(e) => {
@@ -200,7 +199,8 @@ impl ConsumerContext for RebalanceContext {
 /// again, `by_task` the assigned channels with their positions, by task.
 ///
 /// # Errors
-/// [`Error::SourceChanged`] or [`Error::NotCoPartitioned`], naming the topic and partition.
+/// [`RecordError::SourceChanged`] or [`SetupError::NotCoPartitioned`], naming the topic and
+/// partition.
 pub(crate) fn check_assignment(
     stage: &str,
     sources: &[TopicInfo],
@@ -210,7 +210,7 @@ pub(crate) fn check_assignment(
     super::sources::compare(stage, sources, now)?;
     for (partition, positions) in by_task {
         if positions.len() != sources.len() {
-            return Err(Error::NotCoPartitioned {
+            return Err(Error::Setup(SetupError::NotCoPartitioned {
                 stage: stage.to_string(),
                 partitions: sources
                     .iter()
@@ -226,7 +226,7 @@ pub(crate) fn check_assignment(
                         )
                     })
                     .collect(),
-            });
+            }));
         }
     }
     Ok(())

@@ -1,15 +1,14 @@
 //! The identity of a stage's sources, checked while the stage runs.
 //!
-//! A source topic that is deleted and created again under its name is a new channel (a new
-//! topic id, offsets from zero): the stage's committed offsets, gate frontiers and claims
-//! name the old one. A recreated topic can also leave the consumer waiting without an error:
-//! after a broker restart the old partitions' leader epochs are above zero, and the new
-//! topic's start again at zero, which a client may take for stale metadata. So, besides the
-//! checks at an assignment and when the consumer reports a source unknown, the stream thread
-//! describes its sources every [`CHECK_EVERY`] and ends the stage with
-//! [`Error::SourceChanged`] (naming the old and new topic ids) or [`Error::SourceDeleted`] as
-//! soon as one changed — never a silent stall. A restart then starts the new channel at its log
-//! start (case C11).
+//! A source topic that is deleted and created again under its name is a new channel (a new topic
+//! id, offsets from zero): the stage's committed offsets, gate frontiers and claims name the old
+//! one. A recreated topic can also leave the consumer waiting without an error: after a broker
+//! restart the old partitions' leader epochs are above zero, and the new topic's start again at
+//! zero, which a client may take for stale metadata. So, besides the checks at an assignment and
+//! when the consumer reports a source unknown, the stream thread describes its sources every
+//! [`CHECK_EVERY`] and ends the stage with [`RecordError::SourceChanged`] (naming the old and new
+//! topic ids) or [`RecordError::SourceDeleted`] as soon as one changed — never a silent stall. A
+//! restart then starts the new channel at its log start (case C11).
 //!
 //! Invariant: a stage runs only while every source has the id and partition count it had when
 //! the stage started.
@@ -21,6 +20,7 @@ use tracing::warn;
 use crate::admin::Admin;
 use parsley_task::context::TaskContext;
 use parsley_task::error::{Error, Result};
+use parsley_task::error::{RecordError, SetupError};
 use parsley_task::topic::TopicInfo;
 
 /// How often a running stage describes its sources (as often as its consumer refreshes its
@@ -35,17 +35,17 @@ const CHECK_TIMEOUT: Duration = Duration::from_secs(5);
 /// and partition count in `now` (the same topics, described again, in the same order).
 ///
 /// # Errors
-/// [`Error::SourceChanged`] for the first source that changed.
+/// [`RecordError::SourceChanged`] for the first source that changed.
 pub(crate) fn compare(stage: &str, sources: &[TopicInfo], now: &[TopicInfo]) -> Result<()> {
     for (before, now) in sources.iter().zip(now) {
         if before.partitions != now.partitions || before.id != now.id {
-            return Err(Error::SourceChanged {
+            return Err(Error::Record(RecordError::SourceChanged {
                 stage: stage.to_string(),
                 topic: before.name.clone(),
                 partitions: (before.partitions, now.partitions),
                 recreated: before.id != now.id,
                 ids: (before.id, now.id),
-            });
+            }));
         }
     }
     Ok(())
@@ -73,7 +73,7 @@ impl SourceCheck {
     /// at the next interval.
     ///
     /// # Errors
-    /// [`Error::SourceChanged`], [`Error::SourceDeleted`].
+    /// [`RecordError::SourceChanged`], [`RecordError::SourceDeleted`].
     pub(crate) fn check(
         &mut self,
         admin: &Admin,
@@ -95,8 +95,8 @@ impl SourceCheck {
     }
 }
 
-/// What changed in the sources of `ctx` since the stage started, described now with `admin`
-/// within `timeout`: [`Error::SourceChanged`] or [`Error::SourceDeleted`], or `None` when
+/// What changed in the sources of `ctx` since the stage started, described now with `admin` within
+/// `timeout`: [`RecordError::SourceChanged`] or [`RecordError::SourceDeleted`], or `None` when
 /// nothing did.
 ///
 /// # Errors
@@ -109,10 +109,12 @@ pub(crate) fn source_change(
     let names: Vec<&str> = ctx.sources.iter().map(|t| t.name.as_str()).collect();
     match admin.describe_topics_within(&names, timeout) {
         Ok(now) => Ok(compare(&ctx.stage, &ctx.sources, &now).err()),
-        Err(Error::UnknownTopic { topic }) => Ok(Some(Error::SourceDeleted {
-            stage: ctx.stage.clone(),
-            topic,
-        })),
+        Err(Error::Setup(SetupError::UnknownTopic { topic })) => {
+            Ok(Some(Error::Record(RecordError::SourceDeleted {
+                stage: ctx.stage.clone(),
+                topic,
+            })))
+        }
         Err(other) => Err(other),
     }
 }
@@ -133,7 +135,7 @@ mod tests {
         assert!(compare("s", &[t(1, 2)], &[t(1, 2)]).is_ok());
         let err = compare("s", &[t(1, 2)], &[t(2, 2)]).unwrap_err();
         assert!(
-            matches!(&err, Error::SourceChanged { topic, partitions: (2, 2), recreated: true, ids, .. }
+            matches!(&err, Error::Record(RecordError::SourceChanged { topic, partitions: (2, 2), recreated: true, ids, .. })
                 if topic == "in" && *ids == (TopicId::from_bytes([1; 16]), TopicId::from_bytes([2; 16]))),
             "{err}"
         );
@@ -141,11 +143,11 @@ mod tests {
         let err = compare("s", &[t(1, 2)], &[t(1, 3)]).unwrap_err();
         assert!(matches!(
             err,
-            Error::SourceChanged {
+            Error::Record(RecordError::SourceChanged {
                 partitions: (2, 3),
                 recreated: false,
                 ..
-            }
+            })
         ));
     }
 }

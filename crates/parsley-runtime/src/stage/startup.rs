@@ -25,6 +25,7 @@ use crate::changelog;
 use crate::clients::ClientRole;
 use crate::config::RuntimeConfig;
 use parsley_task::context::TaskContext;
+use parsley_task::error::SetupError;
 use parsley_task::error::{Error, Result};
 use parsley_task::metrics::StageMetrics;
 use parsley_task::state_store::{self, StateStores};
@@ -56,9 +57,9 @@ pub(super) struct Started {
 /// creates the clients and initialises transactions (module docs).
 ///
 /// # Errors
-/// [`Error::UnknownTopic`], [`Error::NotCoPartitioned`], [`Error::ChangelogPartitions`],
-/// [`Error::InternalTopicPartitions`],
-/// client and admin errors.
+/// [`SetupError::UnknownTopic`], [`SetupError::NotCoPartitioned`],
+/// [`SetupError::ChangelogPartitions`], [`SetupError::InternalTopicPartitions`], client and admin
+/// errors.
 ///
 /// `feeding` names, per source that other stages of the topology write, those stages
 /// ([`super::feeding_stages`]).
@@ -192,7 +193,7 @@ pub(super) fn start(
 /// (`delete.retention.ms`; the broker's default when it cannot be read).
 ///
 /// # Errors
-/// [`Error::StateStore`].
+/// [`ProcessingError::StateStore`](parsley_task::error::ProcessingError::StateStore).
 fn open_stores(
     admin: &Admin,
     dir: &std::path::Path,
@@ -224,8 +225,8 @@ fn open_stores(
 /// creates it.
 ///
 /// # Errors
-/// [`Error::InternalTopicPartitions`]; [`Error::UnknownTopic`] when a topic it takes its count
-/// from does not exist; admin errors.
+/// [`SetupError::InternalTopicPartitions`]; [`SetupError::UnknownTopic`] when a topic it takes its
+/// count from does not exist; admin errors.
 fn ensure_internal_topics(admin: &Admin, spec: &StageSpec) -> Result<()> {
     for topic in spec.internal_topics() {
         let of: Vec<&str> = topic.partitions_of.iter().map(String::as_str).collect();
@@ -237,7 +238,7 @@ fn ensure_internal_topics(admin: &Admin, spec: &StageSpec) -> Result<()> {
             .unwrap_or(1);
         let info = match admin.describe_topics(&[topic.name.as_str()]) {
             Ok(mut t) => t.remove(0),
-            Err(Error::UnknownTopic { .. }) => {
+            Err(Error::Setup(SetupError::UnknownTopic { .. })) => {
                 let mut new = TopicSpec::new(topic.name.clone(), expected);
                 for (k, v) in &topic.config {
                     new = new.config(k.clone(), v.clone());
@@ -248,11 +249,11 @@ fn ensure_internal_topics(admin: &Admin, spec: &StageSpec) -> Result<()> {
             Err(e) => return Err(e),
         };
         if info.partitions != expected {
-            return Err(Error::InternalTopicPartitions {
+            return Err(Error::Setup(SetupError::InternalTopicPartitions {
                 topic: topic.name.clone(),
                 partitions: info.partitions,
                 expected,
-            });
+            }));
         }
         debug!(topic = %topic.name, partitions = expected, "startup: internal topic ready");
     }
@@ -269,13 +270,13 @@ fn describe(
         .iter()
         .any(|t| t.partitions != sources[0].partitions)
     {
-        return Err(Error::NotCoPartitioned {
+        return Err(Error::Setup(SetupError::NotCoPartitioned {
             stage: spec.name().to_string(),
             partitions: sources
                 .iter()
                 .map(|t| (t.name.clone(), t.partitions))
                 .collect(),
-        });
+        }));
     }
     let sink_names: Vec<&str> = spec.sinks().iter().map(String::as_str).collect();
     let sinks = if sink_names.is_empty() {

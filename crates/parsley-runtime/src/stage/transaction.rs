@@ -25,12 +25,12 @@
 //!
 //! **Recovery.** A transaction that cannot commit (timed out, a send refused) is aborted
 //! ([`Transaction::abort_for_recovery`]) and every task returns to its last commit in place; a
-//! producer fenced for its transaction's age (case C08) is replaced; a fence by another
-//! process running as this instance (case C09) ends the stage with [`Error::Fenced`]. An output
-//! refused for good ([`Error::OutputRefused`], cases C16 and C17: named from the delivery
-//! reports by [`refusal::culprit`]) is never redone as it was: the redo skips or dead-letters
-//! its input record under a policy that takes it, and after a batch the broker refused the
-//! producer is replaced.
+//! producer fenced for its transaction's age (case C08) is replaced; a fence by another process
+//! running as this instance (case C09) ends the stage with
+//! [`KafkaError::Fenced`](parsley_task::error::KafkaError::Fenced). An output refused for good
+//! ([`RecordError::OutputRefused`], cases C16 and C17: named from the delivery reports by
+//! [`refusal::culprit`]) is never redone as it was: the redo skips or dead-letters its input record
+//! under a policy that takes it, and after a batch the broker refused the producer is replaced.
 //!
 //! Invariants:
 //! - a task's committed offsets and its last committed snapshot describe the same moment —
@@ -57,7 +57,9 @@ use super::commit_call::CommitCall;
 use crate::config::StatisticsSink;
 use crate::outbox::{Ack, Outbox};
 use crate::refusal::{self, RecordShape};
+use parsley_task::error;
 use parsley_task::error::{Error, Result};
+use parsley_task::error::{Operation, RecordError};
 use parsley_task::output::{ChangelogWriter, HeldSend, Outgoing, Output};
 use parsley_task::record::Work;
 use parsley_task::task::Task;
@@ -185,8 +187,9 @@ pub(crate) struct Transaction {
     /// The stage's changelog: task state and Parsley's own state.
     changelog: TopicInfo,
     sends: Sends,
-    /// When the open transaction began: a fence seen before `transaction.timeout.ms` has
-    /// passed since cannot be the coordinator's (case C09, [`Error::Fenced`]).
+    /// When the open transaction began: a fence seen before `transaction.timeout.ms` has passed
+    /// since cannot be the coordinator's (case C09,
+    /// [`KafkaError::Fenced`](parsley_task::error::KafkaError::Fenced)).
     began: Instant,
     /// When the last commit started (the interval runs from the start of a commit).
     last_commit: Instant,
@@ -279,7 +282,7 @@ impl Transaction {
         self.outbox
             .producer()
             .begin_transaction()
-            .map_err(|e| crate::client_error::kafka("beginning a transaction", e))?;
+            .map_err(|e| crate::client_error::kafka(Operation::BeginTransaction, e))?;
         Ok(match std::mem::replace(&mut self.sends, Sends::Open) {
             Sends::Open => Vec::new(),
             Sends::Held(held) => held,
@@ -289,7 +292,8 @@ impl Transaction {
     /// Waits until every send so far has a delivery report (recorded, not settled).
     ///
     /// # Errors
-    /// [`Error::Timeout`] when they do not arrive within `timeout`.
+    /// [`KafkaError::Timeout`](parsley_task::error::KafkaError::Timeout) when they do not arrive
+    /// within `timeout`.
     pub(crate) fn flush(&self, timeout: Duration) -> Result<()> {
         self.outbox.flush(timeout)
     }
@@ -307,18 +311,18 @@ impl Transaction {
             .unwrap_or(refusal::DEFAULT_MESSAGE_MAX_BYTES)
     }
 
-    /// `e`, or [`Error::OutputRefused`] when it is librdkafka's `MSG_SIZE_TOO_LARGE` from
+    /// `e`, or [`RecordError::OutputRefused`] when it is librdkafka's `MSG_SIZE_TOO_LARGE` from
     /// `produce()` for the record of `shape` (it will never fit the producer's
     /// `message.max.bytes`). The stage and the input record are named by the caller
     /// ([`Error::refused_in`]). librdkafka does not mark the transaction for abort for a
     /// record it refuses in `produce()`: the caller must not commit it.
     fn refused_by_producer(&self, e: Error, shape: &RecordShape) -> Error {
         match e {
-            Error::Send {
+            Error::Kafka(error::KafkaError::Send {
                 topic,
                 channel,
                 source,
-            } if matches!(
+            }) if matches!(
                 source
                     .library_error()
                     .and_then(|e| e.downcast_ref::<KafkaError>()),
@@ -327,7 +331,7 @@ impl Transaction {
                 ))
             ) =>
             {
-                Error::OutputRefused {
+                Error::Record(RecordError::OutputRefused {
                     stage: String::new(),
                     input: None,
                     dead_letter: false,
@@ -337,7 +341,7 @@ impl Transaction {
                         shape,
                         self.message_max_bytes(),
                     )),
-                }
+                })
             }
             other => other,
         }
@@ -557,8 +561,8 @@ impl Transaction {
     /// changelog's delivery reports served), `false` when the commit is to be finished.
     ///
     /// # Errors
-    /// [`Error::TransactionStalled`] when the call ran past its bound (the commit is dropped,
-    /// and the recovery replaces the producer).
+    /// [`KafkaError::TransactionStalled`](parsley_task::error::KafkaError::TransactionStalled) when
+    /// the call ran past its bound (the commit is dropped, and the recovery replaces the producer).
     pub(crate) fn overlap_turn(&mut self) -> Result<bool> {
         let Some(committing) = self.committing.as_mut() else {
             return Ok(false);
@@ -597,7 +601,9 @@ impl Transaction {
     /// `timeout`. `None` when no commit is in flight.
     ///
     /// # Errors
-    /// The call's ([`Error::TransactionStalled`] past its bound); the reports'.
+    /// The call's
+    /// ([`KafkaError::TransactionStalled`](parsley_task::error::KafkaError::TransactionStalled)
+    /// past its bound); the reports'.
     pub(crate) fn wait_commit(&mut self, timeout: Duration) -> Result<Option<Committed>> {
         let Some(mut committing) = self.committing.take() else {
             return Ok(None);
@@ -625,11 +631,12 @@ impl Transaction {
     /// Aborts the open transaction for a recovery from `cause` (module docs): a commit in
     /// flight is given up with it; a producer whose call is still at work, or fenced for its
     /// transaction's age, is replaced. `transactional_id` names the producer in
-    /// [`Error::Fenced`].
+    /// [`KafkaError::Fenced`](parsley_task::error::KafkaError::Fenced).
     ///
     /// # Errors
-    /// [`Error::Fenced`] when another process running as this instance fenced the producer;
-    /// the abort's own error when the producer cannot abort otherwise; a new producer's.
+    /// [`KafkaError::Fenced`](parsley_task::error::KafkaError::Fenced) when another process running
+    /// as this instance fenced the producer; the abort's own error when the producer cannot abort
+    /// otherwise; a new producer's.
     pub(crate) fn abort_for_recovery(
         &mut self,
         cause: &Error,
@@ -638,7 +645,10 @@ impl Transaction {
     ) -> Result<()> {
         // A commit in flight is given up with the transaction.
         self.committing = None;
-        let stalled = matches!(cause, Error::TransactionStalled { .. });
+        let stalled = matches!(
+            cause,
+            Error::Kafka(error::KafkaError::TransactionStalled { .. })
+        );
         let aborted = (!stalled).then(|| self.outbox.abort_transaction(timeout));
         // librdkafka refuses the abort while a call it timed out is still at work in the
         // background ("retry call to resume": a commit whose EndTxn is waiting for a
@@ -673,10 +683,11 @@ impl Transaction {
         Ok(())
     }
 
-    /// What follows an abort of the open transaction: on success, the reports awaited and
-    /// the outbox emptied (the producer replaced after a batch the broker refused); a fenced or
-    /// failed producer replaced, or the stage ended with [`Error::Fenced`] when another process
-    /// runs as this instance.
+    /// What follows an abort of the open transaction: on success, the reports awaited and the
+    /// outbox emptied (the producer replaced after a batch the broker refused); a fenced or failed
+    /// producer replaced, or the stage ended with
+    /// [`KafkaError::Fenced`](parsley_task::error::KafkaError::Fenced) when another process runs as
+    /// this instance.
     fn after_abort(
         &mut self,
         cause: &Error,
@@ -688,7 +699,7 @@ impl Transaction {
             Ok(()) => {
                 self.outbox.wait_acked(timeout)?;
                 self.outbox.discard();
-                if let Error::OutputRefused { reason, .. } = cause
+                if let Error::Record(RecordError::OutputRefused { reason, .. }) = cause
                     && reason.by_broker()
                 {
                     // librdkafka keeps counting the sequence numbers of the batch the broker
@@ -709,12 +720,12 @@ impl Transaction {
                 // up its tasks; taking the id back would fence the live owner in turn.
                 let open = self.began.elapsed();
                 if crate::client_error::fencing(t.code()) && open < transaction_timeout {
-                    return Err(Error::Fenced {
+                    return Err(Error::Kafka(error::KafkaError::Fenced {
                         transactional_id: transactional_id.to_string(),
                         open_ms: open.as_millis() as u64,
                         timeout_ms: transaction_timeout.as_millis() as u64,
                         message: t.to_string(),
-                    });
+                    }));
                 }
                 // A timed-out transaction (or another fatal producer error): this producer is
                 // done; a new one takes the id (initialising it completes or aborts whatever
@@ -725,9 +736,8 @@ impl Transaction {
                 self.replace_producer(timeout)?;
             }
             Err(e) => {
-                return Err(crate::client_error::kafka(
-                    format!("aborting after: {cause}"),
-                    e,
+                return Err(Error::from(
+                    crate::client_error::client(Operation::AbortAfter, e).with_cause(&cause),
                 ));
             }
         }

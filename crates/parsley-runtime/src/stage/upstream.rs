@@ -54,6 +54,7 @@ use crate::admin::Admin;
 use crate::caught_up::StageProgress;
 use crate::config::RuntimeConfig;
 use parsley_task::context::FedByStages;
+use parsley_task::error::SetupError;
 use parsley_task::error::{Error, Result};
 
 /// The stages that feed each source of `stage` that other stages of `topology` write: per
@@ -137,7 +138,7 @@ struct Waiting {
 fn targets_of(reader: &StageProgress, admin: &Admin) -> Result<Option<Vec<(String, i32, i64)>>> {
     match reader.stable_ends(admin) {
         Ok(ends) => Ok(Some(ends)),
-        Err(Error::UnknownTopic { .. }) => Ok(None),
+        Err(Error::Setup(SetupError::UnknownTopic { .. })) => Ok(None),
         Err(e) => Err(e),
     }
 }

@@ -15,6 +15,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use parsley_clock::{Channel, Stamp, TopicId, codec, is_stamp_header};
 
+use crate::error::SetupError;
 use crate::error::{Error, Result};
 use crate::output::Header;
 use crate::record::FetchedMessage;
@@ -126,10 +127,12 @@ impl Logs {
     /// Topic `name`.
     ///
     /// # Errors
-    /// [`Error::UnknownTopic`].
+    /// [`SetupError::UnknownTopic`].
     pub(super) fn topic(&self, name: &str) -> Result<&Topic> {
-        self.topics.get(name).ok_or_else(|| Error::UnknownTopic {
-            topic: name.to_string(),
+        self.topics.get(name).ok_or_else(|| {
+            Error::Setup(SetupError::UnknownTopic {
+                topic: name.to_string(),
+            })
         })
     }
 
@@ -155,14 +158,13 @@ impl Logs {
     /// writers choose; a record without a key goes round robin.
     ///
     /// # Errors
-    /// [`Error::UnknownTopic`].
+    /// [`SetupError::UnknownTopic`].
     pub(super) fn partition_for(&mut self, topic: &str, key: Option<&[u8]>) -> Result<i32> {
-        let t = self
-            .topics
-            .get_mut(topic)
-            .ok_or_else(|| Error::UnknownTopic {
+        let t = self.topics.get_mut(topic).ok_or_else(|| {
+            Error::Setup(SetupError::UnknownTopic {
                 topic: topic.to_string(),
-            })?;
+            })
+        })?;
         Ok(match key {
             Some(k) => crate::topic::partition_for(k, t.info.partitions),
             None => {
@@ -176,17 +178,16 @@ impl Logs {
     /// Appends `record` to `topic`/`partition`; returns its offset.
     ///
     /// # Errors
-    /// [`Error::UnknownTopic`].
+    /// [`SetupError::UnknownTopic`].
     ///
     /// # Panics
     /// When the partition is not one of the topic's.
     pub(super) fn append(&mut self, topic: &str, partition: i32, record: Append) -> Result<i64> {
-        let t = self
-            .topics
-            .get_mut(topic)
-            .ok_or_else(|| Error::UnknownTopic {
+        let t = self.topics.get_mut(topic).ok_or_else(|| {
+            Error::Setup(SetupError::UnknownTopic {
                 topic: topic.to_string(),
-            })?;
+            })
+        })?;
         let Some(p) = t
             .partitions
             .get_mut(usize::try_from(partition).unwrap_or(usize::MAX))

@@ -105,6 +105,7 @@ use self::log::{Append, Logs, Stored};
 use self::producer::ProducerState;
 use self::stage::{StageRun, StageTopics};
 use crate::context::GateMode;
+use crate::error::SetupError;
 use crate::error::{Error, Result};
 use crate::metrics::{LateKey, MetricsSnapshot, TaskMetrics};
 use crate::topic::TopicInfo;
@@ -181,8 +182,8 @@ impl TopologyTestDriverBuilder {
     /// stage's sources are co-partitioned, and starts every task fresh.
     ///
     /// # Errors
-    /// [`Error::NotCoPartitioned`] when a stage's sources have different partition counts;
-    /// [`Error::InternalTopicPartitions`] when an internal topic was given another count than
+    /// [`SetupError::NotCoPartitioned`] when a stage's sources have different partition counts;
+    /// [`SetupError::InternalTopicPartitions`] when an internal topic was given another count than
     /// the one it takes; a task's start errors.
     pub fn build(self) -> Result<TopologyTestDriver> {
         let topology = self.topology;
@@ -210,11 +211,11 @@ impl TopologyTestDriverBuilder {
                     if let Some(&given) = self.partitions.get(name)
                         && given != expected
                     {
-                        return Err(Error::InternalTopicPartitions {
+                        return Err(Error::Setup(SetupError::InternalTopicPartitions {
                             topic: name.to_string(),
                             partitions: given,
                             expected,
-                        });
+                        }));
                     }
                     expected
                 }
@@ -230,13 +231,13 @@ impl TopologyTestDriverBuilder {
                 .iter()
                 .any(|t| t.partitions != sources[0].partitions)
             {
-                return Err(Error::NotCoPartitioned {
+                return Err(Error::Setup(SetupError::NotCoPartitioned {
                     stage: spec.name().to_string(),
                     partitions: sources
                         .iter()
                         .map(|t| (t.name.clone(), t.partitions))
                         .collect(),
-                });
+                }));
             }
             let [impossible, bad] = dead_letters(spec).map(|t| t.map(info));
             let topics = StageTopics {
@@ -341,7 +342,7 @@ impl Inner {
         self.stages
             .iter()
             .find(|s| s.name() == name)
-            .ok_or_else(|| Error::UnknownStage(name.to_string()))
+            .ok_or_else(|| Error::Setup(SetupError::UnknownStage(name.to_string())))
     }
 
     /// The producer named `name`, created on first use.
@@ -386,7 +387,7 @@ impl TopologyTestDriver {
     /// A handle that pipes records into `topic`, encoded with `key_codec` and `value_codec`.
     ///
     /// # Errors
-    /// [`Error::UnknownTopic`] for a topic the driver does not have.
+    /// [`SetupError::UnknownTopic`] for a topic the driver does not have.
     pub fn input_topic<K, V>(
         &self,
         topic: &str,
@@ -406,7 +407,7 @@ impl TopologyTestDriver {
     /// `value_codec`.
     ///
     /// # Errors
-    /// [`Error::UnknownTopic`] for a topic the driver does not have.
+    /// [`SetupError::UnknownTopic`] for a topic the driver does not have.
     pub fn output_topic<K, V>(
         &self,
         topic: &str,
@@ -439,7 +440,7 @@ impl TopologyTestDriver {
     /// Returns the coordinate the record was appended at.
     ///
     /// # Errors
-    /// [`Error::UnknownTopic`]; then as [`TopologyTestDriver::run`] (the record is in the
+    /// [`SetupError::UnknownTopic`]; then as [`TopologyTestDriver::run`] (the record is in the
     /// topic either way).
     ///
     /// # Panics
@@ -487,12 +488,15 @@ impl TopologyTestDriver {
     /// # Errors
     /// [`Error::StageFailed`] naming the first stopped stage, its `source` the typed error the
     /// stage stopped with — the one the runtime's stream thread would end with, e.g.
-    /// [`Error::Stage`] (a handler error or a record that does not decode, under
-    /// [`BadRecordPolicy::Fail`]), [`Error::KeyPartitionMismatch`], [`Error::KeylessRecord`],
-    /// [`Error::ImpossibleStamp`], [`Error::MalformedStamp`] — each naming the topic,
-    /// partition and offset of the record; match it with [`Error::stage_error`]. A stopped
-    /// stage takes no turn until it is restarted ([`TopologyTestDriver::restart`]), and every
-    /// run returns its error until then; the other stages run as far as they can.
+    /// [`ProcessingError::Stage`](crate::error::ProcessingError::Stage) (a handler error or a
+    /// record that does not decode, under [`BadRecordPolicy::Fail`]),
+    /// [`RecordError::KeyPartitionMismatch`](crate::error::RecordError::KeyPartitionMismatch),
+    /// [`RecordError::KeylessRecord`](crate::error::RecordError::KeylessRecord),
+    /// [`RecordError::ImpossibleStamp`](crate::error::RecordError::ImpossibleStamp),
+    /// [`RecordError::MalformedStamp`](crate::error::RecordError::MalformedStamp) — each naming the
+    /// topic, partition and offset of the record; match it with [`Error::stage_error`]. A stopped
+    /// stage takes no turn until it is restarted ([`TopologyTestDriver::restart`]), and every run
+    /// returns its error until then; the other stages run as far as they can.
     ///
     /// # Panics
     /// When the topology does not settle within the builder's
@@ -513,8 +517,10 @@ impl TopologyTestDriver {
     /// auto-run is off).
     ///
     /// # Errors
-    /// A restore error ([`Error::Changelog`], [`Error::RestoreMismatch`], [`Error::EventTime`]);
-    /// then as [`TopologyTestDriver::run`].
+    /// A restore error ([`ProcessingError::Changelog`](crate::error::ProcessingError::Changelog),
+    /// [`ProcessingError::RestoreMismatch`](crate::error::ProcessingError::RestoreMismatch),
+    /// [`ProcessingError::EventTime`](crate::error::ProcessingError::EventTime)); then as
+    /// [`TopologyTestDriver::run`].
     pub fn restart(&self) -> Result<()> {
         self.with(|d| {
             for stage in &mut d.stages {
@@ -527,14 +533,14 @@ impl TopologyTestDriver {
     /// Restarts stage `stage` alone ([`TopologyTestDriver::restart`]).
     ///
     /// # Errors
-    /// [`Error::UnknownStage`]; as [`TopologyTestDriver::restart`].
+    /// [`SetupError::UnknownStage`]; as [`TopologyTestDriver::restart`].
     pub fn restart_stage(&self, stage: &str) -> Result<()> {
         self.with(|d| {
             let Inner { stages, logs, .. } = d;
             let s = stages
                 .iter_mut()
                 .find(|s| s.name() == stage)
-                .ok_or_else(|| Error::UnknownStage(stage.to_string()))?;
+                .ok_or_else(|| Error::Setup(SetupError::UnknownStage(stage.to_string())))?;
             s.restart(logs)?;
             d.after_write()
         })
@@ -543,7 +549,7 @@ impl TopologyTestDriver {
     /// The fold state of `key` in stage `stage` (in whichever task holds it), decoded.
     ///
     /// # Errors
-    /// [`Error::UnknownStage`].
+    /// [`SetupError::UnknownStage`].
     ///
     /// # Panics
     /// When `key_codec` cannot encode the key or `state_codec` cannot decode the state.
@@ -567,7 +573,7 @@ impl TopologyTestDriver {
     /// The fold state of the key with bytes `key` in stage `stage`, as bytes.
     ///
     /// # Errors
-    /// [`Error::UnknownStage`].
+    /// [`SetupError::UnknownStage`].
     pub fn raw_state(&self, stage: &str, key: &[u8]) -> Result<Option<Vec<u8>>> {
         self.with(|d| Ok(d.stage(stage)?.state(key).map(<[u8]>::to_vec)))
     }
@@ -575,7 +581,7 @@ impl TopologyTestDriver {
     /// Every key's fold state in stage `stage`, decoded.
     ///
     /// # Errors
-    /// [`Error::UnknownStage`].
+    /// [`SetupError::UnknownStage`].
     ///
     /// # Panics
     /// When a key or state does not decode.
@@ -603,7 +609,7 @@ impl TopologyTestDriver {
     /// Every key's fold state in stage `stage`, as bytes, by key bytes.
     ///
     /// # Errors
-    /// [`Error::UnknownStage`].
+    /// [`SetupError::UnknownStage`].
     pub fn raw_states(&self, stage: &str) -> Result<BTreeMap<Vec<u8>, Vec<u8>>> {
         self.with(|d| {
             Ok(d.stage(stage)?
@@ -621,7 +627,7 @@ impl TopologyTestDriver {
     /// are the only counters that differ from run to run).
     ///
     /// # Errors
-    /// [`Error::UnknownStage`].
+    /// [`SetupError::UnknownStage`].
     pub fn metrics(&self, stage: &str) -> Result<MetricsSnapshot> {
         self.with(|d| Ok(d.stage(stage)?.metrics.snapshot()))
     }
@@ -629,7 +635,7 @@ impl TopologyTestDriver {
     /// Stage `stage`'s counters per task.
     ///
     /// # Errors
-    /// [`Error::UnknownStage`].
+    /// [`SetupError::UnknownStage`].
     pub fn task_metrics(&self, stage: &str) -> Result<Vec<TaskMetrics>> {
         self.with(|d| Ok(d.stage(stage)?.metrics.tasks()))
     }
@@ -637,7 +643,7 @@ impl TopologyTestDriver {
     /// The per-key late counts of event-time stage `stage`.
     ///
     /// # Errors
-    /// [`Error::UnknownStage`].
+    /// [`SetupError::UnknownStage`].
     pub fn late_by_key(&self, stage: &str) -> Result<Vec<LateKey>> {
         self.with(|d| Ok(d.stage(stage)?.metrics.late_by_key()))
     }
@@ -645,7 +651,7 @@ impl TopologyTestDriver {
     /// The error stage `stage` stopped with, until it is restarted.
     ///
     /// # Errors
-    /// [`Error::UnknownStage`].
+    /// [`SetupError::UnknownStage`].
     pub fn failure(&self, stage: &str) -> Result<Option<Arc<Error>>> {
         self.with(|d| Ok(d.stage(stage)?.failed.clone()))
     }
@@ -653,7 +659,7 @@ impl TopologyTestDriver {
     /// Topic `topic`: its fake id and partition count.
     ///
     /// # Errors
-    /// [`Error::UnknownTopic`].
+    /// [`SetupError::UnknownTopic`].
     pub fn topic(&self, topic: &str) -> Result<TopicInfo> {
         self.with(|d| Ok(d.logs.topic(topic)?.info.clone()))
     }
@@ -662,7 +668,7 @@ impl TopologyTestDriver {
     /// and value (`None`: a tombstone).
     ///
     /// # Errors
-    /// [`Error::UnknownStage`].
+    /// [`SetupError::UnknownStage`].
     pub fn changelog(&self, stage: &str, partition: i32) -> Result<Vec<ChangelogRecord>> {
         self.with(|d| {
             Ok(d.stage(stage)?

@@ -155,9 +155,9 @@ impl TestProducer<'_> {
     /// the topology (unless auto-run is off).
     ///
     /// # Errors
-    /// [`crate::Error::InvalidRecord`] before anything is sent or claimed, as
+    /// [`crate::error::RecordError::InvalidRecord`] before anything is sent or claimed, as
     /// `CausalProducer::send_record`;
-    /// [`crate::Error::UnknownTopic`]; then as [`TopologyTestDriver::run`].
+    /// [`crate::error::SetupError::UnknownTopic`]; then as [`TopologyTestDriver::run`].
     pub fn send_record(&self, record: OutgoingRecord<'_>) -> Result<Acked> {
         record.check()?;
         self.driver.with(|d| {

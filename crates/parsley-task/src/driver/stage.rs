@@ -32,6 +32,7 @@ use parsley_stage::changelog::Restored;
 use super::log::{Append, Logs, View};
 use crate::context::GateMode;
 use crate::context::TaskContext;
+use crate::error::ProcessingError;
 use crate::error::{Error, Result};
 use crate::event_time::{HeadEvidence, head_evidence};
 use crate::metrics::{StageMetrics, TaskPhase};
@@ -129,8 +130,8 @@ impl StageRun {
     /// and a stopped stage runs again.
     ///
     /// # Errors
-    /// [`Error::Changelog`] for a record that does not decode; [`Error::RestoreMismatch`];
-    /// [`Error::EventTime`]; the gate's.
+    /// [`ProcessingError::Changelog`] for a record that does not decode;
+    /// [`ProcessingError::RestoreMismatch`]; [`ProcessingError::EventTime`]; the gate's.
     pub(super) fn restart(&mut self, logs: &Logs) -> Result<()> {
         self.failed = None;
         self.tasks.clear();
@@ -146,14 +147,14 @@ impl StageRun {
             });
             let mut restored = Restored::default();
             for (offset, (key, value)) in records.iter().enumerate() {
-                restored
-                    .apply(key, value.as_deref())
-                    .map_err(|message| Error::Changelog {
+                restored.apply(key, value.as_deref()).map_err(|message| {
+                    Error::Processing(ProcessingError::Changelog {
                         topic: self.changelog_name.clone(),
                         partition,
                         offset: offset as i64,
                         message,
-                    })?;
+                    })
+                })?;
             }
             let positions: Vec<(Channel, i64)> = self
                 .ctx

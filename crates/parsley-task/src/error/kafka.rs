@@ -1,6 +1,12 @@
-//! The Kafka layer's part of [`Error`](super::Error): a client's error as the runtime reports it,
-//! without the client library's types, so that the task layer and the test driver build with no
-//! Kafka client at all.
+//! The Kafka kind of [`Error`](super::Error): what went wrong talking to the cluster — the
+//! answer to "is my cluster, or the connection to it, wrong?" ([`KafkaError`]): a client call,
+//! a transactional call, an admin request, a send, authentication, a fence by another
+//! producer, a call that did not return in time. The operation that failed is an
+//! [`Operation`], with the topic, partition, offset or group it was about as fields of its
+//! variant.
+//!
+//! A client's own error is a [`ClientError`], without the client library's types, so that the
+//! task layer and the test driver build with no Kafka client at all.
 //!
 //! The runtime makes a [`ClientError`] from each librdkafka error it meets (keeping that error
 //! as the [`source`](std::error::Error::source)), with librdkafka's code and, for a
@@ -8,6 +14,8 @@
 //! [`Error`](super::Error) reads only these.
 
 use std::fmt;
+
+use parsley_clock::Channel;
 
 /// librdkafka's error code (`rd_kafka_resp_err_t`): negative for librdkafka's own codes
 /// (`_TRANSPORT`, `_FENCED`, …), positive for the broker's (Kafka protocol error codes).
@@ -87,8 +95,7 @@ pub struct TransactionFlags {
     pub requires_abort: bool,
 }
 
-/// A Kafka client's error: what [`Error::Kafka`](super::Error::Kafka) and
-/// [`Error::Send`](super::Error::Send) hold.
+/// A Kafka client's error: what [`KafkaError::Client`] and [`KafkaError::Send`] hold.
 #[derive(Debug)]
 pub struct ClientError {
     /// librdkafka's code, when the error carries one.
@@ -157,5 +164,534 @@ impl std::error::Error for ClientError {
         self.source
             .as_deref()
             .map(|e| e as &(dyn std::error::Error + 'static))
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+/// What went wrong talking to the Kafka cluster
+/// ([`KafkaError::Client`](super::KafkaError::Client)).
+///
+/// Its part of the classification: [`KafkaError::is_retriable`], [`KafkaError::is_transient`],
+/// [`KafkaError::is_fenced`].
+pub enum KafkaError {
+    /// A Kafka client call failed: `operation` on the topic, partition, offset or group named,
+    /// when the call was about one.
+    #[error("{}: {source}", Described { operation: *operation, topic: topic.as_deref(), partition: *partition, offset: *offset, group: group.as_deref(), topics: &[], cause: cause.as_deref() })]
+    Client {
+        /// What was being done.
+        operation: Operation,
+        /// The topic the call was about, when one.
+        topic: Option<String>,
+        /// The partition of `topic` the call was about, when one.
+        partition: Option<i32>,
+        /// The offset the call was about (a seek's target), when one.
+        offset: Option<i64>,
+        /// The consumer group the call was about, when one.
+        group: Option<String>,
+        /// For [`Operation::AbortAfter`]: the message of the error the abort was for.
+        cause: Option<Box<str>>,
+        /// The client's error (boxed: it is the largest part, and errors are returned often).
+        source: Box<ClientError>,
+    },
+    /// A transactional API call failed.
+    #[error("{operation}: {code}: {message}{}", if *fatal { " (fatal)" } else if *requires_abort { " (the transaction must be aborted)" } else { "" })]
+    Transaction {
+        /// What was being done.
+        operation: Operation,
+        /// librdkafka's error code.
+        code: KafkaCode,
+        /// librdkafka's message.
+        message: String,
+        /// The producer cannot be used any more (fenced, or a fatal idempotence error).
+        fatal: bool,
+        /// The transaction cannot commit and must be aborted.
+        requires_abort: bool,
+    },
+    /// A client could not authenticate to the cluster or set up TLS with it: wrong
+    /// credentials, a certificate the client does not trust, a mechanism the listener does not
+    /// enable. Reported as soon as librdkafka reports it (within the configured timeout).
+    #[error(
+        "the {client} client cannot connect securely to {listener} ({protocol}{}): {code}: {message}",
+        mechanism.as_deref().map_or(String::new(), |m| format!(", SASL mechanism {m}"))
+    )]
+    Security {
+        /// The listener: the client's `bootstrap.servers`.
+        listener: Box<str>,
+        /// Its `security.protocol`.
+        protocol: Box<str>,
+        /// Its `sasl.mechanisms`, when the protocol uses SASL.
+        mechanism: Option<Box<str>>,
+        /// The client's role (`consumer`, `producer`, `admin`, `restore`).
+        client: &'static str,
+        /// librdkafka's code (`_AUTHENTICATION`, `_SSL`, …).
+        code: KafkaCode,
+        /// librdkafka's message.
+        message: Box<str>,
+    },
+    /// An admin request failed (or its answer was not what was asked for): `operation` on the
+    /// topics, partition, offset or group named, when the request was about them.
+    #[error("{}: {message}", Described { operation: *operation, topic: None, partition: *partition, offset: *offset, group: group.as_deref(), topics, cause: None })]
+    Admin {
+        /// What was being done.
+        operation: Operation,
+        /// The topics the request was about: one for a request about one topic or one of its
+        /// partitions ([`Operation::DescribeTopic`], [`Operation::DeleteRecords`], …), several
+        /// for [`Operation::CreateTopics`] and [`Operation::DeleteTopics`] when named; empty
+        /// when the request names none.
+        topics: Box<[String]>,
+        /// The partition of `topic` the request was about, when one.
+        partition: Option<i32>,
+        /// The offset the request was about ([`Operation::DeleteRecords`]: the records below
+        /// it), when one.
+        offset: Option<i64>,
+        /// The consumer group the request was about, when one.
+        group: Option<String>,
+        /// The broker's or client's message.
+        message: String,
+    },
+    /// A send was not acknowledged, for a reason the next try may not meet (a record refused
+    /// for what it is — too large, a timestamp outside the topic's window — is
+    /// [`RecordError::OutputRefused`](crate::error::RecordError::OutputRefused) instead).
+    #[error("send to {channel} (topic {topic}) failed: {source}")]
+    Send {
+        /// Topic name.
+        topic: String,
+        /// The target channel.
+        channel: Box<Channel>,
+        /// The client's error (boxed, as in [`KafkaError::Client`]).
+        source: Box<ClientError>,
+    },
+    /// Another producer initialised this stage's transactional id while the stage's
+    /// transaction had been open for less than `transaction.timeout.ms`, so the transaction
+    /// coordinator cannot have fenced it for its age (that fence, case C08, is recovered from
+    /// with a new producer): another process runs with this `instance_id`, and this stage is
+    /// its zombie. Nothing of the open transaction becomes visible, the group's offsets are
+    /// unchanged, and the stage gives up its tasks without taking the id back, which would
+    /// fence the live owner in turn (case C09).
+    ///
+    #[error(
+        "transactional id {transactional_id} was taken by another producer while this stage's transaction had been open {open_ms} ms, less than transaction.timeout.ms ({timeout_ms} ms): another process runs with this instance id, so this stage gives up its tasks ({message})"
+    )]
+    Fenced {
+        /// The stage's transactional id.
+        transactional_id: String,
+        /// How long the fenced transaction had been open when the fence was seen, ms.
+        open_ms: u64,
+        /// The producer's `transaction.timeout.ms`.
+        timeout_ms: u64,
+        /// librdkafka's message.
+        message: String,
+    },
+    /// A call of the commit did not return within the stage's timeout or its transaction
+    /// timeout, whichever is shorter (plus a second): the
+    /// stage gave up on it, replaced its producer (which aborts the open transaction) and
+    /// redoes the work from its last commit ([retriable](super::Error::is_retriable)). librdkafka can
+    /// wait past its own timeout when the group coordinator leaves the cluster (case C21).
+    #[error(
+        "{operation} did not return within {timeout:?}: the producer is replaced, which aborts the transaction"
+    )]
+    TransactionStalled {
+        /// The call.
+        operation: Operation,
+        /// The bound the call was given: the shorter of the stage's timeout and its transaction
+        /// timeout.
+        timeout: std::time::Duration,
+    },
+    /// Something did not happen within its deadline.
+    #[error("{what} did not complete within {timeout:?}")]
+    Timeout {
+        /// What was awaited.
+        what: String,
+        /// The deadline.
+        timeout: std::time::Duration,
+    },
+}
+
+impl KafkaError {
+    /// A [`KafkaError::Client`]: `operation` failed with the client's error `source`; name
+    /// what it was about with [`KafkaError::with_topic`], [`KafkaError::with_partition`],
+    /// [`KafkaError::with_offset`], [`KafkaError::with_group`], [`KafkaError::with_cause`].
+    pub fn client(operation: Operation, source: ClientError) -> Self {
+        KafkaError::Client {
+            operation,
+            topic: None,
+            partition: None,
+            offset: None,
+            group: None,
+            cause: None,
+            source: Box::new(source),
+        }
+    }
+
+    /// A [`KafkaError::Admin`]: the admin request `operation` failed with `message`; name what
+    /// it was about with [`KafkaError::with_topic`], [`KafkaError::with_topics`],
+    /// [`KafkaError::with_partition`], [`KafkaError::with_offset`], [`KafkaError::with_group`].
+    pub fn admin(operation: Operation, message: String) -> Self {
+        KafkaError::Admin {
+            operation,
+            topics: Box::default(),
+            partition: None,
+            offset: None,
+            group: None,
+            message,
+        }
+    }
+
+    /// The same error naming `name` as the topic of its [`KafkaError::Client`] call (the one
+    /// topic of a [`KafkaError::Admin`] request); any other variant is returned unchanged (so
+    /// are the `with_…` methods below).
+    pub fn with_topic(mut self, name: impl fmt::Display) -> Self {
+        match &mut self {
+            KafkaError::Client { topic, .. } => *topic = Some(name.to_string()),
+            KafkaError::Admin { topics, .. } => *topics = Box::new([name.to_string()]),
+            _ => {}
+        }
+        self
+    }
+
+    /// The same error naming `names` as the topics of its [`KafkaError::Admin`] request.
+    pub fn with_topics<S: ToString>(mut self, names: impl IntoIterator<Item = S>) -> Self {
+        if let KafkaError::Admin { topics, .. } = &mut self {
+            *topics = names.into_iter().map(|n| n.to_string()).collect();
+        }
+        self
+    }
+
+    /// The same error naming `topic`/`p` as the partition of its call.
+    pub fn with_partition(self, topic: impl fmt::Display, p: i32) -> Self {
+        let mut e = self.with_topic(topic);
+        if let KafkaError::Client { partition, .. } | KafkaError::Admin { partition, .. } = &mut e {
+            *partition = Some(p);
+        }
+        e
+    }
+
+    /// The same error naming offset `o` as the offset of its call.
+    pub fn with_offset(mut self, o: i64) -> Self {
+        if let KafkaError::Client { offset, .. } | KafkaError::Admin { offset, .. } = &mut self {
+            *offset = Some(o);
+        }
+        self
+    }
+
+    /// The same error naming consumer group `name` as the group of its call.
+    pub fn with_group(mut self, name: impl fmt::Display) -> Self {
+        match &mut self {
+            KafkaError::Client { group, .. } | KafkaError::Admin { group, .. } => {
+                *group = Some(name.to_string())
+            }
+            _ => {}
+        }
+        self
+    }
+
+    /// The same error naming, in a [`KafkaError::Client`], the error its call was made for
+    /// (an abort's cause, [`Operation::AbortAfter`]), by its message.
+    pub fn with_cause(mut self, error: &impl fmt::Display) -> Self {
+        if let KafkaError::Client { cause, .. } = &mut self {
+            *cause = Some(error.to_string().into());
+        }
+        self
+    }
+
+    /// The Kafka kind's part of [`Error::is_retriable`](super::Error::is_retriable): a failed
+    /// transaction, which the runtime aborts and redoes —
+    /// - [`KafkaError::Transaction`] that is not fatal, or whose code is a fence;
+    /// - [`KafkaError::Send`] (the abort decides: a fenced producer cannot abort);
+    /// - [`KafkaError::TransactionStalled`] (the producer is replaced);
+    /// - [`KafkaError::Client`] holding a transactional API error
+    ///   ([`ClientError::transaction`]) that is not fatal and requires an abort or may be
+    ///   retried, or whose code is a fence.
+    pub fn is_retriable(&self) -> bool {
+        match self {
+            // A fence seen at the commit goes to the recovery too, which tells a timed-out
+            // transaction (redone) from a zombie (ends the stage: `KafkaError::Fenced`).
+            KafkaError::Transaction { fatal, code, .. } => !*fatal || code.is_fencing(),
+            // The abort decides: a fenced producer cannot abort, and the stage ends then.
+            KafkaError::Send { .. } => true,
+            // A call that never returned: the producer is replaced.
+            KafkaError::TransactionStalled { .. } => true,
+            KafkaError::Client { source, .. } => match source.transaction {
+                Some(t) => (!t.fatal && (t.requires_abort || t.retriable)) || source.is_fencing(),
+                None => false,
+            },
+            KafkaError::Security { .. }
+            | KafkaError::Admin { .. }
+            | KafkaError::Fenced { .. }
+            | KafkaError::Timeout { .. } => false,
+        }
+    }
+
+    /// The Kafka kind's part of [`Error::is_fenced`](super::Error::is_fenced):
+    /// [`KafkaError::Fenced`], or a fence code in a [`KafkaError::Transaction`], or in the
+    /// client error of a [`KafkaError::Client`] or [`KafkaError::Send`].
+    pub fn is_fenced(&self) -> bool {
+        match self {
+            KafkaError::Fenced { .. } => true,
+            KafkaError::Transaction { code, .. } => code.is_fencing(),
+            KafkaError::Client { source, .. } | KafkaError::Send { source, .. } => {
+                source.is_fencing()
+            }
+            _ => false,
+        }
+    }
+
+    /// The Kafka kind's part of [`Error::is_transient`](super::Error::is_transient): a
+    /// [`KafkaError::Client`] whose code reports a connection state
+    /// ([`KafkaCode::is_transient`]).
+    pub fn is_transient(&self) -> bool {
+        matches!(self, KafkaError::Client { source, .. } if source.is_transient())
+    }
+}
+
+/// What a Kafka call was doing when it failed: the `operation` of [`KafkaError::Client`],
+/// [`KafkaError::Admin`], [`KafkaError::Transaction`] and [`KafkaError::TransactionStalled`].
+/// Its `Display` is the text the error's message starts with; the variant's topic, partition,
+/// offset or group follow where the operation names them (`seeking in/0 to 5`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Operation {
+    /// Creating a stage's consumer (with its `group`). Writes `creating the consumer`.
+    CreateConsumer,
+    /// Subscribing a stage's consumer to its sources. Writes `subscribing`.
+    Subscribe,
+    /// Polling a stage's consumer. Writes `polling`.
+    Poll,
+    /// Seeking a source partition (`topic`, `partition`) to `offset`. Writes `seeking`.
+    Seek,
+    /// Reading a stage's consumer's assignment. Writes `reading the assignment`.
+    ReadAssignment,
+    /// Assigning partitions to a stage's consumer in a rebalance. Writes `assigning`.
+    Assign,
+    /// Unassigning revoked partitions from a stage's consumer. Writes `unassigning after revocation`.
+    UnassignAfterRevocation,
+    /// Pausing or resuming a partition of a stage's consumer. Writes `pausing or resuming a partition`.
+    PauseResume,
+    /// Reading the group's committed offsets in a rebalance. Writes `reading committed offsets`.
+    ReadCommittedOffsets,
+    /// Reading a consumer's positions. Writes `reading positions`.
+    ReadPositions,
+    /// A rebalance of a stage's group. Writes `rebalancing`.
+    Rebalance,
+    /// Reading the group metadata a commit sends with its offsets. Writes `committing`.
+    Commit,
+    /// Creating a producer. Writes `creating the producer`.
+    CreateProducer,
+    /// Initialising a transactional producer's transactions. Writes `initialising transactions`.
+    InitTransactions,
+    /// Beginning a transaction. Writes `beginning a transaction`.
+    BeginTransaction,
+    /// Building the list of input offsets a transaction commits. Writes `building the offsets to commit`.
+    BuildOffsetsToCommit,
+    /// Sending the input offsets to the open transaction. Writes `sending offsets to the transaction`.
+    SendOffsetsToTransaction,
+    /// Committing the open transaction. Writes `committing the transaction`.
+    CommitTransaction,
+    /// Aborting a transaction. Writes `aborting a transaction`.
+    AbortTransaction,
+    /// Aborting the open transaction after an error (its message is the variant's `cause`). Writes `aborting after`.
+    AbortAfter,
+    /// The commit's call that sends the input offsets to the group coordinator (a stalled call). Writes `sending the input offsets to the transaction (TxnOffsetCommit to the group coordinator)`.
+    TxnOffsetCommit,
+    /// The commit's call that ends the transaction at the transaction coordinator (a stalled call). Writes `committing the transaction (EndTxn to the transaction coordinator)`.
+    EndTxn,
+    /// The thread that makes the commit's calls ended without a result. Writes `the commit's helper thread ended without a result`.
+    CommitHelperEnded,
+    /// Creating the consumer that restores a task from its changelog. Writes `creating the restore consumer`.
+    CreateRestoreConsumer,
+    /// Building the changelog partition a restore reads. Writes `building the restore assignment`.
+    BuildRestoreAssignment,
+    /// Assigning the changelog partition to the restore consumer. Writes `assigning the changelog partition`.
+    AssignChangelogPartition,
+    /// Reading the restore consumer's position. Writes `reading the restore position`.
+    ReadRestorePosition,
+    /// Reading a changelog partition. Writes `reading the changelog`.
+    ReadChangelog,
+    /// Creating the consumer that reads a group's progress (with its `group`). Writes `create a progress reader`.
+    CreateProgressReader,
+    /// Reading a group's committed offsets for its progress. Writes `read committed offsets`.
+    ReadProgressOffsets,
+    /// Building the partitions a progress reader reads. Writes `build the partitions to read`.
+    BuildProgressPartitions,
+    /// Assigning its partitions to a progress reader. Writes `assign the partitions to read`.
+    AssignProgressPartitions,
+    /// Unassigning a progress reader's partitions. Writes `unassign the partitions read`.
+    UnassignProgressPartitions,
+    /// Creating the admin client. Writes `creating the admin client`.
+    CreateAdminClient,
+    /// Listing the cluster's topics. Writes `listing topics`.
+    ListTopics,
+    /// Describing one topic (`topic`). Writes `describing topic`.
+    DescribeTopic,
+    /// Describing topics (`DescribeTopics`). Writes `describing topics`.
+    DescribeTopics,
+    /// Creating one topic (`topic`). Writes `creating topic`.
+    CreateTopic,
+    /// Creating topics (`topics`, when named). Writes `creating topics`.
+    CreateTopics,
+    /// Adding partitions to a topic (`topic`). Writes `adding partitions to`.
+    AddPartitions,
+    /// Building the partition list of a `DeleteRecords` request. Writes `building the records to delete`.
+    BuildRecordsToDelete,
+    /// Deleting the records of a partition (`topic`, `partition`) below `offset`. Writes `deleting records of`.
+    DeleteRecords,
+    /// Describing a topic's configuration (`topic`). Writes `describing the configuration of`.
+    DescribeConfig,
+    /// Deleting one topic (`topic`). Writes `deleting topic`.
+    DeleteTopic,
+    /// Deleting topics (`topics`, when named). Writes `deleting topics`.
+    DeleteTopics,
+    /// Listing partitions' offsets (`ListOffsets`). Writes `listing offsets`.
+    ListOffsets,
+    /// Listing the offsets of one partition (`topic`, `partition`). Writes `listing the offsets of`.
+    ListPartitionOffsets,
+    /// Describing a consumer group (`group`). Writes `describing group`.
+    DescribeGroup,
+}
+
+impl Operation {
+    /// The text the error's message starts with (what `Display` writes).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Operation::CreateConsumer => "creating the consumer",
+            Operation::Subscribe => "subscribing",
+            Operation::Poll => "polling",
+            Operation::Seek => "seeking",
+            Operation::ReadAssignment => "reading the assignment",
+            Operation::Assign => "assigning",
+            Operation::UnassignAfterRevocation => "unassigning after revocation",
+            Operation::PauseResume => "pausing or resuming a partition",
+            Operation::ReadCommittedOffsets => "reading committed offsets",
+            Operation::ReadPositions => "reading positions",
+            Operation::Rebalance => "rebalancing",
+            Operation::Commit => "committing",
+            Operation::CreateProducer => "creating the producer",
+            Operation::InitTransactions => "initialising transactions",
+            Operation::BeginTransaction => "beginning a transaction",
+            Operation::BuildOffsetsToCommit => "building the offsets to commit",
+            Operation::SendOffsetsToTransaction => "sending offsets to the transaction",
+            Operation::CommitTransaction => "committing the transaction",
+            Operation::AbortTransaction => "aborting a transaction",
+            Operation::AbortAfter => "aborting after",
+            Operation::TxnOffsetCommit => {
+                "sending the input offsets to the transaction (TxnOffsetCommit to the group coordinator)"
+            }
+            Operation::EndTxn => {
+                "committing the transaction (EndTxn to the transaction coordinator)"
+            }
+            Operation::CommitHelperEnded => "the commit's helper thread ended without a result",
+            Operation::CreateRestoreConsumer => "creating the restore consumer",
+            Operation::BuildRestoreAssignment => "building the restore assignment",
+            Operation::AssignChangelogPartition => "assigning the changelog partition",
+            Operation::ReadRestorePosition => "reading the restore position",
+            Operation::ReadChangelog => "reading the changelog",
+            Operation::CreateProgressReader => "create a progress reader",
+            Operation::ReadProgressOffsets => "read committed offsets",
+            Operation::BuildProgressPartitions => "build the partitions to read",
+            Operation::AssignProgressPartitions => "assign the partitions to read",
+            Operation::UnassignProgressPartitions => "unassign the partitions read",
+            Operation::CreateAdminClient => "creating the admin client",
+            Operation::ListTopics => "listing topics",
+            Operation::DescribeTopic => "describing topic",
+            Operation::DescribeTopics => "describing topics",
+            Operation::CreateTopic => "creating topic",
+            Operation::CreateTopics => "creating topics",
+            Operation::AddPartitions => "adding partitions to",
+            Operation::BuildRecordsToDelete => "building the records to delete",
+            Operation::DeleteRecords => "deleting records of",
+            Operation::DescribeConfig => "describing the configuration of",
+            Operation::DeleteTopic => "deleting topic",
+            Operation::DeleteTopics => "deleting topics",
+            Operation::ListOffsets => "listing offsets",
+            Operation::ListPartitionOffsets => "listing the offsets of",
+            Operation::DescribeGroup => "describing group",
+        }
+    }
+}
+
+/// An operation equals its text (`Operation::Poll == "polling"`).
+impl PartialEq<str> for Operation {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+/// An operation equals its text (`Operation::Poll == "polling"`).
+impl PartialEq<&str> for Operation {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl fmt::Display for Operation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// An operation with what it was about, as a message writes it.
+struct Described<'a> {
+    operation: Operation,
+    topic: Option<&'a str>,
+    partition: Option<i32>,
+    offset: Option<i64>,
+    group: Option<&'a str>,
+    topics: &'a [String],
+    cause: Option<&'a str>,
+}
+
+impl fmt::Display for Described<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use Operation as O;
+        write!(f, "{}", self.operation)?;
+        // An admin request's one topic.
+        let topic = match self.topics {
+            [one] if self.topic.is_none() => Some(one.as_str()),
+            _ => self.topic,
+        };
+        let at = |f: &mut fmt::Formatter<'_>| -> fmt::Result {
+            match (topic, self.partition) {
+                (Some(t), Some(p)) => write!(f, " {t}/{p}"),
+                (Some(t), None) => write!(f, " {t}"),
+                _ => Ok(()),
+            }
+        };
+        match self.operation {
+            O::CreateConsumer | O::CreateProgressReader => {
+                if let Some(g) = self.group {
+                    write!(f, " of group {g}")?;
+                }
+            }
+            O::DescribeGroup => {
+                if let Some(g) = self.group {
+                    write!(f, " {g}")?;
+                }
+            }
+            O::Seek => {
+                at(f)?;
+                if let Some(o) = self.offset {
+                    write!(f, " to {o}")?;
+                }
+            }
+            O::DeleteRecords => {
+                at(f)?;
+                if let Some(o) = self.offset {
+                    write!(f, " below {o}")?;
+                }
+            }
+            O::CreateTopics | O::DeleteTopics => {
+                if !self.topics.is_empty() {
+                    write!(f, " {:?}", self.topics)?;
+                }
+            }
+            O::AbortAfter => {
+                if let Some(c) = self.cause {
+                    write!(f, ": {c}")?;
+                }
+            }
+            _ => at(f)?,
+        }
+        Ok(())
     }
 }

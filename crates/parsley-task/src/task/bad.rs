@@ -6,12 +6,13 @@
 //! offset committed with the transaction that took it — and changes no fold state.
 
 use super::*;
+use crate::error::{RecordError, SetupError};
 
 /// Checks that a delivered record of source `source` with key `key` is on the partition
 /// murmur2 gives its key ([`parsley_stage::KeyPartitioning`]; case C20).
 ///
 /// # Errors
-/// [`Error::KeyPartitionMismatch`] naming the record, its key and the partition expected.
+/// [`RecordError::KeyPartitionMismatch`] naming the record, its key and the partition expected.
 pub(super) fn check_key(
     ctx: &TaskContext,
     source: usize,
@@ -24,7 +25,7 @@ pub(super) fn check_key(
     if expected == partition {
         return Ok(());
     }
-    Err(Error::KeyPartitionMismatch {
+    Err(Error::Record(RecordError::KeyPartitionMismatch {
         stage: ctx.stage.clone(),
         topic: ctx.sources[source].name.clone(),
         partition,
@@ -32,7 +33,7 @@ pub(super) fn check_key(
         key: crate::error::render_key(key),
         expected,
         partitions,
-    })
+    }))
 }
 
 /// The input record whose delivery made a run of sends ([`Task::cause_of`]).
@@ -46,7 +47,7 @@ pub struct Cause {
     pub dead_letter: bool,
 }
 
-/// An input record one of whose outputs was refused for good ([`Error::OutputRefused`]),
+/// An input record one of whose outputs was refused for good ([`RecordError::OutputRefused`]),
 /// under a bad-record policy that takes it: the redo applies the policy to it instead of
 /// handling it ([`BadRecordKind::OutputRefused`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,18 +71,18 @@ pub struct RefusedInput {
 }
 
 impl RefusedInput {
-    /// The input of `error` (an [`Error::OutputRefused`] of an output, not of a dead letter,
+    /// The input of `error` (an [`RecordError::OutputRefused`] of an output, not of a dead letter,
     /// with its input known), read from source `source`.
     pub fn of(error: &Error, source: usize) -> Option<Self> {
         match error {
-            Error::OutputRefused {
+            Error::Record(RecordError::OutputRefused {
                 stage,
                 input: Some(input),
                 dead_letter: false,
                 topic,
                 partition,
                 reason,
-            } => Some(RefusedInput {
+            }) => Some(RefusedInput {
                 source,
                 offset: input.offset,
                 stage: stage.clone(),
@@ -97,14 +98,14 @@ impl RefusedInput {
 
     /// The error it was refused with.
     pub(super) fn error(&self) -> Error {
-        Error::OutputRefused {
+        Error::Record(RecordError::OutputRefused {
             stage: self.stage.clone(),
             input: Some(Box::new(self.input.clone())),
             dead_letter: false,
             topic: self.topic.clone(),
             partition: self.partition,
             reason: Box::new(self.reason.clone()),
-        }
+        })
     }
 }
 
@@ -161,18 +162,19 @@ impl Task {
     /// record goes to `out`.
     ///
     /// # Errors
-    /// The policy's error ([`Error::ImpossibleStamp`] under `Fail`); the gate's; a refused send.
+    /// The policy's error ([`RecordError::ImpossibleStamp`] under `Fail`); the gate's; a refused
+    /// send.
     pub fn resolve_impossible(&mut self, ctx: &TaskContext, out: &mut dyn Output) -> Result<Work> {
         let mut work = Work::default();
         for stamp in self.gate.take_impossible() {
             ctx.metrics.impossible();
             ctx.metrics
                 .task(self.partition, |m| m.impossible_stamps += 1);
-            let error = Error::ImpossibleStamp {
+            let error = Error::Record(RecordError::ImpossibleStamp {
                 stage: ctx.stage.clone(),
                 topic: ctx.topic_name(stamp.record.channel.topic),
                 stamp: Box::new(stamp),
-            };
+            });
             let verdict = policy::on_impossible(&ctx.policy, error)?;
             let discarded = self
                 .gate
@@ -187,7 +189,7 @@ impl Task {
     }
 
     /// `e`, naming the stage and the input record at `offset` of source `source` if it is an
-    /// [`Error::OutputRefused`] of one of its outputs (or of its dead letter, `dead_letter`).
+    /// [`RecordError::OutputRefused`] of one of its outputs (or of its dead letter, `dead_letter`).
     pub(super) fn refused_output(
         &self,
         ctx: &TaskContext,
@@ -243,9 +245,9 @@ impl Task {
         cause: &DeadLetterCause<'_>,
     ) -> Result<()> {
         let Some(dlq) = dlq else {
-            return Err(Error::UnknownTopic {
+            return Err(Error::Setup(SetupError::UnknownTopic {
                 topic: "(no dead-letter topic)".into(),
-            });
+            }));
         };
         let channel = Channel::new(
             dlq.info.id,

@@ -53,6 +53,7 @@ use super::policy::{Bad, DeadLetterCause};
 use super::record::{Fetched, Payload, Rare, TaskCounts, Work};
 use super::{backpressure, policy};
 use crate::error::{Error, InputRecord, Refusal, Result};
+use crate::error::{ProcessingError, RecordError, SetupError};
 use crate::event_time::{Delivered, EventTime, HandOver};
 use crate::metrics::StageMetrics;
 use crate::topic::{SendTag, partition_for};
@@ -193,7 +194,7 @@ impl Task {
     /// previous incarnation (case C11).
     ///
     /// # Errors
-    /// [`Error::RestoreMismatch`] when the snapshot was committed with other offsets than
+    /// [`ProcessingError::RestoreMismatch`] when the snapshot was committed with other offsets than
     /// `positions` on the channels it names; the gate's errors.
     pub fn restore(
         ctx: &TaskContext,
@@ -238,12 +239,12 @@ impl Task {
                     .map(|(c, o)| format!("{}/{}@{o}", ctx.topic_name(c.topic), c.partition))
                     .collect()
             };
-            return Err(Error::RestoreMismatch {
+            return Err(Error::Processing(ProcessingError::RestoreMismatch {
                 stage: ctx.stage.clone(),
                 partition,
                 changelog: name(&committed_with),
                 group: name(&positions),
-            });
+            }));
         }
         let gate = Gate::restore(consumed.iter().copied(), &snapshot.gate)
             .map_err(|e| ctx.gate_error(partition, e))?;
@@ -392,8 +393,8 @@ impl Task {
     /// `ticks`).
     ///
     /// # Errors
-    /// The processor's; a clock or gate error; [`Error::NoEventTime`] for a record without a
-    /// timestamp in an event-time stage; a refused send ([`Error::OutputRefused`] naming the
+    /// The processor's; a clock or gate error; [`RecordError::NoEventTime`] for a record without a
+    /// timestamp in an event-time stage; a refused send ([`RecordError::OutputRefused`] naming the
     /// stage and the input record for one refused for good).
     pub fn deliver(&mut self, ctx: &TaskContext, out: &mut dyn Output) -> Result<Work> {
         let mut work = Work::default();
@@ -464,11 +465,13 @@ impl Task {
                 self.handle(ctx, out, &mut work, handled)?;
                 continue;
             };
-            let timestamp = payload.record_timestamp.ok_or_else(|| Error::NoEventTime {
-                stage: ctx.stage.clone(),
-                topic: topic.clone(),
-                partition: self.partition,
-                offset: d.coordinate.offset,
+            let timestamp = payload.record_timestamp.ok_or_else(|| {
+                Error::Record(RecordError::NoEventTime {
+                    stage: ctx.stage.clone(),
+                    topic: topic.clone(),
+                    partition: self.partition,
+                    offset: d.coordinate.offset,
+                })
             })?;
             let record = ParkedRecord {
                 channel: (
@@ -608,8 +611,10 @@ impl Task {
             Some(s) => s,
             None => {
                 let name = self.event_time.as_ref().and_then(|et| et.topic_name(id));
-                ctx.source_index(name.ok_or_else(|| Error::UnknownTopic {
-                    topic: id.to_string(),
+                ctx.source_index(name.ok_or_else(|| {
+                    Error::Setup(SetupError::UnknownTopic {
+                        topic: id.to_string(),
+                    })
                 })?)?
             }
         };
@@ -677,12 +682,12 @@ impl Task {
             );
         }
         if record.key.is_none() && ctx.keeps_state {
-            let error = Error::KeylessRecord {
+            let error = Error::Record(RecordError::KeylessRecord {
                 stage: ctx.stage.clone(),
                 topic: ctx.sources[record.source].name.clone(),
                 partition: self.partition,
                 offset: record.offset,
-            };
+            });
             return self.bad_record(
                 ctx,
                 out,
@@ -744,8 +749,8 @@ impl Task {
     /// (`None` for a timer), named when an output is refused for good.
     ///
     /// # Errors
-    /// [`Error::EventTime`] for timers in a stage that does not order by event time; a refused
-    /// send.
+    /// [`ProcessingError::EventTime`] for timers in a stage that does not order by event time; a
+    /// refused send.
     #[allow(clippy::too_many_arguments)]
     fn apply(
         &mut self,
@@ -767,13 +772,13 @@ impl Task {
         }
         if !step.timers.is_empty() {
             if self.event_time.is_none() {
-                return Err(Error::EventTime {
+                return Err(Error::Processing(ProcessingError::EventTime {
                     stage: ctx.stage.clone(),
                     partition: self.partition,
                     message:
                         "the processor set a timer, but the stage does not order by event time"
                             .to_string(),
-                });
+                }));
             }
             for time in step.timers {
                 self.timers.set(time, state_key);

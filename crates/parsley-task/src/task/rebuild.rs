@@ -18,6 +18,7 @@ use tracing::info;
 
 use super::{FoldState, KeyedTimers, Task};
 use crate::context::TaskContext;
+use crate::error::ProcessingError;
 use crate::error::{Error, Result};
 use crate::event_time::EventTime;
 
@@ -48,7 +49,7 @@ pub trait StartEvidence {
 /// with it.
 ///
 /// # Errors
-/// [`Error::RestoreMismatch`]; [`Error::EventTime`]; the gate's; `evidence`'s.
+/// [`ProcessingError::RestoreMismatch`]; [`ProcessingError::EventTime`]; the gate's; `evidence`'s.
 pub fn rebuild_task(
     ctx: &TaskContext,
     order: Option<&parsley_stage::EventTimeOrder>,
@@ -91,14 +92,14 @@ pub fn rebuild_task(
         None => None,
     };
     if !keyed_timers.is_empty() && event_time.is_none() {
-        return Err(Error::EventTime {
+        return Err(Error::Processing(ProcessingError::EventTime {
             stage: ctx.stage.clone(),
             partition,
             message: format!(
                 "{} keyed timers are set, but the stage no longer orders by event time",
                 keyed_timers.len()
             ),
-        });
+        }));
     }
     task.set_event_time(event_time);
     if let Some(clock) = &ctx.clock {
@@ -173,7 +174,7 @@ fn start_event_time(
 /// event-time record committed with the task's snapshot) and `timers`, or fresh.
 ///
 /// # Errors
-/// [`Error::EventTime`] for a record that does not decode, or for parked records in the
+/// [`ProcessingError::EventTime`] for a record that does not decode, or for parked records in the
 /// changelog of a stage that no longer orders by event time (they would be lost).
 pub fn event_time_of(
     ctx: &TaskContext,
@@ -182,10 +183,12 @@ pub fn event_time_of(
     bytes: Option<&[u8]>,
     timers: &BTreeMap<Part<Vec<u8>>, Vec<u8>>,
 ) -> Result<Option<EventTime>> {
-    let event_error = |message: String| Error::EventTime {
-        stage: ctx.stage.clone(),
-        partition,
-        message,
+    let event_error = |message: String| {
+        Error::Processing(ProcessingError::EventTime {
+            stage: ctx.stage.clone(),
+            partition,
+            message,
+        })
     };
     if order.is_none() {
         if timers.keys().any(|p| matches!(p, Part::Segment(_))) {

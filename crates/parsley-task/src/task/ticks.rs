@@ -30,6 +30,7 @@
 //! clock claim and names no input record.
 
 use super::*;
+use crate::error::{ProcessingError, RecordError};
 
 /// The task's partition of the clock topic and what it wrote there.
 #[derive(Debug)]
@@ -151,8 +152,9 @@ impl Task {
     /// epoch): processing time moves to it (module docs).
     ///
     /// # Errors
-    /// [`Error::NoEventTime`] for a record without a timestamp; [`Error::EventTime`] for a
-    /// task without event-time order (the built-in clock is part of it); the tracker's.
+    /// [`RecordError::NoEventTime`] for a record without a timestamp;
+    /// [`ProcessingError::EventTime`] for a task without event-time order (the built-in clock is
+    /// part of it); the tracker's.
     pub(super) fn read_tick(
         &mut self,
         ctx: &TaskContext,
@@ -160,16 +162,21 @@ impl Task {
         offset: i64,
         timestamp: Option<i64>,
     ) -> Result<()> {
-        let timestamp = timestamp.ok_or_else(|| Error::NoEventTime {
-            stage: ctx.stage.clone(),
-            topic: ctx.sources[source].name.clone(),
-            partition: self.partition,
-            offset,
+        let timestamp = timestamp.ok_or_else(|| {
+            Error::Record(RecordError::NoEventTime {
+                stage: ctx.stage.clone(),
+                topic: ctx.sources[source].name.clone(),
+                partition: self.partition,
+                offset,
+            })
         })?;
-        let et = self.event_time.as_mut().ok_or_else(|| Error::EventTime {
-            stage: ctx.stage.clone(),
-            partition: self.partition,
-            message: "a tick of the built-in clock, but the task has no event-time order".into(),
+        let et = self.event_time.as_mut().ok_or_else(|| {
+            Error::Processing(ProcessingError::EventTime {
+                stage: ctx.stage.clone(),
+                partition: self.partition,
+                message: "a tick of the built-in clock, but the task has no event-time order"
+                    .into(),
+            })
         })?;
         et.tick(timestamp)
             .map_err(|e| ctx.gate_error(self.partition, e))?;

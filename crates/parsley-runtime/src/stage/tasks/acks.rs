@@ -11,6 +11,7 @@
 use parsley_clock::Channel;
 use parsley_task::context::TaskContext;
 use parsley_task::error::{Error, InputRecord, Result};
+use parsley_task::error::{KafkaError, Operation, RecordError};
 use parsley_task::output::HeldSend;
 use parsley_task::task::Cause;
 use rdkafka::{Offset, TopicPartitionList};
@@ -27,10 +28,10 @@ impl Tasks {
     /// `admin` reads a topic's limits to explain a refusal.
     ///
     /// # Errors
-    /// For a send or changelog write the broker refused: [`Error::OutputRefused`] when a record
-    /// of the refused batch explains the refusal alone (too large alone, a timestamp outside
-    /// the topic's window: [`refusal::culprit`]), naming it and the input record that made it;
-    /// else [`Error::Send`].
+    /// For a send or changelog write the broker refused: [`RecordError::OutputRefused`] when a
+    /// record of the refused batch explains the refusal alone (too large alone, a timestamp outside
+    /// the topic's window: [`refusal::culprit`]), naming it and the input record that made it; else
+    /// [`KafkaError::Send`].
     pub(crate) fn settle_acks(
         &mut self,
         ctx: &TaskContext,
@@ -75,9 +76,9 @@ impl Tasks {
         Ok(())
     }
 
-    /// The error of the failed delivery report `acks[i]`: [`Error::OutputRefused`] when the
+    /// The error of the failed delivery report `acks[i]`: [`RecordError::OutputRefused`] when the
     /// broker refused a record for what it is and one record among the failed reports of the
-    /// same topic explains it alone, else [`Error::Send`].
+    /// same topic explains it alone, else [`KafkaError::Send`].
     fn send_failed(
         &self,
         ctx: &TaskContext,
@@ -99,11 +100,11 @@ impl Tasks {
             None => (txn.changelog().name.clone(), changelog),
         };
         let code = source.rdkafka_error_code();
-        let send = Error::Send {
+        let send = Error::Kafka(KafkaError::Send {
             topic: topic.clone(),
             channel: Box::new(channel),
-            source: crate::client_error::client_error(source),
-        };
+            source: Box::new(crate::client_error::client_error(source)),
+        });
         let Some(code) = code.filter(|c| refusal::is_refusal(*c)) else {
             return send;
         };
@@ -148,14 +149,14 @@ impl Tasks {
             },
             None => (None, false),
         };
-        Error::OutputRefused {
+        Error::Record(RecordError::OutputRefused {
             stage: ctx.stage.clone(),
             input,
             dead_letter,
             topic,
             partition: shape.partition,
             reason: Box::new(reason),
-        }
+        })
     }
 
     /// Writes every task's changelog records in the open transaction and returns the input
@@ -179,7 +180,7 @@ impl Tasks {
                         channel.partition,
                         Offset::Offset(next),
                     )
-                    .map_err(|e| crate::client_error::kafka("building the offsets to commit", e))?;
+                    .map_err(|e| crate::client_error::kafka(Operation::BuildOffsetsToCommit, e))?;
             }
         }
         Ok(offsets)

@@ -32,6 +32,7 @@ use parsley_clock::Channel;
 use parsley_stage::{EventTimeOrder, StageSpec};
 use parsley_task::backpressure::{self, Step};
 use parsley_task::context::TaskContext;
+use parsley_task::error::RecordError;
 use parsley_task::error::{Error, Result};
 use parsley_task::record::Fetched;
 use parsley_task::state_store::StateStores;
@@ -147,7 +148,8 @@ impl Tasks {
     /// alignment bound (counted when its channel starts holding).
     ///
     /// # Errors
-    /// [`Error::Gate`] when no task of the stage consumes the record's partition; the task's.
+    /// [`ProcessingError::Gate`](parsley_task::error::ProcessingError::Gate) when no task of the
+    /// stage consumes the record's partition; the task's.
     pub(crate) fn offer(
         &mut self,
         ctx: &TaskContext,
@@ -260,15 +262,15 @@ impl Tasks {
     }
 
     /// The input record that the stage's bad-record policy takes for `e`: an output of it
-    /// refused for good ([`Error::OutputRefused`]) under `Skip` or `DeadLetter`, the first
+    /// refused for good ([`RecordError::OutputRefused`]) under `Skip` or `DeadLetter`, the first
     /// time. A refused dead letter or changelog record, an input not known, or `Fail` leave
     /// the error to end the stage (counted as a bad record when its input is known).
     pub(crate) fn refused_input(&self, ctx: &TaskContext, e: &Error) -> Option<RefusedInput> {
-        let Error::OutputRefused {
+        let Error::Record(RecordError::OutputRefused {
             input: Some(input),
             dead_letter: false,
             ..
-        } = e
+        }) = e
         else {
             return None;
         };

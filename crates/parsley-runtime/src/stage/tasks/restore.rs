@@ -42,8 +42,8 @@ impl Tasks {
     /// are sought in `intake`; `admin` reads the changelog's and the sources' offsets.
     ///
     /// # Errors
-    /// The changelog's read and decoding errors; [`crate::Error::RestoreMismatch`];
-    /// [`crate::Error::EventTime`]; admin errors.
+    /// The changelog's read and decoding errors; [`crate::ProcessingError::RestoreMismatch`];
+    /// [`crate::ProcessingError::EventTime`]; admin errors.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn restore(
         &mut self,
@@ -128,7 +128,7 @@ impl Tasks {
 /// can be trusted (`state_store::judge`), else from 0 with the keyspace cleared.
 ///
 /// # Errors
-/// [`crate::Error::StateStore`]; admin errors.
+/// [`crate::ProcessingError::StateStore`]; admin errors.
 fn local_copy(
     admin: &Admin,
     changelog: &TopicInfo,

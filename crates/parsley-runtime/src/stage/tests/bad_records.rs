@@ -3,6 +3,7 @@
 
 use parsley_clock::codec;
 use parsley_stage::{BadRecordPolicy, Handler, HandlerResult, Json, Record, Step, Topology, Utf8};
+use parsley_task::error::{ProcessingError, RecordError};
 use parsley_testkit::fixtures::{CopyRecords, SumValues};
 
 use super::*;
@@ -150,7 +151,7 @@ fn under_fail_a_bad_record_stops_the_task_with_the_typed_error() {
     t.offer(&ctx, fetched(0, 0, "a", "13", None)).unwrap();
     let err = t.deliver(&ctx, &mut Sends::default()).unwrap_err();
     assert!(
-        matches!(&err, Error::Stage(parsley_stage::Error::Handler { topic, offset: 0, .. }) if topic == "in"),
+        matches!(&err, Error::Processing(ProcessingError::Stage(parsley_stage::Error::Handler { topic, offset: 0, .. })) if topic == "in"),
         "{err}"
     );
     assert_eq!(
@@ -169,7 +170,7 @@ fn c19_a_keyless_record_in_a_stateful_stage_goes_to_the_policy_naming_the_missin
         .unwrap();
     let err = t.deliver(&ctx, &mut Sends::default()).unwrap_err();
     assert!(
-        matches!(&err, Error::KeylessRecord { stage, topic, partition: 0, offset: 0 } if stage == "sum" && topic == "in"),
+        matches!(&err, Error::Record(RecordError::KeylessRecord { stage, topic, partition: 0, offset: 0 }) if stage == "sum" && topic == "in"),
         "{err}"
     );
     assert!(err.to_string().contains("has no key"), "{err}");
@@ -293,7 +294,7 @@ fn a_stateless_stage_whose_key_type_cannot_be_absent_counts_a_missing_key() {
 }
 
 /// Takes every send but those whose value starts with `refused`, which it refuses as the
-/// producer refuses a record too large for it (an [`Error::OutputRefused`] not named yet).
+/// producer refuses a record too large for it (an [`RecordError::OutputRefused`] not named yet).
 struct RefusingSome {
     sent: Sends,
     refused: &'static str,
@@ -304,14 +305,14 @@ impl Output for RefusingSome {
     fn send(&mut self, r: Outgoing<'_>) -> Result<()> {
         let value = String::from_utf8(r.value.clone().unwrap_or_default()).unwrap();
         if value.starts_with(self.refused) {
-            return Err(Error::OutputRefused {
+            return Err(Error::Record(RecordError::OutputRefused {
                 stage: String::new(),
                 input: None,
                 dead_letter: false,
                 topic: r.topic.to_string(),
                 partition: r.tag.channel.partition,
                 reason: Box::new(self.reason.clone()),
-            });
+            }));
         }
         self.sent.send(r)
     }
@@ -347,7 +348,7 @@ fn c16_an_input_whose_output_is_refused_goes_to_the_policy_on_its_redo() {
         offset: 1,
     };
     assert!(
-        matches!(&err, Error::OutputRefused { stage, input: Some(i), dead_letter: false, topic, .. }
+        matches!(&err, Error::Record(RecordError::OutputRefused { stage, input: Some(i), dead_letter: false, topic, .. })
             if stage == "sum" && **i == expected_input && topic == "out"),
         "{err:?}"
     );
@@ -457,7 +458,7 @@ fn a_refused_dead_letter_is_named_as_one() {
         .unwrap();
     let err = t.deliver(&ctx, &mut out).unwrap_err();
     assert!(
-        matches!(&err, Error::OutputRefused { stage, input: Some(i), dead_letter: true, topic, .. }
+        matches!(&err, Error::Record(RecordError::OutputRefused { stage, input: Some(i), dead_letter: true, topic, .. })
             if stage == "sum" && i.offset == 0 && topic == "dlq"),
         "{err:?}"
     );

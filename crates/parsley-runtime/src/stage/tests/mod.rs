@@ -24,6 +24,7 @@ use parsley_task::GateMode;
 use parsley_task::backpressure::{self, Step as Plan};
 use parsley_task::context::{DeadLetterTopic, TaskContext};
 use parsley_task::error::{Error, Result};
+use parsley_task::error::{ProcessingError, RecordError, SetupError};
 use parsley_task::metrics::StageMetrics;
 use parsley_task::output::{ChangelogWriter, Header, HeldSend, Outgoing, Output};
 use parsley_task::record::{Fetched, Payload, Rare};
@@ -196,9 +197,9 @@ struct Refusing;
 
 impl Output for Refusing {
     fn send(&mut self, r: Outgoing<'_>) -> Result<()> {
-        Err(Error::UnknownTopic {
+        Err(Error::Setup(SetupError::UnknownTopic {
             topic: r.topic.to_string(),
-        })
+        }))
     }
 }
 
@@ -376,7 +377,7 @@ fn a_restored_task_makes_the_same_next_deliveries_and_stamps() {
     .err()
     .unwrap();
     assert!(
-        matches!(&err, Error::RestoreMismatch { changelog, group, .. }
+        matches!(&err, Error::Processing(ProcessingError::RestoreMismatch { changelog, group, .. })
             if changelog == &["in/0@1", "side/0@1"] && group == &["in/0@1", "side/0@0"]),
         "{err}"
     );
@@ -388,7 +389,10 @@ fn a_refused_send_releases_its_claim() {
     let mut task = fresh_task(&ctx);
     task.offer(&ctx, fetched(0, 0, "a", "x", None)).unwrap();
     let err = task.deliver(&ctx, &mut Refusing).unwrap_err();
-    assert!(matches!(err, Error::UnknownTopic { .. }), "{err}");
+    assert!(
+        matches!(err, Error::Setup(SetupError::UnknownTopic { .. })),
+        "{err}"
+    );
     assert_eq!(
         task.clock().unacked(),
         0,
@@ -554,7 +558,7 @@ fn an_assignment_must_cover_every_source_and_sources_must_not_change() {
     let one: BTreeMap<i32, Vec<(Channel, i64)>> = [(0, vec![(ch(1), 0)])].into();
     let err = check_assignment("s", &sources, &sources, &one).unwrap_err();
     assert!(
-        matches!(&err, Error::NotCoPartitioned { partitions, .. }
+        matches!(&err, Error::Setup(SetupError::NotCoPartitioned { partitions, .. })
             if partitions[1].0 == "side (partition 0 missing)"),
         "{err}"
     );
@@ -563,7 +567,7 @@ fn an_assignment_must_cover_every_source_and_sources_must_not_change() {
     grown[1].partitions = 2;
     let err = check_assignment("s", &sources, &grown, &both).unwrap_err();
     assert!(
-        matches!(&err, Error::SourceChanged { topic, partitions: (1, 2), recreated: false, .. } if topic == "side"),
+        matches!(&err, Error::Record(RecordError::SourceChanged { topic, partitions: (1, 2), recreated: false, .. }) if topic == "side"),
         "{err}"
     );
     let mut recreated = sources.clone();
@@ -572,10 +576,10 @@ fn an_assignment_must_cover_every_source_and_sources_must_not_change() {
     assert!(
         matches!(
             err,
-            Error::SourceChanged {
+            Error::Record(RecordError::SourceChanged {
                 recreated: true,
                 ..
-            }
+            })
         ),
         "{err}"
     );
@@ -601,7 +605,7 @@ fn c20_a_key_on_another_partition_than_murmur2_gives_stops_the_task_unless_unche
     let err = task.deliver(&ctx, &mut out).unwrap_err();
     assert_eq!(out.0.len(), 1, "the record before it was handled");
     assert!(
-        matches!(&err, Error::KeyPartitionMismatch { topic, partition: 0, offset: 1, key, expected: 3, partitions: 4, .. }
+        matches!(&err, Error::Record(RecordError::KeyPartitionMismatch { topic, partition: 0, offset: 1, key, expected: 3, partitions: 4, .. })
             if topic == "in" && *key == format!("{elsewhere:?}")),
         "{err}"
     );
