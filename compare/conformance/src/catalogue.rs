@@ -9,10 +9,12 @@
 //! same records. A windowed `reduce` takes plain values: Kafka Streams folds a null into its
 //! reduce, where a Rust reducer of `String`s has none to take (a documented difference).
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use parsley_dsl::{
-    JoinWindows, KStream, KTable, LatePolicy, SessionWindows, StreamsBuilder, TimeWindows, Windowed,
+    Branched, JoinWindows, KStream, KTable, LatePolicy, SessionWindows, StreamsBuilder,
+    TimeWindows, Windowed,
 };
 use parsley_stage::{BadRecordPolicy, Handler, HandlerResult, Record, Step, Topology};
 use parsley_task::driver::{RawInput, TopologyTestDriver};
@@ -74,7 +76,9 @@ enum KeyKind {
 /// The compiled topology of a scenario and how its outputs are read.
 struct Built {
     topology: Topology,
-    outputs: Vec<(&'static str, KeyKind)>,
+    outputs: Vec<(String, KeyKind)>,
+    /// The records a `foreach` was called with, read as the output topic `out`.
+    collected: Option<Arc<Mutex<Vec<Output>>>>,
 }
 
 /// A nullable stream, as Kafka Streams' `KStream<String, String>`.
@@ -119,7 +123,8 @@ fn build(op: &Op) -> Built {
     b.on_bad_record(BadRecordPolicy::Skip);
     // Late records go to a topic of their own (Kafka Streams drops them); it is not compared.
     b.on_late_record(LatePolicy::ToTopic("late".into()));
-    let mut outputs = vec![("out", KeyKind::Text)];
+    let mut outputs = vec![("out".to_string(), KeyKind::Text)];
+    let mut collected = None;
     let nullable = || b.stream::<Option<String>, Option<String>>("left");
     match *op {
         Op::Filter { not } => {
@@ -133,6 +138,9 @@ fn build(op: &Op) -> Built {
         Op::MapValues => nullable()
             .map_values(|v| Some(fns::tick(v.as_deref())))
             .to("out"),
+        Op::MapValuesWithKey => nullable()
+            .map_values_with_key(|k, v| Some(fns::pair(k.as_deref(), v.as_deref())))
+            .to("out"),
         Op::Map => nullable().map(|k, v| (v, k)).to("out"),
         Op::SelectKey => nullable().select_key(|_, v| v.clone()).to("out"),
         Op::FlatMap => nullable()
@@ -141,25 +149,82 @@ fn build(op: &Op) -> Built {
         Op::FlatMapValues => nullable()
             .flat_map_values(|v| fns::chars(v.as_deref()).into_iter().map(Some))
             .to("out"),
+        Op::FlatMapValuesWithKey => nullable()
+            .flat_map_values_with_key(|k, v| {
+                fns::chars(v.as_deref())
+                    .into_iter()
+                    .map(|c| Some(fns::pair(k.as_deref(), Some(&c))))
+                    .collect::<Vec<_>>()
+            })
+            .to("out"),
         Op::Peek => nullable().peek(|_, _| {}).to("out"),
+        Op::Foreach => {
+            let seen = Arc::new(Mutex::new(Vec::new()));
+            let log = seen.clone();
+            let s: Nullable = nullable();
+            s.foreach(move |k, v| {
+                log.lock().expect("one driver thread").push(Output {
+                    key: k.clone(),
+                    value: v.clone(),
+                    ts: 0,
+                });
+            });
+            collected = Some(seen);
+            outputs.clear();
+        }
         Op::Merge => nullable()
             .merge(&b.stream::<Option<String>, Option<String>>("right"))
             .to("out"),
         Op::Repartition => nullable().repartition().to("out"),
-        Op::Split { default } => {
+        Op::Split {
+            default,
+            named: false,
+        } => {
             let split = nullable()
                 .split()
                 .branch(|_, v| fns::even(v.as_deref()))
                 .branch(|_, v| fns::single(v.as_deref()));
-            outputs = vec![("out-0", KeyKind::Text), ("out-1", KeyKind::Text)];
+            outputs = ["out-0", "out-1"]
+                .map(|t| (t.to_string(), KeyKind::Text))
+                .to_vec();
             let branches = if default {
-                outputs.push(("out-2", KeyKind::Text));
+                outputs.push(("out-2".to_string(), KeyKind::Text));
                 split.default_branch()
             } else {
                 split.no_default_branch()
             };
             for (branch, (topic, _)) in branches.iter().zip(&outputs) {
-                branch.to(*topic);
+                branch.to(topic.clone());
+            }
+        }
+        Op::Split {
+            default,
+            named: true,
+        } => {
+            let s: Nullable = nullable();
+            let split = s
+                .named("s-")
+                .split()
+                .branch_with(|_, v| fns::even(v.as_deref()), Branched::as_("even"))
+                .branch_with(
+                    |_, v| fns::single(v.as_deref()),
+                    Branched::with_function(|s: Nullable| {
+                        s.map_values(|v| Some(fns::tick(v.as_deref())))
+                    }),
+                );
+            outputs.clear();
+            let branches = if default {
+                outputs.push(("out-rest".to_string(), KeyKind::Text));
+                split.default_branch_with(
+                    Branched::with_consumer(|s: Nullable| s.to("out-rest")).named("rest"),
+                )
+            } else {
+                split.no_default_branch_map()
+            };
+            for (name, branch) in branches {
+                let topic = format!("out-{name}");
+                branch.to(topic.clone());
+                outputs.push((topic, KeyKind::Text));
             }
         }
         Op::Count { group, named }
@@ -220,7 +285,7 @@ fn build(op: &Op) -> Built {
             let windows = TimeWindows::of_size(ms(size))
                 .advance_by(ms(advance))
                 .grace(ms(grace));
-            outputs = vec![("out", KeyKind::Windowed)];
+            outputs = vec![("out".to_string(), KeyKind::Windowed)];
             windowed!(b, windows, how, updates, |w| w
                 .aggregate(|| "0".to_string(), |_, v, a| fns::plus(&a, &text(v))));
         }
@@ -231,7 +296,7 @@ fn build(op: &Op) -> Built {
             updates,
         } => {
             let windows = SessionWindows::with_inactivity_gap(ms(gap)).grace(ms(grace));
-            outputs = vec![("out", KeyKind::Windowed)];
+            outputs = vec![("out".to_string(), KeyKind::Windowed)];
             windowed!(b, windows, how, updates, |w| w.aggregate(
                 || "0".to_string(),
                 |_, v, a| fns::plus(&a, &text(v)),
@@ -284,6 +349,11 @@ fn build(op: &Op) -> Built {
             .map_values(|v| fns::tick(Some(v)))
             .to_change_stream()
             .to("out"),
+        Op::TableMapValuesWithKey => b
+            .table::<String, String>("left")
+            .map_values_with_key(|k, v| fns::pair(Some(k), Some(v)))
+            .to_change_stream()
+            .to("out"),
         Op::TableJoin { kind } => {
             let l = b.table::<String, String>("left");
             let r = b.table::<String, String>("right");
@@ -300,6 +370,7 @@ fn build(op: &Op) -> Built {
     Built {
         topology: b.build().expect("a catalogue topology builds"),
         outputs,
+        collected,
     }
 }
 
@@ -361,7 +432,7 @@ pub fn run(scenario: &Scenario) -> Outcome {
     let mut outputs = Outputs::new();
     for (topic, keys) in built.outputs {
         let mut out = driver
-            .output_topic(topic, parsley_stage::Bytes, parsley_stage::Bytes)
+            .output_topic(&topic, parsley_stage::Bytes, parsley_stage::Bytes)
             .expect("a sink of the topology");
         let records = std::iter::from_fn(|| out.read_raw_record())
             .map(|r| Output {
@@ -370,7 +441,11 @@ pub fn run(scenario: &Scenario) -> Outcome {
                 ts: r.timestamp,
             })
             .collect();
-        outputs.insert(topic.to_string(), records);
+        outputs.insert(topic, records);
+    }
+    if let Some(seen) = built.collected {
+        let seen = seen.lock().expect("one driver thread").clone();
+        outputs.insert("out".to_string(), seen);
     }
     Outcome {
         outputs: Some(outputs),

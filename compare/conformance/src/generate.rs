@@ -122,14 +122,26 @@ pub fn operators() -> Vec<(&'static str, BoxedStrategy<Op>)> {
         Just(Op::Filter { not: false }).boxed(),
         Just(Op::Filter { not: true }).boxed(),
         Just(Op::MapValues).boxed(),
+        Just(Op::MapValuesWithKey).boxed(),
         Just(Op::Map).boxed(),
         Just(Op::SelectKey).boxed(),
         Just(Op::FlatMap).boxed(),
         Just(Op::FlatMapValues).boxed(),
+        Just(Op::FlatMapValuesWithKey).boxed(),
         Just(Op::Peek).boxed(),
+        Just(Op::Foreach).boxed(),
         Just(Op::Merge).boxed(),
         any::<bool>()
-            .prop_map(|default| Op::Split { default })
+            .prop_map(|default| Op::Split {
+                default,
+                named: false,
+            })
+            .boxed(),
+        any::<bool>()
+            .prop_map(|default| Op::Split {
+                default,
+                named: true,
+            })
             .boxed(),
         Just(Op::Repartition).boxed(),
         aggregation(|group, named| Op::Count { group, named }),
@@ -160,6 +172,7 @@ pub fn operators() -> Vec<(&'static str, BoxedStrategy<Op>)> {
         Just(Op::TableFilter { not: false }).boxed(),
         Just(Op::TableFilter { not: true }).boxed(),
         Just(Op::TableMapValues).boxed(),
+        Just(Op::TableMapValuesWithKey).boxed(),
         Just(Op::TableJoin {
             kind: JoinKind::Inner,
         })

@@ -146,6 +146,7 @@ fn keyed_by_type(op: &Op) -> bool {
         | Op::Table { .. }
         | Op::TableFilter { .. }
         | Op::TableMapValues
+        | Op::TableMapValuesWithKey
         | Op::TableJoin { .. } => true,
         _ => false,
     }
@@ -321,6 +322,7 @@ fn redundant_tombstones() -> Normalisation {
                 Op::Table { .. }
                     | Op::TableFilter { .. }
                     | Op::TableMapValues
+                    | Op::TableMapValuesWithKey
                     | Op::TableJoin { .. }
             )
         },

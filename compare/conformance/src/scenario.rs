@@ -118,6 +118,8 @@ pub enum Op {
     },
     /// `map_values(tick)`.
     MapValues,
+    /// `map_values_with_key(pair)`: `key/value`.
+    MapValuesWithKey,
     /// `map`: key and value swapped.
     Map,
     /// `select_key`: the value becomes the key.
@@ -126,14 +128,25 @@ pub enum Op {
     FlatMap,
     /// `flat_map_values`: one record per character.
     FlatMapValues,
+    /// `flat_map_values_with_key`: one record `key/character` per character.
+    FlatMapValuesWithKey,
     /// `peek`.
     Peek,
+    /// `foreach`: each record it is called with, rendered as an output topic `out` (with
+    /// timestamp 0: the action sees only the key and value).
+    Foreach,
     /// `left` merged with `right`.
     Merge,
-    /// `split`: even values, values of one character, and the rest when `default`.
+    /// `split`: even values, values of one character, and the rest when `default`. Named: the
+    /// split named `s-`, its branches as a map — the even values as `Branched::as_("even")`,
+    /// the values of one character through `with_function(map_values(tick))`, the rest to a
+    /// consumer named `rest` — each branch of the map written to `out-{its name}`.
     Split {
         /// `default_branch` rather than `no_default_branch`.
         default: bool,
+        /// Named branches, returned as a map.
+        #[serde(default)]
+        named: bool,
     },
     /// `repartition()`.
     Repartition,
@@ -220,6 +233,8 @@ pub enum Op {
     },
     /// The table of `left` with values mapped by `tick`, as a change stream.
     TableMapValues,
+    /// The table of `left` with values mapped by `pair` of key and value, as a change stream.
+    TableMapValuesWithKey,
     /// The tables of `left` and `right` joined, as a change stream.
     TableJoin {
         /// Which join.
@@ -234,13 +249,17 @@ impl Op {
             Op::Filter { not: false } => "filter",
             Op::Filter { not: true } => "filter_not",
             Op::MapValues => "map_values",
+            Op::MapValuesWithKey => "map_values_with_key",
             Op::Map => "map",
             Op::SelectKey => "select_key",
             Op::FlatMap => "flat_map",
             Op::FlatMapValues => "flat_map_values",
+            Op::FlatMapValuesWithKey => "flat_map_values_with_key",
             Op::Peek => "peek",
+            Op::Foreach => "foreach",
             Op::Merge => "merge",
-            Op::Split { .. } => "split",
+            Op::Split { named: false, .. } => "split",
+            Op::Split { named: true, .. } => "split (named)",
             Op::Repartition => "repartition",
             Op::Count { .. } => "count",
             Op::Reduce { .. } => "reduce",
@@ -284,6 +303,7 @@ impl Op {
             Op::TableFilter { not: false } => "table filter",
             Op::TableFilter { not: true } => "table filter_not",
             Op::TableMapValues => "table map_values",
+            Op::TableMapValuesWithKey => "table map_values_with_key",
             Op::TableJoin {
                 kind: JoinKind::Inner,
             } => "table join",

@@ -57,7 +57,8 @@
 //! 3. `processor` (a compiled stage) and `late` (records too late for their windows);
 //! 4. `graph`: the untyped operators and their compilation into stages;
 //! 5. `stream`: [`KStream`] and its stateless operators, sinks and repartitions;
-//! 6. `table` ([`KTable`], stream–table joins) and `stream_join` (windowed stream joins);
+//! 6. `split` ([`KStream::split`] into branches, [`Branched`]), `table` ([`KTable`],
+//!    stream–table joins) and `stream_join` (windowed stream joins);
 //! 7. `grouped`: [`KGroupedStream`] and its aggregations;
 //! 8. `window`: [`TimeWindows`] and the [`Windowing`] of a grouped stream;
 //! 9. `session`: [`SessionWindows`];
@@ -73,6 +74,7 @@ mod grouped;
 mod late;
 mod processor;
 mod session;
+mod split;
 mod state;
 mod stream;
 mod stream_join;
@@ -84,8 +86,9 @@ pub use data::{Consumed, Data, Produced};
 pub use grouped::KGroupedStream;
 pub use late::{LatePolicy, LateRecord};
 pub use session::{SessionWindowedKStream, SessionWindows};
+pub use split::{Branched, Split};
 pub use state::read_slot;
-pub use stream::{KStream, Split};
+pub use stream::KStream;
 pub use stream_join::JoinWindows;
 pub use table::KTable;
 pub use window::{TimeWindowedKStream, TimeWindows, Windowed, Windowing};

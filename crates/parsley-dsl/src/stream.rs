@@ -10,8 +10,8 @@
 //!
 //! The lowest of the typed operators: above `graph`, `processor`, `flow` and `data`, below
 //! every module that turns a stream into something else, which adds its operators to
-//! [`KStream`] itself: `table` (stream–table joins), `grouped` (`group_by`, `group_by_key`),
-//! `stream_join` (windowed joins). It imports none of those.
+//! [`KStream`] itself: `split` (branches), `table` (stream–table joins), `grouped` (`group_by`,
+//! `group_by_key`), `stream_join` (windowed joins). It imports none of those.
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -48,9 +48,6 @@ impl<K, V> Clone for KStream<K, V> {
         }
     }
 }
-
-/// A predicate on a record.
-type Predicate<K, V> = Arc<dyn Fn(&K, &V) -> bool + Send + Sync>;
 
 impl<K: Data, V: Data> KStream<K, V> {
     pub(crate) fn new(
@@ -171,6 +168,39 @@ impl<K: Data, V: Data> KStream<K, V> {
         )
     }
 
+    /// Each value replaced by `mapper`'s, which sees the key too (Kafka Streams'
+    /// `mapValues(ValueMapperWithKey)`); keys unchanged (no repartition needed after it).
+    ///
+    /// `KStream<K, V>` → `KStream<K, V2>`; the record's timestamp is kept.
+    ///
+    /// ```
+    /// # use parsley_dsl::StreamsBuilder;
+    /// let builder = StreamsBuilder::new("app");
+    /// builder
+    ///     .stream::<String, i64>("readings")
+    ///     .map_values_with_key(|sensor, celsius| format!("{sensor}: {celsius} °C"))
+    ///     .to("labelled");
+    /// # builder.build()?;
+    /// # Ok::<(), parsley_stage::Error>(())
+    /// ```
+    pub fn map_values_with_key<V2: Data>(
+        &self,
+        mapper: impl Fn(&K, V) -> V2 + Send + Sync + 'static,
+    ) -> KStream<K, V2> {
+        self.then(
+            "map-values",
+            "map values (with key)".into(),
+            false,
+            self.rekeyed,
+            |out, _| {
+                Arc::new(move |ctx, k, v| {
+                    let v = mapper(&k, v);
+                    forward(&out, ctx, k, v)
+                })
+            },
+        )
+    }
+
     /// Each record replaced by `mapper`'s key and value (a new key: a stateful operator after
     /// it repartitions).
     pub fn map<K2: Data, V2: Data>(
@@ -247,6 +277,50 @@ impl<K: Data, V: Data> KStream<K, V> {
         )
     }
 
+    /// Each record replaced by one record per value `mapper` returns, in order, with its key;
+    /// `mapper` sees the key too (Kafka Streams' `flatMapValues(ValueMapperWithKey)`). Keys
+    /// unchanged (no repartition needed after it).
+    ///
+    /// `KStream<K, V>` → `KStream<K, V2>`; every record it gives keeps the timestamp of the
+    /// record it came from.
+    ///
+    /// ```
+    /// # use parsley_dsl::StreamsBuilder;
+    /// let builder = StreamsBuilder::new("app");
+    /// builder
+    ///     .stream::<String, String>("sentences")
+    ///     .flat_map_values_with_key(|author, line| {
+    ///         line.split_whitespace()
+    ///             .map(|word| format!("{author}:{word}"))
+    ///             .collect::<Vec<_>>()
+    ///     })
+    ///     .to("words");
+    /// # builder.build()?;
+    /// # Ok::<(), parsley_stage::Error>(())
+    /// ```
+    pub fn flat_map_values_with_key<V2: Data, I>(
+        &self,
+        mapper: impl Fn(&K, V) -> I + Send + Sync + 'static,
+    ) -> KStream<K, V2>
+    where
+        I: IntoIterator<Item = V2>,
+    {
+        self.then(
+            "flat-map-values",
+            "flat map values (with key)".into(),
+            false,
+            self.rekeyed,
+            |out, _| {
+                Arc::new(move |ctx, k, v| {
+                    for v in mapper(&k, v) {
+                        forward(&out, ctx, k.clone(), v)?;
+                    }
+                    Ok(())
+                })
+            },
+        )
+    }
+
     /// The same records, `action` called on each first (logging, metrics). Its effects are
     /// outside the causal model: a record handled again after an abort calls it again.
     pub fn peek(&self, action: impl Fn(&K, &V) + Send + Sync + 'static) -> KStream<K, V> {
@@ -256,6 +330,35 @@ impl<K: Data, V: Data> KStream<K, V> {
                 forward(&out, ctx, k, v)
             })
         })
+    }
+
+    /// Calls `action` on each record and ends the stream there (Kafka Streams' `foreach`): a
+    /// terminal operation, like [`to`](KStream::to), that writes nothing. As for
+    /// [`peek`](KStream::peek), its effects are outside the causal model: a record handled
+    /// again after an aborted transaction calls it again, and nothing it does is committed
+    /// with the stage's transaction.
+    ///
+    /// `KStream<K, V>` → `()`.
+    ///
+    /// ```
+    /// # use parsley_dsl::StreamsBuilder;
+    /// let builder = StreamsBuilder::new("app");
+    /// builder
+    ///     .stream::<String, i64>("readings")
+    ///     .filter(|_, celsius| *celsius > 100)
+    ///     .foreach(|sensor, celsius| eprintln!("alarm: {sensor} at {celsius} °C"));
+    /// # builder.build()?;
+    /// # Ok::<(), parsley_stage::Error>(())
+    /// ```
+    pub fn foreach(&self, action: impl Fn(&K, &V) + Send + Sync + 'static) {
+        let mut g = self.graph.borrow_mut();
+        let name = g.name("foreach", self.next_name.clone());
+        g.add(name, "foreach".into(), &[self.node], false, true);
+        drop(g);
+        self.out.attach(Arc::new(move |_ctx, k, v| {
+            action(&k, &v);
+            Ok(())
+        }));
     }
 
     /// The records of this stream and `other`, in the order they are handled. Both end up in
@@ -272,15 +375,6 @@ impl<K: Data, V: Data> KStream<K, V> {
             input.attach(Arc::new(move |ctx, k, v| forward(&children, ctx, k, v)));
         }
         KStream::new(self.graph.clone(), node, out, self.rekeyed || other.rekeyed)
-    }
-
-    /// Splits the stream by predicates (Kafka Streams' `split`): each record goes to the first
-    /// branch whose predicate holds.
-    pub fn split(&self) -> Split<K, V> {
-        Split {
-            stream: self.clone(),
-            predicates: Vec::new(),
-        }
     }
 
     /// Writes every record to `topic` with [`Auto`] codecs.
@@ -415,61 +509,5 @@ impl<K: Data, V: Data> KStream<K, V> {
                 })
             },
         )
-    }
-}
-
-/// A stream being split into branches ([`KStream::split`]).
-pub struct Split<K, V> {
-    stream: KStream<K, V>,
-    predicates: Vec<Predicate<K, V>>,
-}
-
-impl<K: Data, V: Data> Split<K, V> {
-    /// Adds a branch taking the records for which `predicate` holds and no earlier one did.
-    pub fn branch(mut self, predicate: impl Fn(&K, &V) -> bool + Send + Sync + 'static) -> Self {
-        self.predicates.push(Arc::new(predicate));
-        self
-    }
-
-    /// The branches, in order, then one with the records no predicate took.
-    pub fn default_branch(mut self) -> Vec<KStream<K, V>> {
-        self.predicates.push(Arc::new(|_, _| true));
-        self.no_default_branch()
-    }
-
-    /// The branches, in order; records no predicate took are dropped.
-    pub fn no_default_branch(self) -> Vec<KStream<K, V>> {
-        let Split { stream, predicates } = self;
-        let mut g = stream.graph.borrow_mut();
-        let name = g.name("split", stream.next_name.clone());
-        let split = g.add(name.clone(), "split".into(), &[stream.node], false, true);
-        let mut branches = Vec::new();
-        let mut outs = Vec::new();
-        for i in 0..predicates.len() {
-            let node = g.add(
-                format!("{name}-branch-{i}"),
-                "branch".into(),
-                &[split],
-                false,
-                true,
-            );
-            let (out, freeze) = Outlet::<K, V>::new();
-            g.on_freeze(freeze);
-            outs.push(out.children());
-            branches.push(KStream::new(
-                stream.graph.clone(),
-                node,
-                out,
-                stream.rekeyed,
-            ));
-        }
-        drop(g);
-        stream.out.attach(Arc::new(move |ctx, k, v| {
-            match predicates.iter().position(|p| p(&k, &v)) {
-                Some(i) => forward(&outs[i], ctx, k, v),
-                None => Ok(()),
-            }
-        }));
-        branches
     }
 }

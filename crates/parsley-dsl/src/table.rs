@@ -145,6 +145,38 @@ impl<K: Data, V: Data> KTable<K, V> {
         })
     }
 
+    /// The table of each value replaced by `mapper`'s, which sees the key too (Kafka Streams'
+    /// `KTable.mapValues(ValueMapperWithKey)`): an update maps its old and new values, a
+    /// deletion stays a deletion.
+    ///
+    /// `KTable<K, V>` → `KTable<K, V2>`.
+    ///
+    /// ```
+    /// # use parsley_dsl::StreamsBuilder;
+    /// let builder = StreamsBuilder::new("app");
+    /// builder
+    ///     .table::<String, i64>("balances")
+    ///     .map_values_with_key(|account, cents| format!("{account}: {cents} ct"))
+    ///     .to_change_stream()
+    ///     .to("statements");
+    /// # builder.build()?;
+    /// # Ok::<(), parsley_stage::Error>(())
+    /// ```
+    pub fn map_values_with_key<V2: Data>(
+        &self,
+        mapper: impl Fn(&K, &V) -> V2 + Send + Sync + 'static,
+    ) -> KTable<K, V2> {
+        self.then("table-map-values", "map values (with key)".into(), |out| {
+            Arc::new(move |ctx, k, c: Change<V>| {
+                let change = Change {
+                    old: c.old.as_ref().map(|v| mapper(&k, v)),
+                    new: c.new.as_ref().map(|v| mapper(&k, v)),
+                };
+                forward(&out, ctx, k, change)
+            })
+        })
+    }
+
     /// The table with rows that expire by event time: a row is deleted — from this table's
     /// state, and as a deletion downstream, so a join no longer finds it — once the stage's
     /// watermark reaches its last update's event time plus `retention`. An update in between

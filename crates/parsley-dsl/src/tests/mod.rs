@@ -7,6 +7,7 @@ mod causal;
 mod operators;
 mod reference;
 mod stream_joins;
+mod stream_ops;
 mod tables;
 mod windows;
 
@@ -42,6 +43,43 @@ impl Harness {
                 RawInput::new(key.map(str::as_bytes), value.map(str::as_bytes)),
             )
             .map(|_| ())
+    }
+
+    /// Writes a record with timestamp `ts` (ms) to `topic`, as [`Harness::pipe`].
+    ///
+    /// # Errors
+    /// As [`Harness::pipe`].
+    pub(crate) fn pipe_at(
+        &self,
+        topic: &str,
+        key: Option<&str>,
+        value: Option<&str>,
+        ts: i64,
+    ) -> Result<(), parsley_runtime::Error> {
+        self.driver
+            .pipe_raw(
+                topic,
+                RawInput::new(key.map(str::as_bytes), value.map(str::as_bytes)).timestamp(ts),
+            )
+            .map(|_| ())
+    }
+
+    /// Every record of `topic` from its start, as `key=value@timestamp` text (`-` for an
+    /// absent part).
+    pub(crate) fn records(&self, topic: &str) -> Vec<String> {
+        let text = |b: Option<Vec<u8>>| {
+            b.map_or_else(
+                || "-".to_string(),
+                |b| String::from_utf8_lossy(&b).into_owned(),
+            )
+        };
+        let mut out = self
+            .driver
+            .output_topic(topic, parsley_stage::Bytes, parsley_stage::Bytes)
+            .unwrap();
+        std::iter::from_fn(|| out.read_raw_record())
+            .map(|r| format!("{}={}@{}", text(r.key), text(r.value), r.timestamp))
+            .collect()
     }
 
     /// Every record of `topic` from its start, as `key=value` text (`-` for an absent part).

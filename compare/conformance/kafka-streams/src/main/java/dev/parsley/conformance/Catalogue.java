@@ -28,6 +28,7 @@ import org.apache.kafka.streams.kstream.KGroupedStream;
 import org.apache.kafka.streams.kstream.KStream;
 import org.apache.kafka.streams.kstream.KTable;
 import org.apache.kafka.streams.kstream.Materialized;
+import org.apache.kafka.streams.kstream.Named;
 import org.apache.kafka.streams.kstream.Produced;
 import org.apache.kafka.streams.kstream.SessionWindowedDeserializer;
 import org.apache.kafka.streams.kstream.SessionWindowedKStream;
@@ -47,14 +48,21 @@ import org.apache.kafka.streams.state.Stores;
  * The catalogue of operators the conformance harness compares: for each, the Kafka Streams
  * topology that is the reference for Parsley's operator of the same name. The Rust side of the
  * harness holds the same catalogue (its {@code catalogue.rs}); both read the input topics
- * {@code left} and {@code right} and write {@code out} ({@code out-0..2} for {@code split}),
+ * {@code left} and {@code right} and write {@code out} ({@code out-0..2} for {@code split},
+ * {@code out-} and each branch's name for a named split; a {@code foreach}'s records are
+ * collected and read as {@code out}),
  * with String keys and values, and apply the same functions ({@link Fns}).
  */
 final class Catalogue {
     private Catalogue() {}
 
-    /** A topology, the topics it reads, and how each output topic is read. */
-    record Built(Topology topology, List<String> inputs, Map<String, Output> outputs) {}
+    /**
+     * A topology, the topics it reads, how each output topic is read, and the records a
+     * {@code foreach} was called with ({@code null} without one: key and value of each, read
+     * as the output topic {@code out} with timestamp 0).
+     */
+    record Built(Topology topology, List<String> inputs, Map<String, Output> outputs,
+            List<String[]> collected) {}
 
     /** How an output topic's keys and values are decoded and rendered as text. */
     enum KeyKind { TEXT, TIME_WINDOWED, SESSION_WINDOWED }
@@ -163,6 +171,7 @@ final class Catalogue {
         Map<String, Output> outputs = new LinkedHashMap<>();
         outputs.put("out", TEXT);
         Produced<String, String> text = Produced.with(Serdes.String(), Serdes.String());
+        List<String[]> collected = null;
         switch (name) {
             case "filter" -> {
                 KStream<String, String> s = b.stream("left");
@@ -171,6 +180,8 @@ final class Catalogue {
                         : s.filter((k, v) -> Fns.even(v))).to("out");
             }
             case "map-values" -> b.<String, String>stream("left").mapValues(Fns::tick).to("out");
+            case "map-values-with-key" -> b.<String, String>stream("left")
+                    .mapValues((k, v) -> Fns.pair(k, v)).to("out");
             case "map" -> b.<String, String>stream("left")
                     .map((k, v) -> KeyValue.pair(v, k)).to("out");
             case "select-key" -> b.<String, String>stream("left")
@@ -180,7 +191,17 @@ final class Catalogue {
                     .to("out");
             case "flat-map-values" -> b.<String, String>stream("left")
                     .flatMapValues(Fns::chars).to("out");
+            case "flat-map-values-with-key" -> b.<String, String>stream("left")
+                    .flatMapValues((k, v) -> Fns.chars(v).stream()
+                            .map(c -> Fns.pair(k, c)).toList())
+                    .to("out");
             case "peek" -> b.<String, String>stream("left").peek((k, v) -> { }).to("out");
+            case "foreach" -> {
+                outputs.clear();
+                List<String[]> seen = new ArrayList<>();
+                b.<String, String>stream("left").foreach((k, v) -> seen.add(new String[] {k, v}));
+                collected = seen;
+            }
             case "merge" -> {
                 inputs.add("right");
                 b.<String, String>stream("left").merge(b.stream("right")).to("out");
@@ -188,6 +209,11 @@ final class Catalogue {
             case "repartition" -> b.<String, String>stream("left").repartition().to("out");
             case "split" -> {
                 outputs.clear();
+                JsonNode named = op.get("named");
+                if (named != null && named.asBoolean()) {
+                    namedSplit(b.stream("left"), op.get("default").asBoolean(), outputs);
+                    break;
+                }
                 BranchedKStream<String, String> split = b.<String, String>stream("left").split()
                         .branch((k, v) -> Fns.even(v), Branched.withConsumer(s -> s.to("out-0")))
                         .branch((k, v) -> Fns.single(v), Branched.withConsumer(s -> s.to("out-1")));
@@ -298,6 +324,8 @@ final class Catalogue {
             }
             case "table-map-values" -> b.<String, String>table("left").mapValues(Fns::tick)
                     .toStream().to("out");
+            case "table-map-values-with-key" -> b.<String, String>table("left")
+                    .mapValues((k, v) -> Fns.pair(k, v)).toStream().to("out");
             case "table-join" -> {
                 inputs.add("right");
                 KTable<String, String> l = b.table("left");
@@ -310,7 +338,33 @@ final class Catalogue {
             }
             default -> throw new IllegalArgumentException("no operator " + name + " in the catalogue");
         }
-        return new Built(b.build(), inputs, outputs);
+        return new Built(b.build(), inputs, outputs, collected);
+    }
+
+    /**
+     * The named split: {@code split(Named.as("s-"))}, even values as {@code Branched.as("even")},
+     * values of one character through {@code withFunction(mapValues(tick))}, the rest (when
+     * {@code withDefault}) to a consumer named {@code rest} writing {@code out-rest}; each branch
+     * of the map it returns written to {@code out-{its name}}.
+     */
+    private static void namedSplit(KStream<String, String> s, boolean withDefault,
+            Map<String, Output> outputs) {
+        BranchedKStream<String, String> split = s.split(Named.as("s-"))
+                .branch((k, v) -> Fns.even(v), Branched.as("even"))
+                .branch((k, v) -> Fns.single(v),
+                        Branched.withFunction(branch -> branch.mapValues(Fns::tick)));
+        Map<String, KStream<String, String>> branches;
+        if (withDefault) {
+            branches = split.defaultBranch(
+                    Branched.withConsumer(branch -> branch.to("out-rest"), "rest"));
+            outputs.put("out-rest", TEXT);
+        } else {
+            branches = split.noDefaultBranch();
+        }
+        for (Map.Entry<String, KStream<String, String>> e : branches.entrySet()) {
+            e.getValue().to("out-" + e.getKey());
+            outputs.put("out-" + e.getKey(), TEXT);
+        }
     }
 
     /**

@@ -141,6 +141,15 @@ public final class Main {
                     record.put("ts", r.timestamp());
                 }
             }
+            if (built.collected() != null) {
+                ArrayNode records = rendered.putArray("out");
+                for (String[] r : built.collected()) {
+                    ObjectNode record = records.addObject();
+                    record.put("key", r[0]);
+                    record.put("value", r[1]);
+                    record.put("ts", 0L);
+                }
+            }
             result.set("outputs", rendered);
             if (error == null) {
                 result.putNull("error");
