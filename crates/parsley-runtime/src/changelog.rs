@@ -227,12 +227,14 @@ fn read_changelog(
                     return Err(blocked);
                 }
                 return Err(Error::Kafka(KafkaError::Timeout {
-                    what: format!(
-                        "restoring {topic}/{partition}: position {at} of high watermark {end} \
-                     ({} consumer(s) replaced after reading nothing for {}s)",
+                    what: parsley_task::error::Awaited::Restore {
+                        topic: topic.to_string(),
+                        partition,
+                        position: at,
+                        high_watermark: end,
                         replaced,
-                        RESTORE_STALL.as_secs()
-                    ),
+                        stall: RESTORE_STALL,
+                    },
                     timeout,
                 }));
             }

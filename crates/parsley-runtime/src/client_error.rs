@@ -200,7 +200,7 @@ mod tests {
             matches!(&again, Error::Record(RecordError::OutputRefused { stage, dead_letter: false, .. }) if stage == "emit")
         );
         let timeout = Error::Kafka(error::KafkaError::Timeout {
-            what: "x".into(),
+            what: error::Awaited::Flush,
             timeout: Duration::from_secs(1),
         });
         assert!(matches!(
@@ -262,7 +262,7 @@ mod tests {
             group: vec![],
         });
         let timeout = Error::Kafka(error::KafkaError::Timeout {
-            what: "restoring".into(),
+            what: error::Awaited::Flush,
             timeout: Duration::from_secs(1),
         });
         let blocked = Error::Processing(ProcessingError::RestoreBlocked {

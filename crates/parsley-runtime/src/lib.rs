@@ -147,8 +147,8 @@ pub use parsley_clock::{
 pub use parsley_task::driver;
 /// The error type and its kinds (`parsley_task::error`).
 pub use parsley_task::error::{
-    ClientError, Error, InputRecord, KafkaCode, KafkaError, Operation, PRODUCER_SIZE_LIMIT,
-    ProcessingError, RecordError, RecordProblem, Refusal, Result, SetupError,
+    Awaited, ClientError, Error, InputRecord, KafkaCode, KafkaError, Operation,
+    PRODUCER_SIZE_LIMIT, ProcessingError, RecordError, RecordProblem, Refusal, Result, SetupError,
     TIMESTAMP_AFTER_LIMIT, TIMESTAMP_BEFORE_LIMIT, TOPIC_SIZE_LIMIT, TransactionFlags,
 };
 pub use parsley_task::explain::{

@@ -305,7 +305,9 @@ fn enqueue(
                     })
                 {
                     return Err(Error::Kafka(error::KafkaError::Timeout {
-                        what: format!("room in the producer queue for {topic}"),
+                        what: error::Awaited::QueueRoom {
+                            topic: topic.to_string(),
+                        },
                         timeout,
                     }));
                 }
@@ -601,7 +603,7 @@ impl Outbox {
             .is_err()
         {
             return Err(Error::Kafka(error::KafkaError::Timeout {
-                what: "flushing the producer".into(),
+                what: error::Awaited::Flush,
                 timeout,
             }));
         }
@@ -613,7 +615,9 @@ impl Outbox {
         let outstanding = |c: &AckContext| c.outstanding.load(Ordering::Relaxed);
         if !self.wait_until(timeout, |c| outstanding(c) == 0) {
             return Err(Error::Kafka(error::KafkaError::Timeout {
-                what: format!("acknowledgement of {} send(s)", outstanding(self.ctx())),
+                what: error::Awaited::Acknowledgements {
+                    outstanding: outstanding(self.ctx()),
+                },
                 timeout,
             }));
         }

@@ -345,7 +345,7 @@ impl Running {
             let now = std::time::Instant::now();
             if now >= deadline {
                 return Err(Error::Kafka(KafkaError::Timeout {
-                    what: "the stages to catch up with their sources".into(),
+                    what: parsley_task::error::Awaited::CaughtUp,
                     timeout,
                 }));
             }

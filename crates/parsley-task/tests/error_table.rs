@@ -219,7 +219,7 @@ fn rows() -> Vec<(&'static str, Error, Class, &'static str)> {
         (
             "Timeout",
             Error::Kafka(KafkaError::Timeout {
-                what: "flushing the producer".into(),
+                what: parsley_task::error::Awaited::Flush,
                 timeout: Duration::from_secs(2),
             }),
             Fatal,

@@ -210,7 +210,7 @@ mod tests {
         let failing = CommitCall::spawn("s", Duration::from_secs(5), |_| {
             (
                 Err(Error::Kafka(KafkaError::Timeout {
-                    what: "x".into(),
+                    what: parsley_task::error::Awaited::Flush,
                     timeout: Duration::from_secs(1),
                 })),
                 || {},

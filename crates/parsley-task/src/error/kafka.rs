@@ -302,7 +302,7 @@ pub enum KafkaError {
     #[error("{what} did not complete within {timeout:?}")]
     Timeout {
         /// What was awaited.
-        what: String,
+        what: Awaited,
         /// The deadline.
         timeout: std::time::Duration,
     },
@@ -693,5 +693,69 @@ impl fmt::Display for Described<'_> {
             _ => at(f)?,
         }
         Ok(())
+    }
+}
+
+/// What a [`KafkaError::Timeout`] waited for: a typed value whose `Display` is the text the
+/// error's message gives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Awaited {
+    /// The stages to catch up with their sources (`Running::wait_caught_up`).
+    CaughtUp,
+    /// A restore's read of changelog partition `topic`/`partition` to its high watermark:
+    /// the read stood at offset `position` (i64) of high watermark `high_watermark` (i64),
+    /// after `replaced` restore consumers were replaced for reading nothing for `stall`.
+    Restore {
+        /// The changelog topic.
+        topic: String,
+        /// Its partition: the task's.
+        partition: i32,
+        /// The restore consumer's position, an offset.
+        position: i64,
+        /// The partition's high watermark, an offset.
+        high_watermark: i64,
+        /// Restore consumers replaced after reading nothing for `stall`.
+        replaced: u64,
+        /// How long a restore consumer may read nothing before it is replaced.
+        stall: std::time::Duration,
+    },
+    /// Room in the producer's queue for a send to `topic`.
+    QueueRoom {
+        /// The topic of the send that waited.
+        topic: String,
+    },
+    /// A flush of the producer: every queued send handed to its broker.
+    Flush,
+    /// The delivery reports of the sends still outstanding.
+    Acknowledgements {
+        /// Sends without a delivery report when the wait ended.
+        outstanding: u64,
+    },
+}
+
+impl fmt::Display for Awaited {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Awaited::CaughtUp => f.write_str("the stages to catch up with their sources"),
+            Awaited::Restore {
+                topic,
+                partition,
+                position,
+                high_watermark,
+                replaced,
+                stall,
+            } => write!(
+                f,
+                "restoring {topic}/{partition}: position {position} of high watermark \
+                 {high_watermark} ({replaced} consumer(s) replaced after reading nothing for {}s)",
+                stall.as_secs()
+            ),
+            Awaited::QueueRoom { topic } => write!(f, "room in the producer queue for {topic}"),
+            Awaited::Flush => f.write_str("flushing the producer"),
+            Awaited::Acknowledgements { outstanding } => {
+                write!(f, "acknowledgement of {outstanding} send(s)")
+            }
+        }
     }
 }

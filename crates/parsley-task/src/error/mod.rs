@@ -52,7 +52,7 @@ mod processing;
 mod record;
 mod setup;
 
-pub use kafka::{ClientError, KafkaCode, KafkaError, Operation, TransactionFlags};
+pub use kafka::{Awaited, ClientError, KafkaCode, KafkaError, Operation, TransactionFlags};
 pub use processing::ProcessingError;
 pub use record::{
     InputRecord, PRODUCER_SIZE_LIMIT, RecordError, RecordProblem, Refusal, TIMESTAMP_AFTER_LIMIT,
