@@ -1,5 +1,5 @@
-//! DSL pipelines on the real broker: word count and the shop's revenue through repartition
-//! topics the runtime creates, and the causal stream–table join — a payment that claims an
+//! DSL pipelines on the real broker: word count, the shop's revenue and a stream made a table
+//! through repartition topics the runtime creates, and the causal stream–table join — a payment that claims an
 //! order update is joined with that version, where the same pipeline with the gate switched
 //! off (the negative control) joins an older one.
 
@@ -86,6 +86,73 @@ fn word_count_counts_every_word_through_a_repartition_topic_it_creates() {
         "co-partitioned with the lines"
     );
     let got: BTreeMap<String, i64> = last_values(read_committed(&counts));
+    assert_eq!(got, expected);
+}
+
+#[test]
+fn to_table_keeps_each_keys_latest_value_through_a_repartition_and_deletes_on_none() {
+    let readings = create_topic("dsl-readings", 3);
+    let table = create_topic("dsl-latest", 3);
+    let producer = raw_producer(None);
+    // Keyless readings, each sensor's in one partition, so their order survives the
+    // repartition by sensor.
+    let mut expected = BTreeMap::<String, Option<i64>>::new();
+    let total = 200u64;
+    for i in 0..total {
+        let sensor = i % 11;
+        // Every seventh reading withdraws the sensor: a deletion of its row.
+        let reading = if i % 7 == 3 {
+            "-".to_string()
+        } else {
+            i.to_string()
+        };
+        let parsed = reading.parse::<i64>().ok();
+        if parsed.is_some() || expected.contains_key(&format!("s-{sensor}")) {
+            expected.insert(format!("s-{sensor}"), parsed);
+        }
+        let line = format!("s-{sensor}:{reading}");
+        producer
+            .send(
+                BaseRecord::<(), str>::to(&readings.name)
+                    .partition((sensor % 3) as i32)
+                    .payload(&line),
+            )
+            .map_err(|(e, _)| e)
+            .unwrap();
+    }
+    producer.flush(DEADLINE).unwrap();
+
+    let app = unique_topic("dsl-to-table");
+    let builder = StreamsBuilder::new(app.clone());
+    builder
+        .stream::<(), String>(&readings.name)
+        .select_key(|_, line| line.split(':').next().unwrap_or("").to_string())
+        .map_values(|line| line.split(':').nth(1).and_then(|c| c.parse::<i64>().ok()))
+        .named("latest")
+        .to_table()
+        .to_change_stream()
+        .to(&table.name);
+    let topology = builder.build().unwrap();
+    let running = Runtime::new(topology, RuntimeConfig::new(bootstrap()))
+        .start()
+        .unwrap();
+    wait_committed(&running, "latest", total);
+    running.stop().unwrap();
+
+    let repartition = admin()
+        .describe_topics(&[format!("{app}-latest-repartition").as_str()])
+        .unwrap();
+    assert_eq!(repartition[0].partitions, 3);
+    // The last change of each key: its value, or a tombstone when its last reading was "-".
+    let got: BTreeMap<String, Option<i64>> = read_committed(&table)
+        .into_iter()
+        .map(|r| {
+            (
+                String::from_utf8(r.key.unwrap()).unwrap(),
+                r.value.map(|v| serde_json::from_slice(&v).unwrap()),
+            )
+        })
+        .collect();
     assert_eq!(got, expected);
 }
 
