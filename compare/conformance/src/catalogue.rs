@@ -335,6 +335,11 @@ fn build(op: &Op) -> Built {
                 t.to_stream().to("out");
             }
         }
+        Op::ToTable => b
+            .stream::<String, Option<String>>("left")
+            .to_table()
+            .to_change_stream()
+            .to("out"),
         Op::TableFilter { not } => {
             let t = b.table::<String, String>("left");
             let t = if not {

@@ -144,6 +144,7 @@ fn keyed_by_type(op: &Op) -> bool {
         | Op::Session { .. }
         | Op::JoinWindowed { .. }
         | Op::Table { .. }
+        | Op::ToTable
         | Op::TableFilter { .. }
         | Op::TableMapValues
         | Op::TableMapValuesWithKey
@@ -320,6 +321,7 @@ fn redundant_tombstones() -> Normalisation {
             matches!(
                 s.op,
                 Op::Table { .. }
+                    | Op::ToTable
                     | Op::TableFilter { .. }
                     | Op::TableMapValues
                     | Op::TableMapValuesWithKey

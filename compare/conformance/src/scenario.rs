@@ -226,6 +226,8 @@ pub enum Op {
         #[serde(default)]
         materialized: bool,
     },
+    /// `left` as a stream made a table (`to_table`), as a change stream.
+    ToTable,
     /// The table of `left` filtered by `even`, as a change stream.
     TableFilter {
         /// `filter_not`.
@@ -300,6 +302,7 @@ impl Op {
                 ..
             } => "outer_join_windowed",
             Op::Table { .. } => "table",
+            Op::ToTable => "to_table",
             Op::TableFilter { not: false } => "table filter",
             Op::TableFilter { not: true } => "table filter_not",
             Op::TableMapValues => "table map_values",

@@ -316,6 +316,7 @@ final class Catalogue {
                 }
                 s.to("out");
             }
+            case "to-table" -> b.<String, String>stream("left").toTable().toStream().to("out");
             case "table-filter" -> {
                 KTable<String, String> t = b.table("left");
                 (op.get("not").asBoolean()
