@@ -2,9 +2,11 @@
 //! and table–table.
 //!
 //! A table is a stream of changes: each update of a key carries its old and new value
-//! (`None`: absent or deleted). A source table ([`StreamsBuilder::table`](crate::StreamsBuilder::table))
-//! and an aggregation keep their values in their stage's state; `filter` and `map_values`
-//! derive a table from its parent's changes without keeping one; a table–table join keeps
+//! (`None`: absent or deleted). A source table
+//! ([`StreamsBuilder::table`](crate::StreamsBuilder::table)), a stream made a table
+//! ([`KStream::to_table`]) and an aggregation keep their values in their stage's state;
+//! `filter` and `map_values` derive a table from its parent's changes without keeping one;
+//! a table–table join keeps
 //! both sides' latest values per key, each with the timestamp of its update, and gives each
 //! result the later of the update's and the other side's timestamps, as Kafka Streams does. A
 //! stream–table join ([`KStream::join`]) keeps the table's latest value per key and looks it up
