@@ -145,6 +145,7 @@ fn keyed_by_type(op: &Op) -> bool {
         | Op::JoinWindowed { .. }
         | Op::Table { .. }
         | Op::ToTable
+        | Op::Cogroup
         | Op::TableFilter { .. }
         | Op::TableMapValues
         | Op::TableMapValuesWithKey
