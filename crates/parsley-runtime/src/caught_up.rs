@@ -4,12 +4,25 @@
 //! `stage::upstream`).
 //!
 //! A stage is caught up when, on every partition of every source (its built-in clock's topic
-//! aside), its consumer group has consumed every committed record below that partition's last
-//! stable offset (LSO), read now. The group's offsets are committed in the same transaction as
+//! aside), its consumer group has consumed every committed record below that partition's
+//! target offset, read now. The group's offsets are committed in the same transaction as
 //! the stage's outputs, so a stage found caught up has also committed everything it wrote for
 //! those inputs. Stages are checked in topology order, each after the ones before it: a
 //! downstream stage's sources (a repartition topic) are read after the stage writing them was
 //! found caught up, so they include that stage's last outputs.
+//!
+//! # Which offset is the target
+//! For a source no other stage of the topology writes, the target is the partition's last
+//! stable offset (LSO): a transaction a writer outside the topology keeps open is not waited
+//! for. For a source another stage writes, it is the **high watermark**. Found caught up, the
+//! writing stage's last transaction has committed — its offsets are readable with
+//! `read_committed`, and they commit with its outputs — but Kafka writes that transaction's
+//! markers partition by partition: the marker in `__consumer_offsets` can be written before
+//! the marker in one of the topic's partitions, whose LSO then still stands before the
+//! transaction's records. Read at that moment, the LSO would let the downstream stage be
+//! judged caught up without those records. The high watermark already counts them; until
+//! their marker is written, the read below cannot decide the partition (a `read_committed`
+//! read stops at the LSO), so the stage is judged behind for now and looked at again.
 //!
 //! # Committed offset against the LSO
 //! A committed offset at or beyond the LSO proves it at once. One below it does not disprove
@@ -35,7 +48,7 @@
 //! not state: nothing is persisted.
 
 use parsley_task::error::Operation;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use parsley_stage::StageSpec;
@@ -62,6 +75,9 @@ pub(crate) struct StageProgress {
     consumer: BaseConsumer,
     /// What reads between committed offsets and LSOs found, per source partition.
     gaps: BTreeMap<(String, i32), Gap>,
+    /// The stage's sources that another stage of the topology writes: their target is the
+    /// high watermark, not the LSO (module docs).
+    written_by_stages: BTreeSet<String>,
 }
 
 /// The longest a look reads between committed offsets and LSOs before it judges the stage
@@ -92,7 +108,7 @@ pub(crate) enum Verdict {
 
 impl Gap {
     /// Whether a group that committed `committed` has consumed every committed record below
-    /// `end` (an LSO), by what is known; `committed` below `end` alone proves nothing.
+    /// `end` (an LSO or a high watermark), by what is known; `committed` below `end` alone proves nothing.
     pub(crate) fn judge(&self, committed: i64, end: i64) -> Verdict {
         if committed >= end {
             return Verdict::Reached;
@@ -135,7 +151,17 @@ impl Gap {
 }
 
 impl StageProgress {
-    pub(crate) fn new(app: &str, spec: &StageSpec, config: &RuntimeConfig) -> Result<Self> {
+    /// The progress reader of `spec`, a stage of application `app`; `others` are stages of
+    /// the same topology that may write its sources (`spec` itself among them is ignored).
+    ///
+    /// # Errors
+    /// Creating the consumer.
+    pub(crate) fn new<'a>(
+        app: &str,
+        spec: &StageSpec,
+        others: impl IntoIterator<Item = &'a StageSpec>,
+        config: &RuntimeConfig,
+    ) -> Result<Self> {
         let group = spec.group_id(app);
         let consumer = config
             .client_config(
@@ -159,6 +185,7 @@ impl StageProgress {
                 )
             })?;
         Ok(StageProgress {
+            written_by_stages: written_by_stages(spec, others),
             spec: spec.clone(),
             consumer,
             gaps: BTreeMap::new(),
@@ -167,14 +194,19 @@ impl StageProgress {
 
     /// Whether the stage is caught up now (module docs).
     pub(crate) fn caught_up(&mut self, admin: &Admin, timeout: Duration) -> Result<bool> {
-        let ends = self.stable_ends(admin)?;
+        let ends = self.targets(admin)?;
         self.reached(&ends, timeout)
     }
 
     /// Every partition of every source of the stage (its built-in clock's topic aside) with
-    /// its last stable offset read now: what the stage must commit to be caught up with what
-    /// its sources hold now.
-    pub(crate) fn stable_ends(&self, admin: &Admin) -> Result<Vec<(String, i32, i64)>> {
+    /// its target offset read now — the high watermark for a source another stage writes, the
+    /// last stable offset for the others (module docs): what the stage must commit to be
+    /// caught up with what its sources hold now.
+    ///
+    /// # Errors
+    /// Describing the sources ([`SetupError::UnknownTopic`](parsley_task::error::SetupError)
+    /// for one not created yet); listing their offsets.
+    pub(crate) fn targets(&self, admin: &Admin) -> Result<Vec<(String, i32, i64)>> {
         // A built-in clock's topic is left out: it is not an input to catch up with, and the
         // stage's own ticks run ahead of what it has committed (a commit can carry the next
         // one), so its LSO is reached only at some moments.
@@ -186,20 +218,27 @@ impl StageProgress {
             .filter(|t| Some(*t) != self.spec.clock_topic())
             .collect();
         let topics = admin.describe_topics(&names)?;
-        let partitions: Vec<(&str, i32)> = topics
+        let (internal, external): (Vec<(&str, i32)>, Vec<(&str, i32)>) = topics
             .iter()
             .flat_map(|t| (0..t.partitions).map(move |p| (t.name.as_str(), p)))
-            .collect();
-        let stable = admin.last_stable_offsets(&partitions)?;
-        Ok(partitions
-            .iter()
-            .zip(stable)
-            .map(|((t, p), lso)| (t.to_string(), *p, lso))
-            .collect())
+            .partition(|(t, _)| self.written_by_stages.contains(*t));
+        let mut out = Vec::with_capacity(internal.len() + external.len());
+        for (partitions, ends) in [
+            (&external, admin.last_stable_offsets(&external)?),
+            (&internal, admin.high_watermarks(&internal)?),
+        ] {
+            out.extend(
+                partitions
+                    .iter()
+                    .zip(ends)
+                    .map(|((t, p), end)| (t.to_string(), *p, end)),
+            );
+        }
+        Ok(out)
     }
 
     /// Whether the stage's group has consumed, on every `(topic, partition, offset)` of
-    /// `targets`, every committed record below the offset (an LSO): its committed offset (the
+    /// `targets`, every committed record below the offset (a target offset, [`Self::targets`]): its committed offset (the
     /// next offset to read) is at or beyond it, or only markers and aborted records lie between
     /// (module docs). The outputs of a stage that does not order by event time are committed
     /// with those offsets. `false` while the group's coordinator is not ready.
@@ -339,6 +378,23 @@ impl StageProgress {
     }
 }
 
+/// The sources of `spec` that a stage of `others` other than `spec` writes.
+fn written_by_stages<'a>(
+    spec: &StageSpec,
+    others: impl IntoIterator<Item = &'a StageSpec>,
+) -> BTreeSet<String> {
+    let writes: BTreeSet<&String> = others
+        .into_iter()
+        .filter(|s| s.name() != spec.name())
+        .flat_map(|s| s.sinks())
+        .collect();
+    spec.sources()
+        .iter()
+        .filter(|t| writes.contains(t))
+        .cloned()
+        .collect()
+}
+
 /// Whether reading a group's committed offsets failed only because its coordinator is not
 /// ready yet (being elected or loading its offsets, as while a new broker creates its offsets
 /// topic) or the network hiccupped: worth asking again.
@@ -417,6 +473,32 @@ mod tests {
         assert_eq!(gap, Gap::default());
         assert_eq!(gap.judge(7, 8), Verdict::Read(7));
         assert_eq!(gap.judge(0, 0), Verdict::Reached, "an empty partition");
+    }
+
+    #[test]
+    fn a_source_another_stage_writes_is_judged_against_its_high_watermark() {
+        use parsley_stage::Topology;
+        use parsley_testkit::fixtures::{Forward, utf8_stage};
+        // `a` writes `mid` from `in`; `b` reads `mid` and `side`, and writes `mid` and `out`.
+        let topology = Topology::builder("app")
+            .stage("a", Forward("mid".into()), |s| {
+                utf8_stage(s, &["in"], &["mid"])
+            })
+            .stage("b", Forward("out".into()), |s| {
+                utf8_stage(s, &["mid", "side", "loop"], &["out", "loop"])
+            })
+            .build()
+            .unwrap();
+        let (a, b) = (topology.stage("a").unwrap(), topology.stage("b").unwrap());
+        let set = |v: &[&str]| v.iter().map(|t| t.to_string()).collect::<BTreeSet<_>>();
+        // `b`'s own loop is not another stage's output: its end stays the LSO.
+        assert_eq!(written_by_stages(b, topology.stages()), set(&["mid"]));
+        assert_eq!(written_by_stages(a, topology.stages()), set(&[]));
+        assert_eq!(
+            written_by_stages(b, [b]),
+            set(&[]),
+            "only other stages count"
+        );
     }
 
     #[test]

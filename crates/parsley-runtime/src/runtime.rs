@@ -301,10 +301,13 @@ impl Running {
     }
 
     /// Waits until every stage of these has consumed and committed everything written to its
-    /// sources before the wait: its consumer group's committed offsets reach the last stable
-    /// offset of every source partition (a built-in clock's topic aside: the stage's own ticks
-    /// are always ahead), read now, stage after stage in topology order (so a
-    /// stage reading another's output is checked after that one is). For a batch run — inputs
+    /// sources before the wait: its consumer group's committed offsets reach the end of every
+    /// source partition (a built-in clock's topic aside: the stage's own ticks are always
+    /// ahead), read now, stage after stage in topology order (so a stage reading another's
+    /// output is checked after that one is). The end is the last stable offset, or the high
+    /// watermark for a topic another stage writes: the last transaction of a stage found
+    /// caught up may not have its commit marker in every partition yet, and its records are
+    /// waited for all the same. For a batch run — inputs
     /// written, pipeline started, results read once it is done — and for tests.
     ///
     /// Evidence is re-read whenever a commit is reported, and at least every 100 ms. Progress
@@ -329,7 +332,9 @@ impl Running {
             .stages()
             .iter()
             .filter(|s| self.stages.iter().any(|(n, _, _)| n == s.name()))
-            .map(|s| crate::caught_up::StageProgress::new(app, s, config))
+            .map(|s| {
+                crate::caught_up::StageProgress::new(app, s, self.runtime.topology.stages(), config)
+            })
             .collect::<Result<Vec<_>>>()?;
         loop {
             let mut all = true;

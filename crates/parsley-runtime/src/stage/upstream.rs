@@ -14,8 +14,10 @@
 //! 1. at task start the channel is marked **unordered** for the watermark tracker (it holds the
 //!    watermark while catching up) and gets **no startup end**, so it is not caught up;
 //! 2. the stages that feed it — the stages writing the topic, the stages writing their
-//!    sources, and so on — are taken one after the other, upstream first. For each, the last
-//!    stable offsets of its sources are read when its turn comes (for the first, at task
+//!    sources, and so on — are taken one after the other, upstream first. For each, the ends
+//!    of its sources (last stable offsets; high watermarks for a topic another stage writes,
+//!    whose commit markers may lag behind the writer's committed offsets) are read when its
+//!    turn comes (for the first, at task
 //!    start; for one whose sources do not exist yet, once they do), and the channel waits
 //!    until that stage's consumer group has **committed** every record below them: a
 //!    committed offset at or beyond each, or one below it with only commit or abort markers
@@ -133,10 +135,10 @@ struct Waiting {
     targets: Option<Vec<(String, i32, i64)>>,
 }
 
-/// The last stable offsets of `reader`'s stage's sources, read now; `None` while one of them
-/// does not exist yet.
+/// The target offsets of `reader`'s stage's sources ([`StageProgress::targets`]), read now;
+/// `None` while one of them does not exist yet.
 fn targets_of(reader: &StageProgress, admin: &Admin) -> Result<Option<Vec<(String, i32, i64)>>> {
-    match reader.stable_ends(admin) {
+    match reader.targets(admin) {
         Ok(ends) => Ok(Some(ends)),
         Err(Error::Setup(SetupError::UnknownTopic { .. })) => Ok(None),
         Err(e) => Err(e),
@@ -179,7 +181,8 @@ impl Upstreams {
                 let i = match readers.iter().position(|r| r.stage() == spec.name()) {
                     Some(i) => i,
                     None => {
-                        readers.push(StageProgress::new(app, spec, config)?);
+                        let others = feeding.iter().flat_map(|(_, stages)| stages);
+                        readers.push(StageProgress::new(app, spec, others, config)?);
                         readers.len() - 1
                     }
                 };
