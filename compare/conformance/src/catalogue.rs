@@ -335,6 +335,21 @@ fn build(op: &Op) -> Built {
                 t.to_stream().to("out");
             }
         }
+        Op::Cogroup => {
+            let right = b.stream::<String, String>("right").group_by_key();
+            b.stream::<String, String>("left")
+                .group_by_key()
+                .cogroup(|_, v, a: String| fns::plus(&a, &v))
+                .cogroup(right, |_, v, a| fns::plus(&a, &fns::tick(Some(&v))))
+                .aggregate(|| "0".to_string())
+                .to_stream()
+                .to("out");
+        }
+        Op::ToTable => b
+            .stream::<String, Option<String>>("left")
+            .to_table()
+            .to_change_stream()
+            .to("out"),
         Op::TableFilter { not } => {
             let t = b.table::<String, String>("left");
             let t = if not {

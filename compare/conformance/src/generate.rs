@@ -169,6 +169,8 @@ pub fn operators() -> Vec<(&'static str, BoxedStrategy<Op>)> {
                 materialized,
             })
             .boxed(),
+        Just(Op::Cogroup).boxed(),
+        Just(Op::ToTable).boxed(),
         Just(Op::TableFilter { not: false }).boxed(),
         Just(Op::TableFilter { not: true }).boxed(),
         Just(Op::TableMapValues).boxed(),

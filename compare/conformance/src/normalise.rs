@@ -144,6 +144,8 @@ fn keyed_by_type(op: &Op) -> bool {
         | Op::Session { .. }
         | Op::JoinWindowed { .. }
         | Op::Table { .. }
+        | Op::ToTable
+        | Op::Cogroup
         | Op::TableFilter { .. }
         | Op::TableMapValues
         | Op::TableMapValuesWithKey
@@ -320,6 +322,7 @@ fn redundant_tombstones() -> Normalisation {
             matches!(
                 s.op,
                 Op::Table { .. }
+                    | Op::ToTable
                     | Op::TableFilter { .. }
                     | Op::TableMapValues
                     | Op::TableMapValuesWithKey

@@ -226,6 +226,11 @@ pub enum Op {
         #[serde(default)]
         materialized: bool,
     },
+    /// `left` and `right` grouped by key and cogrouped: `plus` of each `left` value, `plus` of
+    /// each `right` value's `tick`, aggregated from `0`, as a stream.
+    Cogroup,
+    /// `left` as a stream made a table (`to_table`), as a change stream.
+    ToTable,
     /// The table of `left` filtered by `even`, as a change stream.
     TableFilter {
         /// `filter_not`.
@@ -300,6 +305,8 @@ impl Op {
                 ..
             } => "outer_join_windowed",
             Op::Table { .. } => "table",
+            Op::ToTable => "to_table",
+            Op::Cogroup => "cogroup",
             Op::TableFilter { not: false } => "table filter",
             Op::TableFilter { not: true } => "table filter_not",
             Op::TableMapValues => "table map_values",
@@ -320,7 +327,11 @@ impl Op {
     pub fn reads_right(&self) -> bool {
         matches!(
             self,
-            Op::Merge | Op::Join { .. } | Op::JoinWindowed { .. } | Op::TableJoin { .. }
+            Op::Merge
+                | Op::Cogroup
+                | Op::Join { .. }
+                | Op::JoinWindowed { .. }
+                | Op::TableJoin { .. }
         )
     }
 

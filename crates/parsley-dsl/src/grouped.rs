@@ -117,6 +117,23 @@ impl<K: Data, V: Data> KGroupedStream<K, V> {
         })
     }
 
+    /// The graph the grouped stream is in.
+    pub(crate) fn graph(&self) -> Rc<RefCell<Graph>> {
+        self.stream.graph.clone()
+    }
+
+    /// The name given to the grouped stream ([`KGroupedStream::named`]), if any.
+    pub(crate) fn name(&self) -> Option<&String> {
+        self.name.as_ref()
+    }
+
+    /// The grouped stream keyed as its records' partitions are: sent through the repartition
+    /// its name names, else `default_name`, when an operator changed its key.
+    pub(crate) fn keyed_input(self, default_name: &str) -> KStream<K, V> {
+        let name = self.name.unwrap_or_else(|| default_name.to_string());
+        self.stream.keyed(&name, self.codecs)
+    }
+
     /// The stateful operator an aggregation of `kind` adds, doing `what` (for `describe`):
     /// its graph, its node, the outlet of its keyed input (after a repartition when the key
     /// changed) to attach its push function to, and its name (its state slot).

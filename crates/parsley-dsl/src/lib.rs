@@ -59,7 +59,8 @@
 //! 5. `stream`: [`KStream`] and its stateless operators, sinks and repartitions;
 //! 6. `split` ([`KStream::split`] into branches, [`Branched`]), `table` ([`KTable`],
 //!    stream–table joins) and `stream_join` (windowed stream joins);
-//! 7. `grouped`: [`KGroupedStream`] and its aggregations;
+//! 7. `grouped`: [`KGroupedStream`] and its aggregations, then `cogroup`: several grouped
+//!    streams into one aggregate ([`CogroupedKStream`]);
 //! 8. `window`: [`TimeWindows`] and the [`Windowing`] of a grouped stream;
 //! 9. `session`: [`SessionWindows`];
 //! 10. `builder`: [`StreamsBuilder`], the entry point, on top.
@@ -67,6 +68,7 @@
 #![doc(test(attr(deny(warnings))))]
 
 mod builder;
+mod cogroup;
 mod data;
 mod flow;
 mod graph;
@@ -82,6 +84,7 @@ mod table;
 mod window;
 
 pub use builder::StreamsBuilder;
+pub use cogroup::CogroupedKStream;
 pub use data::{Consumed, Data, Produced};
 pub use grouped::KGroupedStream;
 pub use late::{LatePolicy, LateRecord};

@@ -2,9 +2,11 @@
 //! and table–table.
 //!
 //! A table is a stream of changes: each update of a key carries its old and new value
-//! (`None`: absent or deleted). A source table ([`StreamsBuilder::table`](crate::StreamsBuilder::table))
-//! and an aggregation keep their values in their stage's state; `filter` and `map_values`
-//! derive a table from its parent's changes without keeping one; a table–table join keeps
+//! (`None`: absent or deleted). A source table
+//! ([`StreamsBuilder::table`](crate::StreamsBuilder::table)), a stream made a table
+//! ([`KStream::to_table`]) and an aggregation keep their values in their stage's state;
+//! `filter` and `map_values` derive a table from its parent's changes without keeping one;
+//! a table–table join keeps
 //! both sides' latest values per key, each with the timestamp of its update, and gives each
 //! result the later of the update's and the other side's timestamps, as Kafka Streams does. A
 //! stream–table join ([`KStream::join`]) keeps the table's latest value per key and looks it up
@@ -342,6 +344,61 @@ impl<K: Data, V: Data> KTable<K, V> {
             let at = joined_at(ctx.timestamp, left.as_ref());
             store_sides(ctx, &slot, (left, c.new.map(|w| (w, ctx.timestamp))))?;
             emit(&children, ctx, at, k, old, new)
+        }));
+        KTable::new(self.graph.clone(), node, out)
+    }
+}
+
+// A stream of changes made a table: here, so that `stream` knows nothing of tables.
+impl<K: Data, V: Data> KStream<K, Option<V>> {
+    /// The table of this stream's latest value per key (Kafka Streams' `KStream#toTable`):
+    /// each record upserts its key's row, a `None` value (a tombstone) deletes it. The table
+    /// is kept in the state of its stage, as a source table is ([`StreamsBuilder::table`]),
+    /// so it can be joined, filtered, expired ([`KTable::expire_after`]) and turned back into
+    /// a stream. The stream is repartitioned first when an operator changed its key, through
+    /// `{application}-{name}-repartition`; name it ([`KStream::named`]) to keep its state when
+    /// the pipeline changes around it.
+    ///
+    /// `KStream<K, Option<V>>` → `KTable<K, V>`: map a stream of plain values with
+    /// `map_values(Some)` first. Each change keeps the record's timestamp. A deletion of a key
+    /// the table does not hold changes nothing and forwards nothing. A record without a key,
+    /// where `K` has no absent value, is a `MissingKey` bad record, as at every keyed operator
+    /// (Kafka Streams drops it).
+    ///
+    /// [`StreamsBuilder::table`]: crate::StreamsBuilder::table
+    ///
+    /// ```
+    /// # use parsley_dsl::StreamsBuilder;
+    /// let builder = StreamsBuilder::new("app");
+    /// let latest = builder
+    ///     .stream::<String, Option<i64>>("prices")
+    ///     .named("latest-price")
+    ///     .to_table();
+    /// builder
+    ///     .stream::<String, i64>("orders")
+    ///     .join(&latest, |quantity, price| quantity * price)
+    ///     .to("order-values");
+    /// # builder.build()?;
+    /// # Ok::<(), parsley_stage::Error>(())
+    /// ```
+    pub fn to_table(&self) -> KTable<K, V> {
+        let name = self.graph.borrow().name("to-table", self.next_name.clone());
+        let stream = self.keyed(&name, auto_codecs());
+        let mut g = self.graph.borrow_mut();
+        let node = g.add(name.clone(), "to table".into(), &[stream.node], true, true);
+        g.materialised(node);
+        let (out, freeze) = Outlet::<K, Change<V>>::new();
+        g.on_freeze(freeze);
+        drop(g);
+        let children = out.children();
+        let slot = name;
+        stream.out.attach(Arc::new(move |ctx, k, new: Option<V>| {
+            let old: Option<V> = ctx.load(&slot)?;
+            if old.is_none() && new.is_none() {
+                return Ok(());
+            }
+            ctx.store(&slot, new.as_ref())?;
+            forward(&children, ctx, k, Change { old, new })
         }));
         KTable::new(self.graph.clone(), node, out)
     }

@@ -1,5 +1,6 @@
-//! DSL pipelines on the real broker: word count and the shop's revenue through repartition
-//! topics the runtime creates, and the causal stream–table join — a payment that claims an
+//! DSL pipelines on the real broker: word count, the shop's revenue, a stream made a table and a
+//! cogroup of two topics through repartition topics the runtime creates, and the causal
+//! stream–table join — a payment that claims an
 //! order update is joined with that version, where the same pipeline with the gate switched
 //! off (the negative control) joins an older one.
 
@@ -86,6 +87,142 @@ fn word_count_counts_every_word_through_a_repartition_topic_it_creates() {
         "co-partitioned with the lines"
     );
     let got: BTreeMap<String, i64> = last_values(read_committed(&counts));
+    assert_eq!(got, expected);
+}
+
+#[test]
+fn to_table_keeps_each_keys_latest_value_through_a_repartition_and_deletes_on_none() {
+    let readings = create_topic("dsl-readings", 3);
+    let table = create_topic("dsl-latest", 3);
+    let producer = raw_producer(None);
+    // Keyless readings, each sensor's in one partition, so their order survives the
+    // repartition by sensor.
+    let mut expected = BTreeMap::<String, Option<i64>>::new();
+    let total = 200u64;
+    for i in 0..total {
+        let sensor = i % 11;
+        // Every seventh reading withdraws the sensor: a deletion of its row.
+        let reading = if i % 7 == 3 {
+            "-".to_string()
+        } else {
+            i.to_string()
+        };
+        let parsed = reading.parse::<i64>().ok();
+        if parsed.is_some() || expected.contains_key(&format!("s-{sensor}")) {
+            expected.insert(format!("s-{sensor}"), parsed);
+        }
+        let line = format!("s-{sensor}:{reading}");
+        producer
+            .send(
+                BaseRecord::<(), str>::to(&readings.name)
+                    .partition((sensor % 3) as i32)
+                    .payload(&line),
+            )
+            .map_err(|(e, _)| e)
+            .unwrap();
+    }
+    producer.flush(DEADLINE).unwrap();
+
+    let app = unique_topic("dsl-to-table");
+    let builder = StreamsBuilder::new(app.clone());
+    builder
+        .stream::<(), String>(&readings.name)
+        .select_key(|_, line| line.split(':').next().unwrap_or("").to_string())
+        .map_values(|line| line.split(':').nth(1).and_then(|c| c.parse::<i64>().ok()))
+        .named("latest")
+        .to_table()
+        .to_change_stream()
+        .to(&table.name);
+    let topology = builder.build().unwrap();
+    let running = Runtime::new(topology, RuntimeConfig::new(bootstrap()))
+        .start()
+        .unwrap();
+    wait_committed(&running, "latest", total);
+    running.stop().unwrap();
+
+    let repartition = admin()
+        .describe_topics(&[format!("{app}-latest-repartition").as_str()])
+        .unwrap();
+    assert_eq!(repartition[0].partitions, 3);
+    // The last change of each key: its value, or a tombstone when its last reading was "-".
+    let got: BTreeMap<String, Option<i64>> = read_committed(&table)
+        .into_iter()
+        .map(|r| {
+            (
+                String::from_utf8(r.key.unwrap()).unwrap(),
+                r.value.map(|v| serde_json::from_slice(&v).unwrap()),
+            )
+        })
+        .collect();
+    assert_eq!(got, expected);
+}
+
+#[test]
+fn a_cogroup_folds_two_topics_into_one_total_per_key_through_their_repartitions() {
+    let words = create_topic("dsl-cg-words", 3);
+    let bonuses = create_topic("dsl-cg-bonuses", 2);
+    let totals = create_topic("dsl-cg-totals", 3);
+    let names = ["apple", "pear", "fig", "plum", "kiwi"];
+    let mut expected = BTreeMap::<String, i64>::new();
+    let producer = raw_producer(None);
+    let total = 300u64;
+    for i in 0..total as usize {
+        let name = names[(i * 7) % names.len()];
+        // Every third record is a bonus `name:points`, the others a word counting one.
+        let (topic, payload, partitions) = if i % 3 == 0 {
+            *expected.entry(name.to_string()).or_default() += (i % 10) as i64;
+            (&bonuses, format!("{name}:{}", i % 10), 2)
+        } else {
+            *expected.entry(name.to_string()).or_default() += 1;
+            (&words, name.to_string(), 3)
+        };
+        producer
+            .send(
+                BaseRecord::<(), str>::to(&topic.name)
+                    .partition((i % partitions) as i32)
+                    .payload(&payload),
+            )
+            .map_err(|(e, _)| e)
+            .unwrap();
+    }
+    producer.flush(DEADLINE).unwrap();
+
+    let app = unique_topic("dsl-cogroup");
+    let builder = StreamsBuilder::new(app.clone());
+    let bonus = builder
+        .stream::<(), String>(&bonuses.name)
+        .group_by(|_, b| b.split(':').next().unwrap_or("").to_string());
+    builder
+        .stream::<(), String>(&words.name)
+        .group_by(|_, w| w.clone())
+        .cogroup(|_, _word, total: i64| total + 1)
+        .cogroup(bonus, |_, b, total| {
+            total
+                + b.split(':')
+                    .nth(1)
+                    .and_then(|p| p.parse::<i64>().ok())
+                    .unwrap_or(0)
+        })
+        .named("tally")
+        .aggregate(|| 0)
+        .to_stream()
+        .to(&totals.name);
+    let topology = builder.build().unwrap();
+    let running = Runtime::new(topology, RuntimeConfig::new(bootstrap()))
+        .start()
+        .unwrap();
+    // The stage after both repartitions takes its name from the first: tally-0.
+    wait_committed(&running, "tally-0", total);
+    running.stop().unwrap();
+
+    // Both repartitions are co-partitioned: the partition count of the widest input.
+    for n in 0..2 {
+        let topic = admin()
+            .describe_topics(&[format!("{app}-tally-{n}-repartition").as_str()])
+            .unwrap();
+        assert_eq!(topic[0].partitions, 3);
+    }
+    let got: BTreeMap<String, i64> = last_values(read_committed(&totals));
     assert_eq!(got, expected);
 }
 

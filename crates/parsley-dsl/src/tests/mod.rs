@@ -4,6 +4,7 @@
 //! broker (`tests/dsl_on_broker.rs`) and the driver's own tests cover the gate in detail.
 
 mod causal;
+mod cogroup;
 mod operators;
 mod reference;
 mod stream_joins;

@@ -169,3 +169,75 @@ fn table_table_joins_emit_the_join_of_both_sides_latest_values() {
     );
     assert_eq!(h.state("left", "k"), None);
 }
+
+#[test]
+fn to_table_keeps_the_latest_value_per_key_and_a_none_deletes_it() {
+    let b = StreamsBuilder::new("app");
+    b.on_bad_record(parsley_stage::BadRecordPolicy::Skip);
+    let latest = b.stream::<String, Option<i64>>("in").to_table();
+    latest.to_change_stream().to("changes");
+    latest.map_values(|v| v * 10).to_stream().to("tenfold");
+    let t = b.build().unwrap();
+    assert_eq!(t.stages().len(), 1, "{}", t.describe());
+    let h = Harness::new(t);
+    for (k, v, ts) in [
+        (Some("a"), Some("1"), 5),
+        (Some("b"), Some("2"), 6),
+        (Some("a"), Some("3"), 4), // older, still the latest read: an upsert
+        (Some("a"), None, 8),
+        (Some("a"), None, 9), // a deletion of a key the table does not hold: nothing
+        (Some("c"), None, 10), // nor of a key it never held
+        (None, Some("7"), 11), // no key: a bad record, skipped
+        (Some("b"), Some("2"), 12),
+    ] {
+        h.pipe_at("in", k, v, ts).unwrap();
+    }
+    assert_eq!(
+        h.records("changes"),
+        ["a=1@5", "b=2@6", "a=3@4", "a=-@8", "b=2@12"]
+    );
+    assert_eq!(
+        h.records("tenfold"),
+        ["a=10@5", "b=20@6", "a=30@4", "b=20@12"]
+    );
+    // The deletion emptied the key's row: its state is gone; b's row is kept.
+    assert_eq!(h.state("in", "a"), None);
+    let row = h.state("in", "b").unwrap();
+    assert_eq!(read_slot::<i64>(&row, "to-table-0001").unwrap(), Some(2));
+}
+
+#[test]
+fn to_table_after_a_key_change_is_repartitioned_and_joins_as_a_source_table_does() {
+    let b = StreamsBuilder::new("shop");
+    let prices = b
+        .stream::<String, Option<String>>("price-lines")
+        .select_key(|_, line| {
+            line.as_deref()
+                .and_then(|l| l.split(':').next())
+                .unwrap_or("")
+                .to_string()
+        })
+        .map_values(|line| {
+            line.and_then(|l| l.split(':').nth(1).and_then(|p| p.parse::<i64>().ok()))
+        })
+        .named("latest-price")
+        .to_table();
+    b.stream::<String, i64>("orders")
+        .join(&prices, |quantity, price| quantity * price)
+        .to("order-values");
+    let t = b.build().unwrap();
+    assert_eq!(t.stages().len(), 2, "{}", t.describe());
+    assert_eq!(t.internal_topics()[0].name, "shop-latest-price-repartition");
+    let h = Harness::new(t);
+    h.pipe_at("price-lines", Some("x"), Some("pen:3"), 1)
+        .unwrap();
+    h.pipe_at("orders", Some("pen"), Some("2"), 2).unwrap();
+    h.pipe_at("price-lines", Some("y"), Some("pen:5"), 3)
+        .unwrap();
+    h.pipe_at("orders", Some("pen"), Some("2"), 4).unwrap();
+    // A value that is no price: a deletion of the row.
+    h.pipe_at("price-lines", Some("z"), Some("pen:?"), 5)
+        .unwrap();
+    h.pipe_at("orders", Some("pen"), Some("4"), 6).unwrap();
+    assert_eq!(h.records("order-values"), ["pen=6@2", "pen=10@4"]);
+}

@@ -316,6 +316,15 @@ final class Catalogue {
                 }
                 s.to("out");
             }
+            case "cogroup" -> {
+                inputs.add("right");
+                KGroupedStream<String, String> right = b.<String, String>stream("right").groupByKey();
+                b.<String, String>stream("left").groupByKey()
+                        .<String>cogroup((k, v, a) -> Fns.plus(a, v))
+                        .cogroup(right, (k, v, a) -> Fns.plus(a, Fns.tick(v)))
+                        .aggregate(() -> "0").toStream().to("out", text);
+            }
+            case "to-table" -> b.<String, String>stream("left").toTable().toStream().to("out");
             case "table-filter" -> {
                 KTable<String, String> t = b.table("left");
                 (op.get("not").asBoolean()
