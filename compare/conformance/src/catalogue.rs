@@ -59,6 +59,11 @@ pub mod fns {
         format!("{a}+{b}")
     }
 
+    /// An aggregate and a value taken out of it: `a-b`.
+    pub fn minus(a: &str, b: &str) -> String {
+        format!("{a}-{b}")
+    }
+
     /// Each character of the value, in order.
     pub fn chars(v: Option<&str>) -> Vec<String> {
         v.map(|v| v.chars().map(String::from).collect())
@@ -344,6 +349,26 @@ fn build(op: &Op) -> Built {
                 .aggregate(|| "0".to_string())
                 .to_stream()
                 .to("out");
+        }
+        Op::TableGroupBy { how } => {
+            let grouped = b
+                .table::<String, String>("left")
+                .group_by(|_, v| (fns::bucket(Some(v)), v.clone()));
+            match how {
+                How::Count => grouped.count().to_stream().to("out"),
+                How::Reduce => grouped
+                    .reduce(|a, v| fns::plus(&a, &v), |a, v| fns::minus(&a, &v))
+                    .to_stream()
+                    .to("out"),
+                How::Aggregate => grouped
+                    .aggregate(
+                        || "0".to_string(),
+                        |_, v, a| fns::plus(&a, &v),
+                        |_, v, a| fns::minus(&a, &v),
+                    )
+                    .to_stream()
+                    .to("out"),
+            }
         }
         Op::ToTable => b
             .stream::<String, Option<String>>("left")

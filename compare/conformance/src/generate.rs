@@ -171,6 +171,12 @@ pub fn operators() -> Vec<(&'static str, BoxedStrategy<Op>)> {
             .boxed(),
         Just(Op::Cogroup).boxed(),
         Just(Op::ToTable).boxed(),
+        Just(Op::TableGroupBy { how: How::Count }).boxed(),
+        Just(Op::TableGroupBy { how: How::Reduce }).boxed(),
+        Just(Op::TableGroupBy {
+            how: How::Aggregate,
+        })
+        .boxed(),
         Just(Op::TableFilter { not: false }).boxed(),
         Just(Op::TableFilter { not: true }).boxed(),
         Just(Op::TableMapValues).boxed(),

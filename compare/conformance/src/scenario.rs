@@ -231,6 +231,12 @@ pub enum Op {
     Cogroup,
     /// `left` as a stream made a table (`to_table`), as a change stream.
     ToTable,
+    /// The table of `left` re-grouped by `bucket` of its value (`KTable::group_by`), then
+    /// `count()`, `reduce(plus, minus)` or `aggregate(|| "0", plus, minus)`, as a stream.
+    TableGroupBy {
+        /// Which aggregation.
+        how: How,
+    },
     /// The table of `left` filtered by `even`, as a change stream.
     TableFilter {
         /// `filter_not`.
@@ -306,6 +312,11 @@ impl Op {
             } => "outer_join_windowed",
             Op::Table { .. } => "table",
             Op::ToTable => "to_table",
+            Op::TableGroupBy { how: How::Count } => "table group_by count",
+            Op::TableGroupBy { how: How::Reduce } => "table group_by reduce",
+            Op::TableGroupBy {
+                how: How::Aggregate,
+            } => "table group_by aggregate",
             Op::Cogroup => "cogroup",
             Op::TableFilter { not: false } => "table filter",
             Op::TableFilter { not: true } => "table filter_not",

@@ -60,7 +60,8 @@
 //! 6. `split` ([`KStream::split`] into branches, [`Branched`]), `table` ([`KTable`],
 //!    stream–table joins) and `stream_join` (windowed stream joins);
 //! 7. `grouped`: [`KGroupedStream`] and its aggregations, then `cogroup`: several grouped
-//!    streams into one aggregate ([`CogroupedKStream`]);
+//!    streams into one aggregate ([`CogroupedKStream`]), and `grouped_table`: a table
+//!    re-grouped ([`KGroupedTable`]) and its aggregations that retract;
 //! 8. `window`: [`TimeWindows`] and the [`Windowing`] of a grouped stream;
 //! 9. `session`: [`SessionWindows`];
 //! 10. `builder`: [`StreamsBuilder`], the entry point, on top.
@@ -73,6 +74,7 @@ mod data;
 mod flow;
 mod graph;
 mod grouped;
+mod grouped_table;
 mod late;
 mod processor;
 mod session;
@@ -87,6 +89,7 @@ pub use builder::StreamsBuilder;
 pub use cogroup::CogroupedKStream;
 pub use data::{Consumed, Data, Produced};
 pub use grouped::KGroupedStream;
+pub use grouped_table::KGroupedTable;
 pub use late::{LatePolicy, LateRecord};
 pub use session::{SessionWindowedKStream, SessionWindows};
 pub use split::{Branched, Split};

@@ -78,6 +78,11 @@ impl<K: Data, V: Data> KTable<K, V> {
         }
     }
 
+    /// The name given to the next operator ([`KTable::named`]), if any.
+    pub(crate) fn next_name(&self) -> Option<&String> {
+        self.next_name.as_ref()
+    }
+
     /// Names the next operator applied to the returned table (see [`KStream::named`]).
     pub fn named(&self, name: impl Into<String>) -> KTable<K, V> {
         KTable {

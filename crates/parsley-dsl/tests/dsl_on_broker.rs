@@ -1,5 +1,6 @@
-//! DSL pipelines on the real broker: word count, the shop's revenue, a stream made a table and a
-//! cogroup of two topics through repartition topics the runtime creates, and the causal
+//! DSL pipelines on the real broker: word count, the shop's revenue, a stream made a table, a
+//! table re-grouped and counted, and a cogroup of two topics through repartition topics the
+//! runtime creates, and the causal
 //! stream–table join — a payment that claims an
 //! order update is joined with that version, where the same pipeline with the gate switched
 //! off (the negative control) joins an older one.
@@ -154,6 +155,76 @@ fn to_table_keeps_each_keys_latest_value_through_a_repartition_and_deletes_on_no
             )
         })
         .collect();
+    assert_eq!(got, expected);
+}
+
+#[test]
+fn a_regrouped_table_counts_each_group_as_rows_move_and_disappear() {
+    let cities = ["oslo", "rome", "lima", "kyiv", "baku"];
+    let customers = create_topic("dsl-customer-city", 3);
+    let sizes = create_topic("dsl-city-sizes", 2);
+    let producer = raw_producer(None);
+    // Customers move between cities; every ninth update deletes the customer. The expected
+    // count per city is the last state's, and the aggregation's deliveries are the records
+    // the re-grouping sends: one for an update within its city, a retraction and an addition
+    // for a move, a retraction for a deletion.
+    let mut city_of = BTreeMap::<String, &str>::new();
+    let mut regrouped = 0u64;
+    let total = 240usize;
+    for i in 0..total {
+        let customer = format!("c-{}", i % 23);
+        let city = (i % 9 != 4).then(|| cities[(i * 7 + i / 23) % cities.len()]);
+        let before = city_of.get(&customer).copied();
+        regrouped += match (before, city) {
+            (Some(a), Some(b)) if a == b => 1,
+            (a, b) => u64::from(a.is_some()) + u64::from(b.is_some()),
+        };
+        match city {
+            Some(c) => city_of.insert(customer.clone(), c),
+            None => city_of.remove(&customer),
+        };
+        let partition = parsley_runtime::partition_for(customer.as_bytes(), 3);
+        let mut record = BaseRecord::<str, str>::to(&customers.name)
+            .key(&customer)
+            .partition(partition);
+        if let Some(c) = city {
+            record = record.payload(c);
+        }
+        producer.send(record).map_err(|(e, _)| e).unwrap();
+    }
+    producer.flush(DEADLINE).unwrap();
+    let mut expected: BTreeMap<String, i64> = cities.iter().map(|c| (c.to_string(), 0)).collect();
+    for city in city_of.values() {
+        *expected.get_mut(*city).unwrap() += 1;
+    }
+
+    let app = unique_topic("dsl-regroup");
+    let builder = StreamsBuilder::new(app.clone());
+    builder
+        .table::<String, String>(&customers.name)
+        .group_by(|_customer, city| (city.clone(), ()))
+        .named("per-city")
+        .count()
+        .to_stream()
+        .to(&sizes.name);
+    let topology = builder.build().unwrap();
+    assert_eq!(topology.stages().len(), 2, "{}", topology.describe());
+    let running = Runtime::new(topology, RuntimeConfig::new(bootstrap()))
+        .start()
+        .unwrap();
+    running.wait_until_caught_up(DEADLINE).unwrap();
+    let metrics = running.stop().unwrap();
+    let per_city = metrics.iter().find(|(n, _)| n == "per-city").unwrap();
+    assert_eq!(
+        per_city.1.committed_deliveries, regrouped,
+        "each retraction and addition folded once"
+    );
+    let repartition = admin()
+        .describe_topics(&[format!("{app}-per-city-repartition").as_str()])
+        .unwrap();
+    assert_eq!(repartition[0].partitions, 3);
+    // Every city that ever held a customer, with the count its rows leave it.
+    let got: BTreeMap<String, i64> = last_values(read_committed(&sizes));
     assert_eq!(got, expected);
 }
 

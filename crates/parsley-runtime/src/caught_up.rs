@@ -218,10 +218,11 @@ impl StageProgress {
             .filter(|t| Some(*t) != self.spec.clock_topic())
             .collect();
         let topics = admin.describe_topics(&names)?;
-        let (internal, external): (Vec<(&str, i32)>, Vec<(&str, i32)>) = topics
+        let partitions = topics
             .iter()
-            .flat_map(|t| (0..t.partitions).map(move |p| (t.name.as_str(), p)))
-            .partition(|(t, _)| self.written_by_stages.contains(*t));
+            .flat_map(|t| (0..t.partitions).map(move |p| (t.name.as_str(), p)));
+        let (internal, external): (Vec<_>, Vec<_>) =
+            partitions.partition(|(t, _)| self.written_by_stages.contains(*t));
         let mut out = Vec::with_capacity(internal.len() + external.len());
         for (partitions, ends) in [
             (&external, admin.last_stable_offsets(&external)?),

@@ -5,6 +5,7 @@
 
 mod causal;
 mod cogroup;
+mod grouped_table;
 mod operators;
 mod reference;
 mod stream_joins;

@@ -25,6 +25,7 @@ import org.apache.kafka.streams.kstream.EmitStrategy;
 import org.apache.kafka.streams.kstream.Grouped;
 import org.apache.kafka.streams.kstream.JoinWindows;
 import org.apache.kafka.streams.kstream.KGroupedStream;
+import org.apache.kafka.streams.kstream.KGroupedTable;
 import org.apache.kafka.streams.kstream.KStream;
 import org.apache.kafka.streams.kstream.KTable;
 import org.apache.kafka.streams.kstream.Materialized;
@@ -149,6 +150,10 @@ final class Catalogue {
         /** An aggregate and a value: {@code a+b}. */
         static String plus(String a, String b) {
             return a + "+" + b;
+        }
+
+        static String minus(String a, String b) {
+            return a + "-" + b;
         }
 
         /** Each character of the value, in order. */
@@ -323,6 +328,20 @@ final class Catalogue {
                         .<String>cogroup((k, v, a) -> Fns.plus(a, v))
                         .cogroup(right, (k, v, a) -> Fns.plus(a, Fns.tick(v)))
                         .aggregate(() -> "0").toStream().to("out", text);
+            }
+            case "table-group-by" -> {
+                KGroupedTable<String, String> g = b.<String, String>table("left")
+                        .groupBy((k, v) -> KeyValue.pair(Fns.bucket(v), v),
+                                Grouped.with(Serdes.String(), Serdes.String()));
+                switch (op.get("how").asText()) {
+                    case "count" -> {
+                        g.count().toStream().to("out", Produced.with(Serdes.String(), Serdes.Long()));
+                        outputs.put("out", LONG);
+                    }
+                    case "reduce" -> g.reduce(Fns::plus, Fns::minus).toStream().to("out", text);
+                    default -> g.aggregate(() -> "0", (k, v, a) -> Fns.plus(a, v),
+                            (k, v, a) -> Fns.minus(a, v)).toStream().to("out", text);
+                }
             }
             case "to-table" -> b.<String, String>stream("left").toTable().toStream().to("out");
             case "table-filter" -> {
