@@ -93,7 +93,13 @@ impl StreamsBuilder {
         topic: impl Into<String>,
         consumed: Consumed<K, V>,
     ) -> KStream<K, V> {
-        KStream::source(&self.graph, topic.into(), consumed.codecs, None)
+        KStream::source(
+            &self.graph,
+            topic.into(),
+            consumed.codecs,
+            None,
+            consumed.name,
+        )
     }
 
     /// The records of `topic` as a table (Kafka Streams' `KTable`): the latest value of each
@@ -117,7 +123,7 @@ impl StreamsBuilder {
     ) -> KTable<K, V> {
         let topic = topic.into();
         let mut g = self.graph.borrow_mut();
-        let name = g.name("table", None);
+        let name = g.name("table", consumed.name);
         let node = g.add(name.clone(), format!("table {topic}"), &[], true, false);
         g.materialised(node);
         let (out, freeze) = Outlet::<K, Change<V>>::new();

@@ -40,10 +40,12 @@ pub(crate) fn auto_codecs<K: Data, V: Data>() -> Codecs<K, V> {
     }
 }
 
-/// The codecs a source is read with (Kafka Streams' `Consumed`). The default is [`Auto`] for
-/// both: a `String` as UTF-8, bytes as they are, everything else JSON.
+/// The codecs a source is read with (Kafka Streams' `Consumed`), and the name of the source's
+/// operator. The default is [`Auto`] for both codecs: a `String` as UTF-8, bytes as they are,
+/// everything else JSON; and a generated name.
 pub struct Consumed<K, V> {
     pub(crate) codecs: Codecs<K, V>,
+    pub(crate) name: Option<String>,
 }
 
 impl<K: Data, V: Data> Consumed<K, V> {
@@ -54,7 +56,27 @@ impl<K: Data, V: Data> Consumed<K, V> {
                 key: Arc::new(key),
                 value: Arc::new(value),
             },
+            name: None,
         }
+    }
+
+    /// Names the source's operator (Kafka Streams' `Consumed.as` and, for a table,
+    /// `Materialized.as`): its line in `describe` and, for a source table
+    /// ([`StreamsBuilder::table_with`](crate::StreamsBuilder::table_with)), its store — the
+    /// state slot its rows are kept in. Name a source table to keep its rows when the pipeline
+    /// changes around it: a generated name counts the operators added before it.
+    ///
+    /// ```
+    /// # use parsley_dsl::{Consumed, StreamsBuilder};
+    /// let builder = StreamsBuilder::new("shop");
+    /// let orders = builder.table_with::<String, String>("orders", Consumed::default().named("orders"));
+    /// orders.to_stream().to("order-log");
+    /// assert!(builder.build()?.describe().to_string().contains("orders: table orders (store orders)"));
+    /// # Ok::<(), parsley_stage::Error>(())
+    /// ```
+    pub fn named(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
     }
 }
 

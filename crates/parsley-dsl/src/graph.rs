@@ -387,10 +387,21 @@ impl Graph {
                     .map(|m| self.nodes[m].name.as_str())
                     .collect();
                 let node = &self.nodes[n];
-                if next.is_empty() {
-                    format!("{}: {}", node.name, node.what)
+                // A stateful operator's store: the state slot named after it.
+                let store = if node.stateful {
+                    format!(" (store {})", node.name)
                 } else {
-                    format!("{}: {} --> {}", node.name, node.what, next.join(", "))
+                    String::new()
+                };
+                if next.is_empty() {
+                    format!("{}: {}{store}", node.name, node.what)
+                } else {
+                    format!(
+                        "{}: {}{store} --> {}",
+                        node.name,
+                        node.what,
+                        next.join(", ")
+                    )
                 }
             })
             .collect()

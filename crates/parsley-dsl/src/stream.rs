@@ -66,15 +66,16 @@ impl<K: Data, V: Data> KStream<K, V> {
     }
 
     /// A stream read from `topic` (an internal topic when `internal` names the operator it
-    /// repartitions for).
+    /// repartitions for), its operator named `given` or a generated name.
     pub(crate) fn source(
         graph: &Rc<RefCell<Graph>>,
         topic: String,
         codecs: Codecs<K, V>,
         internal: Option<String>,
+        given: Option<String>,
     ) -> KStream<K, V> {
         let mut g = graph.borrow_mut();
-        let name = g.name("source", None);
+        let name = g.name("source", given);
         let what = match &internal {
             Some(_) => format!("source {topic} (internal)"),
             None => format!("source {topic}"),
@@ -434,7 +435,7 @@ impl<K: Data, V: Data> KStream<K, V> {
             ..self.clone()
         }
         .sink(topic.clone(), codecs.clone(), "repartition-sink", true);
-        let read = KStream::source(&self.graph, topic.clone(), codecs, Some(name));
+        let read = KStream::source(&self.graph, topic.clone(), codecs, Some(name), None);
         self.graph
             .borrow_mut()
             .add_internal(topic, writer, read.node);

@@ -325,6 +325,123 @@ fn an_operator_added_after_build_panics() {
 }
 
 #[test]
+fn every_stateful_operator_can_be_named_and_describe_lists_its_store() {
+    use crate::{JoinWindows, TimeWindows};
+    use std::time::Duration;
+    let b = StreamsBuilder::new("app");
+    let orders = b.table_with::<String, i64>("orders", Consumed::default().named("orders"));
+    let prices = b
+        .stream::<String, Option<i64>>("prices")
+        .named("prices")
+        .to_table();
+    let payments = b.stream::<String, i64>("payments");
+    payments
+        .named("paid")
+        .join(&orders, |p, o| p + o)
+        .to("paid-orders");
+    orders
+        .named("valued")
+        .join(&prices, |o, p| o * p)
+        .to_stream()
+        .to("values");
+    prices
+        .named("recent")
+        .expire_after(Duration::from_secs(60))
+        .to_stream()
+        .to("recent-prices");
+    payments
+        .group_by_key()
+        .named("totals")
+        .count()
+        .to_stream()
+        .to("totals");
+    payments
+        .group_by_key()
+        .named("per-minute")
+        .windowed_by(TimeWindows::of_size(Duration::from_secs(60)))
+        .count()
+        .to_stream()
+        .to("per-minute");
+    payments
+        .named("pairs")
+        .join_windowed(
+            &b.stream::<String, i64>("refunds"),
+            JoinWindows::of_time_difference(Duration::from_secs(5)),
+            |p, r| p - r,
+        )
+        .to("net");
+    orders
+        .group_by(|_, o| (o.to_string(), ()))
+        .named("by-amount")
+        .count()
+        .to_stream()
+        .to("amounts");
+    let text = b.build().unwrap().describe().to_string();
+    for store in [
+        "orders: table orders (store orders)",
+        "prices: to table (store prices)",
+        "paid: join stream with table orders (store paid)",
+        "valued: table-join of orders with prices (store valued)",
+        "recent: expire rows of prices 60000 ms after their last update (store recent)",
+        "totals: count (store totals)",
+        "per-minute: windowed count (tumbling 60000 ms, grace 0 ms) (store per-minute)",
+        "by-amount: aggregate (table) (store by-amount)",
+    ] {
+        assert!(text.contains(store), "{store:?} missing in:\n{text}");
+    }
+    assert!(
+        text.contains("(store pairs"),
+        "the windowed join's store:\n{text}"
+    );
+    // No stateful operator is left with a generated name (`{kind}-NNNN`).
+    for line in text.lines().filter(|l| l.contains("(store ")) {
+        let store = line
+            .split("(store ")
+            .nth(1)
+            .unwrap()
+            .split(')')
+            .next()
+            .unwrap();
+        let generated = store
+            .rsplit_once('-')
+            .is_some_and(|(_, n)| n.len() == 4 && n.chars().all(|c| c.is_ascii_digit()));
+        assert!(!generated, "a generated store name: {line}");
+    }
+}
+
+#[test]
+fn a_named_source_table_keeps_its_store_when_an_operator_is_added_before_it() {
+    let pipeline = |extra: bool| {
+        let b = StreamsBuilder::new("app");
+        if extra {
+            b.stream::<String, String>("other").to("elsewhere");
+        }
+        b.table_with::<String, String>("t", Consumed::default().named("rows"))
+            .to_stream()
+            .to("out");
+        b.build().unwrap()
+    };
+    for extra in [false, true] {
+        let topology = pipeline(extra);
+        let stage = topology
+            .stages()
+            .iter()
+            .find(|s| s.sources().iter().any(|t| t == "t"))
+            .unwrap()
+            .name()
+            .to_string();
+        let h = Harness::new(topology);
+        h.pipe("t", Some("k"), Some("v")).unwrap();
+        let state = h.state(&stage, "k").expect("the row is kept");
+        assert_eq!(
+            read_slot::<String>(&state, "rows").unwrap(),
+            Some("v".to_string()),
+            "the row in the slot named rows (extra operator: {extra})"
+        );
+    }
+}
+
+#[test]
 fn describe_names_every_operator_and_its_successors() {
     let b = StreamsBuilder::new("app");
     b.stream::<String, i64>("in")
@@ -344,7 +461,7 @@ fn describe_names_every_operator_and_its_successors() {
         "sinks: app-by-value-repartition (internal, partitions as in)",
         "Stage by-value (consumer group app.by-value, changelog app.by-value.changelog)",
         "source-0004: source app-by-value-repartition (internal) --> by-value",
-        "by-value: count --> to-stream-0006",
+        "by-value: count (store by-value) --> to-stream-0006",
     ] {
         assert!(text.contains(line), "{line:?} missing in:\n{text}");
     }
