@@ -13,8 +13,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use parsley_dsl::{
-    Branched, JoinWindows, KStream, KTable, LatePolicy, SessionWindows, StreamsBuilder,
-    TimeWindows, Windowed,
+    Branched, JoinWindows, KStream, KTable, LatePolicy, SessionWindows, SlidingWindows,
+    StreamsBuilder, TimeWindows, Windowed,
 };
 use parsley_stage::{BadRecordPolicy, Handler, HandlerResult, Record, Step, Topology};
 use parsley_task::driver::{RawInput, TopologyTestDriver};
@@ -293,6 +293,34 @@ fn build(op: &Op) -> Built {
             outputs = vec![("out".to_string(), KeyKind::Windowed)];
             windowed!(b, windows, how, updates, |w| w
                 .aggregate(|| "0".to_string(), |_, v, a| fns::plus(&a, &text(v))));
+        }
+        Op::Sliding {
+            how,
+            difference,
+            grace,
+            updates,
+            ..
+        } => {
+            // Kafka Streams' sliding aggregation skips records without a value, so every value
+            // type here holds none (such a record is a bad record, skipped).
+            let windows = SlidingWindows::of_time_difference_and_grace(ms(difference), ms(grace));
+            outputs = vec![("out".to_string(), KeyKind::Windowed)];
+            let w = b
+                .stream::<String, String>("left")
+                .group_by_key()
+                .windowed_by(windows);
+            let w = if updates { w.emit_updates() } else { w };
+            match how {
+                How::Count => w.count().to_change_stream().to("out"),
+                How::Reduce => w
+                    .reduce(|a, v| fns::plus(&a, &v))
+                    .to_change_stream()
+                    .to("out"),
+                How::Aggregate => w
+                    .aggregate(|| "0".to_string(), |_, v, a| fns::plus(&a, &v))
+                    .to_change_stream()
+                    .to("out"),
+            }
         }
         Op::Session {
             how,

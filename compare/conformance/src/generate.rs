@@ -89,6 +89,18 @@ fn windowed(how: How) -> BoxedStrategy<Op> {
         .boxed()
 }
 
+fn sliding(how: How) -> BoxedStrategy<Op> {
+    (1i64..12, grace(), any::<bool>())
+        .prop_map(move |(difference, grace, updates)| Op::Sliding {
+            how,
+            difference,
+            grace,
+            updates,
+            retention: None,
+        })
+        .boxed()
+}
+
 fn session(how: How) -> BoxedStrategy<Op> {
     (0i64..8, grace(), any::<bool>())
         .prop_map(move |(gap, grace, updates)| Op::Session {
@@ -157,6 +169,9 @@ pub fn operators() -> Vec<(&'static str, BoxedStrategy<Op>)> {
         windowed(How::Count),
         windowed(How::Reduce),
         windowed(How::Aggregate),
+        sliding(How::Count),
+        sliding(How::Reduce),
+        sliding(How::Aggregate),
         session(How::Count),
         session(How::Reduce),
         session(How::Aggregate),

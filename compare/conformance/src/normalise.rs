@@ -80,6 +80,7 @@ pub fn all() -> Vec<Normalisation> {
     vec![
         session_store_defect(),
         join_store_retention(),
+        sliding_store_retention(),
         keyless_records(),
         valueless_records(),
         late_join_records(),
@@ -145,6 +146,7 @@ fn keyed_by_type(op: &Op) -> bool {
         Op::Join { rekey, .. } => !rekey,
         Op::Process
         | Op::Windowed { .. }
+        | Op::Sliding { .. }
         | Op::Session { .. }
         | Op::JoinWindowed { .. }
         | Op::Table { .. }
@@ -236,6 +238,41 @@ fn join_store_retention() -> Normalisation {
                 grace: grace + 1,
             },
             ref other => other.clone(),
+        }),
+        apply: no_rewrite,
+    }
+}
+
+/// A defect of the reference: Kafka Streams 4.4 keeps a sliding window's store for `2d + grace`
+/// ms counted from the latest window *start* put into it, and a record's right window starts
+/// after the record (`t + 1`). So a window can leave the store before its close is emitted:
+/// with only final results (`onWindowClose`), its final result is never forwarded (a key's
+/// records at 1 and 2 with a difference of 1 give no result for `[0, 1]`); and a record that is
+/// not too late can miss a closed window it should start from. Kafka Streams runs with a
+/// retention no scenario reaches; Parsley keeps each window as long as a record in time can
+/// read it.
+fn sliding_store_retention() -> Normalisation {
+    Normalisation {
+        name: "kafka-streams-sliding-retention",
+        book: "dsl.md#defects-of-kafka-streams-the-comparison-found",
+        applies: |s| matches!(s.op, Op::Sliding { .. }),
+        script: None,
+        reference_script: None,
+        reference_op: Some(|op| match op {
+            Op::Sliding {
+                how,
+                difference,
+                grace,
+                updates,
+                ..
+            } => Op::Sliding {
+                how: *how,
+                difference: *difference,
+                grace: *grace,
+                updates: *updates,
+                retention: Some(1_000_000),
+            },
+            other => other.clone(),
         }),
         apply: no_rewrite,
     }
@@ -385,9 +422,11 @@ fn groups_in_other_partitions() -> Normalisation {
 /// aggregate taking the first value as it is: its store holds no null, so a window of nulls
 /// alone does not exist); Parsley's reducer over a value type without an absent value has none
 /// to take, so such a record is a bad record, skipped under `BadRecordPolicy::Skip`, moving
-/// event time as every record read does. Kafka Streams runs the script with those records under
-/// the key [`KEYLESS`] (so they move its stream time and fold into nothing compared), and its
-/// results for that key are dropped.
+/// event time as every record read does. A sliding aggregation in Kafka Streams skips them
+/// without moving its stream time (`count` and `aggregate` too), and the catalogue reads its
+/// values as a plain type, so Parsley skips them as bad records. Kafka Streams runs the script
+/// with those records under the key [`KEYLESS`] (so they move its stream time and fold into
+/// nothing compared), and its results for that key are dropped.
 fn valueless_records() -> Normalisation {
     Normalisation {
         name: "valueless-records",
@@ -398,10 +437,11 @@ fn valueless_records() -> Normalisation {
                 Op::Windowed {
                     how: crate::scenario::How::Reduce,
                     ..
-                } | Op::Session {
-                    how: crate::scenario::How::Reduce,
-                    ..
-                }
+                } | Op::Sliding { .. }
+                    | Op::Session {
+                        how: crate::scenario::How::Reduce,
+                        ..
+                    }
             ) && s.inputs.iter().any(|i| i.value.is_none())
         },
         script: None,

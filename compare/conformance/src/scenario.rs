@@ -197,6 +197,22 @@ pub enum Op {
         /// `EmitStrategy.onWindowClose()`).
         updates: bool,
     },
+    /// A sliding-windowed aggregation (`SlidingWindows`), keyed as a time window of size
+    /// `difference`.
+    Sliding {
+        /// Which aggregation.
+        how: How,
+        /// The time difference.
+        difference: i64,
+        /// Grace.
+        grace: i64,
+        /// `emit_updates()` (Kafka Streams' default); else final results only.
+        updates: bool,
+        /// The retention of Kafka Streams' window store, ms, when not its default (set by a
+        /// normalisation; Parsley keeps windows as long as a record can read them).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        retention: Option<i64>,
+    },
     /// A session-windowed aggregation.
     Session {
         /// Which aggregation.
@@ -288,6 +304,16 @@ impl Op {
                 how: How::Aggregate,
                 ..
             } => "windowed aggregate",
+            Op::Sliding {
+                how: How::Count, ..
+            } => "sliding count",
+            Op::Sliding {
+                how: How::Reduce, ..
+            } => "sliding reduce",
+            Op::Sliding {
+                how: How::Aggregate,
+                ..
+            } => "sliding aggregate",
             Op::Session {
                 how: How::Count, ..
             } => "session count",
@@ -352,7 +378,7 @@ impl Op {
     pub fn event_time(&self) -> bool {
         matches!(
             self,
-            Op::Windowed { .. } | Op::Session { .. } | Op::JoinWindowed { .. }
+            Op::Windowed { .. } | Op::Sliding { .. } | Op::Session { .. } | Op::JoinWindowed { .. }
         )
     }
 }

@@ -17,7 +17,7 @@
 //!   stamped, so causal order survives the hop;
 //! - stateful operators (tables, aggregations, joins, `process`) keep their values in their
 //!   stage's per-key state, one slot per operator, committed with the outputs;
-//! - windows ([`TimeWindows`], [`SessionWindows`]), windowed stream–stream joins
+//! - windows ([`TimeWindows`], [`SlidingWindows`], [`SessionWindows`]), windowed stream–stream joins
 //!   ([`JoinWindows`]) and expiring table rows ([`KTable::expire_after`]) close on the stage's
 //!   event-time watermark through keyed timers: each result is emitted once, when Kafka's
 //!   evidence proves the window complete, and records too late for every window are counted
@@ -62,7 +62,8 @@
 //! 7. `grouped`: [`KGroupedStream`] and its aggregations, then `cogroup`: several grouped
 //!    streams into one aggregate ([`CogroupedKStream`]), and `grouped_table`: a table
 //!    re-grouped ([`KGroupedTable`]) and its aggregations that retract;
-//! 8. `window`: [`TimeWindows`] and the [`Windowing`] of a grouped stream;
+//! 8. `window`: [`TimeWindows`] and the [`Windowing`] of a grouped stream, then `sliding`:
+//!    [`SlidingWindows`];
 //! 9. `session`: [`SessionWindows`];
 //! 10. `builder`: [`StreamsBuilder`], the entry point, on top.
 #![forbid(unsafe_code)]
@@ -78,6 +79,7 @@ mod grouped_table;
 mod late;
 mod processor;
 mod session;
+mod sliding;
 mod split;
 mod state;
 mod stream;
@@ -92,6 +94,7 @@ pub use grouped::KGroupedStream;
 pub use grouped_table::KGroupedTable;
 pub use late::{LatePolicy, LateRecord};
 pub use session::{SessionWindowedKStream, SessionWindows};
+pub use sliding::{SlidingWindowedKStream, SlidingWindows};
 pub use split::{Branched, Split};
 pub use state::read_slot;
 pub use stream::KStream;

@@ -2,12 +2,14 @@
 //! exactly one final result per key and closed window, with the count the input gives; the
 //! windows still open when the runtime stops close after a restart with the records from
 //! before it (their state and keyed timers come back from the changelog); on live traffic with
-//! the built-in clock, windows close when the clock passes them, with no further input.
+//! the built-in clock, windows close when the clock passes them, with no further input; a
+//! sliding count gives one final result per window the records define, each with the records
+//! within the time difference.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use parsley_dsl::{StreamsBuilder, TimeWindows, Windowed};
+use parsley_dsl::{SlidingWindows, StreamsBuilder, TimeWindows, Windowed};
 use parsley_runtime::{Runtime, RuntimeConfig, partition_for};
 use parsley_stage::EventTimeOrder;
 use parsley_testkit::fixtures::{
@@ -205,4 +207,83 @@ fn live_windows_close_on_the_built_in_clock_with_no_further_input() {
         windows.iter().map(|(k, n)| (k.clone(), vec![*n])).collect(),
         "each window once, closed by the clock"
     );
+}
+
+#[test]
+fn sliding_windows_give_one_final_count_per_window_the_records_define() {
+    const DIFFERENCE_MS: i64 = 1_000;
+    let clicks = create_topic("win-slide-clicks", PARTITIONS);
+    let counts = create_topic("win-slide-counts", PARTITIONS);
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let base = now - 600_000;
+    // 300 clicks of 5 users over 30 s, written out of event-time order: the task releases the
+    // history in event-time order.
+    let records: Vec<(String, i64)> = (0..300i64)
+        .map(|i| (format!("u{}", i % 5), base + (i * 7919) % 30_000))
+        .collect();
+    write(&clicks.name, &records);
+
+    // The windows the records define, per user: each record's left window [t - d, t], and its
+    // right window [t + 1, t + 1 + d] when a later record lies within d after it; each counts
+    // the user's records within it. Closed: its end before its task's watermark, the highest
+    // event time of the partition.
+    let mut by_user = BTreeMap::<String, Vec<i64>>::new();
+    let mut watermark = BTreeMap::<i32, i64>::new();
+    for (user, at) in &records {
+        by_user.entry(user.clone()).or_default().push(*at);
+        let w = watermark
+            .entry(partition_for(user.as_bytes(), PARTITIONS))
+            .or_insert(i64::MIN);
+        *w = (*w).max(*at);
+    }
+    let mut expected = BTreeMap::<(String, i64), Vec<i64>>::new();
+    for (user, times) in &by_user {
+        let w = watermark[&partition_for(user.as_bytes(), PARTITIONS)];
+        let mut starts: Vec<i64> = times.iter().map(|t| t - DIFFERENCE_MS).collect();
+        starts.extend(
+            times
+                .iter()
+                .filter(|t| times.iter().any(|u| u > t && *u <= *t + DIFFERENCE_MS))
+                .map(|t| t + 1),
+        );
+        for start in starts {
+            let count = times
+                .iter()
+                .filter(|t| (start..=start + DIFFERENCE_MS).contains(t))
+                .count() as i64;
+            if start + DIFFERENCE_MS < w {
+                expected.insert((user.clone(), start), vec![count]);
+            }
+        }
+    }
+
+    let app = unique_topic("win-slide-app");
+    let b = StreamsBuilder::new(app);
+    b.stream::<String, String>(&clicks.name)
+        .group_by_key()
+        .named("per-second-sliding")
+        .windowed_by(SlidingWindows::of_time_difference_with_no_grace(
+            Duration::from_millis(DIFFERENCE_MS as u64),
+        ))
+        .count()
+        .to_stream()
+        .to(&counts.name);
+    let running = Runtime::new(b.build().unwrap(), RuntimeConfig::new(bootstrap()))
+        .start()
+        .unwrap();
+    let m = wait_committed(&running, &clicks.name, records.len() as u64);
+    running.stop().unwrap();
+    assert_eq!(m.too_late, 0);
+    assert!(expected.len() > 300, "{} windows closed", expected.len());
+    let mut got = BTreeMap::<(String, i64), Vec<i64>>::new();
+    for r in read_committed(&counts) {
+        let w: Windowed<String> = serde_json::from_slice(&r.key.unwrap()).unwrap();
+        assert_eq!(w.end - w.start, DIFFERENCE_MS, "[start, start + d]");
+        let n: i64 = serde_json::from_slice(&r.value.unwrap()).unwrap();
+        got.entry((w.key, w.start)).or_default().push(n);
+    }
+    assert_eq!(got, expected, "one final count per closed window");
 }

@@ -8,6 +8,7 @@ mod cogroup;
 mod grouped_table;
 mod operators;
 mod reference;
+mod sliding;
 mod stream_joins;
 mod stream_ops;
 mod tables;

@@ -34,6 +34,7 @@ import org.apache.kafka.streams.kstream.Produced;
 import org.apache.kafka.streams.kstream.SessionWindowedDeserializer;
 import org.apache.kafka.streams.kstream.SessionWindowedKStream;
 import org.apache.kafka.streams.kstream.SessionWindows;
+import org.apache.kafka.streams.kstream.SlidingWindows;
 import org.apache.kafka.streams.kstream.TimeWindowedDeserializer;
 import org.apache.kafka.streams.kstream.TimeWindowedKStream;
 import org.apache.kafka.streams.kstream.TimeWindows;
@@ -42,6 +43,7 @@ import org.apache.kafka.streams.kstream.WindowedSerdes;
 import org.apache.kafka.streams.processor.api.Processor;
 import org.apache.kafka.streams.processor.api.ProcessorContext;
 import org.apache.kafka.streams.processor.api.Record;
+import org.apache.kafka.streams.state.WindowStore;
 import org.apache.kafka.streams.state.KeyValueStore;
 import org.apache.kafka.streams.state.Stores;
 
@@ -279,6 +281,38 @@ final class Catalogue {
                             .to("out", Produced.with(keys, Serdes.String()));
                 }
                 outputs.put("out", new Output(KeyKind.TIME_WINDOWED, how.equals("count"), size));
+            }
+            case "sliding" -> {
+                long difference = op.get("difference").asLong();
+                SlidingWindows windows = SlidingWindows.ofTimeDifferenceAndGrace(
+                        Duration.ofMillis(difference), Duration.ofMillis(op.get("grace").asLong()));
+                TimeWindowedKStream<String, String> w =
+                        b.<String, String>stream("left").groupByKey().windowedBy(windows);
+                if (!op.get("updates").asBoolean()) {
+                    w = w.emitStrategy(EmitStrategy.onWindowClose());
+                }
+                // A sliding window [start, start + difference]: its end is start + difference.
+                Serde<Windowed<String>> keys = WindowedSerdes.timeWindowedSerdeFrom(String.class, difference);
+                String how = op.get("how").asText();
+                // The store's retention, when the harness gives one (default: 2 * difference + grace).
+                Duration retention = op.hasNonNull("retention")
+                        ? Duration.ofMillis(op.get("retention").asLong()) : null;
+                switch (how) {
+                    case "count" -> (retention == null ? w.count()
+                            : w.count(Materialized.<String, Long, WindowStore<Bytes, byte[]>>with(
+                                    Serdes.String(), Serdes.Long()).withRetention(retention)))
+                            .toStream().to("out", Produced.with(keys, Serdes.Long()));
+                    case "reduce" -> (retention == null ? w.reduce(Fns::plus)
+                            : w.reduce(Fns::plus, Materialized.<String, String, WindowStore<Bytes, byte[]>>with(
+                                    Serdes.String(), Serdes.String()).withRetention(retention)))
+                            .toStream().to("out", Produced.with(keys, Serdes.String()));
+                    default -> (retention == null ? w.aggregate(() -> "0", (k, v, a) -> Fns.plus(a, v))
+                            : w.aggregate(() -> "0", (k, v, a) -> Fns.plus(a, v),
+                                    Materialized.<String, String, WindowStore<Bytes, byte[]>>with(
+                                            Serdes.String(), Serdes.String()).withRetention(retention)))
+                            .toStream().to("out", Produced.with(keys, Serdes.String()));
+                }
+                outputs.put("out", new Output(KeyKind.TIME_WINDOWED, how.equals("count"), difference));
             }
             case "session" -> {
                 SessionWindows windows = SessionWindows.ofInactivityGapAndGrace(
