@@ -93,13 +93,18 @@ impl StreamsBuilder {
         topic: impl Into<String>,
         consumed: Consumed<K, V>,
     ) -> KStream<K, V> {
-        KStream::source(
+        let topic = topic.into();
+        let stream = KStream::source(
             &self.graph,
-            topic.into(),
+            topic.clone(),
             consumed.codecs,
             None,
             consumed.name,
-        )
+        );
+        self.graph
+            .borrow_mut()
+            .key_partitioning(&topic, consumed.partitioning);
+        stream
     }
 
     /// The records of `topic` as a table (Kafka Streams' `KTable`): the latest value of each
@@ -112,7 +117,8 @@ impl StreamsBuilder {
         self.table_with(topic, Consumed::default())
     }
 
-    /// [`StreamsBuilder::table`] read with `consumed`'s codecs.
+    /// [`StreamsBuilder::table`] read with `consumed`'s codecs, name
+    /// ([`Consumed::named`]) and key partitioning ([`Consumed::key_partitioning`]).
     ///
     /// # Panics
     /// After [`StreamsBuilder::build`].
@@ -129,7 +135,7 @@ impl StreamsBuilder {
         let (out, freeze) = Outlet::<K, Change<V>>::new();
         g.on_freeze(freeze);
         let children = out.children();
-        let codecs = consumed.codecs;
+        let (codecs, partitioning) = (consumed.codecs, consumed.partitioning);
         let slot = name;
         let root: Root = Arc::new(move |ctx: &mut Ctx<'_>, key, value| {
             let key = ctx.decode_key(&codecs, key)?;
@@ -147,7 +153,8 @@ impl StreamsBuilder {
             ctx.store(&slot, new.as_ref())?;
             forward(&children, ctx, key, Change { old, new })
         });
-        g.add_source(topic, node, root, None);
+        g.add_source(topic.clone(), node, root, None);
+        g.key_partitioning(&topic, partitioning);
         KTable::new(self.graph.clone(), node, out)
     }
 

@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use parsley_stage::{Auto, Codec};
+use parsley_stage::{Auto, Codec, KeyPartitioning};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -46,6 +46,7 @@ pub(crate) fn auto_codecs<K: Data, V: Data>() -> Codecs<K, V> {
 pub struct Consumed<K, V> {
     pub(crate) codecs: Codecs<K, V>,
     pub(crate) name: Option<String>,
+    pub(crate) partitioning: KeyPartitioning,
 }
 
 impl<K: Data, V: Data> Consumed<K, V> {
@@ -57,7 +58,38 @@ impl<K: Data, V: Data> Consumed<K, V> {
                 value: Arc::new(value),
             },
             name: None,
+            partitioning: KeyPartitioning::Murmur2,
         }
+    }
+
+    /// How the topic's writers partition it by key (default [`KeyPartitioning::Murmur2`], the
+    /// Java client's and Kafka Streams' partitioner), checked on every record read:
+    /// [`KeyPartitioning::Crc32`] for a topic written by librdkafka-based clients with their
+    /// default partitioner (Python, Go, .NET, Rust's `rdkafka`). A stage reads such a source as
+    /// it is — each key stays in one partition — as long as its other sources are partitioned
+    /// alike: a stage that would mix CRC32 and murmur2 sources is refused at `build`, and a
+    /// repartition (`repartition()`, a key change) makes a stream murmur2.
+    ///
+    /// ```
+    /// # use parsley_dsl::{Consumed, StreamsBuilder};
+    /// # use parsley_stage::KeyPartitioning;
+    /// let builder = StreamsBuilder::new("shop");
+    /// builder
+    ///     .stream_with::<String, String>(
+    ///         "clicks", // written by a Python service with confluent-kafka's defaults
+    ///         Consumed::default().key_partitioning(KeyPartitioning::Crc32),
+    ///     )
+    ///     .group_by_key()
+    ///     .count()
+    ///     .to_stream()
+    ///     .to("clicks-per-user");
+    /// let topology = builder.build()?;
+    /// assert_eq!(topology.stages().len(), 1, "no repartition: each key is in one partition");
+    /// # Ok::<(), parsley_stage::Error>(())
+    /// ```
+    pub fn key_partitioning(mut self, partitioning: KeyPartitioning) -> Self {
+        self.partitioning = partitioning;
+        self
     }
 
     /// Names the source's operator (Kafka Streams' `Consumed.as` and, for a table,

@@ -19,8 +19,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use parsley_stage::{
-    BadRecordPolicy, Error, EventTimeOrder, ImpossiblePolicy, InternalTopic, StageSettings,
-    Topology,
+    BadRecordPolicy, Error, EventTimeOrder, ImpossiblePolicy, InternalTopic, KeyPartitioning,
+    StageSettings, Topology,
 };
 
 use crate::data::Data;
@@ -46,6 +46,8 @@ struct Source {
     root: Root,
     /// For an internal topic: the name of the operator it repartitions for.
     internal: Option<String>,
+    /// How its writers partition it by key.
+    partitioning: KeyPartitioning,
 }
 
 /// An internal topic: written by one operator, read by another.
@@ -217,7 +219,15 @@ impl Graph {
             node,
             root,
             internal,
+            partitioning: KeyPartitioning::Murmur2,
         });
+    }
+
+    /// Declares how the writers of source `topic` partition it by key.
+    pub(crate) fn key_partitioning(&mut self, topic: &str, partitioning: KeyPartitioning) {
+        if let Some(s) = self.sources.iter_mut().find(|s| s.topic == topic) {
+            s.partitioning = partitioning;
+        }
     }
 
     pub(crate) fn add_sink(&mut self, topic: String, node: usize) {
@@ -299,7 +309,9 @@ impl Graph {
                 .on_impossible_stamp(self.impossible.clone())
                 .operators(self.describe(&roots, c));
             for s in &sources {
-                settings = settings.source(s.topic.clone());
+                settings = settings
+                    .source(s.topic.clone())
+                    .key_partitioning(s.topic.clone(), s.partitioning);
             }
             for t in sinks {
                 if !settings.sinks().contains(t) {

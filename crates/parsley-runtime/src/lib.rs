@@ -161,7 +161,7 @@ pub use parsley_task::metrics::{
     progress_summary,
 };
 pub use parsley_task::outgoing::{Acked, OutgoingRecord};
-pub use parsley_task::topic::{TopicInfo, partition_for};
+pub use parsley_task::topic::{TopicInfo, crc32_partition_for, partition_for};
 pub use parsley_task::{GateMode, TopologyTestDriver};
 /// The Kafka client the runtime is built on: [`CausalProducer::observe_message`] takes its
 /// messages, so a service that consumes with it uses this version.

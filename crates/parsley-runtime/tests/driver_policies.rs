@@ -252,7 +252,7 @@ fn a_key_on_another_partition_than_murmur2_gives_stops_the_stage() {
         )
         .unwrap_err();
     assert!(
-        matches!(err.stage_error(), Error::Record(RecordError::KeyPartitionMismatch { stage, topic, partition: 1, offset: 0, key: k, expected: 0, partitions: 2 })
+        matches!(err.stage_error(), Error::Record(RecordError::KeyPartitionMismatch { stage, topic, partition: 1, offset: 0, key: k, expected: 0, partitions: 2, .. })
             if stage == "count" && topic == "orders" && *k == format!("{key:?}")),
         "{err}"
     );

@@ -1,12 +1,15 @@
 //! Case C20 on the real broker: keys hashed by another partitioner. A plain rdkafka producer
 //! with librdkafka's default partitioner (`consistent_random`, CRC32) writes keys `k0..k99` to
 //! one topic; a Java-compatible (murmur2) producer writes the same keys to a co-partitioned
-//! second topic. A stage reading both stops with a typed error naming the record, its key and
-//! the partition murmur2 gives — unless that source opted out of the check.
+//! second topic. A stage reading both stops with a typed error naming the record, its key, the
+//! partition murmur2 gives and CRC32 as the partitioner that put it there — unless that source
+//! opted out of the check. Declared `Crc32`, a stateful stage reads the first topic as it is:
+//! every key's records in one task, counted once.
 
 use parsley_runtime::RecordError;
 use parsley_runtime::{Error, Runtime, RuntimeConfig, partition_for};
 use parsley_stage::KeyPartitioning;
+use parsley_testkit::fixtures::{CountKeys, read_committed};
 use parsley_testkit::fixtures::{
     DEADLINE, Forward, bootstrap, create_topic, next_failure, unique_topic, wait_committed,
 };
@@ -70,6 +73,8 @@ fn c20_keys_hashed_by_another_partitioner_stop_the_stage_naming_the_record() {
             key,
             expected,
             partitions: 4,
+            partitioner: KeyPartitioning::Murmur2,
+            matches: Some(KeyPartitioning::Crc32),
             ..
         }) => {
             assert_eq!(
@@ -83,10 +88,46 @@ fn c20_keys_hashed_by_another_partitioner_stop_the_stage_naming_the_record() {
         other => panic!("expected KeyPartitionMismatch, got {other}"),
     }
 
+    assert!(
+        failure.to_string().contains(&format!(
+            ".key_partitioning(\"{}\", KeyPartitioning::Crc32)",
+            crc.name
+        )),
+        "the line that declares it: {failure}"
+    );
+
     // Opted out, the source's records are delivered as they are.
     let running = build(true).start().unwrap();
     wait_committed(&running, "forward", 200);
     running.stop().unwrap();
+
+    // Declared CRC32 (librdkafka's partitioner, checked on every record), a stateful stage
+    // reads it as it is: each key once, in the task of its partition.
+    let counts = create_topic("c20-counts", 4);
+    let topology = parsley_stage::Topology::builder(unique_topic("c20-crc32"))
+        .stage("count", CountKeys::new(&counts.name), |s| {
+            s.source(&crc.name)
+                .sink(&counts.name)
+                .key_codec(parsley_stage::Utf8)
+                .value_codec(parsley_stage::Utf8)
+                .output_codec(parsley_stage::Utf8)
+                .key_partitioning(&crc.name, KeyPartitioning::Crc32)
+        })
+        .build()
+        .unwrap();
+    let running = Runtime::new(topology, RuntimeConfig::new(bootstrap()))
+        .start()
+        .unwrap();
+    wait_committed(&running, "count", 100);
+    running.stop().unwrap();
+    let mut counted: Vec<String> = read_committed(&counts)
+        .into_iter()
+        .map(|r| String::from_utf8(r.value.unwrap()).unwrap())
+        .collect();
+    counted.sort();
+    let mut expected: Vec<String> = (0..100).map(|i| format!("k{i}=1")).collect();
+    expected.sort();
+    assert_eq!(counted, expected, "every key counted once");
 }
 
 /// The key inside the error's rendering (`"k12"`).

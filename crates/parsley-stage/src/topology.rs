@@ -117,8 +117,8 @@ pub struct StageSpec {
     processor: Arc<dyn Processor>,
     impossible: ImpossiblePolicy,
     bad_records: BadRecordPolicy,
-    /// Sources whose writers partition by key some other way on purpose (not checked).
-    unchecked: Vec<String>,
+    /// Sources whose writers partition by key other than with murmur2, and how.
+    partitioning: Vec<(String, KeyPartitioning)>,
     event_time: Option<EventTimeOrder>,
     /// The topic of its built-in clock, among its sources (filled in by `build`).
     clock_topic: Option<String>,
@@ -136,13 +136,25 @@ pub struct StageSpec {
 /// and Parsley's own producers use murmur2 of the key bytes, as the Java client's default
 /// partitioner does, but librdkafka's default (`consistent_random`, CRC32) does not. So by
 /// default the runtime checks each delivered record's key against its partition, and a
-/// mismatch stops the stage with an error naming the record, its key and the partition
-/// murmur2 gives (case C20), instead of computing a wrong result silently.
+/// mismatch stops the stage with an error naming the record, its key, the partition murmur2
+/// gives and the partitioner the key matches (case C20), instead of computing a wrong result
+/// silently. A source written by librdkafka-based clients with their default partitioner is
+/// declared [`KeyPartitioning::Crc32`] and read as it is: each key is still in one partition.
+///
+/// The checked sources of one stage must share a partitioner: a key's records would otherwise
+/// be in different tasks ([`TopologyBuilder::build`] refuses a stage that mixes murmur2 and
+/// CRC32 sources; repartition one of them).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum KeyPartitioning {
-    /// murmur2 of the key bytes modulo the partition count; checked (the default).
+    /// murmur2 of the key bytes, made positive, modulo the partition count — the Java client's
+    /// default partitioner, Kafka Streams' and Parsley's, librdkafka's `murmur2` and
+    /// `murmur2_random`; checked (the default).
     #[default]
     Murmur2,
+    /// CRC-32 (IEEE) of the key bytes modulo the partition count — librdkafka's `consistent`
+    /// and `consistent_random` partitioners, the default of librdkafka-based clients (C,
+    /// Python, Go, .NET, Rust's `rdkafka`); checked.
+    Crc32,
     /// The writers partition some other way on purpose; keys are not checked. Fold state and
     /// claims then group the records of a partition, whatever their keys.
     Unchecked,
@@ -210,7 +222,7 @@ impl fmt::Debug for StageSpec {
             .field("sinks", &self.sinks)
             .field("impossible", &self.impossible)
             .field("bad_records", &self.bad_records)
-            .field("unchecked", &self.unchecked)
+            .field("partitioning", &self.partitioning)
             .field("event_time", &self.event_time)
             .field("clock_topic", &self.clock_topic)
             .field("internal", &self.internal)
@@ -252,11 +264,10 @@ impl StageSpec {
 
     /// How the writers of source `topic` partition it by key (checked unless it opted out).
     pub fn key_partitioning(&self, topic: &str) -> KeyPartitioning {
-        if self.unchecked.iter().any(|t| t == topic) {
-            KeyPartitioning::Unchecked
-        } else {
-            KeyPartitioning::Murmur2
-        }
+        self.partitioning
+            .iter()
+            .find(|(t, _)| t == topic)
+            .map_or(KeyPartitioning::Murmur2, |(_, p)| *p)
     }
 
     /// The stage's event-time order, if it orders by event time.
@@ -446,12 +457,22 @@ impl TopologyBuilder {
                     ));
                 }
             }
-            for topic in &stage.unchecked {
+            for (topic, _) in &stage.partitioning {
                 if !stage.sources.contains(topic) {
                     problems.push(format!(
                         "stage {name:?}: key partitioning of {topic:?}, which is not a source of the stage"
                     ));
                 }
+            }
+            let by = |p: KeyPartitioning| -> Vec<&String> {
+                let sources = stage.sources.iter();
+                sources.filter(|t| stage.key_partitioning(t) == p).collect()
+            };
+            let (murmur2, crc32) = (by(KeyPartitioning::Murmur2), by(KeyPartitioning::Crc32));
+            if let (Some(m), Some(c)) = (murmur2.first(), crc32.first()) {
+                problems.push(format!(
+                    "stage {name:?}: source {c:?} is partitioned by CRC32 and source {m:?} by murmur2: a key's records would be in different tasks; repartition one of them"
+                ));
             }
             if stage.processor.uses_timers() && stage.event_time.is_none() {
                 problems.push(format!(
@@ -563,7 +584,9 @@ fn add_clock_topics(
                 .config("segment.ms", CLOCK_SEGMENT_MS),
         );
         stage.sources.push(topic.clone());
-        stage.unchecked.push(topic.clone());
+        stage
+            .partitioning
+            .push((topic.clone(), KeyPartitioning::Unchecked));
         stage.clock_topic = Some(topic);
     }
 }
@@ -576,7 +599,7 @@ pub struct StageSettings {
     sinks: Vec<String>,
     impossible: ImpossiblePolicy,
     bad_records: BadRecordPolicy,
-    unchecked: Vec<String>,
+    partitioning: Vec<(String, KeyPartitioning)>,
     event_time: Option<EventTimeOrder>,
     operators: Vec<String>,
 }
@@ -614,9 +637,9 @@ impl StageSettings {
         partitioning: KeyPartitioning,
     ) -> Self {
         let topic = topic.into();
-        self.unchecked.retain(|t| *t != topic);
-        if partitioning == KeyPartitioning::Unchecked {
-            self.unchecked.push(topic);
+        self.partitioning.retain(|(t, _)| *t != topic);
+        if partitioning != KeyPartitioning::Murmur2 {
+            self.partitioning.push((topic, partitioning));
         }
         self
     }
@@ -661,7 +684,7 @@ impl StageSettings {
             sinks,
             impossible,
             bad_records,
-            unchecked,
+            partitioning,
             event_time,
             operators,
         } = self;
@@ -672,7 +695,7 @@ impl StageSettings {
             processor,
             impossible,
             bad_records,
-            unchecked,
+            partitioning,
             event_time,
             clock_topic: None,
             internal: Vec::new(),
@@ -808,6 +831,44 @@ mod tests {
             let total = state.unwrap_or(0) + r.value;
             Ok(Step::none().emit("out", r.key, total).set_state(total))
         }
+    }
+
+    #[test]
+    fn a_stage_reading_crc32_and_murmur2_sources_is_refused_and_alone_each_is_kept() {
+        let err = Topology::builder("app")
+            .stage("a", Echo, |s| {
+                s.source("crc")
+                    .source("java")
+                    .source("other")
+                    .sink("out")
+                    .key_partitioning("crc", KeyPartitioning::Crc32)
+                    .key_partitioning("other", KeyPartitioning::Unchecked)
+            })
+            .build()
+            .unwrap_err();
+        let Error::InvalidTopology { problems } = err else {
+            panic!("{err}")
+        };
+        assert_eq!(
+            problems,
+            [
+                "stage \"a\": source \"crc\" is partitioned by CRC32 and source \"java\" by murmur2: a key's records would be in different tasks; repartition one of them"
+            ]
+        );
+        let t = Topology::builder("app")
+            .stage("a", Echo, |s| {
+                s.source("crc")
+                    .source("other")
+                    .sink("out")
+                    .key_partitioning("crc", KeyPartitioning::Crc32)
+                    .key_partitioning("other", KeyPartitioning::Unchecked)
+            })
+            .build()
+            .unwrap();
+        let a = t.stage("a").unwrap();
+        assert_eq!(a.key_partitioning("crc"), KeyPartitioning::Crc32);
+        assert_eq!(a.key_partitioning("other"), KeyPartitioning::Unchecked);
+        assert_eq!(a.key_partitioning("out"), KeyPartitioning::Murmur2);
     }
 
     #[test]

@@ -73,9 +73,9 @@ pub struct TaskContext {
     pub stage: String,
     /// The source topics, in the topology's order: a record's `source` is an index here.
     pub sources: Vec<TopicInfo>,
-    /// Per source (same order): its records' keys are checked against their partitions
-    /// (murmur2; [`parsley_stage::KeyPartitioning`]).
-    pub checked_keys: Vec<bool>,
+    /// Per source (same order): the partitioner its records' keys are checked against
+    /// ([`parsley_stage::KeyPartitioning`]; `Unchecked`: none).
+    pub key_partitioning: Vec<KeyPartitioning>,
     /// The declared sinks.
     pub sinks: Vec<TopicInfo>,
     /// Where [`ImpossiblePolicy::DeadLetter`] routes records.
@@ -128,9 +128,9 @@ impl TaskContext {
         cap: usize,
         metrics: Arc<StageMetrics>,
     ) -> Self {
-        let checked_keys = sources
+        let key_partitioning = sources
             .iter()
-            .map(|t| spec.key_partitioning(&t.name) == KeyPartitioning::Murmur2)
+            .map(|t| spec.key_partitioning(&t.name))
             .collect();
         let index = |topic: &str| {
             sources
@@ -151,7 +151,7 @@ impl TaskContext {
             stage: spec.name().to_string(),
             fed_by_stages: vec![None; sources.len()],
             sources,
-            checked_keys,
+            key_partitioning,
             sinks,
             dead_letter: dead_letter.map(DeadLetterTopic::new),
             bad_record_dead_letter: bad_record_dead_letter.map(DeadLetterTopic::new),

@@ -2,6 +2,7 @@
 //! partition of a key, and the identity of one send.
 
 use parsley_clock::{Channel, TopicId};
+use parsley_stage::KeyPartitioning;
 
 /// A topic as the cluster describes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,6 +36,31 @@ pub struct SendTag {
 pub fn partition_for(key: &[u8], partitions: i32) -> i32 {
     assert!(partitions > 0, "a topic has at least one partition");
     ((murmur2(key) & 0x7fff_ffff) % partitions as u32) as i32
+}
+
+/// The partition of `key` among `partitions` by CRC-32 (IEEE) of the key bytes modulo the
+/// partition count: librdkafka's `consistent` and `consistent_random` partitioners
+/// (`rd_crc32(key) % partition_cnt`), the default of librdkafka-based clients for a record with
+/// a key.
+///
+/// # Panics
+/// When `partitions <= 0`.
+pub fn crc32_partition_for(key: &[u8], partitions: i32) -> i32 {
+    assert!(partitions > 0, "a topic has at least one partition");
+    (crc32fast::hash(key) % partitions as u32) as i32
+}
+
+/// The partition `partitioning` gives `key` among `partitions`; `None` for
+/// [`KeyPartitioning::Unchecked`].
+///
+/// # Panics
+/// When `partitions <= 0`.
+pub fn partition_by(partitioning: KeyPartitioning, key: &[u8], partitions: i32) -> Option<i32> {
+    match partitioning {
+        KeyPartitioning::Murmur2 => Some(partition_for(key, partitions)),
+        KeyPartitioning::Crc32 => Some(crc32_partition_for(key, partitions)),
+        KeyPartitioning::Unchecked => None,
+    }
 }
 
 /// Kafka's murmur2 (seed `0x9747b28c`), as the Java client's `Utils.murmur2` computes it.
@@ -71,6 +97,22 @@ fn murmur2(data: &[u8]) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn crc32_partitions_as_librdkafkas_consistent_partitioner() {
+        // CRC-32 (IEEE)'s check value: "123456789" hashes to 0xcbf43926 = 3421780262.
+        assert_eq!(crc32_partition_for(b"123456789", 1000), 262);
+        assert_eq!(crc32_partition_for(b"", 7), 0, "CRC-32 of nothing is 0");
+        assert_eq!(
+            partition_by(KeyPartitioning::Crc32, b"123456789", 1000),
+            Some(262)
+        );
+        assert_eq!(
+            partition_by(KeyPartitioning::Murmur2, b"k", 4),
+            Some(partition_for(b"k", 4))
+        );
+        assert_eq!(partition_by(KeyPartitioning::Unchecked, b"k", 4), None);
+    }
 
     /// Kafka's own `UtilsTest.testMurmur2` vectors: the Java client's hash of these keys.
     #[test]

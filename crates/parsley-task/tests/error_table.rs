@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parsley_clock::{Channel, Coordinate, SenderId, SenderTag, TopicId};
+use parsley_stage::KeyPartitioning;
 use parsley_task::Error;
 use parsley_task::error::{
     ClientError, InputRecord, KafkaCode, PRODUCER_SIZE_LIMIT, RecordProblem, Refusal,
@@ -406,11 +407,13 @@ fn rows() -> Vec<(&'static str, Error, Class, &'static str)> {
                 partition: 0,
                 offset: 7,
                 key: "\"k\"".into(),
+                partitioner: KeyPartitioning::Murmur2,
                 expected: 1,
                 partitions: 2,
+                matches: Some(KeyPartitioning::Crc32),
             }),
             Fatal,
-            "stage s: record in/0@7 has key \"k\", which murmur2 puts on partition 1 of 2: its writer does not partition like the Java client (librdkafka's default partitioner is consistent_random; set partitioner=murmur2_random), or wrote before the topic's partition count changed; a source partitioned some other way on purpose opts out with KeyPartitioning::Unchecked",
+            "stage s: record in/0@7 has key \"k\", which murmur2 puts on partition 1 of 2; it is where CRC32 puts it: its writer uses librdkafka's default partitioner (consistent_random, as clients built on librdkafka do: C, Python, Go, .NET, Rust's rdkafka); declare it on the stage with .key_partitioning(\"in\", KeyPartitioning::Crc32), or in the DSL read it with Consumed::default().key_partitioning(KeyPartitioning::Crc32)",
         ),
         (
             "KeylessRecord",

@@ -7,6 +7,7 @@ mod causal;
 mod cogroup;
 mod grouped_table;
 mod operators;
+mod partitioning;
 mod reference;
 mod sliding;
 mod stream_joins;

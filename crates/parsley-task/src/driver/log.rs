@@ -14,6 +14,7 @@ use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 
 use parsley_clock::{Channel, Stamp, TopicId, codec, is_stamp_header};
+use parsley_stage::KeyPartitioning;
 
 use crate::error::SetupError;
 use crate::error::{Error, Result};
@@ -73,6 +74,9 @@ pub(super) struct Topic {
     pub partitions: Vec<Vec<Stored>>,
     /// The partition the next record without a key goes to (round robin).
     next_keyless: i32,
+    /// How its writers partition it by key: as a stage reading it declares
+    /// ([`KeyPartitioning`]); murmur2 otherwise.
+    partitioning: KeyPartitioning,
 }
 
 impl Topic {
@@ -120,6 +124,7 @@ impl Logs {
                 },
                 partitions: (0..partitions).map(|_| Vec::new()).collect(),
                 next_keyless: 0,
+                partitioning: KeyPartitioning::Murmur2,
             },
         );
     }
@@ -154,8 +159,9 @@ impl Logs {
             .map_or(0, |t| t.last_stable(channel.partition))
     }
 
-    /// The partition a record with `key` goes to on `topic`: murmur2 of the key, as real
-    /// writers choose; a record without a key goes round robin.
+    /// The partition a record with `key` goes to on `topic`: as its writers partition it —
+    /// murmur2 of the key, or CRC32 when a stage reading it declares so
+    /// ([`Logs::declare_partitioning`]); a record without a key goes round robin.
     ///
     /// # Errors
     /// [`SetupError::UnknownTopic`].
@@ -166,13 +172,22 @@ impl Logs {
             })
         })?;
         Ok(match key {
-            Some(k) => crate::topic::partition_for(k, t.info.partitions),
+            Some(k) => crate::topic::partition_by(t.partitioning, k, t.info.partitions)
+                .unwrap_or_else(|| crate::topic::partition_for(k, t.info.partitions)),
             None => {
                 let p = t.next_keyless;
                 t.next_keyless = (p + 1) % t.info.partitions;
                 p
             }
         })
+    }
+
+    /// Declares that the writers of `topic` partition it by `partitioning` (a stage's
+    /// declaration for its source); murmur2 and unchecked sources leave it as it is.
+    pub(super) fn declare_partitioning(&mut self, topic: &str, partitioning: KeyPartitioning) {
+        if let (Some(t), KeyPartitioning::Crc32) = (self.topics.get_mut(topic), partitioning) {
+            t.partitioning = partitioning;
+        }
     }
 
     /// Appends `record` to `topic`/`partition`; returns its offset.

@@ -223,6 +223,11 @@ impl TopologyTestDriverBuilder {
             };
             logs.create(name, partitions);
         }
+        for spec in topology.stages() {
+            for topic in spec.sources() {
+                logs.declare_partitioning(topic, spec.key_partitioning(topic));
+            }
+        }
         let info = |name: &str| -> TopicInfo { logs.topic(name).expect("created").info.clone() };
         let mut stages = Vec::new();
         for spec in topology.stages() {

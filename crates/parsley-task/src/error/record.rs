@@ -6,6 +6,7 @@
 //! offsets `i64`) or the topic. None is retried as it was: the record would be met again.
 
 use parsley_clock::Coordinate;
+use parsley_stage::KeyPartitioning;
 
 /// A record, or a source topic's records, that a stage cannot handle as they are
 /// ([`Error::Record`](super::Error::Record)). Fatal every time: none is
@@ -147,14 +148,19 @@ pub enum RecordError {
         topic: String,
     },
     /// A delivered record's key belongs on another partition than the one it was read from:
-    /// murmur2 of its bytes (the Java client's default partitioner, Kafka Streams' and
-    /// Parsley's) gives `expected`. Its writer partitions some other way — librdkafka's default
-    /// partitioner, `consistent_random`, does — or wrote before the topic's partition count
-    /// changed; the stage's per-key state and claims would split the key across tasks, so it
-    /// stops instead (case C20). A source partitioned some other way on purpose opts out with
-    /// [`KeyPartitioning::Unchecked`](parsley_stage::KeyPartitioning::Unchecked).
+    /// the partitioner declared for the source (`partitioner`, murmur2 by default: the Java
+    /// client's, Kafka Streams' and Parsley's) gives `expected`. Its writer partitions some
+    /// other way — librdkafka's default partitioner, `consistent_random`, uses CRC32 — or wrote
+    /// before the topic's partition count changed; the stage's per-key state and claims would
+    /// split the key across tasks, so it stops instead (case C20). `matches` names the
+    /// partitioner, murmur2 or CRC32, that does put the key where it is, and the message gives
+    /// the line that declares it
+    /// ([`KeyPartitioning`](parsley_stage::KeyPartitioning)); a source partitioned some other
+    /// way on purpose opts out with `KeyPartitioning::Unchecked`.
     #[error(
-        "stage {stage}: record {topic}/{partition}@{offset} has key {key}, which murmur2 puts on partition {expected} of {partitions}: its writer does not partition like the Java client (librdkafka's default partitioner is consistent_random; set partitioner=murmur2_random), or wrote before the topic's partition count changed; a source partitioned some other way on purpose opts out with KeyPartitioning::Unchecked"
+        "stage {stage}: record {topic}/{partition}@{offset} has key {key}, which {} puts on partition {expected} of {partitions}; {}",
+        partitioner_name(*.partitioner),
+        mismatch_advice(.topic, *.matches)
     )]
     KeyPartitionMismatch {
         /// Stage name.
@@ -167,10 +173,14 @@ pub enum RecordError {
         offset: i64,
         /// The key, rendered: UTF-8 text when it is, else hex (the first 64 bytes).
         key: String,
-        /// The partition murmur2 gives the key.
+        /// The partitioner declared for the source, which was checked.
+        partitioner: KeyPartitioning,
+        /// The partition it gives the key.
         expected: i32,
         /// The topic's partition count.
         partitions: i32,
+        /// The other partitioner, murmur2 or CRC32, if it puts the key on `partition`.
+        matches: Option<KeyPartitioning>,
     },
     /// A record without a key reached a stage that keeps fold state by key: the stage's
     /// [`BadRecordPolicy`](parsley_stage::BadRecordPolicy) applies (this error under `Fail`;
@@ -361,12 +371,48 @@ pub enum RecordProblem {
     Timestamp(i64),
 }
 
-/// A key for an error message: quoted UTF-8 text when it is, else hex; the first 64 bytes.
+/// The name of a checked partitioner in messages.
+fn partitioner_name(p: KeyPartitioning) -> &'static str {
+    match p {
+        KeyPartitioning::Murmur2 => "murmur2",
+        KeyPartitioning::Crc32 => "CRC32",
+        KeyPartitioning::Unchecked => "no partitioner",
+    }
+}
+
+/// What a [`RecordError::KeyPartitionMismatch`] advises: the line that declares the partitioner
+/// the key matches, if one does.
+fn mismatch_advice(topic: &str, matches: Option<KeyPartitioning>) -> String {
+    match matches {
+        Some(KeyPartitioning::Crc32) => format!(
+            "it is where CRC32 puts it: its writer uses librdkafka's default partitioner (consistent_random, as clients built on librdkafka do: C, Python, Go, .NET, Rust's rdkafka); declare it on the stage with .key_partitioning(\"{topic}\", KeyPartitioning::Crc32), or in the DSL read it with Consumed::default().key_partitioning(KeyPartitioning::Crc32)"
+        ),
+        Some(KeyPartitioning::Murmur2) => format!(
+            "it is where murmur2 puts it (the Java client's default partitioner): declare {topic} KeyPartitioning::Murmur2, the default"
+        ),
+        _ => "neither murmur2 nor CRC32 puts it there: its writer partitions some other way, or wrote before the topic's partition count changed; a source partitioned some other way on purpose opts out with KeyPartitioning::Unchecked".to_string(),
+    }
+}
+
+/// A key for an error message: UTF-8 text in quotes, as it is (control characters escaped),
+/// else hex; the first 64 bytes.
 pub fn render_key(key: &[u8]) -> String {
     let shown = &key[..key.len().min(64)];
     let more = if key.len() > 64 { "…" } else { "" };
     match std::str::from_utf8(shown) {
-        Ok(text) => format!("{text:?}{more}"),
+        Ok(text) => {
+            let text: String = text
+                .chars()
+                .flat_map(|c| {
+                    let escape = c.is_control().then(|| c.escape_debug());
+                    escape
+                        .into_iter()
+                        .flatten()
+                        .chain((!c.is_control()).then_some(c))
+                })
+                .collect();
+            format!("\"{text}\"{more}")
+        }
         Err(_) => {
             let hex: String = shown.iter().map(|b| format!("{b:02x}")).collect();
             format!("0x{hex}{more}")

@@ -7,12 +7,15 @@
 
 use super::*;
 use crate::error::{RecordError, SetupError};
+use crate::topic::partition_by;
+use parsley_stage::KeyPartitioning;
 
-/// Checks that a delivered record of source `source` with key `key` is on the partition
-/// murmur2 gives its key ([`parsley_stage::KeyPartitioning`]; case C20).
+/// Checks that a delivered record of source `source` with key `key` is on the partition the
+/// source's declared partitioner gives its key ([`parsley_stage::KeyPartitioning`]; case C20).
 ///
 /// # Errors
-/// [`RecordError::KeyPartitionMismatch`] naming the record, its key and the partition expected.
+/// [`RecordError::KeyPartitionMismatch`] naming the record, its key, the partition expected
+/// and the partitioner, murmur2 or CRC32, that puts the key where it is, if one does.
 pub(super) fn check_key(
     ctx: &TaskContext,
     source: usize,
@@ -20,19 +23,27 @@ pub(super) fn check_key(
     offset: i64,
     key: &[u8],
 ) -> Result<()> {
+    let partitioner = ctx.key_partitioning[source];
     let partitions = ctx.sources[source].partitions;
-    let expected = partition_for(key, partitions);
+    let Some(expected) = partition_by(partitioner, key, partitions) else {
+        return Ok(()); // unchecked
+    };
     if expected == partition {
         return Ok(());
     }
+    let matches = [KeyPartitioning::Murmur2, KeyPartitioning::Crc32]
+        .into_iter()
+        .find(|p| *p != partitioner && partition_by(*p, key, partitions) == Some(partition));
     Err(Error::Record(RecordError::KeyPartitionMismatch {
         stage: ctx.stage.clone(),
         topic: ctx.sources[source].name.clone(),
         partition,
         offset,
         key: crate::error::render_key(key),
+        partitioner,
         expected,
         partitions,
+        matches,
     }))
 }
 

@@ -431,7 +431,7 @@ impl Task {
                 self.counts.delivered += 1;
                 continue;
             }
-            if let (Some(key), true) = (&payload.key, ctx.checked_keys[payload.source]) {
+            if let Some(key) = &payload.key {
                 check_key(
                     ctx,
                     payload.source,

@@ -15,7 +15,9 @@ use parsley_clock::{
 };
 use parsley_gate::{Arrival, Awaiting, Gate};
 use parsley_stage::changelog::{META_KEY, Restored, TaskSnapshot};
-use parsley_stage::{BadRecordPolicy, ImpossiblePolicy, StageSpec, Topology, Utf8};
+use parsley_stage::{
+    BadRecordPolicy, ImpossiblePolicy, KeyPartitioning, StageSpec, Topology, Utf8,
+};
 use parsley_testkit::fixtures::CountKeys;
 
 use super::rebalance::check_assignment;
@@ -72,7 +74,7 @@ fn context_of(spec: &StageSpec, bad_records: BadRecordPolicy) -> TaskContext {
     TaskContext {
         stage: spec.name().into(),
         sources: vec![topic(1, "in"), topic(2, "side")],
-        checked_keys: vec![true, true],
+        key_partitioning: vec![KeyPartitioning::Murmur2; 2],
         sinks: vec![topic(3, "out")],
         dead_letter: None,
         bad_record_dead_letter: dead_letter,
@@ -610,12 +612,12 @@ fn c20_a_key_on_another_partition_than_murmur2_gives_stops_the_task_unless_unche
         "{err}"
     );
     assert!(
-        err.to_string().contains("murmur2_random"),
-        "names the likely cause: {err}"
+        err.to_string().contains("murmur2 puts on partition 3 of 4"),
+        "names the partitioner checked: {err}"
     );
 
     // Opted out: the same records are handled.
-    ctx.checked_keys[0] = false;
+    ctx.key_partitioning[0] = KeyPartitioning::Unchecked;
     let mut task = fresh_task(&ctx);
     task.offer(&ctx, fetched(0, 0, &here, "x", None)).unwrap();
     task.offer(&ctx, fetched(0, 1, &elsewhere, "y", None))
@@ -628,6 +630,12 @@ fn c20_a_key_on_another_partition_than_murmur2_gives_stops_the_task_unless_unche
 #[test]
 fn keys_in_errors_are_text_when_they_are_else_hex() {
     assert_eq!(parsley_task::error::render_key(b"sku-1"), "\"sku-1\"");
+    // A JSON string key as it is, not escaped again; control characters escaped.
+    assert_eq!(
+        parsley_task::error::render_key(br#""order-1""#),
+        r#"""order-1"""#
+    );
+    assert_eq!(parsley_task::error::render_key(b"a\nb"), r#""a\nb""#);
     assert_eq!(parsley_task::error::render_key(&[0xff, 0x00]), "0xff00");
     assert!(parsley_task::error::render_key(&[b'a'; 100]).ends_with('…'));
 }
