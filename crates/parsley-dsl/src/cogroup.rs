@@ -27,17 +27,20 @@ struct Shared<K, A> {
     children: Children<K, Change<A>>,
 }
 
-/// One input, in two steps: given the cogroup's name and the input's position, its keyed
-/// stream's node (after a repartition when its key changed); then, given what the inputs
-/// share, its push function attached.
-type Input<K, A> = Box<dyn FnOnce(&str, usize) -> (usize, Box<dyn FnOnce(&Shared<K, A>)>)>;
+/// One input, in two steps: given the cogroup's name, the input's position and the other
+/// inputs' streams, its keyed stream's node (after a repartition when its key changed, or its
+/// partitioner differs from theirs); then, given what the inputs share, its push function
+/// attached.
+type Input<K, A> =
+    Box<dyn FnOnce(&str, usize, &[usize]) -> (usize, Box<dyn FnOnce(&Shared<K, A>)>)>;
 
 /// Grouped streams of one key type cogrouped into one aggregate (Kafka Streams'
 /// `CogroupedKStream`), from [`KGroupedStream::cogroup`]: add inputs with
 /// [`cogroup`](CogroupedKStream::cogroup), then [`aggregate`](CogroupedKStream::aggregate).
 pub struct CogroupedKStream<K, A> {
     graph: Rc<RefCell<Graph>>,
-    inputs: Vec<Input<K, A>>,
+    /// Each input's grouped stream (its node before any repartition) and its two steps.
+    inputs: Vec<(usize, Input<K, A>)>,
     name: Option<String>,
 }
 
@@ -94,9 +97,11 @@ impl<K: Data, A: Data> CogroupedKStream<K, A> {
         grouped: KGroupedStream<K, V>,
         aggregator: impl Fn(&K, V, A) -> A + Send + Sync + 'static,
     ) -> Self {
-        self.inputs
-            .push(Box::new(move |cogroup: &str, position: usize| {
-                let input = grouped.keyed_input(&format!("{cogroup}-{position}"));
+        let stream = grouped.node();
+        self.inputs.push((
+            stream,
+            Box::new(move |cogroup: &str, position: usize, beside: &[usize]| {
+                let input = grouped.keyed_input_beside(&format!("{cogroup}-{position}"), beside);
                 let node = input.node;
                 let attach = move |shared: &Shared<K, A>| {
                     let (slot, initializer) = (shared.slot.clone(), shared.initializer.clone());
@@ -122,7 +127,8 @@ impl<K: Data, A: Data> CogroupedKStream<K, A> {
                         }));
                 };
                 (node, Box::new(attach) as Box<dyn FnOnce(&Shared<K, A>)>)
-            }));
+            }),
+        ));
         self
     }
 
@@ -145,11 +151,15 @@ impl<K: Data, A: Data> CogroupedKStream<K, A> {
         let name = self
             .name
             .unwrap_or_else(|| graph.borrow().name("cogroup", None));
+        let streams: Vec<usize> = self.inputs.iter().map(|(stream, _)| *stream).collect();
         let (nodes, attaches): (Vec<usize>, Vec<_>) = self
             .inputs
             .into_iter()
             .enumerate()
-            .map(|(position, input)| input(&name, position))
+            .map(|(position, (stream, input))| {
+                let beside: Vec<usize> = streams.iter().copied().filter(|s| *s != stream).collect();
+                input(&name, position, &beside)
+            })
             .unzip();
         let mut g = graph.borrow_mut();
         let what = format!("cogroup of {} streams", nodes.len());

@@ -66,9 +66,9 @@ impl<K: Data, V: Data> Consumed<K, V> {
     /// Java client's and Kafka Streams' partitioner), checked on every record read:
     /// [`KeyPartitioning::Crc32`] for a topic written by librdkafka-based clients with their
     /// default partitioner (Python, Go, .NET, Rust's `rdkafka`). A stage reads such a source as
-    /// it is — each key stays in one partition — as long as its other sources are partitioned
-    /// alike: a stage that would mix CRC32 and murmur2 sources is refused at `build`, and a
-    /// repartition (`repartition()`, a key change) makes a stream murmur2.
+    /// it is — each key stays in one partition. Where a CRC32 stream meets a murmur2 input (a
+    /// join, a cogroup, a merge before an aggregation) the DSL repartitions it first; a CRC32
+    /// table beside a murmur2 stream is refused at `build` (a table is not repartitioned).
     ///
     /// ```
     /// # use parsley_dsl::{Consumed, StreamsBuilder};

@@ -223,6 +223,36 @@ impl Graph {
         });
     }
 
+    /// How the records reaching operator `node` are partitioned by key: the partitioner of the
+    /// sources upstream of it (a repartition topic's is murmur2, Parsley writes it; unchecked
+    /// sources count for none). `None` when they differ: its keys are not co-partitioned.
+    pub(crate) fn partitioning_of(&self, node: usize) -> Option<KeyPartitioning> {
+        let mut found = BTreeSet::new();
+        let mut todo = vec![node];
+        let mut seen = BTreeSet::new();
+        while let Some(n) = todo.pop() {
+            if !seen.insert(n) {
+                continue;
+            }
+            match self.sources.iter().find(|s| s.node == n) {
+                Some(s) if s.internal.is_some() => {
+                    found.insert(KeyPartitioning::Murmur2 as u8);
+                }
+                Some(s) if s.partitioning != KeyPartitioning::Unchecked => {
+                    found.insert(s.partitioning as u8);
+                }
+                Some(_) => {}
+                None => todo.extend(&self.nodes[n].preds),
+            }
+        }
+        match found.len() {
+            0 => Some(KeyPartitioning::Unchecked),
+            1 if found.contains(&(KeyPartitioning::Crc32 as u8)) => Some(KeyPartitioning::Crc32),
+            1 => Some(KeyPartitioning::Murmur2),
+            _ => None,
+        }
+    }
+
     /// Declares how the writers of source `topic` partition it by key.
     pub(crate) fn key_partitioning(&mut self, topic: &str, partitioning: KeyPartitioning) {
         if let Some(s) = self.sources.iter_mut().find(|s| s.topic == topic) {

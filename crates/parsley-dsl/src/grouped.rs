@@ -127,11 +127,18 @@ impl<K: Data, V: Data> KGroupedStream<K, V> {
         self.name.as_ref()
     }
 
-    /// The grouped stream keyed as its records' partitions are: sent through the repartition
-    /// its name names, else `default_name`, when an operator changed its key.
-    pub(crate) fn keyed_input(self, default_name: &str) -> KStream<K, V> {
+    /// The grouped stream keyed as its records' partitions are, beside the operators `beside`
+    /// (the other inputs of the operator it feeds): sent through the repartition its name
+    /// names, else `default_name`, when an operator changed its key or its partitioner differs
+    /// ([`KStream::keyed_beside`]).
+    pub(crate) fn keyed_input_beside(self, default_name: &str, beside: &[usize]) -> KStream<K, V> {
         let name = self.name.unwrap_or_else(|| default_name.to_string());
-        self.stream.keyed(&name, self.codecs)
+        self.stream.keyed_beside(&name, self.codecs, beside)
+    }
+
+    /// The grouped stream's operator, before any repartition.
+    pub(crate) fn node(&self) -> usize {
+        self.stream.node
     }
 
     /// The stateful operator an aggregation of `kind` adds, doing `what` (for `describe`):

@@ -17,7 +17,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::Arc;
 
-use parsley_stage::{Auto, Error, Handler, Part, Record, StateChange};
+use parsley_stage::{Auto, Error, Handler, KeyPartitioning, Part, Record, StateChange};
 
 use crate::data::{Codecs, Data, Produced, auto_codecs};
 use crate::flow::{Children, Ctx, Outlet, Push, forward, forward_at};
@@ -443,9 +443,29 @@ impl<K: Data, V: Data> KStream<K, V> {
     }
 
     /// This stream keyed as its records' partitions are: repartitioned when an operator
-    /// changed the key, else itself. `name` names the repartition.
+    /// changed the key, or when its records come from sources partitioned by different
+    /// partitioners (murmur2 and CRC32), else itself. `name` names the repartition.
     pub(crate) fn keyed(&self, name: &str, codecs: Codecs<K, V>) -> KStream<K, V> {
-        if self.rekeyed {
+        self.keyed_beside(name, codecs, &[])
+    }
+
+    /// [`KStream::keyed`] for an operator whose other inputs are the operators `beside`: also
+    /// repartitioned (to murmur2) when the stream is partitioned by CRC32 and one of them by
+    /// murmur2, so the operator's stage reads co-partitioned sources.
+    pub(crate) fn keyed_beside(
+        &self,
+        name: &str,
+        codecs: Codecs<K, V>,
+        beside: &[usize],
+    ) -> KStream<K, V> {
+        let g = self.graph.borrow();
+        let own = g.partitioning_of(self.node);
+        let murmur2_beside = beside
+            .iter()
+            .any(|n| g.partitioning_of(*n) == Some(KeyPartitioning::Murmur2));
+        drop(g);
+        let crc32_among_murmur2 = own == Some(KeyPartitioning::Crc32) && murmur2_beside;
+        if self.rekeyed || own.is_none() || crc32_among_murmur2 {
             self.through(name.to_string(), codecs)
         } else {
             self.clone()

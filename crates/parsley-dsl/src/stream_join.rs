@@ -166,8 +166,8 @@ impl<K: Data, V: Data> KStream<K, V> {
             .graph
             .borrow()
             .name(kind.name(), self.next_name.clone());
-        let left = self.keyed(&format!("{name}-left"), auto_codecs());
-        let right = other.keyed(&format!("{name}-right"), auto_codecs());
+        let left = self.keyed_beside(&format!("{name}-left"), auto_codecs(), &[other.node]);
+        let right = other.keyed_beside(&format!("{name}-right"), auto_codecs(), &[self.node]);
         let mut g = self.graph.borrow_mut();
         let what = format!(
             "{} streams within {} ms, grace {} ms",

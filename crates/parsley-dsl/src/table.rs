@@ -442,7 +442,7 @@ impl<K: Data, V: Data> KStream<K, V> {
         joiner: impl Fn(V, Option<&T>) -> Option<R> + Send + Sync + 'static,
     ) -> KStream<K, R> {
         let name = self.graph.borrow().name(kind, self.next_name.clone());
-        let stream = self.keyed(&format!("{name}-input"), auto_codecs());
+        let stream = self.keyed_beside(&format!("{name}-input"), auto_codecs(), &[table.node]);
         let mut g = self.graph.borrow_mut();
         let what = format!("{kind} stream with table {}", g.node(table.node).name);
         let node = g.add(name.clone(), what, &[stream.node, table.node], true, true);

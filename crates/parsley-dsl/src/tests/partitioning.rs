@@ -1,7 +1,7 @@
 //! Sources written with another partitioner than murmur2: declared CRC32 (librdkafka's default),
 //! a stateful stage reads them as they are; undeclared, the error names CRC32 and the line that
-//! declares it; a stage that would mix CRC32 and murmur2 sources is refused at build, and a
-//! repartition makes the stream murmur2.
+//! declares it; a CRC32 stream that meets a murmur2 input is repartitioned first, and a CRC32
+//! table (never repartitioned) beside a murmur2 stream is refused at build.
 
 use parsley_runtime::crc32_partition_for;
 use parsley_runtime::driver::{RawInput, TopologyTestDriver};
@@ -91,31 +91,55 @@ fn undeclared_the_error_names_crc32_and_the_line_that_declares_it() {
 }
 
 #[test]
-fn a_stage_mixing_crc32_and_murmur2_sources_is_refused_until_one_is_repartitioned() {
-    let build = |repartition: bool| {
-        let b = StreamsBuilder::new("app");
-        let table = b.table::<String, String>("customers");
-        let clicks = b.stream_with::<String, String>(
-            "clicks",
-            Consumed::default().key_partitioning(KeyPartitioning::Crc32),
-        );
-        let clicks = if repartition {
-            clicks.repartition()
-        } else {
-            clicks
-        };
-        clicks
-            .join(&table, |c, name| format!("{name}: {c}"))
-            .to("out");
-        b.build()
-    };
-    let err = build(false).unwrap_err();
+fn a_crc32_stream_joined_with_a_murmur2_table_is_repartitioned_first() {
+    let b = StreamsBuilder::new("app");
+    let customers = b.table::<String, String>("customers");
+    b.stream_with::<String, String>(
+        "clicks",
+        Consumed::default().key_partitioning(KeyPartitioning::Crc32),
+    )
+    .named("named-clicks")
+    .join(&customers, |c, name| format!("{name}: {c}"))
+    .to("out");
+    let t = b.build().unwrap();
+    let text = t.describe().to_string();
+    assert_eq!(t.stages().len(), 2, "{text}");
+    assert!(
+        text.contains("app-named-clicks-input-repartition"),
+        "{text}"
+    );
+    let driver = TopologyTestDriver::builder(t)
+        .partitions("clicks", 4)
+        .partitions("customers", 4)
+        .build()
+        .unwrap();
+    driver
+        .pipe_raw("customers", RawInput::new(Some(b"k7"), Some(b"Ann")))
+        .unwrap();
+    pipe_crc32(&driver, "k7").unwrap();
+    let mut out = driver
+        .output_topic("out", parsley_stage::Utf8, parsley_stage::Utf8)
+        .unwrap();
+    let joined: Vec<String> = out.read_records().into_iter().map(|r| r.value).collect();
+    assert_eq!(joined, ["Ann: x"]);
+}
+
+#[test]
+fn a_crc32_table_beside_a_murmur2_stream_is_refused_at_build() {
+    // A table is not repartitioned: the stage would mix the two partitioners.
+    let b = StreamsBuilder::new("app");
+    let customers = b.table_with::<String, String>(
+        "customers",
+        Consumed::default().key_partitioning(KeyPartitioning::Crc32),
+    );
+    b.stream::<String, String>("clicks")
+        .join(&customers, |c, name| format!("{name}: {c}"))
+        .to("out");
+    let err = b.build().unwrap_err();
     assert!(
         err.to_string().contains(
-            "source \"clicks\" is partitioned by CRC32 and source \"customers\" by murmur2"
+            "source \"customers\" is partitioned by CRC32 and source \"clicks\" by murmur2"
         ),
         "{err}"
     );
-    let t = build(true).unwrap();
-    assert_eq!(t.stages().len(), 2, "{}", t.describe());
 }
