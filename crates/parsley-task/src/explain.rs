@@ -362,9 +362,17 @@ impl fmt::Display for WatermarkHolder {
                     max(delivered_max_ms)
                 )
             }
-            WatermarkHolder::Control { time_ms, lag_ms } => {
-                write!(f, "the control clock at {} (lag {lag_ms} ms)", max(time_ms))
-            }
+            WatermarkHolder::Control { time_ms, lag_ms } => match time_ms {
+                Some(t) => write!(
+                    f,
+                    "the control clock: its time {} less its lag {lag_ms} ms holds event time at {t}",
+                    t.saturating_add(*lag_ms)
+                ),
+                None => write!(
+                    f,
+                    "the control clock, which has no time yet (lag {lag_ms} ms): no tick or control record read"
+                ),
+            },
         }
     }
 }

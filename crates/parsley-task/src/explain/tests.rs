@@ -231,6 +231,23 @@ fn the_watermark_names_the_input_that_holds_it_and_why() {
             lag_ms: 500
         })
     );
+    // The clock's own time, not the watermark it gives.
+    let held = watermark(c.watermark(), 0, c.held_by(), &names)
+        .held_by
+        .unwrap();
+    assert_eq!(
+        held.to_string(),
+        "the control clock: its time 10000 less its lag 500 ms holds event time at 9500"
+    );
+    let waiting = WatermarkHolder::Control {
+        time_ms: None,
+        lag_ms: 500,
+    };
+    assert!(
+        waiting
+            .to_string()
+            .contains("no tick or control record read")
+    );
 }
 
 #[test]
