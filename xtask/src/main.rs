@@ -825,11 +825,14 @@ fn exit_code(status: std::process::ExitStatus, what: &str) -> ExitCode {
 /// Prints the local broker's secure listener, or that it has none.
 fn print_secure_listener() {
     match broker::secure_listener() {
+        // The password too: it is made anew for this local test broker at each start, and a
+        // client needs it to connect (the broker listens on 127.0.0.1 only).
         Ok(Some(s)) => println!(
-            "kafka: secure listener {} (SASL_SSL, {}, user {}, CA {})",
+            "kafka: secure listener {} (SASL_SSL, {}, user {}, password {}, CA {})",
             s.bootstrap,
             s.mechanism,
             s.username,
+            s.password,
             // The path as a reader would type it (`…/crates/parsley-testkit/../../target` → `…/target`).
             s.ca_pem
                 .canonicalize()

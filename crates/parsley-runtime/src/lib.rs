@@ -140,7 +140,7 @@ pub use fault::CrashPoint;
 /// (`ClockError`, inside [`ProcessingError::Clock`] and [`RecordError::MalformedStamp`]).
 pub use parsley_clock::{
     Channel, Clock, Coordinate, DecodeErrorKind, Error as ClockError, InFlight, STAMP_HEADER,
-    SenderId, SenderTag, Stamp, TopicId,
+    SenderId, SenderTag, Stamp, TopicId, is_stamp_header,
 };
 /// The task layer: the in-memory test driver, and the types the runtime's signatures share
 /// with it.

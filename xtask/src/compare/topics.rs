@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use parsley_runtime::rdkafka::consumer::{BaseConsumer, Consumer};
+use parsley_runtime::rdkafka::message::Headers;
 use parsley_runtime::rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 use parsley_runtime::{Admin, TopicSpec};
 
@@ -88,6 +89,14 @@ pub fn read_to_end(bootstrap: &str, admin: &Admin, topic: &str) -> Result<Vec<Re
                 key: m.key().map(<[u8]>::to_vec),
                 value: m.payload().map(<[u8]>::to_vec),
                 timestamp: m.timestamp().to_millis(),
+                headers: m
+                    .headers()
+                    .map(|h| {
+                        h.iter()
+                            .map(|h| (h.key.to_string(), h.value.map(<[u8]>::to_vec)))
+                            .collect()
+                    })
+                    .unwrap_or_default(),
             });
         }
     }

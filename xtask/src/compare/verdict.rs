@@ -25,6 +25,8 @@ pub struct Record {
     pub value: Option<Vec<u8>>,
     /// Record timestamp, ms since the epoch.
     pub timestamp: Option<i64>,
+    /// Its headers, in order (`None`: a null value), Parsley's stamp included.
+    pub headers: Vec<(String, Option<Vec<u8>>)>,
 }
 
 /// A Kafka Streams output value: a `Long` in `Serdes.Long()`'s encoding, 8 bytes big-endian.
@@ -348,6 +350,7 @@ mod tests {
             key: key.map(|k| k.as_bytes().to_vec()),
             value: value.map(<[u8]>::to_vec),
             timestamp: Some(ts),
+            headers: Vec::new(),
         }
     }
 
