@@ -346,6 +346,8 @@ impl Admin {
     /// (a node down or restarting) is asked for again, every half second, until the timeout.
     ///
     /// # Errors
+    /// [`KafkaError::Security`](parsley_task::error::KafkaError::Security) as soon as the client
+    /// fails to authenticate or to set up TLS;
     /// [`KafkaError::Admin`](parsley_task::error::KafkaError::Admin) naming the topic that could
     /// not be created (including one that exists already), or when the topics do not appear, or
     /// their leaders do not answer, within the timeout.
@@ -358,13 +360,20 @@ impl Admin {
     /// actual partition count is returned, whatever `topic.partitions` asked for.
     ///
     /// # Errors
-    /// Admin errors other than "topic already exists"; a topic not described within the
-    /// timeout.
+    /// [`KafkaError::Security`](parsley_task::error::KafkaError::Security) as soon as the client
+    /// fails to authenticate or to set up TLS; admin errors other than "topic already exists";
+    /// a topic not described within the timeout.
     pub fn create_topic_if_absent(&self, topic: &TopicSpec) -> Result<TopicInfo> {
         Ok(self.create(std::slice::from_ref(topic), true)?.remove(0))
     }
 
     fn create(&self, topics: &[TopicSpec], tolerate_existing: bool) -> Result<Vec<TopicInfo>> {
+        // First a request that serves the client's error events (`request`): a failure to
+        // authenticate or to set up TLS is then the typed `Security` error at once, where
+        // `CreateTopics` below would wait out its timeout and say only that. What it finds
+        // of the topics is not used (a principal may create a topic it cannot describe).
+        let names: Vec<&str> = topics.iter().map(|t| t.name.as_str()).collect();
+        self.describe_raw(&names, self.timeout)?;
         let new: Vec<NewTopic<'_>> = topics
             .iter()
             .map(|t| {

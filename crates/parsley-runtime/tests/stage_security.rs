@@ -123,6 +123,31 @@ fn a_wrong_password_is_a_security_error_naming_the_listener_and_mechanism() {
 }
 
 #[test]
+fn the_admin_creating_a_topic_with_a_wrong_password_says_so_as_the_runtime_does() {
+    let Some(l) = listener() else { return };
+    let timeout = Duration::from_secs(20);
+    let wrong = l.with_wrong_password();
+    let admin = parsley_runtime::Admin::connect(
+        &wrong.bootstrap,
+        &ClientSettings::new().set_all(wrong.client_properties()),
+        timeout,
+    )
+    .unwrap();
+    let started = Instant::now();
+    let err = admin
+        .create_topic_if_absent(&parsley_runtime::TopicSpec::new(unique_topic("never"), 1))
+        .unwrap_err();
+    let took = started.elapsed();
+    eprintln!("admin, wrong password: {err} after {took:?}");
+    assert!(
+        matches!(&err, Error::Kafka(KafkaError::Security { listener, mechanism: Some(m), client: "admin", code, .. })
+            if code.value == RDKafkaErrorCode::Authentication as i32 && **listener == *l.bootstrap && &**m == "SCRAM-SHA-512"),
+        "{err}"
+    );
+    assert!(took < timeout, "reported within the timeout: {took:?}");
+}
+
+#[test]
 fn an_untrusted_certificate_is_a_security_error_naming_the_listener() {
     let Some(l) = listener() else { return };
     let timeout = Duration::from_secs(20);
