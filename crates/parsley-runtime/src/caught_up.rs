@@ -61,7 +61,6 @@ use tracing::debug;
 
 use crate::admin::Admin;
 use crate::client_error::transient;
-use crate::clients::ClientRole;
 use crate::config::RuntimeConfig;
 use parsley_task::error::Result;
 
@@ -164,9 +163,8 @@ impl StageProgress {
     ) -> Result<Self> {
         let group = spec.group_id(app);
         let consumer = config
-            .client_config(
+            .internal_consumer_config(
                 &format!("{group}.progress"),
-                ClientRole::Consumer,
                 &[
                     ("group.id", group.as_str()),
                     ("isolation.level", "read_committed"),

@@ -345,6 +345,22 @@ impl RuntimeConfig {
         self.clients.config(&self.bootstrap, role, &id, &settings)
     }
 
+    /// The configuration of a consumer the runtime keeps beside a stage's own — the progress
+    /// reader of a stage's group (`caught_up`) — named `{name}-consumer`, with `own`: the
+    /// user's client settings as every consumer gets them, but never statistics (nothing
+    /// would read them: librdkafka queues a statistics event every interval on a client that
+    /// is polled now and then, and rdkafka's default context logs each one at INFO when it is)
+    /// and never a `group.instance.id` (it never joins the group).
+    pub(crate) fn internal_consumer_config(
+        &self,
+        name: &str,
+        own: &[(&str, &str)],
+    ) -> ClientConfig {
+        let id = format!("{name}-{}", ClientRole::Consumer.name());
+        self.clients
+            .config(&self.bootstrap, ClientRole::Consumer, &id, own)
+    }
+
     /// The statistics sink, when one is set.
     pub(crate) fn statistics_sink(&self) -> Option<StatisticsSink> {
         self.statistics.as_ref().map(|(_, sink)| sink.clone())
@@ -439,6 +455,30 @@ mod tests {
         let c = c.consumer_property("group.instance.id", "mine");
         let consumer = c.client_config("app.stage", ClientRole::Consumer, &[]);
         assert_eq!(consumer.get("group.instance.id"), Some("mine"));
+    }
+
+    #[test]
+    fn an_internal_consumer_never_reports_statistics_nor_joins_as_a_static_member() {
+        let sink = StatisticsSink::new(|_| {});
+        let c = RuntimeConfig::new("b:9092")
+            .statistics(Duration::from_secs(1), sink)
+            .instance_id("i7")
+            .static_membership(true)
+            .consumer_property("security.protocol", "SSL");
+        let stage = c.client_config("app.stage", ClientRole::Consumer, &[]);
+        assert_eq!(stage.get("statistics.interval.ms"), Some("1000"));
+        let progress = c.internal_consumer_config("app.stage.progress", &[("group.id", "g")]);
+        assert_eq!(progress.get("statistics.interval.ms"), None);
+        assert_eq!(progress.get("group.instance.id"), None);
+        assert_eq!(
+            progress.get("client.id"),
+            Some("app.stage.progress-consumer")
+        );
+        assert_eq!(
+            progress.get("security.protocol"),
+            Some("SSL"),
+            "the user's consumer settings still apply"
+        );
     }
 
     #[test]

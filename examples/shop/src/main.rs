@@ -124,6 +124,13 @@ enum Cmd {
 }
 
 fn main() -> ExitCode {
+    // Parsley logs through `tracing`: without a subscriber nothing is printed.
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
     match run(Cli::parse()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
