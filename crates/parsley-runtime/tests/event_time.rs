@@ -732,12 +732,22 @@ fn an_input_whose_writer_stopped_short_of_a_trailing_marker_is_caught_up() {
     tx.begin_transaction().unwrap();
     send_at(&tx, &input.name, base, "k", 300);
     tx.abort_transaction(DEADLINE).unwrap();
-    assert_eq!(
-        admin()
+    // The abort marker is written after the producer's call returns (the coordinator writes
+    // markers partition by partition): the LSO is 5 once it is, read until then.
+    let waited = std::time::Instant::now();
+    loop {
+        let lso = admin()
             .last_stable_offsets(&[(input.name.as_str(), 0)])
-            .unwrap(),
-        [5]
-    );
+            .unwrap();
+        if lso == [5] {
+            break;
+        }
+        assert!(
+            waited.elapsed() < DEADLINE,
+            "LSO {lso:?}, not 5, after {DEADLINE:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     // What `up` wrote for the two committed records.
     let p = raw_producer(None);
     send_at(&p, &mid.name, base, "k", 100);

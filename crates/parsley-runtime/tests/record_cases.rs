@@ -129,9 +129,21 @@ fn aborted_then_b(topic: &str, record: impl Fn(&str) -> (Vec<u8>, Vec<u8>)) {
     let (k, v) = record("b");
     enqueue(&p, topic, &k, &v, None);
     p.commit_transaction(DEADLINE).unwrap();
+    // The commit marker is written after the producer's call returns (markers go partition by
+    // partition): end offset and LSO are 3003 once it is, read until then.
     let a = admin();
-    assert_eq!(a.high_watermarks(&[(topic, 0)]).unwrap()[0], 3003);
-    assert_eq!(a.last_stable_offsets(&[(topic, 0)]).unwrap()[0], 3003);
+    let started = std::time::Instant::now();
+    loop {
+        let ends = (
+            a.high_watermarks(&[(topic, 0)]).unwrap()[0],
+            a.last_stable_offsets(&[(topic, 0)]).unwrap()[0],
+        );
+        if ends == (3003, 3003) {
+            break;
+        }
+        assert!(started.elapsed() < DEADLINE, "end offset and LSO {ends:?}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
 }
 
 /// A plain `read_committed` reader with the case's fetch sizes reads `topic` from the start:

@@ -104,7 +104,7 @@ use parsley_task::context::TaskContext;
 #[cfg(test)]
 mod tests;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Sender;
@@ -163,6 +163,9 @@ pub(crate) struct StageRunner {
     shutdown: Arc<AtomicBool>,
     /// The wait for the first assignment, until it comes (module `waits`).
     join_wait: Option<JoinWait>,
+    /// The tasks of this instance's last assignment: an assignment with others comes from a
+    /// rebalance that moved tasks here (said in the log).
+    last_owned: BTreeSet<i32>,
 }
 
 impl StageRunner {
@@ -200,6 +203,7 @@ impl StageRunner {
             observer,
             shutdown,
             join_wait: Some(started.join_wait),
+            last_owned: BTreeSet::new(),
         })
     }
 
@@ -468,6 +472,7 @@ impl StageRunner {
                 RebalanceEvent::Assigned(positions) => {
                     // At an assignment: the wait for the first one ends, said with how long it
                     // took.
+                    let first = self.join_wait.is_some();
                     match self.join_wait.take() {
                         Some(wait) => info!(
                             ?positions,
@@ -476,6 +481,20 @@ impl StageRunner {
                         ),
                         None => info!(?positions, "assigned"),
                     }
+                    let assigned: BTreeSet<i32> = positions.iter().map(|(_, p, _)| *p).collect();
+                    let taken_over: Vec<i32> =
+                        assigned.difference(&self.last_owned).copied().collect();
+                    if !first && !taken_over.is_empty() {
+                        // A survivor says why it has new tasks: their owner left the group, or
+                        // died and was noticed once its session timed out.
+                        info!(
+                            tasks = ?taken_over,
+                            session_timeout_ms = self.config.session_timeout().as_millis() as u64,
+                            "took over tasks another member owned: it left the group, or stopped \
+                             heartbeating and the group dropped it after the session timeout"
+                        );
+                    }
+                    self.last_owned = assigned;
                     let mut by_task: BTreeMap<i32, Vec<(Channel, i64)>> = BTreeMap::new();
                     for (topic, partition, position) in positions {
                         let source = self.ctx.source_index(&topic)?;
