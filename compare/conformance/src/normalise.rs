@@ -313,10 +313,11 @@ fn records_extending_closed_sessions() -> Normalisation {
                             false
                         });
                         // Forgotten once no record in time can reach it: none that is not too
-                        // late by its own time, none that joins an open session near it.
+                        // late by its own time, none that joins an open session (records in
+                        // time extend one back towards it).
                         if let Some(end) = *closed
                             && forgotten_at(end) <= w
-                            && !open.iter().any(|&(start, _)| start <= end + 2 * gap)
+                            && open.is_empty()
                         {
                             *closed = None;
                         }

@@ -20,8 +20,10 @@
 //! - Per key, the operator's slot holds the key, every open session by start, and the end of
 //!   the latest closed session while a record in time could still reach it: one not too late
 //!   by its own time (until the watermark reaches `end + 2 gap + grace + 1`), or one that joins
-//!   an open session starting within `2 gap` of it. Open sessions of one key are more than
-//!   `gap` apart, and more than `gap` after that end.
+//!   an open session of the key — any open session, since records in time that join it can
+//!   extend it back, each up to `gap` earlier, until one is within the gap of the closed
+//!   session. Open sessions of one key are more than `gap` apart, and more than `gap` after
+//!   that end.
 //! - A timer is set at a session's closing time whenever its end moves; a timer closes the
 //!   sessions that close at or before its time (a session whose end moved since has a later
 //!   timer of its own), and forgets the closed session's end when its time comes.
@@ -365,12 +367,11 @@ fn close<K: Data, A: Data>(
         open.closed = Some(open.closed.map_or(end, |c| c.max(end)));
     }
     // Remembered while a record in time could still reach it (module docs): one not too late
-    // by its own time, or one that joins an open session that starts within twice the gap.
+    // by its own time, or one that joins an open session, which records in time can extend
+    // back towards it.
     if let Some(end) = open.closed {
         let reachable = windows.forgotten_at(end) > now
-            || open.sessions.keys().any(|start| {
-                !due.contains(start) && *start <= end.saturating_add(2 * windows.gap_ms)
-            });
+            || open.sessions.keys().any(|start| !due.contains(start));
         if !reachable {
             open.closed = None;
         } else if open.closed != remembered && windows.forgotten_at(end) > now {
