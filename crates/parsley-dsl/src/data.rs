@@ -142,3 +142,26 @@ impl<K: Data, V: Data> Default for Produced<K, V> {
         Produced::with(Auto, Auto)
     }
 }
+
+/// An `Option` as a list of none or one element.
+pub(crate) mod none_or_one {
+    use serde::de::{Deserialize, Deserializer, Error};
+    use serde::ser::{Serialize, Serializer};
+
+    pub(crate) fn serialize<T: Serialize, S: Serializer>(
+        value: &Option<T>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        value.as_slice().serialize(serializer)
+    }
+
+    pub(crate) fn deserialize<'de, T: Deserialize<'de>, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Option<T>, D::Error> {
+        let mut values = Vec::<T>::deserialize(deserializer)?;
+        match values.len() {
+            0 | 1 => Ok(values.pop()),
+            n => Err(D::Error::invalid_length(n, &"none or one value")),
+        }
+    }
+}

@@ -272,6 +272,13 @@ impl Graph {
         });
     }
 
+    /// Puts operators `a` and `b` in one stage: an operator reading an internal topic that
+    /// needs the state of another stage's operators (a foreign-key join's answers, read beside
+    /// the table that subscribed).
+    pub(crate) fn fuse(&mut self, a: usize, b: usize) {
+        self.union(a, b);
+    }
+
     fn find(&mut self, mut x: usize) -> usize {
         while self.parent[x] != x {
             self.parent[x] = self.parent[self.parent[x]];

@@ -29,7 +29,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::data::Data;
+use crate::data::{Data, none_or_one};
 use crate::flow::{Change, Ctx, Outlet, forward, forward_at};
 use crate::grouped::KGroupedStream;
 use crate::stream::KStream;
@@ -46,29 +46,6 @@ pub(crate) struct Regrouped<V> {
     old: Option<V>,
     #[serde(with = "none_or_one")]
     new: Option<V>,
-}
-
-/// An `Option` as a list of none or one element.
-mod none_or_one {
-    use serde::de::{Deserialize, Deserializer, Error};
-    use serde::ser::{Serialize, Serializer};
-
-    pub(super) fn serialize<T: Serialize, S: Serializer>(
-        value: &Option<T>,
-        serializer: S,
-    ) -> Result<S::Ok, S::Error> {
-        value.as_slice().serialize(serializer)
-    }
-
-    pub(super) fn deserialize<'de, T: Deserialize<'de>, D: Deserializer<'de>>(
-        deserializer: D,
-    ) -> Result<Option<T>, D::Error> {
-        let mut values = Vec::<T>::deserialize(deserializer)?;
-        match values.len() {
-            0 | 1 => Ok(values.pop()),
-            n => Err(D::Error::invalid_length(n, &"none or one value")),
-        }
-    }
 }
 
 /// A table re-grouped by a new key (Kafka Streams' `KGroupedTable`), from [`KTable::group_by`]:

@@ -73,6 +73,7 @@ mod builder;
 mod cogroup;
 mod data;
 mod flow;
+mod foreign_key;
 mod graph;
 mod grouped;
 mod grouped_table;

@@ -5,6 +5,7 @@
 
 mod causal;
 mod cogroup;
+mod foreign_key;
 mod grouped_table;
 mod operators;
 mod partitioning;

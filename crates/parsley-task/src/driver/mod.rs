@@ -326,6 +326,27 @@ impl Inner {
         self.failure()
     }
 
+    /// One turn of stage `stage` (see [`TopologyTestDriver::turn`]).
+    fn turn(&mut self, stage: &str) -> Result<bool> {
+        let s = self
+            .stages
+            .iter_mut()
+            .find(|s| s.name() == stage)
+            .ok_or_else(|| Error::Setup(SetupError::UnknownStage(stage.to_string())))?;
+        if s.failed.is_some() {
+            return self.failure().map(|()| false);
+        }
+        let mut appended = Vec::new();
+        let moved = match s.turn(&mut self.logs, self.time_ms, &mut appended) {
+            Ok(moved) => moved,
+            Err(e) => {
+                s.fail(e, &appended, &mut self.logs);
+                false
+            }
+        };
+        self.failure().map(|()| moved)
+    }
+
     /// `Err` naming the first stopped stage, if any.
     fn failure(&self) -> Result<()> {
         match self.stages.iter().find(|s| s.failed.is_some()) {
@@ -508,6 +529,19 @@ impl TopologyTestDriver {
     /// [`max_turns`](TopologyTestDriverBuilder::max_turns) (a stage that feeds itself forever).
     pub fn run(&self) -> Result<()> {
         self.with(Inner::run)
+    }
+
+    /// Gives stage `stage` one turn and returns whether it moved: it takes every record
+    /// offered to it so far as one poll batch, delivers what its gates allow and commits. With
+    /// auto-run off, a test chooses the order in which stages run — to interleave the paths
+    /// between stages adversarially — where [`TopologyTestDriver::run`] runs them in topology
+    /// order until nothing moves.
+    ///
+    /// # Errors
+    /// [`SetupError::UnknownStage`]; as [`TopologyTestDriver::run`] (a stopped stage takes no
+    /// turn).
+    pub fn turn(&self, stage: &str) -> Result<bool> {
+        self.with(|d| d.turn(stage))
     }
 
     /// Turns auto-run on or off ([`TopologyTestDriverBuilder::auto_run`]).
