@@ -1,5 +1,5 @@
 //! DSL pipelines on the real broker: word count, the shop's revenue, a stream made a table, a
-//! table re-grouped and counted, and a cogroup of two topics through repartition topics the
+//! table re-grouped and counted, a foreign-key join of tables not co-partitioned, and a cogroup of two topics through repartition topics the
 //! runtime creates, and the causal
 //! stream–table join — a payment that claims an
 //! order update is joined with that version, where the same pipeline with the gate switched
@@ -225,6 +225,129 @@ fn a_regrouped_table_counts_each_group_as_rows_move_and_disappear() {
     assert_eq!(repartition[0].partitions, 3);
     // Every city that ever held a customer, with the count its rows leave it.
     let got: BTreeMap<String, i64> = last_values(read_committed(&sizes));
+    assert_eq!(got, expected);
+}
+
+/// Writes `(key, value)` to `topic` keyed as Kafka Streams partitions (murmur2); `None` is a
+/// tombstone.
+fn send_keyed(
+    producer: &rdkafka::producer::BaseProducer,
+    topic: &parsley_runtime::TopicInfo,
+    key: &str,
+    value: Option<&str>,
+) {
+    let partition = parsley_runtime::partition_for(key.as_bytes(), topic.partitions);
+    let mut record = BaseRecord::<str, str>::to(&topic.name)
+        .key(key)
+        .partition(partition);
+    if let Some(v) = value {
+        record = record.payload(v);
+    }
+    producer.send(record).map_err(|(e, _)| e).unwrap();
+}
+
+#[test]
+fn a_foreign_key_join_follows_orders_across_customers_that_are_not_co_partitioned() {
+    // Orders `o-N → "c-M:N"` (3 partitions) name customers `c-M → "c-M#N"` (2 partitions).
+    let orders = create_topic("dsl-fk-orders", 3);
+    let customers = create_topic("dsl-fk-customers", 2);
+    let out = create_topic("dsl-fk-out", 3);
+    let producer = raw_producer(None);
+    let mut order_of = BTreeMap::<String, String>::new();
+    let mut name_of = BTreeMap::<String, String>::new();
+    // Orders move between customers, every eleventh update deletes one; customers are renamed
+    // and every seventh update deletes one. `round` writes a batch of both.
+    let mut round = |from: usize, to: usize| {
+        for i in from..to {
+            let order = format!("o-{}", i % 17);
+            let value = (i % 11 != 5).then(|| format!("c-{}:{i}", (i * 5 + i / 17) % 9));
+            send_keyed(&producer, &orders, &order, value.as_deref());
+            match value {
+                Some(v) => order_of.insert(order, v),
+                None => order_of.remove(&order),
+            };
+            if i % 2 == 0 {
+                let customer = format!("c-{}", (i / 2) % 9);
+                let name = (i % 7 != 3).then(|| format!("{customer}#{i}"));
+                send_keyed(&producer, &customers, &customer, name.as_deref());
+                match name {
+                    Some(n) => name_of.insert(customer, n),
+                    None => name_of.remove(&customer),
+                };
+            }
+        }
+        producer.flush(DEADLINE).unwrap();
+    };
+    round(0, 200);
+
+    let app = unique_topic("dsl-fk");
+    let builder = StreamsBuilder::new(app.clone());
+    let customers_table = builder.table::<String, String>(&customers.name);
+    builder
+        .table::<String, String>(&orders.name)
+        .named("order-customer")
+        .join_on_foreign_key(
+            &customers_table,
+            |order| order.split_once(':').map(|(c, _)| c.to_string()),
+            |order, name| format!("{order}|{name}"),
+        )
+        .to_change_stream()
+        .to(&out.name);
+    let topology = builder.build().unwrap();
+    assert_eq!(topology.stages().len(), 2, "{}", topology.describe());
+    let running = Runtime::new(topology, RuntimeConfig::new(bootstrap()))
+        .start()
+        .unwrap();
+    running.wait_until_caught_up(DEADLINE).unwrap();
+    // A second batch while it runs.
+    round(200, 320);
+    running.wait_until_caught_up(DEADLINE).unwrap();
+    running.stop().unwrap();
+
+    let topics = [
+        format!("{app}-order-customer-subscription-registration"),
+        format!("{app}-order-customer-subscription-response"),
+    ];
+    let names: Vec<&str> = topics.iter().map(String::as_str).collect();
+    let partitions: Vec<i32> = admin()
+        .describe_topics(&names)
+        .unwrap()
+        .iter()
+        .map(|t| t.partitions)
+        .collect();
+    assert_eq!(
+        partitions,
+        [2, 3],
+        "co-partitioned with customers, then with orders"
+    );
+
+    let mut last = BTreeMap::<String, Option<String>>::new();
+    for r in read_committed(&out) {
+        let key = String::from_utf8(r.key.unwrap()).unwrap();
+        let value = r.value.map(|v| {
+            serde_json::from_slice::<String>(&v).unwrap_or_else(|_| String::from_utf8(v).unwrap())
+        });
+        if let Some(v) = &value {
+            // Every result joins an order's value with the customer that value names.
+            let (order, name) = v.split_once('|').unwrap();
+            let customer = order.split_once(':').unwrap().0;
+            assert_eq!(name.split_once('#').unwrap().0, customer, "{key}: {v}");
+        }
+        last.insert(key, value);
+    }
+    let expected: BTreeMap<String, String> = order_of
+        .iter()
+        .filter_map(|(order, v)| {
+            let customer = v.split_once(':').unwrap().0;
+            name_of
+                .get(customer)
+                .map(|n| (order.clone(), format!("{v}|{n}")))
+        })
+        .collect();
+    let got: BTreeMap<String, String> = last
+        .into_iter()
+        .filter_map(|(k, v)| v.map(|v| (k, v)))
+        .collect();
     assert_eq!(got, expected);
 }
 

@@ -336,17 +336,28 @@ impl Running {
                 crate::caught_up::StageProgress::new(app, s, self.runtime.topology.stages(), config)
             })
             .collect::<Result<Vec<_>>>()?;
+        // Stages are checked in topology order, upstream first: one pass in which each is
+        // caught up proves the whole topology is, unless a stage writes a source of a stage
+        // checked before it (a foreign-key join's answers), which can have moved since its
+        // check. Then a second pass must find the same targets: nothing moved in between.
+        let feeds_back = self.feeds_back();
+        let mut last_pass: Option<Vec<Vec<(String, i32, i64)>>> = None;
         loop {
-            let mut all = true;
+            let mut pass = Vec::new();
             for stage in &mut stages {
-                if !stage.caught_up(&admin, config.timeout)? {
-                    all = false;
-                    break;
+                match stage.caught_up(&admin, config.timeout)? {
+                    Some(targets) => pass.push(targets),
+                    None => break,
                 }
             }
-            if all {
-                return Ok(());
+            if pass.len() == stages.len() {
+                if !feeds_back || last_pass.as_ref() == Some(&pass) {
+                    return Ok(());
+                }
+                last_pass = Some(pass);
+                continue;
             }
+            last_pass = None;
             let now = std::time::Instant::now();
             if now >= deadline {
                 return Err(Error::Kafka(KafkaError::Timeout {
@@ -362,6 +373,16 @@ impl Running {
                 });
             }
         }
+    }
+
+    /// Whether a stage writes a source of a stage that comes before it in the topology.
+    fn feeds_back(&self) -> bool {
+        let specs = self.runtime.topology.stages();
+        specs.iter().enumerate().any(|(i, earlier)| {
+            specs[i..]
+                .iter()
+                .any(|later| later.sinks().iter().any(|t| earlier.sources().contains(t)))
+        })
     }
 
     /// The address of the metrics endpoint of these stages
