@@ -85,6 +85,7 @@ mod split;
 mod state;
 mod stream;
 mod stream_join;
+mod suppress;
 mod table;
 mod window;
 
@@ -100,6 +101,7 @@ pub use split::{Branched, Split};
 pub use state::read_slot;
 pub use stream::KStream;
 pub use stream_join::JoinWindows;
+pub use suppress::Suppressed;
 pub use table::KTable;
 pub use window::{TimeWindowedKStream, TimeWindows, Windowed, Windowing};
 

@@ -4,7 +4,8 @@
 //! before it (their state and keyed timers come back from the changelog); on live traffic with
 //! the built-in clock, windows close when the clock passes them, with no further input; a
 //! sliding count gives one final result per window the records define, each with the records
-//! within the time difference.
+//! within the time difference; a suppressed table emits each key's latest value once per limit
+//! of event time.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -286,4 +287,104 @@ fn sliding_windows_give_one_final_count_per_window_the_records_define() {
         got.entry((w.key, w.start)).or_default().push(n);
     }
     assert_eq!(got, expected, "one final count per closed window");
+}
+
+#[test]
+fn a_suppressed_table_emits_each_keys_latest_value_once_per_limit_of_event_time() {
+    const LIMIT_MS: i64 = 2_000;
+    let stock = create_topic("win-suppress-stock", PARTITIONS);
+    let out = create_topic("win-suppress-out", PARTITIONS);
+    let base = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+        - 600_000;
+    // 240 stock levels of 6 items over 30 s, written out of event-time order.
+    let records: Vec<(String, String, i64)> = (0..240i64)
+        .map(|i| {
+            let at = base + (i * 7919) % 30_000;
+            (format!("item-{}", i % 6), format!("{i}"), at)
+        })
+        .collect();
+    let producer = raw_producer(None);
+    for (item, level, at) in &records {
+        producer
+            .send(
+                BaseRecord::to(&stock.name)
+                    .partition(partition_for(item.as_bytes(), PARTITIONS))
+                    .key(item.as_str())
+                    .payload(level.as_str())
+                    .timestamp(*at),
+            )
+            .map_err(|(e, _)| e)
+            .unwrap();
+    }
+    producer.flush(DEADLINE).unwrap();
+
+    // Per partition, in event-time order (offset order among equal times): a buffer opened at
+    // `t` is emitted with its latest value once a record after `t + limit` comes, or when the
+    // partition's watermark (its highest event time) reaches `t + limit`.
+    let mut expected = BTreeMap::<String, Vec<(String, i64)>>::new();
+    for p in 0..PARTITIONS {
+        let mut mine: Vec<&(String, String, i64)> = records
+            .iter()
+            .filter(|(item, _, _)| partition_for(item.as_bytes(), PARTITIONS) == p)
+            .collect();
+        mine.sort_by_key(|(_, _, at)| *at);
+        let watermark = mine.last().map_or(i64::MIN, |r| r.2);
+        // item → (since, latest level, its time)
+        let mut open = BTreeMap::<String, (i64, String, i64)>::new();
+        let mut emit_due = |open: &mut BTreeMap<String, (i64, String, i64)>,
+                            due: &dyn Fn(i64) -> bool| {
+            open.retain(|item, (since, level, at)| {
+                if due(*since + LIMIT_MS) {
+                    expected
+                        .entry(item.clone())
+                        .or_default()
+                        .push((level.clone(), *at));
+                    false
+                } else {
+                    true
+                }
+            });
+        };
+        for (item, level, at) in mine {
+            emit_due(&mut open, &|due| due < *at);
+            let entry = open
+                .entry(item.clone())
+                .or_insert((*at, String::new(), *at));
+            entry.1 = level.clone();
+            entry.2 = *at;
+        }
+        emit_due(&mut open, &|due| due <= watermark);
+    }
+
+    let app = unique_topic("win-suppress-app");
+    let b = StreamsBuilder::new(app);
+    b.table::<String, String>(&stock.name)
+        .suppress(parsley_dsl::Suppressed::until_time_limit(
+            Duration::from_millis(LIMIT_MS as u64),
+        ))
+        .to_stream()
+        .to(&out.name);
+    let running = Runtime::new(b.build().unwrap(), RuntimeConfig::new(bootstrap()))
+        .start()
+        .unwrap();
+    wait_committed(&running, &stock.name, records.len() as u64);
+    running.stop().unwrap();
+    let mut got = BTreeMap::<String, Vec<(String, i64)>>::new();
+    for r in read_committed(&out) {
+        got.entry(String::from_utf8(r.key.unwrap()).unwrap())
+            .or_default()
+            .push((
+                String::from_utf8(r.value.unwrap()).unwrap(),
+                r.timestamp.unwrap(),
+            ));
+    }
+    let emitted: usize = expected.values().map(Vec::len).sum();
+    assert!(
+        (30..240).contains(&emitted),
+        "{emitted} of 240 updates emitted"
+    );
+    assert_eq!(got, expected, "each item's emissions, in order");
 }

@@ -11,7 +11,7 @@
 //! This crate is the one to depend on. Its root has what a Kafka Streams user reaches for first:
 //! - the DSL ([`StreamsBuilder`], [`KStream`], [`KTable`], [`KGroupedStream`], [`Consumed`],
 //!   [`Produced`], [`TimeWindows`], [`SlidingWindows`], [`SessionWindows`], [`JoinWindows`],
-//!   [`Windowed`]), named as in Kafka Streams, which compiles a pipeline into stages;
+//!   [`Windowed`], [`Suppressed`]), named as in Kafka Streams, which compiles a pipeline into stages;
 //! - the processor API ([`Handler`], [`Topology`]) for stages written by hand;
 //! - the test driver ([`TopologyTestDriver`]) and the one error type ([`Error`], [`Result`]);
 //! - the runtime ([`Runtime`], [`RuntimeConfig`], [`Running`]) that runs a topology against a
@@ -125,7 +125,7 @@
 // in the named modules below.
 pub use parsley_dsl::{
     Consumed, JoinWindows, KGroupedStream, KStream, KTable, Produced, SessionWindows,
-    SlidingWindows, StreamsBuilder, TimeWindows, Windowed,
+    SlidingWindows, StreamsBuilder, Suppressed, TimeWindows, Windowed,
 };
 #[cfg(feature = "kafka")]
 pub use parsley_runtime::{
@@ -194,7 +194,7 @@ pub mod prelude {
     pub use crate::{CausalProducer, CausalProducerConfig, Runtime, RuntimeConfig};
     pub use crate::{
         Consumed, Handler, JoinWindows, KGroupedStream, KStream, KTable, Produced, SessionWindows,
-        SlidingWindows, StreamsBuilder, TimeWindows, Topology, Windowed,
+        SlidingWindows, StreamsBuilder, Suppressed, TimeWindows, Topology, Windowed,
     };
     pub use parsley_dsl::LatePolicy;
     pub use parsley_stage::{BadRecordPolicy, EventTimeOrder, HandlerError, Record, Step};

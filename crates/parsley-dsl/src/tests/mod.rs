@@ -13,6 +13,7 @@ mod reference;
 mod sliding;
 mod stream_joins;
 mod stream_ops;
+mod suppress;
 mod tables;
 mod windows;
 
