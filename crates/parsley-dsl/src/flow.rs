@@ -14,7 +14,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::{Arc, OnceLock};
 
-use parsley_stage::{CodecError, Error, Part, RawEmission};
+use parsley_stage::{CodecError, Error, Header, Part, RawEmission};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -46,9 +46,20 @@ pub(crate) struct Ctx<'a> {
     pub(crate) timers: Vec<i64>,
     /// Records found too late for a closed window.
     pub(crate) too_late: u32,
+    /// The delivered record's headers (none for a timer), Parsley's own left out.
+    pub(crate) record_headers: &'a [Header],
+    /// Headers a `process` handler gave the record being pushed, in place of the delivered
+    /// record's: every operator after it sees them and every emission carries them.
+    pub(crate) headers: Option<Vec<Header>>,
 }
 
 impl Ctx<'_> {
+    /// The headers of the record being pushed: a `process` handler's, else the delivered
+    /// record's.
+    pub(crate) fn headers(&self) -> &[Header] {
+        self.headers.as_deref().unwrap_or(self.record_headers)
+    }
+
     /// A decoding error naming the delivered record.
     pub(crate) fn decode_error(&self, part: Part, source: CodecError) -> Error {
         match source {
@@ -203,6 +214,7 @@ impl Ctx<'_> {
             key,
             value,
             timestamp: (self.timestamp != NO_TIMESTAMP).then_some(self.timestamp),
+            headers: self.headers.clone(),
         });
         Ok(())
     }

@@ -64,6 +64,8 @@ impl DslProcessor {
             emit: Vec::new(),
             timers: Vec::new(),
             too_late: 0,
+            record_headers: record.headers,
+            headers: None,
         };
         root(&mut ctx, record.key, value)?;
         self.step(ctx)
@@ -110,6 +112,7 @@ impl Processor for DslProcessor {
             key,
             value,
             watermark,
+            headers,
         } = delivery;
         let record = RawRecord {
             topic,
@@ -119,6 +122,7 @@ impl Processor for DslProcessor {
             key,
             value: None,
             watermark,
+            headers,
         };
         self.run(record, Value::Owned(value), state)
     }
@@ -135,6 +139,8 @@ impl Processor for DslProcessor {
             emit: Vec::new(),
             timers: Vec::new(),
             too_late: 0,
+            record_headers: &[],
+            headers: None,
         };
         for on_timer in &self.on_timer {
             on_timer(&mut ctx)?;

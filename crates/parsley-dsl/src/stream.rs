@@ -505,6 +505,7 @@ impl<K: Data, V: Data> KStream<K, V> {
                         timestamp: ctx.timestamp,
                         key: k,
                         value: v,
+                        headers: ctx.headers(),
                     };
                     let step = handler
                         .handle(record, state)
@@ -521,10 +522,16 @@ impl<K: Data, V: Data> KStream<K, V> {
                         StateChange::Delete => ctx.store::<H::State>(&slot, None)?,
                     }
                     for e in step.emit {
-                        match e.timestamp {
-                            Some(at) => forward_at(&out, ctx, at, e.key, e.value)?,
-                            None => forward(&out, ctx, e.key, e.value)?,
+                        // The emission's headers, if it set any, for everything after it.
+                        let before = e.headers.map(|h| ctx.headers.replace(h));
+                        let forwarded = match e.timestamp {
+                            Some(at) => forward_at(&out, ctx, at, e.key, e.value),
+                            None => forward(&out, ctx, e.key, e.value),
+                        };
+                        if let Some(before) = before {
+                            ctx.headers = before;
                         }
+                        forwarded?;
                     }
                     Ok(())
                 })

@@ -22,6 +22,7 @@ fn emission(key: &[u8], value: String) -> RawEmission {
         key: Some(key.to_vec()),
         value: Some(value.into_bytes()),
         timestamp: None,
+        headers: None,
     }
 }
 

@@ -11,6 +11,7 @@
 //! to an external system or a send through a private producer is invisible to the causal
 //! model (the book's specification, §2, precondition 4).
 
+use crate::header::Header;
 use std::sync::Arc;
 
 use serde::Serialize;
@@ -33,6 +34,9 @@ pub struct Record<'a, K, V> {
     pub key: K,
     /// The decoded value.
     pub value: V,
+    /// The record's headers, in order; Parsley's own (its stamp) left out. Every record the
+    /// handler emits for it carries them unless it sets others ([`Emission::headers`]).
+    pub headers: &'a [Header],
 }
 
 /// One record to produce.
@@ -51,6 +55,11 @@ pub struct Emission<K, V> {
     /// record being handled (Kafka Streams' timestamp propagation). [`Emission::at`] sets
     /// another, as Kafka Streams' `Record::withTimestamp` does.
     pub timestamp: Option<i64>,
+    /// The record's headers; `None` (the default): those of the record being handled, as
+    /// its timestamp propagates (Kafka Streams forwards a record with its headers).
+    /// [`Emission::with_headers`] sets others — none with `Vec::new()`. Parsley's own names
+    /// (`ps`, `parsley.*`) are dropped: they cannot be forged.
+    pub headers: Option<Vec<Header>>,
 }
 
 impl<K, V> Emission<K, V> {
@@ -62,6 +71,7 @@ impl<K, V> Emission<K, V> {
             key,
             value,
             timestamp: None,
+            headers: None,
         }
     }
 
@@ -69,6 +79,18 @@ impl<K, V> Emission<K, V> {
     /// record's.
     pub fn at(mut self, ms: i64) -> Self {
         self.timestamp = Some(ms);
+        self
+    }
+
+    /// The emission with headers `headers` instead of the handled record's.
+    ///
+    /// ```
+    /// # use parsley_stage::Emission;
+    /// let e = Emission::to("out", "k", 1).with_headers(vec![("traceparent".into(), Some(b"00-..".to_vec()))]);
+    /// assert_eq!(e.headers.unwrap()[0].0, "traceparent");
+    /// ```
+    pub fn with_headers(mut self, headers: Vec<Header>) -> Self {
+        self.headers = Some(headers);
         self
     }
 }

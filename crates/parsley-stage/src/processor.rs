@@ -12,6 +12,7 @@ use std::sync::Arc;
 use crate::codec::{Codec, CodecError};
 use crate::error::{Error, Part};
 use crate::handler::{Handler, Record, StateChange};
+use crate::header::Header;
 
 /// A delivered record as bytes.
 #[derive(Debug, Clone, Copy)]
@@ -35,6 +36,8 @@ pub struct RawRecord<'a> {
     /// watermark. It never decreases and never passes the watermark. `None` when the stage
     /// does not order by event time, or before its watermark is first set.
     pub watermark: Option<i64>,
+    /// The record's headers, in order, Parsley's own left out ([`crate::is_own_header`]).
+    pub headers: &'a [Header],
 }
 
 /// A delivered record as bytes, its value handed over: what the runtime passes to
@@ -57,6 +60,8 @@ pub struct RawDelivery<'a> {
     /// The task's event-time watermark when the record is handed over
     /// ([`RawRecord::watermark`]).
     pub watermark: Option<i64>,
+    /// The record's headers ([`RawRecord::headers`]).
+    pub headers: &'a [Header],
 }
 
 impl RawDelivery<'_> {
@@ -70,6 +75,7 @@ impl RawDelivery<'_> {
             key: self.key,
             value: self.value.as_deref(),
             watermark: self.watermark,
+            headers: self.headers,
         }
     }
 }
@@ -88,6 +94,9 @@ pub struct RawEmission {
     /// time of the timer) being handled, as Kafka Streams forwards a record's timestamp
     /// unless an operator sets another (an aggregate's latest update, a join's later side).
     pub timestamp: Option<i64>,
+    /// The record's headers; `None`: those of the record being handled (none for a timer's),
+    /// as its timestamp propagates. Parsley's own names are dropped ([`crate::is_own_header`]).
+    pub headers: Option<Vec<Header>>,
 }
 
 /// The encoded result of handling one record or one timer.
@@ -220,6 +229,7 @@ impl<H: Handler> Processor for Typed<H> {
             key,
             value,
             watermark,
+            headers,
         } = delivery;
         let record = RawRecord {
             topic,
@@ -229,6 +239,7 @@ impl<H: Handler> Processor for Typed<H> {
             key,
             value: None,
             watermark,
+            headers,
         };
         self.run(record, Value::Owned(value), state)
     }
@@ -302,6 +313,7 @@ impl<H: Handler> Typed<H> {
                     timestamp: record.timestamp,
                     key,
                     value,
+                    headers: record.headers,
                 },
                 state,
             )
@@ -342,6 +354,7 @@ impl<H: Handler> Typed<H> {
                         .map_err(|x| encode_err("emission value", x))?,
                     timestamp: e.timestamp,
                     topic: e.topic,
+                    headers: e.headers,
                 })
             })
             .collect::<Result<Vec<_>, Error>>()?;

@@ -1145,6 +1145,7 @@ mod tests {
             key: Some(b"k"),
             value: Some(value),
             watermark: None,
+            headers: &[],
         };
         let state = Bincode.encode(&5u32).unwrap();
         let step = p.process(raw(b"3"), Some(&state)).unwrap();
@@ -1179,6 +1180,7 @@ mod tests {
             key: Some(b"k"),
             value: value.map(<[u8]>::to_vec),
             watermark: None,
+            headers: &[],
         };
         assert_eq!(
             p.process_delivery(delivery(Some(b"3")), Some(&state))
@@ -1216,6 +1218,7 @@ mod tests {
                     key: Some(b"k"),
                     value: Some(b"1"),
                     watermark: None,
+                    headers: &[],
                 },
                 None,
             )

@@ -7,14 +7,14 @@
 //! Invariant: a record refused by [`Output::send`] was not sent, and the task releases its
 //! claim in the node clock at once (a clock never claims a send that was not made).
 
-use std::borrow::Cow;
 use std::sync::Arc;
 
 use crate::error::Result;
 use crate::topic::SendTag;
 
-/// A record header: its name and its value (`None`: a header with a null value).
-pub type Header = (Cow<'static, str>, Option<Vec<u8>>);
+/// A record header: its name and its value (`None`: a header with a null value), as the stage
+/// layer defines it.
+pub use parsley_stage::Header;
 
 /// One stamped record a task sends, its buffers handed over.
 #[derive(Debug)]

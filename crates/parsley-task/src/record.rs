@@ -45,7 +45,8 @@ pub struct Rare {
     pub unchecked_stamp: Option<Stamp>,
     /// Why the record goes to the dead-letter topic instead of the handler, if it does.
     pub dead_letter: Option<Box<str>>,
-    /// The record's headers, kept only when the stage may dead-letter it.
+    /// The record's headers, kept when the stage may dead-letter it or when it has one that
+    /// is not Parsley's own (for the handler).
     pub headers: Box<[Header]>,
 }
 
@@ -149,6 +150,13 @@ pub trait FetchedMessage {
     fn stamp_header(&self) -> Option<&[u8]>;
     /// Every header, copied.
     fn all_headers(&self) -> Box<[Header]>;
+    /// Whether a header is not one of Parsley's own ([`parsley_stage::is_own_header`]): one
+    /// the handler sees. The default copies the headers to look.
+    fn has_user_headers(&self) -> bool {
+        self.all_headers()
+            .iter()
+            .any(|(n, _)| !parsley_stage::is_own_header(n))
+    }
 }
 
 /// Copies what the task needs out of a read record and decodes its stamp. `arrival` counts
@@ -185,6 +193,9 @@ pub fn fetched<M: FetchedMessage + ?Sized>(
         #[cfg(feature = "negative-controls")]
         GateMode::Off => (None, stamp, arrival as i64),
     };
+    // Headers are kept for a dead letter (all of them), and for the handler when the record
+    // carries one of its own (Parsley's are filtered out on delivery).
+    let keep_headers = ctx.keep_headers || m.has_user_headers();
     // Allocated first and written in place: `Box::new` builds the record on the stack and
     // copies it into the allocation.
     let boxed = Box::new_uninit();
@@ -204,11 +215,11 @@ pub fn fetched<M: FetchedMessage + ?Sized>(
                     value: m.value().map(<[u8]>::to_vec),
                     arrived,
                     record_timestamp,
-                    rare: (unchecked_stamp.is_some() || ctx.keep_headers).then(|| {
+                    rare: (unchecked_stamp.is_some() || keep_headers).then(|| {
                         Box::new(Rare {
                             unchecked_stamp,
                             dead_letter: None,
-                            headers: if ctx.keep_headers {
+                            headers: if keep_headers {
                                 m.all_headers()
                             } else {
                                 Box::default()

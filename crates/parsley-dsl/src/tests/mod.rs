@@ -7,6 +7,7 @@ mod causal;
 mod cogroup;
 mod foreign_key;
 mod grouped_table;
+mod headers;
 mod operators;
 mod partitioning;
 mod reference;
@@ -136,6 +137,7 @@ pub(crate) fn process_once(
                 key: key.map(str::as_bytes),
                 value: value.map(str::as_bytes),
                 watermark: None,
+                headers: &[],
             },
             state,
         )

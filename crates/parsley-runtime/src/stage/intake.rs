@@ -458,6 +458,11 @@ impl FetchedMessage for PolledMessage<'_, '_> {
             .map(|h| h.value.unwrap_or_default())
     }
 
+    fn has_user_headers(&self) -> bool {
+        Message::headers(self.0)
+            .is_some_and(|headers| headers.iter().any(|h| !parsley_stage::is_own_header(h.key)))
+    }
+
     fn all_headers(&self) -> Box<[Header]> {
         Message::headers(self.0).map_or_else(Box::default, |headers| {
             headers

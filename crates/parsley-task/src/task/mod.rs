@@ -35,6 +35,7 @@ use bad::check_key;
 pub use bad::{Cause, RefusedInput};
 pub use fold::FoldState;
 pub use rebuild::{StartEvidence, event_time_of, rebuild_task};
+use std::borrow::Cow;
 use std::collections::VecDeque;
 pub use ticks::tick_due;
 pub use timers::KeyedTimers;
@@ -44,6 +45,7 @@ use parsley_gate::{Gate, GateError};
 use parsley_stage::changelog::{EVENT_TIME_KEY, META_KEY, ParkedRecord, TaskSnapshot};
 use parsley_stage::{
     BadRecordKind, BadRecordPolicy, RawDelivery, RawEmission, RawStep, RawTimer, StateChange,
+    user_headers,
 };
 use tracing::{trace, warn};
 
@@ -588,7 +590,7 @@ impl Task {
                 },
                 self.fold.get(&key)?.as_deref(),
             )?;
-            self.apply(ctx, out, work, &key, step, time, None)?;
+            self.apply(ctx, out, work, &key, step, (time, &[]), None)?;
             ctx.metrics.timer_fired();
         }
         Ok(())
@@ -702,6 +704,7 @@ impl Task {
             _ => None,
         };
         let state_key = record.key.unwrap_or_default();
+        let headers = user_headers(record.headers);
         let processed = ctx.processor.process_delivery(
             RawDelivery {
                 topic: &ctx.sources[record.source].name,
@@ -711,6 +714,7 @@ impl Task {
                 key: record.key,
                 value: record.value,
                 watermark: self.position,
+                headers: &headers,
             },
             self.fold.get(state_key)?.as_deref(),
         );
@@ -734,7 +738,7 @@ impl Task {
             work,
             state_key,
             step,
-            record.timestamp,
+            (record.timestamp, &headers),
             Some(cause),
         )?;
         work.deliveries += 1;
@@ -745,7 +749,8 @@ impl Task {
 
     /// Applies a processor's step for the fold state of `state_key`: the state change, the
     /// timers it sets, and its emissions with record timestamp `timestamp` (ms since the
-    /// epoch; [`NO_TIMESTAMP`]: the producer's clock). `cause`: the input record it handled
+    /// epoch; [`NO_TIMESTAMP`]: the producer's clock) and headers `headers` unless they set
+    /// their own: the handled record's (none for a timer). `cause`: the input record it handled
     /// (`None` for a timer), named when an output is refused for good.
     ///
     /// # Errors
@@ -759,7 +764,7 @@ impl Task {
         work: &mut Work,
         state_key: &[u8],
         step: RawStep,
-        timestamp: i64,
+        (timestamp, headers): (i64, &[Header]),
         cause: Option<Cause>,
     ) -> Result<()> {
         if step.too_late > 0 {
@@ -788,7 +793,7 @@ impl Task {
             self.note_cause(*cause);
         }
         for emission in step.emit {
-            let sent = self.emit(ctx, out, emission, timestamp);
+            let sent = self.emit(ctx, out, emission, timestamp, headers);
             match (&cause, sent) {
                 (_, Ok(())) => {}
                 (Some(c), Err(e)) => return Err(self.refused_output(ctx, e, c.source, c.offset)),
@@ -801,13 +806,15 @@ impl Task {
 
     /// Stamps one emission with the node clock and hands it to `out`, with its own record
     /// timestamp if it has one, else `timestamp` (ms since the epoch; [`NO_TIMESTAMP`]: the
-    /// producer's clock).
+    /// producer's clock), and its own headers if it has them, else `headers` — Parsley's own
+    /// names dropped from either (module docs of `parsley_stage::header`).
     fn emit(
         &mut self,
         ctx: &TaskContext,
         out: &mut dyn Output,
         e: RawEmission,
         timestamp: i64,
+        headers: &[Header],
     ) -> Result<()> {
         let sink = ctx.sink(&e.topic)?;
         let channel = Channel::new(
@@ -827,7 +834,10 @@ impl Task {
             key: e.key,
             value: e.value,
             stamp: &self.stamp_buf,
-            headers: &[],
+            headers: &match &e.headers {
+                Some(own) => user_headers(own),
+                None => Cow::Borrowed(headers),
+            },
             timestamp: e
                 .timestamp
                 .or((timestamp != NO_TIMESTAMP).then_some(timestamp)),

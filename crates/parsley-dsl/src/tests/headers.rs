@@ -1,0 +1,152 @@
+//! Record headers through the DSL: a record's headers pass through stateless operators and
+//! repartitions unchanged, a `process` handler reads them (never Parsley's own) and sets the
+//! headers of what it emits, and Parsley's own headers cannot be forged. The test case is W3C
+//! trace context (`traceparent`), carried end to end.
+
+use std::sync::{Arc, Mutex};
+
+use parsley_runtime::driver::{RawInput, TopologyTestDriver};
+use parsley_stage::{Emission, Handler, HandlerResult, Record, Step};
+
+use crate::StreamsBuilder;
+
+const TRACE: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
+fn pipe_traced(d: &TopologyTestDriver, topic: &str, key: &str, value: &str) {
+    d.pipe_raw(
+        topic,
+        RawInput::new(Some(key.as_bytes()), Some(value.as_bytes()))
+            .header("traceparent", TRACE.as_bytes())
+            .header("tenant", b"acme"),
+    )
+    .unwrap();
+}
+
+/// A record read back: key, value and user headers (name, value), as text.
+type Read = (String, String, Vec<(String, String)>);
+
+/// Every record of `topic`, Parsley's own headers left out.
+fn read(d: &TopologyTestDriver, topic: &str) -> Vec<Read> {
+    let mut out = d
+        .output_topic(topic, parsley_stage::Bytes, parsley_stage::Bytes)
+        .unwrap();
+    std::iter::from_fn(|| out.read_raw_record())
+        .map(|r| {
+            let text = |b: Vec<u8>| String::from_utf8(b).unwrap();
+            let headers = r
+                .headers
+                .into_iter()
+                .filter(|(n, _)| !parsley_stage::is_own_header(n))
+                .map(|(n, v)| (n, text(v.unwrap_or_default())))
+                .collect();
+            (text(r.key.unwrap()), text(r.value.unwrap()), headers)
+        })
+        .collect()
+}
+
+fn traced() -> Vec<(String, String)> {
+    vec![
+        ("traceparent".into(), TRACE.into()),
+        ("tenant".into(), "acme".into()),
+    ]
+}
+
+#[test]
+fn headers_pass_through_stateless_operators_and_a_repartition_unchanged() {
+    let b = StreamsBuilder::new("app");
+    b.stream::<String, String>("orders")
+        .filter(|_, v| !v.is_empty())
+        .map_values(|v| v.to_uppercase())
+        .select_key(|_, v| v.clone())
+        .repartition()
+        .to("out");
+    let t = b.build().unwrap();
+    assert_eq!(t.stages().len(), 2, "through a repartition topic");
+    let d = TopologyTestDriver::builder(t).build().unwrap();
+    pipe_traced(&d, "orders", "o1", "book");
+    assert_eq!(read(&d, "out"), [("BOOK".into(), "BOOK".into(), traced())]);
+    // Every output carries a stamp too: Parsley's own header, beside the user's.
+    let mut out = d
+        .output_topic("out", parsley_stage::Bytes, parsley_stage::Bytes)
+        .unwrap();
+    assert!(out.read_raw_record().unwrap().stamp.is_some());
+}
+
+/// Records what it saw and emits with its own headers.
+#[derive(Clone, Default)]
+struct Tracer {
+    seen: Arc<Mutex<Vec<Vec<String>>>>,
+}
+
+impl Handler for Tracer {
+    type Key = String;
+    type Value = String;
+    type Output = String;
+    type State = ();
+
+    fn handle(
+        &self,
+        r: Record<'_, String, String>,
+        _: Option<()>,
+    ) -> HandlerResult<String, String, ()> {
+        self.seen
+            .lock()
+            .unwrap()
+            .push(r.headers.iter().map(|(n, _)| n.to_string()).collect());
+        // A child span: the same trace, another parent id; `ps` (the stamp's name) is dropped.
+        let child = TRACE.replace("00f067aa0ba902b7", "b7ad6b7169203331");
+        let mut step = Step::none().emit("ignored", r.key.clone(), format!("{}!", r.value));
+        step.emit
+            .push(Emission::to("ignored", r.key, r.value).with_headers(vec![
+                ("traceparent".into(), Some(child.into_bytes())),
+                ("ps".into(), Some(b"forged".to_vec())),
+            ]));
+        Ok(step)
+    }
+}
+
+#[test]
+fn a_handler_reads_the_user_headers_and_sets_those_of_what_it_emits() {
+    let tracer = Tracer::default();
+    let b = StreamsBuilder::new("app");
+    b.stream::<String, String>("orders")
+        .process(tracer.clone())
+        .map_values(|v| v.len().to_string())
+        .to("out");
+    let d = TopologyTestDriver::builder(b.build().unwrap())
+        .build()
+        .unwrap();
+    // Written by a causal producer: the record carries a stamp the handler never sees.
+    let producer = d.causal_producer("shop");
+    producer
+        .send_record(
+            parsley_runtime::OutgoingRecord::new("orders", b"o1", b"pen")
+                .header("traceparent", TRACE.as_bytes())
+                .header("tenant", b"acme"),
+        )
+        .unwrap();
+    assert_eq!(
+        *tracer.seen.lock().unwrap(),
+        [vec!["traceparent".to_string(), "tenant".into()]]
+    );
+    let child = TRACE.replace("00f067aa0ba902b7", "b7ad6b7169203331");
+    assert_eq!(
+        read(&d, "out"),
+        [
+            ("o1".into(), "4".into(), traced()),
+            ("o1".into(), "3".into(), vec![("traceparent".into(), child)]),
+        ]
+    );
+    // The forged `ps` was dropped: the output's stamp is the stage's own and decodes.
+    let mut out = d
+        .output_topic("out", parsley_stage::Bytes, parsley_stage::Bytes)
+        .unwrap();
+    let records: Vec<_> = std::iter::from_fn(|| out.read_raw_record()).collect();
+    assert!(records.iter().all(|r| r.stamp.is_some()));
+    assert!(
+        records[1]
+            .headers
+            .iter()
+            .all(|(_, v)| v.as_deref() != Some(&b"forged"[..]))
+    );
+}
