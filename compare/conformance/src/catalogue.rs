@@ -64,6 +64,14 @@ pub mod fns {
         format!("{a}-{b}")
     }
 
+    /// The foreign key a value names: `a`, `b` or `c` for a number of 0, 1 or 2 modulo 4
+    /// (every value that is not one: 0), none for 3.
+    pub fn foreign_key(v: Option<&str>) -> Option<String> {
+        ["a", "b", "c"]
+            .get(usize::try_from(num(v).rem_euclid(4)).unwrap_or(3))
+            .map(|k| (*k).to_string())
+    }
+
     /// Each character of the value, in order.
     pub fn chars(v: Option<&str>) -> Vec<String> {
         v.map(|v| v.chars().map(String::from).collect())
@@ -434,6 +442,19 @@ fn build(op: &Op) -> Built {
             };
             joined.to_change_stream().to("out");
         }
+        Op::FkJoin { left } => {
+            let l = b.table::<String, String>("left");
+            let r = b.table::<String, String>("right");
+            let foreign_key = |v: &String| fns::foreign_key(Some(v));
+            let joined = if left {
+                l.left_join_on_foreign_key(&r, foreign_key, |a, c| {
+                    fns::pair(Some(a), c.map(String::as_str))
+                })
+            } else {
+                l.join_on_foreign_key(&r, foreign_key, |a, c| fns::pair(Some(a), Some(c)))
+            };
+            joined.to_change_stream().to("out");
+        }
     }
     Built {
         topology: b.build().expect("a catalogue topology builds"),
@@ -556,6 +577,9 @@ mod tests {
         assert_eq!(fns::pair(Some("a"), None), "a/null");
         assert_eq!(fns::chars(Some("12")), ["1", "2"]);
         assert_eq!(fns::tick(None), "null");
+        assert_eq!(fns::foreign_key(Some("5")).as_deref(), Some("b"));
+        assert_eq!(fns::foreign_key(Some("x")).as_deref(), Some("a"));
+        assert_eq!(fns::foreign_key(Some("7")), None);
     }
 
     #[test]

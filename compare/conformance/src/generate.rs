@@ -208,6 +208,8 @@ pub fn operators() -> Vec<(&'static str, BoxedStrategy<Op>)> {
             kind: JoinKind::Outer,
         })
         .boxed(),
+        Just(Op::FkJoin { left: false }).boxed(),
+        Just(Op::FkJoin { left: true }).boxed(),
     ];
     ops.into_iter()
         .map(|s| {

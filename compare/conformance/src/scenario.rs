@@ -267,6 +267,13 @@ pub enum Op {
         /// Which join.
         kind: JoinKind,
     },
+    /// The table of `left` joined on a foreign key with the table of `right`
+    /// (`join_on_foreign_key`): the row of `right` whose key `foreign_key` of a `left` value
+    /// names, joined by `pair`, as a change stream.
+    FkJoin {
+        /// `left_join_on_foreign_key` rather than `join_on_foreign_key`.
+        left: bool,
+    },
 }
 
 impl Op {
@@ -357,6 +364,8 @@ impl Op {
             Op::TableJoin {
                 kind: JoinKind::Outer,
             } => "table outer_join",
+            Op::FkJoin { left: false } => "table join_on_foreign_key",
+            Op::FkJoin { left: true } => "table left_join_on_foreign_key",
         }
     }
 
@@ -369,6 +378,7 @@ impl Op {
                 | Op::Join { .. }
                 | Op::JoinWindowed { .. }
                 | Op::TableJoin { .. }
+                | Op::FkJoin { .. }
         )
     }
 

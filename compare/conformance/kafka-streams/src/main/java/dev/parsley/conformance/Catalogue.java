@@ -6,6 +6,7 @@ import java.util.Arrays;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.function.Function;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import org.apache.kafka.common.serialization.Deserializer;
@@ -156,6 +157,15 @@ final class Catalogue {
 
         static String minus(String a, String b) {
             return a + "-" + b;
+        }
+
+        /**
+         * The foreign key a value names: {@code a}, {@code b} or {@code c} for a number of 0, 1
+         * or 2 modulo 4 (every value that is not one: 0), none ({@code null}) for 3.
+         */
+        static String foreignKey(String v) {
+            int i = (int) Math.floorMod(num(v), 4);
+            return i < 3 ? List.of("a", "b", "c").get(i) : null;
         }
 
         /** Each character of the value, in order. */
@@ -397,6 +407,15 @@ final class Catalogue {
                     case "left" -> l.leftJoin(r, Fns::pair);
                     default -> l.outerJoin(r, Fns::pair);
                 }).toStream().to("out");
+            }
+            case "fk-join" -> {
+                inputs.add("right");
+                KTable<String, String> l = b.table("left");
+                KTable<String, String> r = b.table("right");
+                Function<String, String> foreignKey = Fns::foreignKey;
+                (op.get("left").asBoolean()
+                        ? l.leftJoin(r, foreignKey, Fns::pair)
+                        : l.join(r, foreignKey, Fns::pair)).toStream().to("out");
             }
             default -> throw new IllegalArgumentException("no operator " + name + " in the catalogue");
         }
