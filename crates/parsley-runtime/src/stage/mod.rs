@@ -14,8 +14,9 @@
 //! 3. **resolve** the impossible stamps the gates found, by the stage's policy;
 //! 4. **deliver** what the gates release: handler, fold state, stamped emissions;
 //! 5. for an event-time stage, **read the progress of the stages that write its sources**
-//!    while an input waits for them (module `upstream`), **read the live heads** and deliver
-//!    what the watermark now releases;
+//!    while an input waits for them (module `upstream`), **read the live heads**, deliver
+//!    what the watermark now releases, and every few seconds **say which tasks counted records
+//!    late** (module `late`);
 //! 6. **apply backpressure** — pauses, resumes, spills and re-fetches;
 //! 7. **settle acks** into the tasks' clocks;
 //! 8. for a stage with the built-in clock, **write a tick** for every task whose tick interval
@@ -79,6 +80,7 @@
 //! | `commit_call` | a commit's round trips on a helper thread, bounded |
 //! | `sources` | the sources' identity, checked while the stage runs |
 //! | `ownership` | the tasks no member of the group holds, as its coordinator describes it |
+//! | `late` | saying which tasks of an event-time stage counted records late |
 //! | `startup` | resolving topics and creating the owners |
 //! | `upstream` | inputs other stages write: waiting for those stages to commit their history |
 //! | `waits` | saying what a slow group join waits for |
@@ -92,6 +94,7 @@ mod commit_call;
 mod evidence;
 mod held;
 mod intake;
+mod late;
 mod ownership;
 mod rebalance;
 mod sources;
@@ -125,6 +128,7 @@ pub use parsley_task::task::{DELIVERY_TARGET, NO_TIMESTAMP};
 
 use self::evidence::Evidence;
 use self::intake::{Intake, MAX_BATCH, Polled, Taken, Taking};
+use self::late::LateWatch;
 use self::ownership::OwnershipCheck;
 use self::rebalance::{RebalanceEvent, check_assignment};
 use self::sources::SourceCheck;
@@ -161,6 +165,8 @@ pub(crate) struct StageRunner {
     source_check: SourceCheck,
     /// When the group was last described, to count the tasks no member holds.
     ownership: OwnershipCheck,
+    /// The late counts last seen per task, to say when they grow.
+    late: LateWatch,
     /// The tasks this instance owns, by partition.
     tasks: Tasks,
     txn: Transaction,
@@ -204,6 +210,7 @@ impl StageRunner {
             evidence: started.evidence,
             source_check: SourceCheck::new(),
             ownership: OwnershipCheck::new(),
+            late: LateWatch::new(),
             tasks: started.tasks,
             txn: started.txn,
             metrics,
@@ -331,6 +338,7 @@ impl StageRunner {
             self.evidence
                 .read_heads(&self.ctx, &self.intake, &mut self.tasks)?;
             self.deliver()?;
+            self.late.look(&self.metrics);
         }
         self.apply_backpressure()?;
         self.settle_acks()?;
@@ -514,6 +522,8 @@ impl StageRunner {
                              heartbeating and the group dropped it after the session timeout"
                         );
                     }
+                    self.late
+                        .assigned(&assigned, if first { &[] } else { &taken_over });
                     self.last_owned = assigned;
                     let mut by_task: BTreeMap<i32, Vec<(Channel, i64)>> = BTreeMap::new();
                     for (topic, partition, position) in positions {
