@@ -14,6 +14,13 @@
 //! 3. **Replays**: the same pipeline under fresh application ids, from offset 0 of the same
 //!    inputs, each with fetch sizes drawn from `--seed`; each output compared with the live
 //!    one, key by key, byte for byte.
+//!    With `--rebalance leave`, a second instance of the live pipeline (same application id,
+//!    its own instance id) starts before the first round, runs tasks of both stages, and stops
+//!    after the second round, leaving its groups: its tasks are handed over to the first
+//!    instance in a rebalance while the input is written. With `--rebalance silent` it is a
+//!    static member with a [`SILENT_SESSION`] session, which does not leave its groups when it
+//!    stops — as a process that died: its tasks stay idle until its session times out, then
+//!    the first instance takes them over. Its late records count with the live run's.
 //! 4. Prints a line per run and a summary: runs, keys, output records per run, whether every
 //!    replay is identical, the first difference, wall time per run, and the records of each
 //!    run taken out of event-time order (late, too late for their windows, or parked behind a
@@ -40,6 +47,17 @@ pub const ROUNDS: u64 = 4;
 const CUSTOMERS: u64 = 50;
 /// Every K-th order stays unpaid.
 const SKIP_EVERY: u64 = 7;
+/// The session timeout of the second instance with `--rebalance silent`.
+const SILENT_SESSION: Duration = Duration::from_secs(6);
+
+/// How the second live instance of `--rebalance` leaves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Leaving {
+    /// It stops and leaves its groups: a rebalance at once.
+    Leave,
+    /// A static member, it stops without leaving: its tasks wait for its session to time out.
+    Silent,
+}
 
 /// The options of `cargo xtask replay`.
 #[derive(Debug, Clone, clap::Args)]
@@ -56,6 +74,10 @@ pub struct ReplayArgs {
     /// Leave a broker this command started running afterwards.
     #[arg(long)]
     keep_broker: bool,
+    /// Run a second live instance that joins before the first round and stops after the
+    /// second, leaving its groups (`leave`) or not, as a process that died (`silent`).
+    #[arg(long, value_enum)]
+    rebalance: Option<Leaving>,
 }
 
 /// Runs `cargo xtask replay`.
@@ -89,8 +111,9 @@ fn check(bootstrap: &str, args: &ReplayArgs) -> Result<ExitCode> {
          rounds, every {SKIP_EVERY}th unpaid; {} replays, seed {}; topics {prefix}-*",
         args.orders, args.replays, args.seed
     );
+    let second_late = std::cell::Cell::new(0u64);
     let feed = || -> Result<(), parsley_testkit::replay::BoxError> {
-        feed(bootstrap, &orders, &payments, &prefix, args).map_err(Into::into)
+        feed(bootstrap, &orders, &payments, &prefix, args, &second_late).map_err(Into::into)
     };
     let started = Instant::now();
     let started_ms = wall_clock_ms();
@@ -107,7 +130,9 @@ fn check(bootstrap: &str, args: &ReplayArgs) -> Result<ExitCode> {
         )
         .context("the replay check")?;
 
-    let live = &report.live;
+    let mut live = report.live.clone();
+    live.late += second_late.get();
+    let live = &live;
     println!("xtask: replay: summary");
     println!(
         "  runs: {} (the live run and {} replays)",
@@ -155,6 +180,13 @@ fn check(bootstrap: &str, args: &ReplayArgs) -> Result<ExitCode> {
             report.replays.len()
         );
     }
+    if let Some(leaving) = args.rebalance {
+        println!(
+            "  rebalances: a second live instance joined before the first round and stopped \
+             after the second ({leaving:?}); {} of the live run's late records were counted by it",
+            second_late.get()
+        );
+    }
     if live.late + live.too_late > 0 {
         println!(
             "  the live run had late records: it took them in the order they arrived, which a \
@@ -193,17 +225,56 @@ fn wall_clock_ms() -> i64 {
         .map_or(0, |d| d.as_millis() as i64)
 }
 
-/// The live input: [`ROUNDS`] rounds of orders, each followed by the payments service.
+/// The live input: [`ROUNDS`] rounds of orders, each followed by the payments service. With
+/// `--rebalance`, a second instance of the live pipeline runs from before the first round
+/// until after the second; its late records are added to `second_late`.
 fn feed(
     bootstrap: &str,
     orders: &str,
     payments: &str,
     prefix: &str,
     args: &ReplayArgs,
+    second_late: &std::cell::Cell<u64>,
 ) -> Result<()> {
     let all = shop::orders::generate(args.orders, CUSTOMERS, args.seed);
     let per_round = all.len().div_ceil(ROUNDS as usize);
+    let mut second = None;
+    if let Some(leaving) = args.rebalance {
+        // The live run's application and output, as the replay check names them.
+        let app = format!("{prefix}-live");
+        let output = format!("{app}-hourly-revenue");
+        let topology = shop::pipeline::hourly_revenue(&app, orders, payments, &output)?;
+        let mut config = RuntimeConfig::new(bootstrap).instance_id("second");
+        if leaving == Leaving::Silent {
+            config = config
+                .static_membership(true)
+                .consumer_property("session.timeout.ms", SILENT_SESSION.as_millis().to_string());
+        }
+        let running = parsley_runtime::Runtime::new(topology, config)
+            .start()
+            .context("starting the second live instance")?;
+        wait_for_tasks(&running)?;
+        second = Some(running);
+    }
     for (round, slice) in all.chunks(per_round).enumerate() {
+        if round == 2
+            && let Some(running) = second.take()
+        {
+            let stages = running
+                .stop()
+                .context("stopping the second live instance")?;
+            second_late.set(stages.iter().map(|(_, m)| m.late).sum());
+            let delivered: Vec<String> = stages
+                .iter()
+                .map(|(n, m)| format!("{n} {}", m.delivered))
+                .collect();
+            println!(
+                "xtask: replay: the second live instance stopped after round 2 (delivered: {}; \
+                 {} records late there)",
+                delivered.join(", "),
+                second_late.get()
+            );
+        }
         shop::orders::write_orders(bootstrap, orders, slice)
             .with_context(|| format!("writing the orders of round {}", round + 1))?;
         payments::run(&PaymentsConfig {
@@ -217,6 +288,33 @@ fn feed(
         .with_context(|| format!("paying the orders of round {}", round + 1))?;
     }
     Ok(())
+}
+
+/// Waits until every stage of `running` runs at least one task (the rebalances of its join
+/// are over).
+fn wait_for_tasks(running: &parsley_runtime::Running) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let tasks = running.task_metrics();
+        if tasks.iter().all(|(_, t)| {
+            t.iter()
+                .any(|t| t.phase == parsley_runtime::TaskPhase::Running)
+        }) {
+            let held: Vec<String> = tasks
+                .iter()
+                .map(|(n, t)| format!("{n} {}", t.len()))
+                .collect();
+            println!(
+                "xtask: replay: a second live instance runs tasks: {}",
+                held.join(", ")
+            );
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("the second live instance got no task within 120 s: {tasks:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// One line per run, as soon as it is done.

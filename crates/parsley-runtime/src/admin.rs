@@ -648,6 +648,9 @@ pub(crate) struct GroupMember {
     /// The member's `group.instance.id`: a static member's.
     pub instance_id: Option<String>,
     pub member_id: String,
+    /// The partitions of its assignment, (topic, partition); while the group rebalances, empty
+    /// or the last generation's, as the coordinator describes it.
+    pub assignment: Vec<(String, i32)>,
 }
 
 impl std::fmt::Display for GroupMember {
@@ -672,6 +675,18 @@ impl Admin {
     /// [`KafkaError::Admin`](parsley_task::error::KafkaError::Admin) for a failed request or a
     /// group error other than a coordinator still loading.
     pub(crate) fn describe_group(&self, group: &str) -> Result<GroupView> {
+        self.describe_group_within(group, self.timeout)
+    }
+
+    /// [`Admin::describe_group`], waiting at most `timeout` for the answer.
+    ///
+    /// # Errors
+    /// As [`Admin::describe_group`].
+    pub(crate) fn describe_group_within(
+        &self,
+        group: &str,
+        timeout: Duration,
+    ) -> Result<GroupView> {
         let fail = |message: String| {
             Error::from(
                 error::KafkaError::admin(Operation::DescribeGroup, message).with_group(group),
@@ -682,7 +697,7 @@ impl Admin {
         let event = self.request(
             Operation::DescribeGroup,
             Some(group),
-            self.timeout,
+            timeout,
             AdminCall::DescribeGroup(&name),
             None,
         )?;
@@ -701,6 +716,7 @@ impl Admin {
                         host: m.host,
                         instance_id: m.instance_id,
                         member_id: m.consumer_id,
+                        assignment: m.assignment,
                     })
                     .collect(),
             }),

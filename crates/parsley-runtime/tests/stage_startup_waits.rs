@@ -5,13 +5,17 @@
 //! - a static member that stopped holds its tasks until its session times out, and the
 //!   instance that waits for them says so at INFO, naming the member and `session.timeout.ms`;
 //! - a restore held by a transaction open on its changelog partition says so at INFO and fails
-//!   with `ProcessingError::RestoreBlocked`, naming the partition and both offsets.
+//!   with `ProcessingError::RestoreBlocked`, naming the partition and both offsets;
+//! - while a rebalance waits for a stopped static member, a running instance shows every task
+//!   without an owner (`parsley_stage_unowned_partitions`, `/health/ready`, an INFO line) until
+//!   that member's session times out, then 0.
 //!
 //! The INFO lines are read from a `tracing` subscriber this test binary installs for all its
 //! threads (the stages' stream threads included); each test looks only for lines naming its
 //! own unique topics or groups.
 
 use std::io::Write;
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -20,6 +24,7 @@ use parsley_runtime::{
     Error, Progress, Running, Runtime, RuntimeConfig, TaskPhase, TopicSpec, changelog_topic,
 };
 use parsley_stage::{ImpossiblePolicy, Topology};
+use parsley_testkit::exposition::Exposition;
 use parsley_testkit::fixtures::{
     DEADLINE, admin, bootstrap, committed_values, create_topic, forward_topology, next_failure,
     raw_producer, send_stamped, unique_topic, wait_committed, wait_tasks,
@@ -435,5 +440,124 @@ fn a_restore_held_by_a_dead_stages_transaction_names_its_transactional_id() {
             .to_string()
             .contains(&format!("by the producer with transactional id {dead_id}")),
         "{failure}"
+    );
+}
+
+/// A GET of `path` on the metrics endpoint at `address`: its status and body.
+fn get(address: SocketAddr, path: &str) -> (u16, String) {
+    let r = minreq::get(format!("http://{address}{path}"))
+        .with_timeout(30)
+        .send()
+        .unwrap_or_else(|e| panic!("GET {path}: {e}"));
+    (r.status_code, r.as_str().expect("UTF-8").to_string())
+}
+
+/// `parsley_stage_unowned_partitions` of stage `stage` on the endpoint at `address` (`None`
+/// while the group has not been described).
+fn unowned(address: SocketAddr, stage: &str) -> Option<f64> {
+    let (status, text) = get(address, "/metrics");
+    assert_eq!(status, 200, "{text}");
+    Exposition::parse(&text)
+        .unwrap_or_else(|e| panic!("{e}\n{text}"))
+        .value("parsley_stage_unowned_partitions", &[("stage", stage)])
+}
+
+/// Scrapes `address` until stage `stage` shows `expected` tasks without an owner; panics with
+/// `what` after `within`.
+fn wait_unowned(address: SocketAddr, stage: &str, expected: f64, within: Duration, what: &str) {
+    let deadline = Instant::now() + within;
+    loop {
+        let now = unowned(address, stage);
+        if now == Some(expected) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: parsley_stage_unowned_partitions is {now:?}, not {expected}, after {within:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn tasks_without_an_owner_show_until_the_stopped_members_session_times_out() {
+    captured();
+    let input = create_topic("unowned-in", 2);
+    let output = create_topic("unowned-out", 2);
+    let app = unique_topic("unowned");
+    let topology = forward(&app, &input.name, &output.name);
+    let session = Duration::from_secs(10);
+    let group = format!("{app}.forward");
+
+    let a = Runtime::new(
+        topology.clone(),
+        static_member("a", session).metrics_address(([127, 0, 0, 1], 0)),
+    )
+    .start()
+    .unwrap();
+    let at_a = a.metrics_address().expect("a serves its metrics");
+    let b = Runtime::new(topology.clone(), static_member("b", session))
+        .start()
+        .unwrap();
+    wait_tasks(&a, "forward", "a runs one task", |t| {
+        t.len() == 1 && t[0].phase == TaskPhase::Running
+    });
+    wait_tasks(&b, "forward", "b runs one task", |t| {
+        t.len() == 1 && t[0].phase == TaskPhase::Running
+    });
+    wait_unowned(at_a, "forward", 0.0, DEADLINE, "both members hold a task");
+
+    // b stops without leaving the group (a static member); c joins: the rebalance waits for b
+    // until its session times out, and meanwhile nobody holds any task.
+    b.stop().unwrap();
+    let stopped = Instant::now();
+    let c = Runtime::new(topology, static_member("c", session))
+        .start()
+        .unwrap();
+    wait_unowned(
+        at_a,
+        "forward",
+        2.0,
+        session,
+        "the rebalance waits for b, every task given up",
+    );
+    let (status, ready) = get(at_a, "/health/ready");
+    let without_owner = stopped.elapsed();
+    assert_eq!(status, 503, "{ready}");
+    assert!(
+        ready.contains(
+            "stage forward waits for an assignment from its consumer group (2 of 2 \
+                        tasks have no owner in its consumer group)"
+        ),
+        "{ready}"
+    );
+    let line = wait_line(&["tasks of the stage have no owner", &group]);
+    assert!(line.contains("unowned=2"), "{line}");
+    assert!(line.contains("-b"), "names the member awaited: {line}");
+
+    wait_unowned(
+        at_a,
+        "forward",
+        0.0,
+        session + DEADLINE,
+        "b's session timed out and a and c hold the tasks",
+    );
+    let owned_again = stopped.elapsed();
+    wait_line(&["every task of the stage has an owner again", &group]);
+    let tasks = a
+        .task_metrics()
+        .into_iter()
+        .find(|(n, _)| n == "forward")
+        .map(|(_, t)| t.len());
+    a.stop().unwrap();
+    c.stop().unwrap();
+    eprintln!(
+        "b stopped; tasks without an owner seen after {without_owner:?}, owned again after \
+         {owned_again:?} (session {session:?}); a holds {tasks:?} task(s)"
+    );
+    assert!(
+        owned_again >= Duration::from_secs(5),
+        "the tasks had owners again only once b's session ({session:?}) timed out, not after \
+         {owned_again:?}"
     );
 }

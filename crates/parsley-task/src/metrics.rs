@@ -69,6 +69,8 @@ pub struct StageMetrics {
     late_keys: Mutex<BTreeMap<(i32, Vec<u8>), u64>>,
     /// The consumer holds an assignment (set when one is handled, cleared at a revocation).
     assigned: AtomicBool,
+    /// Who holds the stage's partitions, as the group coordinator last described it.
+    ownership: Mutex<Option<Ownership>>,
     /// How the stream thread ended, once it has.
     ended: Mutex<Option<StageEnd>>,
     /// The digest of the stage's clients' last librdkafka statistics.
@@ -76,6 +78,21 @@ pub struct StageMetrics {
     /// What its tasks wait for, published by the stream thread on request (module
     /// `explain`).
     explained: Explained,
+}
+
+/// How many of a stage's tasks (partitions) a member of its consumer group holds, as the group
+/// coordinator described the group (`DescribeConsumerGroups`) at the stream thread's last
+/// look: the partitions of the stage's sources, counted once per task (partition `p` of every
+/// source), that no member's assignment holds. While the group rebalances every member has
+/// given its partitions up (eager assignment), so every task counts;
+/// a member that died is still counted as holding its tasks until its session times out, which
+/// no client can tell apart from a slow member.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ownership {
+    /// The stage's tasks: partitions of each source.
+    pub tasks: u64,
+    /// Tasks no member holds.
+    pub unowned: u64,
 }
 
 /// How a stage's stream thread ended.
@@ -454,6 +471,18 @@ impl StageMetrics {
     /// The consumer got an assignment (`true`, before its tasks restore) or had it revoked.
     pub fn set_assigned(&self, assigned: bool) {
         self.assigned.store(assigned, Ordering::Relaxed);
+    }
+
+    /// Records what the group coordinator last said of who holds the stage's tasks (`None`:
+    /// no answer yet, or the last request failed).
+    pub fn set_ownership(&self, ownership: Option<Ownership>) {
+        *self.ownership.lock().expect("ownership") = ownership;
+    }
+
+    /// What the group coordinator last said of who holds the stage's tasks; `None` before an
+    /// answer (or after a failed request).
+    pub fn ownership(&self) -> Option<Ownership> {
+        *self.ownership.lock().expect("ownership")
     }
 
     /// `true` while the consumer holds an assignment (possibly of no partition).

@@ -18,7 +18,7 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
 
 use parsley_task::client_stats::{ClientDigest, ClientStatistics};
-use parsley_task::metrics::{MetricsSnapshot, StageMetrics, TaskMetrics, TaskPhase};
+use parsley_task::metrics::{MetricsSnapshot, Ownership, StageMetrics, TaskMetrics, TaskPhase};
 
 /// The `Content-Type` of what [`encode`] writes.
 pub(crate) const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
@@ -41,6 +41,8 @@ pub(crate) struct StageView {
     pub(crate) tasks: Vec<TaskMetrics>,
     /// Its clients' librdkafka statistics.
     pub(crate) clients: ClientStatistics,
+    /// Its tasks no member of its group holds, at the last look (`None`: not known).
+    pub(crate) ownership: Option<Ownership>,
 }
 
 impl StageView {
@@ -54,6 +56,7 @@ impl StageView {
             metrics: metrics.snapshot(),
             tasks: metrics.tasks(),
             clients: metrics.client_statistics(),
+            ownership: metrics.ownership(),
         }
     }
 }
@@ -239,6 +242,12 @@ const STAGE_RUNNING: Family = own(
     Kind::Gauge,
     "1 while the stage's stream thread runs; 0 once it stopped, failed or panicked.",
 );
+const STAGE_UNOWNED: Family = own(
+    "stage_unowned_partitions",
+    None,
+    Kind::Gauge,
+    "Tasks (partitions) of the stage that no member of its consumer group holds, as the group coordinator described the group at the last look (every few seconds): all of them while the group rebalances; a dead member counts as holding its tasks until its session times out (absent while the group cannot be described).",
+);
 const BAD_RECORDS: Family = own(
     "bad_records",
     None,
@@ -279,7 +288,7 @@ const TRANSACTION_STATE: Family = own(
 /// Every family a scrape describes, in its order.
 #[cfg(test)]
 pub(crate) fn families() -> Vec<Family> {
-    let mut all = vec![STAGE_RUNNING];
+    let mut all = vec![STAGE_RUNNING, STAGE_UNOWNED];
     all.extend(STAGE.iter().map(|m| m.family));
     all.extend([BAD_RECORDS, IMPOSSIBLE_STAMPS, TASK_PHASE]);
     all.extend(TASK.iter().map(|m| m.family));
@@ -305,6 +314,13 @@ impl Collector for Stages {
             stages
                 .iter()
                 .map(|s| (stage(s), Value::Count(u64::from(s.running)))),
+        )?;
+        family(
+            e,
+            &STAGE_UNOWNED,
+            stages
+                .iter()
+                .filter_map(|s| Some((stage(s), Value::Count(s.ownership?.unowned)))),
         )?;
         for metric in STAGE {
             let series = stages

@@ -76,6 +76,10 @@ fn views() -> Vec<StageView> {
             metrics,
             tasks: vec![task(0, TaskPhase::Restoring), running],
             clients,
+            ownership: Some(Ownership {
+                tasks: 4,
+                unowned: 2,
+            }),
         },
         StageView {
             name: "facts".into(),
@@ -85,6 +89,7 @@ fn views() -> Vec<StageView> {
             metrics: MetricsSnapshot::default(),
             tasks: Vec::new(),
             clients: ClientStatistics::default(),
+            ownership: None,
         },
     ]
 }
@@ -142,6 +147,15 @@ fn values_are_the_stages_figures_in_the_units_their_names_say() {
     assert_eq!(
         s.value("parsley_stage_running", &[("stage", "facts")]),
         Some(0.0)
+    );
+    // Tasks no member holds: absent while the group could not be described.
+    assert_eq!(
+        s.value("parsley_stage_unowned_partitions", &ledger),
+        Some(2.0)
+    );
+    assert_eq!(
+        s.value("parsley_stage_unowned_partitions", &[("stage", "facts")]),
+        None
     );
     assert_eq!(
         s.value("parsley_records_delivered_total", &ledger),

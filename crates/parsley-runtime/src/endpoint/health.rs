@@ -1,7 +1,7 @@
 //! Readiness: whether every stage of a [`Running`](crate::Running) is up with its tasks
 //! restored, and if not, why — in a line an operator reads in a probe's failure.
 
-use parsley_task::metrics::{StageEnd, TaskMetrics, TaskPhase};
+use parsley_task::metrics::{Ownership, StageEnd, TaskMetrics, TaskPhase};
 
 /// Where one stage stands, as the readiness check reads it.
 #[derive(Debug, Clone)]
@@ -14,6 +14,19 @@ pub(crate) struct StageHealth {
     pub(crate) ended: Option<StageEnd>,
     /// Its tasks.
     pub(crate) tasks: Vec<TaskMetrics>,
+    /// Its tasks no member of its group holds, at the last look (`None`: not known).
+    pub(crate) ownership: Option<Ownership>,
+}
+
+/// `" (3 of 4 tasks have no owner in its consumer group)"` when the stage's group has tasks
+/// no member holds, else empty.
+fn unowned_note(s: &StageHealth) -> String {
+    match s.ownership {
+        Some(Ownership { tasks, unowned }) if unowned > 0 => {
+            format!(" ({unowned} of {tasks} tasks have no owner in its consumer group)")
+        }
+        _ => String::new(),
+    }
 }
 
 /// The longest reason given for an error, in characters (a stage's error can name many
@@ -23,7 +36,9 @@ const MAX_ERROR: usize = 300;
 /// `Ok` with a line saying what runs when every stage runs with an assignment and every task
 /// is restored; else `Err` with every reason, `; `-separated: a stop was asked for
 /// (`stopping`), a stage ended (failed, panicked, stopped), waits for an assignment, or
-/// restores tasks.
+/// restores tasks. Either line names the stages whose groups have tasks no member holds, with
+/// how many: an instance whose own tasks run stays ready while another member's are without an
+/// owner (it can do nothing about them), but says so.
 pub(crate) fn readiness(stages: &[StageHealth], stopping: bool) -> Result<String, String> {
     let mut reasons = Vec::new();
     if stopping {
@@ -52,8 +67,9 @@ pub(crate) fn readiness(stages: &[StageHealth], stopping: bool) -> Result<String
         }
         if !s.assigned {
             reasons.push(format!(
-                "stage {} waits for an assignment from its consumer group",
-                s.name
+                "stage {} waits for an assignment from its consumer group{}",
+                s.name,
+                unowned_note(s)
             ));
             continue;
         }
@@ -76,8 +92,13 @@ pub(crate) fn readiness(stages: &[StageHealth], stopping: bool) -> Result<String
     }
     if reasons.is_empty() {
         let tasks: usize = stages.iter().map(|s| s.tasks.len()).sum();
+        let unowned: String = stages
+            .iter()
+            .filter(|s| !unowned_note(s).is_empty())
+            .map(|s| format!("; stage {}{}", s.name, unowned_note(s)))
+            .collect();
         Ok(format!(
-            "ready: {} stage(s) running, {tasks} task(s) restored",
+            "ready: {} stage(s) running, {tasks} task(s) restored{unowned}",
             stages.len()
         ))
     } else {
@@ -101,6 +122,7 @@ mod tests {
             assigned,
             ended: None,
             tasks,
+            ownership: None,
         }
     }
 
@@ -138,6 +160,41 @@ mod tests {
             Err(
                 "not ready: stage a waits for an assignment from its consumer group; \
                  stage b is restoring task(s) 2, 3 (40 of 100 changelog offsets read)"
+                    .into()
+            )
+        );
+    }
+
+    #[test]
+    fn tasks_without_an_owner_are_named_ready_or_not() {
+        let mut waiting = stage("a", false, Vec::new());
+        waiting.ownership = Some(Ownership {
+            tasks: 4,
+            unowned: 4,
+        });
+        assert_eq!(
+            readiness(&[waiting], false),
+            Err(
+                "not ready: stage a waits for an assignment from its consumer group (4 of 4 \
+                 tasks have no owner in its consumer group)"
+                    .into()
+            )
+        );
+        let mut running = stage("b", true, vec![task(0, TaskPhase::Running)]);
+        running.ownership = Some(Ownership {
+            tasks: 2,
+            unowned: 1,
+        });
+        let mut all_owned = stage("c", true, Vec::new());
+        all_owned.ownership = Some(Ownership {
+            tasks: 2,
+            unowned: 0,
+        });
+        assert_eq!(
+            readiness(&[running, all_owned], false),
+            Ok(
+                "ready: 2 stage(s) running, 1 task(s) restored; stage b (1 of 2 tasks have no \
+                owner in its consumer group)"
                     .into()
             )
         );

@@ -265,6 +265,9 @@ pub(crate) struct DescribedMember {
     /// The member's `group.instance.id` (a static member's).
     pub instance_id: Option<String>,
     pub consumer_id: String,
+    /// The partitions of the member's assignment, (topic, partition); while the group
+    /// rebalances, empty or the last generation's, as the coordinator describes it.
+    pub assignment: Vec<(String, i32)>,
 }
 
 impl Event {
@@ -380,6 +383,7 @@ impl Event {
                                 host: cstr(rdsys::rd_kafka_MemberDescription_host(m)),
                                 instance_id: (!instance.is_null()).then(|| cstr(instance)),
                                 consumer_id: cstr(rdsys::rd_kafka_MemberDescription_consumer_id(m)),
+                                assignment: assignment_of(m),
                             }
                         })
                         .collect();
@@ -389,6 +393,32 @@ impl Event {
                 })
                 .collect()
         }
+    }
+}
+
+/// The partitions of a described member's assignment, (topic, partition).
+///
+/// # Safety
+/// `member` is a live member description of a live event.
+unsafe fn assignment_of(member: *const rdsys::rd_kafka_MemberDescription_t) -> Vec<(String, i32)> {
+    // SAFETY: the caller's; the assignment and its list belong to the member (null when it has
+    // none) and are only read here.
+    unsafe {
+        let assignment = rdsys::rd_kafka_MemberDescription_assignment(member);
+        if assignment.is_null() {
+            return Vec::new();
+        }
+        let list = rdsys::rd_kafka_MemberAssignment_partitions(assignment);
+        if list.is_null() {
+            return Vec::new();
+        }
+        let list = &*list;
+        (0..list.cnt.max(0) as usize)
+            .map(|i| {
+                let tp = &*list.elems.add(i);
+                (cstr(tp.topic), tp.partition)
+            })
+            .collect()
     }
 }
 

@@ -14,8 +14,9 @@
 //! 3. **resolve** the impossible stamps the gates found, by the stage's policy;
 //! 4. **deliver** what the gates release: handler, fold state, stamped emissions;
 //! 5. for an event-time stage, **read the progress of the stages that write its sources**
-//!    while an input waits for them (module `upstream`), **read the live heads** and deliver
-//!    what the watermark now releases;
+//!    while an input waits for them (module `upstream`), **read the live heads**, deliver
+//!    what the watermark now releases, and every few seconds **say which tasks counted records
+//!    late** (module `late`);
 //! 6. **apply backpressure** — pauses, resumes, spills and re-fetches;
 //! 7. **settle acks** into the tasks' clocks;
 //! 8. for a stage with the built-in clock, **write a tick** for every task whose tick interval
@@ -24,7 +25,8 @@
 //! 9. **start a commit** when the interval is due, or at once when a gate waits on the open
 //!    transaction's own write: the outputs acknowledged, the changelog written, the offsets and
 //!    `EndTxn` started on a helper thread;
-//! 10. every few seconds, **check the sources**' topic ids and partition counts;
+//! 10. every few seconds, **check the sources**' topic ids and partition counts, and **count
+//!     the tasks no member of the group holds** (module `ownership`);
 //! 11. when a caller asked why the stage waits, **publish a snapshot** of what each task waits
 //!     for (module `tasks::explain`).
 //!
@@ -77,6 +79,8 @@
 //! | `transaction` | the producer: begin, a commit's call, overlap, commit first, abort |
 //! | `commit_call` | a commit's round trips on a helper thread, bounded |
 //! | `sources` | the sources' identity, checked while the stage runs |
+//! | `ownership` | the tasks no member of the group holds, as its coordinator describes it |
+//! | `late` | saying which tasks of an event-time stage counted records late |
 //! | `startup` | resolving topics and creating the owners |
 //! | `upstream` | inputs other stages write: waiting for those stages to commit their history |
 //! | `waits` | saying what a slow group join waits for |
@@ -90,6 +94,8 @@ mod commit_call;
 mod evidence;
 mod held;
 mod intake;
+mod late;
+mod ownership;
 mod rebalance;
 mod sources;
 mod startup;
@@ -122,6 +128,8 @@ pub use parsley_task::task::{DELIVERY_TARGET, NO_TIMESTAMP};
 
 use self::evidence::Evidence;
 use self::intake::{Intake, MAX_BATCH, Polled, Taken, Taking};
+use self::late::LateWatch;
+use self::ownership::OwnershipCheck;
 use self::rebalance::{RebalanceEvent, check_assignment};
 use self::sources::SourceCheck;
 use self::tasks::Tasks;
@@ -155,6 +163,10 @@ pub(crate) struct StageRunner {
     evidence: Evidence,
     /// When the sources' identity was last checked.
     source_check: SourceCheck,
+    /// When the group was last described, to count the tasks no member holds.
+    ownership: OwnershipCheck,
+    /// The late counts last seen per task, to say when they grow.
+    late: LateWatch,
     /// The tasks this instance owns, by partition.
     tasks: Tasks,
     txn: Transaction,
@@ -197,6 +209,8 @@ impl StageRunner {
             intake: started.intake,
             evidence: started.evidence,
             source_check: SourceCheck::new(),
+            ownership: OwnershipCheck::new(),
+            late: LateWatch::new(),
             tasks: started.tasks,
             txn: started.txn,
             metrics,
@@ -324,6 +338,7 @@ impl StageRunner {
             self.evidence
                 .read_heads(&self.ctx, &self.intake, &mut self.tasks)?;
             self.deliver()?;
+            self.late.look(&self.metrics);
         }
         self.apply_backpressure()?;
         self.settle_acks()?;
@@ -331,6 +346,7 @@ impl StageRunner {
         self.commit_if_due()?;
         self.source_check
             .check(self.evidence.admin(), &self.ctx, self.config.timeout)?;
+        self.check_ownership();
         self.tasks.explain_if_asked(&self.ctx, &self.intake);
         Ok(Turn::Running)
     }
@@ -382,6 +398,18 @@ impl StageRunner {
     fn settle_acks(&mut self) -> Result<()> {
         self.tasks
             .settle_acks(&self.ctx, &mut self.txn, self.evidence.admin())
+    }
+
+    /// Phase 10: every few seconds, the tasks no member of the group holds (module
+    /// `ownership`).
+    fn check_ownership(&mut self) {
+        self.ownership.check(
+            self.evidence.admin(),
+            &self.spec.group_id(&self.app),
+            &self.ctx,
+            self.config.session_timeout(),
+            &self.metrics,
+        );
     }
 
     /// Once per turn until the first assignment: says once what a slow join waits for
@@ -494,6 +522,8 @@ impl StageRunner {
                              heartbeating and the group dropped it after the session timeout"
                         );
                     }
+                    self.late
+                        .assigned(&assigned, if first { &[] } else { &taken_over });
                     self.last_owned = assigned;
                     let mut by_task: BTreeMap<i32, Vec<(Channel, i64)>> = BTreeMap::new();
                     for (topic, partition, position) in positions {

@@ -140,12 +140,14 @@ mod tests {
                     host: "/10.0.0.7".into(),
                     instance_id: Some("app.s-i1".into()),
                     member_id: "m-1".into(),
+                    assignment: Vec::new(),
                 },
                 GroupMember {
                     client_id: "app.s-consumer".into(),
                     host: "/10.0.0.8".into(),
                     instance_id: None,
                     member_id: "m-2".into(),
+                    assignment: Vec::new(),
                 },
             ],
         };

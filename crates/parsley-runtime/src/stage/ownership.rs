@@ -1,0 +1,225 @@
+//! Who holds the stage's tasks: the consumer group as its coordinator describes it, read while
+//! the stage runs.
+//!
+//! An instance knows its own assignment; the rest of the group it learns only from the group
+//! coordinator. Every [`CHECK_EVERY`] the stream thread describes its group
+//! (`DescribeConsumerGroups`, bounded by [`CHECK_TIMEOUT`]) and counts the stage's tasks —
+//! partition `p` of every source — that no member's assignment holds
+//! ([`unowned`]), published as [`Ownership`] (metric `parsley_stage_unowned_partitions`, and
+//! the readiness answer).
+//!
+//! What that count can and cannot see:
+//! - **a rebalance**: under the eager range assignor every member gives its partitions up when
+//!   a rebalance starts and holds none until the group is `Stable` again, so in any other state
+//!   every task counts (the coordinator may still describe the last generation's assignment
+//!   meanwhile — Kafka 4's does —, which nobody holds any more). A rebalance that waits for a member that will not rejoin —
+//!   the process that died and was restarted under a new member id, a static member that
+//!   stopped — shows as every task unowned until that member's session times out
+//!   (`session.timeout.ms`), then `0` once the group is stable again;
+//! - **a member that died while the group was stable**: the coordinator still counts it, with
+//!   its assignment, until its session times out. No client can tell a dead member from a slow
+//!   one before then (only its silence differs), so its tasks count as owned; at the timeout
+//!   the group rebalances and the survivors' `took over tasks` line names them.
+//!
+//! A change of the count is logged at INFO, with the group's state and members. A failed
+//! request clears the published figure (`None`: unknown, not zero) and is logged at DEBUG; the
+//! next interval asks again.
+//!
+//! Invariant: at most one request per [`CHECK_EVERY`], made by the stream thread between two
+//! phases, never holding it longer than [`CHECK_TIMEOUT`].
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use tracing::{debug, info};
+
+use crate::admin::{Admin, GroupView};
+use parsley_task::context::TaskContext;
+use parsley_task::metrics::{Ownership, StageMetrics};
+
+/// How often a running stage describes its group.
+pub(crate) const CHECK_EVERY: Duration = Duration::from_secs(2);
+
+/// The longest a check waits for the coordinator's answer.
+const CHECK_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The stage's tasks that no member of `view` holds: `sources` are the stage's source topics
+/// with their partition counts (co-partitioned: task `p` is partition `p` of each). A task
+/// counts as held when the group is `Stable` and a member's assignment holds partition `p` of
+/// any source (eager assignment: nobody holds anything while the group rebalances).
+pub(crate) fn unowned(view: &GroupView, sources: &[(&str, i32)]) -> Ownership {
+    let tasks = sources.iter().map(|(_, n)| *n).max().unwrap_or(0).max(0);
+    let held: BTreeSet<i32> = match view {
+        GroupView::Described { state, members } if state == "Stable" => members
+            .iter()
+            .flat_map(|m| &m.assignment)
+            .filter(|(topic, p)| {
+                sources.iter().any(|(name, _)| name == topic) && (0..tasks).contains(p)
+            })
+            .map(|(_, p)| *p)
+            .collect(),
+        _ => BTreeSet::new(),
+    };
+    Ownership {
+        tasks: tasks as u64,
+        unowned: (tasks as u64).saturating_sub(held.len() as u64),
+    }
+}
+
+/// When the group was last described, and the count published then.
+#[derive(Debug)]
+pub(crate) struct OwnershipCheck {
+    last: Option<Instant>,
+    unowned: Option<u64>,
+}
+
+impl OwnershipCheck {
+    /// A check that describes the group at its first call.
+    pub(crate) fn new() -> Self {
+        OwnershipCheck {
+            last: None,
+            unowned: None,
+        }
+    }
+
+    /// Once per turn: every [`CHECK_EVERY`], describes `group` with `admin`, publishes the
+    /// count of tasks no member holds to `metrics` and logs a change of it (module docs).
+    pub(crate) fn check(
+        &mut self,
+        admin: &Admin,
+        group: &str,
+        ctx: &TaskContext,
+        session_timeout: Duration,
+        metrics: &StageMetrics,
+    ) {
+        if self.last.is_some_and(|t| t.elapsed() < CHECK_EVERY) {
+            return;
+        }
+        self.last = Some(Instant::now());
+        let view = match admin.describe_group_within(group, CHECK_TIMEOUT) {
+            Ok(view) => view,
+            Err(e) => {
+                debug!(group, error = %e, "the group cannot be described now");
+                metrics.set_ownership(None);
+                return;
+            }
+        };
+        let sources: Vec<(&str, i32)> = ctx
+            .sources
+            .iter()
+            .map(|t| (t.name.as_str(), t.partitions))
+            .collect();
+        let now = unowned(&view, &sources);
+        metrics.set_ownership(Some(now));
+        if self.unowned == Some(now.unowned) {
+            return;
+        }
+        let before = self.unowned.replace(now.unowned);
+        if now.unowned == 0 && before.is_none() {
+            return;
+        }
+        let (state, members) = match &view {
+            GroupView::Loading => ("loading".to_string(), "unknown".to_string()),
+            GroupView::Described { state, members } => (
+                state.clone(),
+                members
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("; "),
+            ),
+        };
+        if now.unowned == 0 {
+            info!(
+                group,
+                tasks = now.tasks,
+                state,
+                members,
+                "every task of the stage has an owner again"
+            );
+        } else {
+            info!(
+                group,
+                unowned = now.unowned,
+                tasks = now.tasks,
+                state,
+                members,
+                session_timeout_ms = session_timeout.as_millis() as u64,
+                "tasks of the stage have no owner in its consumer group: it rebalances, and waits \
+                 for every member it counts to rejoin — one that died or a static member that \
+                 stopped rejoins never and is dropped when its session times out"
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::admin::GroupMember;
+
+    fn member(id: &str, assignment: &[(&str, i32)]) -> GroupMember {
+        GroupMember {
+            client_id: "app.s-consumer".into(),
+            host: "/10.0.0.7".into(),
+            instance_id: None,
+            member_id: id.into(),
+            assignment: assignment
+                .iter()
+                .map(|(t, p)| (t.to_string(), *p))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn a_task_is_unowned_when_no_member_holds_a_partition_of_it() {
+        let sources = [("orders", 4), ("payments", 4)];
+        let stable = GroupView::Described {
+            state: "Stable".into(),
+            members: vec![
+                member(
+                    "a",
+                    &[
+                        ("orders", 0),
+                        ("payments", 0),
+                        ("orders", 1),
+                        ("payments", 1),
+                    ],
+                ),
+                member("b", &[("orders", 2), ("payments", 2)]),
+            ],
+        };
+        assert_eq!(
+            unowned(&stable, &sources),
+            Ownership {
+                tasks: 4,
+                unowned: 1
+            },
+            "task 3 has no owner"
+        );
+        // While the group rebalances nobody holds a task, whatever assignment is described.
+        let rebalancing = GroupView::Described {
+            state: "PreparingRebalance".into(),
+            members: vec![
+                member("a", &[("orders", 0), ("orders", 1)]),
+                member("b", &[]),
+            ],
+        };
+        assert_eq!(unowned(&rebalancing, &sources).unowned, 4);
+        assert_eq!(unowned(&GroupView::Loading, &sources).unowned, 4);
+        // Partitions of other topics, or beyond the stage's, hold nothing of it.
+        let other = GroupView::Described {
+            state: "Stable".into(),
+            members: vec![member("a", &[("other", 0), ("orders", 7), ("orders", 0)])],
+        };
+        assert_eq!(unowned(&other, &sources).unowned, 3);
+        let all = GroupView::Described {
+            state: "Stable".into(),
+            members: vec![member(
+                "a",
+                &[("orders", 0), ("orders", 1), ("orders", 2), ("orders", 3)],
+            )],
+        };
+        assert_eq!(unowned(&all, &sources).unowned, 0);
+    }
+}
