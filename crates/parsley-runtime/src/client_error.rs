@@ -86,7 +86,7 @@ mod tests {
     fn recoverable(e: &Error) -> bool {
         match e {
             Error::Kafka(error::KafkaError::Transaction { fatal, code, .. }) => {
-                !*fatal || code.is_fencing()
+                !*fatal || code.is_fencing() || code.value == error::KafkaCode::INVALID_TXN_STATE
             }
             Error::Kafka(error::KafkaError::Send { .. }) => true,
             Error::Kafka(error::KafkaError::Client { source, .. }) => kafka_source(source)
@@ -94,6 +94,7 @@ mod tests {
                     KafkaError::Transaction(t) => {
                         (!t.is_fatal() && (t.txn_requires_abort() || t.is_retriable()))
                             || fencing(t.code())
+                            || t.code() == C::InvalidTransactionalState
                     }
                     _ => false,
                 }),
@@ -307,6 +308,8 @@ mod tests {
             ("PRODUCER_FENCED transaction", transaction(C::ProducerFenced, true, false), Retriable, FENCED),
             ("INVALID_PRODUCER_EPOCH transaction", transaction(C::InvalidProducerEpoch, true, false), Retriable, FENCED),
             ("fatal transaction", transaction(C::TransactionalIdAuthorizationFailed, true, false), Fatal, NOT_FENCED),
+            // A fatal INVALID_TXN_STATE: the recovery's abort meets it and replaces the producer.
+            ("INVALID_TXN_STATE transaction", transaction(C::InvalidTransactionalState, true, false), Retriable, NOT_FENCED),
             // A refused send: the abort decides.
             ("refused send", send(C::MessageTimedOut), Retriable, NOT_FENCED),
             ("fenced send", send(C::InvalidProducerEpoch), Retriable, FENCED),

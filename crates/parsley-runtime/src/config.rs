@@ -53,6 +53,9 @@ pub struct RuntimeConfig {
     /// Where the stage aborts its process on purpose, for fault-injection tests.
     #[cfg(feature = "fault-injection")]
     crash: Option<crate::fault::CrashPoint>,
+    /// The fault put into the stage's producer on purpose, for fault-injection tests.
+    #[cfg(feature = "fault-injection")]
+    fault: Option<crate::fault::ArmedFault>,
 }
 
 /// Receives the statistics of a stage's librdkafka clients: one JSON document per client
@@ -100,6 +103,8 @@ impl RuntimeConfig {
             state_dir: None,
             #[cfg(feature = "fault-injection")]
             crash: None,
+            #[cfg(feature = "fault-injection")]
+            fault: None,
         }
     }
 
@@ -110,6 +115,21 @@ impl RuntimeConfig {
     pub fn crash_at(mut self, point: crate::fault::CrashPoint) -> Self {
         self.crash = Some(point);
         self
+    }
+
+    /// Arms a producer fault: a stage run with this configuration puts it into its producer
+    /// once (see [`ProducerFault`](crate::ProducerFault)). For fault-injection tests only;
+    /// exists with the cargo feature `fault-injection`.
+    #[cfg(feature = "fault-injection")]
+    pub fn inject(mut self, fault: crate::fault::ProducerFault) -> Self {
+        self.fault = Some(crate::fault::ArmedFault::new(fault));
+        self
+    }
+
+    /// Whether the armed producer fault is `fault` and fires now (once per configuration).
+    #[cfg(feature = "fault-injection")]
+    pub(crate) fn fire(&self, fault: crate::fault::ProducerFault) -> bool {
+        self.fault.as_ref().is_some_and(|f| f.fire(fault))
     }
 
     /// The armed crash point, if any.

@@ -1,10 +1,15 @@
-//! Crash points for fault-injection tests: compiled only with the cargo feature
-//! `fault-injection`, armed only by [`RuntimeConfig::crash_at`](crate::RuntimeConfig::crash_at).
+//! Crash points and producer faults for fault-injection tests: compiled only with the cargo
+//! feature `fault-injection`, armed only by
+//! [`RuntimeConfig::crash_at`](crate::RuntimeConfig::crash_at) and
+//! [`RuntimeConfig::inject`](crate::RuntimeConfig::inject).
 //!
 //! A build without the feature has no crash point and reads no environment variable for one.
 //! The test suite and the fault-injection driver of the inventory example enable the feature;
 //! a process armed with a crash point dies there on purpose, as under `kill -9`, so a test can
 //! check what a restart restores (case C10).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use tracing::warn;
 
@@ -39,4 +44,40 @@ pub(crate) fn reached(
         std::process::abort();
     }
     Ok(())
+}
+
+/// A fault a stage armed with [`RuntimeConfig::inject`](crate::RuntimeConfig::inject) puts into
+/// its own transactional producer, once per configuration: librdkafka's error paths, reached
+/// through librdkafka itself, where the broker cannot be made to take them on demand.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ProducerFault {
+    /// At the first commit with deliveries, after its changelog records and before its offsets
+    /// are sent, the producer meets the broker's `INVALID_TXN_STATE` as a fatal error
+    /// (`rd_kafka_test_fatal_error`), as librdkafka reports an `EndTxn` the coordinator
+    /// refused in that state: the offsets, the commit and the abort that follows all fail with
+    /// it (case C27).
+    InvalidTxnStateAtCommit,
+}
+
+/// An armed producer fault and whether it has fired (shared by every clone of the
+/// configuration, so it fires once).
+#[derive(Debug, Clone)]
+pub(crate) struct ArmedFault {
+    pub(crate) fault: ProducerFault,
+    fired: Arc<AtomicBool>,
+}
+
+impl ArmedFault {
+    pub(crate) fn new(fault: ProducerFault) -> Self {
+        ArmedFault {
+            fault,
+            fired: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// `true` the first time it is asked for `fault` (it fires then), `false` afterwards.
+    pub(crate) fn fire(&self, fault: ProducerFault) -> bool {
+        self.fault == fault && !self.fired.swap(true, Ordering::SeqCst)
+    }
 }

@@ -97,8 +97,9 @@
 //! ```
 //!
 //! # Features
-//! - `fault-injection`: crash points for fault-injection tests (`CrashPoint`,
-//!   `RuntimeConfig::crash_at`). Off by default: a default build has no crash point.
+//! - `fault-injection`: crash points and producer faults for fault-injection tests
+//!   (`CrashPoint`, `RuntimeConfig::crash_at`; `ProducerFault`, `RuntimeConfig::inject`). Off
+//!   by default: a default build has no crash point and no fault.
 //!
 //! # `unsafe` in one place
 //! Every call into librdkafka that `rdkafka` does not make for us is in module [`librdkafka`],
@@ -134,7 +135,7 @@ pub use changelog::changelog_topic;
 pub use clients::{ClientRole, ClientSettings};
 pub use config::{RuntimeConfig, StatisticsSink};
 #[cfg(feature = "fault-injection")]
-pub use fault::CrashPoint;
+pub use fault::{CrashPoint, ProducerFault};
 /// The causal vocabulary of `parsley-clock` that the runtime's signatures use: channels,
 /// coordinates, clocks, stamps and senders, the stamp header's name, and the clock's error
 /// (`ClockError`, inside [`ProcessingError::Clock`] and [`RecordError::MalformedStamp`]).

@@ -434,6 +434,16 @@ impl Outbox {
 
     /// The producer, for a helper thread that commits while the stream thread goes on
     /// ([`Outbox::commit_served`]). Nothing may be sent until that commit returns.
+    /// Puts the producer in librdkafka's fatal state with the broker's `INVALID_TXN_STATE`
+    /// ([`ProducerFault::InvalidTxnStateAtCommit`](crate::ProducerFault::InvalidTxnStateAtCommit)).
+    #[cfg(feature = "fault-injection")]
+    pub(crate) fn inject_invalid_txn_state(&self) {
+        native::inject_fatal_error(
+            self.producer(),
+            rdkafka_sys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_INVALID_TXN_STATE,
+        );
+    }
+
     pub(crate) fn shared_producer(&self) -> Arc<BaseProducer<AckContext>> {
         self.producer.io().shared()
     }

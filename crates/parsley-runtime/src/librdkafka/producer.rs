@@ -608,6 +608,22 @@ pub(crate) fn commit_transaction<C: ProducerContext>(
     }
 }
 
+/// Puts `producer` in librdkafka's fatal error state with `code` (`rd_kafka_test_fatal_error`,
+/// librdkafka's own hook for testing its fatal error paths): every later transactional call
+/// fails with a fatal error of that code.
+#[cfg(feature = "fault-injection")]
+pub(crate) fn inject_fatal_error<C: ProducerContext>(
+    producer: &BaseProducer<C>,
+    code: rdsys::rd_kafka_resp_err_t,
+) {
+    let reason = c"injected by a fault-injection test";
+    // SAFETY: the handle is a live producer for as long as `producer` is borrowed; the reason
+    // is a NUL-terminated string librdkafka copies.
+    unsafe {
+        rdsys::rd_kafka_test_fatal_error(producer.client().native_ptr(), code, reason.as_ptr());
+    }
+}
+
 /// A metadata request for the cluster's brokers alone (no topics: `rd_kafka_metadata` with
 /// `all_topics = 0` and no topic handle), waiting up to `timeout_ms` (ms): it waits for a
 /// usable connection and learns the cluster.

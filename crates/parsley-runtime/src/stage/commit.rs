@@ -112,6 +112,15 @@ impl StageRunner {
                 || self.txn.flush(self.config.timeout),
             )?;
         }
+        #[cfg(feature = "fault-injection")]
+        if self.txn.deliveries() > 0
+            && self
+                .config
+                .fire(crate::fault::ProducerFault::InvalidTxnStateAtCommit)
+        {
+            tracing::warn!("producer fault: INVALID_TXN_STATE, fatal, before the offsets");
+            self.txn.outbox().inject_invalid_txn_state();
+        }
         let metadata = self.intake.group_metadata()?;
         let changelog_us = changelog_started.elapsed().as_micros() as u64;
         let started = Instant::now();

@@ -452,6 +452,12 @@ impl Transaction {
         self.uncommitted.deliveries
     }
 
+    /// The producer, for a fault-injection test's producer fault.
+    #[cfg(feature = "fault-injection")]
+    pub(crate) fn outbox(&self) -> &Outbox {
+        &self.outbox
+    }
+
     /// The commit interval runs again from `at` (the start of the last commit, or of a
     /// transaction begun afresh).
     pub(crate) fn restart_interval(&mut self, at: Instant) {
@@ -710,7 +716,14 @@ impl Transaction {
                     self.replace_producer(timeout)?;
                 }
             }
-            Err(rdkafka::error::KafkaError::Transaction(t)) if t.is_fatal() => {
+            // An abort the producer's transactional state refuses — librdkafka's `_STATE`
+            // ("Operation not valid in state BeginCommit", after a commit whose sends failed
+            // under a fatal error) or the broker's `INVALID_TXN_STATE` (case C27) — leaves a
+            // producer that cannot end its transaction: it is replaced like a fatal one, not
+            // the end of the stage.
+            Err(rdkafka::error::KafkaError::Transaction(t))
+                if t.is_fatal() || refused_by_state(t.code()) =>
+            {
                 // Fenced: the coordinator bumped the epoch (it aborted a timed-out transaction,
                 // case C08) or another producer took the transactional id (case C09); librdkafka
                 // reports both as `_FENCED`. The transaction's age tells them apart: the
@@ -750,6 +763,16 @@ impl Transaction {
         self.uncommitted = Work::default();
         self.sends = Sends::Open;
     }
+}
+
+/// Whether `code` says the producer's transactional state refuses the call: librdkafka's own
+/// `_STATE`, or the broker's `INVALID_TXN_STATE`. Neither goes away by calling again: a new
+/// producer for the transactional id (a new epoch) is the way out.
+fn refused_by_state(code: RDKafkaErrorCode) -> bool {
+    matches!(
+        code,
+        RDKafkaErrorCode::State | RDKafkaErrorCode::InvalidTransactionalState
+    )
 }
 
 /// When a commit started, for its call and its metrics.

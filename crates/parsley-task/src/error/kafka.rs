@@ -35,6 +35,9 @@ impl KafkaCode {
     pub const PRODUCER_FENCED: i32 = 90;
     /// The broker's `INVALID_PRODUCER_EPOCH`.
     pub const INVALID_PRODUCER_EPOCH: i32 = 47;
+    /// The broker's `INVALID_TXN_STATE`: the transaction's state on its coordinator does not
+    /// allow the call (librdkafka makes it fatal for the producer).
+    pub const INVALID_TXN_STATE: i32 = 48;
     /// librdkafka's `_ALL_BROKERS_DOWN`.
     pub const ALL_BROKERS_DOWN: i32 = -187;
     /// librdkafka's `_TRANSPORT`.
@@ -61,6 +64,13 @@ impl KafkaCode {
             self.value,
             Self::FENCED | Self::PRODUCER_FENCED | Self::INVALID_PRODUCER_EPOCH
         )
+    }
+
+    /// Whether a new producer for the same transactional id gets past the code: a fence
+    /// ([`KafkaCode::is_fencing`]), or the broker's `INVALID_TXN_STATE` — the old producer
+    /// cannot end its transaction, and initialising a new one aborts it (case C27).
+    pub fn is_cleared_by_new_producer(&self) -> bool {
+        self.is_fencing() || self.value == Self::INVALID_TXN_STATE
     }
 
     /// Whether the code reports a connection state, not a lost record or a refused request:
@@ -407,13 +417,23 @@ impl KafkaError {
         match self {
             // A fence seen at the commit goes to the recovery too, which tells a timed-out
             // transaction (redone) from a zombie (ends the stage: `KafkaError::Fenced`).
-            KafkaError::Transaction { fatal, code, .. } => !*fatal || code.is_fencing(),
+            // So does a fatal `INVALID_TXN_STATE`: the recovery's abort meets it again and
+            // replaces the producer (case C27).
+            KafkaError::Transaction { fatal, code, .. } => {
+                !*fatal || code.is_cleared_by_new_producer()
+            }
             // The abort decides: a fenced producer cannot abort, and the stage ends then.
             KafkaError::Send { .. } => true,
             // A call that never returned: the producer is replaced.
             KafkaError::TransactionStalled { .. } => true,
             KafkaError::Client { source, .. } => match source.transaction {
-                Some(t) => (!t.fatal && (t.requires_abort || t.retriable)) || source.is_fencing(),
+                Some(t) => {
+                    (!t.fatal && (t.requires_abort || t.retriable))
+                        || source
+                            .code
+                            .as_ref()
+                            .is_some_and(KafkaCode::is_cleared_by_new_producer)
+                }
                 None => false,
             },
             KafkaError::Security { .. }
