@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use parsley_runtime::Admin;
 
-use verdict::{Finals, Outcome, Record, Verdict};
+use verdict::{Finals, Outcome, Verdict};
 
 /// Partitions of every topic the comparison creates.
 const PARTITIONS: i32 = 4;
@@ -455,97 +455,5 @@ fn explain_skew(shop: &Outcome, expected: &verdict::ExpectedRevenue) {
         println!("  Parsley matches it: Parsley is right");
     } else {
         println!("  Parsley does not match it");
-    }
-}
-
-/// A record as `cargo xtask kafka read` prints it: `key<TAB>value` (UTF-8, `-` for an absent
-/// part), then `<TAB>name=value` per header, Parsley's stamp as its size.
-fn record_line(r: &Record) -> String {
-    let text = |b: &Option<Vec<u8>>| {
-        b.as_deref().map_or_else(
-            || "-".to_string(),
-            |b| String::from_utf8_lossy(b).into_owned(),
-        )
-    };
-    let headers: String = r
-        .headers
-        .iter()
-        .map(|(name, value)| match value {
-            Some(v) if parsley_runtime::is_stamp_header(name) => {
-                format!("\t{name}=<stamp, {} bytes>", v.len())
-            }
-            value => format!("\t{name}={}", text(value)),
-        })
-        .collect();
-    format!("{}\t{}{headers}", text(&r.key), text(&r.value))
-}
-
-/// Prints `topic` as `cargo xtask kafka read` does: every record up to the end offsets read
-/// now (`key<TAB>value`, UTF-8, `-` for an absent part, then its headers when it has any,
-/// `<TAB>name=value` each — a dead letter's say why it is one; Parsley's stamp as its size), or
-/// with `last` the last value of each key sorted by key; then a count.
-///
-/// # Errors
-/// An admin or consumer error.
-pub fn print_topic(bootstrap: &str, topic: &str, last: bool) -> Result<()> {
-    let admin = Admin::new(bootstrap, Duration::from_secs(30))?;
-    let records = topics::read_to_end(bootstrap, &admin, topic)?;
-    let text = |b: &Option<Vec<u8>>| {
-        b.as_deref().map_or_else(
-            || "-".to_string(),
-            |b| String::from_utf8_lossy(b).into_owned(),
-        )
-    };
-    if last {
-        let finals: std::collections::BTreeMap<String, String> = records
-            .iter()
-            .map(|r| (text(&r.key), text(&r.value)))
-            .collect();
-        for (k, v) in &finals {
-            println!("{k}\t{v}");
-        }
-        eprintln!("{topic}: {} records, {} keys", records.len(), finals.len());
-    } else {
-        for r in &records {
-            println!("{}", record_line(r));
-        }
-        eprintln!("{topic}: {} records", records.len());
-    }
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_record_is_printed_with_its_headers_and_the_stamp_as_its_size() {
-        let record = Record {
-            partition: 0,
-            offset: 3,
-            key: Some(b"order-7".to_vec()),
-            value: None,
-            timestamp: Some(1),
-            headers: vec![
-                (parsley_runtime::STAMP_HEADER.to_string(), Some(vec![0; 12])),
-                (
-                    "parsley.dlq.reason".to_string(),
-                    Some(b"MissingValue".to_vec()),
-                ),
-                ("empty".to_string(), None),
-            ],
-        };
-        assert_eq!(
-            record_line(&record),
-            format!(
-                "order-7\t-\t{}=<stamp, 12 bytes>\tparsley.dlq.reason=MissingValue\tempty=-",
-                parsley_runtime::STAMP_HEADER
-            )
-        );
-        let plain = Record {
-            headers: Vec::new(),
-            ..record
-        };
-        assert_eq!(record_line(&plain), "order-7\t-");
     }
 }
