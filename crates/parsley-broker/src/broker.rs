@@ -4,7 +4,8 @@
 //! Files live in [`state_dir`] (`target/kafka/` of the workspace by default, or
 //! `$PARSLEY_KAFKA_DIR`): `pom.xml` and `libs/` (the resolved jars), `server.properties`,
 //! `data/` (KRaft storage, formatted anew at every start), `tls/` (the secure listener's
-//! throw-away CA and broker keystore, made anew at every start), `server.log`, `broker.pid`,
+//! throw-away CA and broker keystore, made anew at every start, and `client.properties`, the
+//! Java client settings that reach the secure listener), `server.log`, `broker.pid`,
 //! `bootstrap` (the `host:port` that tests and examples read) and `secure` (the secure
 //! listener's address and credentials, read by [`secure_listener`]).
 //!
@@ -17,8 +18,9 @@
 //! Invariants:
 //! - [`up`] is idempotent: when the recorded broker answers a metadata request it returns
 //!   [`Up::AlreadyRunning`] and changes nothing;
-//! - [`up`] returns only once the broker answers a metadata request on both listeners (the
-//!   secure one with the recorded credentials) — no fixed sleep;
+//! - [`up`] returns only once the broker answers a metadata request on the `PLAINTEXT`
+//!   listener ([`crate::wire`]) and Kafka's own Java client, with the recorded credentials and
+//!   trusting the recorded CA, gets an answer on the secure one — no fixed sleep;
 //! - [`restart`] keeps data, ports, configuration, TLS material and credentials;
 //! - [`down`] stops only the process recorded in `broker.pid`, and only if its command line is
 //!   the broker this module started with this state directory.

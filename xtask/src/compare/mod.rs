@@ -17,7 +17,9 @@
 //!    each exiting 0 once it has consumed and committed everything.
 //! 6. Reads every output to its end (`read_committed`), takes the last value per key (Kafka
 //!    Streams: 8-byte big-endian `Long`; Parsley: a JSON number), compares each side with the
-//!    expected answer and the sides with each other, and prints a summary per pipeline.
+//!    expected answer and the sides with each other, and prints a summary per pipeline; for
+//!    the shop also the answers side by side (the first customers, the totals, and how many
+//!    customers each side has right).
 //!
 //! The exit status is non-zero when a side differs from the expected answer or from the other
 //! side, except for the shop under a clock skew: a payments service whose clock runs behind
@@ -38,6 +40,9 @@ use anyhow::{Context, Result, bail};
 use parsley_runtime::Admin;
 
 use verdict::{Finals, Outcome, Verdict};
+
+/// Customers the shop's side-by-side table lists (then its totals).
+const SIDE_BY_SIDE_ROWS: usize = 5;
 
 /// Partitions of every topic the comparison creates.
 const PARTITIONS: i32 = 4;
@@ -353,18 +358,16 @@ fn compare(
         let records = topics::read_to_end(bootstrap, &admin, topic)?;
         verdict::last_values(&records, decode).with_context(|| format!("the output {topic}"))
     };
-    let (words, shop) = t.step("read the outputs", || {
+    let (words, shop, shop_sides) = t.step("read the outputs", || {
         let words = Outcome::new(
             &expected_words,
             &finals(&n.wordcount_ks, verdict::decode_ks_long)?,
             &finals(&n.wordcount_parsley, verdict::decode_json_number)?,
         );
-        let shop = Outcome::new(
-            &expected_shop.revenue,
-            &finals(&n.shop_ks, verdict::decode_ks_long)?,
-            &finals(&n.shop_parsley, verdict::decode_json_number)?,
-        );
-        Ok((words, shop))
+        let ks = finals(&n.shop_ks, verdict::decode_ks_long)?;
+        let parsley = finals(&n.shop_parsley, verdict::decode_json_number)?;
+        let shop = Outcome::new(&expected_shop.revenue, &ks, &parsley);
+        Ok((words, shop, (ks, parsley)))
     })?;
 
     let skewed = args.clock_skew_ms > 0;
@@ -376,6 +379,17 @@ fn compare(
         ),
         &shop,
         skewed,
+    );
+    println!("  the answers side by side (revenue in cents):");
+    println!(
+        "{}",
+        verdict::side_by_side(
+            "customer",
+            &expected_shop.revenue,
+            &shop_sides.0,
+            &shop_sides.1,
+            SIDE_BY_SIDE_ROWS
+        )
     );
     if skewed {
         explain_skew(&shop, &expected_shop);
