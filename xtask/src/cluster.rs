@@ -1,5 +1,5 @@
-//! The local three-node cluster (`parsley_testkit::cluster`) from the command line:
-//! `cargo xtask kafka up --brokers 3`, the cluster's own test group (`cargo xtask test
+//! The local three-node cluster (`parsley_testkit::cluster`) from the command line (`cargo
+//! kafka up --brokers 3` starts it alone), the cluster's own test group (`cargo xtask test
 //! --cluster`: the tests of `crates/parsley-runtime/tests/cluster.rs`, which move leaders and
 //! coordinators) and the fault-injection driver's cluster mode (`cargo xtask chaos --cluster`).
 //! The single broker stays what every other command uses.
@@ -11,35 +11,6 @@ use parsley_testkit::broker;
 use parsley_testkit::cluster::{self, Up};
 
 use crate::{TestCounts, cargo, counted_tests, ensure_prerequisites};
-
-/// Starts the cluster of `nodes` nodes if it does not run; prints where it answers.
-pub(crate) fn up(nodes: usize) -> Result<()> {
-    ensure_prerequisites()?;
-    match cluster::up(nodes).context("starting the local cluster")? {
-        Up::Started(b) => println!("kafka: cluster of {nodes} nodes started, bootstrap {b}"),
-        Up::AlreadyRunning(b) => {
-            println!("kafka: cluster of {nodes} nodes already running, bootstrap {b}")
-        }
-    }
-    Ok(())
-}
-
-/// Prints the cluster's nodes and which run, or nothing when none was started.
-pub(crate) fn print_status() {
-    let Ok(nodes) = cluster::nodes() else { return };
-    if cluster::bootstrap().is_err() {
-        return;
-    }
-    let alive = cluster::alive();
-    let line: Vec<String> = nodes
-        .iter()
-        .map(|n| {
-            let state = if alive.contains(&n.id) { "up" } else { "down" };
-            format!("node {} at {} {state}", n.id, n.address())
-        })
-        .collect();
-    println!("kafka: cluster: {}", line.join(", "));
-}
 
 /// Runs `f` with the local cluster's bootstrap list: started if needed (three nodes) and
 /// stopped afterwards unless `keep` or it was already running.

@@ -1,7 +1,8 @@
 //! Project automation: `cargo xtask <command>`.
 //!
-//! - `kafka up|down|status`: the local single-node Kafka broker (see `parsley_testkit::broker`),
-//!   or with `up --brokers 3` a local three-node cluster (see [`cluster`]);
+//! - `kafka up|down|status|read`: the local single-node Kafka broker, or with `up --brokers 3`
+//!   a local three-node cluster: the commands of `cargo kafka` (`parsley_broker::cli`), which
+//!   build nothing but the launcher;
 //! - `demo`: starts the broker if none, runs the inventory demo, stops what it started;
 //! - `test`: starts the broker if none, checks the crates' layering (`layering`), runs
 //!   `cargo fmt --check`, clippy with warnings denied,
@@ -258,46 +259,12 @@ fn main() -> ExitCode {
 fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         Cmd::Kafka { action } => {
+            // The same commands as `cargo kafka …`, which builds only the launcher.
             match action {
-                KafkaCmd::Up { brokers } if brokers > 1 => cluster::up(brokers)?,
-                KafkaCmd::Up { brokers: 0 } => bail!("--brokers must be at least 1"),
-                KafkaCmd::Up { .. } => {
-                    ensure_prerequisites()?;
-                    match broker::up()? {
-                        Up::Started(b) => println!("kafka: started, bootstrap {b}"),
-                        Up::AlreadyRunning(b) => println!("kafka: already running, bootstrap {b}"),
-                    }
-                    print_secure_listener();
-                }
-                KafkaCmd::Down => {
-                    if broker::down()? {
-                        println!("kafka: stopped");
-                    } else {
-                        println!("kafka: not running");
-                    }
-                    if parsley_testkit::cluster::down()? {
-                        println!("kafka: cluster stopped");
-                    }
-                }
-                KafkaCmd::Status => {
-                    match broker::status() {
-                        Status::Running { bootstrap, pid } => {
-                            println!("kafka: running (pid {pid}), bootstrap {bootstrap}");
-                            print_secure_listener();
-                        }
-                        Status::Unresponsive { pid } => {
-                            println!("kafka: process {pid} is alive but does not answer")
-                        }
-                        Status::Stopped => println!("kafka: not running"),
-                    }
-                    cluster::print_status();
-                }
-                KafkaCmd::Read { topic, last } => {
-                    return with_broker(true, |bootstrap| {
-                        compare::print_topic(bootstrap, &topic, last)?;
-                        Ok(ExitCode::SUCCESS)
-                    });
-                }
+                KafkaCmd::Up { brokers } => parsley_broker::cli::up(brokers)?,
+                KafkaCmd::Down => parsley_broker::cli::down()?,
+                KafkaCmd::Status => parsley_broker::cli::status(),
+                KafkaCmd::Read { topic, last } => parsley_broker::cli::read(&topic, last)?,
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -822,76 +789,10 @@ fn exit_code(status: std::process::ExitStatus, what: &str) -> ExitCode {
     }
 }
 
-/// Prints the local broker's secure listener, or that it has none.
-fn print_secure_listener() {
-    match broker::secure_listener() {
-        // The password too: it is made anew for this local test broker at each start, and a
-        // client needs it to connect (the broker listens on 127.0.0.1 only).
-        Ok(Some(s)) => println!(
-            "kafka: secure listener {} (SASL_SSL, {}, user {}, password {}, CA {})",
-            s.bootstrap,
-            s.mechanism,
-            s.username,
-            s.password,
-            // The path as a reader would type it (`…/crates/parsley-testkit/../../target` → `…/target`).
-            s.ca_pem
-                .canonicalize()
-                .unwrap_or(s.ca_pem.clone())
-                .display()
-        ),
-        Ok(None) => println!(
-            "kafka: no secure listener recorded (a broker started before it existed: \
-             `cargo xtask kafka down` and `up` give it one)"
-        ),
-        Err(e) => println!("kafka: secure listener unknown: {e}"),
-    }
-}
-
-/// Installs Java and Maven from Debian's packages when they are missing and we may.
+/// Installs Java and Maven from Debian's packages when they are missing and we may (see
+/// `parsley_broker::cli::ensure_prerequisites`).
 fn ensure_prerequisites() -> Result<()> {
-    let missing: Vec<(&str, &str)> = [("java", "openjdk-17-jre-headless"), ("mvn", "maven")]
-        .into_iter()
-        .filter(|(program, _)| !on_path(program))
-        .collect();
-    if missing.is_empty() {
-        return Ok(());
-    }
-    let packages: Vec<&str> = missing.iter().map(|(_, p)| *p).collect();
-    let is_root = Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
-    if !(is_root && on_path("apt-get")) {
-        bail!(
-            "missing {}: install them (Debian: apt-get install {})",
-            missing
-                .iter()
-                .map(|(p, _)| *p)
-                .collect::<Vec<_>>()
-                .join(", "),
-            packages.join(" ")
-        );
-    }
-    println!(
-        "xtask: installing {} from Debian's packages",
-        packages.join(" ")
-    );
-    let ok = Command::new("apt-get").arg("update").status()?.success()
-        && Command::new("apt-get")
-            .args(["install", "-y", "--no-install-recommends"])
-            .args(&packages)
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .status()?
-            .success();
-    if !ok {
-        bail!("apt-get install {} failed", packages.join(" "));
-    }
-    Ok(())
-}
-
-fn on_path(program: &str) -> bool {
-    std::env::var_os("PATH")
-        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(program).is_file()))
+    Ok(parsley_broker::cli::ensure_prerequisites()?)
 }
 
 #[cfg(test)]

@@ -31,7 +31,7 @@ fn listener() -> Option<SecureListener> {
         }
         Ok(None) => panic!(
             "the local broker records no secure listener: restart it with \
-             `cargo xtask kafka down && cargo xtask kafka up`"
+             `cargo kafka down && cargo kafka up`"
         ),
         Err(e) => panic!("{e}"),
     }

@@ -19,7 +19,7 @@ pub const DEADLINE: Duration = Duration::from_secs(60);
 /// The bootstrap address of the test broker.
 ///
 /// # Panics
-/// When no broker is known: run `cargo xtask kafka up` or `cargo xtask test`.
+/// When no broker is known: run `cargo kafka up` or `cargo xtask test`.
 pub fn bootstrap() -> String {
     broker::bootstrap().unwrap_or_else(|e| panic!("{e}"))
 }

@@ -7,10 +7,11 @@
 //! which needs no broker; the broker fixtures here serve Parsley's own integration tests.
 //!
 //! - [`broker`]: a single-node Apache Kafka broker (KRaft) started from Maven Central jars on
-//!   the machine's Java 17, and the bootstrap address tests find it at;
+//!   the machine's Java 17, and the bootstrap address tests find it at (`parsley-broker`'s,
+//!   re-exported: the launcher builds no C, so `cargo kafka up` compiles in seconds);
 //! - [`cluster`]: a cluster of three such nodes (replication factor 3, `min.insync.replicas=2`)
 //!   with the means to move leaders: kill, stop and start a node, elect the preferred leader,
-//!   find a group's or a transactional id's coordinator;
+//!   find a group's or a transactional id's coordinator (`parsley-broker`'s, re-exported);
 //! - [`exposition`]: a strict reader of the Prometheus text format, for tests of the runtime's
 //!   metrics endpoint;
 //! - [`fixtures`]: unique topics, an admin client, reading a topic back as `read_committed`
@@ -25,8 +26,7 @@
 #![doc(test(attr(deny(warnings))))]
 #![forbid(unsafe_code)]
 
-pub mod broker;
-pub mod cluster;
+pub use parsley_broker::{broker, cluster};
 pub mod exposition;
 pub mod fixtures;
 pub mod oracle;

@@ -48,7 +48,7 @@ fn listener() -> Option<SecureListener> {
         }
         Ok(None) => panic!(
             "the local broker records no secure listener: it was started before the listener \
-             existed; restart it with `cargo xtask kafka down && cargo xtask kafka up`"
+             existed; restart it with `cargo kafka down && cargo kafka up`"
         ),
         Err(e) => panic!("{e}"),
     }

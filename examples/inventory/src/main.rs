@@ -114,8 +114,8 @@ fn run(args: Args) -> Result<bool> {
     let (bootstrap, clients) = if args.secure {
         let listener = parsley_testkit::broker::secure_listener()?.context(
             "--secure needs the local broker's secure listener (none is recorded: on an \
-             external cluster there is none; else restart the broker with `cargo xtask kafka \
-             down && cargo xtask kafka up`)",
+             external cluster there is none; else restart the broker with `cargo kafka \
+             down && cargo kafka up`)",
         )?;
         let clients = ClientSettings::new().set_all(listener.client_properties());
         (listener.bootstrap, clients)

@@ -17,7 +17,9 @@
 //!    each exiting 0 once it has consumed and committed everything.
 //! 6. Reads every output to its end (`read_committed`), takes the last value per key (Kafka
 //!    Streams: 8-byte big-endian `Long`; Parsley: a JSON number), compares each side with the
-//!    expected answer and the sides with each other, and prints a summary per pipeline.
+//!    expected answer and the sides with each other, and prints a summary per pipeline; for
+//!    the shop also the answers side by side (the first customers, the totals, and how many
+//!    customers each side has right).
 //!
 //! The exit status is non-zero when a side differs from the expected answer or from the other
 //! side, except for the shop under a clock skew: a payments service whose clock runs behind
@@ -37,7 +39,10 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use parsley_runtime::Admin;
 
-use verdict::{Finals, Outcome, Record, Verdict};
+use verdict::{Finals, Outcome, Verdict};
+
+/// Customers the shop's side-by-side table lists (then its totals).
+const SIDE_BY_SIDE_ROWS: usize = 5;
 
 /// Partitions of every topic the comparison creates.
 const PARTITIONS: i32 = 4;
@@ -353,18 +358,16 @@ fn compare(
         let records = topics::read_to_end(bootstrap, &admin, topic)?;
         verdict::last_values(&records, decode).with_context(|| format!("the output {topic}"))
     };
-    let (words, shop) = t.step("read the outputs", || {
+    let (words, shop, shop_sides) = t.step("read the outputs", || {
         let words = Outcome::new(
             &expected_words,
             &finals(&n.wordcount_ks, verdict::decode_ks_long)?,
             &finals(&n.wordcount_parsley, verdict::decode_json_number)?,
         );
-        let shop = Outcome::new(
-            &expected_shop.revenue,
-            &finals(&n.shop_ks, verdict::decode_ks_long)?,
-            &finals(&n.shop_parsley, verdict::decode_json_number)?,
-        );
-        Ok((words, shop))
+        let ks = finals(&n.shop_ks, verdict::decode_ks_long)?;
+        let parsley = finals(&n.shop_parsley, verdict::decode_json_number)?;
+        let shop = Outcome::new(&expected_shop.revenue, &ks, &parsley);
+        Ok((words, shop, (ks, parsley)))
     })?;
 
     let skewed = args.clock_skew_ms > 0;
@@ -376,6 +379,17 @@ fn compare(
         ),
         &shop,
         skewed,
+    );
+    println!("  the answers side by side (revenue in cents):");
+    println!(
+        "{}",
+        verdict::side_by_side(
+            "customer",
+            &expected_shop.revenue,
+            &shop_sides.0,
+            &shop_sides.1,
+            SIDE_BY_SIDE_ROWS
+        )
     );
     if skewed {
         explain_skew(&shop, &expected_shop);
@@ -455,97 +469,5 @@ fn explain_skew(shop: &Outcome, expected: &verdict::ExpectedRevenue) {
         println!("  Parsley matches it: Parsley is right");
     } else {
         println!("  Parsley does not match it");
-    }
-}
-
-/// A record as `cargo xtask kafka read` prints it: `key<TAB>value` (UTF-8, `-` for an absent
-/// part), then `<TAB>name=value` per header, Parsley's stamp as its size.
-fn record_line(r: &Record) -> String {
-    let text = |b: &Option<Vec<u8>>| {
-        b.as_deref().map_or_else(
-            || "-".to_string(),
-            |b| String::from_utf8_lossy(b).into_owned(),
-        )
-    };
-    let headers: String = r
-        .headers
-        .iter()
-        .map(|(name, value)| match value {
-            Some(v) if parsley_runtime::is_stamp_header(name) => {
-                format!("\t{name}=<stamp, {} bytes>", v.len())
-            }
-            value => format!("\t{name}={}", text(value)),
-        })
-        .collect();
-    format!("{}\t{}{headers}", text(&r.key), text(&r.value))
-}
-
-/// Prints `topic` as `cargo xtask kafka read` does: every record up to the end offsets read
-/// now (`key<TAB>value`, UTF-8, `-` for an absent part, then its headers when it has any,
-/// `<TAB>name=value` each — a dead letter's say why it is one; Parsley's stamp as its size), or
-/// with `last` the last value of each key sorted by key; then a count.
-///
-/// # Errors
-/// An admin or consumer error.
-pub fn print_topic(bootstrap: &str, topic: &str, last: bool) -> Result<()> {
-    let admin = Admin::new(bootstrap, Duration::from_secs(30))?;
-    let records = topics::read_to_end(bootstrap, &admin, topic)?;
-    let text = |b: &Option<Vec<u8>>| {
-        b.as_deref().map_or_else(
-            || "-".to_string(),
-            |b| String::from_utf8_lossy(b).into_owned(),
-        )
-    };
-    if last {
-        let finals: std::collections::BTreeMap<String, String> = records
-            .iter()
-            .map(|r| (text(&r.key), text(&r.value)))
-            .collect();
-        for (k, v) in &finals {
-            println!("{k}\t{v}");
-        }
-        eprintln!("{topic}: {} records, {} keys", records.len(), finals.len());
-    } else {
-        for r in &records {
-            println!("{}", record_line(r));
-        }
-        eprintln!("{topic}: {} records", records.len());
-    }
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_record_is_printed_with_its_headers_and_the_stamp_as_its_size() {
-        let record = Record {
-            partition: 0,
-            offset: 3,
-            key: Some(b"order-7".to_vec()),
-            value: None,
-            timestamp: Some(1),
-            headers: vec![
-                (parsley_runtime::STAMP_HEADER.to_string(), Some(vec![0; 12])),
-                (
-                    "parsley.dlq.reason".to_string(),
-                    Some(b"MissingValue".to_vec()),
-                ),
-                ("empty".to_string(), None),
-            ],
-        };
-        assert_eq!(
-            record_line(&record),
-            format!(
-                "order-7\t-\t{}=<stamp, 12 bytes>\tparsley.dlq.reason=MissingValue\tempty=-",
-                parsley_runtime::STAMP_HEADER
-            )
-        );
-        let plain = Record {
-            headers: Vec::new(),
-            ..record
-        };
-        assert_eq!(record_line(&plain), "order-7\t-");
     }
 }

@@ -305,6 +305,75 @@ impl Outcome {
     }
 }
 
+/// The answers side by side: one row per key for the first `rows` keys (in key order) of the
+/// expected answer and both sides (`-` where a side has no value), then a row of totals and a
+/// row counting the keys each side has right, e.g.
+///
+/// ```text
+///   customer-00    expected  Kafka Streams  Parsley
+///   …
+///   total         3617391         0        3617391
+///   right         50 of 50    0 of 50     50 of 50
+/// ```
+pub fn side_by_side(
+    key_name: &str,
+    expected: &Finals,
+    kafka_streams: &Finals,
+    parsley: &Finals,
+    rows: usize,
+) -> String {
+    let keys: std::collections::BTreeSet<&String> = expected
+        .keys()
+        .chain(kafka_streams.keys())
+        .chain(parsley.keys())
+        .collect();
+    let cell = |f: &Finals, k: &str| f.get(k).map_or_else(|| "-".to_string(), i64::to_string);
+    let width = keys
+        .iter()
+        .map(|k| k.len())
+        .chain([key_name.len(), "total".len()])
+        .max()
+        .unwrap_or(0);
+    let mut out = format!(
+        "  {key_name:<width$}  {:>14}  {:>14}  {:>14}\n",
+        "expected", "Kafka Streams", "Parsley"
+    );
+    for k in keys.iter().take(rows) {
+        out += &format!(
+            "  {k:<width$}  {:>14}  {:>14}  {:>14}\n",
+            cell(expected, k),
+            cell(kafka_streams, k),
+            cell(parsley, k)
+        );
+    }
+    if keys.len() > rows {
+        out += &format!("  … {} more\n", keys.len() - rows);
+    }
+    let total = |f: &Finals| f.values().sum::<i64>().to_string();
+    out += &format!(
+        "  {:<width$}  {:>14}  {:>14}  {:>14}\n",
+        "total",
+        total(expected),
+        total(kafka_streams),
+        total(parsley)
+    );
+    let right = |f: &Finals| {
+        let n = expected
+            .iter()
+            .filter(|(k, v)| f.get(*k) == Some(v))
+            .count();
+        format!("{n} of {}", expected.len())
+    };
+    out += &format!(
+        "  {:<width$}  {:>14}  {:>14}  {:>14}",
+        "right",
+        right(expected),
+        right(kafka_streams),
+        right(parsley)
+    );
+    out
+}
+
 /// The verdict on one pipeline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {
@@ -337,6 +406,35 @@ pub fn verdict(outcome: &Outcome, difference_expected: bool) -> Verdict {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn the_answers_are_printed_side_by_side_with_totals_and_keys_right() {
+        let f = |pairs: &[(&str, i64)]| -> Finals {
+            pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect()
+        };
+        let expected = f(&[("c1", 10), ("c2", 20), ("c3", 30)]);
+        let ks = f(&[("c1", 10), ("c2", 5)]);
+        let parsley = expected.clone();
+        let table = side_by_side("customer", &expected, &ks, &parsley, 2);
+        let lines: Vec<Vec<&str>> = table
+            .lines()
+            .map(|l| l.split_whitespace().collect())
+            .collect();
+        assert_eq!(
+            lines[0],
+            ["customer", "expected", "Kafka", "Streams", "Parsley"]
+        );
+        assert_eq!(lines[1], ["c1", "10", "10", "10"]);
+        assert_eq!(lines[2], ["c2", "20", "5", "20"]);
+        assert_eq!(lines[3], ["…", "1", "more"]);
+        assert_eq!(lines[4], ["total", "60", "15", "60"]);
+        assert_eq!(
+            lines[5],
+            ["right", "3", "of", "3", "1", "of", "3", "3", "of", "3"]
+        );
+        assert_eq!(lines.len(), 6);
+    }
+
     use super::*;
 
     fn finals(pairs: &[(&str, i64)]) -> Finals {

@@ -30,15 +30,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use rdkafka::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer};
-
 use crate::broker::{
     self, BrokerError, free_port_other_than, io, log4j_config, process_alive, resolve_jars,
     run_capture, tail,
 };
+use crate::wire::{Connection, Metadata, UNKNOWN_TOPIC_OR_PARTITION};
 
-/// Nodes of the cluster `cargo xtask kafka up --brokers 3` starts.
+/// Nodes of the cluster `cargo kafka up --brokers 3` starts.
 pub const DEFAULT_NODES: usize = 3;
 /// The replication factor of every topic (user and internal) unless it says otherwise.
 pub const REPLICATION_FACTOR: i32 = 3;
@@ -377,24 +375,21 @@ fn lists_all(bootstrap: &str, count: usize, timeout: Duration) -> bool {
 
 /// The broker ids the metadata at `bootstrap` lists (registered and unfenced).
 fn brokers_listed(bootstrap: &str, timeout: Duration) -> Option<Vec<i32>> {
-    let consumer = metadata_client(bootstrap).ok()?;
-    let metadata = consumer.fetch_metadata(None, timeout).ok()?;
-    let mut ids: Vec<i32> = metadata.brokers().iter().map(|b| b.id()).collect();
-    ids.sort_unstable();
-    Some(ids)
+    let metadata = metadata(bootstrap, &[], timeout).ok()?;
+    Some(metadata.brokers.iter().map(|b| b.id).collect())
 }
 
-fn metadata_client(bootstrap: &str) -> Result<BaseConsumer, BrokerError> {
-    ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("socket.connection.setup.timeout.ms", "1000")
-        .set("log_level", "0")
-        .create::<BaseConsumer>()
-        .map_err(|e| BrokerError::CommandFailed {
-            what: "creating a metadata client".into(),
-            status: e.to_string(),
-            output: String::new(),
-        })
+/// The metadata of `topics` from the first node of `bootstrap` (a comma-separated list) that
+/// answers within `timeout`.
+fn metadata(bootstrap: &str, topics: &[&str], timeout: Duration) -> Result<Metadata, String> {
+    let mut last = String::from("no address");
+    for address in bootstrap.split(',') {
+        match Connection::open(address.trim(), timeout).and_then(|mut c| c.metadata(topics)) {
+            Ok(m) => return Ok(m),
+            Err(e) => last = e.to_string(),
+        }
+    }
+    Err(last)
 }
 
 /// Stops every node of the cluster (`SIGTERM`, a controlled shutdown; `kill -9` after 30 s)
@@ -501,29 +496,26 @@ pub fn start(id: i32) -> Result<(), BrokerError> {
 /// [`BrokerError::NoBroker`] without a cluster; [`BrokerError::CommandFailed`] when no node
 /// answers, or the metadata has no such partition.
 pub fn partition(topic: &str, partition: i32) -> Result<PartitionState, BrokerError> {
-    let consumer = metadata_client(&bootstrap()?)?;
     let failed = |status: String| BrokerError::CommandFailed {
         what: format!("reading the metadata of {topic}/{partition}"),
         status,
         output: String::new(),
     };
-    let metadata = consumer
-        .fetch_metadata(Some(topic), Duration::from_secs(10))
-        .map_err(|e| failed(e.to_string()))?;
+    let metadata = metadata(&bootstrap()?, &[topic], Duration::from_secs(10)).map_err(failed)?;
     let t = metadata
-        .topics()
+        .topics
         .iter()
-        .find(|t| t.name() == topic)
+        .find(|t| t.name == topic && t.error != UNKNOWN_TOPIC_OR_PARTITION)
         .ok_or_else(|| failed("no such topic".into()))?;
     let p = t
-        .partitions()
+        .partitions
         .iter()
-        .find(|p| p.id() == partition)
+        .find(|p| p.id == partition)
         .ok_or_else(|| failed("no such partition".into()))?;
     Ok(PartitionState {
-        leader: (p.leader() >= 0).then_some(p.leader()),
-        replicas: p.replicas().to_vec(),
-        isr: p.isr().to_vec(),
+        leader: (p.leader >= 0).then_some(p.leader),
+        replicas: p.replicas.clone(),
+        isr: p.isr.clone(),
     })
 }
 
@@ -562,29 +554,24 @@ pub fn wait_partition(
 /// [`BrokerError::NotReady`] after `timeout`, naming a partition that was not whole in the
 /// last round's metadata as the log to look at; [`BrokerError::NoBroker`] without a cluster.
 pub fn wait_in_sync(topics: &[String], timeout: Duration) -> Result<(), BrokerError> {
-    let consumer = metadata_client(&bootstrap()?)?;
+    let bootstrap = bootstrap()?;
     let deadline = Instant::now() + timeout;
     loop {
         let mut lagging = None;
         for topic in topics {
-            let whole = consumer
-                .fetch_metadata(Some(topic), Duration::from_secs(5))
+            let whole = metadata(&bootstrap, &[topic], Duration::from_secs(5))
                 .ok()
                 .and_then(|m| {
-                    let t = m.topics().iter().find(|t| t.name() == topic)?;
-                    if t.error()
-                        == Some(
-                            rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART,
-                        )
-                    {
+                    let t = m.topics.iter().find(|t| &t.name == topic)?;
+                    if t.error == UNKNOWN_TOPIC_OR_PARTITION {
                         // Not created yet: nothing of it to heal.
                         return Some(true);
                     }
                     Some(
-                        !t.partitions().is_empty()
-                            && t.partitions()
+                        !t.partitions.is_empty()
+                            && t.partitions
                                 .iter()
-                                .all(|p| p.leader() >= 0 && p.isr().len() == p.replicas().len()),
+                                .all(|p| p.leader >= 0 && p.isr.len() == p.replicas.len()),
                     )
                 })
                 .unwrap_or(false);
@@ -717,7 +704,7 @@ pub fn set_topic_config(topic: &str, name: &str, value: &str) -> Result<(), Brok
 /// quorum's `voters`, replication factor 3 and `min.insync.replicas=2` everywhere.
 fn server_properties(node: &Node, voters: &str, data: &Path) -> String {
     format!(
-        "# Written by parsley-testkit: one node of a local cluster (combined broker+controller).
+        "# Written by parsley-broker: one node of a local cluster (combined broker+controller).
 process.roles=broker,controller
 node.id={id}
 controller.quorum.voters={voters}

@@ -4,7 +4,8 @@
 //! Files live in [`state_dir`] (`target/kafka/` of the workspace by default, or
 //! `$PARSLEY_KAFKA_DIR`): `pom.xml` and `libs/` (the resolved jars), `server.properties`,
 //! `data/` (KRaft storage, formatted anew at every start), `tls/` (the secure listener's
-//! throw-away CA and broker keystore, made anew at every start), `server.log`, `broker.pid`,
+//! throw-away CA and broker keystore, made anew at every start, and `client.properties`, the
+//! Java client settings that reach the secure listener), `server.log`, `broker.pid`,
 //! `bootstrap` (the `host:port` that tests and examples read) and `secure` (the secure
 //! listener's address and credentials, read by [`secure_listener`]).
 //!
@@ -17,8 +18,9 @@
 //! Invariants:
 //! - [`up`] is idempotent: when the recorded broker answers a metadata request it returns
 //!   [`Up::AlreadyRunning`] and changes nothing;
-//! - [`up`] returns only once the broker answers a metadata request on both listeners (the
-//!   secure one with the recorded credentials) — no fixed sleep;
+//! - [`up`] returns only once the broker answers a metadata request on the `PLAINTEXT`
+//!   listener ([`crate::wire`]) and Kafka's own Java client, with the recorded credentials and
+//!   trusting the recorded CA, gets an answer on the secure one — no fixed sleep;
 //! - [`restart`] keeps data, ports, configuration, TLS material and credentials;
 //! - [`down`] stops only the process recorded in `broker.pid`, and only if its command line is
 //!   the broker this module started with this state directory.
@@ -30,8 +32,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use rdkafka::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use crate::wire::Connection;
 
 /// The Apache Kafka version the project runs (`org.apache.kafka:kafka_2.13`).
 pub const KAFKA_VERSION: &str = "4.4.0";
@@ -87,7 +88,7 @@ pub enum BrokerError {
     NotReady(Duration, PathBuf),
     /// No broker is known.
     #[error(
-        "no Kafka broker: run `cargo xtask kafka up` (or `cargo xtask test`), or set {BOOTSTRAP_ENV}=host:port"
+        "no Kafka broker: run `cargo kafka up` (or `cargo xtask test`), or set {BOOTSTRAP_ENV}=host:port"
     )]
     NoBroker,
     /// The `secure` record in the state directory cannot be read.
@@ -97,6 +98,17 @@ pub enum BrokerError {
         path: PathBuf,
         /// What is wrong with it.
         reason: String,
+    },
+    /// A command was given arguments it does not take.
+    #[error("{0}")]
+    BadArgument(String),
+    /// A topic could not be read back.
+    #[error("reading {topic}: {source}")]
+    Read {
+        /// The topic.
+        topic: String,
+        /// What failed.
+        source: crate::wire::WireError,
     },
     /// A file operation failed.
     #[error("{path}: {source}")]
@@ -222,7 +234,7 @@ impl SecureListener {
     /// The record [`up`] writes to the state directory.
     fn record(&self, plaintext: &str) -> String {
         format!(
-            "# Written by parsley-testkit: the secure listener of the broker at {plaintext}.\n\
+            "# Written by parsley-broker: the secure listener of the broker at {plaintext}.\n\
              plaintext={plaintext}\nbootstrap={}\nmechanism={}\nusername={}\npassword={}\n",
             self.bootstrap, self.mechanism, self.username, self.password
         )
@@ -262,7 +274,7 @@ impl SecureListener {
 /// `Ok(None)` when `$PARSLEY_BOOTSTRAP` points at another cluster ([`uses_external_cluster`]:
 /// its security is not this module's to know), or when the recorded broker has no secure
 /// listener (one started by a version of this module without it: restart it with
-/// `cargo xtask kafka down` and `up`). Like [`bootstrap`], this reads the state directory and
+/// `cargo kafka down` and `up`). Like [`bootstrap`], this reads the state directory and
 /// does not contact the broker.
 ///
 /// # Errors
@@ -340,26 +352,54 @@ pub enum Status {
     Stopped,
 }
 
-/// Whether a broker answers a metadata request at `bootstrap` within `timeout`.
+/// Whether a broker answers a metadata request at `bootstrap` (`host:port`, or a
+/// comma-separated list: any of them) within `timeout`, on a `PLAINTEXT` listener.
 pub fn answers(bootstrap: &str, timeout: Duration) -> bool {
-    answers_with(bootstrap, &[], timeout)
+    bootstrap.split(',').any(|address| {
+        Connection::open(address.trim(), timeout).is_ok_and(|mut c| c.metadata(&[]).is_ok())
+    })
 }
 
-/// Whether a broker answers a metadata request at `bootstrap`, from a client with the extra
-/// `properties`, within `timeout`.
-fn answers_with(bootstrap: &str, properties: &[(String, String)], timeout: Duration) -> bool {
-    let mut config = ClientConfig::new();
-    config
-        .set("bootstrap.servers", bootstrap)
-        .set("socket.connection.setup.timeout.ms", "1000")
-        .set("log_level", "0");
-    for (k, v) in properties {
-        config.set(k, v);
-    }
-    match config.create::<BaseConsumer>() {
-        Ok(c) => c.fetch_metadata(None, timeout).is_ok(),
-        Err(_) => false,
-    }
+/// Whether the secure listener answers a request of Kafka's own Java client, which connects
+/// with its credentials and trusts its CA (`BrokerApiVersionsCommand`, from the resolved jars:
+/// a TLS handshake and a SCRAM exchange need no library of this crate). One JVM start, a second
+/// or two.
+fn secure_answers(classpath: &str, java_log: &str, secure: &SecureListener) -> bool {
+    let Some(tls) = secure.ca_pem.parent() else {
+        return false;
+    };
+    let config = tls.join("client.properties");
+    let written = fs::write(
+        &config,
+        format!(
+            "security.protocol=SASL_SSL\nsasl.mechanism={}\n\
+             sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required \
+             username=\"{}\" password=\"{}\";\n\
+             ssl.truststore.type=PEM\nssl.truststore.location={}\n\
+             request.timeout.ms=5000\ndefault.api.timeout.ms=10000\n",
+            secure.mechanism,
+            secure.username,
+            secure.password,
+            secure.ca_pem.display()
+        ),
+    );
+    written.is_ok()
+        && run_capture(
+            Command::new("java").args([
+                "-XX:TieredStopAtLevel=1",
+                "-XX:+UseSerialGC",
+                java_log,
+                "-cp",
+                classpath,
+                "org.apache.kafka.tools.BrokerApiVersionsCommand",
+                "--bootstrap-server",
+                &secure.bootstrap,
+                "--command-config",
+                &config.to_string_lossy(),
+            ]),
+            "BrokerApiVersionsCommand on the secure listener",
+        )
+        .is_ok()
 }
 
 /// Starts the local broker if it is not running; returns once it answers.
@@ -615,7 +655,7 @@ fn spawn(
     .stderr(console_file);
     {
         use std::os::unix::process::CommandExt;
-        // Its own process group: the broker outlives `cargo xtask kafka up`.
+        // Its own process group: the broker outlives `cargo kafka up`.
         cmd.process_group(0);
     }
     let mut child = cmd.spawn().map_err(|e| BrokerError::CommandFailed {
@@ -640,9 +680,7 @@ fn spawn(
         }
         // Each attempt waits up to 2 s for the broker's answer: evidence, not a sleep.
         if answers(bootstrap, Duration::from_secs(2))
-            && secure.is_none_or(|s| {
-                answers_with(&s.bootstrap, &s.client_properties(), Duration::from_secs(2))
-            })
+            && secure.is_none_or(|s| secure_answers(classpath, java_log, s))
         {
             break;
         }
@@ -831,7 +869,7 @@ pub(crate) fn resolve_jars(dir: &Path) -> Result<PathBuf, BrokerError> {
 fn pom_xml() -> String {
     format!(
         r#"<project xmlns="http://maven.apache.org/POM/4.0.0">
-  <!-- Written by parsley-testkit: the jars of a local Kafka broker. -->
+  <!-- Written by parsley-broker: the jars of a local Kafka broker. -->
   <modelVersion>4.0.0</modelVersion>
   <groupId>dev.parsley</groupId>
   <artifactId>local-kafka-broker</artifactId>
@@ -860,7 +898,7 @@ fn server_properties(
     store_password: &str,
 ) -> String {
     format!(
-        "# Written by parsley-testkit: one combined broker+controller on loopback.
+        "# Written by parsley-broker: one combined broker+controller on loopback.
 process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@127.0.0.1:{controller_port}
@@ -869,7 +907,7 @@ advertised.listeners=PLAINTEXT://127.0.0.1:{port},SASL_SSL://127.0.0.1:{secure_p
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
 listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL,CONTROLLER:PLAINTEXT
-# The secure listener (parsley_testkit::broker::SecureListener): SCRAM-SHA-512 against the
+# The secure listener (parsley_broker::broker::SecureListener): SCRAM-SHA-512 against the
 # credentials formatted into the metadata log, over TLS with a certificate of a throw-away CA.
 # No client certificates (ssl.client.auth=none, the default).
 listener.name.sasl_ssl.sasl.enabled.mechanisms=SCRAM-SHA-512
