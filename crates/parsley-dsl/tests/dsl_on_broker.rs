@@ -1,5 +1,5 @@
 //! DSL pipelines on the real broker: word count, the shop's revenue, a stream made a table, a
-//! table re-grouped and counted, a foreign-key join of tables not co-partitioned, and a cogroup of two topics through repartition topics the
+//! table re-grouped and counted, trace-context headers through a repartition, a foreign-key join of tables not co-partitioned, and a cogroup of two topics through repartition topics the
 //! runtime creates, and the causal
 //! stream–table join — a payment that claims an
 //! order update is joined with that version, where the same pipeline with the gate switched
@@ -349,6 +349,82 @@ fn a_foreign_key_join_follows_orders_across_customers_that_are_not_co_partitione
         .filter_map(|(k, v)| v.map(|v| (k, v)))
         .collect();
     assert_eq!(got, expected);
+}
+
+#[test]
+fn trace_context_headers_travel_end_to_end_through_a_repartition() {
+    use rdkafka::message::{Header, OwnedHeaders};
+    let orders = create_topic("dsl-trace-orders", 2);
+    let out = create_topic("dsl-trace-out", 3);
+    let producer = raw_producer(None);
+    let total = 60u32;
+    for i in 0..total {
+        let key = format!("o-{i}");
+        let trace = format!("00-{i:032x}-{:016x}-01", i + 1);
+        let headers = OwnedHeaders::new()
+            .insert(Header {
+                key: "traceparent",
+                value: Some(trace.as_str()),
+            })
+            .insert(Header {
+                key: "tenant",
+                value: Some(if i % 2 == 0 { "acme" } else { "globex" }),
+            });
+        let partition = parsley_runtime::partition_for(key.as_bytes(), 2);
+        producer
+            .send(
+                BaseRecord::to(&orders.name)
+                    .key(&key)
+                    .payload(&format!("customer-{}", i % 7))
+                    .partition(partition)
+                    .headers(headers),
+            )
+            .map_err(|(e, _)| e)
+            .unwrap();
+    }
+    producer.flush(DEADLINE).unwrap();
+
+    // Re-keyed by customer through a repartition topic into a second stage: each output must
+    // carry its input's trace context, unchanged, beside the stage's own stamp.
+    let app = unique_topic("dsl-trace");
+    let builder = StreamsBuilder::new(app);
+    builder
+        .stream::<String, String>(&orders.name)
+        .select_key(|_, customer| customer.clone())
+        .named("by-customer")
+        .repartition()
+        .map_values(|customer| customer.to_uppercase())
+        .to(&out.name);
+    let topology = builder.build().unwrap();
+    assert_eq!(topology.stages().len(), 2, "{}", topology.describe());
+    let running = Runtime::new(topology, RuntimeConfig::new(bootstrap()))
+        .start()
+        .unwrap();
+    running.wait_until_caught_up(DEADLINE).unwrap();
+    running.stop().unwrap();
+
+    let records = read_committed(&out);
+    assert_eq!(records.len(), total as usize);
+    let mut traces: Vec<String> = records
+        .iter()
+        .map(|r| {
+            assert!(r.stamp.is_some(), "stamped by the second stage");
+            let user: Vec<&str> = r
+                .headers
+                .iter()
+                .map(|(n, _)| n.as_str())
+                .filter(|n| !parsley_stage::is_own_header(n))
+                .collect();
+            assert_eq!(user, ["traceparent", "tenant"], "in order, nothing added");
+            r.header("traceparent").unwrap()
+        })
+        .collect();
+    traces.sort();
+    let mut expected: Vec<String> = (0..total)
+        .map(|i| format!("00-{i:032x}-{:016x}-01", i + 1))
+        .collect();
+    expected.sort();
+    assert_eq!(traces, expected);
 }
 
 #[test]

@@ -600,6 +600,7 @@ mod tests {
             keyless: key.is_empty(),
             value: None,
             sender: None,
+            headers: Vec::new(),
         };
         ((!key.is_empty()).then(|| key.as_bytes().to_vec()), record)
     }

@@ -23,7 +23,8 @@
 //! offsets (nothing lost, nothing written twice), stamped by the task (it causally follows the
 //! record it carries), with the original key and value, the original headers (the original
 //! stamp renamed [`DLQ_STAMP_HEADER`]; a record of an event-time stage that was parked keeps
-//! no headers: the coordinate headers name where to read them), and these headers:
+//! its user headers only, not its stamp: the coordinate headers name where to read it), and
+//! these headers:
 //!
 //! | header | value |
 //! |---|---|

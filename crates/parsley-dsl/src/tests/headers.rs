@@ -150,3 +150,34 @@ fn a_handler_reads_the_user_headers_and_sets_those_of_what_it_emits() {
             .all(|(_, v)| v.as_deref() != Some(&b"forged"[..]))
     );
 }
+
+#[test]
+fn a_stage_ordered_by_event_time_keeps_the_headers_of_the_records_it_parks() {
+    let b = StreamsBuilder::new("app");
+    let orders = b.stream::<String, String>("orders");
+    // The window makes the stage order by event time: every record is parked in its timer
+    // queue, changelogged, then handed over; the pass-through branch shows its headers.
+    orders
+        .group_by_key()
+        .windowed_by(crate::TimeWindows::of_size(
+            std::time::Duration::from_millis(10),
+        ))
+        .count()
+        .to_stream()
+        .map(|w, n| (w.key, n.to_string()))
+        .to("counts");
+    orders.to("out");
+    let d = TopologyTestDriver::builder(b.build().unwrap())
+        .auto_run(false)
+        .build()
+        .unwrap();
+    pipe_traced(&d, "orders", "o1", "a");
+    d.run().unwrap();
+    // Restored from the changelog before it is handed over, when still parked.
+    d.restart().unwrap();
+    pipe_traced(&d, "orders", "o2", "b");
+    d.run().unwrap();
+    let out = read(&d, "out");
+    assert_eq!(out.len(), 2, "{out:?}");
+    assert!(out.iter().all(|(_, _, h)| *h == traced()), "{out:?}");
+}

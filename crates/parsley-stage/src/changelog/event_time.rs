@@ -29,10 +29,14 @@ const DECODE_LIMIT: usize = 1 << 30;
 ///
 /// The byte fields serialise as byte strings (`serde_bytes`): one length and a copy, where
 /// serde's default writes a sequence element by element.
+///
+/// Headers: a record with user headers writes flag `2` beside its keyless flag (`1`), and its
+/// value field holds the bincode of `(headers, value)`; one without writes exactly what was
+/// written before headers were kept, so older changelogs read as records without headers.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(into = "ParkedWire", try_from = "ParkedWire")]
 pub struct ParkedRecord {
     /// Its channel: topic id bytes and partition.
-    #[serde(with = "channel_bytes")]
     pub channel: ([u8; 16], i32),
     /// Offset in the source partition.
     pub offset: i64,
@@ -42,10 +46,112 @@ pub struct ParkedRecord {
     /// empty key, and the handler gets back what was delivered.
     pub keyless: bool,
     /// Record value.
-    #[serde(with = "serde_bytes")]
     pub value: Option<Vec<u8>>,
     /// Sender id bytes and sequence of its stamp, if stamped.
     pub sender: Option<([u8; 16], u64)>,
+    /// The record's user headers (Parsley's own left out), handed to the handler with it.
+    pub headers: Vec<crate::Header>,
+}
+
+/// Flag of a keyless record.
+const KEYLESS: u8 = 1;
+/// Flag of a record whose value field holds its headers and value.
+const WITH_HEADERS: u8 = 2;
+
+/// [`ParkedRecord`] as it is written.
+#[derive(Serialize, Deserialize)]
+struct ParkedWire {
+    #[serde(with = "channel_bytes")]
+    channel: ([u8; 16], i32),
+    offset: i64,
+    timestamp: i64,
+    /// [`KEYLESS`] and [`WITH_HEADERS`]; written where a `bool` was (the same byte for 0 and 1).
+    flags: u8,
+    #[serde(with = "serde_bytes")]
+    value: Option<Vec<u8>>,
+    sender: Option<([u8; 16], u64)>,
+}
+
+/// Headers and value, in the value field of a record with headers.
+type WithHeaders = (
+    Vec<(String, Option<serde_bytes::ByteBuf>)>,
+    Option<serde_bytes::ByteBuf>,
+);
+
+impl From<ParkedRecord> for ParkedWire {
+    fn from(r: ParkedRecord) -> Self {
+        let mut flags = if r.keyless { KEYLESS } else { 0 };
+        let value = if r.headers.is_empty() {
+            r.value
+        } else {
+            flags |= WITH_HEADERS;
+            let both: WithHeaders = (
+                r.headers
+                    .into_iter()
+                    .map(|(n, v)| (n.into_owned(), v.map(serde_bytes::ByteBuf::from)))
+                    .collect(),
+                r.value.map(serde_bytes::ByteBuf::from),
+            );
+            Some(
+                bincode::serde::encode_to_vec(&both, bincode::config::standard())
+                    .expect("encoding plain values into a vector cannot fail"),
+            )
+        };
+        ParkedWire {
+            channel: r.channel,
+            offset: r.offset,
+            timestamp: r.timestamp,
+            flags,
+            value,
+            sender: r.sender,
+        }
+    }
+}
+
+impl TryFrom<ParkedWire> for ParkedRecord {
+    type Error = String;
+
+    fn try_from(w: ParkedWire) -> Result<Self, String> {
+        if w.flags & !(KEYLESS | WITH_HEADERS) != 0 {
+            return Err(format!("parked record: unknown flags {}", w.flags));
+        }
+        let (headers, value) = if w.flags & WITH_HEADERS == 0 {
+            (Vec::new(), w.value)
+        } else {
+            let bytes = w
+                .value
+                .ok_or("parked record: headers flagged, none written")?;
+            let (both, used): (WithHeaders, usize) =
+                parsley_gate::bounded::decode_serde::<WithHeaders, DECODE_LIMIT>(&bytes)
+                    .map_err(|e| format!("parked record headers: {e}"))?;
+            if used != bytes.len() {
+                return Err(format!(
+                    "parked record headers: {} trailing bytes",
+                    bytes.len() - used
+                ));
+            }
+            let headers = both
+                .0
+                .into_iter()
+                .map(|(n, v)| {
+                    (
+                        std::borrow::Cow::Owned(n),
+                        v.map(serde_bytes::ByteBuf::into_vec),
+                    )
+                })
+                .collect();
+            (headers, both.1.map(serde_bytes::ByteBuf::into_vec))
+        };
+        Ok(ParkedRecord {
+            channel: w.channel,
+            offset: w.offset,
+            timestamp: w.timestamp,
+            keyless: w.flags & KEYLESS != 0,
+            value,
+            sender: w.sender,
+            headers,
+        })
+    }
 }
 
 /// `([u8; 16], i32)` with the id as a byte string.
@@ -250,6 +356,83 @@ impl EventTimeState {
 mod tests {
     use super::*;
 
+    /// The shape a parked record was written in before headers were kept.
+    #[derive(Serialize)]
+    struct Before {
+        #[serde(with = "channel_bytes")]
+        channel: ([u8; 16], i32),
+        offset: i64,
+        timestamp: i64,
+        keyless: bool,
+        #[serde(with = "serde_bytes")]
+        value: Option<Vec<u8>>,
+        sender: Option<([u8; 16], u64)>,
+    }
+
+    fn bytes<T: Serialize>(t: &T) -> Vec<u8> {
+        bincode::serde::encode_to_vec(t, bincode::config::standard()).unwrap()
+    }
+
+    fn parked(bytes: &[u8]) -> Result<ParkedRecord, String> {
+        bincode::serde::decode_from_slice::<ParkedRecord, _>(bytes, bincode::config::standard())
+            .map(|(r, _)| r)
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_parked_record_without_headers_is_written_as_before_and_one_with_them_round_trips() {
+        let plain = ParkedRecord {
+            channel: ([7; 16], 2),
+            offset: 41,
+            timestamp: 1_000,
+            keyless: true,
+            value: Some(b"v".to_vec()),
+            sender: Some(([9; 16], 3)),
+            headers: Vec::new(),
+        };
+        let before = Before {
+            channel: ([7; 16], 2),
+            offset: 41,
+            timestamp: 1_000,
+            keyless: true,
+            value: Some(b"v".to_vec()),
+            sender: Some(([9; 16], 3)),
+        };
+        assert_eq!(bytes(&plain), bytes(&before), "older changelogs still read");
+        assert_eq!(parked(&bytes(&before)).unwrap(), plain);
+        let traced = ParkedRecord {
+            headers: vec![
+                ("traceparent".into(), Some(b"00-ab-cd-01".to_vec())),
+                ("empty".into(), None),
+            ],
+            value: None,
+            ..plain
+        };
+        assert_eq!(parked(&bytes(&traced)).unwrap(), traced);
+    }
+
+    #[test]
+    fn corrupt_parked_headers_are_an_error_not_a_panic() {
+        let record = |keyless| Before {
+            channel: ([7; 16], 2),
+            offset: 41,
+            timestamp: 1_000,
+            keyless,
+            value: Some(vec![0xff, 0xff, 0xff, 0xff, 0xff]),
+            sender: None,
+        };
+        let mut wire = bytes(&record(false));
+        // The flags byte: where a keyless record differs.
+        let flag = (0..wire.len())
+            .find(|&i| wire[i] != bytes(&record(true))[i])
+            .unwrap();
+        assert_eq!(wire[flag], 0);
+        wire[flag] = WITH_HEADERS;
+        assert!(parked(&wire).unwrap_err().contains("headers"));
+        wire[flag] = 4;
+        assert!(parked(&wire).unwrap_err().contains("unknown flags 4"));
+    }
+
     #[test]
     fn a_record_round_trips_and_version_3_is_refused_with_what_to_do() {
         let a = Channel::new(TopicId::from_halves(1, 2), 0);
@@ -299,6 +482,7 @@ mod tests {
             keyless: false,
             value: Some(b"v".to_vec()),
             sender: None,
+            headers: Vec::new(),
         };
         let _ = queue.park(b"k".to_vec(), 100, [], record);
         let written = queue.to_parts().unwrap();

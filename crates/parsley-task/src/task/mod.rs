@@ -483,6 +483,7 @@ impl Task {
                 offset: d.coordinate.offset,
                 timestamp,
                 keyless: payload.key.is_none(),
+                headers: user_headers(Rare::headers(&payload.rare)).into_owned(),
                 value: payload.value,
                 sender: stamp
                     .and_then(|s| s.sender)
@@ -620,14 +621,14 @@ impl Task {
                 })?)?
             }
         };
-        // A parked record keeps no headers (module docs of `policy`).
+        // A parked record keeps its user headers only (module docs of `policy`).
         let handled = Handled {
             source,
             offset: record.offset,
             timestamp: record.timestamp,
             key: h.key.as_deref(),
             value: record.value,
-            headers: &[],
+            headers: &record.headers,
         };
         self.handle(ctx, out, work, handled)
     }
