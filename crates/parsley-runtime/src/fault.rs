@@ -25,6 +25,10 @@ pub enum CrashPoint {
     /// cleanup, no transaction abort), leaving the transaction open for the coordinator to
     /// abort (case C10).
     AfterChangelog,
+    /// While a task restores after an assignment: once its changelog partition is read (and
+    /// held records in it), before the task is rebuilt and runs — the process aborts with the
+    /// task still restoring (case C25).
+    DuringRestore,
 }
 
 /// Aborts the process when the armed crash point (`RuntimeConfig::crash_at`) is `point`, after

@@ -84,6 +84,14 @@ impl Tasks {
             &mut |wait| metrics.explained().set_restore(partition, wait),
         )?;
         let records = restored.records;
+        #[cfg(feature = "fault-injection")]
+        if records > 0 {
+            crate::fault::reached(
+                config.crash_point(),
+                crate::fault::CrashPoint::DuringRestore,
+                || Ok(()),
+            )?;
+        }
         let mut cluster = Cluster(admin);
         let changelog_id = changelog.id;
         let (mut task, moved) = rebuild_task(
