@@ -340,7 +340,7 @@ impl Running {
         // caught up proves the whole topology is, unless a stage writes a source of a stage
         // checked before it (a foreign-key join's answers), which can have moved since its
         // check. Then a second pass must find the same targets: nothing moved in between.
-        let feeds_back = self.feeds_back();
+        let feeds_back = feeds_back(&self.runtime.topology);
         let mut last_pass: Option<Vec<Vec<(String, i32, i64)>>> = None;
         loop {
             let mut pass = Vec::new();
@@ -373,16 +373,6 @@ impl Running {
                 });
             }
         }
-    }
-
-    /// Whether a stage writes a source of a stage that comes before it in the topology.
-    fn feeds_back(&self) -> bool {
-        let specs = self.runtime.topology.stages();
-        specs.iter().enumerate().any(|(i, earlier)| {
-            specs[i..]
-                .iter()
-                .any(|later| later.sinks().iter().any(|t| earlier.sources().contains(t)))
-        })
     }
 
     /// The address of the metrics endpoint of these stages
@@ -759,5 +749,76 @@ mod tests {
             Some("boom at 3")
         );
         assert_eq!(panic_message(other.as_ref()), None);
+    }
+}
+
+/// Whether a stage of `topology` writes a source of itself or of a stage that comes before it;
+/// a built-in clock's topic, which its stage writes and reads, aside (it is no input to catch
+/// up with).
+fn feeds_back(topology: &Topology) -> bool {
+    let specs = topology.stages();
+    specs.iter().enumerate().any(|(i, earlier)| {
+        specs[i..].iter().any(|later| {
+            later
+                .sinks()
+                .iter()
+                .any(|t| earlier.sources().contains(t) && Some(t.as_str()) != earlier.clock_topic())
+        })
+    })
+}
+
+#[cfg(test)]
+mod feeds_back_tests {
+    use parsley_stage::{EventTimeOrder, Handler, HandlerResult, Record, Step, Topology};
+
+    use super::feeds_back;
+
+    struct Echo;
+
+    impl Handler for Echo {
+        type Key = Vec<u8>;
+        type Value = Vec<u8>;
+        type Output = Vec<u8>;
+        type State = ();
+
+        fn handle(
+            &self,
+            _: Record<'_, Vec<u8>, Vec<u8>>,
+            _: Option<()>,
+        ) -> HandlerResult<Vec<u8>, Vec<u8>, ()> {
+            Ok(Step::none())
+        }
+    }
+
+    #[test]
+    fn only_a_stage_writing_a_source_checked_before_it_feeds_back() {
+        let line = Topology::builder("app")
+            .stage("a", Echo, |s| s.source("in").sink("mid"))
+            .stage("b", Echo, |s| s.source("mid").sink("out"))
+            .build()
+            .unwrap();
+        assert!(!feeds_back(&line));
+        // A foreign-key join's shape: the second stage answers the first.
+        let cycle = Topology::builder("app")
+            .stage("left", Echo, |s| {
+                s.source("in").source("answers").sink("asks")
+            })
+            .stage("right", Echo, |s| {
+                s.source("other").source("asks").sink("answers")
+            })
+            .build()
+            .unwrap();
+        assert!(feeds_back(&cycle));
+        // A built-in clock's topic is written and read by its own stage: no feedback.
+        let clocked = Topology::builder("app")
+            .stage("w", Echo, |s| {
+                s.source("in")
+                    .sink("out")
+                    .order_by_event_time(EventTimeOrder::new().clock(1_000))
+            })
+            .build()
+            .unwrap();
+        assert!(clocked.stages()[0].clock_topic().is_some());
+        assert!(!feeds_back(&clocked));
     }
 }
