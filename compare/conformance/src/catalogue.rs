@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use parsley_dsl::{
     Branched, JoinWindows, KStream, KTable, LatePolicy, SessionWindows, SlidingWindows,
-    StreamsBuilder, TimeWindows, Windowed,
+    StreamsBuilder, Suppressed, TimeWindows, Windowed,
 };
 use parsley_stage::{BadRecordPolicy, Handler, HandlerResult, Record, Step, Topology};
 use parsley_task::driver::{RawInput, TopologyTestDriver};
@@ -455,6 +455,11 @@ fn build(op: &Op) -> Built {
             };
             joined.to_change_stream().to("out");
         }
+        Op::Suppress { limit_ms } => b
+            .table::<String, String>("left")
+            .suppress(Suppressed::until_time_limit(ms(limit_ms)))
+            .to_change_stream()
+            .to("out"),
     }
     Built {
         topology: b.build().expect("a catalogue topology builds"),

@@ -83,6 +83,8 @@ pub fn all() -> Vec<Normalisation> {
         sliding_store_retention(),
         empty_foreign_values(),
         keyless_records(),
+        suppressed_deletions_of_nothing(),
+        suppress_evicts_before_later_records(),
         valueless_records(),
         late_join_records(),
         records_extending_closed_sessions(),
@@ -157,7 +159,8 @@ fn keyed_by_type(op: &Op) -> bool {
         | Op::TableFilter { .. }
         | Op::TableMapValues
         | Op::TableMapValuesWithKey
-        | Op::TableJoin { .. } => true,
+        | Op::TableJoin { .. }
+        | Op::Suppress { .. } => true,
         _ => false,
     }
 }
@@ -328,6 +331,144 @@ fn empty_foreign_values() -> Normalisation {
     }
 }
 
+/// The key of the records [`suppressed_deletions_of_nothing`] and
+/// [`suppress_evicts_before_later_records`] give Kafka Streams' script to move its stream
+/// time: no generated key looks like it.
+pub const TICK: &str = "~tick";
+
+/// A suppressed table's deletion of a key that holds nothing (or of no key): Parsley's source
+/// table forwards nothing for it, but it moves the stage's watermark as every record read
+/// does, and so the suppression's timers. Kafka Streams' source table forwards nothing either,
+/// and its suppression's stream time does not move. Kafka Streams runs the script with each
+/// such deletion as a record at its time under the key [`TICK`] (it moves stream time and
+/// opens a buffer of its own), and its results for that key are dropped.
+fn suppressed_deletions_of_nothing() -> Normalisation {
+    Normalisation {
+        name: "deletions-of-nothing-move-event-time",
+        book: "dsl.md#deletions-of-nothing-move-event-time",
+        applies: |s| {
+            matches!(s.op, Op::Suppress { .. }) && s.inputs.iter().any(|i| i.value.is_none())
+        },
+        script: None,
+        reference_script: Some(|s, inputs| {
+            if inputs.len() != s.inputs.len() {
+                return inputs;
+            }
+            let mut holds: BTreeMap<&str, bool> = BTreeMap::new();
+            s.inputs
+                .iter()
+                .zip(inputs)
+                .map(|(parsley, input)| {
+                    // A deletion without a key holds nothing either.
+                    let held = parsley.key.as_deref().is_some_and(|key| {
+                        holds.insert(key, parsley.value.is_some()).unwrap_or(false)
+                    });
+                    if parsley.value.is_none() && !held {
+                        Input {
+                            key: Some(TICK.to_string()),
+                            value: Some("0".to_string()),
+                            ..input
+                        }
+                    } else {
+                        input
+                    }
+                })
+                .collect()
+        }),
+        reference_op: None,
+        apply: drop_tick_results,
+    }
+}
+
+/// Drops Kafka Streams' results for the key [`TICK`].
+fn drop_tick_results(pair: &mut Pair<'_, '_>) {
+    for records in pair.kafka_streams.values_mut() {
+        records.retain(|r| r.key.as_deref() != Some(TICK));
+    }
+}
+
+/// A suppressed table's record later than its key's buffer time plus the limit: Parsley's
+/// timers fire by the stage's watermark, which passes `t - 1` before the record at `t` is
+/// handed over, so the buffer is emitted with the value it holds and the record opens a new
+/// buffer; Kafka Streams buffers the record first (moving its stream time to `t`), then emits
+/// the buffer once, with the record's value and timestamp. Before each such record, Kafka
+/// Streams' script gets one record at `t - 1` under the key [`TICK`], which moves its stream
+/// time there first, as Parsley's watermark; the buffers it evicts are the ones Parsley's
+/// timers emit, in the same (time, key) order, and its results for that key are dropped. Which
+/// records need it follows from the script by Parsley's rule (per key, the time its buffer
+/// opened; a deletion of a key that holds nothing opens none). A record at exactly the buffer
+/// time plus the limit, or out of order, needs none: both update the buffer, then emit.
+fn suppress_evicts_before_later_records() -> Normalisation {
+    Normalisation {
+        name: "suppress-evicts-before-later-records",
+        book: "dsl.md#suppressed-updates-past-the-limit",
+        applies: |s| matches!(s.op, Op::Suppress { .. }),
+        script: None,
+        reference_script: Some(|s, inputs| {
+            let Op::Suppress { limit_ms } = s.op else {
+                return inputs;
+            };
+            if inputs.len() != s.inputs.len() {
+                return inputs;
+            }
+            // Per key: whether the table holds a value, and the time its open buffer opened.
+            let mut keys: BTreeMap<String, (bool, Option<i64>)> = BTreeMap::new();
+            let mut watermark = None::<i64>;
+            let mut out = Vec::with_capacity(inputs.len());
+            for (parsley, input) in s.inputs.iter().zip(inputs) {
+                let t = parsley.ts;
+                let before = t - 1;
+                if watermark.is_none_or(|w| before > w) {
+                    let w = watermark;
+                    let evicts_own = parsley.key.as_ref().is_some_and(|k| {
+                        keys.get(k)
+                            .and_then(|(_, since)| *since)
+                            .is_some_and(|since| {
+                                let due = since + limit_ms;
+                                due <= before && w.is_none_or(|w| due > w)
+                            })
+                    });
+                    if evicts_own {
+                        out.push(Input {
+                            topic: input.topic.clone(),
+                            key: Some(TICK.to_string()),
+                            value: Some("0".to_string()),
+                            ts: before,
+                        });
+                    }
+                    for (_, since) in keys.values_mut() {
+                        if since.is_some_and(|since| since + limit_ms <= before) {
+                            *since = None;
+                        }
+                    }
+                }
+                let w = watermark.map_or(t, |w| w.max(t));
+                watermark = Some(w);
+                if let Some(k) = &parsley.key {
+                    let (holds, since) = keys.entry(k.clone()).or_default();
+                    // A deletion of a key that holds nothing is not forwarded.
+                    if parsley.value.is_some() || *holds {
+                        *holds = parsley.value.is_some();
+                        let opened = *since.get_or_insert(t);
+                        if opened + limit_ms <= w {
+                            *since = None;
+                        }
+                    }
+                }
+                for (_, since) in keys.values_mut() {
+                    if since.is_some_and(|since| since + limit_ms <= w) {
+                        *since = None;
+                    }
+                }
+                out.push(input);
+            }
+            out
+        }),
+        reference_op: None,
+        apply: drop_tick_results,
+    }
+}
+
 /// Records that would extend a closed session: a session closes when the watermark passes its
 /// end plus the gap and the grace, its final result is out, and Parsley never extends it; a
 /// record that arrives later within the gap of it is too late (counted and routed). Kafka
@@ -419,6 +560,7 @@ fn redundant_tombstones() -> Normalisation {
                     | Op::TableMapValues
                     | Op::TableMapValuesWithKey
                     | Op::TableJoin { .. }
+                    | Op::Suppress { .. }
             )
         },
         script: None,

@@ -274,6 +274,13 @@ pub enum Op {
         /// `left_join_on_foreign_key` rather than `join_on_foreign_key`.
         left: bool,
     },
+    /// The table of `left` suppressed until a time limit (`suppress(Suppressed::
+    /// until_time_limit(limit_ms))`, Kafka Streams' `untilTimeLimit` with an unbounded
+    /// buffer), as a change stream.
+    Suppress {
+        /// The limit, ms of event time.
+        limit_ms: i64,
+    },
 }
 
 impl Op {
@@ -366,6 +373,7 @@ impl Op {
             } => "table outer_join",
             Op::FkJoin { left: false } => "table join_on_foreign_key",
             Op::FkJoin { left: true } => "table left_join_on_foreign_key",
+            Op::Suppress { .. } => "table suppress",
         }
     }
 
@@ -388,7 +396,11 @@ impl Op {
     pub fn event_time(&self) -> bool {
         matches!(
             self,
-            Op::Windowed { .. } | Op::Sliding { .. } | Op::Session { .. } | Op::JoinWindowed { .. }
+            Op::Windowed { .. }
+                | Op::Sliding { .. }
+                | Op::Session { .. }
+                | Op::JoinWindowed { .. }
+                | Op::Suppress { .. }
         )
     }
 }

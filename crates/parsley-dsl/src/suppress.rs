@@ -16,7 +16,9 @@
 //! new value once and Parsley emits the buffered one, then buffers the new one.
 //!
 //! Invariants: a key's slot holds its open buffer, or nothing; a key with an open buffer has a
-//! timer at `t + limit` or an emission at once (a limit the watermark has passed already).
+//! timer at `t + limit` or an emission at once (a limit the watermark has passed already). A
+//! limit at the watermark is left to the timer, which fires after the records at that time:
+//! buffers due together are emitted in (time, key) order, as Kafka Streams evicts them.
 //!
 //! The buffer is the stage's state, in its changelog: it is unbounded (Kafka Streams'
 //! `BufferConfig.unbounded()`); a restart emits what was buffered at the same watermark.
@@ -152,10 +154,12 @@ impl<K: Data, V: Data> KTable<K, V> {
                     ),
                 };
                 let due = buffered.since.saturating_add(limit);
-                if ctx.watermark.is_some_and(|w| due <= w) {
-                    // The watermark has passed the limit already: no timer would fire.
+                if ctx.watermark.is_some_and(|w| due < w) {
+                    // The watermark has passed the limit already: its timers have fired.
                     return emit(ctx, &slot, buffered, &children);
                 }
+                // A limit at the watermark: the key's timer (set now, or still pending) fires
+                // after the records at that time, with the other keys' in key order.
                 ctx.store(&slot, Some(&buffered))?;
                 if opened {
                     ctx.timers.push(due);

@@ -54,6 +54,23 @@ fn a_record_at_the_limit_updates_the_buffer_it_closes() {
 }
 
 #[test]
+fn buffers_due_together_are_emitted_in_key_order() {
+    let h = stock(1);
+    h.pipe_at("stock", Some("c"), Some("0"), 0).unwrap();
+    h.pipe_at("stock", Some("a"), Some("x"), 0).unwrap();
+    // The record at 1 updates c's buffer, due at 1 as a's is: Kafka Streams evicts both after
+    // it, by buffer time, then key.
+    h.pipe_at("stock", Some("c"), Some("1"), 1).unwrap();
+    assert_eq!(h.records("out"), ["a=x@0", "c=1@1"]);
+    // Limit 0: a record is emitted after it is handed over, an out-of-order one at once.
+    let h = stock(0);
+    h.pipe_at("stock", Some("b"), Some("1"), 5).unwrap();
+    h.pipe_at("stock", Some("a"), Some("2"), 5).unwrap();
+    h.pipe_at("stock", Some("b"), Some("3"), 2).unwrap();
+    assert_eq!(h.records("out"), ["b=1@5", "a=2@5", "b=3@2"]);
+}
+
+#[test]
 fn a_record_past_the_limit_finds_its_buffer_emitted_and_opens_a_new_one() {
     let h = stock(10);
     h.pipe_at("stock", Some("a"), Some("1"), 0).unwrap();

@@ -36,6 +36,7 @@ import org.apache.kafka.streams.kstream.SessionWindowedDeserializer;
 import org.apache.kafka.streams.kstream.SessionWindowedKStream;
 import org.apache.kafka.streams.kstream.SessionWindows;
 import org.apache.kafka.streams.kstream.SlidingWindows;
+import org.apache.kafka.streams.kstream.Suppressed;
 import org.apache.kafka.streams.kstream.TimeWindowedDeserializer;
 import org.apache.kafka.streams.kstream.TimeWindowedKStream;
 import org.apache.kafka.streams.kstream.TimeWindows;
@@ -417,6 +418,10 @@ final class Catalogue {
                         ? l.leftJoin(r, foreignKey, Fns::pair)
                         : l.join(r, foreignKey, Fns::pair)).toStream().to("out");
             }
+            case "suppress" -> b.<String, String>table("left")
+                    .suppress(Suppressed.untilTimeLimit(Duration.ofMillis(op.get("limit_ms").asLong()),
+                            Suppressed.BufferConfig.unbounded()))
+                    .toStream().to("out");
             default -> throw new IllegalArgumentException("no operator " + name + " in the catalogue");
         }
         return new Built(b.build(), inputs, outputs, collected);
