@@ -127,19 +127,25 @@ pub(crate) fn io(path: &Path) -> impl FnOnce(std::io::Error) -> BrokerError + '_
     }
 }
 
-/// The directory holding the broker's jars, config, data and the bootstrap file.
+/// The directory holding the broker's jars, config, data and the bootstrap file, created if
+/// missing and canonical: the running broker is recognised by this path in its command line,
+/// so two spellings of one directory (`$CARGO_TARGET_DIR` set or not, `..` in it) must give
+/// the same path — or a second broker would start in the same directory and wipe its data.
 pub fn state_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("PARSLEY_KAFKA_DIR") {
-        return PathBuf::from(dir);
-    }
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("../..")
-                .join("target")
-        });
-    target.join("kafka")
+    let dir = match std::env::var_os("PARSLEY_KAFKA_DIR") {
+        Some(dir) => PathBuf::from(dir),
+        None => std::env::var_os("CARGO_TARGET_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| {
+                Path::new(env!("CARGO_MANIFEST_DIR"))
+                    .join("../..")
+                    .join("target")
+            })
+            .join("kafka"),
+    };
+    // Best effort: an uncreatable directory fails later, naming it, where it is written.
+    let _ = fs::create_dir_all(&dir);
+    fs::canonicalize(&dir).unwrap_or(dir)
 }
 
 /// The bootstrap address of the broker to use: `$PARSLEY_BOOTSTRAP`, else the one recorded by
