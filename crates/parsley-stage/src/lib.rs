@@ -30,7 +30,7 @@
 //! // The handler alone: one delivered record and the key's fold state in, one step out.
 //! let order = Record {
 //!     topic: "orders", partition: 0, offset: 7, timestamp: 1_700_000_000_000,
-//!     key: "alice".to_string(), value: "2 kg of apples".to_string(),
+//!     key: "alice".to_string(), value: "2 kg of apples".to_string(), headers: &[],
 //! };
 //! let step = CountOrders.handle(order, Some(2))?;
 //! assert_eq!(step.emit[0].value, 3);
