@@ -125,6 +125,7 @@ enum Op {
         offset: i64,
         value: Option<Vec<u8>>,
         sender: Option<([u8; 16], u64)>,
+        headers: Vec<(String, Option<Vec<u8>>)>,
     },
     /// Raises the queue's watermark and takes what it released.
     Raise(i16),
@@ -305,6 +306,7 @@ fuzz_target!(|input: Input| {
                 offset,
                 value,
                 sender,
+                headers,
             } => {
                 let record = ParkedRecord {
                     channel: (topic(*t).to_bytes(), 0),
@@ -313,6 +315,11 @@ fuzz_target!(|input: Input| {
                     keyless: *key == 0,
                     value: value.clone(),
                     sender: *sender,
+                    headers: headers
+                        .iter()
+                        .take(4)
+                        .map(|(k, v)| (k.clone().into(), v.clone()))
+                        .collect(),
                 };
                 let _ = queue.park(
                     vec![*key % 8],

@@ -387,7 +387,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             keep_broker,
             cluster: false,
         } => with_broker(keep_broker, |bootstrap| {
-            let steps: [(&str, &[&str]); 4] = [
+            let steps: [(&str, &[&str]); 5] = [
                 ("cargo fmt --check", &["fmt", "--all", "--", "--check"]),
                 (
                     "cargo clippy",
@@ -399,6 +399,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
                         "-D",
                         "warnings",
                     ],
+                ),
+                // The fuzz crate is outside the workspace: checked here so that a change to a
+                // type it builds fails in minutes, not at the fuzzing step at the end.
+                (
+                    "cargo check of the fuzz targets",
+                    &["check", "--manifest-path", "fuzz/Cargo.toml", "--bins"],
                 ),
                 (
                     "cargo test (unit, integration, benches as tests)",
