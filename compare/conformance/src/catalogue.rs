@@ -455,6 +455,20 @@ fn build(op: &Op) -> Built {
             };
             joined.to_change_stream().to("out");
         }
+        Op::GlobalJoin { left } => {
+            let g = b.global_table::<String, String>("right");
+            let s = b.stream::<Option<String>, String>("left");
+            let foreign_key = |_: &Option<String>, v: &String| fns::foreign_key(Some(v));
+            if left {
+                s.left_join_global(&g, foreign_key, |v, c| {
+                    fns::pair(Some(&v), c.map(String::as_str))
+                })
+                .to("out");
+            } else {
+                s.join_global(&g, foreign_key, |v, c| fns::pair(Some(&v), Some(c)))
+                    .to("out");
+            }
+        }
         Op::Suppress { limit_ms } => b
             .table::<String, String>("left")
             .suppress(Suppressed::until_time_limit(ms(limit_ms)))

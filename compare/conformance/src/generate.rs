@@ -210,6 +210,8 @@ pub fn operators() -> Vec<(&'static str, BoxedStrategy<Op>)> {
         .boxed(),
         Just(Op::FkJoin { left: false }).boxed(),
         Just(Op::FkJoin { left: true }).boxed(),
+        Just(Op::GlobalJoin { left: false }).boxed(),
+        Just(Op::GlobalJoin { left: true }).boxed(),
         prop_oneof![1 => Just(0i64), 4 => 1i64..=20]
             .prop_map(|limit_ms| Op::Suppress { limit_ms })
             .boxed(),

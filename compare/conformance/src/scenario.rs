@@ -274,6 +274,12 @@ pub enum Op {
         /// `left_join_on_foreign_key` rather than `join_on_foreign_key`.
         left: bool,
     },
+    /// The stream of `left` joined with the global table of `right` (`join_global`) on the
+    /// key `foreign_key` of its value names (none: no row), by `pair`.
+    GlobalJoin {
+        /// `left_join_global` rather than `join_global`.
+        left: bool,
+    },
     /// The table of `left` suppressed until a time limit (`suppress(Suppressed::
     /// until_time_limit(limit_ms))`, Kafka Streams' `untilTimeLimit` with an unbounded
     /// buffer), as a change stream.
@@ -374,6 +380,8 @@ impl Op {
             Op::FkJoin { left: false } => "table join_on_foreign_key",
             Op::FkJoin { left: true } => "table left_join_on_foreign_key",
             Op::Suppress { .. } => "table suppress",
+            Op::GlobalJoin { left: false } => "join_global",
+            Op::GlobalJoin { left: true } => "left_join_global",
         }
     }
 
@@ -387,6 +395,7 @@ impl Op {
                 | Op::JoinWindowed { .. }
                 | Op::TableJoin { .. }
                 | Op::FkJoin { .. }
+                | Op::GlobalJoin { .. }
         )
     }
 

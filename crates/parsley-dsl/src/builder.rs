@@ -12,6 +12,7 @@ use parsley_stage::{BadRecordPolicy, Error, EventTimeOrder, ImpossiblePolicy, Pa
 
 use crate::data::{Consumed, Data};
 use crate::flow::{Change, Ctx, Outlet, forward};
+use crate::global::GlobalKTable;
 use crate::graph::Graph;
 use crate::late::LatePolicy;
 use crate::processor::{Root, Value};
@@ -156,6 +157,33 @@ impl StreamsBuilder {
         g.add_source(topic.clone(), node, root, None);
         g.key_partitioning(&topic, partitioning);
         KTable::new(self.graph.clone(), node, out)
+    }
+
+    /// The records of `topic` as a global table (Kafka Streams' `GlobalKTable`): the latest
+    /// value of each key, read whole — every partition — by every task of each stage that
+    /// joins it ([`KStream::join_global`]), kept in that stage's state. Its topic may have
+    /// any partition count and any partitioner: nothing is co-partitioned with it.
+    ///
+    /// A stage that joins a global table does not order by event time (no windowed operator
+    /// in it: repartition between them); [`StreamsBuilder::build`] says so.
+    ///
+    /// # Panics
+    /// After [`StreamsBuilder::build`].
+    pub fn global_table<K: Data, V: Data>(&self, topic: impl Into<String>) -> GlobalKTable<K, V> {
+        self.global_table_with(topic, Consumed::default())
+    }
+
+    /// [`StreamsBuilder::global_table`] read with `consumed`'s codecs and name
+    /// ([`Consumed::named`]; its key partitioning is not used).
+    ///
+    /// # Panics
+    /// After [`StreamsBuilder::build`].
+    pub fn global_table_with<K: Data, V: Data>(
+        &self,
+        topic: impl Into<String>,
+        consumed: Consumed<K, V>,
+    ) -> GlobalKTable<K, V> {
+        GlobalKTable::source(&self.graph, topic.into(), consumed)
     }
 
     /// Compiles the pipeline into a validated [`Topology`] of stages, repartition topics

@@ -14,7 +14,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::{Arc, OnceLock};
 
-use parsley_stage::{CodecError, Error, Header, Part, RawEmission};
+use parsley_stage::{CodecError, Error, Header, Part, RawEmission, StateLookup};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -51,6 +51,8 @@ pub(crate) struct Ctx<'a> {
     /// Headers a `process` handler gave the record being pushed, in place of the delivered
     /// record's: every operator after it sees them and every emission carries them.
     pub(crate) headers: Option<Vec<Header>>,
+    /// The state of the task's other keys (a global table's rows).
+    pub(crate) lookup: &'a dyn StateLookup,
 }
 
 impl Ctx<'_> {

@@ -48,6 +48,8 @@ struct Source {
     internal: Option<String>,
     /// How its writers partition it by key.
     partitioning: KeyPartitioning,
+    /// For a global table: the operators that join it, whose stages read it whole.
+    global: Option<Vec<usize>>,
 }
 
 /// An internal topic: written by one operator, read by another.
@@ -220,7 +222,31 @@ impl Graph {
             root,
             internal,
             partitioning: KeyPartitioning::Murmur2,
+            global: None,
         });
+    }
+
+    /// Adds global table `node`'s topic: a source of no stage of its own, read whole by the
+    /// stage of each operator that joins it ([`Graph::read_global`]).
+    pub(crate) fn add_global_source(&mut self, topic: String, node: usize, root: Root) {
+        self.add_source(topic, node, root, None);
+        if let Some(s) = self.sources.last_mut() {
+            s.partitioning = KeyPartitioning::Unchecked;
+            s.global = Some(Vec::new());
+        }
+    }
+
+    /// Records that operator `reader` joins global table `global`.
+    pub(crate) fn read_global(&mut self, global: usize, reader: usize) {
+        if let Some(readers) = self
+            .sources
+            .iter_mut()
+            .find(|s| s.node == global)
+            .and_then(|s| s.global.as_mut())
+        {
+            readers.push(reader);
+            self.nodes[reader].preds.push(global);
+        }
     }
 
     /// How the records reaching operator `node` are partitioned by key: the partitioner of the
@@ -314,7 +340,26 @@ impl Graph {
         }
         // Stages: components, ordered by their first operator.
         let roots: Vec<usize> = (0..self.nodes.len()).map(|n| self.find(n)).collect();
-        let components: BTreeSet<usize> = roots.iter().copied().collect();
+        // A global table is a stage of none: its operator is in the stages that join it.
+        let globals: BTreeSet<usize> = self
+            .sources
+            .iter()
+            .filter(|s| s.global.is_some())
+            .map(|s| s.node)
+            .collect();
+        for s in &self.sources {
+            if s.global.as_ref().is_some_and(Vec::is_empty) {
+                problems.push(format!(
+                    "global table {:?} ({}) is joined by no stream",
+                    self.nodes[s.node].name, s.topic
+                ));
+            }
+        }
+        let components: BTreeSet<usize> = roots
+            .iter()
+            .copied()
+            .filter(|c| !globals.contains(c))
+            .collect();
         let mut stage_names = BTreeMap::new();
         for &c in &components {
             let base = self
@@ -333,8 +378,11 @@ impl Graph {
         }
         let mut builder = Topology::builder(self.app.clone());
         for &c in &components {
-            let sources: Vec<&Source> =
-                self.sources.iter().filter(|s| roots[s.node] == c).collect();
+            let sources: Vec<&Source> = self
+                .sources
+                .iter()
+                .filter(|s| roots[s.node] == c || self.read_by(s, &roots, c))
+                .collect();
             let sinks: Vec<&String> = self
                 .sinks
                 .iter()
@@ -346,9 +394,13 @@ impl Graph {
                 .on_impossible_stamp(self.impossible.clone())
                 .operators(self.describe(&roots, c));
             for s in &sources {
-                settings = settings
-                    .source(s.topic.clone())
-                    .key_partitioning(s.topic.clone(), s.partitioning);
+                settings = if s.global.is_some() {
+                    settings.global_source(s.topic.clone())
+                } else {
+                    settings
+                        .source(s.topic.clone())
+                        .key_partitioning(s.topic.clone(), s.partitioning)
+                };
             }
             for t in sinks {
                 if !settings.sinks().contains(t) {
@@ -372,6 +424,8 @@ impl Graph {
                     .iter()
                     .map(|s| (s.topic.clone(), Arc::clone(&s.root)))
                     .collect(),
+                // Whether a record needs a key: a global table's rows are kept under their own
+                // keys, and a stream joining it reads them by the key its mapper gives.
                 stateful: (0..self.nodes.len()).any(|n| roots[n] == c && self.nodes[n].stateful),
             };
             builder = builder.processor_stage(stage, Arc::new(processor), settings);
@@ -426,10 +480,25 @@ impl Graph {
         out
     }
 
-    /// One line per operator of stage `c`: `name: what --> successors`.
+    /// Whether source `s` is a global table joined by an operator of stage `c`.
+    fn read_by(&self, s: &Source, roots: &[usize], c: usize) -> bool {
+        s.global
+            .as_ref()
+            .is_some_and(|readers| readers.iter().any(|&r| roots[r] == c))
+    }
+
+    /// One line per operator of stage `c`, the global tables it joins first: `name: what -->
+    /// successors`.
     fn describe(&self, roots: &[usize], c: usize) -> Vec<String> {
-        (0..self.nodes.len())
-            .filter(|&n| roots[n] == c)
+        let globals: Vec<usize> = self
+            .sources
+            .iter()
+            .filter(|s| self.read_by(s, roots, c))
+            .map(|s| s.node)
+            .collect();
+        globals
+            .into_iter()
+            .chain((0..self.nodes.len()).filter(|&n| roots[n] == c))
             .map(|n| {
                 let next: Vec<&str> = (0..self.nodes.len())
                     .filter(|&m| roots[m] == c && self.nodes[m].preds.contains(&n))

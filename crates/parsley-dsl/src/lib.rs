@@ -58,7 +58,8 @@
 //! 4. `graph`: the untyped operators and their compilation into stages;
 //! 5. `stream`: [`KStream`] and its stateless operators, sinks and repartitions;
 //! 6. `split` ([`KStream::split`] into branches, [`Branched`]), `table` ([`KTable`],
-//!    stream–table joins) and `stream_join` (windowed stream joins);
+//!    stream–table joins), `stream_join` (windowed stream joins) and `global` ([`GlobalKTable`]
+//!    and the stream joins that read it);
 //! 7. `grouped`: [`KGroupedStream`] and its aggregations, then `cogroup`: several grouped
 //!    streams into one aggregate ([`CogroupedKStream`]), and `grouped_table`: a table
 //!    re-grouped ([`KGroupedTable`]) and its aggregations that retract;
@@ -74,6 +75,7 @@ mod cogroup;
 mod data;
 mod flow;
 mod foreign_key;
+mod global;
 mod graph;
 mod grouped;
 mod grouped_table;
@@ -92,6 +94,7 @@ mod window;
 pub use builder::StreamsBuilder;
 pub use cogroup::CogroupedKStream;
 pub use data::{Consumed, Data, Produced};
+pub use global::GlobalKTable;
 pub use grouped::KGroupedStream;
 pub use grouped_table::KGroupedTable;
 pub use late::{LatePolicy, LateRecord};

@@ -6,7 +6,9 @@
 
 use std::sync::Arc;
 
-use parsley_stage::{Error, Processor, RawDelivery, RawRecord, RawStep, RawTimer};
+use parsley_stage::{
+    Error, NoLookup, Processor, RawDelivery, RawRecord, RawStep, RawTimer, StateLookup,
+};
 
 use crate::flow::Ctx;
 use crate::state::Slots;
@@ -43,6 +45,7 @@ impl DslProcessor {
         record: RawRecord<'_>,
         value: Value<'_>,
         state: Option<&[u8]>,
+        lookup: &dyn StateLookup,
     ) -> Result<RawStep, Error> {
         let Some((_, root)) = self.roots.iter().find(|(t, _)| t == record.topic) else {
             return Err(Error::Handler {
@@ -66,6 +69,7 @@ impl DslProcessor {
             too_late: 0,
             record_headers: record.headers,
             headers: None,
+            lookup,
         };
         root(&mut ctx, record.key, value)?;
         self.step(ctx)
@@ -96,13 +100,22 @@ impl DslProcessor {
 
 impl Processor for DslProcessor {
     fn process(&self, record: RawRecord<'_>, state: Option<&[u8]>) -> Result<RawStep, Error> {
-        self.run(record, Value::Borrowed(record.value), state)
+        self.run(record, Value::Borrowed(record.value), state, &NoLookup)
     }
 
     fn process_delivery(
         &self,
         delivery: RawDelivery<'_>,
         state: Option<&[u8]>,
+    ) -> Result<RawStep, Error> {
+        self.process_delivery_with(delivery, state, &NoLookup)
+    }
+
+    fn process_delivery_with(
+        &self,
+        delivery: RawDelivery<'_>,
+        state: Option<&[u8]>,
+        lookup: &dyn StateLookup,
     ) -> Result<RawStep, Error> {
         let RawDelivery {
             topic,
@@ -124,7 +137,7 @@ impl Processor for DslProcessor {
             watermark,
             headers,
         };
-        self.run(record, Value::Owned(value), state)
+        self.run(record, Value::Owned(value), state, lookup)
     }
 
     fn on_timer(&self, timer: RawTimer<'_>, state: Option<&[u8]>) -> Result<RawStep, Error> {
@@ -141,6 +154,7 @@ impl Processor for DslProcessor {
             too_late: 0,
             record_headers: &[],
             headers: None,
+            lookup: &NoLookup,
         };
         for on_timer in &self.on_timer {
             on_timer(&mut ctx)?;

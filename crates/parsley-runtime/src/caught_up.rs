@@ -229,6 +229,9 @@ impl StageProgress {
             .iter()
             .map(String::as_str)
             .filter(|t| Some(*t) != self.spec.clock_topic())
+            // A global source's positions are each task's own, never the group's: a stage is
+            // caught up with the sources it reads by partition.
+            .filter(|t| !self.spec.is_global(t))
             .collect();
         let topics = admin.describe_topics(&names)?;
         let partitions = topics

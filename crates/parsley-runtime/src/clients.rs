@@ -45,7 +45,8 @@ pub enum ClientRole {
     Producer,
     /// An admin client: topic metadata, offsets, topic creation.
     Admin,
-    /// The consumer that reads a task's changelog partition when the task is assigned.
+    /// The consumer that reads a task's changelog partition when the task is assigned, and
+    /// the one that reads a task's global sources.
     Restore,
 }
 

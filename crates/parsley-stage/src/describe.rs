@@ -81,6 +81,7 @@ impl Topology {
                                 "{t} (internal, built-in clock: lag {} ms, a tick every {} ms)",
                                 c.lag_ms, c.tick_interval_ms
                             ),
+                            _ if s.is_global(t) => format!("{t} (global: every partition)"),
                             _ => internal(t, false),
                         })
                         .collect(),

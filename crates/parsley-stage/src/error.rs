@@ -74,6 +74,14 @@ pub enum Error {
         /// The codec's error.
         source: CodecError,
     },
+    /// The fold state of another key of the task could not be read ([`crate::StateLookup`]).
+    #[error("stage {stage}: cannot read the fold state of another key: {message}")]
+    StateRead {
+        /// Stage name.
+        stage: String,
+        /// What the store said.
+        message: String,
+    },
     /// The handler emitted to a topic the stage did not declare as a sink.
     #[error("stage {stage}: emission to undeclared sink topic {topic}")]
     UndeclaredSink {

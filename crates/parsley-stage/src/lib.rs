@@ -83,7 +83,9 @@ pub use handler::{Emission, Handler, HandlerError, HandlerResult, Record, StateC
 pub use header::{Header, is_own_header, user_headers};
 pub use internal::InternalTopic;
 pub use parsley_clock::CausalClock;
-pub use processor::{Processor, RawDelivery, RawEmission, RawRecord, RawStep, RawTimer};
+pub use processor::{
+    NoLookup, Processor, RawDelivery, RawEmission, RawRecord, RawStep, RawTimer, StateLookup,
+};
 pub use topology::{
     BadRecordPolicy, BuiltInClock, ControlStream, DEFAULT_MAX_DRIFT_MS, DEFAULT_TICK_INTERVAL_MS,
     EventTimeOrder, ImpossiblePolicy, KeyPartitioning, StageBuilder, StageSettings, StageSpec,

@@ -7,6 +7,7 @@
 //! Above `codec`, `handler` and `error`; below `topology`, whose stage builder wraps a handler
 //! and its codecs in one: it imports nothing of `topology`.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use crate::codec::{Codec, CodecError};
@@ -77,6 +78,28 @@ impl RawDelivery<'_> {
             watermark: self.watermark,
             headers: self.headers,
         }
+    }
+}
+
+/// The fold state of any key of the task handling a record: what a processor reads besides
+/// its record's own key's state ([`Processor::process_delivery_with`]) — a global table's row
+/// under the key a stream record maps to. Reads see the task's state as it is between two
+/// records: the changes of the open transaction included.
+pub trait StateLookup {
+    /// The encoded fold state of key `key` in the task, `None` when it has none.
+    ///
+    /// # Errors
+    /// The store's message, when a state kept on disk cannot be read.
+    fn state_of(&self, key: &[u8]) -> Result<Option<Cow<'_, [u8]>>, String>;
+}
+
+/// A lookup that finds no state: for processors called without a task around them.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoLookup;
+
+impl StateLookup for NoLookup {
+    fn state_of(&self, _: &[u8]) -> Result<Option<Cow<'_, [u8]>>, String> {
+        Ok(None)
     }
 }
 
@@ -166,6 +189,22 @@ pub trait Processor: Send + Sync {
         state: Option<&[u8]>,
     ) -> Result<RawStep, Error> {
         self.process(delivery.as_record(), state)
+    }
+
+    /// [`Processor::process_delivery`] with the fold state of every other key of the task
+    /// readable through `lookup`. The runtime calls this method; the default ignores `lookup`
+    /// and calls [`Processor::process_delivery`].
+    ///
+    /// # Errors
+    /// As [`Processor::process`]; [`Error::StateRead`] when `lookup` fails.
+    fn process_delivery_with(
+        &self,
+        delivery: RawDelivery<'_>,
+        state: Option<&[u8]>,
+        lookup: &dyn StateLookup,
+    ) -> Result<RawStep, Error> {
+        let _ = lookup;
+        self.process_delivery(delivery, state)
     }
 
     /// Called once for each event-time timer the processor set ([`RawStep::timers`]) when the

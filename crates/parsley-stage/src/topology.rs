@@ -119,6 +119,8 @@ pub struct StageSpec {
     bad_records: BadRecordPolicy,
     /// Sources whose writers partition by key other than with murmur2, and how.
     partitioning: Vec<(String, KeyPartitioning)>,
+    /// Sources read whole by every task ([`StageSettings::global_source`]).
+    global: Vec<String>,
     event_time: Option<EventTimeOrder>,
     /// The topic of its built-in clock, among its sources (filled in by `build`).
     clock_topic: Option<String>,
@@ -223,6 +225,7 @@ impl fmt::Debug for StageSpec {
             .field("impossible", &self.impossible)
             .field("bad_records", &self.bad_records)
             .field("partitioning", &self.partitioning)
+            .field("global", &self.global)
             .field("event_time", &self.event_time)
             .field("clock_topic", &self.clock_topic)
             .field("internal", &self.internal)
@@ -262,8 +265,12 @@ impl StageSpec {
         &self.bad_records
     }
 
-    /// How the writers of source `topic` partition it by key (checked unless it opted out).
+    /// How the writers of source `topic` partition it by key (checked unless it opted out; a
+    /// global source is never checked: every task reads all of it).
     pub fn key_partitioning(&self, topic: &str) -> KeyPartitioning {
+        if self.is_global(topic) {
+            return KeyPartitioning::Unchecked;
+        }
         self.partitioning
             .iter()
             .find(|(t, _)| t == topic)
@@ -273,6 +280,23 @@ impl StageSpec {
     /// The stage's event-time order, if it orders by event time.
     pub fn event_time(&self) -> Option<&EventTimeOrder> {
         self.event_time.as_ref()
+    }
+
+    /// The sources every task reads whole, all their partitions
+    /// ([`StageSettings::global_source`]); a subset of [`StageSpec::sources`].
+    pub fn global_sources(&self) -> &[String] {
+        &self.global
+    }
+
+    /// The sources read by partition — task `p` reads partition `p` of each — in order: every
+    /// source but the global ones. Their partition counts must be equal (co-partitioning).
+    pub fn partitioned_sources(&self) -> impl Iterator<Item = &String> {
+        self.sources.iter().filter(|t| !self.is_global(t))
+    }
+
+    /// Whether source `topic` is read whole by every task ([`StageSettings::global_source`]).
+    pub fn is_global(&self, topic: &str) -> bool {
+        self.global.iter().any(|t| t == topic)
     }
 
     /// The topic of the stage's built-in clock ([`EventTimeOrder::clock`]): one of its sources
@@ -474,6 +498,19 @@ impl TopologyBuilder {
                     "stage {name:?}: source {c:?} is partitioned by CRC32 and source {m:?} by murmur2: a key's records would be in different tasks; repartition one of them"
                 ));
             }
+            if !stage.global.is_empty() {
+                if stage.sources.iter().all(|t| stage.is_global(t)) {
+                    problems.push(format!(
+                        "stage {name:?} reads only global sources: its tasks need a source read by partition"
+                    ));
+                }
+                if stage.event_time.is_some() {
+                    problems.push(format!(
+                        "stage {name:?} orders by event time and reads the global source {:?}: a global source is read in a stage without event-time order (repartition between them)",
+                        stage.global[0]
+                    ));
+                }
+            }
             if stage.processor.uses_timers() && stage.event_time.is_none() {
                 problems.push(format!(
                     "stage {name:?} sets event-time timers but does not order by event time"
@@ -600,6 +637,7 @@ pub struct StageSettings {
     impossible: ImpossiblePolicy,
     bad_records: BadRecordPolicy,
     partitioning: Vec<(String, KeyPartitioning)>,
+    global: Vec<String>,
     event_time: Option<EventTimeOrder>,
     operators: Vec<String>,
 }
@@ -619,6 +657,23 @@ impl StageSettings {
     /// Declares a sink topic the stage may emit to.
     pub fn sink(mut self, topic: impl Into<String>) -> Self {
         self.sinks.push(topic.into());
+        self
+    }
+
+    /// Adds a **global source**: a topic every task reads whole — all its partitions, whatever
+    /// their count — as Kafka Streams' global tables are read by every instance. Its records
+    /// go through each task's gate like any other input's (a claim on one of its partitions
+    /// is waited for), are handled with the fold state of their own key, and are never
+    /// committed to the stage's consumer group: each task keeps its position in its
+    /// changelog snapshot. A task delivers nothing of its other sources until it has read
+    /// every partition of its global sources up to the end offsets it found when it started.
+    /// Its keys are not checked against their partitions. Checked by
+    /// [`TopologyBuilder::build`]: the stage has a source that is not global, and does not
+    /// order by event time.
+    pub fn global_source(mut self, topic: impl Into<String>) -> Self {
+        let topic = topic.into();
+        self.global.push(topic.clone());
+        self.sources.push(topic);
         self
     }
 
@@ -685,6 +740,7 @@ impl StageSettings {
             impossible,
             bad_records,
             partitioning,
+            global,
             event_time,
             operators,
         } = self;
@@ -696,6 +752,7 @@ impl StageSettings {
             impossible,
             bad_records,
             partitioning,
+            global,
             event_time,
             clock_topic: None,
             internal: Vec::new(),
@@ -723,6 +780,12 @@ impl<H: Handler> StageBuilder<H> {
     /// Declares a sink topic the handler may emit to.
     pub fn sink(mut self, topic: impl Into<String>) -> Self {
         self.settings = self.settings.sink(topic);
+        self
+    }
+
+    /// Adds a global source, read whole by every task ([`StageSettings::global_source`]).
+    pub fn global_source(mut self, topic: impl Into<String>) -> Self {
+        self.settings = self.settings.global_source(topic);
         self
     }
 
@@ -831,6 +894,55 @@ mod tests {
             let total = state.unwrap_or(0) + r.value;
             Ok(Step::none().emit("out", r.key, total).set_state(total))
         }
+    }
+
+    #[test]
+    fn a_global_source_is_read_beside_a_partitioned_one_never_alone_nor_by_event_time() {
+        let t = Topology::builder("app")
+            .stage("a", Echo, |s| {
+                s.global_source("rates").source("in").sink("out")
+            })
+            .build()
+            .unwrap();
+        let a = t.stage("a").unwrap();
+        assert_eq!(a.sources(), ["rates", "in"]);
+        assert_eq!(a.global_sources(), ["rates"]);
+        assert_eq!(a.partitioned_sources().collect::<Vec<_>>(), ["in"]);
+        assert!(a.is_global("rates") && !a.is_global("in"));
+        // Its keys are not checked: every task reads every partition.
+        assert_eq!(a.key_partitioning("rates"), KeyPartitioning::Unchecked);
+        assert!(
+            t.describe()
+                .to_string()
+                .contains("rates (global: every partition)")
+        );
+
+        let err = Topology::builder("app")
+            .stage("a", Echo, |s| s.global_source("rates").sink("out"))
+            .stage("b", Echo, |s| {
+                s.global_source("rates")
+                    .source("in")
+                    .sink("out2")
+                    .order_by_event_time(EventTimeOrder::new())
+            })
+            .build()
+            .unwrap_err();
+        let Error::InvalidTopology { problems } = err else {
+            panic!("{err}")
+        };
+        assert!(
+            problems.contains(
+                &"stage \"a\" reads only global sources: its tasks need a source read by partition"
+                    .to_string()
+            ),
+            "{problems:?}"
+        );
+        assert!(
+            problems.iter().any(|p| p.starts_with(
+                "stage \"b\" orders by event time and reads the global source \"rates\""
+            )),
+            "{problems:?}"
+        );
     }
 
     #[test]

@@ -53,6 +53,16 @@ pub enum Step {
     Resume(Channel),
 }
 
+impl Step {
+    /// The channel the step is about.
+    pub fn channel(&self) -> Channel {
+        match *self {
+            Step::Spill(c) | Step::Pause(c) | Step::Resume(c) => c,
+            Step::BeginRefetch { channel, .. } | Step::EndRefetch { channel, .. } => channel,
+        }
+    }
+}
+
 /// The backpressure steps for one task's `gate`, given the channels paused now and the cap of
 /// fetched-but-undelivered records per channel. Channels not seeded yet are left alone.
 pub fn plan<R, S: BuildHasher>(

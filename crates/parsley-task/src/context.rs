@@ -76,6 +76,9 @@ pub struct TaskContext {
     /// Per source (same order): the partitioner its records' keys are checked against
     /// ([`parsley_stage::KeyPartitioning`]; `Unchecked`: none).
     pub key_partitioning: Vec<KeyPartitioning>,
+    /// Per source (same order): every task reads all its partitions
+    /// ([`parsley_stage::StageSettings::global_source`]).
+    pub global: Vec<bool>,
     /// The declared sinks.
     pub sinks: Vec<TopicInfo>,
     /// Where [`ImpossiblePolicy::DeadLetter`] routes records.
@@ -132,6 +135,7 @@ impl TaskContext {
             .iter()
             .map(|t| spec.key_partitioning(&t.name))
             .collect();
+        let global = sources.iter().map(|t| spec.is_global(&t.name)).collect();
         let index = |topic: &str| {
             sources
                 .iter()
@@ -152,6 +156,7 @@ impl TaskContext {
             fed_by_stages: vec![None; sources.len()],
             sources,
             key_partitioning,
+            global,
             sinks,
             dead_letter: dead_letter.map(DeadLetterTopic::new),
             bad_record_dead_letter: bad_record_dead_letter.map(DeadLetterTopic::new),
@@ -174,12 +179,48 @@ impl TaskContext {
         }
     }
 
-    /// The channels a task of `partition` consumes: partition `partition` of every source.
+    /// The channels a task of `partition` consumes: partition `partition` of every source, and
+    /// every partition of each global source.
     pub fn consumed(&self, partition: i32) -> Vec<Channel> {
+        let mut consumed = Vec::with_capacity(self.sources.len());
+        for (t, global) in self.sources.iter().zip(&self.global) {
+            if *global {
+                consumed.extend((0..t.partitions).map(|p| Channel::new(t.id, p)));
+            } else {
+                consumed.push(Channel::new(t.id, partition));
+            }
+        }
+        consumed
+    }
+
+    /// Whether the stage reads a global source.
+    pub fn has_global(&self) -> bool {
+        self.global.contains(&true)
+    }
+
+    /// Whether `channel` is a partition of a global source: read by every task, its offsets kept
+    /// in the tasks' snapshots and never committed to the group.
+    pub fn is_global(&self, channel: Channel) -> bool {
+        self.is_global_topic(channel.topic)
+    }
+
+    /// Whether the source of id `topic` is a global source.
+    pub fn is_global_topic(&self, topic: parsley_clock::TopicId) -> bool {
         self.sources
             .iter()
-            .map(|t| Channel::new(t.id, partition))
-            .collect()
+            .zip(&self.global)
+            .any(|(t, global)| *global && t.id == topic)
+    }
+
+    /// The partitions of the global sources, as channels (each task consumes all of them).
+    pub fn global_channels(&self) -> Vec<Channel> {
+        let mut channels = Vec::new();
+        for (t, global) in self.sources.iter().zip(&self.global) {
+            if *global {
+                channels.extend((0..t.partitions).map(|p| Channel::new(t.id, p)));
+            }
+        }
+        channels
     }
 
     /// The index of source `topic` in `sources`, looked up per record.

@@ -12,9 +12,12 @@
 //!   [`Topology`](parsley::Topology) (with the Kafka Streams version beside it, and both line
 //!   counts), and revenue per customer and hour in event-time windows
 //!   ([`pipeline::hourly_revenue`], which `cargo xtask replay` replays); the binary's `run`
-//!   subcommand runs either with Parsley's runtime.
+//!   subcommand runs either with Parsley's runtime;
+//! - [`deliveries`]: each order with its customer (a foreign-key join) and its city's region
+//!   (a global table), with the Kafka Streams version beside it and both line counts.
 #![forbid(unsafe_code)]
 
+pub mod deliveries;
 pub mod model;
 pub mod orders;
 pub mod payments;

@@ -32,6 +32,52 @@ pub struct Settlement {
     pub amount_cents: i64,
 }
 
+/// A customer, keyed by the customer id.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Customer {
+    /// The customer's name.
+    pub name: String,
+    /// The city the customer's orders go to: the key of the regions table.
+    pub city: String,
+}
+
+/// An order to deliver, keyed by the order id: the order with its customer's name and city,
+/// and the region of that city (empty until it is known).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Delivery {
+    /// The customer's id.
+    pub customer: String,
+    /// The customer's name.
+    pub name: String,
+    /// The city to deliver to.
+    pub city: String,
+    /// The city's region.
+    pub region: String,
+    /// What the order costs, in cents.
+    pub amount_cents: i64,
+}
+
+impl Delivery {
+    /// `order` to deliver to `customer`, its region not known yet.
+    pub fn of(order: &Order, customer: &Customer) -> Delivery {
+        Delivery {
+            customer: order.customer.clone(),
+            name: customer.name.clone(),
+            city: customer.city.clone(),
+            region: String::new(),
+            amount_cents: order.amount_cents,
+        }
+    }
+
+    /// The delivery with its city's region.
+    pub fn in_region(self, region: &str) -> Delivery {
+        Delivery {
+            region: region.to_string(),
+            ..self
+        }
+    }
+}
+
 /// The id of order number `n` (numbers start at 1): `o-000017`.
 pub fn order_id(n: u64) -> String {
     format!("o-{n:06}")

@@ -151,14 +151,14 @@ pub fn hourly_revenue(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
 
     /// The lines of the function in `source` whose signature starts with `signature` (after
     /// indentation), up to its closing brace: the line `end`.
-    fn function<'a>(source: &'a str, signature: &str, end: &str) -> Vec<&'a str> {
+    pub(crate) fn function<'a>(source: &'a str, signature: &str, end: &str) -> Vec<&'a str> {
         let mut lines: Vec<&str> = source
             .lines()
             .skip_while(|l| !l.trim_start().starts_with(signature))
@@ -171,7 +171,7 @@ mod tests {
     /// How the line counts in the module docs are counted: the non-blank, non-comment lines of
     /// a function's body (after the line that ends its signature with `{`, before its closing
     /// brace).
-    fn counted(function: &[&str]) -> usize {
+    pub(crate) fn counted(function: &[&str]) -> usize {
         let opened = function.iter().position(|l| l.ends_with('{')).unwrap();
         function[opened + 1..function.len() - 1]
             .iter()

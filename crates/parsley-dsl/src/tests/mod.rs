@@ -6,6 +6,7 @@
 mod causal;
 mod cogroup;
 mod foreign_key;
+mod global;
 mod grouped_table;
 mod headers;
 mod operators;

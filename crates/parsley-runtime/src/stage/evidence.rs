@@ -124,11 +124,10 @@ impl Evidence {
             // A held record is not read past: the gate takes at most its offset.
             let position = intake.gate_position(&channel, position);
             if let Some(task) = tasks.get_mut(partition) {
-                task.gate_mut()
-                    .position(channel, position)
-                    .map_err(|e| ctx.gate_error(partition, e))?;
+                task.position(ctx, channel, position)?;
             }
         }
+        tasks.global_positions(ctx)?;
         let mut served: BTreeSet<Channel> = BTreeSet::new();
         loop {
             let mut wanted: BTreeSet<Channel> = BTreeSet::new();
@@ -333,7 +332,7 @@ fn consumer_positions<C: ConsumerContext>(
     let tasks = tasks.iter();
     let mut positions = TopicPartitionList::with_capacity(tasks.len() * ctx.sources.len());
     for (partition, task) in tasks {
-        for source in &ctx.sources {
+        for source in ctx.sources.iter().filter(|t| !ctx.is_global_topic(t.id)) {
             if task
                 .gate()
                 .baseline(&Channel::new(source.id, *partition))

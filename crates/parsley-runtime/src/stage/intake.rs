@@ -424,7 +424,7 @@ impl Intake {
 }
 
 /// A polled message as [`fetched`] reads it.
-struct PolledMessage<'a, 'm>(&'a BorrowedMessage<'m>);
+pub(crate) struct PolledMessage<'a, 'm>(pub(crate) &'a BorrowedMessage<'m>);
 
 impl FetchedMessage for PolledMessage<'_, '_> {
     fn topic(&self) -> &str {

@@ -476,6 +476,7 @@ impl StageRunner {
             }
             timeout = Duration::ZERO;
         }
+        taken.records += self.tasks.take_global(&self.ctx, self.intake.epoch())?;
         Ok(taken)
     }
 
@@ -536,7 +537,13 @@ impl StageRunner {
                     let names: Vec<&str> =
                         self.ctx.sources.iter().map(|t| t.name.as_str()).collect();
                     let now = self.evidence.admin().describe_topics(&names)?;
-                    check_assignment(&self.ctx.stage, &self.ctx.sources, &now, &by_task)?;
+                    check_assignment(
+                        &self.ctx.stage,
+                        &self.ctx.sources,
+                        |t| self.spec.is_global(t),
+                        &now,
+                        &by_task,
+                    )?;
                     // Every assigned task shows as restoring until its own restore is done, so
                     // the readiness check never takes the first restored tasks for all of them.
                     for partition in by_task.keys() {

@@ -107,6 +107,7 @@ impl OwnershipCheck {
         let sources: Vec<(&str, i32)> = ctx
             .sources
             .iter()
+            .filter(|t| !ctx.is_global_topic(t.id))
             .map(|t| (t.name.as_str(), t.partitions))
             .collect();
         let now = unowned(&view, &sources);

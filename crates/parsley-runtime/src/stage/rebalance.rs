@@ -195,8 +195,9 @@ impl ConsumerContext for RebalanceContext {
 /// partition counts), and no source may have changed since the stage started — its partition
 /// count (keys would move between tasks under the stage's feet) or its identity.
 ///
-/// `sources` are the stage's sources as resolved at its start, `now` the same topics described
-/// again, `by_task` the assigned channels with their positions, by task.
+/// `sources` are the stage's sources as resolved at its start (`global` says which are global
+/// sources, not assigned by the group), `now` the same topics described again, `by_task` the
+/// assigned channels with their positions, by task.
 ///
 /// # Errors
 /// [`RecordError::SourceChanged`] or [`SetupError::NotCoPartitioned`], naming the topic and
@@ -204,10 +205,13 @@ impl ConsumerContext for RebalanceContext {
 pub(crate) fn check_assignment(
     stage: &str,
     sources: &[TopicInfo],
+    global: impl Fn(&str) -> bool,
     now: &[TopicInfo],
     by_task: &BTreeMap<i32, Vec<(Channel, i64)>>,
 ) -> Result<()> {
     super::sources::compare(stage, sources, now)?;
+    // The global sources are not the group's (module `tasks::global`).
+    let sources: Vec<&TopicInfo> = sources.iter().filter(|t| !global(&t.name)).collect();
     for (partition, positions) in by_task {
         if positions.len() != sources.len() {
             return Err(Error::Setup(SetupError::NotCoPartitioned {

@@ -99,12 +99,18 @@ pub(super) fn start(
             // The group join runs while the changelog is made ready and the producer
             // initialises (the assignment waits for the first poll).
             let aligned = spec.event_time().is_some_and(|o| o.max_drift_ms.is_some());
-            let intake = Intake::subscribe(config, &group, &admin, spec.sources(), aligned)?;
+            // The global sources are not the group's: each task reads them whole.
+            let partitioned: Vec<String> = spec.partitioned_sources().cloned().collect();
+            let intake = Intake::subscribe(config, &group, &admin, &partitioned, aligned)?;
             let join_wait = JoinWait::new();
             let changelog = changelog::ensure_topic(
                 &admin,
                 &changelog::changelog_topic(&group),
-                sources[0].partitions,
+                sources
+                    .iter()
+                    .find(|t| !spec.is_global(&t.name))
+                    .unwrap_or(&sources[0])
+                    .partitions,
             )?;
             debug!(
                 took_ms = started.elapsed().as_millis() as u64,
@@ -266,13 +272,18 @@ fn describe(
 ) -> Result<(Vec<TopicInfo>, Vec<TopicInfo>, DeadLetters)> {
     let source_names: Vec<&str> = spec.sources().iter().map(String::as_str).collect();
     let sources = admin.describe_topics(&source_names)?;
-    if sources
+    // A global source is read whole by every task: it may have any count.
+    let partitioned: Vec<&TopicInfo> = sources
         .iter()
-        .any(|t| t.partitions != sources[0].partitions)
+        .filter(|t| !spec.is_global(&t.name))
+        .collect();
+    if partitioned
+        .iter()
+        .any(|t| t.partitions != partitioned[0].partitions)
     {
         return Err(Error::Setup(SetupError::NotCoPartitioned {
             stage: spec.name().to_string(),
-            partitions: sources
+            partitions: partitioned
                 .iter()
                 .map(|t| (t.name.clone(), t.partitions))
                 .collect(),

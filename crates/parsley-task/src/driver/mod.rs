@@ -232,13 +232,18 @@ impl TopologyTestDriverBuilder {
         let mut stages = Vec::new();
         for spec in topology.stages() {
             let sources: Vec<TopicInfo> = spec.sources().iter().map(|t| info(t)).collect();
-            if sources
+            // A global source is read whole by every task: it may have any count.
+            let partitioned: Vec<&TopicInfo> = sources
                 .iter()
-                .any(|t| t.partitions != sources[0].partitions)
+                .filter(|t| !spec.is_global(&t.name))
+                .collect();
+            if partitioned
+                .iter()
+                .any(|t| t.partitions != partitioned[0].partitions)
             {
                 return Err(Error::Setup(SetupError::NotCoPartitioned {
                     stage: spec.name().to_string(),
-                    partitions: sources
+                    partitions: partitioned
                         .iter()
                         .map(|t| (t.name.clone(), t.partitions))
                         .collect(),

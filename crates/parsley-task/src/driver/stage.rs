@@ -53,8 +53,9 @@ pub(super) struct StageRun {
     /// The group id's changelog topic name (in errors).
     changelog_name: String,
     pub tasks: BTreeMap<i32, Task>,
-    /// The next offset the consumer fetches, per consumed channel.
-    fetch: BTreeMap<Channel, i64>,
+    /// The next offset the consumer fetches, per task and consumed channel (a global source's
+    /// channel is read by every task, at its own position).
+    fetch: BTreeMap<(i32, Channel), i64>,
     /// The group's committed offsets.
     committed: BTreeMap<Channel, i64>,
     /// The changelog, one record list per partition (task), in append order.
@@ -91,7 +92,14 @@ impl StageRun {
         logs: &Logs,
     ) -> Result<Self> {
         let metrics = Arc::new(StageMetrics::default());
-        let partitions = topics.sources[0].partitions;
+        // One task per partition of the sources read by partition (a global source may have
+        // any count).
+        let partitions = topics
+            .sources
+            .iter()
+            .find(|t| !spec.is_global(&t.name))
+            .unwrap_or(&topics.sources[0])
+            .partitions;
         let ctx = TaskContext::new(
             &spec,
             topics.sources,
@@ -162,7 +170,8 @@ impl StageRun {
                 .into_iter()
                 .map(|c| (c, self.committed.get(&c).copied().unwrap_or(0)))
                 .collect();
-            self.fetch.extend(positions.iter().copied());
+            self.fetch
+                .extend(positions.iter().map(|&(c, o)| ((partition, c), o)));
             let (task, moved) = rebuild_task(
                 &self.ctx,
                 self.spec.event_time(),
@@ -172,7 +181,14 @@ impl StageRun {
                 None,
                 &mut Memory(logs),
             )?;
-            self.fetch.extend(moved);
+            self.fetch
+                .extend(moved.into_iter().map(|(c, o)| ((partition, c), o)));
+            // A global channel the snapshot names resumes where its gate has delivered to.
+            self.fetch.extend(
+                task.global_positions(&self.ctx)
+                    .into_iter()
+                    .map(|(c, o)| ((partition, c), o)),
+            );
             self.metrics.task(partition, |m| {
                 m.restore_position = end;
                 m.phase = TaskPhase::Running;
@@ -255,28 +271,32 @@ impl StageRun {
         let mut offered = 0;
         for (&partition, task) in &mut self.tasks {
             let mut batch: Vec<(u64, &str, i64, Channel)> = Vec::new();
-            for source in &self.ctx.sources {
-                let channel = Channel::new(source.id, partition);
-                let topic = logs.topic(&source.name)?;
-                let from = self.fetch.get(&channel).copied().unwrap_or(0);
-                let to = topic.last_stable(partition);
+            for channel in self.ctx.consumed(partition) {
+                let source = self.ctx.source_position(channel)?;
+                let name = self.ctx.sources[source].name.as_str();
+                let topic = logs.topic(name)?;
+                let from = self.fetch.get(&(partition, channel)).copied().unwrap_or(0);
+                let to = topic.last_stable(channel.partition);
                 for offset in from..to {
-                    let seq = topic.partitions[partition as usize][offset as usize].seq;
-                    batch.push((seq, source.name.as_str(), offset, channel));
+                    let seq = topic.partitions[channel.partition as usize][offset as usize].seq;
+                    batch.push((seq, name, offset, channel));
                 }
-                self.fetch.insert(channel, to.max(from));
+                self.fetch.insert((partition, channel), to.max(from));
             }
             batch.sort_unstable_by_key(|(seq, ..)| *seq);
-            for (_, topic, offset, _) in batch {
-                let record = &logs.topic(topic)?.partitions[partition as usize][offset as usize];
+            for (_, topic, offset, channel) in batch {
+                let record =
+                    &logs.topic(topic)?.partitions[channel.partition as usize][offset as usize];
                 let view = View {
                     topic,
-                    partition,
+                    partition: channel.partition,
                     offset,
                     record,
                 };
                 self.arrivals += 1;
-                let f = fetched(&self.ctx, &view, self.arrivals, self.epoch, batch_time)?;
+                let mut f = fetched(&self.ctx, &view, self.arrivals, self.epoch, batch_time)?;
+                // A global source's record is this task's whatever its partition.
+                f.partition = partition;
                 task.offer(&self.ctx, f)?;
                 offered += 1;
             }
@@ -288,14 +308,13 @@ impl StageRun {
     /// until no gate asks for another (each channel once per turn).
     fn read_evidence(&mut self, logs: &Logs) {
         for (&partition, task) in &mut self.tasks {
-            for source in &self.ctx.sources {
-                let channel = Channel::new(source.id, partition);
+            for channel in self.ctx.consumed(partition) {
                 if task.gate().baseline(&channel).is_none() {
                     continue;
                 }
-                if let Some(&position) = self.fetch.get(&channel) {
+                if let Some(&position) = self.fetch.get(&(partition, channel)) {
                     // Cannot be behind a record offered: every one offered is below it.
-                    let _ = task.gate_mut().position(channel, position);
+                    let _ = task.position(&self.ctx, channel, position);
                 }
             }
         }

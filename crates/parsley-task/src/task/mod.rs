@@ -27,6 +27,7 @@
 
 mod bad;
 mod fold;
+mod global;
 mod rebuild;
 mod ticks;
 mod timers;
@@ -136,6 +137,8 @@ pub struct Task {
     refused: Vec<RefusedInput>,
     /// Its partition of the built-in clock's topic and its last tick, when the stage has one.
     ticker: Option<ticks::Ticker>,
+    /// While it reads its global sources to their end offsets: what waits (module `global`).
+    bootstrap: Option<Box<global::Bootstrap>>,
 }
 
 impl Task {
@@ -161,6 +164,7 @@ impl Task {
             causes: VecDeque::new(),
             refused: Vec::new(),
             ticker: None,
+            bootstrap: None,
         }
     }
 
@@ -188,7 +192,9 @@ impl Task {
     /// specification, §7, exact restore), assigned at `positions` (the group's committed offsets,
     /// or the log start where it has none). Returns the task and the consumed channels the snapshot
     /// does not name, with their assigned positions: channels new to the task, which the caller
-    /// seeds ([`Task::seed`]) at their log start.
+    /// seeds ([`Task::seed`]) at their log start. A global source's channel is compared with
+    /// nothing: it resumes at the snapshot's offset, or is new (its position in `positions` is
+    /// its log start).
     ///
     /// Channels the snapshot names that the task no longer consumes belong to a deleted topic
     /// (a recreated topic is a new channel) and are dropped; a consumed channel the snapshot
@@ -231,10 +237,16 @@ impl Task {
             if !known {
                 fresh.push((c, o));
             }
-            known
+            // A global channel resumes where the snapshot says: the group has no offset for it.
+            known && !ctx.is_global(c)
         });
-        let mut committed_with = snapshot.offsets.clone();
-        committed_with.sort();
+        let mut snapshot_offsets = snapshot.offsets.clone();
+        snapshot_offsets.sort();
+        let committed_with: Vec<(Channel, i64)> = snapshot_offsets
+            .iter()
+            .copied()
+            .filter(|(c, _)| !ctx.is_global(*c))
+            .collect();
         if committed_with != positions {
             let name = |cs: &[(Channel, i64)]| {
                 cs.iter()
@@ -252,7 +264,7 @@ impl Task {
             .map_err(|e| ctx.gate_error(partition, e))?;
         let clock = CausalClock::resume(snapshot.sender, snapshot.next_seq, snapshot.clock, true);
         Ok((
-            Task::with(partition, gate, clock, fold, committed_with),
+            Task::with(partition, gate, clock, fold, snapshot_offsets),
             fresh,
         ))
     }
@@ -347,18 +359,23 @@ impl Task {
     }
 
     /// Offers a fetched record of this task to its gate, applying the policy to a malformed
-    /// stamp first; a full channel that an in-flight claim needs spills at once.
+    /// stamp first; a full channel that an in-flight claim needs spills at once. While the
+    /// task bootstraps its global sources, a record of another channel waits instead (module
+    /// `global`).
     ///
     /// # Errors
     /// The policy's error for a malformed stamp; the gate's refusal (the record is dropped
     /// with the error: the stage stops and reads it again after a restart).
     pub fn offer(&mut self, ctx: &TaskContext, fetched: impl Into<Box<Fetched>>) -> Result<()> {
+        let Some(fetched) = self.hold_for_bootstrap(ctx, fetched.into()) else {
+            return Ok(());
+        };
         let Fetched {
             channel,
             mut arrival,
             malformed,
             ..
-        } = *fetched.into();
+        } = *fetched;
         if let Some(error) = malformed {
             ctx.metrics.impossible();
             ctx.metrics
@@ -520,6 +537,9 @@ impl Task {
                 self.changed = true;
             }
             self.release_in_time_order(ctx, out, &mut work)?;
+        }
+        if let Some(more) = self.end_bootstrap(ctx, out)? {
+            work += more;
         }
         Ok(work)
     }
@@ -706,7 +726,7 @@ impl Task {
         };
         let state_key = record.key.unwrap_or_default();
         let headers = user_headers(record.headers);
-        let processed = ctx.processor.process_delivery(
+        let processed = ctx.processor.process_delivery_with(
             RawDelivery {
                 topic: &ctx.sources[record.source].name,
                 partition: self.partition,
@@ -718,6 +738,7 @@ impl Task {
                 headers: &headers,
             },
             self.fold.get(state_key)?.as_deref(),
+            &global::FoldLookup(&self.fold),
         );
         let step = match processed {
             Ok(step) => step,
@@ -899,7 +920,8 @@ impl Task {
     }
 
     /// Writes the task's changed fold state, its timer queue's changes and, when anything
-    /// changed, its snapshot to `writer`, and returns the input offsets to commit with them.
+    /// changed, its snapshot to `writer`, and returns the input offsets to commit with them to
+    /// the group: those of every channel but the global sources' (kept in the snapshot only).
     /// Called once every output of the transaction is acknowledged, so the snapshot's clock
     /// claims coordinates only.
     ///
@@ -961,6 +983,10 @@ impl Task {
         }
         let copies = writer.copies.take().unwrap_or_default();
         self.fold.seal(copies);
+        let mut committed = committed;
+        if ctx.has_global() {
+            committed.retain(|(c, _)| !ctx.is_global(*c));
+        }
         Ok(committed)
     }
 }

@@ -44,7 +44,8 @@ pub trait StartEvidence {
 /// from its snapshot ([`Task::restore`]) when it has one, else fresh ([`Task::fresh`]); a
 /// consumed channel the snapshot does not name is seeded at its log start; an event-time
 /// task's order is restored and started (`start_event_time`), and its per-key late counts
-/// published. Its fold state is `fold` (on disk), or else the restored records' (in memory).
+/// published; a task with global sources starts its bootstrap at their last stable offsets
+/// ([`Task::start_bootstrap`]). Its fold state is `fold` (on disk), or else the restored records' (in memory).
 /// Returns the task and the channels whose fetch position must move to their log start,
 /// with it.
 ///
@@ -102,6 +103,19 @@ pub fn rebuild_task(
         }));
     }
     task.set_event_time(event_time);
+    if ctx.has_global() {
+        // Caught up to the last stable offsets found now, as a read-committed consumer sees
+        // the end (module `global` of the task).
+        let channels = ctx.global_channels();
+        let ends = evidence.ends(ctx, &channels)?;
+        task.start_bootstrap(
+            channels
+                .into_iter()
+                .zip(ends)
+                .map(|(c, (_, lso))| (c, lso))
+                .collect(),
+        );
+    }
     if let Some(clock) = &ctx.clock {
         task.set_clock(Channel::new(ctx.sources[clock.source].id, partition));
     }

@@ -23,6 +23,7 @@
 
 mod acks;
 mod explain;
+mod global;
 mod restore;
 
 use std::collections::BTreeMap;
@@ -74,6 +75,9 @@ pub(crate) struct Tasks {
     changelog: TopicInfo,
     /// The configuration of the consumer that reads a changelog partition (module `restore`).
     restore_client: ClientConfig,
+    /// The readers of the global sources, one per task, when the stage has global sources
+    /// (module `global`).
+    global: Option<global::GlobalReaders>,
 }
 
 impl Tasks {
@@ -93,6 +97,8 @@ impl Tasks {
             upstreams,
             stores,
             restore_client: restore::restore_client(app, spec, config, &changelog),
+            global: (!spec.global_sources().is_empty())
+                .then(|| global::GlobalReaders::new(restore::global_client(app, spec, config))),
             changelog,
         }
     }
@@ -120,6 +126,33 @@ impl Tasks {
     /// Hands every task over (a revocation).
     pub(crate) fn clear(&mut self) {
         self.tasks.clear();
+        if let Some(g) = &mut self.global {
+            g.clear();
+        }
+    }
+
+    /// Polls the readers of the global sources without waiting and offers what they read to
+    /// their tasks (module `global`); `epoch` is the stage consumer's poll batch. Returns how
+    /// many records.
+    ///
+    /// # Errors
+    /// A failed poll; the task's, as [`Task::offer`].
+    pub(crate) fn take_global(&mut self, ctx: &TaskContext, epoch: u64) -> Result<usize> {
+        match &mut self.global {
+            Some(g) => g.take(ctx, &mut self.tasks, epoch),
+            None => Ok(0),
+        }
+    }
+
+    /// Hands each task the positions of its global sources' reader (module `global`).
+    ///
+    /// # Errors
+    /// Reading the positions; the gate's.
+    pub(crate) fn global_positions(&mut self, ctx: &TaskContext) -> Result<()> {
+        match &self.global {
+            Some(g) => g.positions(ctx, &mut self.tasks),
+            None => Ok(()),
+        }
     }
 
     /// Drops every task for a rebuild from the last commit, keeping what each refused for
@@ -130,7 +163,7 @@ impl Tasks {
             .values_mut()
             .flat_map(Task::take_refused)
             .collect();
-        self.tasks.clear();
+        self.clear();
         refused
     }
 
@@ -313,7 +346,9 @@ impl Tasks {
             let partition = task.partition();
             let steps = backpressure::plan(task.gate(), intake.full(), ctx.cap);
             let gate = task.gate_mut();
-            for step in steps {
+            // A global source is read by the task's own reader, not the stage's consumer
+            // (module `global`): it is not paused, spilled or sought.
+            for step in steps.into_iter().filter(|s| !ctx.is_global(s.channel())) {
                 match step {
                     Step::Spill(channel) => {
                         let n = gate.spill(&channel);

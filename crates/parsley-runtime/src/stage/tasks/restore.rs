@@ -94,6 +94,13 @@ impl Tasks {
         }
         let mut cluster = Cluster(admin);
         let changelog_id = changelog.id;
+        // The global channels: the group has no offset for them; a task new to them starts at
+        // their log start.
+        let mut positions = positions;
+        let global = ctx.global_channels();
+        for &channel in &global {
+            positions.push((channel, cluster.log_start(ctx, channel)?));
+        }
         let (mut task, moved) = rebuild_task(
             ctx,
             self.event_time.as_ref(),
@@ -104,7 +111,12 @@ impl Tasks {
             &mut cluster,
         )?;
         for (channel, start) in moved {
-            intake.seek(ctx, channel, start, config.timeout)?;
+            if !ctx.is_global(channel) {
+                intake.seek(ctx, channel, start, config.timeout)?;
+            }
+        }
+        if let Some(readers) = &mut self.global {
+            readers.open(ctx, partition, &task.global_positions(ctx))?;
         }
         if task.event_time().is_some() {
             self.wait_for_upstream(ctx, admin, partition)?;
@@ -196,6 +208,32 @@ pub(super) fn restore_client(
             // by default), so a restore that folds slower than it fetches would stand
             // still for most of each second (measured on 2 M records: 2.5-4.1x a plain
             // read of the changelog with the default, 0.8-1.2x with 10 ms).
+            ("fetch.queue.backoff.ms", "10"),
+        ],
+    )
+}
+
+/// The configuration of the consumers that read the global sources of the stage of `spec` for
+/// its tasks (module `global`): as a changelog's restore consumer, with a group of their own
+/// that is never joined.
+pub(super) fn global_client(
+    app: &str,
+    spec: &StageSpec,
+    config: &RuntimeConfig,
+) -> rdkafka::ClientConfig {
+    let group = spec.group_id(app);
+    let global_group = format!("{group}.global");
+    config.client_config(
+        &group,
+        ClientRole::Restore,
+        &[
+            ("group.id", &global_group),
+            ("isolation.level", "read_committed"),
+            ("enable.auto.commit", "false"),
+            ("enable.partition.eof", "false"),
+            // A position out of range is an error, not a silent jump (as the stage's consumer).
+            ("auto.offset.reset", "error"),
+            ("fetch.wait.max.ms", "50"),
             ("fetch.queue.backoff.ms", "10"),
         ],
     )

@@ -75,6 +75,7 @@ fn context_of(spec: &StageSpec, bad_records: BadRecordPolicy) -> TaskContext {
         stage: spec.name().into(),
         sources: vec![topic(1, "in"), topic(2, "side")],
         key_partitioning: vec![KeyPartitioning::Murmur2; 2],
+        global: vec![false; 2],
         sinks: vec![topic(3, "out")],
         dead_letter: None,
         bad_record_dead_letter: dead_letter,
@@ -555,10 +556,12 @@ fn the_backpressure_plan_keeps_a_channel_a_claim_needs_unpaused() {
 fn an_assignment_must_cover_every_source_and_sources_must_not_change() {
     let sources = [topic(1, "in"), topic(2, "side")];
     let both: BTreeMap<i32, Vec<(Channel, i64)>> = [(0, vec![(ch(1), 0), (ch(2), 0)])].into();
-    assert!(check_assignment("s", &sources, &sources, &both).is_ok());
+    assert!(check_assignment("s", &sources, |_| false, &sources, &both).is_ok());
 
     let one: BTreeMap<i32, Vec<(Channel, i64)>> = [(0, vec![(ch(1), 0)])].into();
-    let err = check_assignment("s", &sources, &sources, &one).unwrap_err();
+    // A global source is not the group's to assign: every task reads it whole.
+    assert!(check_assignment("s", &sources, |t| t == "side", &sources, &one).is_ok());
+    let err = check_assignment("s", &sources, |_| false, &sources, &one).unwrap_err();
     assert!(
         matches!(&err, Error::Setup(SetupError::NotCoPartitioned { partitions, .. })
             if partitions[1].0 == "side (partition 0 missing)"),
@@ -567,14 +570,14 @@ fn an_assignment_must_cover_every_source_and_sources_must_not_change() {
 
     let mut grown = sources.clone();
     grown[1].partitions = 2;
-    let err = check_assignment("s", &sources, &grown, &both).unwrap_err();
+    let err = check_assignment("s", &sources, |_| false, &grown, &both).unwrap_err();
     assert!(
         matches!(&err, Error::Record(RecordError::SourceChanged { topic, partitions: (1, 2), recreated: false, .. }) if topic == "side"),
         "{err}"
     );
     let mut recreated = sources.clone();
     recreated[0].id = TopicId::from_bytes([7; 16]);
-    let err = check_assignment("s", &sources, &recreated, &both).unwrap_err();
+    let err = check_assignment("s", &sources, |_| false, &recreated, &both).unwrap_err();
     assert!(
         matches!(
             err,

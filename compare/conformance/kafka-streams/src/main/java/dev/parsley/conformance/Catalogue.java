@@ -23,12 +23,14 @@ import org.apache.kafka.streams.TopologyTestDriver;
 import org.apache.kafka.streams.kstream.Branched;
 import org.apache.kafka.streams.kstream.BranchedKStream;
 import org.apache.kafka.streams.kstream.EmitStrategy;
+import org.apache.kafka.streams.kstream.GlobalKTable;
 import org.apache.kafka.streams.kstream.Grouped;
 import org.apache.kafka.streams.kstream.JoinWindows;
 import org.apache.kafka.streams.kstream.KGroupedStream;
 import org.apache.kafka.streams.kstream.KGroupedTable;
 import org.apache.kafka.streams.kstream.KStream;
 import org.apache.kafka.streams.kstream.KTable;
+import org.apache.kafka.streams.kstream.KeyValueMapper;
 import org.apache.kafka.streams.kstream.Materialized;
 import org.apache.kafka.streams.kstream.Named;
 import org.apache.kafka.streams.kstream.Produced;
@@ -417,6 +419,15 @@ final class Catalogue {
                 (op.get("left").asBoolean()
                         ? l.leftJoin(r, foreignKey, Fns::pair)
                         : l.join(r, foreignKey, Fns::pair)).toStream().to("out");
+            }
+            case "global-join" -> {
+                inputs.add("right");
+                GlobalKTable<String, String> g = b.globalTable("right");
+                KStream<String, String> s = b.stream("left");
+                KeyValueMapper<String, String, String> foreignKey = (k, v) -> Fns.foreignKey(v);
+                (op.get("left").asBoolean()
+                        ? s.leftJoin(g, foreignKey, Fns::pair)
+                        : s.join(g, foreignKey, Fns::pair)).to("out");
             }
             case "suppress" -> b.<String, String>table("left")
                     .suppress(Suppressed.untilTimeLimit(Duration.ofMillis(op.get("limit_ms").asLong()),
