@@ -1,15 +1,18 @@
 //! A global table on the real broker: orders (2 partitions) named by a global table of
 //! customers (3 partitions, not co-partitioned with them). Each task reads every partition of
 //! the customers with its own reader, reads them to their end before its first join, resumes
-//! them from its changelog after a restart, and joins an order stamped after a rename with
-//! that rename or a later one.
+//! them from its changelog after a restart and on the instance it moves to, and joins an order
+//! stamped after a rename with that rename or a later one.
 
 use std::collections::BTreeMap;
 
 use parsley_dsl::StreamsBuilder;
-use parsley_runtime::{CausalProducer, CausalProducerConfig, Running, Runtime, RuntimeConfig};
+use parsley_runtime::{
+    CausalProducer, CausalProducerConfig, Running, Runtime, RuntimeConfig, TaskPhase,
+};
 use parsley_testkit::fixtures::{
     DEADLINE, bootstrap, create_topic, raw_producer, read_committed, unique_topic, wait_committed,
+    wait_metrics, wait_tasks,
 };
 use rdkafka::producer::{BaseRecord, Producer};
 
@@ -17,6 +20,10 @@ use rdkafka::producer::{BaseRecord, Producer};
 const CUSTOMERS: usize = 9;
 
 fn start(app: &str, customers: &str, orders: &str, out: &str) -> Running {
+    start_as(app, customers, orders, out, RuntimeConfig::new(bootstrap()))
+}
+
+fn start_as(app: &str, customers: &str, orders: &str, out: &str, config: RuntimeConfig) -> Running {
     let builder = StreamsBuilder::new(app);
     let names = builder.global_table::<String, String>(customers);
     builder
@@ -27,7 +34,7 @@ fn start(app: &str, customers: &str, orders: &str, out: &str) -> Running {
             |order, name| format!("{order}|{name}"),
         )
         .to(out);
-    Runtime::new(builder.build().unwrap(), RuntimeConfig::new(bootstrap()))
+    Runtime::new(builder.build().unwrap(), config)
         .start()
         .unwrap()
 }
@@ -129,6 +136,77 @@ fn every_task_reads_the_whole_global_table_before_its_first_join_and_after_a_res
     for (order, values) in &got {
         let o: usize = order[2..].parse().unwrap();
         let (c, v) = (o % CUSTOMERS, if o < 20 { 1 } else { 2 });
+        assert_eq!(
+            values,
+            &[format!("c-{c}:{v}|c-{c}#{v}")],
+            "{order}: exactly once"
+        );
+    }
+}
+
+#[test]
+fn a_task_that_moves_to_a_joining_instance_reads_the_global_table_there_and_joins_once() {
+    let customers = create_topic("dsl-global-move-customers", 3);
+    let orders = create_topic("dsl-global-move-orders", 2);
+    let out = create_topic("dsl-global-move-named", 2);
+    let app = unique_topic("dsl-global-move");
+    let mut producer = CausalProducer::new(CausalProducerConfig::new(bootstrap())).unwrap();
+    let mut write = |version: usize, orders_from: usize| {
+        for c in 0..CUSTOMERS {
+            producer
+                .send(
+                    &customers.name,
+                    format!("c-{c}").as_bytes(),
+                    format!("c-{c}#{version}").as_bytes(),
+                )
+                .unwrap();
+        }
+        for o in orders_from..orders_from + 20 {
+            producer
+                .send(
+                    &orders.name,
+                    format!("o-{o}").as_bytes(),
+                    format!("c-{}:{version}", o % CUSTOMERS).as_bytes(),
+                )
+                .unwrap();
+        }
+        producer.flush().unwrap();
+    };
+    let config = |instance: &str| {
+        let mut c = RuntimeConfig::new(bootstrap());
+        c.instance_id = instance.to_string();
+        c
+    };
+    write(0, 0);
+    let a = start_as(&app, &customers.name, &orders.name, &out.name, config("a"));
+    wait_committed(&a, &orders.name, 20 + 2 * CUSTOMERS as u64);
+    // A second instance joins: one task moves to it, with its copy of the table.
+    let b = start_as(&app, &customers.name, &orders.name, &out.name, config("b"));
+    wait_tasks(&b, &orders.name, "a task moved to b", |t| {
+        t.len() == 1 && t[0].phase == TaskPhase::Running
+    });
+    wait_tasks(&a, &orders.name, "a kept the other task", |t| t.len() == 1);
+    write(1, 20);
+    let committed = |r: &Running| {
+        r.metrics()
+            .into_iter()
+            .find(|(n, _)| *n == orders.name)
+            .map_or(0, |(_, m)| m.committed_deliveries)
+    };
+    // Each instance's task delivers the renames, and together they deliver the new orders.
+    wait_metrics(&b, &orders.name, "both tasks took the second round", |mb| {
+        mb.committed_deliveries >= CUSTOMERS as u64
+            && committed(&a) >= 20 + 2 * CUSTOMERS as u64 + CUSTOMERS as u64
+            && mb.committed_deliveries + committed(&a)
+                >= 20 + 2 * CUSTOMERS as u64 + 2 * CUSTOMERS as u64 + 20
+    });
+    a.stop().unwrap();
+    b.stop().unwrap();
+    let got = joined(&out);
+    assert_eq!(got.len(), 40);
+    for (order, values) in &got {
+        let o: usize = order[2..].parse().unwrap();
+        let (c, v) = (o % CUSTOMERS, usize::from(o >= 20));
         assert_eq!(
             values,
             &[format!("c-{c}:{v}|c-{c}#{v}")],

@@ -113,6 +113,9 @@ pub(crate) struct Intake {
     batch_time: Option<Instant>,
     /// The channels paused by backpressure (their queues are full).
     full: ChannelSet,
+    /// The channels paused while their task reads its global sources to their end (module
+    /// `tasks::global`).
+    bootstrapping: ChannelSet,
     /// The channels bounded by watermark alignment, and their bounds.
     bounds: ChannelMap<Bound>,
     /// What the consumer returned of bounded channels beyond their bounds, and after.
@@ -158,6 +161,7 @@ impl Intake {
             arrivals: 0,
             batch_time: None,
             full: ChannelSet::default(),
+            bootstrapping: ChannelSet::default(),
             bounds: ChannelMap::default(),
             held: Held::new(HOLD_BYTES),
             released: false,
@@ -183,7 +187,9 @@ impl Intake {
     /// `true` when the consumer does not fetch `channel` now (paused by backpressure, or for
     /// what it holds).
     pub(crate) fn is_paused(&self, channel: &Channel) -> bool {
-        self.full.contains(channel) || self.held.is_full(channel)
+        self.full.contains(channel)
+            || self.bootstrapping.contains(channel)
+            || self.held.is_full(channel)
     }
 
     /// The consumer's `position` of `channel` as the gate may take it: at most the first
@@ -317,6 +323,27 @@ impl Intake {
         Ok(())
     }
 
+    /// Pauses or resumes the partition of source channel `channel` while its task reads its
+    /// global sources to their end: what is fetched meanwhile waits in the task's memory, so
+    /// the consumer stops fetching more.
+    pub(crate) fn set_bootstrapping(
+        &mut self,
+        ctx: &TaskContext,
+        channel: Channel,
+        bootstrapping: bool,
+    ) -> Result<()> {
+        let was = self.is_paused(&channel);
+        if bootstrapping {
+            self.bootstrapping.insert(channel);
+        } else {
+            self.bootstrapping.remove(&channel);
+        }
+        if self.is_paused(&channel) != was {
+            self.pause(ctx, channel, !was)?;
+        }
+        Ok(())
+    }
+
     /// Pauses (`true`) or resumes the partition of source channel `channel` at the consumer.
     fn pause(&self, ctx: &TaskContext, channel: Channel, pause: bool) -> Result<()> {
         pause_partition(&self.consumer, ctx, channel, pause)
@@ -327,6 +354,9 @@ impl Intake {
     pub(crate) fn resume_all(&mut self, ctx: &TaskContext) -> Result<()> {
         for channel in self.full.clone() {
             self.set_full(ctx, channel, false)?;
+        }
+        for channel in self.bootstrapping.clone() {
+            self.set_bootstrapping(ctx, channel, false)?;
         }
         for channel in self.held.clear() {
             self.pause(ctx, channel, false)?;
@@ -402,6 +432,7 @@ impl Intake {
             .map_err(|e| crate::client_error::kafka(Operation::UnassignAfterRevocation, e))?;
         // Nothing is paused or held once nothing is assigned.
         self.full.clear();
+        self.bootstrapping.clear();
         self.bounds.clear();
         self.held.clear();
         Ok(())

@@ -143,6 +143,11 @@ use parsley_task::metrics::{Progress, StageMetrics, TaskPhase};
 /// are looked at least this often.
 const MAX_POLL_WAIT: Duration = Duration::from_millis(100);
 
+/// The longest a poll waits while a task reads its global sources to their end: their readers
+/// are polled after the stage's consumer, without waiting, and the stage's partitions of that
+/// task are paused meanwhile.
+const BOOTSTRAP_POLL_WAIT: Duration = Duration::from_millis(5);
+
 /// How a turn of the stream thread ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Turn {
@@ -321,9 +326,14 @@ impl StageRunner {
             // Records held for watermark alignment were just released into the gates.
             Duration::ZERO
         } else {
+            let most = if self.tasks.bootstrapping() {
+                BOOTSTRAP_POLL_WAIT
+            } else {
+                MAX_POLL_WAIT
+            };
             self.txn
                 .until_due(self.config.commit_interval)
-                .min(MAX_POLL_WAIT)
+                .min(most)
                 .min(self.tasks.until_tick(&self.ctx))
         };
         self.take_batch(Taking::Waiting(wait))?;

@@ -7,7 +7,10 @@
 //! and its records are offered to its task's gate like any other input's; the evidence phase
 //! hands each task its reader's positions. A task's reader is opened when the task is
 //! restored, at the first offset its gate has not delivered of each global channel, and
-//! dropped with the task.
+//! dropped with the task. While a task reads its global sources to their end (its bootstrap),
+//! the stage's consumer pauses the task's other partitions (`Intake::set_bootstrapping`): what
+//! was fetched before waits in the task, nothing more is fetched, and the poll waits at most
+//! a few ms so the readers are polled often.
 //!
 //! Invariants:
 //! - a reader exists exactly for each task here with global sources, and reads for that task

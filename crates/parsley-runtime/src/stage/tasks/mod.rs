@@ -144,6 +144,12 @@ impl Tasks {
         }
     }
 
+    /// Whether a task reads its global sources to their end now (module `global`): the poll
+    /// waits less meanwhile.
+    pub(crate) fn bootstrapping(&self) -> bool {
+        self.tasks.values().any(Task::bootstrapping)
+    }
+
     /// Hands each task the positions of its global sources' reader (module `global`).
     ///
     /// # Errors
@@ -375,6 +381,18 @@ impl Tasks {
         for (channel, full) in pauses {
             debug!(%channel, full, "backpressure");
             intake.set_full(ctx, channel, full)?;
+        }
+        if ctx.has_global() {
+            // While a task reads its global sources to their end, its other partitions wait
+            // (module `global`).
+            for task in self.tasks.values() {
+                let bootstrapping = task.bootstrapping();
+                for channel in ctx.consumed(task.partition()) {
+                    if !ctx.is_global(channel) {
+                        intake.set_bootstrapping(ctx, channel, bootstrapping)?;
+                    }
+                }
+            }
         }
         for (channel, offset) in seeks {
             intake.seek(ctx, channel, offset, timeout)?;
