@@ -55,6 +55,7 @@ mod conformance;
 mod fuzz;
 mod inspect;
 mod layering;
+mod python;
 mod replay;
 
 use std::process::{Command, ExitCode};
@@ -177,8 +178,17 @@ enum Cmd {
     /// Check the crates' layering on the dependency tree: each crate depends only on the crates
     /// below it, and nothing below the Kafka half builds C.
     Layering,
+    /// The Python stamper's tests (`clients/python`): its codec against the stamp's test
+    /// vectors and its producer on the local broker (started if needed), in a virtual
+    /// environment under `target/python` with `confluent-kafka` from PyPI.
+    Python {
+        /// Leave a broker this command started running afterwards.
+        #[arg(long)]
+        keep_broker: bool,
+    },
     /// The test command: format check, clippy (warnings denied), every workspace test on the
-    /// local broker, the book's build and link check, a small demo (also over SASL_SSL), the
+    /// local broker, the book's build and link check, the comparison with Kafka Streams, the
+    /// Python stamper's tests, a small demo (also over SASL_SSL), the
     /// end-to-end benchmark's smoke run, two seeded fault-injection runs and the fuzz targets.
     Test {
         /// Leave a broker this command started running afterwards.
@@ -379,6 +389,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             layering::check()?;
             Ok(ExitCode::SUCCESS)
         }
+        Cmd::Python { keep_broker } => with_broker(keep_broker, python::test),
         Cmd::Test {
             keep_broker,
             cluster: true,
@@ -441,6 +452,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
             );
             if conformance::run(&conformance::ConformanceArgs::quick())? != ExitCode::SUCCESS {
                 bail!("the comparison with Kafka Streams found an undocumented difference");
+            }
+            println!(
+                "xtask: the Python stamper (cargo xtask python: the stamp's test vectors, the producer on the broker)"
+            );
+            if python::test(bootstrap)? != ExitCode::SUCCESS {
+                bail!("the Python stamper's tests failed");
             }
             // The README's first command, small: it must keep working.
             println!("xtask: a small run of the demo");
