@@ -1,7 +1,9 @@
 //! `cargo xtask python`: the Python stamper's tests (`clients/python`) in a virtual
 //! environment under `target/python`, with `confluent-kafka` at the version its
 //! `pyproject.toml` pins, installed from PyPI: the stamp codec against the repository's test
-//! vectors, and the stamping producer on the broker at `bootstrap`.
+//! vectors, the stamping producer on the broker at `bootstrap`, and the shop end to end — the
+//! Python payments service feeding the `shop` example's pipeline (built here), stamped and,
+//! as the negative control, unstamped.
 //!
 //! Needs Python 3.9 or later with its `venv` module; on Debian, as root, a missing one is
 //! installed from Debian's packages (`python3`, `python3-venv`).
@@ -44,10 +46,19 @@ pub fn test(bootstrap: &str) -> Result<ExitCode> {
             bail!("pip could not install clients/python");
         }
     }
+    // The shop's pipeline, which the end-to-end test feeds with the Python payments service.
+    let built = crate::cargo()
+        .args(["build", "-p", "shop", "--bin", "shop"])
+        .status()
+        .context("building the shop example")?;
+    if !built.success() {
+        bail!("cargo build -p shop failed");
+    }
     let status = Command::new(&python)
         .args(["-m", "unittest", "discover", "-s", "tests", "-t", "."])
         .current_dir(&client)
         .env(broker::BOOTSTRAP_ENV, bootstrap)
+        .env("SHOP_BIN", root.join("target/debug/shop"))
         .status()
         .context("running the Python tests")?;
     Ok(crate::exit_code(status, "the Python stamper's tests"))

@@ -3,6 +3,7 @@ project's test command sets it): what it observes and what it sends is in the st
 writes, read back and decoded."""
 
 import os
+import time
 import unittest
 import uuid
 
@@ -26,7 +27,9 @@ def create_topic(prefix: str, partitions: int) -> str:
 
 
 def read_all(topic: str, partitions: int):
-    """Every record of ``topic`` up to its end offsets now, in partition then offset order."""
+    """Every committed record of ``topic`` up to its end offsets now, in partition then offset
+    order: read until the consumer's position reaches each end (it passes transaction
+    markers, which are not returned)."""
     consumer = Consumer(
         {
             "bootstrap.servers": BOOTSTRAP,
@@ -39,17 +42,21 @@ def read_all(topic: str, partitions: int):
         p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=TIMEOUT_S)[1]
         for p in range(partitions)
     }
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions) if ends[p] > 0])
+    left = {p for p, end in ends.items() if end > 0}
+    consumer.assign([TopicPartition(topic, p, 0) for p in sorted(left)])
     records = []
-    left = sum(ends.values())
-    while left > 0:
-        m = consumer.poll(TIMEOUT_S)
-        if m is None:
-            raise AssertionError(f"{left} records of {topic} not read in {TIMEOUT_S} s")
-        if m.error():
-            raise AssertionError(str(m.error()))
-        records.append(m)
-        left -= 1
+    deadline = time.monotonic() + TIMEOUT_S
+    while left:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"partitions {sorted(left)} of {topic} not read in {TIMEOUT_S} s")
+        m = consumer.poll(0.2)
+        if m is not None:
+            if m.error():
+                raise AssertionError(str(m.error()))
+            records.append(m)
+        for tp in consumer.position([TopicPartition(topic, p) for p in sorted(left)]):
+            if tp.offset >= ends[tp.partition]:
+                left.discard(tp.partition)
     consumer.close()
     return sorted(records, key=lambda m: (m.partition(), m.offset())), consumer
 
