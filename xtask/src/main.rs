@@ -54,6 +54,7 @@ mod compare;
 mod conformance;
 mod fuzz;
 mod inspect;
+mod jvm;
 mod layering;
 mod python;
 mod replay;
@@ -186,9 +187,16 @@ enum Cmd {
         #[arg(long)]
         keep_broker: bool,
     },
+    /// The JVM stamper's tests (`clients/java`, Maven): its codec against the stamp's test
+    /// vectors and its interceptors on the local broker (started if needed).
+    Java {
+        /// Leave a broker this command started running afterwards.
+        #[arg(long)]
+        keep_broker: bool,
+    },
     /// The test command: format check, clippy (warnings denied), every workspace test on the
     /// local broker, the book's build and link check, the comparison with Kafka Streams, the
-    /// Python stamper's tests, a small demo (also over SASL_SSL), the
+    /// Python and JVM stampers' tests, a small demo (also over SASL_SSL), the
     /// end-to-end benchmark's smoke run, two seeded fault-injection runs and the fuzz targets.
     Test {
         /// Leave a broker this command started running afterwards.
@@ -390,6 +398,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Python { keep_broker } => with_broker(keep_broker, python::test),
+        Cmd::Java { keep_broker } => with_broker(keep_broker, jvm::test),
         Cmd::Test {
             keep_broker,
             cluster: true,
@@ -458,6 +467,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
             );
             if python::test(bootstrap)? != ExitCode::SUCCESS {
                 bail!("the Python stamper's tests failed");
+            }
+            println!(
+                "xtask: the JVM stamper (cargo xtask java: the stamp's test vectors, the interceptors on the broker)"
+            );
+            if jvm::test(bootstrap)? != ExitCode::SUCCESS {
+                bail!("the JVM stamper's tests failed");
             }
             // The README's first command, small: it must keep working.
             println!("xtask: a small run of the demo");

@@ -1,0 +1,36 @@
+//! `cargo xtask java`: the JVM stamper's tests (`clients/java`, Maven, Java 17): the codec
+//! against the repository's stamp test vectors, and the interceptors on the broker at
+//! `bootstrap` — a consume-produce service stamped by configuration alone. Maven resolves
+//! `kafka-clients`, JUnit and Jackson from Maven Central when they are not in the local
+//! repository; the build goes to `target/clients/java/`.
+
+use std::path::Path;
+use std::process::{Command, ExitCode};
+
+use anyhow::{Context, Result};
+use parsley_testkit::broker;
+
+/// Runs the tests (module docs).
+///
+/// # Errors
+/// Maven missing, or not starting.
+pub fn test(bootstrap: &str) -> Result<ExitCode> {
+    broker::check_maven()?;
+    let pom = Path::new(env!("CARGO_MANIFEST_DIR")).join("../clients/java/pom.xml");
+    let status = Command::new("mvn")
+        .args(["-B", "-q", "-f"])
+        .arg(&pom)
+        .arg("test")
+        .env(broker::BOOTSTRAP_ENV, bootstrap)
+        .status()
+        .context("running mvn")?;
+    if status.success() {
+        println!(
+            "xtask: the JVM stamper's tests passed (reports in target/clients/java/surefire-reports)"
+        );
+    }
+    Ok(crate::exit_code(
+        status,
+        "the JVM stamper's tests (mvn test)",
+    ))
+}
