@@ -1,6 +1,8 @@
 //! `cargo xtask java`: the JVM stamper's tests (`clients/java`, Maven, Java 17): the codec
-//! against the repository's stamp test vectors, and the interceptors on the broker at
-//! `bootstrap` — a consume-produce service stamped by configuration alone. Maven resolves
+//! against the repository's stamp test vectors, the interceptors on the broker at
+//! `bootstrap` — a consume-produce service stamped by configuration alone — and the shop end to
+//! end: a Java payments service feeding the `shop` example's pipeline (built here), with the
+//! interceptors and, as the negative control, without. Maven resolves
 //! `kafka-clients`, JUnit and Jackson from Maven Central when they are not in the local
 //! repository; the build goes to `target/clients/java/`.
 
@@ -17,11 +19,14 @@ use parsley_testkit::broker;
 pub fn test(bootstrap: &str) -> Result<ExitCode> {
     broker::check_maven()?;
     let pom = Path::new(env!("CARGO_MANIFEST_DIR")).join("../clients/java/pom.xml");
+    // The shop's pipeline, which the end-to-end test feeds with the Java payments service.
+    let shop = crate::built_shop()?;
     let status = Command::new("mvn")
         .args(["-B", "-q", "-f"])
         .arg(&pom)
         .arg("test")
         .env(broker::BOOTSTRAP_ENV, bootstrap)
+        .env("SHOP_BIN", shop)
         .status()
         .context("running mvn")?;
     if status.success() {

@@ -815,6 +815,23 @@ fn status_code(cmd: &mut Command, what: &str) -> Result<ExitCode> {
     Ok(exit_code(status, what))
 }
 
+/// Builds the `shop` example's binary (the pipeline the stampers' end-to-end tests feed) and
+/// returns its path.
+///
+/// # Errors
+/// The build failing.
+fn built_shop() -> Result<std::path::PathBuf> {
+    let ok = cargo()
+        .args(["build", "-p", "shop", "--bin", "shop"])
+        .status()
+        .context("building the shop example")?
+        .success();
+    if !ok {
+        bail!("cargo build -p shop failed");
+    }
+    Ok(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/debug/shop"))
+}
+
 /// `status` as this process's exit code (reported when it is a failure).
 fn exit_code(status: std::process::ExitStatus, what: &str) -> ExitCode {
     if status.success() {

@@ -47,18 +47,12 @@ pub fn test(bootstrap: &str) -> Result<ExitCode> {
         }
     }
     // The shop's pipeline, which the end-to-end test feeds with the Python payments service.
-    let built = crate::cargo()
-        .args(["build", "-p", "shop", "--bin", "shop"])
-        .status()
-        .context("building the shop example")?;
-    if !built.success() {
-        bail!("cargo build -p shop failed");
-    }
+    let shop = crate::built_shop()?;
     let status = Command::new(&python)
         .args(["-m", "unittest", "discover", "-s", "tests", "-t", "."])
         .current_dir(&client)
         .env(broker::BOOTSTRAP_ENV, bootstrap)
-        .env("SHOP_BIN", root.join("target/debug/shop"))
+        .env("SHOP_BIN", shop)
         .status()
         .context("running the Python tests")?;
     Ok(crate::exit_code(status, "the Python stamper's tests"))
