@@ -126,8 +126,78 @@ class ShopEndToEndTest {
         return paid;
     }
 
+    /**
+     * The payments service as a Kafka Streams application: each order but every seventh mapped
+     * to its payment, timestamped a minute before it, with the interceptors configured on its
+     * consumer and producer ({@code consumer.} and {@code producer.} prefixes) when
+     * {@code stamped}. Runs until the payments topic holds every payment.
+     */
+    private static long payWithKafkaStreams(String orders, String payments, boolean stamped) throws Exception {
+        Properties p = new Properties();
+        p.put(org.apache.kafka.streams.StreamsConfig.APPLICATION_ID_CONFIG, "payments-" + UUID.randomUUID());
+        p.put(org.apache.kafka.streams.StreamsConfig.BOOTSTRAP_SERVERS_CONFIG, BOOTSTRAP);
+        p.put(org.apache.kafka.streams.StreamsConfig.STATE_DIR_CONFIG,
+                java.nio.file.Files.createTempDirectory("ks-payments").toString());
+        p.put(org.apache.kafka.streams.StreamsConfig.consumerPrefix("auto.offset.reset"), "earliest");
+        if (stamped) {
+            String clockId = "ks-" + UUID.randomUUID();
+            p.put(org.apache.kafka.streams.StreamsConfig.mainConsumerPrefix("interceptor.classes"),
+                    ParsleyConsumerInterceptor.class.getName());
+            p.put(org.apache.kafka.streams.StreamsConfig.mainConsumerPrefix(ParsleyProducerInterceptor.CLOCK_ID), clockId);
+            p.put(org.apache.kafka.streams.StreamsConfig.producerPrefix("interceptor.classes"),
+                    ParsleyProducerInterceptor.class.getName());
+            p.put(org.apache.kafka.streams.StreamsConfig.producerPrefix(ParsleyProducerInterceptor.CLOCK_ID), clockId);
+        }
+        var builder = new org.apache.kafka.streams.StreamsBuilder();
+        var serde = org.apache.kafka.common.serialization.Serdes.String();
+        builder.stream(orders, org.apache.kafka.streams.kstream.Consumed.with(serde, serde))
+                .filter((id, order) -> !unpaid(id))
+                .processValues(() -> new org.apache.kafka.streams.processor.api.FixedKeyProcessor<String, String, String>() {
+                    private org.apache.kafka.streams.processor.api.FixedKeyProcessorContext<String, String> context;
+
+                    @Override
+                    public void init(org.apache.kafka.streams.processor.api.FixedKeyProcessorContext<String, String> context) {
+                        this.context = context;
+                    }
+
+                    @Override
+                    public void process(org.apache.kafka.streams.processor.api.FixedKeyRecord<String, String> order) {
+                        try {
+                            long cents = JSON.readTree(order.value()).get("amount_cents").asLong();
+                            String payment = JSON.writeValueAsString(Map.of("order", order.key(), "amount_cents", cents));
+                            context.forward(order.withValue(payment).withTimestamp(order.timestamp() - SKEW_MS));
+                        } catch (Exception e) {
+                            throw new IllegalStateException(e);
+                        }
+                    }
+                })
+                .to(payments, org.apache.kafka.streams.kstream.Produced.with(serde, serde));
+        long expected = 0;
+        for (ConsumerRecord<String, String> o : readAll(orders)) {
+            if (!unpaid(o.key())) {
+                expected++;
+            }
+        }
+        try (var streams = new org.apache.kafka.streams.KafkaStreams(builder.build(), p)) {
+            streams.start();
+            long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(120);
+            while (readAll(payments).size() < expected) {
+                assertTrue(System.nanoTime() < deadline, "the Kafka Streams payments service");
+            }
+        }
+        long paid = 0;
+        for (ConsumerRecord<String, String> r : readAll(payments)) {
+            paid += JSON.readTree(r.value()).get("amount_cents").asLong();
+        }
+        return paid;
+    }
+
     /** The revenue per customer the pipeline wrote last, against the orders' paid amounts. */
     private static long[] scenario(boolean stamped) throws Exception {
+        return scenario(stamped, false);
+    }
+
+    private static long[] scenario(boolean stamped, boolean kafkaStreams) throws Exception {
         String run = UUID.randomUUID().toString().substring(0, 12);
         String orders = "java-shop-orders-" + run;
         String payments = "java-shop-payments-" + run;
@@ -137,7 +207,7 @@ class ShopEndToEndTest {
         try (Admin admin = Admin.create(Map.of("bootstrap.servers", BOOTSTRAP))) {
             admin.createTopics(List.of(new NewTopic(payments, PARTITIONS, (short) 1))).all().get(30, TimeUnit.SECONDS);
         }
-        long paid = pay(orders, payments, stamped);
+        long paid = kafkaStreams ? payWithKafkaStreams(orders, payments, stamped) : pay(orders, payments, stamped);
         shop("run", "--bootstrap", BOOTSTRAP, "--application-id", "java-shop-" + run, "--orders", orders,
                 "--payments", payments, "--output", revenue, "--until-caught-up", "--timeout-secs", "300");
         Map<String, Long> expected = new HashMap<>();
@@ -165,6 +235,17 @@ class ShopEndToEndTest {
         assertEquals(stamped[1], stamped[0]);
         long[] unstamped = scenario(false);
         System.err.printf("negative control (no interceptors, clock %d ms behind): %d of %d cents joined%n",
+                SKEW_MS, unstamped[0], unstamped[1]);
+        assertTrue(unstamped[0] < unstamped[1], "payments taken before their orders");
+    }
+
+    @Test
+    void aKafkaStreamsApplicationStampedByTheInterceptorsIsReadInCausalOrder() throws Exception {
+        assumeTrue(BOOTSTRAP != null && SHOP != null, "needs PARSLEY_BOOTSTRAP and SHOP_BIN (cargo xtask java)");
+        long[] stamped = scenario(true, true);
+        assertEquals(stamped[1], stamped[0]);
+        long[] unstamped = scenario(false, true);
+        System.err.printf("negative control (Kafka Streams without interceptors, clock %d ms behind): %d of %d cents joined%n",
                 SKEW_MS, unstamped[0], unstamped[1]);
         assertTrue(unstamped[0] < unstamped[1], "payments taken before their orders");
     }
