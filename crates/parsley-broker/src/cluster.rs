@@ -679,6 +679,68 @@ pub fn elect_preferred_leader(topic: &str, partition: i32) -> Result<(), BrokerE
     }
 }
 
+/// Creates `topic` with one partition whose replicas are on the nodes `replicas` (the first the
+/// preferred leader), with Kafka's topic tool: a topic whose replicas a test can then move to
+/// other nodes ([`reassign`]).
+///
+/// # Errors
+/// [`BrokerError::CommandFailed`] when the tool fails.
+pub fn create_topic_on(topic: &str, replicas: &[i32]) -> Result<(), BrokerError> {
+    let assignment = replicas
+        .iter()
+        .map(i32::to_string)
+        .collect::<Vec<_>>()
+        .join(":");
+    kafka_tool(
+        "org.apache.kafka.tools.TopicCommand",
+        &[
+            "--create",
+            "--topic",
+            topic,
+            "--replica-assignment",
+            &assignment,
+        ],
+    )
+    .map(drop)
+}
+
+/// Moves the replicas of `topic`/`partition` to the nodes `replicas` with Kafka's reassignment
+/// tool, and returns once the partition's replicas are those, all in sync (or fails after
+/// `timeout`).
+///
+/// # Errors
+/// [`BrokerError::CommandFailed`] when the tool fails; as [`wait_partition`].
+pub fn reassign(
+    topic: &str,
+    partition: i32,
+    replicas: &[i32],
+    timeout: Duration,
+) -> Result<PartitionState, BrokerError> {
+    let plan = format!(
+        r#"{{"version":1,"partitions":[{{"topic":"{topic}","partition":{partition},"replicas":[{}]}}]}}"#,
+        replicas
+            .iter()
+            .map(i32::to_string)
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    let file = node_dir(1).join(format!("reassign-{topic}-{partition}.json"));
+    fs::write(&file, plan).map_err(io(&file))?;
+    let path = file.display().to_string();
+    kafka_tool(
+        "org.apache.kafka.tools.reassign.ReassignPartitionsCommand",
+        &["--reassignment-json-file", &path, "--execute"],
+    )?;
+    let mut want = replicas.to_vec();
+    want.sort_unstable();
+    wait_partition(topic, partition, timeout, |s| {
+        let (mut r, mut isr) = (s.replicas.clone(), s.isr.clone());
+        r.sort_unstable();
+        isr.sort_unstable();
+        r == want && isr == want && s.leader.is_some()
+    })
+}
+
 /// Sets topic config `name` to `value` on `topic` (an incremental change: the topic's other
 /// configs stay), with Kafka's config tool.
 ///

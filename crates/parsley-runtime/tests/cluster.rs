@@ -1,6 +1,7 @@
 //! Cases on the local three-node cluster (replication factor 3, `min.insync.replicas=2`):
-//! C21 (the group coordinator leaves the cluster between two transactions) and C22 (a
-//! partition leader moves twice during a transaction). They stop and start nodes, so they
+//! C21 (the group coordinator leaves the cluster between two transactions), C22 (a
+//! partition leader moves twice during a transaction) and C28 (a source partition's replicas
+//! are moved to other nodes, and its leader with them, while the stage runs). They stop and start nodes, so they
 //! run one at a time, and only in the cluster's test group: `cargo xtask test --cluster`
 //! starts the cluster and runs them with `$PARSLEY_BOOTSTRAP` pointing at it.
 
@@ -212,6 +213,82 @@ fn c22_the_leader_moves_twice_during_a_transaction() {
     running.stop().unwrap();
     // Every node back before reading (a reader that meets a stopped node fails).
     whole(&[&input, &output]);
+    let values = committed_values(&output);
+    let expected: Vec<String> = (0..sent).map(|n| n.to_string()).collect();
+    assert_eq!(values.len(), expected.len(), "every record exactly once");
+    assert_eq!(values, expected, "in send order");
+}
+
+/// C28: a source partition is reassigned while the stage reads it — its replicas moved from
+/// two nodes to two others, its leader with them — under a writer that keeps writing. The
+/// stage neither stalls (it commits hundreds more records after the move) nor duplicates nor
+/// loses a record: the output is the input, once each, in order.
+#[test]
+#[ignore = "needs the local three-node cluster: cargo xtask test --cluster"]
+fn c28_a_source_partition_reassigned_while_the_stage_reads_it() {
+    let nodes: Vec<i32> = cluster::nodes()
+        .expect("a cluster")
+        .iter()
+        .map(|n| n.id)
+        .collect();
+    let (a, b, c) = (nodes[0], nodes[1], nodes[2]);
+    let name = unique_topic("c28-in");
+    cluster::create_topic_on(&name, &[a, b]).expect("the input on two nodes");
+    let input = parsley_testkit::fixtures::admin()
+        .describe_topics(&[name.as_str()])
+        .unwrap()
+        .remove(0);
+    let output = create_topic("c28-out", 1);
+    whole(&[&output]);
+    cluster::wait_partition(&input.name, 0, Duration::from_secs(60), |s| {
+        s.isr.len() == 2 && s.leader == Some(a)
+    })
+    .expect("the input's replicas in sync, its preferred leader leading");
+
+    let app = unique_topic("c28");
+    let topology = forward_topology(&app, &[&input.name], &output.name, ImpossiblePolicy::Fail);
+    let running = Runtime::new(
+        topology,
+        config().commit_interval(Duration::from_millis(500)),
+    )
+    .start()
+    .unwrap();
+    let stop_writing = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (input, stop) = (input.clone(), stop_writing.clone());
+        std::thread::spawn(move || {
+            let p = raw_producer(None);
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                send_stamped(&p, &input.name, 0, b"k", n.to_string().as_bytes(), None);
+                n += 1;
+            }
+            n
+        })
+    };
+    wait_committed(&running, "forward", 200);
+
+    // From nodes {a, b} to {b, c}: a's replica moves to c, and the leader leaves a.
+    let moved = Instant::now();
+    let after = cluster::reassign(&input.name, 0, &[b, c], Duration::from_secs(120)).unwrap();
+    println!(
+        "input partition moved from nodes {a},{b} to {:?}, leader {:?}, in {:?}",
+        after.replicas,
+        after.leader,
+        moved.elapsed()
+    );
+    assert_ne!(after.leader, Some(a), "the leader left node {a}");
+    let committed_then = running
+        .metrics()
+        .into_iter()
+        .find(|(n, _)| n == "forward")
+        .map_or(0, |(_, m)| m.committed_deliveries);
+    // No stall: the stage goes on reading the moved partition.
+    wait_committed(&running, "forward", committed_then + 200);
+    stop_writing.store(true, Ordering::Relaxed);
+    let sent = writer.join().unwrap();
+    wait_committed(&running, "forward", sent);
+    running.stop().unwrap();
     let values = committed_values(&output);
     let expected: Vec<String> = (0..sent).map(|n| n.to_string()).collect();
     assert_eq!(values.len(), expected.len(), "every record exactly once");
