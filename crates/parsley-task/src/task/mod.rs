@@ -41,7 +41,7 @@ use std::collections::VecDeque;
 pub use ticks::tick_due;
 pub use timers::KeyedTimers;
 
-use parsley_clock::{CausalClock, Channel, Coordinate, SenderId, TopicId, codec};
+use parsley_clock::{CausalClock, Channel, Coordinate, TopicId, codec};
 use parsley_gate::{Gate, GateError};
 use parsley_stage::changelog::{EVENT_TIME_KEY, META_KEY, ParkedRecord, TaskSnapshot};
 use parsley_stage::{
@@ -166,107 +166,6 @@ impl Task {
             ticker: None,
             bootstrap: None,
         }
-    }
-
-    /// A task that never committed: a new sender incarnation, its gate seeded at `positions`
-    /// (the consumer's start positions), with fold state `fold` (what the changelog holds
-    /// without a snapshot: nothing, normally).
-    ///
-    /// # Errors
-    /// The gate's, for a position on a channel the task does not consume.
-    pub fn fresh(
-        partition: i32,
-        consumed: Vec<Channel>,
-        positions: &[(Channel, i64)],
-        fold: FoldState,
-    ) -> Result<Self, GateError> {
-        let mut gate = Gate::new(consumed);
-        for &(channel, position) in positions {
-            gate.seed(channel, position)?;
-        }
-        let clock = CausalClock::transactional(SenderId::random());
-        Ok(Task::with(partition, gate, clock, fold, Vec::new()))
-    }
-
-    /// The task restored from its last committed `snapshot` and fold state (the book's
-    /// specification, §7, exact restore), assigned at `positions` (the group's committed offsets,
-    /// or the log start where it has none). Returns the task and the consumed channels the snapshot
-    /// does not name, with their assigned positions: channels new to the task, which the caller
-    /// seeds ([`Task::seed`]) at their log start. A global source's channel is compared with
-    /// nothing: it resumes at the snapshot's offset, or is new (its position in `positions` is
-    /// its log start).
-    ///
-    /// Channels the snapshot names that the task no longer consumes belong to a deleted topic
-    /// (a recreated topic is a new channel) and are dropped; a consumed channel the snapshot
-    /// does not name is new: a group offset for it can only be left over from the topic's
-    /// previous incarnation (case C11).
-    ///
-    /// # Errors
-    /// [`ProcessingError::RestoreMismatch`] when the snapshot was committed with other offsets than
-    /// `positions` on the channels it names; the gate's errors.
-    pub fn restore(
-        ctx: &TaskContext,
-        partition: i32,
-        mut positions: Vec<(Channel, i64)>,
-        mut snapshot: TaskSnapshot,
-        fold: FoldState,
-    ) -> Result<(Self, Vec<(Channel, i64)>)> {
-        let consumed = ctx.consumed(partition);
-        positions.sort();
-        let gone: Vec<Channel> = snapshot
-            .offsets
-            .iter()
-            .map(|(c, _)| *c)
-            .filter(|c| !consumed.contains(c))
-            .collect();
-        if !gone.is_empty() {
-            warn!(
-                partition,
-                ?gone,
-                "channels of the snapshot are gone (topic deleted or recreated)"
-            );
-        }
-        snapshot.offsets.retain(|(c, _)| consumed.contains(c));
-        snapshot
-            .gate
-            .channels
-            .retain(|c| consumed.contains(&c.channel));
-        let mut fresh = Vec::new();
-        positions.retain(|&(c, o)| {
-            let known = snapshot.offsets.iter().any(|(s, _)| *s == c);
-            if !known {
-                fresh.push((c, o));
-            }
-            // A global channel resumes where the snapshot says: the group has no offset for it.
-            known && !ctx.is_global(c)
-        });
-        let mut snapshot_offsets = snapshot.offsets.clone();
-        snapshot_offsets.sort();
-        let committed_with: Vec<(Channel, i64)> = snapshot_offsets
-            .iter()
-            .copied()
-            .filter(|(c, _)| !ctx.is_global(*c))
-            .collect();
-        if committed_with != positions {
-            let name = |cs: &[(Channel, i64)]| {
-                cs.iter()
-                    .map(|(c, o)| format!("{}/{}@{o}", ctx.topic_name(c.topic), c.partition))
-                    .collect()
-            };
-            return Err(Error::Processing(ProcessingError::RestoreMismatch {
-                stage: ctx.stage.clone(),
-                partition,
-                changelog: name(&committed_with),
-                group: name(&positions),
-            }));
-        }
-        let gate = Gate::restore(consumed.iter().copied(), &snapshot.gate)
-            .map_err(|e| ctx.gate_error(partition, e))?;
-        let clock = CausalClock::resume(snapshot.sender, snapshot.next_seq, snapshot.clock, true);
-        Ok((
-            Task::with(partition, gate, clock, fold, snapshot_offsets),
-            fresh,
-        ))
     }
 
     /// Seeds a channel new to the task at `position` (its log start).
