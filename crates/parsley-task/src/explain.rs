@@ -131,6 +131,22 @@ pub struct TaskExplanation {
     pub event_time: Option<WatermarkExplanation>,
     /// The restore of the task's changelog partition, while an open transaction holds it.
     pub restore: Option<RestoreWait>,
+    /// The partitions of its global sources the task still reads to their end before it
+    /// hands the records of its other sources to its gate (its bootstrap).
+    #[serde(default)]
+    pub bootstrap: Vec<BootstrapChannel>,
+}
+
+/// A partition of a global source a task reads to its end before its first join: where the
+/// task stands on it and the end offset (the last stable offset) it found when it started.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BootstrapChannel {
+    /// The channel.
+    pub channel: ChannelName,
+    /// The first offset the task has not delivered yet; `None` before it has read any.
+    pub position: Option<i64>,
+    /// The end offset to reach.
+    pub end: i64,
 }
 
 impl TaskExplanation {
@@ -144,6 +160,7 @@ impl TaskExplanation {
             ahead: Vec::new(),
             event_time: None,
             restore: None,
+            bootstrap: Vec::new(),
         }
     }
 
@@ -156,6 +173,7 @@ impl TaskExplanation {
             && self.paused.is_empty()
             && self.ahead.is_empty()
             && self.restore.is_none()
+            && self.bootstrap.is_empty()
             && self.event_time.as_ref().is_none_or(|e| {
                 !matches!(
                     e.held_by,
@@ -482,6 +500,17 @@ impl fmt::Display for Explanation {
                         format!(
                             "watermark {watermark} ({} parked) held by {holder}",
                             et.parked
+                        ),
+                    ));
+                }
+                for b in &task.bootstrap {
+                    rows.push(row(
+                        b.channel.to_string(),
+                        b.position.map_or_else(none, |p| p.to_string()),
+                        none(),
+                        format!(
+                            "global table read to its end offset {} before the task's first join (its other sources wait)",
+                            b.end
                         ),
                     ));
                 }

@@ -456,3 +456,34 @@ fn the_json_shape_is_stable_and_reads_back() {
     let back: Explanation = serde_json::from_value(json).unwrap();
     assert_eq!(back, e);
 }
+
+#[test]
+fn a_task_reading_its_global_table_to_its_end_waits_and_says_so() {
+    let mut t = TaskExplanation::new(0);
+    assert!(t.is_idle());
+    t.bootstrap = vec![BootstrapChannel {
+        channel: name(1, 2),
+        position: Some(40),
+        end: 100,
+    }];
+    assert!(!t.is_idle(), "its other sources wait");
+    let e = Explanation {
+        stages: vec![StageExplanation {
+            stage: "s".into(),
+            taken_at_ms: Some(1),
+            fresh: true,
+            tasks: vec![t.clone()],
+        }],
+    };
+    let text = e.to_string();
+    assert!(text.contains("orders/2"), "{text}");
+    assert!(
+        text.contains("global table read to its end offset 100 before the task's first join"),
+        "{text}"
+    );
+    // The field is new: a snapshot written without it reads as no bootstrap.
+    let mut json = serde_json::to_value(&t).unwrap();
+    json.as_object_mut().unwrap().remove("bootstrap");
+    let read: TaskExplanation = serde_json::from_value(json).unwrap();
+    assert!(read.bootstrap.is_empty());
+}

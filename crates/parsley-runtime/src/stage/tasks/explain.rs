@@ -63,6 +63,15 @@ impl Tasks {
                 .event_time()
                 .map(|et| explain::watermark(et.watermark(), et.parked(), et.held_by(), &names)),
             restore: None,
+            bootstrap: task
+                .bootstrap_remaining()
+                .into_iter()
+                .map(|(c, frontier, end)| explain::BootstrapChannel {
+                    channel: explain::channel_name(c, &names),
+                    position: frontier.map(|f| f + 1),
+                    end,
+                })
+                .collect(),
         }
     }
 }
