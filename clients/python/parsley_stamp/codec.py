@@ -177,16 +177,26 @@ def _validate(stamp: Stamp, fail) -> None:
             raise fail(f"{name} not sorted")
     if any(e.offset < 0 or e.offset > _I64_MAX for e in stamp.clock):
         raise fail("offset_out_of_range")
+    wrong = _invariants(stamp)
+    if wrong is not None:
+        raise fail(wrong)
+
+
+def _invariants(stamp: Stamp) -> Optional[str]:
+    """The kind of the invariant ``stamp`` breaks, or ``None``: in-flight claims and
+    acked-through need a sender, and their sequences lie below the sender's own (claims above
+    acked-through)."""
     if stamp.sender is None:
         if stamp.in_flight or stamp.acked_through is not None:
-            raise fail("claims_without_sender")
-        return
+            return "claims_without_sender"
+        return None
     seq = stamp.sender.seq
     if stamp.acked_through is not None and stamp.acked_through >= seq:
-        raise fail("inconsistent_sequences")
+        return "inconsistent_sequences"
     for c in stamp.in_flight:
         if c.seq >= seq or (stamp.acked_through is not None and c.seq <= stamp.acked_through):
-            raise fail("inconsistent_sequences")
+            return "inconsistent_sequences"
+    return None
 
 
 # --- decoding -----------------------------------------------------------------------------
@@ -328,24 +338,8 @@ def decode(data: bytes) -> Stamp:
         raise DecodeError("trailing_bytes", r.at)
     stamp = Stamp(sender, acked_through, clock, in_flight)
 
-    def fail(kind: str) -> DecodeError:
-        if kind == "claims_without_sender" or not flags & _FLAG_IN_FLIGHT:
-            return DecodeError(kind, acked_at)
-        return DecodeError(kind, in_flight_at)
-
-    _validate_decoded(stamp, fail)
+    wrong = _invariants(stamp)
+    if wrong is not None:
+        at = acked_at if wrong == "claims_without_sender" or not flags & _FLAG_IN_FLIGHT else in_flight_at
+        raise DecodeError(wrong, at)
     return stamp
-
-
-def _validate_decoded(stamp: Stamp, fail) -> None:
-    # As the encoder's checks, for what decoding cannot rule out by construction.
-    if stamp.sender is None:
-        if stamp.in_flight or stamp.acked_through is not None:
-            raise fail("claims_without_sender")
-        return
-    seq = stamp.sender.seq
-    if stamp.acked_through is not None and stamp.acked_through >= seq:
-        raise fail("inconsistent_sequences")
-    for c in stamp.in_flight:
-        if c.seq >= seq or (stamp.acked_through is not None and c.seq <= stamp.acked_through):
-            raise fail("inconsistent_sequences")

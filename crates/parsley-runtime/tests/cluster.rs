@@ -61,6 +61,21 @@ fn send(topic: &TopicInfo, values: impl IntoIterator<Item = String>) {
     }
 }
 
+/// A writer that sends 0, 1, 2, … to partition 0 of `input` until `stop` is set; its thread
+/// returns how many it sent.
+fn spawn_writer(input: &TopicInfo, stop: &Arc<AtomicBool>) -> std::thread::JoinHandle<u64> {
+    let (input, stop) = (input.clone(), stop.clone());
+    std::thread::spawn(move || {
+        let p = raw_producer(None);
+        let mut n = 0u64;
+        while !stop.load(Ordering::Relaxed) {
+            send_stamped(&p, &input.name, 0, b"k", n.to_string().as_bytes(), None);
+            n += 1;
+        }
+        n
+    })
+}
+
 /// C21: the group coordinator shuts down cleanly between two transactions and stays down. The
 /// next transaction's offsets reach the new coordinator and it commits: every output once, the
 /// group's offset at the input's end — within the stage's timeouts, never a hang.
@@ -171,20 +186,8 @@ fn c22_the_leader_moves_twice_during_a_transaction() {
     )
     .start()
     .unwrap();
-    // A writer sends 0, 1, 2, … until told to stop; returns how many it sent.
     let stop_writing = Arc::new(AtomicBool::new(false));
-    let writer = {
-        let (input, stop) = (input.clone(), stop_writing.clone());
-        std::thread::spawn(move || {
-            let p = raw_producer(None);
-            let mut n = 0u64;
-            while !stop.load(Ordering::Relaxed) {
-                send_stamped(&p, &input.name, 0, b"k", n.to_string().as_bytes(), None);
-                n += 1;
-            }
-            n
-        })
-    };
+    let writer = spawn_writer(&input, &stop_writing);
     wait_committed(&running, "forward", 200);
 
     let _restart = Restart(vec![preferred]);
@@ -254,18 +257,7 @@ fn c28_a_source_partition_reassigned_while_the_stage_reads_it() {
     .start()
     .unwrap();
     let stop_writing = Arc::new(AtomicBool::new(false));
-    let writer = {
-        let (input, stop) = (input.clone(), stop_writing.clone());
-        std::thread::spawn(move || {
-            let p = raw_producer(None);
-            let mut n = 0u64;
-            while !stop.load(Ordering::Relaxed) {
-                send_stamped(&p, &input.name, 0, b"k", n.to_string().as_bytes(), None);
-                n += 1;
-            }
-            n
-        })
-    };
+    let writer = spawn_writer(&input, &stop_writing);
     wait_committed(&running, "forward", 200);
 
     // From nodes {a, b} to {b, c}: a's replica moves to c, and the leader leaves a.

@@ -74,36 +74,13 @@ mod tests {
     use parsley::TopologyTestDriver;
 
     use super::*;
-    use crate::pipeline::tests::{counted, function};
+    use crate::pipeline::tests::documented_line_counts;
 
     #[test]
     fn line_counts_are_the_documented_ones() {
         let rust = include_str!("deliveries.rs");
-        let java = std::fs::read_to_string(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../../compare/kafka-streams/src/main/java/dev/parsley/compare/Pipelines.java"
-        ))
-        .unwrap();
-        let parsley = function(rust, "pub fn deliveries(", "}");
-        let kafka_streams = function(&java, "static Topology deliveries(", "    }");
-        let documented: Vec<&str> = rust
-            .lines()
-            .skip_while(|l| *l != "//! ```java")
-            .skip(1)
-            .take_while(|l| *l != "//! ```")
-            .map(|l| l.strip_prefix("//! ").unwrap_or(""))
-            .collect();
-        let in_file: Vec<&str> = kafka_streams
-            .iter()
-            .map(|l| l.strip_prefix("    ").unwrap_or(l))
-            .collect();
-        assert_eq!(documented, in_file);
-        let (p, k) = (counted(&parsley), counted(&kafka_streams));
-        let stated = format!(
-            "**Parsley {p}, Kafka Streams {k}** ({:.2}×)",
-            p as f64 / k as f64
-        );
-        assert!(rust.contains(&stated), "the docs should say {stated}");
+        let (p, k) =
+            documented_line_counts(rust, "pub fn deliveries(", "static Topology deliveries(");
         assert!(p <= k, "{p} lines against {k}: above 1.0×");
     }
 

@@ -158,7 +158,7 @@ pub(crate) mod tests {
 
     /// The lines of the function in `source` whose signature starts with `signature` (after
     /// indentation), up to its closing brace: the line `end`.
-    pub(crate) fn function<'a>(source: &'a str, signature: &str, end: &str) -> Vec<&'a str> {
+    fn function<'a>(source: &'a str, signature: &str, end: &str) -> Vec<&'a str> {
         let mut lines: Vec<&str> = source
             .lines()
             .skip_while(|l| !l.trim_start().starts_with(signature))
@@ -171,7 +171,7 @@ pub(crate) mod tests {
     /// How the line counts in the module docs are counted: the non-blank, non-comment lines of
     /// a function's body (after the line that ends its signature with `{`, before its closing
     /// brace).
-    pub(crate) fn counted(function: &[&str]) -> usize {
+    fn counted(function: &[&str]) -> usize {
         let opened = function.iter().position(|l| l.ends_with('{')).unwrap();
         function[opened + 1..function.len() - 1]
             .iter()
@@ -182,16 +182,22 @@ pub(crate) mod tests {
             .count()
     }
 
-    #[test]
-    fn line_counts_are_the_documented_ones() {
-        let rust = include_str!("pipeline.rs");
+    /// Checks the module docs of `rust` (a source file of this crate): the Java they quote is
+    /// the method of `Pipelines.java` whose signature starts with `java_signature`, dedented,
+    /// and they state the line counts of that method and of the function whose signature
+    /// starts with `rust_signature`. Returns the counts (Parsley, Kafka Streams).
+    pub(crate) fn documented_line_counts(
+        rust: &str,
+        rust_signature: &str,
+        java_signature: &str,
+    ) -> (usize, usize) {
         let java = std::fs::read_to_string(concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/../../compare/kafka-streams/src/main/java/dev/parsley/compare/Pipelines.java"
         ))
         .unwrap();
-        let parsley = function(rust, "pub fn topology(", "}");
-        let kafka_streams = function(&java, "static Topology shop(", "    }");
+        let parsley = function(rust, rust_signature, "}");
+        let kafka_streams = function(&java, java_signature, "    }");
         // The Java in the module docs is the method in Pipelines.java, dedented.
         let documented: Vec<&str> = rust
             .lines()
@@ -211,6 +217,13 @@ pub(crate) mod tests {
             p as f64 / k as f64
         );
         assert!(rust.contains(&stated), "the docs should say {stated}");
+        (p, k)
+    }
+
+    #[test]
+    fn line_counts_are_the_documented_ones() {
+        let rust = include_str!("pipeline.rs");
+        let (p, k) = documented_line_counts(rust, "pub fn topology(", "static Topology shop(");
         assert!(p * 10 <= k * 13, "{p} lines against {k}: above 1.3×");
     }
 
