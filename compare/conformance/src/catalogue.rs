@@ -13,8 +13,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use parsley_dsl::{
-    Branched, JoinWindows, KStream, KTable, LatePolicy, SessionWindows, SlidingWindows,
-    StreamsBuilder, Suppressed, TimeWindows, Windowed,
+    Branched, Consumed, JoinWindows, Joined, KStream, KTable, LatePolicy, SessionWindows,
+    SlidingWindows, StreamsBuilder, Suppressed, TimeWindows, Windowed,
 };
 use parsley_stage::{BadRecordPolicy, Handler, HandlerResult, Record, Step, Topology};
 use parsley_task::driver::{RawInput, TopologyTestDriver};
@@ -468,6 +468,28 @@ fn build(op: &Op) -> Built {
                 s.join_global(&g, foreign_key, |v, c| fns::pair(Some(&v), Some(c)))
                     .to("out");
             }
+        }
+        Op::VersionedJoin {
+            left,
+            retention,
+            grace,
+        } => {
+            let table = b.table_with::<String, String>(
+                "right",
+                Consumed::default().versioned(ms(retention)),
+            );
+            let stream = b.stream::<String, String>("left");
+            let joined = grace.map_or_else(Joined::default, |g| Joined::with_grace_period(ms(g)));
+            if left {
+                stream.left_join_with(
+                    &table,
+                    |v, t| fns::pair(Some(&v), t.map(String::as_str)),
+                    joined,
+                )
+            } else {
+                stream.join_with(&table, |v, t| fns::pair(Some(&v), Some(t)), joined)
+            }
+            .to("out");
         }
         Op::Suppress { limit_ms } => b
             .table::<String, String>("left")

@@ -122,6 +122,19 @@ fn join_windowed(kind: JoinKind) -> BoxedStrategy<Op> {
         .boxed()
 }
 
+/// A stream–table join with a versioned table: `left_join_with` when `left`, with a grace
+/// period when `grace`.
+fn versioned_join(left: bool, grace: bool) -> BoxedStrategy<Op> {
+    // Kafka Streams refuses a grace longer than the retention, and so does `build`.
+    (0i64..40, 0i64..20)
+        .prop_map(move |(retention, g)| Op::VersionedJoin {
+            left,
+            retention,
+            grace: grace.then_some(g.min(retention)),
+        })
+        .boxed()
+}
+
 /// Every operator of the catalogue as the report names it, with the strategy of its
 /// parameters. Generated scenarios are spread evenly over these.
 pub fn operators() -> Vec<(&'static str, BoxedStrategy<Op>)> {
@@ -212,6 +225,10 @@ pub fn operators() -> Vec<(&'static str, BoxedStrategy<Op>)> {
         Just(Op::FkJoin { left: true }).boxed(),
         Just(Op::GlobalJoin { left: false }).boxed(),
         Just(Op::GlobalJoin { left: true }).boxed(),
+        versioned_join(false, false),
+        versioned_join(true, false),
+        versioned_join(false, true),
+        versioned_join(true, true),
         prop_oneof![1 => Just(0i64), 4 => 1i64..=20]
             .prop_map(|limit_ms| Op::Suppress { limit_ms })
             .boxed(),
@@ -232,7 +249,7 @@ pub fn operators() -> Vec<(&'static str, BoxedStrategy<Op>)> {
 /// or three.
 pub fn scenarios(op: BoxedStrategy<Op>) -> impl Strategy<Value = Scenario> {
     op.prop_flat_map(|op| {
-        let partitions = if op.event_time() {
+        let partitions = if op.one_task() {
             Just(1).boxed()
         } else {
             prop_oneof![3 => Just(1), 1 => Just(3)].boxed()
@@ -265,7 +282,7 @@ mod tests {
             let s = scenarios(op).new_tree(&mut runner).unwrap().current();
             assert!(s.inputs.iter().all(|i| i.ts >= 0));
             assert!(s.inputs.len() <= MAX_INPUTS);
-            if s.op.event_time() {
+            if s.op.one_task() {
                 assert_eq!(s.partitions, 1);
             }
         }

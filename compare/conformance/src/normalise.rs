@@ -83,6 +83,7 @@ pub fn all() -> Vec<Normalisation> {
         sliding_store_retention(),
         empty_foreign_values(),
         keyless_records(),
+        keyless_records_at_a_versioned_join(),
         suppressed_deletions_of_nothing(),
         suppress_evicts_before_later_records(),
         valueless_records(),
@@ -122,6 +123,35 @@ fn keyless_records() -> Normalisation {
         }),
         reference_op: None,
         apply: drop_keyless_results,
+    }
+}
+
+/// Records without a key at a stream–table join with a versioned table: Parsley's stream of
+/// the catalogue has a key type without an absent value, so such a record is a bad record,
+/// skipped (under `BadRecordPolicy::Skip`), and moves neither the join's nor the table's
+/// observed stream time. Kafka Streams' table and inner join drop such a record without moving
+/// them either, but its left join joins it with nothing (KIP-962) — with a grace period, after
+/// holding it, so it would move the buffer's time. Kafka Streams runs the script without the
+/// stream's records that have no key.
+fn keyless_records_at_a_versioned_join() -> Normalisation {
+    Normalisation {
+        name: "keyless-records-at-a-versioned-join",
+        book: "dsl.md#records-without-a-key",
+        applies: |s| {
+            matches!(s.op, Op::VersionedJoin { .. })
+                && s.inputs
+                    .iter()
+                    .any(|i| i.key.is_none() && i.topic == "left")
+        },
+        script: None,
+        reference_script: Some(|_, inputs| {
+            inputs
+                .into_iter()
+                .filter(|i| i.key.is_some() || i.topic != "left")
+                .collect()
+        }),
+        reference_op: None,
+        apply: no_rewrite,
     }
 }
 

@@ -280,6 +280,19 @@ pub enum Op {
         /// `left_join_global` rather than `join_global`.
         left: bool,
     },
+    /// The stream of `left` joined with the versioned table of `right` (`Consumed::versioned`,
+    /// Kafka Streams' `persistentVersionedKeyValueStore`) as of each record's timestamp, by
+    /// `pair`: `join_with`/`left_join_with`, held for a grace period when it has one
+    /// (`Joined::with_grace_period`).
+    VersionedJoin {
+        /// `left_join_with` rather than `join_with`.
+        left: bool,
+        /// The table's history retention.
+        retention: i64,
+        /// The join's grace period.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        grace: Option<i64>,
+    },
     /// The table of `left` suppressed until a time limit (`suppress(Suppressed::
     /// until_time_limit(limit_ms))`, Kafka Streams' `untilTimeLimit` with an unbounded
     /// buffer), as a change stream.
@@ -382,6 +395,26 @@ impl Op {
             Op::Suppress { .. } => "table suppress",
             Op::GlobalJoin { left: false } => "join_global",
             Op::GlobalJoin { left: true } => "left_join_global",
+            Op::VersionedJoin {
+                left: false,
+                grace: None,
+                ..
+            } => "join (versioned table)",
+            Op::VersionedJoin {
+                left: true,
+                grace: None,
+                ..
+            } => "left_join (versioned table)",
+            Op::VersionedJoin {
+                left: false,
+                grace: Some(_),
+                ..
+            } => "join_with (versioned table, grace)",
+            Op::VersionedJoin {
+                left: true,
+                grace: Some(_),
+                ..
+            } => "left_join_with (versioned table, grace)",
         }
     }
 
@@ -396,6 +429,7 @@ impl Op {
                 | Op::TableJoin { .. }
                 | Op::FkJoin { .. }
                 | Op::GlobalJoin { .. }
+                | Op::VersionedJoin { .. }
         )
     }
 
@@ -411,6 +445,14 @@ impl Op {
                 | Op::JoinWindowed { .. }
                 | Op::Suppress { .. }
         )
+    }
+
+    /// Whether the operator's scenarios keep one partition: it orders by event time, or it
+    /// keeps a time observed over all of a task's records (a versioned table's, a grace
+    /// buffer's) — Kafka Streams' test driver has one task, where Parsley would have one per
+    /// partition.
+    pub fn one_task(&self) -> bool {
+        self.event_time() || matches!(self, Op::VersionedJoin { .. })
     }
 }
 

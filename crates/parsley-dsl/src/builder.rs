@@ -95,6 +95,11 @@ impl StreamsBuilder {
         consumed: Consumed<K, V>,
     ) -> KStream<K, V> {
         let topic = topic.into();
+        if consumed.versioned.is_some() {
+            self.graph.borrow_mut().problem(format!(
+                "the stream of {topic}: Consumed::versioned is for a table (table_with)"
+            ));
+        }
         let stream = KStream::source(
             &self.graph,
             topic.clone(),
@@ -131,13 +136,24 @@ impl StreamsBuilder {
         let topic = topic.into();
         let mut g = self.graph.borrow_mut();
         let name = g.name("table", consumed.name);
-        let node = g.add(name.clone(), format!("table {topic}"), &[], true, false);
+        let what = match consumed.versioned {
+            Some(retention) => format!("versioned table {topic} ({retention} ms of history)"),
+            None => format!("table {topic}"),
+        };
+        let node = g.add(name.clone(), what, &[], true, false);
         g.materialised(node);
         let (out, freeze) = Outlet::<K, Change<V>>::new();
         g.on_freeze(freeze);
         let children = out.children();
         let (codecs, partitioning) = (consumed.codecs, consumed.partitioning);
         let slot = name;
+        if let Some(retention) = consumed.versioned {
+            g.versioned(node, retention);
+            let root = crate::stream_table::source_root(codecs, slot, retention, children);
+            g.add_source(topic.clone(), node, root, None);
+            g.key_partitioning(&topic, partitioning);
+            return KTable::new(self.graph.clone(), node, out);
+        }
         let root: Root = Arc::new(move |ctx: &mut Ctx<'_>, key, value| {
             let key = ctx.decode_key(&codecs, key)?;
             let new = match value {

@@ -47,6 +47,8 @@ pub struct Consumed<K, V> {
     pub(crate) codecs: Codecs<K, V>,
     pub(crate) name: Option<String>,
     pub(crate) partitioning: KeyPartitioning,
+    /// A versioned table's history retention, ms.
+    pub(crate) versioned: Option<i64>,
 }
 
 impl<K: Data, V: Data> Consumed<K, V> {
@@ -59,6 +61,7 @@ impl<K: Data, V: Data> Consumed<K, V> {
             },
             name: None,
             partitioning: KeyPartitioning::Murmur2,
+            versioned: None,
         }
     }
 
@@ -108,6 +111,45 @@ impl<K: Data, V: Data> Consumed<K, V> {
     /// ```
     pub fn named(mut self, name: impl Into<String>) -> Self {
         self.name = Some(name.into());
+        self
+    }
+
+    /// Keeps the table read with these options versioned (Kafka Streams' versioned key-value
+    /// store, KIP-889, as `Materialized.as(Stores.persistentVersionedKeyValueStore(name,
+    /// historyRetention))` makes it): beside each key's latest value, every earlier version
+    /// a read as of a time within `history_retention` of the table's observed stream time (the
+    /// highest timestamp put into it, per task) can need. A stream–table join then joins each
+    /// record with the table's value as of the record's timestamp (KIP-914), optionally after
+    /// a grace period ([`Joined::with_grace_period`](crate::Joined::with_grace_period)).
+    /// An update older than the observed stream time minus the retention is dropped; an update
+    /// older than the key's latest version goes into its history and forwards nothing. For
+    /// [`StreamsBuilder::table_with`](crate::StreamsBuilder::table_with); `build` refuses it
+    /// elsewhere.
+    ///
+    /// # Panics
+    /// When `history_retention` is over `i64::MAX` ms.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use parsley_dsl::{Consumed, Joined, StreamsBuilder};
+    /// let builder = StreamsBuilder::new("shop");
+    /// let prices = builder.table_with::<String, i64>(
+    ///     "prices",
+    ///     Consumed::default().versioned(Duration::from_secs(3600)),
+    /// );
+    /// builder
+    ///     .stream::<String, i64>("orders")
+    ///     .join_with(&prices, |quantity, price| quantity * price,
+    ///         Joined::with_grace_period(Duration::from_secs(5)))
+    ///     .to("order-values");
+    /// # builder.build()?;
+    /// # Ok::<(), parsley_stage::Error>(())
+    /// ```
+    pub fn versioned(mut self, history_retention: std::time::Duration) -> Self {
+        self.versioned = Some(
+            i64::try_from(history_retention.as_millis())
+                .expect("a history retention of at most i64::MAX ms"),
+        );
         self
     }
 }

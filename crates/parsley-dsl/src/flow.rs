@@ -31,6 +31,9 @@ pub(crate) struct Ctx<'a> {
     pub(crate) partition: i32,
     /// Its offset.
     pub(crate) offset: i64,
+    /// The key bytes its fold state is kept under (the delivered record's key, a timer's
+    /// key; `None` for a record without a key).
+    pub(crate) raw_key: Option<&'a [u8]>,
     /// The timestamp of the record being pushed, ms since the epoch (`-1` for none): the
     /// delivered record's (a timer's time), or another an operator forwards with
     /// ([`forward_at`]), which every operator after it sees and every emission carries.
@@ -40,6 +43,9 @@ pub(crate) struct Ctx<'a> {
     pub(crate) watermark: Option<i64>,
     /// The composite state of its key.
     pub(crate) state: Slots<'a>,
+    /// The stage's task state: slots of what no one key owns (a versioned table's observed
+    /// stream time, a join's grace buffer), kept as the task's one task state.
+    pub(crate) task: Slots<'a>,
     /// The records emitted for it, in order.
     pub(crate) emit: Vec<RawEmission>,
     /// Event-time timers set for its key, ms since the epoch.
@@ -177,6 +183,62 @@ impl Ctx<'_> {
         value: Option<&S>,
     ) -> Result<(), Error> {
         self.put(slot, value, None)
+    }
+
+    /// The value in slot `slot` of the fold state of the task's key `key` (its bytes, as the
+    /// state is kept): another key's, as it is between two records.
+    ///
+    /// # Errors
+    /// [`Error::StateRead`] when the state cannot be read; [`Error::Decode`] of the state when
+    /// it or the slot does not decode.
+    pub(crate) fn load_of<S: Serialize + DeserializeOwned>(
+        &self,
+        key: &[u8],
+        slot: &str,
+    ) -> Result<Option<S>, Error> {
+        let raw = self
+            .lookup
+            .state_of(key)
+            .map_err(|message| Error::StateRead {
+                stage: self.stage.to_string(),
+                message,
+            })?;
+        let Some(raw) = raw else {
+            return Ok(None);
+        };
+        Slots::new(Some(&raw))
+            .get(slot)
+            .map_err(|e| self.decode_error(Part::State, e))
+    }
+
+    /// The value in slot `slot` of the task state (what no one key owns).
+    ///
+    /// # Errors
+    /// [`Error::Decode`] of the state when the task state or the slot does not decode.
+    pub(crate) fn load_task<S: Serialize + DeserializeOwned>(
+        &mut self,
+        slot: &str,
+    ) -> Result<Option<S>, Error> {
+        self.task
+            .get(slot)
+            .map_err(|e| self.decode_error(Part::State, e))
+    }
+
+    /// Puts `value` in slot `slot` of the task state (`None` empties it).
+    ///
+    /// # Errors
+    /// As [`Ctx::store`].
+    pub(crate) fn store_task<S: Serialize + DeserializeOwned>(
+        &mut self,
+        slot: &str,
+        value: Option<&S>,
+    ) -> Result<(), Error> {
+        self.task
+            .decoded()
+            .map_err(|e| self.decode_error(Part::State, e))?;
+        self.task
+            .put_timestamped(slot, value, None)
+            .map_err(|e| self.encode_error("task state", e))
     }
 
     /// Puts `value` in slot `slot` with `timestamp`, the stored state decoded first so that a

@@ -18,13 +18,12 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::Arc;
 
-use parsley_stage::{Error, Part};
+use parsley_stage::Part;
 
 use crate::data::{Codecs, Consumed, Data};
 use crate::flow::{Ctx, forward};
 use crate::graph::Graph;
 use crate::processor::{Root, Value};
-use crate::state::Slots;
 use crate::stream::KStream;
 
 /// A table every task of a joining stage reads whole (Kafka Streams' `GlobalKTable`), from
@@ -48,6 +47,11 @@ impl<K: Data, V: Data> GlobalKTable<K, V> {
         consumed: Consumed<K, V>,
     ) -> Self {
         let mut g = graph.borrow_mut();
+        if consumed.versioned.is_some() {
+            g.problem(format!(
+                "the global table of {topic}: Consumed::versioned is for a table (table_with)"
+            ));
+        }
         let name = g.name("global-table", consumed.name);
         let node = g.add(
             name.clone(),
@@ -154,7 +158,7 @@ impl<K: Data, V: Data> KStream<K, V> {
                         let row_key = key_codec
                             .encode(&row_key)
                             .map_err(|e| ctx.encode_error("global table key", e))?;
-                        row_of(ctx, &row_key, &slot)?
+                        ctx.load_of(&row_key, &slot)?
                     }
                     None => None,
                 };
@@ -167,22 +171,4 @@ impl<K: Data, V: Data> KStream<K, V> {
         self.graph.borrow_mut().read_global(node, joined.node);
         joined
     }
-}
-
-/// The row of key `row_key` in the global table of slot `slot`, read from the task's state of
-/// that key.
-fn row_of<GV: Data>(ctx: &Ctx<'_>, row_key: &[u8], slot: &str) -> Result<Option<GV>, Error> {
-    let raw = ctx
-        .lookup
-        .state_of(row_key)
-        .map_err(|message| Error::StateRead {
-            stage: ctx.stage.to_string(),
-            message,
-        })?;
-    let Some(raw) = raw else {
-        return Ok(None);
-    };
-    Slots::new(Some(&raw))
-        .get(slot)
-        .map_err(|e| ctx.decode_error(Part::State, e))
 }

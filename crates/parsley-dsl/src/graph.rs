@@ -37,6 +37,8 @@ pub(crate) struct Node {
     pub(crate) stateful: bool,
     /// Whether its state slot holds a table's value per key (a source table, an aggregation).
     pub(crate) materialised: bool,
+    /// A versioned source table's history retention, ms (module `stream_table`).
+    pub(crate) versioned: Option<i64>,
 }
 
 /// A source topic and the operator that reads it.
@@ -177,6 +179,7 @@ impl Graph {
             preds: preds.to_vec(),
             stateful,
             materialised: false,
+            versioned: None,
         });
         self.parent.push(id);
         if fused {
@@ -194,6 +197,11 @@ impl Graph {
     /// Marks operator `id` as holding a table's value per key in its slot.
     pub(crate) fn materialised(&mut self, id: usize) {
         self.nodes[id].materialised = true;
+    }
+
+    /// Marks operator `id` as a versioned table keeping `retention` ms of history.
+    pub(crate) fn versioned(&mut self, id: usize, retention: i64) {
+        self.nodes[id].versioned = Some(retention);
     }
 
     /// Records a problem `build` reports.

@@ -61,9 +61,11 @@ impl DslProcessor {
             topic: record.topic,
             partition: record.partition,
             offset: record.offset,
+            raw_key: record.key,
             timestamp: record.timestamp,
             watermark: record.watermark,
             state: Slots::new(state),
+            task: Slots::new(record.task_state),
             emit: Vec::new(),
             timers: Vec::new(),
             too_late: 0,
@@ -79,19 +81,25 @@ impl DslProcessor {
     fn step(&self, ctx: Ctx<'_>) -> Result<RawStep, Error> {
         let Ctx {
             state,
+            task,
             emit,
             timers,
             too_late,
             ..
         } = ctx;
-        let state = state.into_change().map_err(|source| Error::Encode {
-            stage: self.stage.clone(),
-            what: "state",
-            source,
-        })?;
+        let encode_error = |what| {
+            move |source| Error::Encode {
+                stage: self.stage.clone(),
+                what,
+                source,
+            }
+        };
+        let state = state.into_change().map_err(encode_error("state"))?;
+        let task_state = task.into_change().map_err(encode_error("task state"))?;
         Ok(RawStep {
             emit,
             state,
+            task_state,
             timers,
             too_late,
         })
@@ -126,6 +134,7 @@ impl Processor for DslProcessor {
             value,
             watermark,
             headers,
+            task_state,
         } = delivery;
         let record = RawRecord {
             topic,
@@ -136,6 +145,7 @@ impl Processor for DslProcessor {
             value: None,
             watermark,
             headers,
+            task_state,
         };
         self.run(record, Value::Owned(value), state, lookup)
     }
@@ -146,9 +156,11 @@ impl Processor for DslProcessor {
             topic: "",
             partition: timer.partition,
             offset: -1,
+            raw_key: Some(timer.key),
             timestamp: timer.time,
             watermark: Some(timer.watermark),
             state: Slots::new(state),
+            task: Slots::new(timer.task_state),
             emit: Vec::new(),
             timers: Vec::new(),
             too_late: 0,

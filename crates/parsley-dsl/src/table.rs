@@ -8,9 +8,8 @@
 //! `filter` and `map_values` derive a table from its parent's changes without keeping one;
 //! a table–table join keeps
 //! both sides' latest values per key, each with the timestamp of its update, and gives each
-//! result the later of the update's and the other side's timestamps, as Kafka Streams does. A
-//! stream–table join ([`KStream::join`]) keeps the table's latest value per key and looks it up
-//! for each record of the stream.
+//! result the later of the update's and the other side's timestamps, as Kafka Streams does.
+//! Stream–table joins are in `stream_table`.
 //!
 //! Above `stream` (a table's updates are a stream; a stream joins a table); below `grouped` and
 //! the windows, whose aggregations make tables: it imports nothing of theirs.
@@ -406,63 +405,6 @@ impl<K: Data, V: Data> KStream<K, Option<V>> {
             forward(&children, ctx, k, Change { old, new })
         }));
         KTable::new(self.graph.clone(), node, out)
-    }
-}
-
-// A stream's joins with a table: here, so that `stream` knows nothing of tables.
-impl<K: Data, V: Data> KStream<K, V> {
-    /// Joins each record with `table`'s value for its key (inner join: records whose key has
-    /// no value are dropped). The join is **causally consistent**: a record whose stamp claims
-    /// a table update — it was produced after that update was seen — is joined with that
-    /// version or a later one, never an older one, whatever the fetch order, at startup and on
-    /// replay: the causal gate delivers the update first. The stream is repartitioned first,
-    /// co-partitioned with the table, when an operator changed its key.
-    pub fn join<T: Data, R: Data>(
-        &self,
-        table: &KTable<K, T>,
-        joiner: impl Fn(V, &T) -> R + Send + Sync + 'static,
-    ) -> KStream<K, R> {
-        self.join_table(table, "join", move |v, t| t.map(|t| joiner(v, t)))
-    }
-
-    /// Joins each record with `table`'s value for its key, `None` when it has none (left
-    /// join: every record gives one). Causally consistent as [`KStream::join`].
-    pub fn left_join<T: Data, R: Data>(
-        &self,
-        table: &KTable<K, T>,
-        joiner: impl Fn(V, Option<&T>) -> R + Send + Sync + 'static,
-    ) -> KStream<K, R> {
-        self.join_table(table, "left-join", move |v, t| Some(joiner(v, t)))
-    }
-
-    fn join_table<T: Data, R: Data>(
-        &self,
-        table: &KTable<K, T>,
-        kind: &str,
-        joiner: impl Fn(V, Option<&T>) -> Option<R> + Send + Sync + 'static,
-    ) -> KStream<K, R> {
-        let name = self.graph.borrow().name(kind, self.next_name.clone());
-        let stream = self.keyed_beside(&format!("{name}-input"), auto_codecs(), &[table.node]);
-        let mut g = self.graph.borrow_mut();
-        let what = format!("{kind} stream with table {}", g.node(table.node).name);
-        let node = g.add(name.clone(), what, &[stream.node, table.node], true, true);
-        let (out, freeze) = Outlet::<K, R>::new();
-        g.on_freeze(freeze);
-        drop(g);
-        let slot: Arc<str> = name.into();
-        let s = slot.clone();
-        table.out.attach(Arc::new(move |ctx, _k, change| {
-            ctx.store(&s, change.new.as_ref())
-        }));
-        let children = out.children();
-        stream.out.attach(Arc::new(move |ctx, k, v| {
-            let t: Option<T> = ctx.load(&slot)?;
-            match joiner(v, t.as_ref()) {
-                Some(r) => forward(&children, ctx, k, r),
-                None => Ok(()),
-            }
-        }));
-        KStream::new(self.graph.clone(), node, out, false)
     }
 }
 

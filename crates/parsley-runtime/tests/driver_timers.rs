@@ -37,6 +37,7 @@ impl Processor for Reminders {
                 format!("{value} (watermark {:?})", r.watermark),
             )],
             state: StateChange::Set(vec![seen]),
+            task_state: StateChange::Keep,
             timers: vec![r.timestamp + 10],
             too_late: 0,
         })
@@ -50,6 +51,7 @@ impl Processor for Reminders {
                 format!("timer {} after {seen} (watermark {})", t.time, t.watermark),
             )],
             state: StateChange::Delete,
+            task_state: StateChange::Keep,
             timers: Vec::new(),
             too_late: 0,
         })

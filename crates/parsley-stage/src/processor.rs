@@ -39,6 +39,9 @@ pub struct RawRecord<'a> {
     pub watermark: Option<i64>,
     /// The record's headers, in order, Parsley's own left out ([`crate::is_own_header`]).
     pub headers: &'a [Header],
+    /// The processor's task state, encoded: state that belongs to the task rather than to a
+    /// key ([`RawStep::task_state`]); `None` when it has none.
+    pub task_state: Option<&'a [u8]>,
 }
 
 /// A delivered record as bytes, its value handed over: what the runtime passes to
@@ -63,6 +66,8 @@ pub struct RawDelivery<'a> {
     pub watermark: Option<i64>,
     /// The record's headers ([`RawRecord::headers`]).
     pub headers: &'a [Header],
+    /// The processor's task state ([`RawRecord::task_state`]).
+    pub task_state: Option<&'a [u8]>,
 }
 
 impl RawDelivery<'_> {
@@ -77,6 +82,7 @@ impl RawDelivery<'_> {
             value: self.value.as_deref(),
             watermark: self.watermark,
             headers: self.headers,
+            task_state: self.task_state,
         }
     }
 }
@@ -129,6 +135,12 @@ pub struct RawStep {
     pub emit: Vec<RawEmission>,
     /// Fold state change for the record's key, encoded.
     pub state: StateChange<Vec<u8>>,
+    /// Change of the processor's task state, encoded: one value per task beside the fold
+    /// state of its keys, for what no single key owns — a time observed over all of the
+    /// task's records, records buffered across keys. Kept in the stage's changelog and
+    /// restored with the fold state; handed back with every record and timer
+    /// ([`RawRecord::task_state`]).
+    pub task_state: StateChange<Vec<u8>>,
     /// Event-time timers to set for the record's key, ms since the epoch: the runtime calls
     /// [`Processor::on_timer`] for the key once the task's event-time watermark reaches each
     /// (a timer set twice for the same key and time fires once). Only a stage that orders by
@@ -146,6 +158,7 @@ impl RawStep {
         RawStep {
             emit: Vec::new(),
             state: StateChange::Keep,
+            task_state: StateChange::Keep,
             timers: Vec::new(),
             too_late: 0,
         }
@@ -164,6 +177,8 @@ pub struct RawTimer<'a> {
     /// The task's event-time position as the timer fires, ms since the epoch (the timer's
     /// time: timers fire in event-time order; see [`RawRecord::watermark`]).
     pub watermark: i64,
+    /// The processor's task state ([`RawRecord::task_state`]).
+    pub task_state: Option<&'a [u8]>,
 }
 
 /// A stage's logic over bytes: decode, handle, encode.
@@ -269,6 +284,7 @@ impl<H: Handler> Processor for Typed<H> {
             value,
             watermark,
             headers,
+            task_state,
         } = delivery;
         let record = RawRecord {
             topic,
@@ -279,6 +295,7 @@ impl<H: Handler> Processor for Typed<H> {
             value: None,
             watermark,
             headers,
+            task_state,
         };
         self.run(record, Value::Owned(value), state)
     }
@@ -410,6 +427,7 @@ impl<H: Handler> Typed<H> {
         Ok(RawStep {
             emit,
             state,
+            task_state: StateChange::Keep,
             timers: Vec::new(),
             too_late: 0,
         })

@@ -1258,6 +1258,7 @@ mod tests {
             value: Some(value),
             watermark: None,
             headers: &[],
+            task_state: None,
         };
         let state = Bincode.encode(&5u32).unwrap();
         let step = p.process(raw(b"3"), Some(&state)).unwrap();
@@ -1293,6 +1294,7 @@ mod tests {
             value: value.map(<[u8]>::to_vec),
             watermark: None,
             headers: &[],
+            task_state: None,
         };
         assert_eq!(
             p.process_delivery(delivery(Some(b"3")), Some(&state))
@@ -1331,6 +1333,7 @@ mod tests {
                     value: Some(b"1"),
                     watermark: None,
                     headers: &[],
+                    task_state: None,
                 },
                 None,
             )

@@ -17,6 +17,7 @@ mod stream_joins;
 mod stream_ops;
 mod suppress;
 mod tables;
+mod versioned;
 mod windows;
 
 use parsley_runtime::driver::{RawInput, TopologyTestDriver};
@@ -139,6 +140,7 @@ pub(crate) fn process_once(
                 value: value.map(str::as_bytes),
                 watermark: None,
                 headers: &[],
+                task_state: None,
             },
             state,
         )

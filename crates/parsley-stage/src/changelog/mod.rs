@@ -9,6 +9,8 @@
 //! the stage's sources; partition `p` belongs to task `p`. Records:
 //! - key `0x00 ++ k` ([`STATE_PREFIX`]), value `v`: the fold state of key `k` (a tombstone
 //!   deletes it);
+//! - key [`TASK_STATE_KEY`], value the processor's task state
+//!   ([`RawStep::task_state`](crate::RawStep::task_state)), a tombstone once deleted;
 //! - key [`META_KEY`], value a [`TaskSnapshot`]: the task's sender id and next send sequence,
 //!   its node clock, its gate snapshot (baselines, frontiers, look-ahead sets, delivered
 //!   sequences) and the input offsets committed with it;
@@ -58,6 +60,8 @@ pub use snapshot::TaskSnapshot;
 pub const STATE_PREFIX: u8 = 0x00;
 /// Key of the task snapshot record ([`TaskSnapshot`]).
 pub const META_KEY: &[u8] = b"\x01parsley.task";
+/// Key of the processor's task state: state of the task that belongs to no key.
+pub const TASK_STATE_KEY: &[u8] = b"\x01parsley.task_state";
 /// Key of the event-time record of a stage that orders by event time ([`EventTimeRecord`]),
 /// always written with the task snapshot.
 pub const EVENT_TIME_KEY: &[u8] = b"\x01parsley.event_time";
@@ -175,6 +179,8 @@ pub struct Restored {
     pub snapshot: Option<TaskSnapshot>,
     /// The latest event-time record (undecoded), if one was ever written.
     pub event_time: Option<Vec<u8>>,
+    /// The processor's task state, if it has one.
+    pub task_state: Option<Vec<u8>>,
     /// The latest record of every part of the timer queue that has one (undecoded).
     pub timers: BTreeMap<Part<Vec<u8>>, Vec<u8>>,
     /// The processor's keyed timers set at the last commit: (time ms, key).
@@ -203,6 +209,8 @@ impl Restored {
         } else if key == EVENT_TIME_KEY {
             let value = value.ok_or("event-time record without a value")?;
             self.event_time = Some(value.to_vec());
+        } else if key == TASK_STATE_KEY {
+            self.task_state = value.map(<[u8]>::to_vec);
         } else if let Some((&STATE_PREFIX, k)) = key.split_first() {
             if self.state_elsewhere {
                 return Ok(());
@@ -264,6 +272,7 @@ mod tests {
         );
         assert_eq!(timer_part_of(META_KEY), None);
         assert_eq!(timer_part_of(EVENT_TIME_KEY), None);
+        assert_eq!(timer_part_of(TASK_STATE_KEY), None);
         assert_eq!(timer_part_of(&[STATE_PREFIX, 1]), None);
         assert_eq!(timer_part_of(&[TIMER_PREFIX, 1]), None);
     }
@@ -338,7 +347,12 @@ mod tests {
             r.apply(META_KEY, None).unwrap_err(),
             "task snapshot without a value"
         );
+        r.apply(TASK_STATE_KEY, Some(b"t1")).unwrap();
+        r.apply(TASK_STATE_KEY, Some(b"t2")).unwrap();
+        assert_eq!(r.task_state.as_deref(), Some(&b"t2"[..]));
+        r.apply(TASK_STATE_KEY, None).unwrap();
+        assert_eq!(r.task_state, None);
         assert!(r.apply(b"\x09", None).unwrap_err().contains("unknown key"));
-        assert_eq!(r.records, 13);
+        assert_eq!(r.records, 16);
     }
 }

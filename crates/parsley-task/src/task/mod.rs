@@ -43,7 +43,9 @@ pub use timers::KeyedTimers;
 
 use parsley_clock::{CausalClock, Channel, Coordinate, TopicId, codec};
 use parsley_gate::{Gate, GateError};
-use parsley_stage::changelog::{EVENT_TIME_KEY, META_KEY, ParkedRecord, TaskSnapshot};
+use parsley_stage::changelog::{
+    EVENT_TIME_KEY, META_KEY, ParkedRecord, TASK_STATE_KEY, TaskSnapshot,
+};
 use parsley_stage::{
     BadRecordKind, BadRecordPolicy, RawDelivery, RawEmission, RawStep, RawTimer, StateChange,
     user_headers,
@@ -139,6 +141,9 @@ pub struct Task {
     ticker: Option<ticks::Ticker>,
     /// While it reads its global sources to their end offsets: what waits (module `global`).
     bootstrap: Option<Box<global::Bootstrap>>,
+    /// The processor's task state (`RawStep::task_state`), and whether it changed since the
+    /// last changelog write.
+    task_state: (Option<Vec<u8>>, bool),
 }
 
 impl Task {
@@ -165,6 +170,7 @@ impl Task {
             refused: Vec::new(),
             ticker: None,
             bootstrap: None,
+            task_state: (None, false),
         }
     }
 
@@ -507,6 +513,7 @@ impl Task {
                     partition: self.partition,
                     time,
                     watermark: self.position.unwrap_or(time),
+                    task_state: self.task_state.0.as_deref(),
                 },
                 self.fold.get(&key)?.as_deref(),
             )?;
@@ -635,6 +642,7 @@ impl Task {
                 value: record.value,
                 watermark: self.position,
                 headers: &headers,
+                task_state: self.task_state.0.as_deref(),
             },
             self.fold.get(state_key)?.as_deref(),
             &global::FoldLookup(&self.fold),
@@ -695,6 +703,11 @@ impl Task {
             StateChange::Keep => {}
             StateChange::Set(s) => self.fold.set(state_key, Some(s)),
             StateChange::Delete => self.fold.set(state_key, None),
+        }
+        match step.task_state {
+            StateChange::Keep => {}
+            StateChange::Set(s) => self.task_state = (Some(s), true),
+            StateChange::Delete => self.task_state = (None, true),
         }
         if !step.timers.is_empty() {
             if self.event_time.is_none() {
@@ -860,6 +873,9 @@ impl Task {
         }
         for (key, value) in self.timers.take_changes() {
             writer.write(&key, value.as_deref())?;
+        }
+        if std::mem::take(&mut self.task_state.1) {
+            writer.write(TASK_STATE_KEY, self.task_state.0.as_deref())?;
         }
         // A timer-queue change needs its header (watermark, segment numbers) in the same
         // transaction.

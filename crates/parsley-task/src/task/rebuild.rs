@@ -172,6 +172,11 @@ pub fn rebuild_task(
         .cloned();
     let timers = std::mem::take(&mut restored.timers);
     let keyed_timers = std::mem::take(&mut restored.keyed_timers);
+    // The task state, like the fold state, belongs to the snapshot it was committed with.
+    let task_state = restored
+        .snapshot
+        .as_ref()
+        .and(std::mem::take(&mut restored.task_state));
     let mut moved = Vec::new();
     let mut task = match restored.snapshot {
         Some(snapshot) => {
@@ -190,6 +195,7 @@ pub fn rebuild_task(
         None => Task::fresh(partition, ctx.consumed(partition), &positions, fold)
             .map_err(|e| ctx.gate_error(partition, e))?,
     };
+    task.task_state = (task_state, false);
     let event_time = event_time_of(ctx, order, partition, event_bytes.as_deref(), &timers)?;
     let event_time = match event_time {
         Some(et) => Some(start_event_time(ctx, &task, et, evidence)?),

@@ -26,6 +26,7 @@ import org.apache.kafka.streams.kstream.EmitStrategy;
 import org.apache.kafka.streams.kstream.GlobalKTable;
 import org.apache.kafka.streams.kstream.Grouped;
 import org.apache.kafka.streams.kstream.JoinWindows;
+import org.apache.kafka.streams.kstream.Joined;
 import org.apache.kafka.streams.kstream.KGroupedStream;
 import org.apache.kafka.streams.kstream.KGroupedTable;
 import org.apache.kafka.streams.kstream.KStream;
@@ -272,6 +273,23 @@ final class Catalogue {
                 (op.get("left").asBoolean()
                         ? s.leftJoin(table, Fns::pair)
                         : s.join(table, Fns::pair)).to("out");
+            }
+            case "versioned-join" -> {
+                inputs.add("right");
+                KTable<String, String> table = b.table("right",
+                        Materialized.<String, String>as(Stores.persistentVersionedKeyValueStore(
+                                        "versioned", Duration.ofMillis(op.get("retention").asLong())))
+                                .withKeySerde(Serdes.String())
+                                .withValueSerde(Serdes.String()));
+                KStream<String, String> s = b.stream("left");
+                Joined<String, String, String> joined =
+                        Joined.with(Serdes.String(), Serdes.String(), Serdes.String());
+                if (op.hasNonNull("grace")) {
+                    joined = joined.withGracePeriod(Duration.ofMillis(op.get("grace").asLong()));
+                }
+                (op.get("left").asBoolean()
+                        ? s.leftJoin(table, Fns::pair, joined)
+                        : s.join(table, Fns::pair, joined)).to("out");
             }
             case "windowed" -> {
                 TimeWindows windows = TimeWindows.ofSizeAndGrace(
