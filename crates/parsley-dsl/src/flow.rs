@@ -211,6 +211,67 @@ impl Ctx<'_> {
             .map_err(|e| self.decode_error(Part::State, e))
     }
 
+    /// Keeps the headers of the record being pushed with part `part` of the state in slot
+    /// `slot` (a window by its start, a held record by its time), in the slot's headers slot,
+    /// so that a result a timer makes from that part later carries them: the headers of the
+    /// part's last update. A record without headers forgets those kept before.
+    ///
+    /// # Errors
+    /// As [`Ctx::store`].
+    pub(crate) fn keep_headers<P>(&mut self, slot: &str, part: P) -> Result<(), Error>
+    where
+        P: Serialize + DeserializeOwned + Ord,
+    {
+        let name = headers_slot(slot);
+        let headers = self.headers().to_vec();
+        let mut kept: KeptHeaders<P> = self.load(&name)?.unwrap_or_default();
+        let changed = if headers.is_empty() {
+            kept.remove(&part).is_some()
+        } else {
+            kept.insert(part, headers);
+            true
+        };
+        if changed {
+            self.store(&name, (!kept.is_empty()).then_some(&kept))?;
+        }
+        Ok(())
+    }
+
+    /// The headers kept with part `part` of slot `slot` ([`Ctx::keep_headers`]), still kept;
+    /// empty when none are kept.
+    ///
+    /// # Errors
+    /// As [`Ctx::load`].
+    pub(crate) fn kept_headers<P>(&mut self, slot: &str, part: &P) -> Result<Vec<Header>, Error>
+    where
+        P: Serialize + DeserializeOwned + Ord,
+    {
+        Ok(self
+            .load::<KeptHeaders<P>>(&headers_slot(slot))?
+            .and_then(|mut kept| kept.remove(part))
+            .unwrap_or_default())
+    }
+
+    /// The headers kept with part `part` of slot `slot` ([`Ctx::keep_headers`]), forgotten;
+    /// empty when none are kept.
+    ///
+    /// # Errors
+    /// As [`Ctx::store`].
+    pub(crate) fn take_headers<P>(&mut self, slot: &str, part: &P) -> Result<Vec<Header>, Error>
+    where
+        P: Serialize + DeserializeOwned + Ord,
+    {
+        let name = headers_slot(slot);
+        let Some(mut kept) = self.load::<KeptHeaders<P>>(&name)? else {
+            return Ok(Vec::new());
+        };
+        let Some(headers) = kept.remove(part) else {
+            return Ok(Vec::new());
+        };
+        self.store(&name, (!kept.is_empty()).then_some(&kept))?;
+        Ok(headers)
+    }
+
     /// The value in slot `slot` of the task state (what no one key owns).
     ///
     /// # Errors
@@ -386,6 +447,29 @@ pub(crate) fn forward_at<K: Clone, V: Clone>(
     ctx.timestamp = before;
     forwarded
 }
+
+/// [`forward_at`] with `headers` in place of the record's (none for a timer): a result made
+/// from state carries the headers kept with it ([`Ctx::keep_headers`]).
+pub(crate) fn forward_headed<K: Clone, V: Clone>(
+    children: &Children<K, V>,
+    ctx: &mut Ctx<'_>,
+    (timestamp, headers): (i64, Vec<Header>),
+    key: K,
+    value: V,
+) -> Result<(), Error> {
+    let before = ctx.headers.replace(headers);
+    let forwarded = forward_at(children, ctx, timestamp, key, value);
+    ctx.headers = before;
+    forwarded
+}
+
+/// The slot beside slot `slot` that keeps the headers of its parts ([`Ctx::keep_headers`]).
+fn headers_slot(slot: &str) -> String {
+    format!("{slot}.headers")
+}
+
+/// Headers kept by part of a slot.
+type KeptHeaders<P> = std::collections::BTreeMap<P, Vec<Header>>;
 
 /// The timestamp of a record without one (a message format before v1).
 pub(crate) const NO_TIMESTAMP: i64 = -1;

@@ -42,7 +42,7 @@ use parsley_stage::Error;
 use serde::{Deserialize, Serialize};
 
 use crate::data::Data;
-use crate::flow::{Change, Children, Ctx, Outlet, forward_at};
+use crate::flow::{Change, Children, Ctx, Outlet, forward_at, forward_headed};
 use crate::grouped::KGroupedStream;
 use crate::table::KTable;
 use crate::window::{Windowed, Windowing};
@@ -290,6 +290,11 @@ impl<K: Data, V: Data> SessionWindowedKStream<K, V> {
             }
             let agg = step(&k, v, agg);
             open.sessions.insert(start, (end, agg.clone()));
+            // The merged session's headers are the record's: forget the joined ones'.
+            for (s, ..) in &removed {
+                ctx.take_headers(&slot, s)?;
+            }
+            ctx.keep_headers(&slot, start)?;
             ctx.timers.push(windows.closes_at(end));
             if updates {
                 // Each result carries its session's end as its timestamp (Kafka Streams').
@@ -383,6 +388,7 @@ fn close<K: Data, A: Data>(
     }
     for start in due {
         let (end, value) = open.sessions.remove(&start).expect("a due session");
+        let headers = ctx.take_headers(slot, &start)?;
         if !finals {
             continue;
         }
@@ -391,10 +397,10 @@ fn close<K: Data, A: Data>(
             start,
             end,
         };
-        forward_at(
+        forward_headed(
             children,
             ctx,
-            end,
+            (end, headers),
             key,
             Change {
                 old: None,

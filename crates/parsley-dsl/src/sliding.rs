@@ -40,7 +40,7 @@ use parsley_stage::Error;
 use serde::{Deserialize, Serialize};
 
 use crate::data::Data;
-use crate::flow::{Change, Children, Ctx, Outlet, forward_at};
+use crate::flow::{Change, Children, Ctx, Outlet, forward_at, forward_headed};
 use crate::grouped::KGroupedStream;
 use crate::table::KTable;
 use crate::window::{Windowed, Windowing};
@@ -276,6 +276,9 @@ impl<K: Data, V: Data> SlidingWindowedKStream<K, V> {
                 pass.in_windows(ctx);
             }
             ctx.store(&slot, Some(&pass.slides))?;
+            for (start, _) in &pass.updated {
+                ctx.keep_headers(&slot, *start)?;
+            }
             if updates {
                 pass.emit_updates(ctx, &children)?;
             }
@@ -494,12 +497,30 @@ fn on_timer<K: Data, A: Data>(
             }
         }
     }
-    let before = slides.windows.len();
-    slides
+    let forgotten: Vec<i64> = slides
         .windows
-        .retain(|start, _| windows.forgotten_at(*start) > now);
-    changed |= slides.windows.len() != before;
+        .keys()
+        .copied()
+        .filter(|start| windows.forgotten_at(*start) <= now)
+        .collect();
+    for start in &forgotten {
+        slides.windows.remove(start);
+    }
+    changed |= !forgotten.is_empty();
+    // A window's headers are kept until it is forgotten: a record in time may still read it.
+    let mut headed = Vec::with_capacity(results.len());
     for (start, agg, at) in results {
+        let headers = if forgotten.contains(&start) {
+            ctx.take_headers(slot, &start)?
+        } else {
+            ctx.kept_headers(slot, &start)?
+        };
+        headed.push((start, agg, at, headers));
+    }
+    for start in forgotten {
+        ctx.take_headers(slot, &start)?;
+    }
+    for (start, agg, at, headers) in headed {
         let key = Windowed {
             key: slides.key.clone(),
             start,
@@ -509,7 +530,7 @@ fn on_timer<K: Data, A: Data>(
             old: None,
             new: Some(agg),
         };
-        forward_at(children, ctx, at, key, change)?;
+        forward_headed(children, ctx, (at, headers), key, change)?;
     }
     if changed {
         let rest = (!slides.windows.is_empty()).then_some(&slides);

@@ -26,7 +26,7 @@ use parsley_stage::Error;
 use serde::{Deserialize, Serialize};
 
 use crate::data::{Data, auto_codecs};
-use crate::flow::{Children, Ctx, Outlet, forward_at};
+use crate::flow::{Children, Ctx, Outlet, forward_at, forward_headed};
 use crate::stream::KStream;
 
 /// The time difference within which two records join (Kafka Streams' `JoinWindows`).
@@ -211,6 +211,11 @@ impl<K: Data, V: Data> KStream<K, V> {
                         left_joiner(Some(&v), Some(&r.value)),
                     )?;
                 }
+                if kind != Kind::Inner {
+                    // Its result with nothing, if it comes to that, carries its headers.
+                    let n = b.left.iter().filter(|e| e.time == t).count();
+                    ctx.keep_headers(&slot, (0u8, t, n))?;
+                }
                 b.left.push(Entry {
                     time: t,
                     value: v,
@@ -235,6 +240,10 @@ impl<K: Data, V: Data> KStream<K, V> {
                     joined = true;
                     let (at, value) = (t.max(l.time), joiner(Some(&l.value), Some(&v)));
                     forward_at(&children, ctx, at, k.clone(), value)?;
+                }
+                if kind == Kind::Outer {
+                    let n = b.right.iter().filter(|e| e.time == t).count();
+                    ctx.keep_headers(&slot, (1u8, t, n))?;
                 }
                 b.right.push(Entry {
                     time: t,
@@ -268,6 +277,17 @@ fn load<K: Data, L: Data, R: Data>(
     }))
 }
 
+/// Each entry with its arrival number among the entries of its time: the part its headers
+/// are kept under. Entries of one time are buffered in arrival order and expire together.
+fn numbered<T>(entries: &[Entry<T>]) -> impl Iterator<Item = (&Entry<T>, usize)> {
+    let mut seen: std::collections::HashMap<i64, usize> = std::collections::HashMap::new();
+    entries.iter().map(move |e| {
+        let n = seen.entry(e.time).or_insert(0);
+        *n += 1;
+        (e, *n - 1)
+    })
+}
+
 /// The timer of the context's key at `ctx.timestamp`: drops every buffered record that
 /// expires at or before it, giving the results of those that joined nothing (left: the left
 /// side's; outer: both sides'), in event-time order, left before right.
@@ -292,15 +312,21 @@ fn expire<K: Data, L: Data, R: Data, O: Data>(
     b.left = left;
     b.right = right;
     if kind != Kind::Inner {
-        for e in expired_left.iter().filter(|e| !e.joined) {
-            let value = joiner(Some(&e.value), None);
-            forward_at(children, ctx, e.time, b.key.clone(), value)?;
+        for (e, n) in numbered(&expired_left) {
+            let headers = ctx.take_headers(slot, &(0u8, e.time, n))?;
+            if !e.joined {
+                let value = joiner(Some(&e.value), None);
+                forward_headed(children, ctx, (e.time, headers), b.key.clone(), value)?;
+            }
         }
     }
     if kind == Kind::Outer {
-        for e in expired_right.iter().filter(|e| !e.joined) {
-            let value = joiner(None, Some(&e.value));
-            forward_at(children, ctx, e.time, b.key.clone(), value)?;
+        for (e, n) in numbered(&expired_right) {
+            let headers = ctx.take_headers(slot, &(1u8, e.time, n))?;
+            if !e.joined {
+                let value = joiner(None, Some(&e.value));
+                forward_headed(children, ctx, (e.time, headers), b.key.clone(), value)?;
+            }
         }
     }
     if expired_left.is_empty() && expired_right.is_empty() {

@@ -33,7 +33,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::data::Data;
-use crate::flow::{Change, Children, Ctx, Outlet, forward_at};
+use crate::flow::{Change, Children, Ctx, Outlet, forward_headed};
 use crate::table::KTable;
 
 /// How [`KTable::suppress`] holds a table's updates back (Kafka Streams' `Suppressed`).
@@ -79,11 +79,12 @@ fn emit<K: Data, V: Data>(
     children: &Children<K, Change<V>>,
 ) -> Result<(), Error> {
     ctx.store::<Buffered<K, V>>(slot, None)?;
+    let headers = ctx.take_headers(slot, &())?;
     let change = Change {
         old: buffered.prior,
         new: buffered.latest,
     };
-    forward_at(children, ctx, buffered.at, buffered.key, change)
+    forward_headed(children, ctx, (buffered.at, headers), buffered.key, change)
 }
 
 impl<K: Data, V: Data> KTable<K, V> {
@@ -153,6 +154,8 @@ impl<K: Data, V: Data> KTable<K, V> {
                         true,
                     ),
                 };
+                // The buffer's headers are its latest update's.
+                ctx.keep_headers(&slot, ())?;
                 let due = buffered.since.saturating_add(limit);
                 if ctx.watermark.is_some_and(|w| due < w) {
                     // The watermark has passed the limit already: its timers have fired.

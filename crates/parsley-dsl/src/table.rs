@@ -21,7 +21,9 @@ use std::sync::Arc;
 use parsley_stage::Error;
 
 use crate::data::{Data, auto_codecs};
-use crate::flow::{Change, Children, Ctx, NO_TIMESTAMP, Outlet, Push, forward, forward_at};
+use crate::flow::{
+    Change, Children, Ctx, NO_TIMESTAMP, Outlet, Push, forward, forward_at, forward_headed,
+};
 use crate::graph::Graph;
 use crate::stream::KStream;
 
@@ -221,7 +223,16 @@ impl<K: Data, V: Data> KTable<K, V> {
                 let old: Option<V> = ctx.load(&timer_table)?;
                 ctx.store::<V>(&timer_table, None)?;
                 ctx.store::<(K, i64)>(&slot, None)?;
-                forward(&timer_children, ctx, key, Change { old, new: None })
+                // The deletion carries the headers of the row's last update.
+                let headers = ctx.take_headers(&slot, &())?;
+                let at = ctx.timestamp;
+                forward_headed(
+                    &timer_children,
+                    ctx,
+                    (at, headers),
+                    key,
+                    Change { old, new: None },
+                )
             }),
         );
         drop(g);
@@ -231,9 +242,11 @@ impl<K: Data, V: Data> KTable<K, V> {
                 if c.new.is_some() {
                     let t = ctx.timestamp;
                     ctx.store(&slot, Some(&(k.clone(), t)))?;
+                    ctx.keep_headers(&slot, ())?;
                     ctx.timers.push(t.saturating_add(retention_ms));
                 } else {
                     ctx.store::<(K, i64)>(&slot, None)?;
+                    ctx.take_headers(&slot, &())?;
                 }
                 forward(&children, ctx, k, c)
             }));

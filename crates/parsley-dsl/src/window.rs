@@ -35,7 +35,7 @@ use parsley_stage::Error;
 use serde::{Deserialize, Serialize};
 
 use crate::data::Data;
-use crate::flow::{Change, Children, Ctx, Outlet, forward_at};
+use crate::flow::{Change, Children, Ctx, Outlet, forward_at, forward_headed};
 use crate::grouped::KGroupedStream;
 use crate::table::KTable;
 
@@ -286,6 +286,7 @@ impl<K: Data, V: Data> TimeWindowedKStream<K, V> {
                 };
                 let new = step(&k, v.clone(), old.clone());
                 open.windows.insert(start, (new.clone(), at));
+                ctx.keep_headers(&slot, start)?;
                 if updates {
                     let key = Windowed {
                         key: k.clone(),
@@ -336,6 +337,7 @@ fn close<K: Data, A: Data>(
     }
     for start in due {
         let (value, at) = open.windows.remove(&start).expect("a due window");
+        let headers = ctx.take_headers(slot, &start)?;
         if !finals {
             continue;
         }
@@ -344,10 +346,10 @@ fn close<K: Data, A: Data>(
             start,
             end: start.saturating_add(windows.size_ms),
         };
-        forward_at(
+        forward_headed(
             children,
             ctx,
-            at,
+            (at, headers),
             key,
             Change {
                 old: None,

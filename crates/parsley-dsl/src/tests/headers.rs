@@ -181,3 +181,125 @@ fn a_stage_ordered_by_event_time_keeps_the_headers_of_the_records_it_parks() {
     assert_eq!(out.len(), 2, "{out:?}");
     assert!(out.iter().all(|(_, _, h)| *h == traced()), "{out:?}");
 }
+
+/// Writes `value` under `key` at `ts` to `topic` with trace `trace` as its `traceparent`.
+fn pipe_trace_at(
+    d: &TopologyTestDriver,
+    topic: &str,
+    key: &str,
+    value: &str,
+    ts: i64,
+    trace: &str,
+) {
+    d.pipe_raw(
+        topic,
+        RawInput::new(Some(key.as_bytes()), Some(value.as_bytes()))
+            .timestamp(ts)
+            .header("traceparent", trace.as_bytes()),
+    )
+    .unwrap();
+}
+
+/// The `traceparent` of each record of `topic`, with its key and value.
+fn traces(d: &TopologyTestDriver, topic: &str) -> Vec<(String, String, String)> {
+    read(d, topic)
+        .into_iter()
+        .map(|(k, v, h)| {
+            let trace = h
+                .into_iter()
+                .find(|(n, _)| n == "traceparent")
+                .map_or_else(|| "-".to_string(), |(_, t)| t);
+            (k, v, trace)
+        })
+        .collect()
+}
+
+#[test]
+fn a_result_a_timer_makes_carries_the_headers_of_the_last_update_it_was_made_from() {
+    use std::time::Duration;
+
+    use crate::{JoinWindows, SessionWindows, SlidingWindows, Suppressed, TimeWindows};
+
+    let ms = Duration::from_millis;
+    let b = StreamsBuilder::new("app");
+    let events = b.stream::<String, String>("events");
+    events
+        .group_by_key()
+        .windowed_by(TimeWindows::of_size(ms(10)))
+        .count()
+        .to_stream()
+        .map(|w, n| (w.key, format!("window {}: {n}", w.start)))
+        .to("windows");
+    events
+        .group_by_key()
+        .windowed_by(SessionWindows::with_inactivity_gap(ms(3)))
+        .count()
+        .to_stream()
+        .map(|w, n| (w.key, format!("session {}-{}: {n}", w.start, w.end)))
+        .to("sessions");
+    events
+        .group_by_key()
+        .windowed_by(SlidingWindows::of_time_difference_with_no_grace(ms(2)))
+        .count()
+        .to_stream()
+        .map(|w, n| (w.key, format!("sliding {}-{}: {n}", w.start, w.end)))
+        .to("sliding");
+    b.table::<String, String>("stock")
+        .suppress(Suppressed::until_time_limit(ms(5)))
+        .to_stream()
+        .to("suppressed");
+    b.stream::<String, String>("left")
+        .left_join_windowed(
+            &b.stream::<String, String>("right"),
+            JoinWindows::of_time_difference(ms(2)),
+            |l, r| format!("{l}/{}", r.map_or("none", String::as_str)),
+        )
+        .to("joined");
+    let d = TopologyTestDriver::builder(b.build().unwrap())
+        .build()
+        .unwrap();
+
+    pipe_trace_at(&d, "events", "k", "a", 1, "A");
+    pipe_trace_at(&d, "events", "k", "b", 2, "B");
+    pipe_trace_at(&d, "events", "j", "c", 30, "C");
+    // The window [0, 10) and the session [1, 2) of k were last updated by b; the sliding
+    // window [0, 2] too.
+    assert_eq!(
+        traces(&d, "windows"),
+        [("k".into(), "window 0: 2".into(), "B".into())]
+    );
+    assert_eq!(
+        traces(&d, "sessions"),
+        [("k".into(), "session 1-2: 2".into(), "B".into())]
+    );
+    let sliding = traces(&d, "sliding");
+    assert!(
+        sliding.contains(&("k".into(), "sliding 0-2: 2".into(), "B".into())),
+        "{sliding:?}"
+    );
+    assert!(
+        sliding.iter().all(|(k, _, t)| k == "k" && t != "-"),
+        "{sliding:?}"
+    );
+
+    pipe_trace_at(&d, "stock", "tea", "3", 1, "A");
+    pipe_trace_at(&d, "stock", "tea", "4", 2, "B");
+    pipe_trace_at(&d, "stock", "milk", "9", 20, "C");
+    assert_eq!(
+        traces(&d, "suppressed"),
+        [("tea".into(), "4".into(), "B".into())]
+    );
+
+    pipe_trace_at(&d, "left", "k", "x", 1, "A");
+    pipe_trace_at(&d, "left", "k", "y", 1, "B");
+    pipe_trace_at(&d, "left", "j", "z", 50, "C");
+    // Each record that joined nothing carries its own headers, not the record that moved
+    // event time past it.
+    assert_eq!(
+        traces(&d, "joined"),
+        [
+            ("k".into(), "x/none".into(), "A".into()),
+            ("k".into(), "y/none".into(), "B".into())
+        ]
+    );
+}
