@@ -28,6 +28,7 @@
 mod bad;
 mod fold;
 mod global;
+mod punctuation;
 mod rebuild;
 mod ticks;
 mod timers;
@@ -35,6 +36,7 @@ mod timers;
 use bad::check_key;
 pub use bad::{Cause, RefusedInput};
 pub use fold::FoldState;
+pub use punctuation::Punctuations;
 pub use rebuild::{StartEvidence, event_time_of, rebuild_task};
 use std::borrow::Cow;
 use std::collections::VecDeque;
@@ -45,8 +47,8 @@ use parsley_clock::{CausalClock, Channel, Coordinate, TopicId, codec};
 use parsley_gate::{Gate, GateError};
 use parsley_stage::changelog::{EVENT_TIME_KEY, META_KEY, ParkedRecord, TaskSnapshot};
 use parsley_stage::{
-    BadRecordKind, BadRecordPolicy, RawDelivery, RawEmission, RawStep, RawTimer, StateChange,
-    user_headers,
+    BadRecordKind, BadRecordPolicy, RawDelivery, RawEmission, RawPunctuation, RawStep, RawTimer,
+    StateChange, user_headers,
 };
 use tracing::{trace, warn};
 
@@ -123,6 +125,8 @@ pub struct Task {
     event_time: Option<EventTime>,
     /// The processor's keyed event-time timers.
     timers: KeyedTimers,
+    /// The processor's punctuation schedules (module `punctuation`).
+    punctuations: Punctuations,
     /// The event-time position of what the task has handed over: the release time of the
     /// last record handed over or timer fired while a release runs, the watermark after it
     /// (`None`: not ordering by event time, or no watermark yet). Never decreases.
@@ -159,6 +163,7 @@ impl Task {
             counts: TaskCounts::default(),
             event_time: None,
             timers: KeyedTimers::default(),
+            punctuations: Punctuations::default(),
             position: None,
             stamp_buf: Vec::with_capacity(256),
             causes: VecDeque::new(),
@@ -190,6 +195,11 @@ impl Task {
     /// Gives the task its restored keyed timers.
     pub fn set_timers(&mut self, timers: KeyedTimers) {
         self.timers = timers;
+    }
+
+    /// Gives the task its punctuation schedules, restored.
+    pub fn set_punctuations(&mut self, punctuations: Punctuations) {
+        self.punctuations = punctuations;
     }
 
     /// Keyed timers set now.
@@ -443,10 +453,13 @@ impl Task {
         Ok(work)
     }
 
-    /// Hands over the records the watermark released and fires the keyed timers due at it,
-    /// interleaved in event-time order: a timer before every record released at a later time,
-    /// after those at its time or earlier (timers set meanwhile at or below the watermark take
-    /// their place in the same pass). Timers fire in (time, key) order.
+    /// Hands over the records the watermark released, fires the keyed timers due at it and
+    /// makes the punctuations due at it, interleaved in event-time order: a timer or a
+    /// punctuation before every record released at a later time, after those at its time or
+    /// earlier; at one time, records, then keyed timers, then punctuations (timers set
+    /// meanwhile at or below the watermark take their place in the same pass). Timers fire in
+    /// (time, key) order, punctuations in schedule order. Stream-time schedules are armed at
+    /// the position the pass starts from (module `punctuation`).
     ///
     /// # Errors
     /// As [`Task::deliver`].
@@ -459,15 +472,24 @@ impl Task {
         let Some(watermark) = self.event_time.as_ref().and_then(EventTime::watermark) else {
             return Ok(());
         };
+        if !self.punctuations.is_empty() {
+            self.punctuations
+                .arm_stream_time(self.position.unwrap_or(watermark));
+        }
         loop {
             let record = self
                 .event_time
                 .as_ref()
                 .and_then(EventTime::next_release_time);
             let timer = self.timers.next_due(watermark);
-            match (record, timer) {
-                (Some(r), Some(t)) if t < r => self.fire_timer(ctx, out, work, watermark)?,
-                (Some(r), _) => {
+            let punctuation = self.punctuations.next_due(watermark);
+            let first = [record, timer, punctuation]
+                .into_iter()
+                .enumerate()
+                .filter_map(|(rank, t)| Some((t?, rank)))
+                .min();
+            match first {
+                Some((r, 0)) => {
                     self.advance_position(r);
                     let h = self
                         .event_time
@@ -476,13 +498,62 @@ impl Task {
                         .expect("a released record");
                     self.hand_over(ctx, out, work, h)?;
                 }
-                (None, Some(_)) => self.fire_timer(ctx, out, work, watermark)?,
-                (None, None) => {
+                Some((_, 1)) => self.fire_timer(ctx, out, work, watermark)?,
+                Some(_) => self.punctuate(ctx, out, work, watermark)?,
+                None => {
                     self.advance_position(watermark);
                     return Ok(());
                 }
             }
         }
+    }
+
+    /// Makes the first punctuation due at `watermark`: the processor reads the fold state of
+    /// any key, its state changes apply, and its emissions carry the punctuation's time as
+    /// their timestamp and no headers unless they set their own.
+    ///
+    /// # Errors
+    /// The processor's (a punctuation has no input record for a bad-record policy); as
+    /// [`Task::deliver`].
+    fn punctuate(
+        &mut self,
+        ctx: &TaskContext,
+        out: &mut dyn Output,
+        work: &mut Work,
+        watermark: i64,
+    ) -> Result<()> {
+        let Some(firing) = self.punctuations.take_due(watermark) else {
+            return Ok(());
+        };
+        self.changed = true;
+        self.advance_position(firing.at);
+        let step = ctx.processor.punctuate(
+            RawPunctuation {
+                schedule: firing.schedule,
+                kind: firing.kind,
+                time: firing.time,
+                partition: self.partition,
+            },
+            &global::FoldLookup(&self.fold),
+        )?;
+        for (key, change) in step.states {
+            match change {
+                StateChange::Keep => {}
+                StateChange::Set(s) => self.fold.set(&key, Some(s)),
+                StateChange::Delete => self.fold.set(&key, None),
+            }
+        }
+        for emission in step.emit {
+            self.emit(ctx, out, emission, firing.time, &[])?;
+            work.emissions += 1;
+        }
+        trace!(
+            partition = self.partition,
+            schedule = firing.schedule,
+            time = firing.time,
+            "punctuated"
+        );
+        Ok(())
     }
 
     /// Calls the processor for the first keyed timer due at `watermark`; its emissions carry
@@ -859,6 +930,9 @@ impl Task {
             writer.write(key, record.as_deref())?;
         }
         for (key, value) in self.timers.take_changes() {
+            writer.write(&key, value.as_deref())?;
+        }
+        for (key, value) in self.punctuations.take_changes() {
             writer.write(&key, value.as_deref())?;
         }
         // A timer-queue change needs its header (watermark, segment numbers) in the same
