@@ -459,7 +459,8 @@ impl Task {
     /// earlier; at one time, records, then keyed timers, then punctuations (timers set
     /// meanwhile at or below the watermark take their place in the same pass). Timers fire in
     /// (time, key) order, punctuations in schedule order. Stream-time schedules are armed at
-    /// the position the pass starts from (module `punctuation`).
+    /// the position the pass starts from, or, before the task has one, at the first record it
+    /// releases (module `punctuation`).
     ///
     /// # Errors
     /// As [`Task::deliver`].
@@ -473,8 +474,16 @@ impl Task {
             return Ok(());
         };
         if !self.punctuations.is_empty() {
-            self.punctuations
-                .arm_stream_time(self.position.unwrap_or(watermark));
+            // Before the task has a position: at the first record it hands over, so that how
+            // far the first watermark jumped (batch sizes) does not matter.
+            let first = self
+                .event_time
+                .as_ref()
+                .and_then(EventTime::next_release_time);
+            let at = self
+                .position
+                .unwrap_or_else(|| first.map_or(watermark, |f| f.min(watermark)));
+            self.punctuations.arm_stream_time(at);
         }
         loop {
             let record = self

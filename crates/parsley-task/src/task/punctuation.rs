@@ -2,8 +2,9 @@
 //! and the firings decided but not made yet.
 //!
 //! # Invariants
-//! - A stream-time schedule is armed once, at the first event-time position the task has: its
-//!   next firing is the first multiple of its interval above it. It then fires once at each
+//! - A stream-time schedule is armed once, at the first event-time position the task has (the
+//!   event time of the first record it releases, or its first watermark when it releases
+//!   none): its next firing is the first multiple of its interval above it. It then fires once at each
 //!   multiple the position reaches, at that multiple, in ascending order.
 //! - A wall-clock schedule is armed at the first tick the task reads: its next firing is the first
 //!   multiple of its interval above the tick's time. A tick at or above it decides one firing at
