@@ -30,8 +30,11 @@ use crate::stream::KStream;
 /// interval in ms, a [`PunctuationType`] and a [`Punctuator`] over the handler's key `K`,
 /// output `V` and state `S`.
 pub struct Schedules<K, V, S> {
-    list: Vec<(Schedule, Arc<dyn Punctuator<K, V, S>>)>,
+    list: Vec<(Schedule, SharedPunctuator<K, V, S>)>,
 }
+
+/// A punctuator shared by the operator's compiled stage.
+type SharedPunctuator<K, V, S> = Arc<dyn Punctuator<K, V, S>>;
 
 impl<K, V, S> Schedules<K, V, S> {
     /// Schedules `punctuator` every `interval_ms` ms (`> 0`) of `kind`'s time (Kafka Streams'
@@ -200,7 +203,7 @@ fn forward_all<K: Data, V: Data>(
 fn on_punctuation<H>(
     out: Children<H::Key, H::Output>,
     slot: String,
-    punctuator: Arc<dyn Punctuator<H::Key, H::Output, H::State>>,
+    punctuator: SharedPunctuator<H::Key, H::Output, H::State>,
 ) -> OnPunctuation
 where
     H: Handler,
