@@ -47,8 +47,8 @@ use parsley_clock::{CausalClock, Channel, Coordinate, TopicId, codec};
 use parsley_gate::{Gate, GateError};
 use parsley_stage::changelog::{EVENT_TIME_KEY, META_KEY, ParkedRecord, TaskSnapshot};
 use parsley_stage::{
-    BadRecordKind, BadRecordPolicy, RawDelivery, RawEmission, RawPunctuation, RawStep, RawTimer,
-    StateChange, user_headers,
+    BadRecordKind, BadRecordPolicy, RawDelivery, RawEmission, RawStep, RawTimer, StateChange,
+    user_headers,
 };
 use tracing::{trace, warn};
 
@@ -515,54 +515,6 @@ impl Task {
                 }
             }
         }
-    }
-
-    /// Makes the first punctuation due at `watermark`: the processor reads the fold state of
-    /// any key, its state changes apply, and its emissions carry the punctuation's time as
-    /// their timestamp and no headers unless they set their own.
-    ///
-    /// # Errors
-    /// The processor's (a punctuation has no input record for a bad-record policy); as
-    /// [`Task::deliver`].
-    fn punctuate(
-        &mut self,
-        ctx: &TaskContext,
-        out: &mut dyn Output,
-        work: &mut Work,
-        watermark: i64,
-    ) -> Result<()> {
-        let Some(firing) = self.punctuations.take_due(watermark) else {
-            return Ok(());
-        };
-        self.changed = true;
-        self.advance_position(firing.at);
-        let step = ctx.processor.punctuate(
-            RawPunctuation {
-                schedule: firing.schedule,
-                kind: firing.kind,
-                time: firing.time,
-                partition: self.partition,
-            },
-            &global::FoldLookup(&self.fold),
-        )?;
-        for (key, change) in step.states {
-            match change {
-                StateChange::Keep => {}
-                StateChange::Set(s) => self.fold.set(&key, Some(s)),
-                StateChange::Delete => self.fold.set(&key, None),
-            }
-        }
-        for emission in step.emit {
-            self.emit(ctx, out, emission, firing.time, &[])?;
-            work.emissions += 1;
-        }
-        trace!(
-            partition = self.partition,
-            schedule = firing.schedule,
-            time = firing.time,
-            "punctuated"
-        );
-        Ok(())
     }
 
     /// Calls the processor for the first keyed timer due at `watermark`; its emissions carry

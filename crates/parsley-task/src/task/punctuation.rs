@@ -13,13 +13,22 @@
 //!   position reaches the tick's time minus the clock's lag.
 //! - Firings due at one event-time position are made in schedule order, after the records and
 //!   keyed timers due at that position (the task's release loop).
+//! - A firing is made by [`Task`]'s release loop (`Task::punctuate`, here): the processor reads
+//!   the task's fold state, its state changes apply, its emissions are stamped like a timer's.
 //! - `changed` names exactly the schedules whose changelog record must be written at the next
 //!   write; after it the changelog holds each schedule's record ([`PunctuationRecord`]).
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use parsley_stage::changelog::{PunctuationRecord, punctuation_key};
-use parsley_stage::{PunctuationType, Schedule};
+use parsley_stage::{PunctuationType, RawPunctuation, Schedule, StateChange};
+use tracing::trace;
+
+use super::{Task, global};
+use crate::context::TaskContext;
+use crate::error::Result;
+use crate::output::Output;
+use crate::record::Work;
 
 /// One schedule and where it stands.
 #[derive(Debug)]
@@ -181,6 +190,56 @@ impl Punctuations {
                 (punctuation_key(i as u32), Some(record.encode()))
             })
             .collect()
+    }
+}
+
+impl Task {
+    /// Makes the first punctuation due at `watermark`: the processor reads the fold state of
+    /// any key, its state changes apply, and its emissions carry the punctuation's time as
+    /// their timestamp and no headers unless they set their own.
+    ///
+    /// # Errors
+    /// The processor's (a punctuation has no input record for a bad-record policy); as
+    /// [`Task::deliver`].
+    pub(super) fn punctuate(
+        &mut self,
+        ctx: &TaskContext,
+        out: &mut dyn Output,
+        work: &mut Work,
+        watermark: i64,
+    ) -> Result<()> {
+        let Some(firing) = self.punctuations.take_due(watermark) else {
+            return Ok(());
+        };
+        self.changed = true;
+        self.advance_position(firing.at);
+        let step = ctx.processor.punctuate(
+            RawPunctuation {
+                schedule: firing.schedule,
+                kind: firing.kind,
+                time: firing.time,
+                partition: self.partition,
+            },
+            &global::FoldLookup(&self.fold),
+        )?;
+        for (key, change) in step.states {
+            match change {
+                StateChange::Keep => {}
+                StateChange::Set(s) => self.fold.set(&key, Some(s)),
+                StateChange::Delete => self.fold.set(&key, None),
+            }
+        }
+        for emission in step.emit {
+            self.emit(ctx, out, emission, firing.time, &[])?;
+            work.emissions += 1;
+        }
+        trace!(
+            partition = self.partition,
+            schedule = firing.schedule,
+            time = firing.time,
+            "punctuated"
+        );
+        Ok(())
     }
 }
 
