@@ -17,6 +17,7 @@
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
+use parsley_clock::Channel;
 use parsley_runtime::{Running, Runtime, RuntimeConfig, TopicInfo};
 use parsley_stage::{
     EventTimeOrder, Handler, HandlerResult, Punctuated, Punctuation, PunctuationType,
@@ -200,6 +201,22 @@ fn stream_time_punctuation_fires_at_each_boundary_between_the_records_and_resume
             ("p5 seen=5", b + 5_000),
         ])
     );
+
+    // Every output, the punctuations' too, is stamped with the task's node clock: the first
+    // punctuation claims at least the two records handled before it (input offsets 0 and 1;
+    // the clock observes a record when the gate delivers it, before it is parked, so it may
+    // claim more).
+    let read = read_committed(&out);
+    assert!(read.iter().all(|r| r.stamp.is_some()));
+    let p1 = &read[2];
+    assert_eq!(p1.value.as_deref(), Some(&b"p1 seen=2"[..]));
+    let claimed = p1
+        .stamp
+        .as_ref()
+        .unwrap()
+        .clock
+        .get(&Channel::new(input.id, 0));
+    assert!(claimed >= Some(1), "{:?}", p1.stamp);
 
     // Restarted: the schedule (next at b + 6,000) and the count come back from the changelog.
     let running = start(&topology);
