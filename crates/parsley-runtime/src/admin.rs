@@ -35,6 +35,7 @@ use parsley_task::topic::TopicInfo;
 /// The pause before an admin request whose broker dropped the connection is sent again.
 const TRANSPORT_RETRY: Duration = Duration::from_millis(100);
 
+pub(crate) mod acl;
 mod offsets;
 
 /// A topic to create.

@@ -129,6 +129,7 @@ mod shutdown;
 mod signals;
 mod stage;
 
+pub use admin::acl::{Acl, PatternType};
 pub use admin::{Admin, TopicSpec};
 pub use causal_producer::{CausalProducer, CausalProducerConfig};
 pub use changelog::changelog_topic;
@@ -148,9 +149,10 @@ pub use parsley_clock::{
 pub use parsley_task::driver;
 /// The error type and its kinds (`parsley_task::error`).
 pub use parsley_task::error::{
-    Awaited, ClientError, Error, InputRecord, KafkaCode, KafkaError, Operation,
-    PRODUCER_SIZE_LIMIT, ProcessingError, RecordError, RecordProblem, Refusal, Result, SetupError,
-    TIMESTAMP_AFTER_LIMIT, TIMESTAMP_BEFORE_LIMIT, TOPIC_SIZE_LIMIT, TransactionFlags,
+    AclOperation, AclResource, Awaited, ClientError, Error, InputRecord, KafkaCode, KafkaError,
+    Operation, PRODUCER_SIZE_LIMIT, ProcessingError, RecordError, RecordProblem, Refusal,
+    ResourceType, Result, SetupError, TIMESTAMP_AFTER_LIMIT, TIMESTAMP_BEFORE_LIMIT,
+    TOPIC_SIZE_LIMIT, TransactionFlags,
 };
 pub use parsley_task::explain::{
     ANSWER_WITHIN, AheadChannel, BlockedRecord, ChannelName, Explanation, MAX_BLOCKED_LISTED,

@@ -169,6 +169,21 @@ fn rows() -> Vec<(&'static str, Error, Class, &'static str)> {
             "the consumer client cannot connect securely to localhost:9093 (SASL_SSL, SASL mechanism SCRAM-SHA-512): Authentication: bad password",
         ),
         (
+            "Authorization",
+            Error::Kafka(KafkaError::authorization(
+                Operation::InitTransactions,
+                parsley_task::error::AclResource::named(
+                    parsley_task::error::ResourceType::TransactionalId,
+                    "app.s-a-0",
+                ),
+                "producer",
+                KafkaCode::new(53, "TransactionalIdAuthorizationFailed"),
+                "Transactional Id authorization failed",
+            )),
+            Fatal,
+            "initialising transactions: the producer client is not authorized on TransactionalId app.s-a-0 (TransactionalIdAuthorizationFailed: Transactional Id authorization failed): no ACL allows this principal the operation",
+        ),
+        (
             "Admin",
             Error::admin(Operation::Rebalance, "m".into()),
             Fatal,

@@ -1,6 +1,7 @@
 //! The admin requests the `rdkafka` crate does not wrap — `DescribeTopics` (topic ids,
-//! KIP-516), `ListOffsets` with an isolation level, `DescribeConsumerGroups` — and the events of
-//! a client's main queue, which its admin client never polls.
+//! KIP-516), `ListOffsets` with an isolation level, `DescribeConsumerGroups`, `CreateAcls` and
+//! `DeleteAcls` (their arguments: module `acl`) — and the events of a client's main queue,
+//! which its admin client never polls.
 //!
 //! A [`Request`] owns its options and its private result queue; its arguments
 //! ([`AdminCall`]) are owned values of this module or borrowed for the request's life; an
@@ -106,6 +107,12 @@ pub(crate) enum AdminCall<'a> {
     ListOffsets(&'a OffsetQuery),
     /// `DescribeConsumerGroups` of this group.
     DescribeGroup(&'a CStr),
+    /// `CreateAcls` of these bindings.
+    CreateAcls(&'a super::acl::AclBindings),
+    /// `DeleteAcls` of the bindings these filters match.
+    DeleteAcls(&'a super::acl::AclBindings),
+    /// `DescribeAcls` of the bindings this filter matches.
+    DescribeAcls(&'a super::acl::PrincipalFilter),
 }
 
 impl AdminCall<'_> {
@@ -117,6 +124,11 @@ impl AdminCall<'_> {
             AdminCall::ListOffsets(_) => rdsys::rd_kafka_admin_op_t::RD_KAFKA_ADMIN_OP_LISTOFFSETS,
             AdminCall::DescribeGroup(_) => {
                 rdsys::rd_kafka_admin_op_t::RD_KAFKA_ADMIN_OP_DESCRIBECONSUMERGROUPS
+            }
+            AdminCall::CreateAcls(_) => rdsys::rd_kafka_admin_op_t::RD_KAFKA_ADMIN_OP_CREATEACLS,
+            AdminCall::DeleteAcls(_) => rdsys::rd_kafka_admin_op_t::RD_KAFKA_ADMIN_OP_DELETEACLS,
+            AdminCall::DescribeAcls(_) => {
+                rdsys::rd_kafka_admin_op_t::RD_KAFKA_ADMIN_OP_DESCRIBEACLS
             }
         }
     }
@@ -219,6 +231,17 @@ impl<'a> Request<'a> {
                         queue,
                     );
                 }
+                AdminCall::CreateAcls(bindings) => {
+                    let mut ptrs = bindings.pointers();
+                    rdsys::rd_kafka_CreateAcls(rk, ptrs.as_mut_ptr(), ptrs.len(), options, queue);
+                }
+                AdminCall::DeleteAcls(filters) => {
+                    let mut ptrs = filters.pointers();
+                    rdsys::rd_kafka_DeleteAcls(rk, ptrs.as_mut_ptr(), ptrs.len(), options, queue);
+                }
+                AdminCall::DescribeAcls(filter) => {
+                    rdsys::rd_kafka_DescribeAcls(rk, filter.0.0, options, queue);
+                }
             }
         }
     }
@@ -281,6 +304,19 @@ impl Event {
     pub(crate) fn error_string(&self) -> String {
         // SAFETY: the event is live; the string it returns lives as long as the event.
         unsafe { cstr(rdsys::rd_kafka_event_error_string(self.0.0)) }
+    }
+
+    /// The first error of a `CreateAcls` or `DeleteAcls` result's bindings (`None`: none, or
+    /// an event of another type).
+    pub(crate) fn acl_error(&self) -> Option<(RDKafkaErrorCode, String)> {
+        // SAFETY: the event is live.
+        unsafe { super::acl::first_error(self.0.0) }
+    }
+
+    /// The ALLOW ACLs of a `DescribeAcls` result (none for another event).
+    pub(crate) fn described_acls(&self) -> Vec<crate::admin::acl::Acl> {
+        // SAFETY: the event is live.
+        unsafe { super::acl::described(self.0.0) }
     }
 
     /// The topics of a `DescribeTopics` result (none for another event).

@@ -239,6 +239,26 @@ pub enum KafkaError {
         /// librdkafka's message.
         message: Box<str>,
     },
+    /// The cluster refused a request because no ACL allows the client's principal the
+    /// operation on `resource` (KIP-11): `TOPIC_AUTHORIZATION_FAILED`,
+    /// `GROUP_AUTHORIZATION_FAILED`, `TRANSACTIONAL_ID_AUTHORIZATION_FAILED` or
+    /// `CLUSTER_AUTHORIZATION_FAILED`. Fatal: the request fails the same way until an ACL is
+    /// granted. The book's operations chapter lists the ACLs each part of Parsley needs.
+    #[error(
+        "{operation}: the {client} client is not authorized on {resource} ({code}: {message}): no ACL allows this principal the operation"
+    )]
+    Authorization {
+        /// What was being done.
+        operation: Operation,
+        /// The resource access was refused on.
+        resource: super::AclResource,
+        /// The client's role (`consumer`, `producer`, `admin`, `restore`, …).
+        client: &'static str,
+        /// The code (`TopicAuthorizationFailed`, …).
+        code: KafkaCode,
+        /// The broker's or client's message.
+        message: Box<str>,
+    },
     /// An admin request failed (or its answer was not what was asked for): `operation` on the
     /// topics, partition, offset or group named, when the request was about them.
     #[error("{}: {message}", Described { operation: *operation, topic: None, partition: *partition, offset: *offset, group: group.as_deref(), topics, cause: None })]
@@ -360,6 +380,32 @@ impl KafkaError {
         self
     }
 
+    /// A [`KafkaError::Authorization`]: `operation` of the `client` client was refused on
+    /// `resource` with `code` (an authorization code: [`super::ResourceType::of_code`]).
+    pub fn authorization(
+        operation: Operation,
+        resource: super::AclResource,
+        client: &'static str,
+        code: KafkaCode,
+        message: impl Into<Box<str>>,
+    ) -> Self {
+        KafkaError::Authorization {
+            operation,
+            resource,
+            client,
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// The resource access was refused on, when this is a [`KafkaError::Authorization`].
+    pub fn refused_resource(&self) -> Option<&super::AclResource> {
+        match self {
+            KafkaError::Authorization { resource, .. } => Some(resource),
+            _ => None,
+        }
+    }
+
     /// The same error naming `names` as the topics of its [`KafkaError::Admin`] request.
     pub fn with_topics<S: ToString>(mut self, names: impl IntoIterator<Item = S>) -> Self {
         if let KafkaError::Admin { topics, .. } = &mut self {
@@ -437,6 +483,7 @@ impl KafkaError {
                 None => false,
             },
             KafkaError::Security { .. }
+            | KafkaError::Authorization { .. }
             | KafkaError::Admin { .. }
             | KafkaError::Fenced { .. }
             | KafkaError::Timeout { .. } => false,
@@ -568,6 +615,12 @@ pub enum Operation {
     ListPartitionOffsets,
     /// Describing a consumer group (`group`). Writes `describing group`.
     DescribeGroup,
+    /// Creating ACLs. Writes `creating ACLs`.
+    CreateAcls,
+    /// Deleting ACLs. Writes `deleting ACLs`.
+    DeleteAcls,
+    /// Describing ACLs. Writes `describing ACLs`.
+    DescribeAcls,
 }
 
 impl Operation {
@@ -626,6 +679,9 @@ impl Operation {
             Operation::ListOffsets => "listing offsets",
             Operation::ListPartitionOffsets => "listing the offsets of",
             Operation::DescribeGroup => "describing group",
+            Operation::CreateAcls => "creating ACLs",
+            Operation::DeleteAcls => "deleting ACLs",
+            Operation::DescribeAcls => "describing ACLs",
         }
     }
 }
