@@ -108,6 +108,7 @@
 #![deny(unsafe_code)]
 
 mod admin;
+mod authorization;
 mod caught_up;
 mod causal_producer;
 mod changelog;

@@ -124,6 +124,30 @@ impl Admin {
             .described_acls())
     }
 
+    /// The topics of `names` this client's principal may not read: described without `Read`
+    /// (or `All`) among its authorized operations (KIP-430), or refused a description for want
+    /// of an ACL. Names the topic of a consumer's `TOPIC_AUTHORIZATION_FAILED`, which the
+    /// client library reports without it.
+    ///
+    /// # Errors
+    /// As [`Admin::describe_topics`].
+    pub(crate) fn unreadable(&self, names: &[&str]) -> Result<Vec<String>> {
+        let described = self.describe_raw_authorized(names, self.timeout)?;
+        Ok(described
+            .into_iter()
+            .filter(|d| match (&d.result, &d.authorized) {
+                (Err((code, _)), _) => crate::client_error::code(*code)
+                    .refused_resource_type()
+                    .is_some(),
+                (Ok(_), Some(ops)) => {
+                    !ops.contains(&AclOperation::Read) && !ops.contains(&AclOperation::All)
+                }
+                (Ok(_), None) => false,
+            })
+            .map(|d| d.name)
+            .collect())
+    }
+
     fn acl_request(&self, operation: Operation, acls: &[Acl], delete: bool) -> Result<()> {
         if acls.is_empty() {
             return Ok(());

@@ -57,7 +57,6 @@ impl PrincipalFilter {
 /// # Safety
 /// `event` is a live event.
 pub(super) unsafe fn described(event: *mut rdsys::rd_kafka_event_t) -> Vec<Acl> {
-    use rdsys::rd_kafka_AclOperation_t as O;
     use rdsys::rd_kafka_ResourcePatternType_t as P;
     use rdsys::rd_kafka_ResourceType_t as R;
     // SAFETY: the caller's; the bindings and strings read belong to the event.
@@ -85,16 +84,7 @@ pub(super) unsafe fn described(event: *mut rdsys::rd_kafka_event_t) -> Vec<Acl> 
                     P::RD_KAFKA_RESOURCE_PATTERN_PREFIXED => PatternType::Prefixed,
                     _ => return None,
                 };
-                let operation = match rdsys::rd_kafka_AclBinding_operation(b) {
-                    O::RD_KAFKA_ACL_OPERATION_ALL => AclOperation::All,
-                    O::RD_KAFKA_ACL_OPERATION_READ => AclOperation::Read,
-                    O::RD_KAFKA_ACL_OPERATION_WRITE => AclOperation::Write,
-                    O::RD_KAFKA_ACL_OPERATION_CREATE => AclOperation::Create,
-                    O::RD_KAFKA_ACL_OPERATION_DESCRIBE => AclOperation::Describe,
-                    O::RD_KAFKA_ACL_OPERATION_DESCRIBE_CONFIGS => AclOperation::DescribeConfigs,
-                    O::RD_KAFKA_ACL_OPERATION_IDEMPOTENT_WRITE => AclOperation::IdempotentWrite,
-                    _ => return None,
-                };
+                let operation = operation_of(rdsys::rd_kafka_AclBinding_operation(b))?;
                 allow.then(|| Acl {
                     resource,
                     name: cstr(rdsys::rd_kafka_AclBinding_name(b)),
@@ -225,6 +215,21 @@ pub(super) unsafe fn first_error(
             )
         })
     }
+}
+
+/// librdkafka's ACL operation as the one Parsley names; `None` for another.
+pub(super) fn operation_of(op: rdsys::rd_kafka_AclOperation_t) -> Option<AclOperation> {
+    use rdsys::rd_kafka_AclOperation_t as O;
+    Some(match op {
+        O::RD_KAFKA_ACL_OPERATION_ALL => AclOperation::All,
+        O::RD_KAFKA_ACL_OPERATION_READ => AclOperation::Read,
+        O::RD_KAFKA_ACL_OPERATION_WRITE => AclOperation::Write,
+        O::RD_KAFKA_ACL_OPERATION_CREATE => AclOperation::Create,
+        O::RD_KAFKA_ACL_OPERATION_DESCRIBE => AclOperation::Describe,
+        O::RD_KAFKA_ACL_OPERATION_DESCRIBE_CONFIGS => AclOperation::DescribeConfigs,
+        O::RD_KAFKA_ACL_OPERATION_IDEMPOTENT_WRITE => AclOperation::IdempotentWrite,
+        _ => return None,
+    })
 }
 
 fn non_null<T>(p: *const T) -> Option<*const T> {

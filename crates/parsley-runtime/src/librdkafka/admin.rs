@@ -206,6 +206,25 @@ impl<'a> Request<'a> {
         }
     }
 
+    /// Asks the broker for the operations the principal may do on each resource described
+    /// (KIP-430: `DescribeTopics`).
+    ///
+    /// # Errors
+    /// librdkafka's message when it refuses the option.
+    pub(crate) fn include_authorized_operations(&mut self) -> Result<(), String> {
+        // SAFETY: as in `set_isolation`.
+        unsafe {
+            let err =
+                rdsys::rd_kafka_AdminOptions_set_include_authorized_operations(self.options.0, 1);
+            if err.is_null() {
+                return Ok(());
+            }
+            let message = cstr(rdsys::rd_kafka_error_string(err));
+            rdsys::rd_kafka_error_destroy(err);
+            Err(message)
+        }
+    }
+
     /// Sends the request; its result arrives as an [`Event`] on [`Request::poll`].
     pub(crate) fn start(&self) {
         let (rk, options, queue) = (self.rk, self.options.0, self.queue.0);
@@ -264,6 +283,9 @@ pub(crate) struct Event(Guard<rdsys::rd_kafka_event_t>);
 pub(crate) struct DescribedTopic {
     pub name: String,
     pub result: Result<(TopicId, usize), (RDKafkaErrorCode, String)>,
+    /// The operations the principal may do on the topic, when the request asked
+    /// ([`Request::include_authorized_operations`]) and the topic was described.
+    pub authorized: Option<Vec<parsley_task::error::AclOperation>>,
 }
 
 /// One partition of a `ListOffsets` result.
@@ -341,6 +363,14 @@ impl Event {
                     } else {
                         rdsys::rd_kafka_error_code(error)
                     };
+                    let mut ops = 0usize;
+                    let listed =
+                        rdsys::rd_kafka_TopicDescription_authorized_operations(d, &mut ops);
+                    let authorized = (!listed.is_null()).then(|| {
+                        (0..ops)
+                            .filter_map(|i| super::acl::operation_of(*listed.add(i)))
+                            .collect()
+                    });
                     let result = if code != rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
                         Err((code.into(), cstr(rdsys::rd_kafka_error_string(error))))
                     } else {
@@ -353,7 +383,11 @@ impl Event {
                         rdsys::rd_kafka_TopicDescription_partitions(d, &mut partitions);
                         Ok((id, partitions))
                     };
-                    DescribedTopic { name, result }
+                    DescribedTopic {
+                        name,
+                        result,
+                        authorized,
+                    }
                 })
                 .collect()
         }

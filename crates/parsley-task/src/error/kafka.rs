@@ -73,6 +73,13 @@ impl KafkaCode {
         self.is_fencing() || self.value == Self::INVALID_TXN_STATE
     }
 
+    /// Whether the code is an authorization refusal (`TOPIC_AUTHORIZATION_FAILED`,
+    /// `GROUP_AUTHORIZATION_FAILED`, `CLUSTER_AUTHORIZATION_FAILED`,
+    /// `TRANSACTIONAL_ID_AUTHORIZATION_FAILED`): the resource type it names, else `None`.
+    pub fn refused_resource_type(&self) -> Option<super::ResourceType> {
+        super::ResourceType::of_code(self.value)
+    }
+
     /// Whether the code reports a connection state, not a lost record or a refused request:
     /// librdkafka's `_ALL_BROKERS_DOWN`, `_TRANSPORT`, `_TIMED_OUT`, and the broker's
     /// `REQUEST_TIMED_OUT` and `NETWORK_EXCEPTION`. librdkafka recovers from them on its own.
@@ -458,8 +465,22 @@ impl KafkaError {
     /// - [`KafkaError::TransactionStalled`] (the producer is replaced);
     /// - [`KafkaError::Client`] holding a transactional API error
     ///   ([`ClientError::transaction`]) that is not fatal and requires an abort or may be
-    ///   retried, or whose code is a fence.
+    ///   retried, or whose code is a fence;
+    ///
+    /// but never one whose code is an authorization refusal
+    /// ([`KafkaCode::refused_resource_type`]), even an abortable one: the same request is
+    /// refused again until an ACL allows it, so redoing the transaction cannot help.
     pub fn is_retriable(&self) -> bool {
+        let refused = match self {
+            KafkaError::Transaction { code, .. } => Some(code),
+            KafkaError::Client { source, .. } | KafkaError::Send { source, .. } => {
+                source.code.as_ref()
+            }
+            _ => None,
+        };
+        if refused.is_some_and(|c| c.refused_resource_type().is_some()) {
+            return false;
+        }
         match self {
             // A fence seen at the commit goes to the recovery too, which tells a timed-out
             // transaction (redone) from a zombie (ends the stage: `KafkaError::Fenced`).
@@ -621,6 +642,8 @@ pub enum Operation {
     DeleteAcls,
     /// Describing ACLs. Writes `describing ACLs`.
     DescribeAcls,
+    /// Sending a record (its delivery report). Writes `sending`.
+    Send,
 }
 
 impl Operation {
@@ -682,6 +705,7 @@ impl Operation {
             Operation::CreateAcls => "creating ACLs",
             Operation::DeleteAcls => "deleting ACLs",
             Operation::DescribeAcls => "describing ACLs",
+            Operation::Send => "sending",
         }
     }
 }
