@@ -7,7 +7,12 @@
 //! the task's node clock and commits outputs and input offsets in one Kafka transaction per
 //! commit interval (EOS v2). [`CausalProducer`] stamps the records of plain producers that
 //! feed a topology. [`Admin`] resolves topic names to topic UUIDs (KIP-516) and creates and
-//! deletes topics, waiting for the cluster to show the result.
+//! deletes topics, waiting for the cluster to show the result, and manages ACLs ([`Acl`]).
+//!
+//! On a cluster with an authorizer, a request refused for want of an ACL ends a stage (or a
+//! `CausalProducer` call) with [`KafkaError::Authorization`] naming the topic, group,
+//! transactional id or the cluster ([`AclResource`]); it is never retried. The book's operations
+//! chapter lists the ACLs each part needs.
 //!
 //! ```no_run
 //! use parsley_runtime::{Runtime, RuntimeConfig};

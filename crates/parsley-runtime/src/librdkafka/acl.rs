@@ -1,5 +1,5 @@
-//! The arguments and results of `CreateAcls` and `DeleteAcls` (KIP-11's ACL bindings), which
-//! the `rdkafka` crate does not wrap.
+//! The arguments and results of `CreateAcls`, `DeleteAcls` and `DescribeAcls` (KIP-11's ACL
+//! bindings), which the `rdkafka` crate does not wrap.
 
 use std::ffi::{CString, c_char};
 

@@ -1,7 +1,8 @@
 //! The admin requests the `rdkafka` crate does not wrap — `DescribeTopics` (topic ids,
-//! KIP-516), `ListOffsets` with an isolation level, `DescribeConsumerGroups`, `CreateAcls` and
-//! `DeleteAcls` (their arguments: module `acl`) — and the events of a client's main queue,
-//! which its admin client never polls.
+//! KIP-516, with the operations the principal may do on each, KIP-430), `ListOffsets` with an
+//! isolation level, `DescribeConsumerGroups`, `CreateAcls`, `DeleteAcls` and `DescribeAcls`
+//! (their arguments: module `acl`) — and the events of a client's main queue, which its admin
+//! client never polls.
 //!
 //! A [`Request`] owns its options and its private result queue; its arguments
 //! ([`AdminCall`]) are owned values of this module or borrowed for the request's life; an
