@@ -112,14 +112,39 @@ impl Names {
             Some(name) if kind != ResourceType::Cluster => AclResource::named(kind, name),
             _ => AclResource::unnamed(kind),
         };
-        let client = match (kind, self.client) {
-            (_, Some(c)) => c.name(),
-            (ResourceType::Group, None) => ClientRole::Consumer.name(),
-            _ => ClientRole::Producer.name(),
-        };
+        let client = self.client.unwrap_or_else(|| role_of(operation)).name();
         Error::Kafka(error::KafkaError::authorization(
             operation, resource, client, code, message,
         ))
+    }
+}
+
+/// The stage's client that makes the calls of `operation`.
+fn role_of(operation: Operation) -> ClientRole {
+    use Operation as O;
+    match operation {
+        O::CreateConsumer
+        | O::Subscribe
+        | O::Poll
+        | O::Seek
+        | O::ReadAssignment
+        | O::Assign
+        | O::UnassignAfterRevocation
+        | O::PauseResume
+        | O::ReadCommittedOffsets
+        | O::ReadPositions
+        | O::Rebalance
+        | O::CreateProgressReader
+        | O::ReadProgressOffsets
+        | O::BuildProgressPartitions
+        | O::AssignProgressPartitions
+        | O::UnassignProgressPartitions => ClientRole::Consumer,
+        O::CreateRestoreConsumer
+        | O::BuildRestoreAssignment
+        | O::AssignChangelogPartition
+        | O::ReadRestorePosition
+        | O::ReadChangelog => ClientRole::Restore,
+        _ => ClientRole::Producer,
     }
 }
 
@@ -190,6 +215,19 @@ mod tests {
             resource(&names().typed(cluster)),
             Some(&AclResource::unnamed(ResourceType::Cluster))
         );
+        let restore = Error::from(
+            error::KafkaError::client(
+                Operation::ReadChangelog,
+                ClientError::new(code(29, "TopicAuthorizationFailed"), "m"),
+            )
+            .with_partition("app.s.changelog", 0),
+        );
+        let e = names().typed(restore);
+        assert_eq!(
+            resource(&e),
+            Some(&AclResource::named(ResourceType::Topic, "app.s.changelog"))
+        );
+        assert!(e.to_string().contains("the restore client"), "{e}");
         // Other codes, other errors: unchanged.
         let other = Error::kafka(
             Operation::Poll,

@@ -83,6 +83,8 @@ struct Case {
     app: String,
     input: String,
     output: String,
+    /// `route` before `count`, through a repartition topic; else `count` alone.
+    two_stages: bool,
 }
 
 impl Case {
@@ -91,6 +93,7 @@ impl Case {
             app: unique_topic("lp"),
             input: create_topic("lp-in", 1).name,
             output: create_topic("lp-out", 1).name,
+            two_stages: true,
         }
     }
 
@@ -157,6 +160,14 @@ impl Case {
             self.output.as_str(),
             self.repartition(),
         );
+        if !self.two_stages {
+            return Topology::builder(&self.app)
+                .stage("count", CountKeys::new(output), |s| {
+                    utf8_stage(s, &[input], &[output])
+                })
+                .build()
+                .unwrap();
+        }
         Topology::builder(&self.app)
             .stage("route", Forward(repartition.clone()), |s| {
                 utf8_stage(s, &[input], &[repartition.as_str()])
@@ -380,6 +391,46 @@ fn the_listed_acls_run_the_pipeline_and_each_one_left_out_is_named_in_a_typed_er
     grant_exactly(&[], &principal);
     eprintln!("{}", report.join("\n"));
     assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn a_restore_needs_read_on_its_changelog() {
+    let _one_at_a_time = PRINCIPAL.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(l) = least_privilege() else { return };
+    let principal = l.principal();
+    // One stage with state and no repartition topic: nothing but a restore reads an internal
+    // topic, and the first run restores nothing.
+    let case = Case {
+        two_stages: false,
+        ..Case::new()
+    };
+    let (read_internal, others): (Vec<Needed>, Vec<Needed>) =
+        case.needed(&principal).into_iter().partition(|n| {
+            n.acl.resource == ResourceType::Topic
+                && n.acl.pattern == PatternType::Prefixed
+                && n.acl.operation == AclOperation::Read
+        });
+    let others: Vec<Acl> = others.into_iter().map(|n| n.acl).collect();
+    grant_exactly(&others, &principal);
+    let Outcome::Failed {
+        part,
+        round,
+        error,
+        took,
+    } = run(&case, &l)
+    else {
+        panic!("the restore read the changelog without Read on it");
+    };
+    eprintln!(
+        "restore without {}: {took:?}: {error}",
+        read_internal[0].acl
+    );
+    assert_eq!((part, round), (Part::Stage, 2), "{error}");
+    let changelog =
+        AclResource::named(ResourceType::Topic, format!("{}.count.changelog", case.app));
+    assert_eq!(refused(&error), Some(&changelog), "{error:?}");
+    assert!(error.is_fatal() && took < REPORTED_WITHIN, "{took:?}");
+    grant_exactly(&[], &principal);
 }
 
 #[test]
