@@ -145,7 +145,10 @@ impl Admin {
     ///
     /// # Errors
     /// [`SetupError::UnknownTopic`] naming the first topic the cluster does not know;
-    /// [`KafkaError::Admin`](parsley_task::error::KafkaError::Admin) for any other failure.
+    /// [`KafkaError::Authorization`](parsley_task::error::KafkaError::Authorization) naming the
+    /// first topic the principal may not describe (no ACL allows Describe, nor Read or Write,
+    /// which imply it); [`KafkaError::Admin`](parsley_task::error::KafkaError::Admin) for any
+    /// other failure.
     pub fn describe_topics(&self, names: &[&str]) -> Result<Vec<TopicInfo>> {
         self.describe_topics_within(names, self.timeout)
     }
@@ -379,6 +382,8 @@ impl Admin {
     /// # Errors
     /// [`KafkaError::Security`](parsley_task::error::KafkaError::Security) as soon as the client
     /// fails to authenticate or to set up TLS;
+    /// [`KafkaError::Authorization`](parsley_task::error::KafkaError::Authorization) naming a
+    /// topic the principal may not create (no ACL allows Create on it or on the cluster);
     /// [`KafkaError::Admin`](parsley_task::error::KafkaError::Admin) naming the topic that could
     /// not be created (including one that exists already), or when the topics do not appear, or
     /// their leaders do not answer, within the timeout.

@@ -99,6 +99,12 @@ impl CausalProducerConfig {
 /// claims them in flight, and restores its clock when it aborts. It has no background thread:
 /// delivery reports are served by the calling thread when it waits for them.
 ///
+/// On a cluster with an authorizer it needs Write on each topic it sends to and, when
+/// transactional, Write on its transactional id; a call refused for want of one fails with
+/// [`KafkaError::Authorization`] naming the topic or the transactional id (from
+/// [`CausalProducer::new`] for the transactional id, from the send's delivery report for a
+/// topic).
+///
 /// # Consume, observe, send
 ///
 /// A service that reads records with an rdkafka consumer hands each one to
@@ -169,7 +175,8 @@ impl CausalProducer {
     ///
     /// # Errors
     /// [`KafkaError::Client`] when the client cannot be created or transactions cannot be
-    /// initialised.
+    /// initialised; [`KafkaError::Authorization`] when no ACL allows Write on the transactional
+    /// id.
     pub fn new(config: CausalProducerConfig) -> Result<Self> {
         let mut own = vec![("linger.ms", "5"), ("partitioner", "murmur2_random")];
         if let Some(id) = &config.transactional_id {

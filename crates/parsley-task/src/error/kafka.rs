@@ -73,9 +73,9 @@ impl KafkaCode {
         self.is_fencing() || self.value == Self::INVALID_TXN_STATE
     }
 
-    /// Whether the code is an authorization refusal (`TOPIC_AUTHORIZATION_FAILED`,
-    /// `GROUP_AUTHORIZATION_FAILED`, `CLUSTER_AUTHORIZATION_FAILED`,
-    /// `TRANSACTIONAL_ID_AUTHORIZATION_FAILED`): the resource type it names, else `None`.
+    /// The resource type the code says access was refused on, when it is an authorization
+    /// refusal (`TOPIC_AUTHORIZATION_FAILED`, `GROUP_AUTHORIZATION_FAILED`,
+    /// `CLUSTER_AUTHORIZATION_FAILED`, `TRANSACTIONAL_ID_AUTHORIZATION_FAILED`); else `None`.
     pub fn refused_resource_type(&self) -> Option<super::ResourceType> {
         super::ResourceType::of_code(self.value)
     }
