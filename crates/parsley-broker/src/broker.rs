@@ -43,10 +43,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-pub use crate::secure::{
-    LEAST_PRIVILEGE_USER, SecureListener, least_privilege_listener, secure_listener,
-};
+pub mod secure;
+
 use crate::wire::Connection;
+pub use secure::{LEAST_PRIVILEGE_USER, SecureListener, least_privilege_listener, secure_listener};
 
 /// The Apache Kafka version the project runs (`org.apache.kafka:kafka_2.13`).
 pub const KAFKA_VERSION: &str = "4.4.0";
@@ -893,8 +893,8 @@ pub(crate) fn tail(path: &Path, n: usize) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::secure::{User, recorded_secure_listener};
     use super::*;
-    use crate::secure::{User, recorded_secure_listener};
 
     /// A state directory of its own under the system's temporary directory.
     fn scratch(name: &str) -> PathBuf {

@@ -112,6 +112,7 @@
 //! else). Its docs state the invariant that makes each wrapper safe to call.
 #![deny(unsafe_code)]
 
+mod acl;
 mod admin;
 mod authorization;
 mod caught_up;
@@ -135,7 +136,7 @@ mod shutdown;
 mod signals;
 mod stage;
 
-pub use admin::acl::{Acl, PatternType};
+pub use acl::{Acl, PatternType};
 pub use admin::{Admin, TopicSpec};
 pub use causal_producer::{CausalProducer, CausalProducerConfig};
 pub use changelog::changelog_topic;

@@ -7,7 +7,7 @@ use rdkafka::error::RDKafkaErrorCode;
 use rdkafka_sys as rdsys;
 
 use super::{Guard, cstr};
-use crate::admin::acl::{Acl, PatternType};
+use crate::acl::{Acl, PatternType};
 use parsley_task::error::{AclOperation, ResourceType};
 
 /// ACL bindings owned here: the argument of a `CreateAcls` request, or, as filters matching

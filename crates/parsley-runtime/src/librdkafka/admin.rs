@@ -337,7 +337,7 @@ impl Event {
     }
 
     /// The ALLOW ACLs of a `DescribeAcls` result (none for another event).
-    pub(crate) fn described_acls(&self) -> Vec<crate::admin::acl::Acl> {
+    pub(crate) fn described_acls(&self) -> Vec<crate::acl::Acl> {
         // SAFETY: the event is live.
         unsafe { super::acl::described(self.0.0) }
     }

@@ -10,7 +10,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use crate::broker::{BrokerError, SECURE_MECHANISM, state_dir, uses_external_cluster};
+use super::{BrokerError, SECURE_MECHANISM, state_dir, uses_external_cluster};
 
 /// The secure listener's second SCRAM user, with no ACL at start.
 pub const LEAST_PRIVILEGE_USER: &str = "parsley-app";
