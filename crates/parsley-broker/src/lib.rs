@@ -14,6 +14,8 @@
 //!   `min.insync.replicas=2`) with the means to move leaders;
 //! - [`read`]: a topic read back to its end offsets as a `read_committed` consumer sees it,
 //!   and printed as `cargo kafka read` prints it;
+//! - [`registry`]: a local schema registry speaking the Confluent REST API's serializer
+//!   subset, in this process or as a process of its own (`cargo kafka registry up`);
 //! - [`wire`]: `Metadata`, `ListOffsets` and `Fetch` on a `PLAINTEXT` listener;
 //! - [`cli`]: the commands themselves, shared with `cargo xtask kafka`.
 #![doc(test(attr(deny(warnings))))]
@@ -23,4 +25,5 @@ pub mod broker;
 pub mod cli;
 pub mod cluster;
 pub mod read;
+pub mod registry;
 pub mod wire;
