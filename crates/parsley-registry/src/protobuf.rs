@@ -9,6 +9,9 @@ use parsley_stage::{Codec, CodecError};
 use crate::codec::{Target, lock};
 use crate::{Part, RegistryClient, Schema, SchemaError, SchemaKind, SubjectNameStrategy, wire};
 
+/// The messages of a writer's schema by their indexes.
+type Messages = Arc<HashMap<Vec<i32>, String>>;
+
 /// A `prost` message `T` as its Protobuf bytes after the header and the message indexes of
 /// the codec's message in its `.proto` file.
 ///
@@ -27,7 +30,7 @@ pub struct ProtobufCodec<T> {
     target: Target,
     indexes: Vec<i32>,
     message: String,
-    writers: Mutex<HashMap<u32, Arc<HashMap<Vec<i32>, String>>>>,
+    writers: Mutex<HashMap<u32, Messages>>,
     _type: PhantomData<fn(T) -> T>,
 }
 
@@ -109,7 +112,7 @@ impl<T> ProtobufCodec<T> {
     }
 
     /// The messages of the writer schema `id` by their indexes, read once per id.
-    fn writer(&self, id: u32) -> Result<Arc<HashMap<Vec<i32>, String>>, SchemaError> {
+    fn writer(&self, id: u32) -> Result<Messages, SchemaError> {
         if let Some(w) = lock(&self.writers).get(&id) {
             return Ok(Arc::clone(w));
         }
