@@ -7,13 +7,22 @@
 //! throw-away CA and broker keystore, made anew at every start, and `client.properties`, the
 //! Java client settings that reach the secure listener), `server.log`, `broker.pid`,
 //! `bootstrap` (the `host:port` that tests and examples read) and `secure` (the secure
-//! listener's address and credentials, read by [`secure_listener`]).
+//! listener's address and the credentials of its two users, read by [`secure_listener`] and
+//! [`least_privilege_listener`]).
 //!
 //! The broker has two client listeners on 127.0.0.1: `PLAINTEXT`, which everything uses unless
 //! it tests security, and `SASL_SSL` ([`SecureListener`]): TLS with a broker certificate
 //! signed by a CA made at start (valid for `127.0.0.1` and `localhost`), and SASL/SCRAM-SHA-512
-//! with one user whose credentials are bootstrapped into the metadata log when the storage is
+//! with two users whose credentials are bootstrapped into the metadata log when the storage is
 //! formatted. Brokers talk to each other and to the controller over `PLAINTEXT`.
+//!
+//! The broker authorizes every request with KRaft's `StandardAuthorizer` (KIP-11's model:
+//! ACLs on topics, groups, transactional ids and the cluster, kept in the metadata log). Three
+//! principals are super users, allowed everything: `User:ANONYMOUS`, which every client of the
+//! `PLAINTEXT` listener is and which the controller and the broker use between themselves, and
+//! `User:parsley`, the secure listener's first user ([`secure_listener`]). The second,
+//! `User:parsley-app` ([`least_privilege_listener`]), has no ACL at start: it may do nothing
+//! until an ACL allows it — the principal that tests what an application needs.
 //!
 //! Invariants:
 //! - [`up`] is idempotent: when the recorded broker answers a metadata request it returns
@@ -21,7 +30,9 @@
 //! - [`up`] returns only once the broker answers a metadata request on the `PLAINTEXT`
 //!   listener ([`crate::wire`]) and Kafka's own Java client, with the recorded credentials and
 //!   trusting the recorded CA, gets an answer on the secure one — no fixed sleep;
-//! - [`restart`] keeps data, ports, configuration, TLS material and credentials;
+//! - [`restart`] keeps data, ports, configuration, TLS material, credentials and ACLs;
+//! - every client of the `PLAINTEXT` listener and the secure listener's first user are super
+//!   users; the least-privilege user is allowed only what ACLs created after [`up`] allow;
 //! - [`down`] stops only the process recorded in `broker.pid`, and only if its command line is
 //!   the broker this module started with this state directory.
 
@@ -32,6 +43,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+pub use crate::secure::{
+    LEAST_PRIVILEGE_USER, SecureListener, least_privilege_listener, secure_listener,
+};
 use crate::wire::Connection;
 
 /// The Apache Kafka version the project runs (`org.apache.kafka:kafka_2.13`).
@@ -42,8 +56,12 @@ pub const LOG4J_VERSION: &str = "2.25.3";
 pub const BOOTSTRAP_ENV: &str = "PARSLEY_BOOTSTRAP";
 /// The SASL mechanism of the secure listener.
 pub const SECURE_MECHANISM: &str = "SCRAM-SHA-512";
-/// The SCRAM user of the secure listener.
+/// The SCRAM user of the secure listener: a super user.
 const SECURE_USER: &str = "parsley";
+/// The principals the broker's authorizer allows everything (`super.users`): the `PLAINTEXT`
+/// listener's clients, the controller and the brokers (`User:ANONYMOUS`), and the secure
+/// listener's first user (`User:parsley`).
+pub const SUPER_USERS: [&str; 2] = ["User:ANONYMOUS", "User:parsley"];
 /// Days the throw-away certificates are valid: longer than any broker is left running.
 const CERT_VALIDITY_DAYS: &str = "365";
 
@@ -179,147 +197,6 @@ pub fn uses_external_cluster() -> bool {
     })
 }
 
-/// The local broker's `SASL_SSL` listener: SASL/SCRAM-SHA-512 over TLS, with the
-/// credentials and the CA certificate made when the broker was started.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SecureListener {
-    /// The listener's `host:port` (on 127.0.0.1).
-    pub bootstrap: String,
-    /// The SASL mechanism ([`SECURE_MECHANISM`]).
-    pub mechanism: &'static str,
-    /// The SCRAM user.
-    pub username: String,
-    /// The SCRAM user's password.
-    pub password: String,
-    /// The CA certificate (PEM) that signed the broker's certificate: `ssl.ca.location`.
-    pub ca_pem: PathBuf,
-    /// A CA certificate (PEM) made at the same time that did *not* sign the broker's
-    /// certificate: a client that trusts only this one must fail the TLS handshake.
-    pub untrusted_ca_pem: PathBuf,
-}
-
-impl SecureListener {
-    /// The librdkafka properties that connect a client to this listener (with
-    /// `bootstrap.servers` set to [`SecureListener::bootstrap`]): `security.protocol`,
-    /// `sasl.mechanisms`, `sasl.username`, `sasl.password` and `ssl.ca.location`. Host name
-    /// verification stays on (librdkafka's default `https`): the certificate is valid for
-    /// `127.0.0.1` and `localhost`.
-    pub fn client_properties(&self) -> Vec<(String, String)> {
-        [
-            ("security.protocol", "SASL_SSL".to_string()),
-            ("sasl.mechanisms", self.mechanism.to_string()),
-            ("sasl.username", self.username.clone()),
-            ("sasl.password", self.password.clone()),
-            (
-                "ssl.ca.location",
-                self.ca_pem.to_string_lossy().into_owned(),
-            ),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v))
-        .collect()
-    }
-
-    /// The same listener with a password the broker does not accept.
-    pub fn with_wrong_password(&self) -> SecureListener {
-        SecureListener {
-            password: format!("not-{}", self.password),
-            ..self.clone()
-        }
-    }
-
-    /// The same listener trusting only [`SecureListener::untrusted_ca_pem`], which did not
-    /// sign the broker's certificate.
-    pub fn with_untrusted_ca(&self) -> SecureListener {
-        SecureListener {
-            ca_pem: self.untrusted_ca_pem.clone(),
-            ..self.clone()
-        }
-    }
-
-    /// The record [`up`] writes to the state directory.
-    fn record(&self, plaintext: &str) -> String {
-        format!(
-            "# Written by parsley-broker: the secure listener of the broker at {plaintext}.\n\
-             plaintext={plaintext}\nbootstrap={}\nmechanism={}\nusername={}\npassword={}\n",
-            self.bootstrap, self.mechanism, self.username, self.password
-        )
-    }
-
-    /// Reads a record written by [`SecureListener::record`]; returns the listener and the
-    /// plaintext bootstrap address of the broker it belongs to.
-    fn parse(record: &str, dir: &Path) -> Result<(SecureListener, String), String> {
-        let field = |name: &str| {
-            record
-                .lines()
-                .find_map(|l| l.strip_prefix(name)?.strip_prefix('='))
-                .map(|v| v.trim().to_string())
-                .ok_or_else(|| format!("no `{name}=` line"))
-        };
-        let mechanism = field("mechanism")?;
-        if mechanism != SECURE_MECHANISM {
-            return Err(format!("unknown mechanism {mechanism}"));
-        }
-        let tls = dir.join("tls");
-        Ok((
-            SecureListener {
-                bootstrap: field("bootstrap")?,
-                mechanism: SECURE_MECHANISM,
-                username: field("username")?,
-                password: field("password")?,
-                ca_pem: tls.join("ca.pem"),
-                untrusted_ca_pem: tls.join("untrusted-ca.pem"),
-            },
-            field("plaintext")?,
-        ))
-    }
-}
-
-/// The secure listener of the local broker, as [`up`] recorded it.
-///
-/// `Ok(None)` when `$PARSLEY_BOOTSTRAP` points at another cluster ([`uses_external_cluster`]:
-/// its security is not this module's to know), or when the recorded broker has no secure
-/// listener (one started by a version of this module without it: restart it with
-/// `cargo kafka down` and `up`). Like [`bootstrap`], this reads the state directory and
-/// does not contact the broker.
-///
-/// # Errors
-/// [`BrokerError::NoBroker`] when no local broker is recorded; [`BrokerError::BadRecord`] when
-/// the record cannot be read.
-pub fn secure_listener() -> Result<Option<SecureListener>, BrokerError> {
-    if uses_external_cluster() {
-        return Ok(None);
-    }
-    recorded_secure_listener(&state_dir())
-}
-
-/// The secure listener recorded in the state directory `dir`, if it belongs to the broker
-/// recorded there.
-fn recorded_secure_listener(dir: &Path) -> Result<Option<SecureListener>, BrokerError> {
-    let plaintext = fs::read_to_string(dir.join("bootstrap"))
-        .map(|s| s.trim().to_string())
-        .map_err(|_| BrokerError::NoBroker)?;
-    let path = dir.join("secure");
-    let record = match fs::read_to_string(&path) {
-        Ok(record) => record,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(source) => return Err(BrokerError::Io { path, source }),
-    };
-    let (listener, recorded_for) = SecureListener::parse(&record, dir)
-        .map_err(|reason| BrokerError::BadRecord { path, reason })?;
-    // The record belongs to the recorded broker only if that broker's configuration has the
-    // listener: a broker started by an older version of this module, after this record was
-    // written, has neither this bootstrap address nor the listener in its configuration.
-    let props = fs::read_to_string(dir.join("server.properties")).unwrap_or_default();
-    let configured = props.lines().any(|l| {
-        l.strip_prefix("listeners=").is_some_and(|v| {
-            v.split(',')
-                .any(|e| e == format!("SASL_SSL://{}", listener.bootstrap))
-        })
-    });
-    Ok((recorded_for == plaintext && configured).then_some(listener))
-}
-
 /// What [`up`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Up {
@@ -431,8 +308,9 @@ pub fn up() -> Result<Up, BrokerError> {
         fs::remove_dir_all(&data).map_err(io(&data))?;
     }
     let tls = dir.join("tls");
-    // Secrets of this start only: the keystore's password and the SCRAM user's.
+    // Secrets of this start only: the keystore's password and the SCRAM users'.
     let store_password = uuid::Uuid::new_v4().simple().to_string();
+    let least_password = uuid::Uuid::new_v4().simple().to_string();
     let secure = SecureListener {
         bootstrap: format!("127.0.0.1:{secure_port}"),
         mechanism: SECURE_MECHANISM,
@@ -468,10 +346,9 @@ pub fn up() -> Result<Up, BrokerError> {
             "kafka-storage random-uuid",
         )?;
         let cluster_id = cluster_id.trim().to_string();
-        let scram = format!(
-            "{}=[name={},password={}]",
-            secure.mechanism, secure.username, secure.password
-        );
+        let scram = |user: &str, password: &str| {
+            format!("{}=[name={user},password={password}]", secure.mechanism)
+        };
         run_capture(
             Command::new("java").args([
                 &java_log,
@@ -483,9 +360,11 @@ pub fn up() -> Result<Up, BrokerError> {
                 &cluster_id,
                 "-c",
                 &props.to_string_lossy(),
-                // The SCRAM user, bootstrapped into the metadata log.
+                // The SCRAM users, bootstrapped into the metadata log.
                 "--add-scram",
-                &scram,
+                &scram(&secure.username, &secure.password),
+                "--add-scram",
+                &scram(LEAST_PRIVILEGE_USER, &least_password),
             ]),
             "kafka-storage format",
         )?;
@@ -520,7 +399,8 @@ pub fn up() -> Result<Up, BrokerError> {
     let mut f = fs::File::create(&bootstrap_file).map_err(io(&bootstrap_file))?;
     writeln!(f, "{bootstrap}").map_err(io(&bootstrap_file))?;
     let secure_file = dir.join("secure");
-    fs::write(&secure_file, secure.record(&bootstrap)).map_err(io(&secure_file))?;
+    let record = secure.record(&bootstrap, Some(&least_password));
+    fs::write(&secure_file, record).map_err(io(&secure_file))?;
     Ok(Up::Started(bootstrap))
 }
 
@@ -708,6 +588,7 @@ pub fn restart() -> Result<String, BrokerError> {
     let dir = state_dir();
     let bootstrap = bootstrap()?;
     let secure = secure_listener()?;
+    let least = least_privilege_listener()?;
     down()?;
     let libs = dir.join("libs");
     let classpath = format!("{}/*", libs.display());
@@ -725,7 +606,8 @@ pub fn restart() -> Result<String, BrokerError> {
     fs::write(&bootstrap_file, format!("{bootstrap}\n")).map_err(io(&bootstrap_file))?;
     if let Some(secure) = secure {
         let secure_file = dir.join("secure");
-        fs::write(&secure_file, secure.record(&bootstrap)).map_err(io(&secure_file))?;
+        let record = secure.record(&bootstrap, least.as_ref().map(|l| l.password.as_str()));
+        fs::write(&secure_file, record).map_err(io(&secure_file))?;
     }
     Ok(bootstrap)
 }
@@ -922,6 +804,11 @@ listener.name.sasl_ssl.ssl.keystore.type=PKCS12
 listener.name.sasl_ssl.ssl.keystore.location={keystore}
 listener.name.sasl_ssl.ssl.keystore.password={store_password}
 listener.name.sasl_ssl.ssl.key.password={store_password}
+# Every request authorized by KIP-11's ACLs, kept in the metadata log. Super users: the
+# PLAINTEXT listener's clients, the controller and the broker (User:ANONYMOUS), and the secure
+# listener's first user; its second, {LEAST_PRIVILEGE_USER}, is allowed only what ACLs allow.
+authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
+super.users={super_users}
 log.dirs={data}
 num.partitions=1
 auto.create.topics.enable=false
@@ -941,6 +828,7 @@ log.flush.interval.messages=9223372036854775807
 ",
         data = data.display(),
         keystore = keystore.display(),
+        super_users = SUPER_USERS.join(";"),
     )
 }
 
@@ -1006,6 +894,7 @@ pub(crate) fn tail(path: &Path, n: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::secure::{User, recorded_secure_listener};
 
     /// A state directory of its own under the system's temporary directory.
     fn scratch(name: &str) -> PathBuf {
@@ -1045,8 +934,37 @@ mod tests {
         let secure = listener(&dir);
         fs::write(dir.join("bootstrap"), "127.0.0.1:9092\n").unwrap();
         fs::write(dir.join("server.properties"), properties(9093)).unwrap();
-        fs::write(dir.join("secure"), secure.record("127.0.0.1:9092")).unwrap();
-        assert_eq!(recorded_secure_listener(&dir).unwrap(), Some(secure));
+        fs::write(
+            dir.join("secure"),
+            secure.record("127.0.0.1:9092", Some("feed")),
+        )
+        .unwrap();
+        assert_eq!(
+            recorded_secure_listener(&dir, User::Super).unwrap(),
+            Some(secure.clone())
+        );
+        let least = recorded_secure_listener(&dir, User::LeastPrivilege)
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (least.username.as_str(), least.password.as_str()),
+            (LEAST_PRIVILEGE_USER, "feed")
+        );
+        assert_eq!(least.principal(), "User:parsley-app");
+        assert_eq!(
+            (least.bootstrap, least.ca_pem),
+            (secure.bootstrap, secure.ca_pem)
+        );
+        // A record of a broker started without the second user: none.
+        fs::write(
+            dir.join("secure"),
+            listener(&dir).record("127.0.0.1:9092", None),
+        )
+        .unwrap();
+        assert!(matches!(
+            recorded_secure_listener(&dir, User::LeastPrivilege),
+            Err(BrokerError::BadRecord { .. })
+        ));
         fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -1054,7 +972,7 @@ mod tests {
     fn a_broker_without_a_recorded_secure_listener_has_none() {
         let dir = scratch("none");
         assert!(matches!(
-            recorded_secure_listener(&dir),
+            recorded_secure_listener(&dir, User::Super),
             Err(BrokerError::NoBroker)
         ));
         // A broker started before the listener existed: no record.
@@ -1064,21 +982,25 @@ mod tests {
             "listeners=PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9094\n",
         )
         .unwrap();
-        assert_eq!(recorded_secure_listener(&dir).unwrap(), None);
+        assert_eq!(recorded_secure_listener(&dir, User::Super).unwrap(), None);
         // A record left behind by an earlier broker: the configuration of the one recorded
         // now has no such listener, or the record names another plaintext address.
-        fs::write(dir.join("secure"), listener(&dir).record("127.0.0.1:9092")).unwrap();
-        assert_eq!(recorded_secure_listener(&dir).unwrap(), None);
+        fs::write(
+            dir.join("secure"),
+            listener(&dir).record("127.0.0.1:9092", None),
+        )
+        .unwrap();
+        assert_eq!(recorded_secure_listener(&dir, User::Super).unwrap(), None);
         fs::write(dir.join("server.properties"), properties(9095)).unwrap();
-        assert_eq!(recorded_secure_listener(&dir).unwrap(), None);
+        assert_eq!(recorded_secure_listener(&dir, User::Super).unwrap(), None);
         fs::write(dir.join("server.properties"), properties(9093)).unwrap();
         fs::write(dir.join("bootstrap"), "127.0.0.1:9096\n").unwrap();
-        assert_eq!(recorded_secure_listener(&dir).unwrap(), None);
+        assert_eq!(recorded_secure_listener(&dir, User::Super).unwrap(), None);
         // A record that cannot be read is an error, not a guess.
         fs::write(dir.join("bootstrap"), "127.0.0.1:9092\n").unwrap();
         fs::write(dir.join("secure"), "bootstrap=127.0.0.1:9093\n").unwrap();
         assert!(matches!(
-            recorded_secure_listener(&dir),
+            recorded_secure_listener(&dir, User::Super),
             Err(BrokerError::BadRecord { .. })
         ));
         fs::remove_dir_all(&dir).unwrap();
@@ -1119,5 +1041,15 @@ mod tests {
         ));
         assert!(props.contains("\ninter.broker.listener.name=PLAINTEXT\n"));
         assert!(props.contains("\ncontroller.listener.names=CONTROLLER\n"));
+    }
+
+    #[test]
+    fn the_authorizer_allows_the_plaintext_clients_and_the_first_user_everything() {
+        let props = properties(9093);
+        assert!(props.contains(
+            "\nauthorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer\n"
+        ));
+        assert!(props.contains("\nsuper.users=User:ANONYMOUS;User:parsley\n"));
+        assert!(!props.contains("allow.everyone.if.no.acl.found"));
     }
 }

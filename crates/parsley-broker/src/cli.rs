@@ -216,6 +216,12 @@ pub fn print_secure_listener() {
         ),
         Err(e) => println!("kafka: secure listener unknown: {e}"),
     }
+    if let Ok(Some(l)) = broker::least_privilege_listener() {
+        println!(
+            "kafka: least-privilege user {} on it (password {}): no ACL until granted",
+            l.username, l.password
+        );
+    }
 }
 
 /// Prints the cluster's nodes and which run, or nothing when none was started.

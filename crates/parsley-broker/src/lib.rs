@@ -12,6 +12,7 @@
 //! - [`broker`]: the single-node broker (KRaft) and the bootstrap address tests find it at;
 //! - [`cluster`]: a cluster of three such nodes (replication factor 3,
 //!   `min.insync.replicas=2`) with the means to move leaders;
+//! - [`secure`]: the secure listener and its users' credentials (re-exported by [`broker`]);
 //! - [`read`]: a topic read back to its end offsets as a `read_committed` consumer sees it,
 //!   and printed as `cargo kafka read` prints it;
 //! - [`registry`]: a local schema registry speaking the Confluent REST API's serializer
@@ -26,4 +27,5 @@ pub mod cli;
 pub mod cluster;
 pub mod read;
 pub mod registry;
+pub mod secure;
 pub mod wire;

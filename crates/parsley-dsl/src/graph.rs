@@ -20,12 +20,12 @@ use std::sync::Arc;
 
 use parsley_stage::{
     BadRecordPolicy, Error, EventTimeOrder, ImpossiblePolicy, InternalTopic, KeyPartitioning,
-    StageSettings, Topology,
+    Schedule, StageSettings, Topology,
 };
 
 use crate::data::Data;
 use crate::late::{LatePolicy, LateRoute};
-use crate::processor::{DslProcessor, OnTimer, Root};
+use crate::processor::{DslProcessor, OnPunctuation, OnTimer, Root};
 
 /// One operator.
 pub(crate) struct Node {
@@ -76,6 +76,8 @@ pub(crate) struct Graph {
     impossible: ImpossiblePolicy,
     /// The timers of windowed operators, by operator.
     timers: Vec<(usize, OnTimer)>,
+    /// The punctuation schedules of `process` operators, by operator, in the order added.
+    punctuations: Vec<(usize, Schedule, OnPunctuation)>,
     /// The event-time order of stages with a windowed operator.
     event_time: EventTimeOrder,
     late: LatePolicy,
@@ -96,6 +98,7 @@ impl Graph {
             bad_records: BadRecordPolicy::Fail,
             impossible: ImpossiblePolicy::Fail,
             timers: Vec::new(),
+            punctuations: Vec::new(),
             event_time: EventTimeOrder::new(),
             late: LatePolicy::Count,
             built: false,
@@ -140,6 +143,18 @@ impl Graph {
     /// Registers the timer of windowed operator `node`: its stage orders by event time.
     pub(crate) fn add_timer(&mut self, node: usize, on_timer: OnTimer) {
         self.timers.push((node, on_timer));
+    }
+
+    /// Registers a punctuation schedule of `process` operator `node`: its stage orders by event
+    /// time (a wall-clock schedule needs the builder's event-time order to have the built-in
+    /// clock; the topology's build says so otherwise).
+    pub(crate) fn add_punctuation(
+        &mut self,
+        node: usize,
+        schedule: Schedule,
+        on_punctuation: OnPunctuation,
+    ) {
+        self.punctuations.push((node, schedule, on_punctuation));
     }
 
     /// # Panics
@@ -421,12 +436,20 @@ impl Graph {
                 .filter(|(n, _)| roots[*n] == c)
                 .map(|(_, f)| Arc::clone(f))
                 .collect();
-            if !on_timer.is_empty() {
+            let (schedules, on_punctuation): (Vec<Schedule>, Vec<OnPunctuation>) = self
+                .punctuations
+                .iter()
+                .filter(|(n, _, _)| roots[*n] == c)
+                .map(|(_, s, f)| (*s, Arc::clone(f)))
+                .unzip();
+            if !on_timer.is_empty() || !schedules.is_empty() {
                 settings = settings.order_by_event_time(self.event_time.clone());
             }
             let stage = stage_names[&c].clone();
             let processor = DslProcessor {
                 on_timer,
+                schedules,
+                on_punctuation,
                 stage: stage.clone(),
                 roots: sources
                     .iter()

@@ -57,7 +57,8 @@
 //! 3. `processor` (a compiled stage) and `late` (records too late for their windows);
 //! 4. `graph`: the untyped operators and their compilation into stages;
 //! 5. `stream`: [`KStream`] and its stateless operators, sinks and repartitions;
-//! 6. `split` ([`KStream::split`] into branches, [`Branched`]), `table` ([`KTable`],
+//! 6. `process` ([`KStream::process`] and its punctuation, [`Schedules`]), `split`
+//!    ([`KStream::split`] into branches, [`Branched`]), `table` ([`KTable`],
 //!    stream–table joins), `stream_join` (windowed stream joins) and `global` ([`GlobalKTable`]
 //!    and the stream joins that read it);
 //! 7. `grouped`: [`KGroupedStream`] and its aggregations, then `cogroup`: several grouped
@@ -80,6 +81,7 @@ mod graph;
 mod grouped;
 mod grouped_table;
 mod late;
+mod process;
 mod processor;
 mod session;
 mod sliding;
@@ -99,6 +101,7 @@ pub use global::GlobalKTable;
 pub use grouped::KGroupedStream;
 pub use grouped_table::KGroupedTable;
 pub use late::{LatePolicy, LateRecord};
+pub use process::Schedules;
 pub use session::{SessionWindowedKStream, SessionWindows};
 pub use sliding::{SlidingWindowedKStream, SlidingWindows};
 pub use split::{Branched, Split};

@@ -7,7 +7,8 @@
 use std::sync::Arc;
 
 use parsley_stage::{
-    Error, NoLookup, Processor, RawDelivery, RawRecord, RawStep, RawTimer, StateLookup,
+    Error, NoLookup, Processor, Punctuation, RawDelivery, RawPunctuated, RawPunctuation, RawRecord,
+    RawStep, RawTimer, Schedule, StateChange, StateLookup,
 };
 
 use crate::flow::Ctx;
@@ -28,6 +29,15 @@ pub(crate) type Root =
 /// the watermark (the context's) has passed.
 pub(crate) type OnTimer = Arc<dyn Fn(&mut Ctx<'_>) -> Result<(), Error> + Send + Sync>;
 
+/// A `process` operator's punctuator: called with a context for the punctuation (its time
+/// as timestamp, no key state; the task's keys readable through its lookup), it forwards its
+/// emissions to the operator's children and returns the fold-state changes it made, by key.
+pub(crate) type OnPunctuation = Arc<
+    dyn Fn(&mut Ctx<'_>, Punctuation) -> Result<Vec<(Vec<u8>, StateChange<Vec<u8>>)>, Error>
+        + Send
+        + Sync,
+>;
+
 /// A stage the DSL compiled.
 pub(crate) struct DslProcessor {
     pub(crate) stage: String,
@@ -37,6 +47,10 @@ pub(crate) struct DslProcessor {
     pub(crate) stateful: bool,
     /// The timers of the stage's windowed operators, each called on every timer of a key.
     pub(crate) on_timer: Vec<OnTimer>,
+    /// The punctuation schedules of the stage's `process` operators, and the punctuator of
+    /// each (same order).
+    pub(crate) schedules: Vec<Schedule>,
+    pub(crate) on_punctuation: Vec<OnPunctuation>,
 }
 
 impl DslProcessor {
@@ -176,6 +190,52 @@ impl Processor for DslProcessor {
 
     fn uses_timers(&self) -> bool {
         !self.on_timer.is_empty()
+    }
+
+    fn schedules(&self) -> &[Schedule] {
+        &self.schedules
+    }
+
+    fn punctuate(
+        &self,
+        p: RawPunctuation,
+        lookup: &dyn StateLookup,
+    ) -> Result<RawPunctuated, Error> {
+        let Some(on_punctuation) = self.on_punctuation.get(p.schedule) else {
+            return Ok(RawPunctuated::default());
+        };
+        let mut ctx = Ctx {
+            stage: &self.stage,
+            topic: "",
+            partition: p.partition,
+            offset: -1,
+            // Only stateless operators follow a punctuating `process` in its stage (its
+            // emissions may change the key): no key's state and no task state is read here.
+            raw_key: None,
+            timestamp: p.time,
+            watermark: None,
+            state: Slots::new(None),
+            task: Slots::new(None),
+            emit: Vec::new(),
+            timers: Vec::new(),
+            too_late: 0,
+            record_headers: &[],
+            headers: None,
+            lookup,
+        };
+        let states = on_punctuation(
+            &mut ctx,
+            Punctuation {
+                schedule: p.schedule,
+                kind: p.kind,
+                time: p.time,
+                partition: p.partition,
+            },
+        )?;
+        Ok(RawPunctuated {
+            emit: ctx.emit,
+            states,
+        })
     }
 
     fn keeps_state(&self) -> bool {

@@ -17,10 +17,10 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::Arc;
 
-use parsley_stage::{Auto, Error, Handler, KeyPartitioning, Part, Record, StateChange};
+use parsley_stage::{Auto, KeyPartitioning, Part};
 
-use crate::data::{Codecs, Data, Produced, auto_codecs};
-use crate::flow::{Children, Ctx, Outlet, Push, forward, forward_at};
+use crate::data::{Codecs, Data, Produced};
+use crate::flow::{Children, Ctx, Outlet, Push, forward};
 use crate::graph::Graph;
 use crate::processor::{Root, Value};
 
@@ -470,72 +470,5 @@ impl<K: Data, V: Data> KStream<K, V> {
         } else {
             self.clone()
         }
-    }
-
-    /// Runs `handler` on each record (the processor API inside the DSL): it sees the record
-    /// and its key's fold state, and the records it emits continue downstream (the
-    /// emissions' topics are not used). Its fold state is kept per key in the stage's state,
-    /// so the stream is repartitioned first when an operator changed the key; the key may
-    /// change in its emissions, so a stateful operator after it repartitions again.
-    pub fn process<H>(&self, handler: H) -> KStream<K, H::Output>
-    where
-        H: Handler<Key = K, Value = V>,
-        H::Output: Data,
-    {
-        let keeps_state = std::any::TypeId::of::<H::State>() != std::any::TypeId::of::<()>();
-        let name = self.graph.borrow().name("process", self.next_name.clone());
-        let input = self.keyed(&format!("{name}-input"), auto_codecs());
-        let input = KStream {
-            next_name: Some(name),
-            ..input
-        };
-        input.then(
-            "process",
-            "process (handler)".into(),
-            keeps_state,
-            true,
-            |out, slot| {
-                Arc::new(move |ctx: &mut Ctx<'_>, k, v| {
-                    let state: Option<H::State> = if keeps_state { ctx.load(&slot)? } else { None };
-                    let (topic, partition, offset) = (ctx.topic, ctx.partition, ctx.offset);
-                    let record = Record {
-                        topic,
-                        partition,
-                        offset,
-                        timestamp: ctx.timestamp,
-                        key: k,
-                        value: v,
-                        headers: ctx.headers(),
-                    };
-                    let step = handler
-                        .handle(record, state)
-                        .map_err(|source| Error::Handler {
-                            stage: ctx.stage.to_string(),
-                            topic: topic.to_string(),
-                            partition,
-                            offset,
-                            source,
-                        })?;
-                    match step.state {
-                        StateChange::Keep => {}
-                        StateChange::Set(s) => ctx.store(&slot, Some(&s))?,
-                        StateChange::Delete => ctx.store::<H::State>(&slot, None)?,
-                    }
-                    for e in step.emit {
-                        // The emission's headers, if it set any, for everything after it.
-                        let before = e.headers.map(|h| ctx.headers.replace(h));
-                        let forwarded = match e.timestamp {
-                            Some(at) => forward_at(&out, ctx, at, e.key, e.value),
-                            None => forward(&out, ctx, e.key, e.value),
-                        };
-                        if let Some(before) = before {
-                            ctx.headers = before;
-                        }
-                        forwarded?;
-                    }
-                    Ok(())
-                })
-            },
-        )
     }
 }

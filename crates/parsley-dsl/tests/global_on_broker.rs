@@ -11,8 +11,8 @@ use parsley_runtime::{
     CausalProducer, CausalProducerConfig, Running, Runtime, RuntimeConfig, TaskPhase,
 };
 use parsley_testkit::fixtures::{
-    DEADLINE, bootstrap, create_topic, raw_producer, read_committed, unique_topic, wait_committed,
-    wait_metrics, wait_tasks,
+    DEADLINE, admin, bootstrap, create_topic, next_failure, raw_producer, read_committed,
+    unique_topic, wait_committed, wait_metrics, wait_tasks,
 };
 use rdkafka::producer::{BaseRecord, Producer};
 
@@ -213,4 +213,43 @@ fn a_task_that_moves_to_a_joining_instance_reads_the_global_table_there_and_join
             "{order}: exactly once"
         );
     }
+}
+
+#[test]
+fn rows_deleted_before_a_restored_task_read_them_stop_the_stage_naming_the_lost_range() {
+    let customers = create_topic("dsl-global-lost-customers", 1);
+    let orders = create_topic("dsl-global-lost-orders", 1);
+    let out = create_topic("dsl-global-lost-named", 1);
+    let app = unique_topic("dsl-global-lost");
+    let plain = raw_producer(None);
+    let write_rows = |range: std::ops::Range<usize>| {
+        for c in range {
+            let (key, value) = (format!("c-{c}"), format!("c-{c}#0"));
+            plain
+                .send(BaseRecord::to(&customers.name).key(&key).payload(&value))
+                .map_err(|(e, _)| e)
+                .unwrap();
+        }
+        plain.flush(DEADLINE).unwrap();
+    };
+    write_rows(0..5);
+    let running = start(&app, &customers.name, &orders.name, &out.name);
+    wait_committed(&running, &orders.name, 5);
+    running.stop().unwrap();
+
+    // Rows 5..10 written while the stage is stopped; 5, 6 and 7 deleted before it reads them.
+    write_rows(5..10);
+    assert_eq!(admin().delete_records(&customers.name, 0, 8).unwrap(), 8);
+    let running = start(&app, &customers.name, &orders.name, &out.name);
+    let error = next_failure(&running);
+    assert!(
+        matches!(
+            &*error,
+            parsley_runtime::Error::Record(parsley_runtime::RecordError::RecordsLost {
+                topic, partition: 0, from: 5, log_start: 8
+            }) if *topic == customers.name
+        ),
+        "{error:?}"
+    );
+    let _ = running.stop();
 }

@@ -22,6 +22,7 @@ use rdkafka::types::RDKafkaErrorCode;
 
 use tracing::{debug, warn};
 
+use crate::authorization::refused;
 use crate::clients::{ClientRole, ClientSettings};
 use crate::librdkafka::admin::{
     AdminCall, DescribedGroup, Event, Isolation, MainEvent, OffsetSpec, Request, TopicNames,
@@ -35,6 +36,7 @@ use parsley_task::topic::TopicInfo;
 /// The pause before an admin request whose broker dropped the connection is sent again.
 const TRANSPORT_RETRY: Duration = Duration::from_millis(100);
 
+pub(crate) mod acl;
 mod offsets;
 
 /// A topic to create.
@@ -143,7 +145,10 @@ impl Admin {
     ///
     /// # Errors
     /// [`SetupError::UnknownTopic`] naming the first topic the cluster does not know;
-    /// [`KafkaError::Admin`](parsley_task::error::KafkaError::Admin) for any other failure.
+    /// [`KafkaError::Authorization`](parsley_task::error::KafkaError::Authorization) naming the
+    /// first topic the principal may not describe (no ACL allows Describe, nor Read or Write,
+    /// which imply it); [`KafkaError::Admin`](parsley_task::error::KafkaError::Admin) for any
+    /// other failure.
     pub fn describe_topics(&self, names: &[&str]) -> Result<Vec<TopicInfo>> {
         self.describe_topics_within(names, self.timeout)
     }
@@ -160,7 +165,15 @@ impl Admin {
             .zip(found)
             .map(|(name, r)| {
                 r.map_err(|(code, msg)| {
-                    if code == RDKafkaErrorCode::UnknownTopicOrPartition {
+                    if let Some(refused) = refused(
+                        Operation::DescribeTopic,
+                        code,
+                        Some(name),
+                        ClientRole::Admin,
+                        &msg,
+                    ) {
+                        refused
+                    } else if code == RDKafkaErrorCode::UnknownTopicOrPartition {
                         Error::Setup(SetupError::UnknownTopic {
                             topic: name.to_string(),
                         })
@@ -182,24 +195,8 @@ impl Admin {
         names: &[&str],
         timeout: Duration,
     ) -> Result<Vec<std::result::Result<TopicInfo, (RDKafkaErrorCode, String)>>> {
-        let collection = TopicNames::new(names).map_err(|e| {
-            Error::admin(
-                Operation::DescribeTopics,
-                format!(
-                    "topic name {:?} contains a NUL byte",
-                    String::from_utf8_lossy(&e.into_vec())
-                ),
-            )
-        })?;
-        let event = self.request(
-            Operation::DescribeTopics,
-            None,
-            timeout,
-            AdminCall::DescribeTopics(&collection),
-            None,
-        )?;
         let mut by_name = std::collections::HashMap::new();
-        for described in event.described_topics() {
+        for described in self.describe_raw_authorized(names, timeout)? {
             let entry = described.result.map(|(id, partitions)| TopicInfo {
                 name: described.name.clone(),
                 id,
@@ -216,6 +213,32 @@ impl Admin {
                 )))
             })
             .collect())
+    }
+
+    /// One `DescribeTopics` request, as librdkafka answers it: with the operations the
+    /// principal may do on each topic.
+    fn describe_raw_authorized(
+        &self,
+        names: &[&str],
+        timeout: Duration,
+    ) -> Result<Vec<crate::librdkafka::admin::DescribedTopic>> {
+        let collection = TopicNames::new(names).map_err(|e| {
+            Error::admin(
+                Operation::DescribeTopics,
+                format!(
+                    "topic name {:?} contains a NUL byte",
+                    String::from_utf8_lossy(&e.into_vec())
+                ),
+            )
+        })?;
+        let event = self.request(
+            Operation::DescribeTopics,
+            None,
+            timeout,
+            AdminCall::DescribeTopics(&collection),
+            None,
+        )?;
+        Ok(event.described_topics())
     }
 
     /// The names of the topics with the given ids, among all topics of the cluster (one
@@ -270,9 +293,15 @@ impl Admin {
                 None => e,
             })
         };
+        let describes_topics = matches!(call, AdminCall::DescribeTopics(_));
         let mut request = Request::new(self.client.inner(), call, timeout_ms);
         if let Some(isolation) = isolation {
             request.set_isolation(isolation).map_err(fail)?;
+        }
+        if describes_topics {
+            // What the principal may do with each topic (KIP-430): which source a refused
+            // fetch was about ([`Admin::unreadable`]).
+            request.include_authorized_operations().map_err(fail)?;
         }
         // Waited for in short steps: a failure to authenticate or to set up TLS arrives as an
         // error event, not as the request's answer (module docs of `security`).
@@ -304,7 +333,12 @@ impl Admin {
                 && std::time::Instant::now() + TRANSPORT_RETRY < deadline
                 && watch.error().is_none();
             if !retry {
-                return Err(watch.explain(fail(event.error_string())));
+                let message = event.error_string();
+                if let Some(refused) = refused(operation, code, group, ClientRole::Admin, &message)
+                {
+                    return Err(refused);
+                }
+                return Err(watch.explain(fail(message)));
             }
             debug!(
                 operation = %operation,
@@ -348,6 +382,8 @@ impl Admin {
     /// # Errors
     /// [`KafkaError::Security`](parsley_task::error::KafkaError::Security) as soon as the client
     /// fails to authenticate or to set up TLS;
+    /// [`KafkaError::Authorization`](parsley_task::error::KafkaError::Authorization) naming a
+    /// topic the principal may not create (no ACL allows Create on it or on the cluster);
     /// [`KafkaError::Admin`](parsley_task::error::KafkaError::Admin) naming the topic that could
     /// not be created (including one that exists already), or when the topics do not appear, or
     /// their leaders do not answer, within the timeout.
@@ -414,10 +450,19 @@ impl Admin {
                     again.push(topic);
                     continue;
                 }
-                return Err(Error::from(
-                    error::KafkaError::admin(Operation::CreateTopic, code.to_string())
-                        .with_topic(name),
-                ));
+                return Err(refused(
+                    Operation::CreateTopic,
+                    code,
+                    Some(&name),
+                    ClientRole::Admin,
+                    code,
+                )
+                .unwrap_or_else(|| {
+                    Error::from(
+                        error::KafkaError::admin(Operation::CreateTopic, code.to_string())
+                            .with_topic(name),
+                    )
+                }));
             }
             pending = again;
             if !pending.is_empty() {
@@ -568,10 +613,19 @@ impl Admin {
             )
         })?;
         let resource = described.map_err(|code| {
-            Error::from(
-                error::KafkaError::admin(Operation::DescribeConfig, code.to_string())
-                    .with_topic(topic),
+            refused(
+                Operation::DescribeConfig,
+                code,
+                Some(topic),
+                ClientRole::Admin,
+                code,
             )
+            .unwrap_or_else(|| {
+                Error::from(
+                    error::KafkaError::admin(Operation::DescribeConfig, code.to_string())
+                        .with_topic(topic),
+                )
+            })
         })?;
         Ok(resource
             .entries
@@ -706,7 +760,14 @@ impl Admin {
         };
         match result {
             Err((RDKafkaErrorCode::CoordinatorLoadInProgress, _)) => Ok(GroupView::Loading),
-            Err((_, message)) => Err(fail(message)),
+            Err((code, message)) => Err(refused(
+                Operation::DescribeGroup,
+                code,
+                Some(group),
+                ClientRole::Admin,
+                &message,
+            )
+            .unwrap_or_else(|| fail(message))),
             Ok((state, members)) => Ok(GroupView::Described {
                 state,
                 members: members

@@ -30,6 +30,7 @@ use rdkafka::message::{Headers, Message};
 use rdkafka::producer::Producer;
 
 use crate::admin::Admin;
+use crate::authorization::Names;
 use crate::clients::{ClientRole, ClientSettings};
 use crate::outbox::{Ack, Outbox};
 use parsley_task::error::{Error, Result};
@@ -98,6 +99,12 @@ impl CausalProducerConfig {
 /// claims them in flight, and restores its clock when it aborts. It has no background thread:
 /// delivery reports are served by the calling thread when it waits for them.
 ///
+/// On a cluster with an authorizer it needs Write on each topic it sends to and, when
+/// transactional, Write on its transactional id; a call refused for want of one fails with
+/// [`KafkaError::Authorization`] naming the topic or the transactional id (from
+/// [`CausalProducer::new`] for the transactional id, from the send's delivery report for a
+/// topic).
+///
 /// # Consume, observe, send
 ///
 /// A service that reads records with an rdkafka consumer hands each one to
@@ -140,6 +147,8 @@ impl CausalProducerConfig {
 /// ```
 pub struct CausalProducer {
     outbox: Outbox,
+    /// What a refusal for want of an ACL names.
+    names: Names,
     clock: CausalClock,
     admin: Admin,
     topics: HashMap<String, TopicInfo>,
@@ -166,7 +175,8 @@ impl CausalProducer {
     ///
     /// # Errors
     /// [`KafkaError::Client`] when the client cannot be created or transactions cannot be
-    /// initialised.
+    /// initialised; [`KafkaError::Authorization`] when no ACL allows Write on the transactional
+    /// id.
     pub fn new(config: CausalProducerConfig) -> Result<Self> {
         let mut own = vec![("linger.ms", "5"), ("partitioner", "murmur2_random")];
         if let Some(id) = &config.transactional_id {
@@ -180,10 +190,20 @@ impl CausalProducer {
             .clients
             .config(&config.bootstrap, ClientRole::Producer, id, &own);
         let outbox = Outbox::new(&cc, None)?;
+        // A refusal for want of an ACL names the transactional id or the topic
+        // (module `authorization`).
+        let names = Names {
+            group: None,
+            transactional_id: config.transactional_id.clone(),
+            client: Some(ClientRole::Producer),
+        };
         if config.transactional_id.is_some() {
-            outbox.init_transactions(config.timeout)?;
+            outbox
+                .init_transactions(config.timeout)
+                .map_err(|e| names.typed(e))?;
         }
         Ok(CausalProducer {
+            names,
             outbox,
             clock: if config.transactional_id.is_some() {
                 CausalClock::transactional(SenderId::random())
@@ -328,7 +348,7 @@ impl CausalProducer {
             self.timeout,
         ) {
             self.clock.failed(seq, channel)?;
-            return Err(e);
+            return Err(self.names.typed(e));
         }
         Ok((seq, channel))
     }
@@ -381,11 +401,11 @@ impl CausalProducer {
                         .values()
                         .find(|t| t.id == tag.channel.topic)
                         .map_or_else(String::new, |t| t.name.clone());
-                    first_error.get_or_insert(Error::Kafka(KafkaError::Send {
+                    first_error.get_or_insert(self.names.typed(Error::Kafka(KafkaError::Send {
                         topic,
                         channel: Box::new(tag.channel),
                         source: Box::new(crate::client_error::client_error(failed.error)),
-                    }));
+                    })));
                 }
             }
         }
@@ -397,10 +417,10 @@ impl CausalProducer {
     /// # Errors
     /// [`KafkaError::Client`] from the client (also when the producer is not transactional).
     pub fn begin(&mut self) -> Result<()> {
-        self.outbox
-            .producer()
-            .begin_transaction()
-            .map_err(|e| crate::client_error::kafka(Operation::BeginTransaction, e))?;
+        self.outbox.producer().begin_transaction().map_err(|e| {
+            self.names
+                .typed(crate::client_error::kafka(Operation::BeginTransaction, e))
+        })?;
         self.snapshot = Some(self.clock.clone());
         Ok(())
     }
@@ -411,7 +431,9 @@ impl CausalProducer {
     /// # Errors
     /// [`KafkaError::Client`] from the client; the transaction must then be aborted.
     pub fn commit(&mut self) -> Result<Vec<Acked>> {
-        self.outbox.commit_transaction(self.timeout)?;
+        self.outbox
+            .commit_transaction(self.timeout)
+            .map_err(|e| self.names.typed(e))?;
         let acked = self.flush()?;
         self.snapshot = None;
         Ok(acked)
@@ -423,9 +445,10 @@ impl CausalProducer {
     /// # Errors
     /// [`KafkaError::Client`] from the client.
     pub fn abort(&mut self) -> Result<()> {
-        self.outbox
-            .abort_transaction(self.timeout)
-            .map_err(|e| crate::client_error::kafka(Operation::AbortTransaction, e))?;
+        self.outbox.abort_transaction(self.timeout).map_err(|e| {
+            self.names
+                .typed(crate::client_error::kafka(Operation::AbortTransaction, e))
+        })?;
         self.outbox.wait_acked(self.timeout)?;
         self.outbox.discard();
         self.acked.clear();

@@ -271,7 +271,12 @@ fn read_changelog(
             }
             // librdkafka reconnects by itself (a broker restarting).
             Err(e) if crate::client_error::transient(&e) => continue,
-            Err(e) => return Err(crate::client_error::kafka(Operation::ReadChangelog, e)),
+            Err(e) => {
+                return Err(Error::from(
+                    crate::client_error::client(Operation::ReadChangelog, e)
+                        .with_partition(topic, partition),
+                ));
+            }
         };
         // Records arrive in offset order; one below `next` cannot come from this assignment.
         if next.is_some_and(|n| m.offset() < n) {

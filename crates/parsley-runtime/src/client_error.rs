@@ -84,7 +84,18 @@ mod tests {
     /// The stage's recovery rule (`recoverable` in `stage.rs`), copied verbatim:
     /// [`Error::is_retriable`] must say the same for every error a stage returns.
     fn recoverable(e: &Error) -> bool {
+        // Never a refusal for want of an ACL: redoing the transaction meets it again.
+        let refused = |c: Option<&error::KafkaCode>| {
+            c.and_then(error::KafkaCode::refused_resource_type)
+                .is_some()
+        };
         match e {
+            Error::Kafka(error::KafkaError::Transaction { code, .. }) if refused(Some(code)) => {
+                false
+            }
+            Error::Kafka(
+                error::KafkaError::Client { source, .. } | error::KafkaError::Send { source, .. },
+            ) if refused(source.code.as_ref()) => false,
             Error::Kafka(error::KafkaError::Transaction { fatal, code, .. }) => {
                 !*fatal || code.is_fencing() || code.value == error::KafkaCode::INVALID_TXN_STATE
             }
@@ -301,7 +312,10 @@ mod tests {
         #[rustfmt::skip]
         let rows: Vec<Row> = vec![
             // A failed transaction: aborted, every task back to its last commit.
-            ("abortable transaction", transaction(C::TopicAuthorizationFailed, false, true), Retriable, NOT_FENCED),
+            ("abortable transaction", transaction(C::NotEnoughReplicas, false, true), Retriable, NOT_FENCED),
+            // Abortable, but refused for want of an ACL: redoing it meets the refusal again.
+            ("refused abortable transaction", transaction(C::TopicAuthorizationFailed, false, true), Fatal, NOT_FENCED),
+            ("refused send", send(C::TopicAuthorizationFailed), Fatal, NOT_FENCED),
             ("non-fatal transaction", transaction(C::CoordinatorNotAvailable, false, false), Retriable, NOT_FENCED),
             // A fence at the commit: the recovery tells a timed-out transaction from a zombie.
             ("_FENCED transaction", transaction(C::Fenced, true, false), Retriable, FENCED),
@@ -448,7 +462,8 @@ mod tests {
             .add_partition_offset("in", 0, Offset::Offset(1))
             .unwrap();
 
-        // Abortable: the group is not authorised for the offsets' commit.
+        // Abortable for librdkafka: the group is not authorised for the offsets' commit (fatal
+        // for the stage: a refusal for want of an ACL is never redone).
         producer.begin_transaction().unwrap();
         mock.request_errors(
             RDKafkaApiKey::AddOffsetsToTxn,
@@ -519,7 +534,7 @@ mod tests {
 
         for row in [
             ("not configured", kafka(not_configured), Fatal, NOT_FENCED),
-            ("abortable", kafka(abortable), Retriable, NOT_FENCED),
+            ("abortable but refused", kafka(abortable), Fatal, NOT_FENCED),
             ("retriable", kafka(retriable), Retriable, NOT_FENCED),
             ("fenced", kafka(fenced), Retriable, FENCED),
         ] {

@@ -64,6 +64,22 @@ fn harmless(
         .find(|(f, part, _)| *f == fac && message.contains(part))
 }
 
+/// The topic of a transactional producer's partition that the broker refused to add to the
+/// transaction for want of an ACL, from librdkafka's line saying so (facility `ADDPARTS`:
+/// `Failed to add partition "TOPIC" [P] to transaction: Broker: Topic authorization failed`).
+///
+/// librdkafka reports that refusal only in this line: the transaction becomes abortable, and
+/// every record queued for it fails with `_PURGE_QUEUE`, which names no cause. The producer's
+/// context keeps the topics named here, so that such a purge is reported as the refusal it
+/// follows (module `outbox`).
+pub(crate) fn refused_partition<'a>(fac: &str, message: &'a str) -> Option<&'a str> {
+    if fac != "ADDPARTS" || !message.contains("Topic authorization failed") {
+        return None;
+    }
+    let (_, rest) = message.split_once("Failed to add partition \"")?;
+    rest.split_once('"').map(|(topic, _)| topic)
+}
+
 /// How long one slice of `init_transactions` may block before the caller looks at why it
 /// waits: a start that waits for nothing initialises in well under a second.
 pub(crate) const INIT_SLICE: Duration = Duration::from_secs(1);
@@ -109,6 +125,20 @@ mod tests {
         let other = "[thrd:main]: Failed to acquire transactional PID from broker \
                      TxnCoordinator/1: Broker: Transactional Id authorization failed";
         assert!(harmless(RDKafkaLogLevel::Warning, "GETPID", other).is_none());
+    }
+
+    #[test]
+    fn a_partition_refused_for_want_of_an_acl_names_its_topic() {
+        let line = "[thrd:sasl_ssl://127.0.0.1:36491/bootstrap]: sasl_ssl://127.0.0.1:36491/1: \
+                    Failed to add partition \"app-route-repartition\" [0] to transaction: \
+                    Broker: Topic authorization failed";
+        assert_eq!(
+            refused_partition("ADDPARTS", line),
+            Some("app-route-repartition")
+        );
+        assert_eq!(refused_partition("TXNERR", line), None);
+        let other = "Failed to add partition \"t\" [0] to transaction: Broker: Not leader";
+        assert_eq!(refused_partition("ADDPARTS", other), None);
     }
 
     #[test]

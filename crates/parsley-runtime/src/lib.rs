@@ -7,7 +7,12 @@
 //! the task's node clock and commits outputs and input offsets in one Kafka transaction per
 //! commit interval (EOS v2). [`CausalProducer`] stamps the records of plain producers that
 //! feed a topology. [`Admin`] resolves topic names to topic UUIDs (KIP-516) and creates and
-//! deletes topics, waiting for the cluster to show the result.
+//! deletes topics, waiting for the cluster to show the result, and manages ACLs ([`Acl`]).
+//!
+//! On a cluster with an authorizer, a request refused for want of an ACL ends a stage (or a
+//! `CausalProducer` call) with [`KafkaError::Authorization`] naming the topic, group,
+//! transactional id or the cluster ([`AclResource`]); it is never retried. The book's operations
+//! chapter lists the ACLs each part needs.
 //!
 //! ```no_run
 //! use parsley_runtime::{Runtime, RuntimeConfig};
@@ -108,6 +113,7 @@
 #![deny(unsafe_code)]
 
 mod admin;
+mod authorization;
 mod caught_up;
 mod causal_producer;
 mod changelog;
@@ -129,6 +135,7 @@ mod shutdown;
 mod signals;
 mod stage;
 
+pub use admin::acl::{Acl, PatternType};
 pub use admin::{Admin, TopicSpec};
 pub use causal_producer::{CausalProducer, CausalProducerConfig};
 pub use changelog::changelog_topic;
@@ -148,9 +155,10 @@ pub use parsley_clock::{
 pub use parsley_task::driver;
 /// The error type and its kinds (`parsley_task::error`).
 pub use parsley_task::error::{
-    Awaited, ClientError, Error, InputRecord, KafkaCode, KafkaError, Operation,
-    PRODUCER_SIZE_LIMIT, ProcessingError, RecordError, RecordProblem, Refusal, Result, SetupError,
-    TIMESTAMP_AFTER_LIMIT, TIMESTAMP_BEFORE_LIMIT, TOPIC_SIZE_LIMIT, TransactionFlags,
+    AclOperation, AclResource, Awaited, ClientError, Error, InputRecord, KafkaCode, KafkaError,
+    Operation, PRODUCER_SIZE_LIMIT, ProcessingError, RecordError, RecordProblem, Refusal,
+    ResourceType, Result, SetupError, TIMESTAMP_AFTER_LIMIT, TIMESTAMP_BEFORE_LIMIT,
+    TOPIC_SIZE_LIMIT, TransactionFlags,
 };
 pub use parsley_task::explain::{
     ANSWER_WITHIN, AheadChannel, BlockedRecord, ChannelName, Explanation, MAX_BLOCKED_LISTED,

@@ -135,6 +135,9 @@ pub(crate) struct AckContext {
     statistics: Option<StatisticsSink>,
     /// A failure to authenticate or to set up TLS, when librdkafka reported one.
     watch: SecurityWatch,
+    /// Topics whose partitions the broker refused to add to a transaction for want of an ACL
+    /// (`client_log::refused_partition`): a purged send to one of them is that refusal.
+    refused: Mutex<Vec<String>>,
 }
 
 #[derive(Default)]
@@ -193,6 +196,12 @@ impl ClientContext for AckContext {
 
     /// librdkafka's lines, the harmless start-up warnings demoted (`client_log`).
     fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, log_message: &str) {
+        if let Some(topic) = crate::client_log::refused_partition(fac, log_message) {
+            let mut refused = self.refused.lock().expect("refused topics");
+            if !refused.iter().any(|t| t == topic) {
+                refused.push(topic.to_string());
+            }
+        }
         crate::client_log::forward(level, fac, log_message);
     }
 }
@@ -204,13 +213,29 @@ impl ProducerContext for AckContext {
         let (m, result) = match result {
             Ok(m) => (m, Ok(m.offset())),
             // Only a failure is measured: which record of a refused batch explains it.
-            Err((e, m)) => (
-                m,
-                Err(Box::new(Failed {
-                    error: e.clone(),
-                    shape: RecordShape::of_message(m),
-                })),
-            ),
+            Err((e, m)) => {
+                // Purged because the broker refused its partition a place in the transaction
+                // (the refusal's line came first, on the same queue): that refusal.
+                let refused = e.rdkafka_error_code() == Some(RDKafkaErrorCode::PurgeQueue)
+                    && self
+                        .refused
+                        .lock()
+                        .expect("refused topics")
+                        .iter()
+                        .any(|t| t == m.topic());
+                let error = if refused {
+                    KafkaError::MessageProduction(RDKafkaErrorCode::TopicAuthorizationFailed)
+                } else {
+                    e.clone()
+                };
+                (
+                    m,
+                    Err(Box::new(Failed {
+                        error,
+                        shape: RecordShape::of_message(m),
+                    })),
+                )
+            }
         };
         let ack = Ack {
             tag: None,
@@ -345,6 +370,7 @@ impl Outbox {
                 woken: Condvar::new(),
                 statistics,
                 watch: SecurityWatch::new(Endpoint::of(&config, ClientRole::Producer)),
+                refused: Mutex::new(Vec::new()),
             })
             .map_err(|e| crate::client_error::kafka(Operation::CreateProducer, e))?;
         Ok(Outbox {

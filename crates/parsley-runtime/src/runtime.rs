@@ -75,6 +75,14 @@ impl Runtime {
             .ok_or_else(|| Error::Setup(SetupError::UnknownStage(name.to_string())))?
             .clone();
         let feeding = crate::stage::feeding_stages(&self.topology, &spec);
+        // A refusal for want of an ACL leaves the stage naming the resource (module
+        // `authorization`): its group and transactional id when the error does not.
+        let group = spec.group_id(self.topology.application_id());
+        let names = crate::authorization::Names {
+            transactional_id: Some(self.config.transactional_id(&group)),
+            group: Some(group),
+            client: None,
+        };
         StageRunner::new(
             self.topology.application_id(),
             spec,
@@ -83,8 +91,9 @@ impl Runtime {
             metrics,
             observer,
             shutdown.0.clone(),
-        )?
-        .run()
+        )
+        .and_then(StageRunner::run)
+        .map_err(|e| names.typed(e))
     }
 
     /// Starts every stage on its own stream thread.

@@ -64,6 +64,18 @@ pub enum Error {
         /// The handler's error.
         source: HandlerError,
     },
+    /// A punctuator failed (module `punctuation`): the stage stops.
+    #[error("stage {stage}: punctuator failed on task {partition} at time {time} ms: {source}")]
+    Punctuator {
+        /// The stage.
+        stage: String,
+        /// The task's partition.
+        partition: i32,
+        /// The punctuation's time, ms since the epoch.
+        time: i64,
+        /// The punctuator's error.
+        source: HandlerError,
+    },
     /// An emission or a fold state could not be encoded.
     #[error("stage {stage}: cannot encode the {what}: {source}")]
     Encode {

@@ -58,7 +58,7 @@
 //! Each module imports only modules listed before it (checked by the workspace's
 //! `no_import_circles` test):
 //! 1. `codec`, `handler`, `internal`, `event_time` and [`changelog`]: import none of the others;
-//! 2. `error`: the error types of `codec` and `handler`;
+//! 2. `error`: the error types of `codec` and `handler`; `punctuation`: `codec` and `handler`;
 //! 3. `processor`: a handler and its codecs as bytes, failing with `error`'s errors;
 //! 4. [`topology`]: stages built from processors and validated;
 //! 5. `describe`: a built topology, for people.
@@ -74,6 +74,7 @@ mod handler;
 mod header;
 mod internal;
 mod processor;
+mod punctuation;
 pub mod topology;
 
 pub use codec::{Auto, Bincode, Bytes, Codec, CodecError, Json, Nullable, Utf8};
@@ -84,7 +85,12 @@ pub use header::{Header, is_own_header, user_headers};
 pub use internal::InternalTopic;
 pub use parsley_clock::CausalClock;
 pub use processor::{
-    NoLookup, Processor, RawDelivery, RawEmission, RawRecord, RawStep, RawTimer, StateLookup,
+    NoLookup, Processor, RawDelivery, RawEmission, RawPunctuated, RawPunctuation, RawRecord,
+    RawStep, RawTimer, StateLookup,
+};
+pub use punctuation::{
+    FoldStates, Punctuated, Punctuation, PunctuationType, Punctuator, PunctuatorResult, ReadState,
+    Schedule,
 };
 pub use topology::{
     BadRecordPolicy, BuiltInClock, ControlStream, DEFAULT_MAX_DRIFT_MS, DEFAULT_TICK_INTERVAL_MS,

@@ -14,6 +14,7 @@ use crate::codec::{Codec, CodecError};
 use crate::error::{Error, Part};
 use crate::handler::{Handler, Record, StateChange};
 use crate::header::Header;
+use crate::punctuation::{FoldStates, Punctuation, PunctuationType, Punctuator, Schedule};
 
 /// A delivered record as bytes.
 #[derive(Debug, Clone, Copy)]
@@ -181,6 +182,28 @@ pub struct RawTimer<'a> {
     pub task_state: Option<&'a [u8]>,
 }
 
+/// A punctuation that fired: what the runtime passes to [`Processor::punctuate`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RawPunctuation {
+    /// The schedule's index in [`Processor::schedules`].
+    pub schedule: usize,
+    /// What moved it.
+    pub kind: PunctuationType,
+    /// Its time, ms since the epoch ([`Punctuation::time`]).
+    pub time: i64,
+    /// The task's partition.
+    pub partition: i32,
+}
+
+/// The encoded result of a punctuation: records to produce and fold-state changes by key.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RawPunctuated {
+    /// Records to produce, in order (timestamp `None`: the punctuation's time).
+    pub emit: Vec<RawEmission>,
+    /// Fold-state changes by encoded key, in order.
+    pub states: Vec<(Vec<u8>, StateChange<Vec<u8>>)>,
+}
+
 /// A stage's logic over bytes: decode, handle, encode.
 pub trait Processor: Send + Sync {
     /// Handles one delivered record. `state` is the encoded fold state of the record's key
@@ -243,6 +266,29 @@ pub trait Processor: Send + Sync {
         false
     }
 
+    /// The stage's punctuation schedules, in declaration order (module `punctuation`). A
+    /// stream-time schedule needs event-time order, a wall-clock one the built-in clock (checked
+    /// by [`crate::TopologyBuilder::build`]). The default: none.
+    fn schedules(&self) -> &[Schedule] {
+        &[]
+    }
+
+    /// Called once per firing of schedule `punctuation.schedule`, interleaved in event-time
+    /// order with the records and timers the watermark releases (module `punctuation`);
+    /// `lookup` reads the fold state of any key of the task. The default does nothing.
+    ///
+    /// # Errors
+    /// [`Error::Punctuator`] when the punctuator fails; [`Error::Encode`] and
+    /// [`Error::UndeclaredSink`] as [`Processor::process`] (an error stops the stage).
+    fn punctuate(
+        &self,
+        punctuation: RawPunctuation,
+        lookup: &dyn StateLookup,
+    ) -> Result<RawPunctuated, Error> {
+        let _ = (punctuation, lookup);
+        Ok(RawPunctuated::default())
+    }
+
     /// Whether the stage keeps fold state by key. A stage that keeps none takes records
     /// without a key (its handler decides what they mean); one that keeps state cannot key
     /// them, and the runtime hands them to the stage's bad-record policy. The default: `true`.
@@ -258,11 +304,18 @@ pub(crate) struct Codecs<H: Handler> {
     pub(crate) state: Arc<dyn Codec<H::State>>,
 }
 
+/// A typed punctuator of a handler's stage.
+pub(crate) type TypedPunctuator<H> =
+    Arc<dyn Punctuator<<H as Handler>::Key, <H as Handler>::Output, <H as Handler>::State>>;
+
 pub(crate) struct Typed<H: Handler> {
     pub(crate) stage: String,
     pub(crate) handler: H,
     pub(crate) codecs: Codecs<H>,
     pub(crate) sinks: Vec<String>,
+    /// The schedules, and the punctuator of each (same order).
+    pub(crate) schedules: Vec<Schedule>,
+    pub(crate) punctuators: Vec<TypedPunctuator<H>>,
 }
 
 impl<H: Handler> Processor for Typed<H> {
@@ -300,6 +353,73 @@ impl<H: Handler> Processor for Typed<H> {
         self.run(record, Value::Owned(value), state)
     }
 
+    fn schedules(&self) -> &[Schedule] {
+        &self.schedules
+    }
+
+    fn punctuate(
+        &self,
+        p: RawPunctuation,
+        lookup: &dyn StateLookup,
+    ) -> Result<RawPunctuated, Error> {
+        let Some(punctuator) = self.punctuators.get(p.schedule) else {
+            return Ok(RawPunctuated::default());
+        };
+        let read = |key: &[u8]| -> Result<Option<Vec<u8>>, String> {
+            Ok(lookup.state_of(key)?.map(|c| c.into_owned()))
+        };
+        let state = FoldStates::new(&read, &*self.codecs.key, &*self.codecs.state);
+        let punctuated = punctuator
+            .punctuate(
+                Punctuation {
+                    schedule: p.schedule,
+                    kind: p.kind,
+                    time: p.time,
+                    partition: p.partition,
+                },
+                &state,
+            )
+            .map_err(|source| Error::Punctuator {
+                stage: self.stage.clone(),
+                partition: p.partition,
+                time: p.time,
+                source,
+            })?;
+        let encode_err = |what: &'static str, source| Error::Encode {
+            stage: self.stage.clone(),
+            what,
+            source,
+        };
+        let emit = punctuated
+            .emit
+            .into_iter()
+            .map(|e| self.encode_emission(e))
+            .collect::<Result<Vec<_>, Error>>()?;
+        let states = punctuated
+            .states
+            .into_iter()
+            .map(|(k, change)| {
+                let key = self
+                    .codecs
+                    .key
+                    .encode_owned(k)
+                    .map_err(|x| encode_err("punctuation state key", x))?;
+                let change = match change {
+                    StateChange::Keep => StateChange::Keep,
+                    StateChange::Delete => StateChange::Delete,
+                    StateChange::Set(s) => StateChange::Set(
+                        self.codecs
+                            .state
+                            .encode_owned(s)
+                            .map_err(|x| encode_err("state", x))?,
+                    ),
+                };
+                Ok((key, change))
+            })
+            .collect::<Result<Vec<_>, Error>>()?;
+        Ok(RawPunctuated { emit, states })
+    }
+
     /// `false` when the handler's `State` is `()`: the way a stage declares it keeps none.
     fn keeps_state(&self) -> bool {
         std::any::TypeId::of::<H::State>() != std::any::TypeId::of::<()>()
@@ -313,6 +433,39 @@ enum Value<'a> {
 }
 
 impl<H: Handler> Typed<H> {
+    /// One emission encoded, to a declared sink.
+    fn encode_emission(
+        &self,
+        e: crate::handler::Emission<H::Key, H::Output>,
+    ) -> Result<RawEmission, Error> {
+        let encode_err = |what: &'static str, source| Error::Encode {
+            stage: self.stage.clone(),
+            what,
+            source,
+        };
+        if !self.sinks.iter().any(|s| **s == *e.topic) {
+            return Err(Error::UndeclaredSink {
+                stage: self.stage.clone(),
+                topic: e.topic.to_string(),
+            });
+        }
+        Ok(RawEmission {
+            key: self
+                .codecs
+                .key
+                .encode_part(e.key)
+                .map_err(|x| encode_err("emission key", x))?,
+            value: self
+                .codecs
+                .output
+                .encode_part(e.value)
+                .map_err(|x| encode_err("emission value", x))?,
+            timestamp: e.timestamp,
+            topic: e.topic,
+            headers: e.headers,
+        })
+    }
+
     /// Decodes, handles and encodes one record; its value comes as `value` (the `value` field
     /// of `record` is not read).
     fn run(
@@ -390,29 +543,7 @@ impl<H: Handler> Typed<H> {
         let emit = step
             .emit
             .into_iter()
-            .map(|e| {
-                if !self.sinks.iter().any(|s| **s == *e.topic) {
-                    return Err(Error::UndeclaredSink {
-                        stage: self.stage.clone(),
-                        topic: e.topic.to_string(),
-                    });
-                }
-                Ok(RawEmission {
-                    key: self
-                        .codecs
-                        .key
-                        .encode_part(e.key)
-                        .map_err(|x| encode_err("emission key", x))?,
-                    value: self
-                        .codecs
-                        .output
-                        .encode_part(e.value)
-                        .map_err(|x| encode_err("emission value", x))?,
-                    timestamp: e.timestamp,
-                    topic: e.topic,
-                    headers: e.headers,
-                })
-            })
+            .map(|e| self.encode_emission(e))
             .collect::<Result<Vec<_>, Error>>()?;
         let state = match step.state {
             StateChange::Keep => StateChange::Keep,

@@ -54,7 +54,8 @@ pub use crate::event_time::{
 };
 use crate::handler::Handler;
 use crate::internal::InternalTopic;
-use crate::processor::{Codecs, Processor, Typed};
+use crate::processor::{Codecs, Processor, Typed, TypedPunctuator};
+use crate::punctuation::{PunctuationType, Punctuator, Schedule};
 
 /// A validated set of stages of one application.
 #[derive(Clone)]
@@ -399,9 +400,13 @@ impl TopologyBuilder {
             handler,
             settings,
             codecs,
+            schedules,
+            punctuators,
         } = configure(StageBuilder {
             name: name.clone(),
             handler,
+            schedules: Vec::new(),
+            punctuators: Vec::new(),
             settings: StageSettings::default(),
             codecs: Codecs {
                 key: Arc::new(Json),
@@ -415,6 +420,8 @@ impl TopologyBuilder {
             handler,
             codecs,
             sinks: settings.sinks.clone(),
+            schedules,
+            punctuators,
         });
         self.stages.push(settings.into_spec(name, processor));
         self
@@ -511,6 +518,7 @@ impl TopologyBuilder {
                     ));
                 }
             }
+            punctuation_problems(name, stage, &mut problems);
             if stage.processor.uses_timers() && stage.event_time.is_none() {
                 problems.push(format!(
                     "stage {name:?} sets event-time timers but does not order by event time"
@@ -768,6 +776,8 @@ pub struct StageBuilder<H: Handler> {
     handler: H,
     settings: StageSettings,
     codecs: Codecs<H>,
+    schedules: Vec<Schedule>,
+    punctuators: Vec<TypedPunctuator<H>>,
 }
 
 impl<H: Handler> StageBuilder<H> {
@@ -844,9 +854,53 @@ impl<H: Handler> StageBuilder<H> {
         self
     }
 
+    /// Schedules `punctuator` every `interval_ms` ms (`> 0`) of `kind`'s time (Kafka Streams'
+    /// `ProcessorContext.schedule`; module `punctuation` and the book's DSL chapter,
+    /// "Punctuation"). Schedules are numbered in the order they are added
+    /// ([`crate::Punctuation::schedule`]). [`TopologyBuilder::build`] reports an interval
+    /// `<= 0`, a stream-time schedule on a stage without event-time order and a wall-clock one
+    /// on a stage without the built-in clock.
+    pub fn schedule(
+        mut self,
+        interval_ms: i64,
+        kind: PunctuationType,
+        punctuator: impl Punctuator<H::Key, H::Output, H::State>,
+    ) -> Self {
+        self.schedules.push(Schedule { interval_ms, kind });
+        self.punctuators.push(Arc::new(punctuator));
+        self
+    }
+
     /// The stage's name.
     pub fn name(&self) -> &str {
         &self.name
+    }
+}
+
+/// The problems of stage `name`'s punctuation schedules, appended to `problems`.
+fn punctuation_problems(name: &str, stage: &StageSpec, problems: &mut Vec<String>) {
+    for (i, s) in stage.processor.schedules().iter().enumerate() {
+        if s.interval_ms <= 0 {
+            problems.push(format!(
+                "stage {name:?}: punctuation schedule {i}: interval {} ms is not positive",
+                s.interval_ms
+            ));
+        }
+        match s.kind {
+            PunctuationType::StreamTime if stage.event_time.is_none() => problems.push(format!(
+                "stage {name:?}: punctuation schedule {i} is on stream time but the stage does \
+                 not order by event time"
+            )),
+            PunctuationType::WallClockTime
+                if stage.event_time.as_ref().is_none_or(|o| o.clock.is_none()) =>
+            {
+                problems.push(format!(
+                    "stage {name:?}: punctuation schedule {i} is on wall-clock time but the \
+                     stage has no built-in clock (EventTimeOrder::clock)"
+                ))
+            }
+            _ => {}
+        }
     }
 }
 

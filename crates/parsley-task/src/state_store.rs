@@ -22,7 +22,7 @@
 //!   watermark, and is younger than the topic's `delete.retention.ms`: within that time
 //!   compaction keeps every tombstone written after the checkpoint, so no deleted key comes
 //!   back ([`judge`]). Otherwise the keyspace is cleared and the changelog read whole.
-//! - Keys of the changelog start with bytes `0x00`–`0x05`; the checkpoint's key starts with
+//! - Keys of the changelog start with bytes `0x00`–`0x06`; the checkpoint's key starts with
 //!   `0xff`, so it never collides with one.
 
 use std::path::{Path, PathBuf};

@@ -156,6 +156,18 @@ fn rows() -> Vec<(&'static str, Error, Class, &'static str)> {
             "committing the transaction: TransactionalIdAuthorizationFailed: m (fatal)",
         ),
         (
+            "Transaction, abortable but refused for want of an ACL",
+            Error::Kafka(KafkaError::Transaction {
+                operation: Operation::SendOffsetsToTransaction,
+                code: KafkaCode::new(30, "GroupAuthorizationFailed"),
+                message: "m".into(),
+                fatal: false,
+                requires_abort: true,
+            }),
+            Fatal,
+            "sending offsets to the transaction: GroupAuthorizationFailed: m (the transaction must be aborted)",
+        ),
+        (
             "Security",
             Error::Kafka(KafkaError::Security {
                 listener: "localhost:9093".into(),
@@ -167,6 +179,21 @@ fn rows() -> Vec<(&'static str, Error, Class, &'static str)> {
             }),
             Fatal,
             "the consumer client cannot connect securely to localhost:9093 (SASL_SSL, SASL mechanism SCRAM-SHA-512): Authentication: bad password",
+        ),
+        (
+            "Authorization",
+            Error::Kafka(KafkaError::authorization(
+                Operation::InitTransactions,
+                parsley_task::error::AclResource::named(
+                    parsley_task::error::ResourceType::TransactionalId,
+                    "app.s-a-0",
+                ),
+                "producer",
+                KafkaCode::new(53, "TransactionalIdAuthorizationFailed"),
+                "Transactional Id authorization failed",
+            )),
+            Fatal,
+            "initialising transactions: the producer client is not authorized on TransactionalId app.s-a-0 (TransactionalIdAuthorizationFailed: Transactional Id authorization failed): no ACL allows this principal the operation",
         ),
         (
             "Admin",
@@ -588,7 +615,7 @@ fn the_table_has_a_row_for_every_variant() {
         .collect();
     names.dedup();
     // Every variant of the error type but `StageFailed`, which every row is wrapped in.
-    assert_eq!(names.len(), 36, "{names:?}");
+    assert_eq!(names.len(), 37, "{names:?}");
 }
 
 #[test]

@@ -1,5 +1,5 @@
-//! A broker restart keeps the secure listener: same address, credentials and CA, and a client
-//! with them fetches metadata over it again.
+//! A broker restart keeps the secure listener: same address, credentials (the least-privilege
+//! user's too) and CA, and a client with them fetches metadata over it again.
 //!
 //! One test in its own binary: it restarts the shared local broker, which other tests of the
 //! same binary would see go away. Ignored by default: a restart takes about 8 s, and the tests
@@ -26,6 +26,9 @@ fn a_restart_keeps_the_secure_listener_its_credentials_and_its_ca() {
         .unwrap_or_else(|e| panic!("{e}"))
         .expect("the local broker records a secure listener");
     let ca_before = std::fs::read(&before.ca_pem).expect("CA certificate");
+    let least_before = broker::least_privilege_listener()
+        .unwrap_or_else(|e| panic!("{e}"))
+        .expect("the local broker records its least-privilege user");
 
     let plaintext = broker::restart().unwrap_or_else(|e| panic!("{e}"));
 
@@ -34,6 +37,11 @@ fn a_restart_keeps_the_secure_listener_its_credentials_and_its_ca() {
         .unwrap_or_else(|e| panic!("{e}"))
         .expect("the restarted broker records its secure listener");
     assert_eq!(after, before);
+    assert_eq!(
+        broker::least_privilege_listener().unwrap(),
+        Some(least_before),
+        "the least-privilege user's credentials are kept"
+    );
     assert_eq!(
         std::fs::read(&after.ca_pem).expect("CA certificate"),
         ca_before

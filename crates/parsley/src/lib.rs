@@ -197,5 +197,8 @@ pub mod prelude {
         SlidingWindows, StreamsBuilder, Suppressed, TimeWindows, Topology, Windowed,
     };
     pub use parsley_dsl::LatePolicy;
-    pub use parsley_stage::{BadRecordPolicy, EventTimeOrder, HandlerError, Record, Step};
+    pub use parsley_stage::{
+        BadRecordPolicy, EventTimeOrder, FoldStates, HandlerError, Punctuated, Punctuation,
+        PunctuationType, Record, Step,
+    };
 }

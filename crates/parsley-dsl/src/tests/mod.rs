@@ -11,6 +11,7 @@ mod grouped_table;
 mod headers;
 mod operators;
 mod partitioning;
+mod punctuation;
 mod reference;
 mod sliding;
 mod stream_joins;

@@ -152,6 +152,15 @@ impl Admin {
                         // The client's metadata predates the partition (just added).
                         | RDKafkaErrorCode::UnknownPartition
                 ) || (fresh && code == RDKafkaErrorCode::UnknownTopicOrPartition);
+                if let Some(refused) = crate::authorization::refused(
+                    Operation::ListPartitionOffsets,
+                    code,
+                    Some(&topic),
+                    crate::clients::ClientRole::Admin,
+                    code,
+                ) {
+                    return Err((false, refused));
+                }
                 return Err((
                     retriable,
                     Error::from(

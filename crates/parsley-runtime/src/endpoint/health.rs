@@ -201,6 +201,33 @@ mod tests {
     }
 
     #[test]
+    fn not_ready_after_a_refusal_for_want_of_an_acl_naming_the_resource() {
+        use parsley_task::error::{AclResource, KafkaCode, KafkaError, Operation, ResourceType};
+        let refused = KafkaError::authorization(
+            Operation::Poll,
+            AclResource::named(ResourceType::Group, "app.count"),
+            "consumer",
+            KafkaCode::new(30, "GroupAuthorizationFailed"),
+            "Message consumption error: GroupAuthorizationFailed (Broker: Group authorization \
+             failed)",
+        );
+        let mut failed = stage("count", true, vec![task(0, TaskPhase::Running)]);
+        failed.ended = Some(StageEnd::Failed(refused.to_string()));
+        let reason = readiness(&[failed], false).unwrap_err();
+        assert!(
+            reason.starts_with(
+                "not ready: stage count failed: polling: the consumer client is not authorized \
+                 on Group app.count (GroupAuthorizationFailed: "
+            ),
+            "{reason}"
+        );
+        assert!(
+            reason.ends_with("no ACL allows this principal the operation"),
+            "{reason}"
+        );
+    }
+
+    #[test]
     fn not_ready_after_a_stage_ended_with_its_first_error_line_cut_short() {
         let mut failed = stage("a", true, vec![task(0, TaskPhase::Running)]);
         failed.ended = Some(StageEnd::Failed(format!(

@@ -1,6 +1,8 @@
 //! The admin requests the `rdkafka` crate does not wrap — `DescribeTopics` (topic ids,
-//! KIP-516), `ListOffsets` with an isolation level, `DescribeConsumerGroups` — and the events of
-//! a client's main queue, which its admin client never polls.
+//! KIP-516, with the operations the principal may do on each, KIP-430), `ListOffsets` with an
+//! isolation level, `DescribeConsumerGroups`, `CreateAcls`, `DeleteAcls` and `DescribeAcls`
+//! (their arguments: module `acl`) — and the events of a client's main queue, which its admin
+//! client never polls.
 //!
 //! A [`Request`] owns its options and its private result queue; its arguments
 //! ([`AdminCall`]) are owned values of this module or borrowed for the request's life; an
@@ -106,6 +108,12 @@ pub(crate) enum AdminCall<'a> {
     ListOffsets(&'a OffsetQuery),
     /// `DescribeConsumerGroups` of this group.
     DescribeGroup(&'a CStr),
+    /// `CreateAcls` of these bindings.
+    CreateAcls(&'a super::acl::AclBindings),
+    /// `DeleteAcls` of the bindings these filters match.
+    DeleteAcls(&'a super::acl::AclBindings),
+    /// `DescribeAcls` of the bindings this filter matches.
+    DescribeAcls(&'a super::acl::PrincipalFilter),
 }
 
 impl AdminCall<'_> {
@@ -117,6 +125,11 @@ impl AdminCall<'_> {
             AdminCall::ListOffsets(_) => rdsys::rd_kafka_admin_op_t::RD_KAFKA_ADMIN_OP_LISTOFFSETS,
             AdminCall::DescribeGroup(_) => {
                 rdsys::rd_kafka_admin_op_t::RD_KAFKA_ADMIN_OP_DESCRIBECONSUMERGROUPS
+            }
+            AdminCall::CreateAcls(_) => rdsys::rd_kafka_admin_op_t::RD_KAFKA_ADMIN_OP_CREATEACLS,
+            AdminCall::DeleteAcls(_) => rdsys::rd_kafka_admin_op_t::RD_KAFKA_ADMIN_OP_DELETEACLS,
+            AdminCall::DescribeAcls(_) => {
+                rdsys::rd_kafka_admin_op_t::RD_KAFKA_ADMIN_OP_DESCRIBEACLS
             }
         }
     }
@@ -194,6 +207,25 @@ impl<'a> Request<'a> {
         }
     }
 
+    /// Asks the broker for the operations the principal may do on each resource described
+    /// (KIP-430: `DescribeTopics`).
+    ///
+    /// # Errors
+    /// librdkafka's message when it refuses the option.
+    pub(crate) fn include_authorized_operations(&mut self) -> Result<(), String> {
+        // SAFETY: as in `set_isolation`.
+        unsafe {
+            let err =
+                rdsys::rd_kafka_AdminOptions_set_include_authorized_operations(self.options.0, 1);
+            if err.is_null() {
+                return Ok(());
+            }
+            let message = cstr(rdsys::rd_kafka_error_string(err));
+            rdsys::rd_kafka_error_destroy(err);
+            Err(message)
+        }
+    }
+
     /// Sends the request; its result arrives as an [`Event`] on [`Request::poll`].
     pub(crate) fn start(&self) {
         let (rk, options, queue) = (self.rk, self.options.0, self.queue.0);
@@ -219,6 +251,17 @@ impl<'a> Request<'a> {
                         queue,
                     );
                 }
+                AdminCall::CreateAcls(bindings) => {
+                    let mut ptrs = bindings.pointers();
+                    rdsys::rd_kafka_CreateAcls(rk, ptrs.as_mut_ptr(), ptrs.len(), options, queue);
+                }
+                AdminCall::DeleteAcls(filters) => {
+                    let mut ptrs = filters.pointers();
+                    rdsys::rd_kafka_DeleteAcls(rk, ptrs.as_mut_ptr(), ptrs.len(), options, queue);
+                }
+                AdminCall::DescribeAcls(filter) => {
+                    rdsys::rd_kafka_DescribeAcls(rk, filter.0.0, options, queue);
+                }
             }
         }
     }
@@ -241,6 +284,9 @@ pub(crate) struct Event(Guard<rdsys::rd_kafka_event_t>);
 pub(crate) struct DescribedTopic {
     pub name: String,
     pub result: Result<(TopicId, usize), (RDKafkaErrorCode, String)>,
+    /// The operations the principal may do on the topic, when the request asked
+    /// ([`Request::include_authorized_operations`]) and the topic was described.
+    pub authorized: Option<Vec<parsley_task::error::AclOperation>>,
 }
 
 /// One partition of a `ListOffsets` result.
@@ -283,6 +329,19 @@ impl Event {
         unsafe { cstr(rdsys::rd_kafka_event_error_string(self.0.0)) }
     }
 
+    /// The first error of a `CreateAcls` or `DeleteAcls` result's bindings (`None`: none, or
+    /// an event of another type).
+    pub(crate) fn acl_error(&self) -> Option<(RDKafkaErrorCode, String)> {
+        // SAFETY: the event is live.
+        unsafe { super::acl::first_error(self.0.0) }
+    }
+
+    /// The ALLOW ACLs of a `DescribeAcls` result (none for another event).
+    pub(crate) fn described_acls(&self) -> Vec<crate::admin::acl::Acl> {
+        // SAFETY: the event is live.
+        unsafe { super::acl::described(self.0.0) }
+    }
+
     /// The topics of a `DescribeTopics` result (none for another event).
     pub(crate) fn described_topics(&self) -> Vec<DescribedTopic> {
         // SAFETY: the event is live; the result, its descriptions and the strings and
@@ -305,6 +364,14 @@ impl Event {
                     } else {
                         rdsys::rd_kafka_error_code(error)
                     };
+                    let mut ops = 0usize;
+                    let listed =
+                        rdsys::rd_kafka_TopicDescription_authorized_operations(d, &mut ops);
+                    let authorized = (!listed.is_null()).then(|| {
+                        (0..ops)
+                            .filter_map(|i| super::acl::operation_of(*listed.add(i)))
+                            .collect()
+                    });
                     let result = if code != rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
                         Err((code.into(), cstr(rdsys::rd_kafka_error_string(error))))
                     } else {
@@ -317,7 +384,11 @@ impl Event {
                         rdsys::rd_kafka_TopicDescription_partitions(d, &mut partitions);
                         Ok((id, partitions))
                     };
-                    DescribedTopic { name, result }
+                    DescribedTopic {
+                        name,
+                        result,
+                        authorized,
+                    }
                 })
                 .collect()
         }

@@ -25,11 +25,13 @@
 //!   through `rd_kafka_produceva` (copied, or lent until the report), flush, commit, the
 //!   brokers-only metadata request.
 //! - `admin`: the admin requests `rdkafka` does not wrap (`DescribeTopics`, `ListOffsets`
-//!   with an isolation level, `DescribeConsumerGroups`), their results as owned values, and the
-//!   events of a client's main queue.
+//!   with an isolation level and the authorized operations, `DescribeConsumerGroups`,
+//!   `CreateAcls`, `DeleteAcls`, `DescribeAcls`), their results as owned values, and the events
+//!   of a client's main queue; `acl`: the ACL bindings and filters those three take.
 //! - `consumer`: local reads of a consumer's state: positions, and the high watermark cached
 //!   from the last fetch response ([`cached_high_watermark`], public).
 
+pub(crate) mod acl;
 pub(crate) mod admin;
 pub(crate) mod consumer;
 pub(crate) mod producer;

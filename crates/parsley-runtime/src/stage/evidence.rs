@@ -262,6 +262,11 @@ impl Evidence {
             warn!(error = %e, "consumer: transient error, carrying on");
             return Ok(());
         }
+        if let Some(code @ (C::TopicAuthorizationFailed | C::GroupAuthorizationFailed)) =
+            e.rdkafka_error_code()
+        {
+            return Err(self.refused_fetch(ctx, code, &e));
+        }
         match e.rdkafka_error_code() {
             Some(C::UnknownTopicOrPartition | C::UnknownTopic | C::UnknownPartition) => {
                 // Deleted ends the stage, recreated too (a new id); else metadata catching up.
@@ -284,6 +289,39 @@ impl Evidence {
             return Err(change);
         }
         Err(crate::client_error::kafka(Operation::Poll, e))
+    }
+
+    /// The error of a fetch or group request refused for want of an ACL: for a topic, the
+    /// typed error naming the first source the principal may not read (librdkafka's consumer
+    /// error names no topic: [`Admin::unreadable`] finds it); for the group, the client
+    /// error, which the stage names by its group when it ends (module `authorization`).
+    fn refused_fetch(
+        &self,
+        ctx: &TaskContext,
+        code: rdkafka::types::RDKafkaErrorCode,
+        e: &KafkaError,
+    ) -> Error {
+        let name = match code {
+            rdkafka::types::RDKafkaErrorCode::TopicAuthorizationFailed => {
+                let sources: Vec<&str> = ctx.sources.iter().map(|t| t.name.as_str()).collect();
+                match self.admin.unreadable(&sources) {
+                    Ok(refused) => refused.into_iter().next(),
+                    Err(lookup) => {
+                        warn!(error = %lookup, "cannot name the source a fetch was refused");
+                        None
+                    }
+                }
+            }
+            _ => return crate::client_error::kafka(Operation::Poll, e.clone()),
+        };
+        crate::authorization::refused(
+            Operation::Poll,
+            code,
+            name.as_deref(),
+            crate::clients::ClientRole::Consumer,
+            e,
+        )
+        .unwrap_or_else(|| crate::client_error::kafka(Operation::Poll, e.clone()))
     }
 
     /// [`RecordError::RecordsLost`] for the first channel whose consumer position lies below its

@@ -31,6 +31,10 @@
 //!     empty value: a keyed timer the processor set for key `k` at that event time, not fired
 //!     yet (a tombstone once it fired).
 //!
+//! - key `0x06 ++ schedule (4 bytes, big-endian)` ([`punctuation_key`]), value a
+//!   [`PunctuationRecord`]: where the task's punctuation schedule of that index stands (its
+//!   type, interval, next firing time and firings decided but not made yet).
+//!
 //!   Key `0x02` held one parked record per key in an earlier form (no longer read: a restore
 //!   that meets one fails, naming it).
 //!
@@ -51,9 +55,11 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use parsley_gate::Part;
 
 mod event_time;
+mod punctuation;
 mod snapshot;
 
 pub use event_time::{EventTimeRecord, EventTimeState, ParkedRecord};
+pub use punctuation::{PunctuationRecord, punctuation_key, punctuation_of};
 pub use snapshot::TaskSnapshot;
 
 /// Key prefix of fold-state records: `0x00 ++ k` holds the fold state of key `k`.
@@ -73,6 +79,8 @@ pub const LATE_PREFIX: u8 = 0x03;
 pub const SEGMENT_PREFIX: u8 = 0x04;
 /// Key prefix of a keyed timer: `0x05 ++ time ++ k` ([`timer_key`]).
 pub const TIMER_PREFIX: u8 = 0x05;
+/// Key prefix of a punctuation schedule's record: `0x06 ++ schedule` ([`punctuation_key`]).
+pub const PUNCTUATION_PREFIX: u8 = 0x06;
 
 /// The changelog key of a part of a task's timer queue (module docs: the layout): `0x04 ++ n`
 /// (9 bytes) for segment `n`, `0x03 ++ k` for the late count of key `k`. Segment keys sort by
@@ -185,6 +193,8 @@ pub struct Restored {
     pub timers: BTreeMap<Part<Vec<u8>>, Vec<u8>>,
     /// The processor's keyed timers set at the last commit: (time ms, key).
     pub keyed_timers: BTreeSet<(i64, Vec<u8>)>,
+    /// Where each punctuation schedule stood at the last commit, by schedule index.
+    pub punctuations: BTreeMap<u32, PunctuationRecord>,
     /// Records folded, including those refused.
     pub records: u64,
     /// Whether fold-state records are left out of [`Restored::state`] (kept elsewhere: on
@@ -226,6 +236,14 @@ impl Restored {
             match value {
                 Some(_) => self.keyed_timers.insert(timer),
                 None => self.keyed_timers.remove(&timer),
+            };
+        } else if key.first() == Some(&PUNCTUATION_PREFIX) {
+            let schedule = punctuation_of(key)?;
+            match value {
+                Some(v) => self
+                    .punctuations
+                    .insert(schedule, PunctuationRecord::decode(v)?),
+                None => self.punctuations.remove(&schedule),
             };
         } else if let Some(part) = timer_part_of(key) {
             let part = part?;
@@ -353,6 +371,17 @@ mod tests {
         r.apply(TASK_STATE_KEY, None).unwrap();
         assert_eq!(r.task_state, None);
         assert!(r.apply(b"\x09", None).unwrap_err().contains("unknown key"));
-        assert_eq!(r.records, 16);
+        let p = PunctuationRecord {
+            kind: 0,
+            interval_ms: 10,
+            next: Some(20),
+            pending: Vec::new(),
+        };
+        r.apply(&punctuation_key(1), Some(&p.encode())).unwrap();
+        assert_eq!(r.punctuations, BTreeMap::from([(1, p)]));
+        assert!(r.apply(&punctuation_key(1), Some(b"x")).is_err());
+        r.apply(&punctuation_key(1), None).unwrap();
+        assert!(r.punctuations.is_empty());
+        assert_eq!(r.records, 19);
     }
 }

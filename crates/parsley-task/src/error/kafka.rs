@@ -73,6 +73,13 @@ impl KafkaCode {
         self.is_fencing() || self.value == Self::INVALID_TXN_STATE
     }
 
+    /// The resource type the code says access was refused on, when it is an authorization
+    /// refusal (`TOPIC_AUTHORIZATION_FAILED`, `GROUP_AUTHORIZATION_FAILED`,
+    /// `CLUSTER_AUTHORIZATION_FAILED`, `TRANSACTIONAL_ID_AUTHORIZATION_FAILED`); else `None`.
+    pub fn refused_resource_type(&self) -> Option<super::ResourceType> {
+        super::ResourceType::of_code(self.value)
+    }
+
     /// Whether the code reports a connection state, not a lost record or a refused request:
     /// librdkafka's `_ALL_BROKERS_DOWN`, `_TRANSPORT`, `_TIMED_OUT`, and the broker's
     /// `REQUEST_TIMED_OUT` and `NETWORK_EXCEPTION`. librdkafka recovers from them on its own.
@@ -239,6 +246,26 @@ pub enum KafkaError {
         /// librdkafka's message.
         message: Box<str>,
     },
+    /// The cluster refused a request because no ACL allows the client's principal the
+    /// operation on `resource` (KIP-11): `TOPIC_AUTHORIZATION_FAILED`,
+    /// `GROUP_AUTHORIZATION_FAILED`, `TRANSACTIONAL_ID_AUTHORIZATION_FAILED` or
+    /// `CLUSTER_AUTHORIZATION_FAILED`. Fatal: the request fails the same way until an ACL is
+    /// granted. The book's operations chapter lists the ACLs each part of Parsley needs.
+    #[error(
+        "{operation}: the {client} client is not authorized on {resource} ({code}: {message}): no ACL allows this principal the operation"
+    )]
+    Authorization {
+        /// What was being done.
+        operation: Operation,
+        /// The resource access was refused on.
+        resource: super::AclResource,
+        /// The client's role (`consumer`, `producer`, `admin`, `restore`, …).
+        client: &'static str,
+        /// The code (`TopicAuthorizationFailed`, …).
+        code: KafkaCode,
+        /// The broker's or client's message.
+        message: Box<str>,
+    },
     /// An admin request failed (or its answer was not what was asked for): `operation` on the
     /// topics, partition, offset or group named, when the request was about them.
     #[error("{}: {message}", Described { operation: *operation, topic: None, partition: *partition, offset: *offset, group: group.as_deref(), topics, cause: None })]
@@ -360,6 +387,32 @@ impl KafkaError {
         self
     }
 
+    /// A [`KafkaError::Authorization`]: `operation` of the `client` client was refused on
+    /// `resource` with `code` (an authorization code: [`super::ResourceType::of_code`]).
+    pub fn authorization(
+        operation: Operation,
+        resource: super::AclResource,
+        client: &'static str,
+        code: KafkaCode,
+        message: impl Into<Box<str>>,
+    ) -> Self {
+        KafkaError::Authorization {
+            operation,
+            resource,
+            client,
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// The resource access was refused on, when this is a [`KafkaError::Authorization`].
+    pub fn refused_resource(&self) -> Option<&super::AclResource> {
+        match self {
+            KafkaError::Authorization { resource, .. } => Some(resource),
+            _ => None,
+        }
+    }
+
     /// The same error naming `names` as the topics of its [`KafkaError::Admin`] request.
     pub fn with_topics<S: ToString>(mut self, names: impl IntoIterator<Item = S>) -> Self {
         if let KafkaError::Admin { topics, .. } = &mut self {
@@ -412,8 +465,22 @@ impl KafkaError {
     /// - [`KafkaError::TransactionStalled`] (the producer is replaced);
     /// - [`KafkaError::Client`] holding a transactional API error
     ///   ([`ClientError::transaction`]) that is not fatal and requires an abort or may be
-    ///   retried, or whose code is a fence.
+    ///   retried, or whose code is a fence;
+    ///
+    /// but never one whose code is an authorization refusal
+    /// ([`KafkaCode::refused_resource_type`]), even an abortable one: the same request is
+    /// refused again until an ACL allows it, so redoing the transaction cannot help.
     pub fn is_retriable(&self) -> bool {
+        let refused = match self {
+            KafkaError::Transaction { code, .. } => Some(code),
+            KafkaError::Client { source, .. } | KafkaError::Send { source, .. } => {
+                source.code.as_ref()
+            }
+            _ => None,
+        };
+        if refused.is_some_and(|c| c.refused_resource_type().is_some()) {
+            return false;
+        }
         match self {
             // A fence seen at the commit goes to the recovery too, which tells a timed-out
             // transaction (redone) from a zombie (ends the stage: `KafkaError::Fenced`).
@@ -437,6 +504,7 @@ impl KafkaError {
                 None => false,
             },
             KafkaError::Security { .. }
+            | KafkaError::Authorization { .. }
             | KafkaError::Admin { .. }
             | KafkaError::Fenced { .. }
             | KafkaError::Timeout { .. } => false,
@@ -568,6 +636,14 @@ pub enum Operation {
     ListPartitionOffsets,
     /// Describing a consumer group (`group`). Writes `describing group`.
     DescribeGroup,
+    /// Creating ACLs. Writes `creating ACLs`.
+    CreateAcls,
+    /// Deleting ACLs. Writes `deleting ACLs`.
+    DeleteAcls,
+    /// Describing ACLs. Writes `describing ACLs`.
+    DescribeAcls,
+    /// Sending a record (its delivery report). Writes `sending`.
+    Send,
 }
 
 impl Operation {
@@ -626,6 +702,10 @@ impl Operation {
             Operation::ListOffsets => "listing offsets",
             Operation::ListPartitionOffsets => "listing the offsets of",
             Operation::DescribeGroup => "describing group",
+            Operation::CreateAcls => "creating ACLs",
+            Operation::DeleteAcls => "deleting ACLs",
+            Operation::DescribeAcls => "describing ACLs",
+            Operation::Send => "sending",
         }
     }
 }

@@ -47,11 +47,13 @@
 
 use std::sync::Arc;
 
+mod acl;
 mod kafka;
 mod processing;
 mod record;
 mod setup;
 
+pub use acl::{AclOperation, AclResource, ResourceType};
 pub use kafka::{Awaited, ClientError, KafkaCode, KafkaError, Operation, TransactionFlags};
 pub use processing::ProcessingError;
 pub use record::{
@@ -296,7 +298,8 @@ impl Error {
     /// configuration, the topics, the topology, the data, the handler or the stage's state —
     /// and, of the Kafka kind, [`KafkaError::Fenced`] (another process), a fatal
     /// [`KafkaError::Transaction`] whose code is not a fence (the producer cannot be used any
-    /// more), [`KafkaError::Admin`], [`KafkaError::Security`], [`KafkaError::Timeout`], and a
+    /// more), [`KafkaError::Admin`], [`KafkaError::Security`], [`KafkaError::Authorization`],
+    /// [`KafkaError::Timeout`], and a
     /// [`KafkaError::Client`] that is neither retriable nor transient.
     pub fn is_fatal(&self) -> bool {
         !self.is_retriable() && !self.is_transient()

@@ -28,6 +28,7 @@
 mod bad;
 mod fold;
 mod global;
+mod punctuation;
 mod rebuild;
 mod ticks;
 mod timers;
@@ -35,6 +36,7 @@ mod timers;
 use bad::check_key;
 pub use bad::{Cause, RefusedInput};
 pub use fold::FoldState;
+pub use punctuation::Punctuations;
 pub use rebuild::{StartEvidence, event_time_of, rebuild_task};
 use std::borrow::Cow;
 use std::collections::VecDeque;
@@ -125,6 +127,8 @@ pub struct Task {
     event_time: Option<EventTime>,
     /// The processor's keyed event-time timers.
     timers: KeyedTimers,
+    /// The processor's punctuation schedules (module `punctuation`).
+    punctuations: Punctuations,
     /// The event-time position of what the task has handed over: the release time of the
     /// last record handed over or timer fired while a release runs, the watermark after it
     /// (`None`: not ordering by event time, or no watermark yet). Never decreases.
@@ -164,6 +168,7 @@ impl Task {
             counts: TaskCounts::default(),
             event_time: None,
             timers: KeyedTimers::default(),
+            punctuations: Punctuations::default(),
             position: None,
             stamp_buf: Vec::with_capacity(256),
             causes: VecDeque::new(),
@@ -196,6 +201,11 @@ impl Task {
     /// Gives the task its restored keyed timers.
     pub fn set_timers(&mut self, timers: KeyedTimers) {
         self.timers = timers;
+    }
+
+    /// Gives the task its punctuation schedules, restored.
+    pub fn set_punctuations(&mut self, punctuations: Punctuations) {
+        self.punctuations = punctuations;
     }
 
     /// Keyed timers set now.
@@ -449,10 +459,14 @@ impl Task {
         Ok(work)
     }
 
-    /// Hands over the records the watermark released and fires the keyed timers due at it,
-    /// interleaved in event-time order: a timer before every record released at a later time,
-    /// after those at its time or earlier (timers set meanwhile at or below the watermark take
-    /// their place in the same pass). Timers fire in (time, key) order.
+    /// Hands over the records the watermark released, fires the keyed timers due at it and
+    /// makes the punctuations due at it, interleaved in event-time order: a timer or a
+    /// punctuation before every record released at a later time, after those at its time or
+    /// earlier; at one time, records, then keyed timers, then punctuations (timers set
+    /// meanwhile at or below the watermark take their place in the same pass). Timers fire in
+    /// (time, key) order, punctuations in schedule order. Stream-time schedules are armed at
+    /// the position the pass starts from, or, before the task has one, at the first record it
+    /// releases (module `punctuation`).
     ///
     /// # Errors
     /// As [`Task::deliver`].
@@ -465,15 +479,32 @@ impl Task {
         let Some(watermark) = self.event_time.as_ref().and_then(EventTime::watermark) else {
             return Ok(());
         };
+        if !self.punctuations.is_empty() {
+            // Before the task has a position: at the first record it hands over, so that how
+            // far the first watermark jumped (batch sizes) does not matter.
+            let first = self
+                .event_time
+                .as_ref()
+                .and_then(EventTime::next_release_time);
+            let at = self
+                .position
+                .unwrap_or_else(|| first.map_or(watermark, |f| f.min(watermark)));
+            self.punctuations.arm_stream_time(at);
+        }
         loop {
             let record = self
                 .event_time
                 .as_ref()
                 .and_then(EventTime::next_release_time);
             let timer = self.timers.next_due(watermark);
-            match (record, timer) {
-                (Some(r), Some(t)) if t < r => self.fire_timer(ctx, out, work, watermark)?,
-                (Some(r), _) => {
+            let punctuation = self.punctuations.next_due(watermark);
+            let first = [record, timer, punctuation]
+                .into_iter()
+                .enumerate()
+                .filter_map(|(rank, t)| Some((t?, rank)))
+                .min();
+            match first {
+                Some((r, 0)) => {
                     self.advance_position(r);
                     let h = self
                         .event_time
@@ -482,8 +513,9 @@ impl Task {
                         .expect("a released record");
                     self.hand_over(ctx, out, work, h)?;
                 }
-                (None, Some(_)) => self.fire_timer(ctx, out, work, watermark)?,
-                (None, None) => {
+                Some((_, 1)) => self.fire_timer(ctx, out, work, watermark)?,
+                Some(_) => self.punctuate(ctx, out, work, watermark)?,
+                None => {
                     self.advance_position(watermark);
                     return Ok(());
                 }
@@ -876,6 +908,9 @@ impl Task {
         }
         if std::mem::take(&mut self.task_state.1) {
             writer.write(TASK_STATE_KEY, self.task_state.0.as_deref())?;
+        }
+        for (key, value) in self.punctuations.take_changes() {
+            writer.write(&key, value.as_deref())?;
         }
         // A timer-queue change needs its header (watermark, segment numbers) in the same
         // transaction.

@@ -16,7 +16,7 @@ use parsley_gate::{Gate, GateError, Part};
 use parsley_stage::changelog::{Restored, TaskSnapshot};
 use tracing::{info, warn};
 
-use super::{FoldState, KeyedTimers, Task};
+use super::{FoldState, KeyedTimers, Punctuations, Task};
 use crate::context::TaskContext;
 use crate::error::ProcessingError;
 use crate::error::{Error, Result};
@@ -177,6 +177,7 @@ pub fn rebuild_task(
         .snapshot
         .as_ref()
         .and(std::mem::take(&mut restored.task_state));
+    let punctuations = std::mem::take(&mut restored.punctuations);
     let mut moved = Vec::new();
     let mut task = match restored.snapshot {
         Some(snapshot) => {
@@ -229,6 +230,7 @@ pub fn rebuild_task(
         task.set_clock(Channel::new(ctx.sources[clock.source].id, partition));
     }
     task.set_timers(KeyedTimers::restored(keyed_timers));
+    task.set_punctuations(Punctuations::new(ctx.processor.schedules(), punctuations));
     ctx.metrics.set_late_keys(
         partition,
         true,

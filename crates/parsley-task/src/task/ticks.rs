@@ -22,7 +22,8 @@
 //! so at most one early commit per tick interval.
 //!
 //! **Reading.** A tick the gate delivers ([`Task::read_tick`]) moves the task's processing time
-//! to its record timestamp ([`EventTime::tick`]); it is not observed by the node clock (no
+//! to its record timestamp ([`EventTime::tick`]) and drives the wall-clock punctuation schedules
+//! (module `punctuation`); it is not observed by the node clock (no
 //! output claims it), never parked and never handed to the processor, and it counts in no
 //! delivery — only in the stage's `ticks_read`. Its offset is committed like any other.
 //!
@@ -141,10 +142,14 @@ impl Task {
             return None;
         }
         let moved_to = open.saturating_sub(et.lag_ms()?);
-        let next = [et.next_parked_time(), self.timers.next()]
-            .into_iter()
-            .flatten()
-            .min()?;
+        let next = [
+            et.next_parked_time(),
+            self.timers.next(),
+            self.punctuations.next(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()?;
         (next <= moved_to).then_some(open)
     }
 
@@ -180,6 +185,10 @@ impl Task {
         })?;
         et.tick(timestamp)
             .map_err(|e| ctx.gate_error(self.partition, e))?;
+        let lag = et.lag_ms().unwrap_or(0);
+        if self.punctuations.tick(timestamp, lag) {
+            self.changed = true;
+        }
         ctx.metrics.tick_read();
         Ok(())
     }

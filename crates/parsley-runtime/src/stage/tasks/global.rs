@@ -12,6 +12,11 @@
 //! was fetched before waits in the task, nothing more is fetched, and the poll waits at most
 //! a few ms so the readers are polled often.
 //!
+//! A reader's transient error (a broker restarting, a leader moving) is logged and the read
+//! goes on, as the stage's own consumer does; a position below its partition's log start
+//! (retention deleted rows a restored task had not read) is `RecordsLost` naming the topic,
+//! partition and lost range; any other error stops the stage.
+//!
 //! Invariants:
 //! - a reader exists exactly for each task here with global sources, and reads for that task
 //!   only;
@@ -19,16 +24,18 @@
 //!   assigned there.
 
 use std::collections::BTreeMap;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use parsley_clock::Channel;
 use parsley_task::context::TaskContext;
-use parsley_task::error::{Operation, Result};
+use parsley_task::error::{Error, Operation, RecordError, Result};
 use parsley_task::record::fetched;
 use parsley_task::task::Task;
 use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
-use tracing::debug;
+use tracing::{debug, warn};
 
 use crate::stage::intake::{MAX_BATCH, PolledMessage};
 
@@ -40,15 +47,19 @@ pub(crate) struct GlobalReaders {
     readers: BTreeMap<i32, BaseConsumer>,
     /// Records offered so far: their arrival order.
     arrivals: u64,
+    /// The bound of a metadata request (the runtime's timeout).
+    timeout: Duration,
 }
 
 impl GlobalReaders {
-    /// No reader yet; each is created with `config`.
-    pub(crate) fn new(config: ClientConfig) -> Self {
+    /// No reader yet; each is created with `config`; a metadata request waits at most
+    /// `timeout`.
+    pub(crate) fn new(config: ClientConfig, timeout: Duration) -> Self {
         GlobalReaders {
             config,
             readers: BTreeMap::new(),
             arrivals: 0,
+            timeout,
         }
     }
 
@@ -108,7 +119,14 @@ impl GlobalReaders {
                 let Some(polled) = reader.poll(std::time::Duration::ZERO) else {
                     break;
                 };
-                let m = polled.map_err(|e| crate::client_error::kafka(Operation::Poll, e))?;
+                let m = match polled {
+                    Ok(m) => m,
+                    Err(e) if crate::client_error::transient(&e) => {
+                        warn!(partition, error = %e, "global sources: transient error, carrying on");
+                        break;
+                    }
+                    Err(e) => return Err(self.failed(ctx, task, reader, e)),
+                };
                 self.arrivals += 1;
                 let mut f = fetched(ctx, &PolledMessage(&m), self.arrivals, epoch, at)?;
                 // The record is this task's, whatever its partition.
@@ -118,6 +136,49 @@ impl GlobalReaders {
             }
         }
         Ok(offered)
+    }
+
+    /// The error a reader's failed poll `e` means: [`RecordError::RecordsLost`] for the first
+    /// global channel of `task` whose position lies below its log start offset when the fetch
+    /// was out of range, else the poll's error.
+    fn failed(
+        &self,
+        ctx: &TaskContext,
+        task: &Task,
+        reader: &BaseConsumer,
+        e: KafkaError,
+    ) -> Error {
+        if e.rdkafka_error_code() == Some(RDKafkaErrorCode::AutoOffsetReset) {
+            let fetching = reader.position().ok();
+            for (channel, undelivered) in task.global_positions(ctx) {
+                let Ok(source) = ctx.source_of(channel) else {
+                    continue;
+                };
+                let from = fetching
+                    .as_ref()
+                    .and_then(|p| p.find_partition(&source.name, channel.partition))
+                    .and_then(|e| match e.offset() {
+                        Offset::Offset(o) => Some(o),
+                        _ => None,
+                    })
+                    .unwrap_or(undelivered);
+                match reader.fetch_watermarks(&source.name, channel.partition, self.timeout) {
+                    Ok((log_start, _)) if from < log_start => {
+                        return Error::Record(RecordError::RecordsLost {
+                            topic: source.name.clone(),
+                            partition: channel.partition,
+                            from,
+                            log_start,
+                        });
+                    }
+                    Ok(_) => {}
+                    Err(lookup) => {
+                        warn!(error = %lookup, "global sources: cannot name the channel a fetch lost");
+                    }
+                }
+            }
+        }
+        crate::client_error::kafka(Operation::Poll, e)
     }
 
     /// Hands each task its reader's positions (evidence that every record below was offered).

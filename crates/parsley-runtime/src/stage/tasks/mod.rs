@@ -97,8 +97,12 @@ impl Tasks {
             upstreams,
             stores,
             restore_client: restore::restore_client(app, spec, config, &changelog),
-            global: (!spec.global_sources().is_empty())
-                .then(|| global::GlobalReaders::new(restore::global_client(app, spec, config))),
+            global: (!spec.global_sources().is_empty()).then(|| {
+                global::GlobalReaders::new(
+                    restore::global_client(app, spec, config),
+                    config.timeout,
+                )
+            }),
             changelog,
         }
     }
