@@ -28,6 +28,7 @@ chapter!(Testkit, "src/testkit.md");
 chapter!(Verification, "src/verification.md");
 chapter!(Benchmarks, "src/benchmarks.md");
 chapter!(Demo, "src/demo.md");
+chapter!(Interop, "src/interop.md");
 chapter!(Specification, "src/specification.md");
 chapter!(Comparison, "src/comparison.md");
 chapter!(Decisions, "src/decisions.md");

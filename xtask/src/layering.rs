@@ -29,6 +29,7 @@ pub const ALLOWED: &[(&str, &[&str])] = &[
         &["parsley-clock", "parsley-gate", "parsley-stage"],
     ),
     ("parsley-dsl", &["parsley-clock", "parsley-stage"]),
+    ("parsley-registry", &["parsley-stage"]),
     (
         "parsley-runtime",
         &[
@@ -69,6 +70,7 @@ const PURE: &[(&str, &[&str])] = &[
     ("parsley-stage", &[]),
     ("parsley-task", &[]),
     ("parsley-dsl", &[]),
+    ("parsley-registry", &[]),
     ("parsley", &["--no-default-features"]),
     ("parsley-broker", &[]),
 ];

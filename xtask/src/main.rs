@@ -7,10 +7,13 @@
 //! - `test`: starts the broker if none, checks the crates' layering (`layering`), runs
 //!   `cargo fmt --check`, clippy with warnings denied,
 //!   every workspace test (unit, integration, doctests, the book's examples), the book's build
-//!   and link check (`book`), the comparison with Kafka Streams (`conformance --quick`), a
+//!   and link check (`book`), the comparison with Kafka Streams (`conformance --quick`), the
+//!   stampers' and the schema-registry codecs' tests (`python`, `registry`, `java`), a
 //!   small run of the demo, the end-to-end benchmark's smoke run (`bench e2e --quick`, dev
 //!   profile) and two seeded fault-injection runs, a short run of every fuzz target and its
 //!   negative control, stops what it started;
+//! - `registry`: the schema-registry codecs against the local registry run as a process and
+//!   against Confluent's Python serializers (see [`registry`]); needs no broker;
 //! - `book`: builds the book with mdBook (installed at a pinned version when missing),
 //!   warnings denied, and checks every relative link and anchor of the built pages and every
 //!   relative link of the README (see [`book`]); needs no broker;
@@ -57,6 +60,7 @@ mod inspect;
 mod jvm;
 mod layering;
 mod python;
+mod registry;
 mod replay;
 
 use std::process::{Command, ExitCode};
@@ -187,6 +191,9 @@ enum Cmd {
         #[arg(long)]
         keep_broker: bool,
     },
+    /// The schema-registry codecs against the local schema registry run as a process and
+    /// against Confluent's serializers (Python's confluent-kafka, in `target/python`).
+    Registry,
     /// The JVM stamper's tests (`clients/java`, Maven): its codec against the stamp's test
     /// vectors and its interceptors on the local broker (started if needed).
     Java {
@@ -196,7 +203,8 @@ enum Cmd {
     },
     /// The test command: format check, clippy (warnings denied), every workspace test on the
     /// local broker, the book's build and link check, the comparison with Kafka Streams, the
-    /// Python and JVM stampers' tests, a small demo (also over SASL_SSL), the
+    /// Python and JVM stampers' tests, the schema-registry codecs' tests, a small demo (also
+    /// over SASL_SSL), the
     /// end-to-end benchmark's smoke run, two seeded fault-injection runs and the fuzz targets.
     Test {
         /// Leave a broker this command started running afterwards.
@@ -399,6 +407,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         }
         Cmd::Python { keep_broker } => with_broker(keep_broker, python::test),
         Cmd::Java { keep_broker } => with_broker(keep_broker, jvm::test),
+        Cmd::Registry => registry::test(),
         Cmd::Test {
             keep_broker,
             cluster: true,
@@ -467,6 +476,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
             );
             if python::test(bootstrap)? != ExitCode::SUCCESS {
                 bail!("the Python stamper's tests failed");
+            }
+            println!(
+                "xtask: the schema-registry codecs (cargo xtask registry: the local registry as a process, Confluent's Python serializers)"
+            );
+            if registry::test()? != ExitCode::SUCCESS {
+                bail!("the schema-registry codecs' tests failed");
             }
             println!(
                 "xtask: the JVM stamper (cargo xtask java: the stamp's test vectors, the interceptors on the broker)"

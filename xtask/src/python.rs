@@ -22,10 +22,7 @@ pub fn test(bootstrap: &str) -> Result<ExitCode> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let client = root.join("clients/python");
     let venv = root.join("target/python");
-    let python = venv.join("bin/python");
-    if !python.is_file() {
-        make_venv(&venv)?;
-    }
+    let python = venv_python()?;
     // Installs the package (and its pinned dependency) only when something is missing.
     let installed = Command::new(&python)
         .args(["-c", "import confluent_kafka, parsley_stamp"])
@@ -56,6 +53,19 @@ pub fn test(bootstrap: &str) -> Result<ExitCode> {
         .status()
         .context("running the Python tests")?;
     Ok(crate::exit_code(status, "the Python stamper's tests"))
+}
+
+/// The Python of the virtual environment `target/python`, created when missing.
+///
+/// # Errors
+/// As [`make_venv`].
+pub fn venv_python() -> Result<std::path::PathBuf> {
+    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/python");
+    let python = venv.join("bin/python");
+    if !python.is_file() {
+        make_venv(&venv)?;
+    }
+    Ok(python)
 }
 
 /// Creates the virtual environment at `venv`, installing Python's `venv` module from Debian's

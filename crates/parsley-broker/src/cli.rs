@@ -19,6 +19,10 @@ usage: cargo kafka <command>
                      key<TAB>value per record, then its headers (the stamp as its size); with
                      --last the last value of each key, sorted by key
 
+  registry up|down|status
+                     the local schema registry (Confluent REST API, in memory): start it
+                     unless it runs and print its URL, stop it, or say where it runs
+
 $PARSLEY_BOOTSTRAP (host:port) points `read` at another cluster.";
 
 /// Runs `cargo kafka` with the arguments after the program name; prints errors and usage.
@@ -42,6 +46,31 @@ pub fn main(args: &[String]) -> ExitCode {
             status();
             Ok(())
         }
+        ["registry", "up"] => registry_up(),
+        ["registry", "down"] => {
+            match crate::registry::down() {
+                Ok(true) => println!("registry: stopped"),
+                Ok(false) => println!("registry: not running"),
+                Err(e) => {
+                    eprintln!("registry: error: {e}");
+                    return ExitCode::FAILURE;
+                }
+            }
+            Ok(())
+        }
+        ["registry", "status"] => {
+            match crate::registry::url() {
+                Some(url) => println!("registry: running at {url}"),
+                None => println!("registry: not running"),
+            }
+            Ok(())
+        }
+        // The registry's own process (started by `registry up`); `--dir` names the state
+        // directory so that `registry down` recognises it.
+        ["registry", "serve", "--port", port, "--dir", _] => match port.parse::<u16>() {
+            Ok(port) => crate::registry::serve_forever(port),
+            Err(_) => return usage(&format!("--port takes a port number, not {port:?}")),
+        },
         ["read", topic] => read(topic, false),
         ["read", topic, "--last"] | ["read", "--last", topic] => read(topic, true),
         [] | ["help"] | ["-h"] | ["--help"] => {
@@ -123,6 +152,20 @@ pub fn status() {
         Status::Stopped => println!("kafka: not running"),
     }
     print_cluster_status();
+}
+
+/// Starts the local schema registry unless it runs (see [`crate::registry::up`]); prints its
+/// URL.
+///
+/// # Errors
+/// As [`crate::registry::up`].
+pub fn registry_up() -> Result<(), BrokerError> {
+    let program = std::env::current_exe().map_err(crate::broker::io(std::path::Path::new(
+        "the current executable",
+    )))?;
+    let url = crate::registry::up(&program)?;
+    println!("registry: running at {url}");
+    Ok(())
 }
 
 /// Prints `topic` as a `read_committed` consumer sees it up to its end offsets (see

@@ -9,6 +9,8 @@
 //! The secure listener's TLS and SCRAM are checked with Kafka's own Java client from the same
 //! jars. `parsley-testkit` re-exports [`broker`] and [`cluster`] under the same names.
 //!
+//! - [`apicurio`]: a real schema registry for the tests, Apicurio Registry built from Maven
+//!   Central;
 //! - [`broker`]: the single-node broker (KRaft) and the bootstrap address tests find it at;
 //! - [`cluster`]: a cluster of three such nodes (replication factor 3,
 //!   `min.insync.replicas=2`) with the means to move leaders;
@@ -16,13 +18,17 @@
 //!   [`broker`]);
 //! - [`read`]: a topic read back to its end offsets as a `read_committed` consumer sees it,
 //!   and printed as `cargo kafka read` prints it;
+//! - [`registry`]: a local schema registry speaking the Confluent REST API's serializer
+//!   subset, in this process or as a process of its own (`cargo kafka registry up`);
 //! - [`wire`]: `Metadata`, `ListOffsets` and `Fetch` on a `PLAINTEXT` listener;
 //! - [`cli`]: the commands themselves, shared with `cargo xtask kafka`.
 #![doc(test(attr(deny(warnings))))]
 #![forbid(unsafe_code)]
 
+pub mod apicurio;
 pub mod broker;
 pub mod cli;
 pub mod cluster;
 pub mod read;
+pub mod registry;
 pub mod wire;

@@ -48,6 +48,11 @@ pub enum CodecError {
     /// an absent part (see the module docs: use an `Option` with [`Json`] or [`Nullable`]).
     #[error("the part is absent and its type cannot stand for an absent part")]
     Absent,
+    /// An error of a codec defined outside this crate, typed by that codec (a schema
+    /// registry's codec says which byte, schema id or field was wrong): `downcast_ref` on the
+    /// boxed error gives it back.
+    #[error("{0}")]
+    External(Box<dyn std::error::Error + Send + Sync + 'static>),
 }
 
 /// Encodes and decodes values of type `T`.
