@@ -201,6 +201,25 @@ enum Cmd {
         #[arg(long)]
         keep_broker: bool,
     },
+    /// How fast a stage commits again after its group or transaction coordinator's node is
+    /// killed (kill -9), on the local three-node cluster (started if none runs): per run and
+    /// median/worst, the first commit after the kill less the kill and less the new
+    /// coordinator's election.
+    Failover {
+        /// Runs per kind.
+        #[arg(long, default_value_t = 10)]
+        runs: u32,
+        /// The coordinator killed: `group`, `txn` or `both`.
+        #[arg(long, default_value = "both", value_parser = ["group", "txn", "both"])]
+        kind: String,
+        /// librdkafka `debug` contexts for the stage's clients (e.g. `cgrp,eos,protocol`),
+        /// logged to stderr with the runtime's DEBUG lines.
+        #[arg(long)]
+        debug: Option<String>,
+        /// Leave a cluster this command started running afterwards.
+        #[arg(long)]
+        keep_broker: bool,
+    },
     /// The test command: format check, clippy (warnings denied), every workspace test on the
     /// local broker, the book's build and link check, the comparison with Kafka Streams, the
     /// Python and JVM stampers' tests, the schema-registry codecs' tests, a small demo (also
@@ -412,6 +431,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
             keep_broker,
             cluster: true,
         } => cluster::test(keep_broker),
+        Cmd::Failover {
+            runs,
+            kind,
+            debug,
+            keep_broker,
+        } => cluster::failover(runs, &kind, debug.as_deref(), keep_broker),
         Cmd::Test {
             keep_broker,
             cluster: false,

@@ -657,18 +657,33 @@ fn kafka_tool(class: &str, args: &[&str]) -> Result<String, BrokerError> {
 /// [`BrokerError::CommandFailed`] when the tool fails (the preferred replica is not in sync,
 /// or is down).
 pub fn elect_preferred_leader(topic: &str, partition: i32) -> Result<(), BrokerError> {
+    elect_leader("PREFERRED", topic, partition)
+}
+
+/// Elects a leader for `topic`/`partition` among its live replicas even if none is in sync (an
+/// unclean election, which may lose records the last leader acknowledged): for a partition
+/// whose only in-sync replica died and came back after Kafka cleared it from the eligible
+/// leaders. Returns once the election is done; a partition that has a leader is left alone.
+///
+/// # Errors
+/// [`BrokerError::CommandFailed`] when the tool fails.
+pub fn elect_unclean_leader(topic: &str, partition: i32) -> Result<(), BrokerError> {
+    elect_leader("UNCLEAN", topic, partition)
+}
+
+/// Runs Kafka's leader-election tool with `--election-type kind` on `topic`/`partition`; an
+/// election that is not needed (the wanted leader leads already) is not an error.
+fn elect_leader(kind: &str, topic: &str, partition: i32) -> Result<(), BrokerError> {
     let partition = partition.to_string();
-    match kafka_tool(
-        "org.apache.kafka.tools.LeaderElectionCommand",
-        &[
-            "--election-type",
-            "PREFERRED",
-            "--topic",
-            topic,
-            "--partition",
-            &partition,
-        ],
-    ) {
+    let args = [
+        "--election-type",
+        kind,
+        "--topic",
+        topic,
+        "--partition",
+        &partition,
+    ];
+    match kafka_tool("org.apache.kafka.tools.LeaderElectionCommand", &args) {
         Err(BrokerError::CommandFailed { output, .. })
             if output.contains("ElectionNotNeededException")
                 || output.contains("Valid replica already elected") =>

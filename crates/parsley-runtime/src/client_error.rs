@@ -328,7 +328,7 @@ mod tests {
             ("refused send", send(C::MessageTimedOut), Retriable, NOT_FENCED),
             ("fenced send", send(C::InvalidProducerEpoch), Retriable, FENCED),
             // A commit call that never returned: the producer is replaced.
-            ("stalled commit call", Error::Kafka(error::KafkaError::TransactionStalled { operation: Operation::TxnOffsetCommit, timeout: Duration::from_secs(1) }), Retriable, NOT_FENCED),
+            ("stalled commit call", Error::Kafka(error::KafkaError::TransactionStalled { operation: Operation::TxnOffsetCommit, timeout: Duration::from_secs(1), coordinator: None, moved: None }), Retriable, NOT_FENCED),
             // The zombie: another process runs as this instance.
             ("Fenced", fenced(), Fatal, FENCED),
             // The consumer's connection states.

@@ -1,7 +1,8 @@
 //! Cases on the local three-node cluster (replication factor 3, `min.insync.replicas=2`):
 //! C21 (the group coordinator leaves the cluster between two transactions), C22 (a
-//! partition leader moves twice during a transaction) and C28 (a source partition's replicas
-//! are moved to other nodes, and its leader with them, while the stage runs). They stop and start nodes, so they
+//! partition leader moves twice during a transaction), C28 (a source partition's replicas
+//! are moved to other nodes, and its leader with them, while the stage runs) and C29 (the group
+//! coordinator unavailable past the commit's bound). They stop and start nodes, so they
 //! run one at a time, and only in the cluster's test group: `cargo xtask test --cluster`
 //! starts the cluster and runs them with `$PARSLEY_BOOTSTRAP` pointing at it.
 
@@ -11,11 +12,11 @@ use std::time::{Duration, Instant};
 
 use parsley_runtime::{Progress, Runtime, RuntimeConfig, TopicInfo};
 use parsley_stage::ImpossiblePolicy;
-use parsley_testkit::cluster;
 use parsley_testkit::fixtures::{
     bootstrap, committed_values, create_topic, forward_topology, group_offset, raw_producer,
-    send_stamped, unique_topic, wait_committed,
+    send_stamped, spawn_writer, unique_topic, wait_committed,
 };
+use parsley_testkit::{cluster, logs};
 
 /// Starts the nodes it names again when dropped, so a failing test leaves the cluster whole.
 struct Restart(Vec<i32>);
@@ -59,21 +60,6 @@ fn send(topic: &TopicInfo, values: impl IntoIterator<Item = String>) {
     for v in values {
         send_stamped(&p, &topic.name, 0, b"k", v.as_bytes(), None);
     }
-}
-
-/// A writer that sends 0, 1, 2, … to partition 0 of `input` until `stop` is set; its thread
-/// returns how many it sent.
-fn spawn_writer(input: &TopicInfo, stop: &Arc<AtomicBool>) -> std::thread::JoinHandle<u64> {
-    let (input, stop) = (input.clone(), stop.clone());
-    std::thread::spawn(move || {
-        let p = raw_producer(None);
-        let mut n = 0u64;
-        while !stop.load(Ordering::Relaxed) {
-            send_stamped(&p, &input.name, 0, b"k", n.to_string().as_bytes(), None);
-            n += 1;
-        }
-        n
-    })
 }
 
 /// C21: the group coordinator shuts down cleanly between two transactions and stays down. The
@@ -285,4 +271,140 @@ fn c28_a_source_partition_reassigned_while_the_stage_reads_it() {
     let expected: Vec<String> = (0..sent).map(|n| n.to_string()).collect();
     assert_eq!(values.len(), expected.len(), "every record exactly once");
     assert_eq!(values, expected, "in send order");
+}
+
+/// Puts the replicas of `__consumer_offsets` partition `partition` back on every node when
+/// dropped (after the node that held it alone is started again).
+struct Spread(i32);
+
+impl Drop for Spread {
+    fn drop(&mut self) {
+        let all: Vec<i32> = cluster::nodes()
+            .map(|n| n.iter().map(|n| n.id).collect())
+            .unwrap_or_default();
+        for id in &all {
+            let _ = cluster::start(*id);
+        }
+        // Its only replica was killed: Kafka keeps it out of the eligible leaders when it
+        // comes back, and only an unclean election gives the partition a leader again.
+        let led =
+            cluster::wait_partition("__consumer_offsets", self.0, Duration::from_secs(10), |s| {
+                s.leader.is_some()
+            });
+        if led.is_err()
+            && let Err(e) = cluster::elect_unclean_leader("__consumer_offsets", self.0)
+        {
+            eprintln!("__consumer_offsets partition {} has no leader: {e}", self.0);
+        }
+        if let Err(e) =
+            cluster::reassign("__consumer_offsets", self.0, &all, Duration::from_secs(120))
+        {
+            eprintln!(
+                "__consumer_offsets partition {} not spread again: {e}",
+                self.0
+            );
+        }
+    }
+}
+
+/// C29: the group coordinator stays unavailable past the bound. The group's
+/// `__consumer_offsets` partition is first moved to one node alone, which is then killed: the
+/// partition has no leader, and the group no coordinator, while the rest of the cluster (its
+/// controller quorum, the stage's topics, the transaction coordinator) works. The commit
+/// waits; past the notice (5 s) the readiness answer says which coordinator it waits on, past
+/// the bound the error names it — never a bare timeout.
+#[test]
+#[ignore = "needs the local three-node cluster: cargo xtask test --cluster"]
+fn c29_the_group_coordinator_unavailable_past_the_bound() {
+    logs::captured(tracing::Level::WARN);
+    let input = create_topic("c29-in", 1);
+    let output = create_topic("c29-out", 1);
+    whole(&[&input, &output]);
+    let app = unique_topic("c29");
+    let group = format!("{app}.forward");
+    let mut config = RuntimeConfig::new(bootstrap())
+        .producer_property("transaction.timeout.ms", "10000")
+        .metrics_address(std::net::SocketAddr::from(([127, 0, 0, 1], 0)));
+    config.timeout = Duration::from_secs(8);
+    let txn = cluster::transaction_coordinator(&config.transactional_id(&group))
+        .unwrap()
+        .expect("a transaction coordinator");
+    // The node that will hold the group's partition alone: not the transaction coordinator,
+    // which the stage still needs.
+    let lonely = cluster::nodes()
+        .unwrap()
+        .iter()
+        .map(|n| n.id)
+        .find(|id| *id != txn)
+        .unwrap();
+    let partition = cluster::coordinator_partition(&group);
+    let _spread = Spread(partition);
+    cluster::reassign(
+        "__consumer_offsets",
+        partition,
+        &[lonely],
+        Duration::from_secs(120),
+    )
+    .expect("the group's partition on one node");
+    let topology = forward_topology(&app, &[&input.name], &output.name, ImpossiblePolicy::Fail);
+    send(&input, (0..10).map(|i| format!("a{i}")));
+    let running = Runtime::new(topology, config).start().unwrap();
+    wait_committed(&running, "forward", 10);
+    let address = running.metrics_address().expect("an endpoint");
+    let _restart = Restart(vec![lonely]);
+    assert!(cluster::kill(lonely), "node {lonely} was running");
+    cluster::wait_partition(
+        "__consumer_offsets",
+        partition,
+        Duration::from_secs(30),
+        |s| s.leader.is_none(),
+    )
+    .expect("the group's partition without a leader");
+    send(&input, (0..5).map(|i| format!("b{i}")));
+
+    let killed = Instant::now();
+    let bound = Duration::from_secs(90);
+    let mut said = None;
+    let mut error = None;
+    while killed.elapsed() < bound && (said.is_none() || error.is_none()) {
+        if said.is_none() {
+            let r = minreq::get(format!("http://{address}/health/ready"))
+                .with_timeout(5)
+                .send()
+                .expect("the endpoint answers");
+            let body = r.as_str().unwrap().to_string();
+            if r.status_code == 503 && body.contains("cannot commit") {
+                said = Some(body);
+            }
+        }
+        if let Some(Progress::Failed { error: e, .. }) =
+            running.next_progress(Duration::from_millis(200))
+        {
+            error = Some(e.to_string());
+        }
+        if error.is_none() {
+            let text = logs::captured_text(tracing::Level::WARN);
+            error = text
+                .lines()
+                .find(|l| l.contains("aborting the transaction") && l.contains(&group))
+                .map(str::to_string);
+        }
+    }
+    let said = said.expect("the readiness answer says the commit cannot go on");
+    println!("readiness: {said}");
+    assert!(
+        said.contains(&format!(
+            "on the group coordinator of group {group} (__consumer_offsets partition {partition}, no leader: unavailable)"
+        )),
+        "the readiness answer names the coordinator: {said}"
+    );
+    let error = error.expect("the stage's error");
+    println!("the stage's error: {error}");
+    assert!(
+        error.contains(&format!(
+            "the group coordinator of group {group} (__consumer_offsets partition {partition}, no leader: unavailable)"
+        )) && error.contains("sending the input offsets"),
+        "the error names the coordinator and what waited on it: {error}"
+    );
+    drop(running);
 }

@@ -14,9 +14,7 @@
 //! threads (the stages' stream threads included); each test looks only for lines naming its
 //! own unique topics or groups.
 
-use std::io::Write;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use parsley_runtime::ProcessingError;
@@ -29,40 +27,13 @@ use parsley_testkit::fixtures::{
     DEADLINE, admin, bootstrap, committed_values, create_topic, forward_topology, next_failure,
     raw_producer, send_stamped, unique_topic, wait_committed, wait_tasks,
 };
+use parsley_testkit::logs;
 use rdkafka::producer::Producer;
-
-/// The log lines of this test binary, INFO and above, without colours.
-fn captured() -> &'static Arc<Mutex<Vec<u8>>> {
-    static LINES: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
-    LINES.get_or_init(|| {
-        let lines = Arc::new(Mutex::new(Vec::new()));
-        let sink = lines.clone();
-        tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::INFO)
-            .with_ansi(false)
-            .with_writer(move || Capture(sink.clone()))
-            .init();
-        lines
-    })
-}
-
-/// A writer into the captured lines.
-struct Capture(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Capture {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
+use tracing::Level;
 
 /// The captured lines that contain every one of `parts`.
 fn lines_with(parts: &[&str]) -> Vec<String> {
-    let text = String::from_utf8_lossy(&captured().lock().unwrap()).into_owned();
+    let text = logs::captured_text(Level::INFO);
     text.lines()
         .filter(|l| parts.iter().all(|p| l.contains(p)))
         .map(str::to_string)
@@ -145,7 +116,7 @@ fn forward(app: &str, input: &str, output: &str) -> Topology {
 
 #[test]
 fn a_static_member_stopped_and_restarted_commits_again_before_its_session_times_out() {
-    captured();
+    logs::captured(Level::INFO);
     let input = create_topic("static-in", 1);
     let output = create_topic("static-out", 1);
     let app = unique_topic("static");
@@ -203,7 +174,7 @@ fn static_child_commits_then_aborts_the_process() {
 #[test]
 fn a_static_member_killed_and_restarted_commits_again_before_its_session_times_out() {
     use std::os::unix::process::ExitStatusExt;
-    captured();
+    logs::captured(Level::INFO);
     let input = create_topic("static-kill-in", 1);
     let output = create_topic("static-kill-out", 1);
     let app = unique_topic("static-kill");
@@ -253,7 +224,7 @@ fn a_static_member_killed_and_restarted_commits_again_before_its_session_times_o
 
 #[test]
 fn an_instance_waiting_for_a_stopped_static_members_tasks_says_what_it_waits_for() {
-    captured();
+    logs::captured(Level::INFO);
     let input = create_topic("static-wait-in", 1);
     let output = create_topic("static-wait-out", 1);
     let app = unique_topic("static-wait");
@@ -302,7 +273,7 @@ fn an_instance_waiting_for_a_stopped_static_members_tasks_says_what_it_waits_for
 
 #[test]
 fn a_restore_held_by_an_open_transaction_says_so_and_fails_naming_the_offsets() {
-    captured();
+    logs::captured(Level::INFO);
     let input = create_topic("held-in", 1);
     let output = create_topic("held-out", 1);
     let app = unique_topic("held");
@@ -398,7 +369,7 @@ fn dying_child_leaves_its_transaction_open_on_the_changelog() {
 #[test]
 fn a_restore_held_by_a_dead_stages_transaction_names_its_transactional_id() {
     use std::os::unix::process::ExitStatusExt;
-    captured();
+    logs::captured(Level::INFO);
     let input = create_topic("dead-in", 1);
     let output = create_topic("dead-out", 1);
     let app = unique_topic("dead");
@@ -481,7 +452,7 @@ fn wait_unowned(address: SocketAddr, stage: &str, expected: f64, within: Duratio
 
 #[test]
 fn tasks_without_an_owner_show_until_the_stopped_members_session_times_out() {
-    captured();
+    logs::captured(Level::INFO);
     let input = create_topic("unowned-in", 2);
     let output = create_topic("unowned-out", 2);
     let app = unique_topic("unowned");

@@ -71,6 +71,9 @@ pub struct StageMetrics {
     assigned: AtomicBool,
     /// Who holds the stage's partitions, as the group coordinator last described it.
     ownership: Mutex<Option<Ownership>>,
+    /// What a commit call that has waited long waits on, in words (module `stage::coordinator`
+    /// of the runtime), until the commit ends.
+    commit_wait: Mutex<Option<String>>,
     /// How the stream thread ended, once it has.
     ended: Mutex<Option<StageEnd>>,
     /// The digest of the stage's clients' last librdkafka statistics.
@@ -483,6 +486,17 @@ impl StageMetrics {
     /// answer (or after a failed request).
     pub fn ownership(&self) -> Option<Ownership> {
         *self.ownership.lock().expect("ownership")
+    }
+
+    /// Records what a commit that has waited long waits on (`None`: no commit waits long).
+    pub fn set_commit_wait(&self, wait: Option<String>) {
+        *self.commit_wait.lock().expect("commit wait") = wait;
+    }
+
+    /// What a commit that has waited long waits on: `"sending the input offsets … has waited
+    /// 5200 ms on the group coordinator of group g (__consumer_offsets partition 3, node 2)"`.
+    pub fn commit_wait(&self) -> Option<String> {
+        self.commit_wait.lock().expect("commit wait").clone()
     }
 
     /// `true` while the consumer holds an assignment (possibly of no partition).

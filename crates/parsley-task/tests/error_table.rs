@@ -12,7 +12,9 @@ use parsley_task::error::{
     ClientError, InputRecord, KafkaCode, PRODUCER_SIZE_LIMIT, RecordProblem, Refusal,
     TransactionFlags,
 };
-use parsley_task::error::{KafkaError, Operation, ProcessingError, RecordError, SetupError};
+use parsley_task::error::{
+    Coordinator, CoordinatorRole, KafkaError, Operation, ProcessingError, RecordError, SetupError,
+};
 
 /// Which of retriable, transient and fatal holds, and whether the error is a fence.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -240,9 +242,43 @@ fn rows() -> Vec<(&'static str, Error, Class, &'static str)> {
             Error::Kafka(KafkaError::TransactionStalled {
                 operation: Operation::EndTxn,
                 timeout: Duration::from_secs(1),
+                coordinator: None,
+                moved: None,
             }),
             Retriable,
             "committing the transaction (EndTxn to the transaction coordinator) did not return within 1s: the producer is replaced, which aborts the transaction",
+        ),
+        (
+            "TransactionStalled",
+            Error::Kafka(KafkaError::TransactionStalled {
+                operation: Operation::TxnOffsetCommit,
+                timeout: Duration::from_secs(10),
+                coordinator: Some(Coordinator {
+                    role: CoordinatorRole::Group,
+                    key: "app.s".into(),
+                    partition: 3,
+                    node: None,
+                }),
+                moved: None,
+            }),
+            Retriable,
+            "sending the input offsets to the transaction (TxnOffsetCommit to the group coordinator) did not return within 10s, waiting on the group coordinator of group app.s (__consumer_offsets partition 3, no leader: unavailable): the producer is replaced, which aborts the transaction",
+        ),
+        (
+            "TransactionStalled",
+            Error::Kafka(KafkaError::TransactionStalled {
+                operation: Operation::EndTxn,
+                timeout: Duration::from_secs(10),
+                coordinator: Some(Coordinator {
+                    role: CoordinatorRole::Transaction,
+                    key: "app.s-i-0".into(),
+                    partition: 5,
+                    node: Some(2),
+                }),
+                moved: Some(2_500),
+            }),
+            Retriable,
+            "committing the transaction (EndTxn to the transaction coordinator) did not return within 10s (given up after 2500 ms: the coordinator moved to node 2), waiting on the transaction coordinator of transactional id app.s-i-0 (__transaction_state partition 5, node 2): the producer is replaced, which aborts the transaction",
         ),
         (
             "Timeout",

@@ -387,6 +387,28 @@ pub fn send_stamped(
     producer.flush(DEADLINE).expect("flush");
 }
 
+/// A thread that sends `0`, `1`, `2`, … (key `k`, unstamped, each acknowledged before the
+/// next) to partition 0 of `topic` until `stop` is set; it returns how many it sent. Used to
+/// keep a stage busy while a test kills nodes.
+///
+/// # Panics
+/// In the thread, when a send fails (see [`send_stamped`]).
+pub fn spawn_writer(
+    topic: &TopicInfo,
+    stop: &std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<u64> {
+    let (name, stop) = (topic.name.clone(), stop.clone());
+    std::thread::spawn(move || {
+        let p = raw_producer(None);
+        let mut n = 0u64;
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            send_stamped(&p, &name, 0, b"k", n.to_string().as_bytes(), None);
+            n += 1;
+        }
+        n
+    })
+}
+
 /// The first key of `k0`, `k1`, … that murmur2 (the Java client's partitioner, which stages
 /// check their sources' keys against) puts on `partition` of a topic with `partitions`
 /// partitions: for writing a keyed record to a chosen partition.

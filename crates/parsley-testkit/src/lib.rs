@@ -29,6 +29,7 @@
 pub use parsley_broker::{broker, cluster};
 pub mod exposition;
 pub mod fixtures;
+pub mod logs;
 pub mod oracle;
 pub mod replay;
 pub mod scenarios;

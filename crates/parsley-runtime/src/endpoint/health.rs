@@ -16,6 +16,8 @@ pub(crate) struct StageHealth {
     pub(crate) tasks: Vec<TaskMetrics>,
     /// Its tasks no member of its group holds, at the last look (`None`: not known).
     pub(crate) ownership: Option<Ownership>,
+    /// What a commit that has waited long waits on (a coordinator), if one does.
+    pub(crate) commit_wait: Option<String>,
 }
 
 /// `" (3 of 4 tasks have no owner in its consumer group)"` when the stage's group has tasks
@@ -35,8 +37,9 @@ const MAX_ERROR: usize = 300;
 
 /// `Ok` with a line saying what runs when every stage runs with an assignment and every task
 /// is restored; else `Err` with every reason, `; `-separated: a stop was asked for
-/// (`stopping`), a stage ended (failed, panicked, stopped), waits for an assignment, or
-/// restores tasks. Either line names the stages whose groups have tasks no member holds, with
+/// (`stopping`), a stage ended (failed, panicked, stopped), cannot commit (a commit call has
+/// waited longer than the runtime's notice on a coordinator: which one, where), waits for an
+/// assignment, or restores tasks. Either line names the stages whose groups have tasks no member holds, with
 /// how many: an instance whose own tasks run stays ready while another member's are without an
 /// owner (it can do nothing about them), but says so.
 pub(crate) fn readiness(stages: &[StageHealth], stopping: bool) -> Result<String, String> {
@@ -64,6 +67,9 @@ pub(crate) fn readiness(stages: &[StageHealth], stopping: bool) -> Result<String
                 continue;
             }
             None => {}
+        }
+        if let Some(wait) = &s.commit_wait {
+            reasons.push(format!("stage {} cannot commit: {wait}", s.name));
         }
         if !s.assigned {
             reasons.push(format!(
@@ -123,6 +129,7 @@ mod tests {
             ended: None,
             tasks,
             ownership: None,
+            commit_wait: None,
         }
     }
 
@@ -198,6 +205,28 @@ mod tests {
                     .into()
             )
         );
+    }
+
+    #[test]
+    fn not_ready_while_a_commit_waits_long_on_a_coordinator() {
+        let mut waiting = stage("a", true, vec![task(0, TaskPhase::Running)]);
+        waiting.commit_wait = Some(
+            "sending the input offsets to the transaction (TxnOffsetCommit to the group \
+             coordinator) has waited 5100 ms on the group coordinator of group app.a \
+             (__consumer_offsets partition 3, no leader: unavailable)"
+                .into(),
+        );
+        let reason = readiness(&[waiting.clone()], false).unwrap_err();
+        assert!(
+            reason.starts_with("not ready: stage a cannot commit: sending the input offsets"),
+            "{reason}"
+        );
+        assert!(
+            reason.contains("group app.a (__consumer_offsets partition 3, no leader"),
+            "{reason}"
+        );
+        waiting.commit_wait = None;
+        assert!(readiness(&[waiting], false).is_ok());
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! |---|---|
 //! | `GET /metrics` | 200, every metric in the Prometheus text format (version 0.0.4) |
 //! | `GET /health/live` | 200 `live` while the endpoint runs |
-//! | `GET /health/ready` | 200 once every stage has an assignment and every task is restored; 503 with the reasons while not (restoring, waiting for an assignment, a stage that ended, a stop under way); either answer names the stages whose groups have tasks no member holds |
+//! | `GET /health/ready` | 200 once every stage has an assignment and every task is restored; 503 with the reasons while not (restoring, waiting for an assignment, a commit that has waited long on a coordinator, a stage that ended, a stop under way); either answer names the stages whose groups have tasks no member holds |
 //! | `GET /explain` | 200, why each stage waits, as JSON ([`Explanation`](crate::Explanation), what [`Running::explain`](crate::Running::explain) returns; answered within [`ANSWER_WITHIN`](crate::ANSWER_WITHIN)) |
 //! | other paths | 404; other methods than `GET` and `HEAD`: 405 |
 //!
@@ -298,6 +298,7 @@ fn health_of(served: &Served) -> Vec<StageHealth> {
             ended: metrics.ended(),
             tasks: metrics.tasks(),
             ownership: metrics.ownership(),
+            commit_wait: metrics.commit_wait(),
         })
         .collect()
 }

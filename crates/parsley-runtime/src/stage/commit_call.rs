@@ -16,6 +16,11 @@
 //! epoch, and the coordinator aborts whatever it left open; the tasks return to their last commit
 //! and the work is redone, exactly once.
 //!
+//! Before that bound, a call is given up as soon as the coordinator it may wait on has moved to
+//! another node (module `coordinator`): the producer is replaced then, seconds after the new
+//! coordinator is elected instead of at the bound. A call given up at its bound names the
+//! coordinator it waited on.
+//!
 //! A call that takes longer than [`NOTICE`] is said once, at WARN, with what the commit waits
 //! for, so a stage that waits seconds for a coordinator is never silent about it.
 //!
@@ -166,7 +171,21 @@ impl CommitCall {
         Err(Error::Kafka(KafkaError::TransactionStalled {
             operation: operation(phase),
             timeout: self.timeout,
+            coordinator: None,
+            moved: None,
         }))
+    }
+
+    /// The call in progress and how long it has waited (since the stream thread last saw its
+    /// phase begin); `None` once both have returned.
+    pub(super) fn waiting(&self) -> Option<(Operation, Duration)> {
+        let phase = self.phase.load(Ordering::Acquire);
+        (phase != DONE && phase == self.seen.0).then(|| (operation(phase), self.seen.1.elapsed()))
+    }
+
+    /// The bound each call was given.
+    pub(super) fn timeout(&self) -> Duration {
+        self.timeout
     }
 
     /// The calls' result, once [`CommitCall::finished`].
@@ -175,6 +194,8 @@ impl CommitCall {
             Err(Error::Kafka(KafkaError::TransactionStalled {
                 operation: Operation::CommitHelperEnded,
                 timeout: self.timeout,
+                coordinator: None,
+                moved: None,
             }))
         })
     }
@@ -235,7 +256,7 @@ mod tests {
         .unwrap();
         let (outcome, took) = wait(call);
         assert!(
-            matches!(outcome, Err(Error::Kafka(KafkaError::TransactionStalled { operation, timeout: t })) if operation.as_str().starts_with("sending the input offsets") && t == timeout),
+            matches!(outcome, Err(Error::Kafka(KafkaError::TransactionStalled { operation, timeout: t, .. })) if operation.as_str().starts_with("sending the input offsets") && t == timeout),
             "{outcome:?}"
         );
         assert!(took > timeout + GRACE, "given up after {took:?}");

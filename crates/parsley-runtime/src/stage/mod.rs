@@ -91,6 +91,7 @@
 mod alignment;
 mod commit;
 mod commit_call;
+mod coordinator;
 mod evidence;
 mod held;
 mod intake;
@@ -353,10 +354,12 @@ impl StageRunner {
         self.apply_backpressure()?;
         self.settle_acks()?;
         self.tasks.write_ticks(&self.ctx, &mut self.txn)?;
-        self.commit_if_due()?;
+        // The checks that ask the cluster come before a commit starts: one that waits on a node
+        // that died (up to its bound) never holds up the watch on a commit call in flight.
         self.source_check
             .check(self.evidence.admin(), &self.ctx, self.config.timeout)?;
         self.check_ownership();
+        self.commit_if_due()?;
         self.tasks.explain_if_asked(&self.ctx, &self.intake);
         Ok(Turn::Running)
     }
@@ -474,6 +477,12 @@ impl StageRunner {
                 },
                 Polled::Nothing => break,
                 Polled::Failed(e) => {
+                    if crate::client_error::transient(&e) {
+                        // A node unreachable: maybe the group coordinator's (module
+                        // `ownership`).
+                        self.ownership.transport_failed();
+                        self.source_check.transport_failed();
+                    }
                     self.evidence.poll_failed(
                         &self.ctx,
                         &self.intake,

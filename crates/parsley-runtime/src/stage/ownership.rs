@@ -23,9 +23,13 @@
 //!
 //! A change of the count is logged at INFO, with the group's state and members. A failed
 //! request clears the published figure (`None`: unknown, not zero) and is logged at DEBUG; the
-//! next interval asks again.
+//! next check comes after [`AFTER_FAILURE`] (the coordinator is likely unreachable then), as it
+//! does after the stage's consumer reports a node unreachable (a transport failure): a
+//! `DescribeConsumerGroups` that times out on a coordinator that is down can end the process
+//! in librdkafka ([`AFTER_FAILURE`] says how), so none is sent while a node is known to be
+//! unreachable.
 //!
-//! Invariant: at most one request per [`CHECK_EVERY`], made by the stream thread between two
+//! Invariant: at most one request per [`CHECK_EVERY`] (per [`AFTER_FAILURE`] after a failure), made by the stream thread between two
 //! phases, never holding it longer than [`CHECK_TIMEOUT`].
 
 use std::collections::BTreeSet;
@@ -42,6 +46,15 @@ pub(crate) const CHECK_EVERY: Duration = Duration::from_secs(2);
 
 /// The longest a check waits for the coordinator's answer.
 const CHECK_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How long the checks pause after one failed: a failed check usually means the group
+/// coordinator is unreachable (its node died, or it is moving), and librdkafka's
+/// coordinator-targeted admin requests that time out while the coordinator is down can end the
+/// process with an assertion (`rd_kafka_enq_once_del_source_return: eonce->refcnt > 0`, a
+/// use-after-free in librdkafka's admin coordinator path): the fewer such requests are left
+/// pending, the smaller that risk. Seen on the local cluster with the group coordinator's
+/// node killed while checks ran every [`CHECK_EVERY`].
+const AFTER_FAILURE: Duration = Duration::from_secs(30);
 
 /// The stage's tasks that no member of `view` holds: `sources` are the stage's source topics
 /// with their partition counts (co-partitioned: task `p` is partition `p` of each). A task
@@ -71,6 +84,8 @@ pub(crate) fn unowned(view: &GroupView, sources: &[(&str, i32)]) -> Ownership {
 pub(crate) struct OwnershipCheck {
     last: Option<Instant>,
     unowned: Option<u64>,
+    /// The last check failed: the next waits [`AFTER_FAILURE`].
+    failed: bool,
 }
 
 impl OwnershipCheck {
@@ -79,7 +94,15 @@ impl OwnershipCheck {
         OwnershipCheck {
             last: None,
             unowned: None,
+            failed: false,
         }
+    }
+
+    /// The consumer reported a node unreachable (a transport failure): the checks pause for
+    /// [`AFTER_FAILURE`] from now, since the node may be the group coordinator's.
+    pub(crate) fn transport_failed(&mut self) {
+        self.failed = true;
+        self.last = Some(Instant::now());
     }
 
     /// Once per turn: every [`CHECK_EVERY`], describes `group` with `admin`, publishes the
@@ -92,18 +115,25 @@ impl OwnershipCheck {
         session_timeout: Duration,
         metrics: &StageMetrics,
     ) {
-        if self.last.is_some_and(|t| t.elapsed() < CHECK_EVERY) {
+        let every = if self.failed {
+            AFTER_FAILURE
+        } else {
+            CHECK_EVERY
+        };
+        if self.last.is_some_and(|t| t.elapsed() < every) {
             return;
         }
         self.last = Some(Instant::now());
         let view = match admin.describe_group_within(group, CHECK_TIMEOUT) {
             Ok(view) => view,
             Err(e) => {
-                debug!(group, error = %e, "the group cannot be described now");
+                debug!(group, error = %e, pause_ms = AFTER_FAILURE.as_millis() as u64, "the group cannot be described now");
                 metrics.set_ownership(None);
+                self.failed = true;
                 return;
             }
         };
+        self.failed = false;
         let sources: Vec<(&str, i32)> = ctx
             .sources
             .iter()

@@ -8,7 +8,10 @@
 //! when the consumer reports a source unknown, the stream thread describes its sources every
 //! [`CHECK_EVERY`] and ends the stage with [`RecordError::SourceChanged`] (naming the old and new
 //! topic ids) or [`RecordError::SourceDeleted`] as soon as one changed — never a silent stall. A
-//! restart then starts the new channel at its log start (case C11).
+//! restart then starts the new channel at its log start (case C11). While the stage's consumer
+//! reports a node unreachable the checks pause ([`AFTER_TRANSPORT_FAILURE`] after the last such
+//! report): a description waits on the admin client's controller, which may be the node that
+//! died, and would hold the stream thread — and the watch on a commit in flight — to its bound.
 //!
 //! Invariant: a stage runs only while every source has the id and partition count it had when
 //! the stage started.
@@ -30,6 +33,9 @@ pub(crate) const CHECK_EVERY: Duration = Duration::from_secs(5);
 /// The longest a periodic check waits for the cluster's answer: a check that cannot be made
 /// now is made at the next interval, and the stream thread is not held longer.
 const CHECK_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long the checks pause after the stage's consumer reported a node unreachable.
+const AFTER_TRANSPORT_FAILURE: Duration = Duration::from_secs(30);
 
 /// Checks that every source of `sources` (as resolved when the stage started) has the same id
 /// and partition count in `now` (the same topics, described again, in the same order).
@@ -67,6 +73,13 @@ impl SourceCheck {
 }
 
 impl SourceCheck {
+    /// The consumer reported a node unreachable: the next check waits [`AFTER_TRANSPORT_FAILURE`]
+    /// from now (a description waits on the admin client's controller, which may be that node,
+    /// holding the stream thread up to its bound).
+    pub(crate) fn transport_failed(&mut self) {
+        self.last = Instant::now() + AFTER_TRANSPORT_FAILURE - CHECK_EVERY;
+    }
+
     /// Describes the sources of `ctx` with `admin` when [`CHECK_EVERY`] has passed since the
     /// last time (module docs), within `timeout` at most. A description that fails (the
     /// cluster unreachable, a broker restarting) proves nothing: it is logged and tried again

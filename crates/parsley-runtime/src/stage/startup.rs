@@ -15,6 +15,7 @@ use std::time::Instant;
 use parsley_stage::{BadRecordPolicy, ImpossiblePolicy, StageSpec};
 use tracing::{debug, warn};
 
+use super::coordinator::Coordinators;
 use super::evidence::Evidence;
 use super::intake::Intake;
 use super::tasks::Tasks;
@@ -159,6 +160,11 @@ pub(super) fn start(
         changelog,
         OwnWrites::new(looped),
         config.timeout,
+        Coordinators::new(
+            group.clone(),
+            config.transactional_id(&group),
+            metrics.clone(),
+        ),
     );
     let mut ctx = TaskContext::new(
         spec,

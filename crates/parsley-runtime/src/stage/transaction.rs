@@ -53,7 +53,8 @@ use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{ClientConfig, TopicPartitionList};
 use tracing::warn;
 
-use super::commit_call::CommitCall;
+use super::commit_call::{CommitCall, NOTICE};
+use super::coordinator::Coordinators;
 use crate::config::StatisticsSink;
 use crate::outbox::{Ack, Outbox};
 use crate::refusal::{self, RecordShape};
@@ -207,6 +208,8 @@ pub(crate) struct Transaction {
     spare_held: Vec<HeldSend>,
     /// The commit in flight, between its two phases.
     committing: Option<Committing>,
+    /// Where the coordinators a commit waits on are.
+    coordinators: Coordinators,
 }
 
 impl Transaction {
@@ -232,6 +235,7 @@ impl Transaction {
         changelog: TopicInfo,
         own_writes: OwnWrites,
         timeout: Duration,
+        coordinators: Coordinators,
     ) -> Self {
         Transaction {
             outbox,
@@ -248,6 +252,7 @@ impl Transaction {
             acks: Vec::new(),
             spare_held: Vec::new(),
             committing: None,
+            coordinators,
         }
     }
 
@@ -576,7 +581,8 @@ impl Transaction {
         if committing.draining || committing.call.finished() {
             return Ok(false);
         }
-        if let Err(stalled) = committing.call.check() {
+        if let Err(stalled) = check_call(&mut committing.call, &mut self.coordinators, &self.outbox)
+        {
             self.committing = None;
             return Err(stalled);
         }
@@ -619,10 +625,11 @@ impl Transaction {
             .outbox
             .wait_until(Duration::from_millis(100), |_| call.finished())
         {
-            call.check()?;
+            check_call(call, &mut self.coordinators, &self.outbox)?;
         }
         committing.call.result()?;
         self.outbox.wait_acked(timeout)?;
+        self.coordinators.committed(self.outbox.producer());
         Ok(Some(Committed {
             overlap: committing.overlap,
             overlapped: committing.overlapped,
@@ -651,6 +658,7 @@ impl Transaction {
     ) -> Result<()> {
         // A commit in flight is given up with the transaction.
         self.committing = None;
+        self.coordinators.forget();
         let stalled = matches!(
             cause,
             Error::Kafka(error::KafkaError::TransactionStalled { .. })
@@ -762,6 +770,45 @@ impl Transaction {
     pub(crate) fn forget_aborted(&mut self) {
         self.uncommitted = Work::default();
         self.sends = Sends::Open;
+    }
+}
+
+/// [`CommitCall::check`], and more: a call given up at its bound names the coordinator it
+/// waited on; one waiting on a coordinator that has moved since the last commit is given up at
+/// once (module `coordinator`).
+fn check_call(
+    call: &mut CommitCall,
+    coordinators: &mut Coordinators,
+    outbox: &Outbox,
+) -> Result<()> {
+    match call.check() {
+        Err(Error::Kafka(error::KafkaError::TransactionStalled {
+            operation,
+            timeout,
+            coordinator: None,
+            moved,
+        })) => Err(Error::Kafka(error::KafkaError::TransactionStalled {
+            operation,
+            timeout,
+            coordinator: coordinators.waited_on(outbox.producer(), operation),
+            moved,
+        })),
+        Err(e) => Err(e),
+        Ok(()) => match call.waiting() {
+            Some((operation, waited)) => match coordinators.moved(outbox.producer(), waited) {
+                None => {
+                    coordinators.long_wait(outbox.producer(), operation, waited, NOTICE);
+                    Ok(())
+                }
+                Some(moved) => Err(Error::Kafka(error::KafkaError::TransactionStalled {
+                    operation,
+                    timeout: call.timeout(),
+                    coordinator: Some(moved),
+                    moved: Some(waited.as_millis() as u64),
+                })),
+            },
+            None => Ok(()),
+        },
     }
 }
 

@@ -325,8 +325,14 @@ pub enum KafkaError {
     /// stage gave up on it, replaced its producer (which aborts the open transaction) and
     /// redoes the work from its last commit ([retriable](super::Error::is_retriable)). librdkafka can
     /// wait past its own timeout when the group coordinator leaves the cluster (case C21).
+    ///
+    /// The call is also given up before its bound once the coordinator it waits on has
+    /// moved to another node (`moved`): librdkafka may keep the request parked on the departed
+    /// coordinator.
     #[error(
-        "{operation} did not return within {timeout:?}: the producer is replaced, which aborts the transaction"
+        "{operation} did not return within {}{}: the producer is replaced, which aborts the transaction",
+        stalled_for(*timeout, coordinator.as_ref(), *moved),
+        waiting_on(coordinator.as_ref())
     )]
     TransactionStalled {
         /// The call.
@@ -334,6 +340,12 @@ pub enum KafkaError {
         /// The bound the call was given: the shorter of the stage's timeout and its transaction
         /// timeout.
         timeout: std::time::Duration,
+        /// The coordinator the call waits on, as the cluster's metadata showed it when the call
+        /// was given up (`None`: the metadata did not answer).
+        coordinator: Option<Coordinator>,
+        /// The call was given up before its bound: the coordinator had moved away from the
+        /// node the stage last committed through (the call waited this long, ms).
+        moved: Option<u64>,
     },
     /// Something did not happen within its deadline.
     #[error("{what} did not complete within {timeout:?}")]
@@ -858,4 +870,85 @@ impl fmt::Display for Awaited {
             }
         }
     }
+}
+
+/// Which coordinator a [`Coordinator`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CoordinatorRole {
+    /// The group coordinator of the stage's consumer group: the leader of the group's
+    /// `__consumer_offsets` partition. `TxnOffsetCommit` (the input offsets) waits on it.
+    Group,
+    /// The transaction coordinator of the stage's transactional id: the leader of the id's
+    /// `__transaction_state` partition. `AddOffsetsToTxn` and `EndTxn` wait on it.
+    Transaction,
+}
+
+impl CoordinatorRole {
+    /// The internal topic whose partition leaders are coordinators of this role.
+    pub fn topic(self) -> &'static str {
+        match self {
+            CoordinatorRole::Group => "__consumer_offsets",
+            CoordinatorRole::Transaction => "__transaction_state",
+        }
+    }
+}
+
+/// A coordinator as the cluster's metadata shows it: the partition of its internal topic that
+/// holds `key` (Kafka's `abs(key.hashCode()) % partitions`) and that partition's leader, the
+/// coordinator's node (`None`: no leader, the coordinator is unavailable).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Coordinator {
+    /// Group or transaction coordinator.
+    pub role: CoordinatorRole,
+    /// The group id or the transactional id.
+    pub key: String,
+    /// The partition of [`CoordinatorRole::topic`] that holds `key`.
+    pub partition: i32,
+    /// The partition's leader: the coordinator's broker (node) id.
+    pub node: Option<i32>,
+}
+
+impl fmt::Display for Coordinator {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (role, key) = match self.role {
+            CoordinatorRole::Group => ("group coordinator of group", &self.key),
+            CoordinatorRole::Transaction => {
+                ("transaction coordinator of transactional id", &self.key)
+            }
+        };
+        write!(
+            f,
+            "the {role} {key} ({} partition {}, ",
+            self.role.topic(),
+            self.partition
+        )?;
+        match self.node {
+            Some(node) => write!(f, "node {node})"),
+            None => write!(f, "no leader: unavailable)"),
+        }
+    }
+}
+
+/// `"1s"`, or `"1s (given up after 2500 ms: the coordinator moved)"`.
+fn stalled_for(
+    timeout: std::time::Duration,
+    coordinator: Option<&Coordinator>,
+    moved: Option<u64>,
+) -> String {
+    match (moved, coordinator.and_then(|c| c.node)) {
+        (Some(waited), Some(node)) => {
+            format!(
+                "{timeout:?} (given up after {waited} ms: the coordinator moved to node {node})"
+            )
+        }
+        (Some(waited), None) => {
+            format!("{timeout:?} (given up after {waited} ms: the coordinator moved)")
+        }
+        (None, _) => format!("{timeout:?}"),
+    }
+}
+
+/// `", waiting on the group coordinator of group g (…)"`, or nothing when not known.
+fn waiting_on(coordinator: Option<&Coordinator>) -> String {
+    coordinator.map_or_else(String::new, |c| format!(", waiting on {c}"))
 }

@@ -54,7 +54,10 @@ mod record;
 mod setup;
 
 pub use acl::{AclOperation, AclResource, ResourceType};
-pub use kafka::{Awaited, ClientError, KafkaCode, KafkaError, Operation, TransactionFlags};
+pub use kafka::{
+    Awaited, ClientError, Coordinator, CoordinatorRole, KafkaCode, KafkaError, Operation,
+    TransactionFlags,
+};
 pub use processing::ProcessingError;
 pub use record::{
     InputRecord, PRODUCER_SIZE_LIMIT, RecordError, RecordProblem, Refusal, TIMESTAMP_AFTER_LIMIT,
