@@ -6,8 +6,9 @@
 //! producer and an admin client. Every one of them is configured by
 //! [`ClientSettings::config`], in this order, later settings winning:
 //! 1. `bootstrap.servers`;
-//! 2. the runtime's own settings for the role (`isolation.level=read_committed` for the stage's
-//!    consumer, `transactional.id` for its producer, …) and its `client.id`, prefixed with
+//! 2. the runtime's defaults for every client ([`RUNTIME_DEFAULTS`]), then its own settings for
+//!    the role (`isolation.level=read_committed` for the stage's consumer, `transactional.id`
+//!    for its producer, …) and its `client.id`, prefixed with
 //!    [`ClientSettings::client_id_prefix`] when one is set;
 //! 3. the user's settings for every client ([`ClientSettings::set`]): security
 //!    (`security.protocol`, `sasl.*`, `ssl.*`), timeouts, anything librdkafka takes;
@@ -33,6 +34,18 @@
 //! ```
 
 use rdkafka::ClientConfig;
+
+/// What every client Parsley creates gets before the role's and the user's settings.
+///
+/// `reconnect.backoff.max.ms` 1,000 (librdkafka's default is 10,000; the Java client's is
+/// 1,000): librdkafka asks where a transaction or group coordinator is again only when its
+/// connection to the coordinator it knows fails once more, and while that node is dead the
+/// reconnection backoff grows to this bound. With 10 s, a transactional producer whose
+/// coordinator's node died went on asking the dead node for up to 10 s after Kafka had moved
+/// the coordinator, holding the transaction's sends (they wait for their partitions to be
+/// added to the transaction); with 1 s it finds the new coordinator within a second or two of
+/// the move (`cargo xtask failover`, the benchmarks chapter).
+pub const RUNTIME_DEFAULTS: &[(&str, &str)] = &[("reconnect.backoff.max.ms", "1000")];
 
 /// A kind of Kafka client Parsley creates.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -153,7 +166,7 @@ impl ClientSettings {
             Some(prefix) => config.set("client.id", format!("{prefix}-{id}")),
             None => config.set("client.id", id),
         };
-        for (k, v) in own {
+        for (k, v) in RUNTIME_DEFAULTS.iter().chain(own) {
             config.set(*k, *v);
         }
         for (k, v) in self.for_role(role) {
@@ -166,6 +179,16 @@ impl ClientSettings {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_client_gets_the_runtime_defaults_and_the_user_overrides_them() {
+        let plain = ClientSettings::new().config("b:9092", ClientRole::Producer, "g-producer", &[]);
+        assert_eq!(plain.get("reconnect.backoff.max.ms"), Some("1000"));
+        let user = ClientSettings::new()
+            .set("reconnect.backoff.max.ms", "5000")
+            .config("b:9092", ClientRole::Admin, "g-admin", &[]);
+        assert_eq!(user.get("reconnect.backoff.max.ms"), Some("5000"));
+    }
 
     #[test]
     fn every_client_gets_the_common_settings_and_its_role_wins() {

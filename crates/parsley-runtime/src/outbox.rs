@@ -273,6 +273,7 @@ fn serve(io: &Io) {
 fn wait_until(io: &Io, timeout: Duration, done: impl Fn(&AckContext) -> bool) -> bool {
     let deadline = Instant::now() + timeout;
     let ctx = io.client().context();
+    let mut nudge = Nudge::new();
     loop {
         serve(io);
         if done(ctx) {
@@ -286,10 +287,55 @@ fn wait_until(io: &Io, timeout: Duration, done: impl Fn(&AckContext) -> bool) ->
             }
             continue;
         }
-        if !ctx.wait_signal(deadline) {
+        let until = nudge.next.min(deadline);
+        if !ctx.wait_signal(until) {
+            if until < deadline {
+                nudge.metadata(io);
+                continue;
+            }
             serve(io);
             return done(ctx);
         }
+    }
+}
+
+/// How long a wait for delivery reports goes on, sends outstanding, before the producer asks
+/// for fresh metadata (and again at this interval while it waits).
+const NUDGE_EVERY: Duration = Duration::from_secs(1);
+
+/// The metadata nudge of a long wait for reports. librdkafka refreshes a partition's leader
+/// when its connection to the leader fails, but the controller fences a dead leader only after
+/// `broker.session.timeout.ms`: the refresh can still name the dead node, and librdkafka then
+/// asks again only at `topic.metadata.refresh.interval.ms` (minutes), so the sends to that
+/// partition wait until they time out (`message.timeout.ms`) although another replica leads
+/// it seconds after the death. Every metadata answer — an application's request too — updates
+/// the leaders librdkafka sends to; so while a wait for reports lasts longer than
+/// [`NUDGE_EVERY`] with sends outstanding, one metadata request (all topics, bounded by
+/// [`NUDGE_EVERY`]) per interval moves them to the new leader as soon as the cluster elected
+/// it. A healthy flush takes milliseconds and never asks.
+struct Nudge {
+    next: Instant,
+}
+
+impl Nudge {
+    fn new() -> Self {
+        Nudge {
+            next: Instant::now() + NUDGE_EVERY,
+        }
+    }
+
+    /// One metadata request when sends wait for their reports; the next in [`NUDGE_EVERY`].
+    fn metadata(&mut self, io: &Io) {
+        if io.client().context().outstanding.load(Ordering::Relaxed) > 0 {
+            let asked = Instant::now();
+            let answer = io.client().client().fetch_metadata(None, NUDGE_EVERY);
+            tracing::debug!(
+                ok = answer.is_ok(),
+                took_ms = asked.elapsed().as_millis() as u64,
+                "sends wait for their reports: metadata refreshed"
+            );
+        }
+        self.next = Instant::now() + NUDGE_EVERY;
     }
 }
 

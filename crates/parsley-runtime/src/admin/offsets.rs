@@ -76,8 +76,12 @@ impl Admin {
         fresh: bool,
     ) -> Result<Vec<i64>> {
         let deadline = Instant::now() + self.timeout;
+        // Attempts grow from 1 s to 5 s: a leader that died answers no attempt, and a short
+        // first one lets the metadata refresh below find its successor within a second; a
+        // slow but live broker gets the longer ones.
+        let mut attempt = Duration::from_secs(1);
         loop {
-            match self.list_once(partitions, spec, isolation, fresh) {
+            match self.list_once(partitions, spec, isolation, fresh, attempt) {
                 Ok(offsets) => return Ok(offsets),
                 // A leader that just moved or restarted (stale leader epoch, not the leader
                 // yet): librdkafka refreshes its metadata; ask again.
@@ -92,6 +96,7 @@ impl Admin {
                         .inner()
                         .fetch_metadata(None, Duration::from_secs(1));
                     std::thread::sleep(Duration::from_millis(50));
+                    attempt = (attempt * 2).min(Duration::from_secs(5));
                 }
                 Err((_, e)) => return Err(e),
             }
@@ -107,6 +112,7 @@ impl Admin {
         spec: OffsetSpec,
         isolation: Isolation,
         fresh: bool,
+        attempt: Duration,
     ) -> std::result::Result<Vec<i64>, (bool, Error)> {
         if partitions.is_empty() {
             return Ok(Vec::new());
@@ -129,7 +135,7 @@ impl Admin {
                 None,
                 // Short attempts: while leaders are unknown librdkafka waits out the whole
                 // request timeout; the caller retries with fresh metadata instead.
-                self.timeout.min(Duration::from_secs(5)),
+                self.timeout.min(attempt),
                 AdminCall::ListOffsets(&query),
                 Some(isolation),
             )

@@ -15,13 +15,15 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use parsley_clock::Channel;
 use rdkafka::client::ClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{Offset, TopicPartitionList};
+
+use tracing::debug;
 
 use crate::admin::Admin;
 use crate::config::{RuntimeConfig, StatisticsSink, forward_statistics};
@@ -98,9 +100,7 @@ impl RebalanceContext {
         consumer: &BaseConsumer<Self>,
         tpl: &TopicPartitionList,
     ) -> Result<Vec<(String, i32, i64)>> {
-        let committed = consumer
-            .committed_offsets(tpl.clone(), self.timeout)
-            .map_err(|e| crate::client_error::kafka(Operation::ReadCommittedOffsets, e))?;
+        let committed = committed_offsets(consumer, tpl, self.timeout)?;
         let elements = committed.elements();
         let partitions: Vec<(&str, i32)> = elements
             .iter()
@@ -234,4 +234,44 @@ pub(crate) fn check_assignment(
         }
     }
     Ok(())
+}
+
+/// The group's committed offsets of `tpl` (`OffsetFetch` to the group coordinator), asked
+/// again until `timeout` while the coordinator moves: librdkafka returns `NOT_COORDINATOR`,
+/// `COORDINATOR_NOT_AVAILABLE` or `COORDINATOR_LOAD_IN_PROGRESS` (the coordinator's node died
+/// and another is taking its partition over, or is loading it) and connection states
+/// ([`crate::client_error::transient`]) to the caller instead of retrying them; each clears
+/// within seconds of the move.
+fn committed_offsets<C: ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    tpl: &TopicPartitionList,
+    timeout: Duration,
+) -> Result<TopicPartitionList> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        match consumer.committed_offsets(tpl.clone(), remaining) {
+            Ok(committed) => return Ok(committed),
+            Err(e) if !remaining.is_zero() && coordinator_moving(&e) => {
+                debug!(error = %e, "committed offsets: the group coordinator moves, asking again");
+                std::thread::sleep(Duration::from_millis(100).min(remaining));
+            }
+            Err(e) => {
+                return Err(crate::client_error::kafka(
+                    Operation::ReadCommittedOffsets,
+                    e,
+                ));
+            }
+        }
+    }
+}
+
+/// Whether `e` says the group coordinator is moving or out of reach for now.
+fn coordinator_moving(e: &rdkafka::error::KafkaError) -> bool {
+    use rdkafka::types::RDKafkaErrorCode as C;
+    crate::client_error::transient(e)
+        || matches!(
+            e.rdkafka_error_code(),
+            Some(C::NotCoordinator | C::CoordinatorNotAvailable | C::CoordinatorLoadInProgress)
+        )
 }
