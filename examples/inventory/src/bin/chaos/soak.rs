@@ -45,7 +45,7 @@ use crate::cluster::{self, ClusterFault};
 use crate::procs::{Driver, Worker, now_ms, run_topics, stop, suite_logs, wait_for_leaders};
 use crate::soak_chart;
 use crate::soak_report::Report;
-use crate::soak_stats::rss_mib;
+use crate::soak_stats::read_proc_mib;
 
 /// How often each stage process's RSS is sampled.
 pub(crate) const SAMPLE: Duration = Duration::from_secs(5);
@@ -126,8 +126,7 @@ impl Sampler {
                         pids.lock().map(|p| p.clone()).unwrap_or_default();
                     for (stage, pid) in now {
                         // A process killed a moment ago is gone: no sample.
-                        let status = std::fs::read_to_string(format!("/proc/{pid}/status"));
-                        if let Some(mib) = status.ok().as_deref().and_then(rss_mib) {
+                        if let Some(mib) = read_proc_mib(&format!("/proc/{pid}/status"), "VmRSS") {
                             out.push(RssSample {
                                 at: started.elapsed().as_millis() as u32,
                                 stage,
@@ -507,16 +506,7 @@ pub(crate) fn soak(a: SoakArgs) -> Result<bool> {
     // oracle's history): about 1 KiB per committed input record, measured. A run that would
     // not fit in half the memory available now is refused before it starts.
     let projected_mib = rate * a.minutes * 60.0 / 1024.0;
-    let available_mib = std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|t| {
-            let l = t
-                .lines()
-                .find(|l| l.starts_with("MemAvailable:"))?
-                .to_string();
-            l.split_whitespace().nth(1)?.parse::<f64>().ok()
-        })
-        .map_or(f64::INFINITY, |kb| kb / 1024.0);
+    let available_mib = read_proc_mib("/proc/meminfo", "MemAvailable").unwrap_or(f64::INFINITY);
     if projected_mib > available_mib / 2.0 {
         bail!(
             "{rate:.0} records/s for {} min would need about {projected_mib:.0} MiB for the check, over half of the {available_mib:.0} MiB available: give a lower --rate",
@@ -669,13 +659,7 @@ pub(crate) fn soak(a: SoakArgs) -> Result<bool> {
         stop(w)?;
     }
     let outcome = s.verify(&truth, &back.logs)?;
-    let driver_peak = std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|t| {
-            let l = t.lines().find(|l| l.starts_with("VmHWM:"))?.to_string();
-            l.split_whitespace().nth(1)?.parse::<f64>().ok()
-        })
-        .map_or(0.0, |kb| kb / 1024.0);
+    let driver_peak = read_proc_mib("/proc/self/status", "VmHWM").unwrap_or(0.0);
     let report = Report {
         seed: a.seed,
         minutes: a.minutes,

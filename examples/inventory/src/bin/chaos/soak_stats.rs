@@ -82,11 +82,21 @@ pub(crate) fn mib_per_hour(samples: &[(u32, f64)], warmup: u32) -> Option<f64> {
     slope(&points)
 }
 
-/// `VmRSS` of a `/proc/<pid>/status` text, in MiB.
-pub(crate) fn rss_mib(status: &str) -> Option<f64> {
-    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+/// A `kB` field of a `/proc` text (`VmRSS:` of `/proc/<pid>/status`, `MemAvailable:` of
+/// `/proc/meminfo`, …), in MiB.
+pub(crate) fn proc_mib(text: &str, field: &str) -> Option<f64> {
+    let line = text.lines().find(|l| {
+        l.strip_prefix(field)
+            .is_some_and(|rest| rest.starts_with(':'))
+    })?;
     let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kb / 1024.0)
+}
+
+/// A `kB` field of the `/proc` file at `path`, in MiB (`None` if it cannot be read: a process
+/// that is gone).
+pub(crate) fn read_proc_mib(path: &str, field: &str) -> Option<f64> {
+    proc_mib(&std::fs::read_to_string(path).ok()?, field)
 }
 
 #[cfg(test)]
@@ -171,7 +181,16 @@ mod tests {
     #[test]
     fn rss_is_read_from_proc_status() {
         let status = "Name:\tchaos\nVmPeak:\t  900000 kB\nVmRSS:\t   51200 kB\nThreads:\t12\n";
-        assert_eq!(rss_mib(status), Some(50.0));
-        assert_eq!(rss_mib("Name:\tx\n"), None);
+        assert_eq!(proc_mib(status, "VmRSS"), Some(50.0));
+        assert_eq!(proc_mib(status, "VmPeak"), Some(900_000.0 / 1024.0));
+        assert_eq!(proc_mib(status, "Vm"), None);
+        assert_eq!(proc_mib("Name:\tx\n", "VmRSS"), None);
+        assert_eq!(
+            proc_mib(
+                "MemTotal:  2048 kB\nMemAvailable:    1024 kB\n",
+                "MemAvailable"
+            ),
+            Some(1.0)
+        );
     }
 }
