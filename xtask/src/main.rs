@@ -10,7 +10,7 @@
 //!   and link check (`book`), the comparison with Kafka Streams (`conformance --quick`), the
 //!   stampers' and the schema-registry codecs' tests (`python`, `registry`, `java`), a
 //!   small run of the demo, the end-to-end benchmark's smoke run (`bench e2e --quick`, dev
-//!   profile) and two seeded fault-injection runs, a short run of every fuzz target and its
+//!   profile), two seeded fault-injection runs and a two-minute soak, a short run of every fuzz target and its
 //!   negative control, stops what it started;
 //! - `registry`: the schema-registry codecs against the local registry run as a process and
 //!   against Confluent's Python serializers (see [`registry`]); needs no broker;
@@ -21,6 +21,8 @@
 //!   below it and that the crates below the Kafka half build no C (see [`layering`]);
 //! - `soak-gate`: many random simulator histories through the gate and the oracle;
 //! - `chaos`: the inventory stages as processes under injected faults, checked by the oracle;
+//! - `soak`: the same pipeline for an hour at half its measured maximum throughput with a
+//!   fault every few minutes: memory, latency per window, the oracle at the end (see [`soak`]);
 //! - `experiment`: starts the broker if none, runs the event-time ordering experiment (a fixed
 //!   window, timeout idleness in two layers and in one, offset completeness, on the same
 //!   generated input per seed; then windowed counting closed by evidence against stream time;
@@ -62,6 +64,7 @@ mod layering;
 mod python;
 mod registry;
 mod replay;
+mod soak;
 
 use std::process::{Command, ExitCode};
 
@@ -126,6 +129,35 @@ enum Cmd {
         /// down while `min.insync.replicas` refuses writes.
         #[arg(long)]
         cluster: bool,
+    },
+    /// The inventory pipeline for a long run at half its measured maximum throughput, a fault
+    /// every few minutes (kill -9 of a stage process, a broker restart or join/leave; with
+    /// `--cluster` kill -9 of a stage process, of a partition leader's node and of a
+    /// transaction or group coordinator, a preferred-leader election); each stage's RSS and
+    /// the end-to-end latency per window, the oracle's check at the end; CSV and chart under
+    /// `target/soak/`.
+    Soak {
+        /// Length, minutes.
+        #[arg(long, default_value_t = 60.0)]
+        minutes: f64,
+        /// Committed input records per second, or `measured`: half the maximum measured first.
+        #[arg(long, default_value = "measured")]
+        rate: String,
+        /// Seed of the fault schedule and the workload.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Mean seconds between faults.
+        #[arg(long, default_value_t = 180.0)]
+        fault_every: f64,
+        /// On the local three-node cluster (started if none runs), with its faults.
+        #[arg(long)]
+        cluster: bool,
+        /// Leave a broker or cluster this command started running afterwards.
+        #[arg(long)]
+        keep_broker: bool,
+        /// Extra arguments for the driver (after `--`; `-- --help` lists them).
+        #[arg(last = true)]
+        args: Vec<String>,
     },
     /// The event-time ordering experiment (the book's specification, §5) on the local broker
     /// (started if none is running): the same generated input through a fixed window, timeout
@@ -347,6 +379,29 @@ fn run(cli: Cli) -> Result<ExitCode> {
         } => with_broker(keep_broker, |bootstrap| {
             chaos(bootstrap, runs, seed, event_time, false)
         }),
+        Cmd::Soak {
+            minutes,
+            rate,
+            seed,
+            fault_every,
+            cluster,
+            keep_broker,
+            args,
+        } => {
+            let a = soak::SoakArgs {
+                minutes,
+                rate: soak::parse_rate(&rate).map_err(|e| anyhow::anyhow!("--rate {e}"))?,
+                seed,
+                fault_every,
+                cluster,
+                args,
+            };
+            if cluster {
+                cluster::with_cluster(keep_broker, |bootstrap| soak::run(bootstrap, &a))
+            } else {
+                with_broker(keep_broker, |bootstrap| soak::run(bootstrap, &a))
+            }
+        }
         Cmd::Experiment {
             seeds,
             history_records,
@@ -555,6 +610,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
             );
             if chaos(bootstrap, 1, 2, true, false)? != ExitCode::SUCCESS {
                 bail!("the event-time fault-injection run failed");
+            }
+            println!(
+                "xtask: a two-minute soak (cargo xtask soak --minutes 2 --fault-every 30 -- --window-minutes 1 --measure-secs 15 --measure-rounds 100)"
+            );
+            if soak::short(bootstrap)? != ExitCode::SUCCESS {
+                bail!("the two-minute soak failed");
             }
             println!(
                 "xtask: a short run of every fuzz target (cargo xtask fuzz --seconds {})",

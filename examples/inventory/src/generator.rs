@@ -11,6 +11,9 @@
 //! broker acknowledged: what the oracle rebuilds happened-before from.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -45,6 +48,127 @@ pub struct GenConfig {
     pub pace: std::time::Duration,
     /// The producers' client settings (security and the rest).
     pub clients: ClientSettings,
+    /// Committed records (stock events and sales) per second: the transactions start on the
+    /// schedule of a steady stream at this rate (a [`Pacer`]) instead of after `pace`.
+    pub rate: Option<f64>,
+    /// Stops or pauses the generator from another thread (a long run's driver): it stops
+    /// before its next transaction once stopped, and rounds no longer bound it then.
+    pub control: Option<Arc<GenControl>>,
+}
+
+/// Paces a stream of records at `rate` per second: a batch may start once the records sent
+/// so far are due, and time spent paused on request does not count.
+#[derive(Debug, Clone)]
+pub struct Pacer {
+    rate: f64,
+    paused: Duration,
+}
+
+impl Pacer {
+    /// A pacer at `rate` records per second (positive).
+    pub fn new(rate: f64) -> Self {
+        Pacer {
+            rate: rate.max(f64::MIN_POSITIVE),
+            paused: Duration::ZERO,
+        }
+    }
+
+    /// How long to wait before the next batch, `elapsed` after the start with `sent` records
+    /// sent: zero when the stream is behind its schedule.
+    pub fn wait(&self, sent: u64, elapsed: Duration) -> Duration {
+        let due = Duration::from_secs_f64(sent as f64 / self.rate) + self.paused;
+        due.saturating_sub(elapsed)
+    }
+
+    /// The stream was paused for `d`: the schedule moves by as much (no burst afterwards).
+    pub fn pause(&mut self, d: Duration) {
+        self.paused += d;
+    }
+}
+
+/// Stops and pauses a running generator from another thread.
+#[derive(Debug, Default)]
+pub struct GenControl {
+    stop: AtomicBool,
+    state: Mutex<PauseState>,
+    changed: Condvar,
+}
+
+#[derive(Debug, Default)]
+struct PauseState {
+    requested: bool,
+    idle: bool,
+    done: bool,
+}
+
+impl GenControl {
+    /// The generator ends before its next transaction.
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+        self.resume();
+    }
+
+    fn stopped(&self) -> bool {
+        self.stop.load(Ordering::SeqCst)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, PauseState> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Asks the generator to pause between two transactions and returns once it has (no
+    /// transaction of its is open then), or once it has ended.
+    pub fn pause(&self) {
+        let mut s = self.lock();
+        s.requested = true;
+        while !s.idle && !s.done {
+            s = self
+                .changed
+                .wait(s)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
+    }
+
+    /// Lets a paused generator go on.
+    pub fn resume(&self) {
+        self.lock().requested = false;
+        self.changed.notify_all();
+    }
+
+    /// The generator's side, between transactions: waits while a pause is requested and
+    /// returns how long it waited.
+    fn checkpoint(&self) -> Duration {
+        let mut s = self.lock();
+        if !s.requested {
+            return Duration::ZERO;
+        }
+        let since = Instant::now();
+        s.idle = true;
+        self.changed.notify_all();
+        while s.requested {
+            s = self
+                .changed
+                .wait(s)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
+        s.idle = false;
+        since.elapsed()
+    }
+}
+
+/// Marks the generator ended when dropped (on every way out, errors included), so that a
+/// pause request does not wait for it.
+struct Ended(Option<Arc<GenControl>>);
+
+impl Drop for Ended {
+    fn drop(&mut self) {
+        if let Some(c) = &self.0 {
+            c.lock().done = true;
+            c.changed.notify_all();
+        }
+    }
 }
 
 /// One committed send of the generator.
@@ -89,6 +213,7 @@ pub fn generate(
     config: &GenConfig,
     bar: &ProgressBar,
 ) -> Result<GroundTruth> {
+    let _ended = Ended(config.control.clone());
     let mut rng = StdRng::seed_from_u64(config.seed);
     let keys: Vec<String> = (0..config.products)
         .map(|i| format!("sku-{i:06}"))
@@ -115,15 +240,35 @@ pub fn generate(
         ..GroundTruth::default()
     };
     let note: String = "n".repeat(config.note_bytes);
-    bar.set_length((config.rounds * slices.len()) as u64);
+    bar.set_length(config.rounds.saturating_mul(slices.len()) as u64);
     bar.set_style(
         ProgressStyle::with_template("generate {bar:30} {pos}/{len} transactions {msg}")
             .expect("template"),
     );
-    for round in 0..config.rounds {
+    let started = Instant::now();
+    let mut pacer = config.rate.map(Pacer::new);
+    'rounds: for round in 0..config.rounds {
         for (p, products) in slices.iter().enumerate() {
-            if (round, p) != (0, 0) && !config.pace.is_zero() {
+            if let Some(pacer) = &pacer {
+                // Workload shaping, not synchronisation: the next transaction's start.
+                let wait = pacer.wait(truth.stock_events + truth.sales, started.elapsed());
+                if !wait.is_zero() {
+                    std::thread::sleep(wait);
+                }
+            } else if (round, p) != (0, 0) && !config.pace.is_zero() {
                 std::thread::sleep(config.pace);
+            }
+            if let Some(control) = &config.control {
+                if control.stopped() {
+                    break 'rounds;
+                }
+                let paused = control.checkpoint();
+                if let Some(pacer) = &mut pacer {
+                    pacer.pause(paused);
+                }
+                if control.stopped() {
+                    break 'rounds;
+                }
             }
             let producer = &mut producers[p];
             producer.begin()?;
@@ -221,4 +366,57 @@ pub fn generate(
         truth.stock_events, truth.sales, truth.aborted_events
     ));
     Ok(truth)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pacer_holds_a_batch_until_its_records_are_due() {
+        let mut pacer = Pacer::new(100.0);
+        // 50 records at 100/s are due at 0.5 s.
+        assert_eq!(
+            pacer.wait(50, Duration::from_millis(200)),
+            Duration::from_millis(300)
+        );
+        // Behind schedule: no wait.
+        assert_eq!(pacer.wait(50, Duration::from_secs(1)), Duration::ZERO);
+        assert_eq!(pacer.wait(0, Duration::ZERO), Duration::ZERO);
+        // A pause of 2 s moves the schedule: no burst to catch up.
+        pacer.pause(Duration::from_secs(2));
+        assert_eq!(
+            pacer.wait(50, Duration::from_millis(2_400)),
+            Duration::from_millis(100)
+        );
+    }
+
+    #[test]
+    fn a_pause_waits_for_the_generator_between_transactions() {
+        let control = Arc::new(GenControl::default());
+        let worker = {
+            let control = Arc::clone(&control);
+            std::thread::spawn(move || {
+                // Transactions until stopped, each checkpointing first.
+                let mut transactions = 0u32;
+                let mut paused = Duration::ZERO;
+                while !control.stopped() {
+                    paused += control.checkpoint();
+                    transactions += 1;
+                    std::thread::yield_now();
+                }
+                (transactions, paused)
+            })
+        };
+        control.pause(); // returns only once the generator is idle
+        assert!(control.lock().idle);
+        control.resume();
+        control.stop();
+        let (transactions, _) = worker.join().unwrap();
+        assert!(transactions >= 1);
+        // An ended generator does not hold a pause up.
+        drop(Ended(Some(Arc::clone(&control))));
+        control.pause();
+        control.resume();
+    }
 }

@@ -158,6 +158,8 @@ fn run(args: Args) -> Result<bool> {
         abort_ratio: args.abort_ratio,
         transactional_prefix: format!("{run_id}-generator"),
         pace: Duration::from_millis(args.pace_ms),
+        rate: None,
+        control: None,
         clients: clients.clone(),
     };
     let write = || -> Result<(GroundTruth, f64)> {

@@ -31,26 +31,32 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitCode, Stdio};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 use indicatif::ProgressBar;
-use parsley_inventory::check::TopicNames;
 use parsley_inventory::check::check;
 use parsley_inventory::generator::{GenConfig, generate};
-use parsley_inventory::pipeline::{names, read_logs, topology};
-use parsley_runtime::{
-    Admin, CrashPoint, DELIVERY_TARGET, Runtime, RuntimeConfig, TopicSpec, changelog_topic,
-};
+use parsley_inventory::pipeline::{names, read_logs};
+use parsley_runtime::{Admin, DELIVERY_TARGET, TopicSpec};
 use parsley_testkit::fixtures::read_committed;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 mod cluster;
 mod pauses;
+mod procs;
+mod soak;
+mod soak_chart;
+mod soak_report;
+mod soak_stats;
 use cluster::ClusterFault;
+use procs::{
+    COMMIT_INTERVAL_MS, Driver, QUIET, STAGE_TIMEOUT_MS, now_ms, run_topics, stop, suite_logs,
+    wait_for_leaders, worker,
+};
 
 #[derive(Parser, Debug)]
 #[command(about = "The inventory pipeline under faults (kill -9, join/leave, broker restart)")]
@@ -89,6 +95,43 @@ enum Mode {
         #[arg(long)]
         cluster: bool,
     },
+    /// A long run at half the pipeline's measured maximum throughput with a fault every few
+    /// minutes: memory, end-to-end latency per window, the oracle's check at the end.
+    Soak {
+        /// Kafka bootstrap servers (default: $PARSLEY_BOOTSTRAP, else the local broker).
+        #[arg(long)]
+        bootstrap: Option<String>,
+        /// Length of the run, minutes.
+        #[arg(long, default_value_t = 60.0)]
+        minutes: f64,
+        /// Committed input records per second (default: half the measured maximum).
+        #[arg(long)]
+        rate: Option<f64>,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Mean seconds between faults (each gap drawn from half to one and a half times it).
+        #[arg(long, default_value_t = 180.0)]
+        fault_every: f64,
+        /// On the local three-node cluster, with its faults.
+        #[arg(long)]
+        cluster: bool,
+        /// Width of the report's windows, minutes.
+        #[arg(long, default_value_t = 10.0)]
+        window_minutes: f64,
+        /// Generator rounds of the throughput measurement's backlog.
+        #[arg(long, default_value_t = 300)]
+        measure_rounds: usize,
+        /// Seconds of the live measurement (the generator unpaced, the stages running).
+        #[arg(long, default_value_t = 60.0)]
+        measure_secs: f64,
+        /// Products of the workload (a transaction of the generator holds about a quarter of
+        /// them: its size).
+        #[arg(long, default_value_t = 400)]
+        products: usize,
+        /// Directory of the CSV and the chart.
+        #[arg(long, default_value = "target/soak")]
+        out: std::path::PathBuf,
+    },
     /// One stage process (used by `run`; stops cleanly when its stdin closes or on SIGINT or
     /// SIGTERM).
     Worker {
@@ -118,7 +161,7 @@ fn main() -> ExitCode {
         // And the runtime's INFO lines: what a start or a join waits for (the pause check
         // looks for a line inside every long pause).
         Mode::Worker { .. } => format!("{QUIET},parsley_runtime=info,{DELIVERY_TARGET}=trace"),
-        Mode::Run { .. } => QUIET.to_string(),
+        Mode::Run { .. } | Mode::Soak { .. } => QUIET.to_string(),
     };
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -155,6 +198,31 @@ fn main() -> ExitCode {
             event_time,
             cluster,
         } => suite(bootstrap, runs, seed, rounds, faults, event_time, cluster),
+        Mode::Soak {
+            bootstrap,
+            minutes,
+            rate,
+            seed,
+            fault_every,
+            cluster,
+            window_minutes,
+            measure_rounds,
+            measure_secs,
+            products,
+            out,
+        } => soak::soak(soak::SoakArgs {
+            measure_secs,
+            bootstrap,
+            products,
+            minutes,
+            rate,
+            seed,
+            fault_every,
+            cluster,
+            window_minutes,
+            measure_rounds,
+            out,
+        }),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,
@@ -166,139 +234,10 @@ fn main() -> ExitCode {
     }
 }
 
-/// Broker restarts are injected on purpose: the clients' connection errors are expected noise
-/// (workers log theirs to their own files).
-const QUIET: &str = "warn,librdkafka=off,rdkafka::client=off";
-
 /// The generator's pause between transactions, ms: the workload spans the fault window (eight
 /// rounds of four transactions take about 32 × 0.15 s), and a transaction every 150 ms keeps
 /// a stage with uncommitted work about half the time, so kills hit work in hand.
 const PACE_MS: u64 = 150;
-
-/// The commit interval of every stage process (the runtime's default), in ms.
-const COMMIT_INTERVAL_MS: u64 = 100;
-
-/// The transaction timeout of every stage process, ms.
-const TRANSACTION_TIMEOUT_MS: i64 = 10_000;
-
-/// The client timeout of every stage process (`RuntimeConfig::timeout`), ms: the longest of its
-/// configured timeouts, and so the longest the pipeline may go without a delivery, with work
-/// in hand, before a stage's log must say why ([`pauses`]).
-const STAGE_TIMEOUT_MS: i64 = 60_000;
-
-/// Settings every stage process uses: short session and transaction timeouts, so that a
-/// killed process's membership and open transaction are cleared within seconds.
-fn stage_config(bootstrap: &str, instance: &str) -> RuntimeConfig {
-    let mut c = RuntimeConfig::new(bootstrap)
-        .consumer_property("session.timeout.ms", "6000")
-        .consumer_property("heartbeat.interval.ms", "1000")
-        .producer_property("transaction.timeout.ms", TRANSACTION_TIMEOUT_MS.to_string());
-    c.instance_id = instance.to_string();
-    c.timeout = Duration::from_millis(STAGE_TIMEOUT_MS as u64);
-    c.commit_interval(Duration::from_millis(COMMIT_INTERVAL_MS))
-}
-
-fn worker(
-    bootstrap: &str,
-    run_id: &str,
-    stage: &str,
-    instance: &str,
-    event_time: bool,
-    crash_after_changelog: bool,
-) -> Result<()> {
-    // By default arrival (causal) order: live traffic under faults without a control stream
-    // makes an event-time ledger count late records, so event-time order itself is not what
-    // the suite checks; `--event-time` puts the timer queue's state through the faults.
-    let topology = topology(run_id, &names(run_id), event_time)?;
-    let mut config = stage_config(bootstrap, instance);
-    if crash_after_changelog {
-        config = config.crash_at(CrashPoint::AfterChangelog);
-    }
-    let running = Runtime::new(topology, config).start_stages(&[stage])?;
-    // Stops cleanly when stdin closes (the driver's graceful stop) or on SIGINT/SIGTERM; a
-    // failed stage is the worker's error.
-    let shutdown = running.shutdown_signal().clone();
-    std::thread::spawn(move || {
-        let _ = std::io::copy(&mut std::io::stdin(), &mut std::io::sink());
-        shutdown.trigger();
-    });
-    running.wait_for_signal()?;
-    Ok(())
-}
-
-/// A stage process.
-struct Worker {
-    stage: &'static str,
-    instance: String,
-    child: Child,
-    /// Its log file (warnings and its delivery journal).
-    log: PathBuf,
-}
-
-struct Driver {
-    bootstrap: String,
-    run_id: String,
-    exe: PathBuf,
-    logs: PathBuf,
-    spawned: u32,
-    event_time: bool,
-}
-
-impl Driver {
-    fn spawn(&mut self, stage: &'static str, instance: &str) -> Result<Worker> {
-        self.spawn_with(stage, instance, false)
-    }
-
-    /// [`Driver::spawn`], armed to crash after its changelog write when `crash` is set.
-    fn spawn_with(&mut self, stage: &'static str, instance: &str, crash: bool) -> Result<Worker> {
-        self.spawned += 1;
-        let log = self.logs.join(format!(
-            "{}-{stage}-{instance}-{}.log",
-            self.run_id, self.spawned
-        ));
-        let file = std::fs::File::create(&log).with_context(|| format!("{}", log.display()))?;
-        let mut command = Command::new(&self.exe);
-        command.args([
-            "worker",
-            "--bootstrap",
-            &self.bootstrap,
-            "--run-id",
-            &self.run_id,
-            "--stage",
-            stage,
-            "--instance",
-            instance,
-        ]);
-        if self.event_time {
-            command.arg("--event-time");
-        }
-        if crash {
-            command.arg("--crash-after-changelog");
-        }
-        let child = command
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(file)
-            .spawn()
-            .context("starting a worker")?;
-        Ok(Worker {
-            stage,
-            instance: instance.to_string(),
-            child,
-            log,
-        })
-    }
-}
-
-/// Closes a worker's stdin (graceful stop) and waits for it; `Err` if it failed.
-fn stop(mut w: Worker) -> Result<()> {
-    drop(w.child.stdin.take());
-    let status = w.child.wait()?;
-    if !status.success() {
-        bail!("worker {}/{} exited with {status}", w.stage, w.instance);
-    }
-    Ok(())
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Fault {
@@ -353,44 +292,6 @@ impl RunReport {
             && self.oversold == 0
             && self.silent_stalls.is_empty()
     }
-}
-
-/// How long a failing suite's worker logs are kept (they are read after it; a suite whose runs
-/// all pass removes its own at the end).
-const KEEP_LOGS: Duration = Duration::from_secs(24 * 3600);
-
-/// A fresh directory for this suite's worker logs under `root` (one per invocation, so
-/// concurrent suites do not mix their logs), after removing the directories of suites that
-/// ended more than [`KEEP_LOGS`] ago.
-fn suite_logs(root: &Path) -> Result<PathBuf> {
-    std::fs::create_dir_all(root)?;
-    for entry in std::fs::read_dir(root)? {
-        let entry = entry?;
-        let old = entry
-            .metadata()
-            .and_then(|m| m.modified())
-            .ok()
-            .and_then(|t| t.elapsed().ok())
-            .is_some_and(|age| age > KEEP_LOGS);
-        if old {
-            let path = entry.path();
-            // Logs of suites before this layout were files directly under `root`.
-            let removed = if path.is_dir() {
-                std::fs::remove_dir_all(&path)
-            } else {
-                std::fs::remove_file(&path)
-            };
-            if let Err(e) = removed {
-                eprintln!("chaos: could not remove old logs {}: {e}", path.display());
-            }
-        }
-    }
-    let stamp = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let dir = root.join(format!("suite-{stamp}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    Ok(dir)
 }
 
 fn suite(
@@ -589,6 +490,7 @@ fn one_run(
         logs: logs.to_path_buf(),
         spawned: 0,
         event_time,
+        journal: true,
     };
     let mut workers = vec![
         driver.spawn("sales-facts", "sf-0")?,
@@ -616,6 +518,8 @@ fn one_run(
                     abort_ratio: 0.1,
                     transactional_prefix: prefix,
                     pace: Duration::from_millis(PACE_MS),
+                    rate: None,
+                    control: None,
                 },
                 &ProgressBar::hidden(),
             )
@@ -677,13 +581,7 @@ fn one_run(
         match fault {
             Fault::Kill => {
                 let i = rng.random_range(0..workers.len());
-                let mut w = workers.remove(i);
-                let at = now_ms();
-                w.child.kill()?; // SIGKILL
-                w.child.wait()?;
-                killed.push((w.log.clone(), at));
-                let again = driver.spawn(w.stage, &w.instance)?;
-                workers.insert(i, again);
+                killed.push(driver.kill_and_respawn(&mut workers, i)?);
                 *report.faults.entry("kill").or_default() += 1;
             }
             Fault::Crash => {
@@ -828,45 +726,6 @@ fn one_run(
     Ok(report)
 }
 
-/// Every topic of run `run_id`: inputs, outputs and the stages' changelogs.
-fn run_topics(run_id: &str, names: &TopicNames) -> Vec<String> {
-    let mut topics = vec![
-        names.stock.clone(),
-        names.sales.clone(),
-        names.facts.clone(),
-        names.ledger.clone(),
-    ];
-    topics.extend(
-        ["sales-facts", "ledger"].map(|stage| changelog_topic(&format!("{run_id}.{stage}"))),
-    );
-    topics
-}
-
-/// Waits until every partition of `topics` answers a `ListOffsets` (it has a leader), at most
-/// three minutes.
-fn wait_for_leaders(admin: &Admin, topics: &[String], partitions: i32) -> Result<()> {
-    let all: Vec<(&str, i32)> = topics
-        .iter()
-        .flat_map(|t| (0..partitions).map(move |p| (t.as_str(), p)))
-        .collect();
-    let deadline = Instant::now() + Duration::from_secs(180);
-    loop {
-        match admin.high_watermarks(&all) {
-            Ok(_) => return Ok(()),
-            Err(e) if Instant::now() < deadline => {
-                eprintln!("chaos: waiting for partition leaders after the broker restart: {e}");
-            }
-            Err(e) => bail!("partitions without a leader 180 s after a broker restart: {e}"),
-        }
-    }
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
-
 /// Log timestamps as milliseconds since the Unix epoch: the driver compares a worker's
 /// delivery times with the moment of a kill without parsing dates.
 struct EpochMillis;
@@ -953,33 +812,6 @@ fn reread(logs: &Path, run_id: &str, killed: &[(PathBuf, i64)]) -> Result<(usize
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_suite_gets_a_fresh_log_directory_and_old_logs_go() {
-        let root = std::env::temp_dir().join(format!("parsley-chaos-test-{}", std::process::id()));
-        std::fs::create_dir_all(root.join("suite-old")).unwrap();
-        std::fs::write(root.join("chaos-1-old.log"), b"x").unwrap();
-        std::fs::write(root.join("chaos-2-new.log"), b"x").unwrap();
-        let two_days_ago = SystemTime::now() - 2 * KEEP_LOGS;
-        for old in ["suite-old", "chaos-1-old.log"] {
-            std::fs::File::options()
-                .read(true)
-                .write(old.ends_with(".log"))
-                .open(root.join(old))
-                .unwrap()
-                .set_modified(two_days_ago)
-                .unwrap();
-        }
-        let dir = suite_logs(&root).unwrap();
-        assert!(dir.is_dir() && dir.starts_with(&root));
-        assert!(!root.join("suite-old").exists());
-        assert!(!root.join("chaos-1-old.log").exists());
-        assert!(
-            root.join("chaos-2-new.log").exists(),
-            "recent logs are kept"
-        );
-        std::fs::remove_dir_all(&root).unwrap();
-    }
 
     #[test]
     fn a_journal_line_parses_to_its_time_and_coordinate() {
