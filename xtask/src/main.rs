@@ -820,16 +820,8 @@ fn chaos(
     event_time: bool,
     on_cluster: bool,
 ) -> Result<ExitCode> {
-    let mut cmd = cargo();
+    let mut cmd = chaos_driver("run");
     cmd.args([
-        "run",
-        "--quiet",
-        "--package",
-        "parsley-inventory",
-        "--bin",
-        "chaos",
-        "--",
-        "run",
         "--runs",
         &runs.to_string(),
         "--seed",
@@ -845,6 +837,15 @@ fn chaos(
         cmd.arg("--cluster").env(broker::BOOTSTRAP_ENV, bootstrap);
     }
     status_code(&mut cmd, "the fault-injection driver")
+}
+
+/// `cargo run` of the inventory example's fault-injection driver (`chaos`) in `mode`, its
+/// arguments to follow.
+fn chaos_driver(mode: &str) -> Command {
+    let mut cmd = cargo();
+    cmd.args(["run", "--quiet", "--package", "parsley-inventory"])
+        .args(["--bin", "chaos", "--", mode]);
+    cmd
 }
 
 fn cargo() -> Command {

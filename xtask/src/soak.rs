@@ -10,7 +10,7 @@ use std::process::ExitCode;
 use anyhow::Result;
 use parsley_testkit::broker;
 
-use crate::{cargo, status_code};
+use crate::{chaos_driver, status_code};
 
 /// What `cargo xtask soak` was asked for.
 pub(crate) struct SoakArgs {
@@ -44,16 +44,8 @@ fn out_dir() -> PathBuf {
 
 /// Runs the soak on `bootstrap` (dev profile, the one the test command builds).
 pub(crate) fn run(bootstrap: &str, a: &SoakArgs) -> Result<ExitCode> {
-    let mut cmd = cargo();
+    let mut cmd = chaos_driver("soak");
     cmd.args([
-        "run",
-        "--quiet",
-        "--package",
-        "parsley-inventory",
-        "--bin",
-        "chaos",
-        "--",
-        "soak",
         "--bootstrap",
         bootstrap,
         "--minutes",
