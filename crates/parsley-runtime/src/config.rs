@@ -50,6 +50,10 @@ pub struct RuntimeConfig {
     /// may outgrow memory and a restart reads only the changelog's tail. See
     /// [`RuntimeConfig::state_dir`].
     pub state_dir: Option<PathBuf>,
+    /// Topic configs for the changelogs the runtime creates, over
+    /// [`CHANGELOG_DEFAULTS`](crate::CHANGELOG_DEFAULTS). Default: none. See
+    /// [`RuntimeConfig::changelog_property`].
+    pub changelog: Vec<(String, String)>,
     /// Where the stage aborts its process on purpose, for fault-injection tests.
     #[cfg(feature = "fault-injection")]
     crash: Option<crate::fault::CrashPoint>,
@@ -101,6 +105,7 @@ impl RuntimeConfig {
             statistics: None,
             metrics_address: None,
             state_dir: None,
+            changelog: Vec::new(),
             #[cfg(feature = "fault-injection")]
             crash: None,
             #[cfg(feature = "fault-injection")]
@@ -311,6 +316,16 @@ impl RuntimeConfig {
     /// (the second fails with [`ProcessingError::StateStore`](crate::ProcessingError::StateStore)).
     pub fn state_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.state_dir = Some(dir.into());
+        self
+    }
+
+    /// Sets topic config `key` to `value` on every changelog the runtime creates from now on
+    /// (as Kafka Streams' `topic.`-prefixed settings): it wins over
+    /// [`CHANGELOG_DEFAULTS`](crate::CHANGELOG_DEFAULTS) and the broker's defaults. A changelog
+    /// that exists already keeps its configs (change them with the cluster's tools).
+    /// `cleanup.policy` stays `compact` unless set here.
+    pub fn changelog_property(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.changelog.push((key.into(), value.into()));
         self
     }
 

@@ -139,7 +139,7 @@ mod stage;
 pub use acl::{Acl, PatternType};
 pub use admin::{Admin, TopicSpec};
 pub use causal_producer::{CausalProducer, CausalProducerConfig};
-pub use changelog::changelog_topic;
+pub use changelog::{CHANGELOG_DEFAULTS, changelog_topic};
 pub use clients::{ClientRole, ClientSettings, RUNTIME_DEFAULTS};
 pub use config::{RuntimeConfig, StatisticsSink};
 #[cfg(feature = "fault-injection")]

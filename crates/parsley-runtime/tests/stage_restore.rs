@@ -399,3 +399,71 @@ fn a_task_restored_while_the_last_commit_is_pending_gets_exactly_that_commit() {
         "b continues T_n's send sequence"
     );
 }
+
+#[test]
+fn a_changelog_the_cleaner_compacted_restores_the_same_state() {
+    // Segments that roll at every commit and a cleaner that takes any dirty segment: the
+    // changelog of twenty commits of one key is compacted while the stage is stopped, and the
+    // restart counts on from 20.
+    let input = create_topic("compacted-in", 1);
+    let output = create_topic("compacted-out", 1);
+    let app = unique_topic("compacted");
+    let topology = count_topology(&app, &input.name, &output.name);
+    let config = || {
+        RuntimeConfig::new(bootstrap())
+            .changelog_property("segment.ms", "100")
+            .changelog_property("min.cleanable.dirty.ratio", "0.01")
+    };
+    let plain = raw_producer(None);
+    let running = Runtime::new(topology.clone(), config()).start().unwrap();
+    for n in 1..=20 {
+        send_stamped(&plain, &input.name, 0, b"a", b"x", None);
+        // One record per transaction: every commit writes the key's count again.
+        wait_committed(&running, "count", n);
+    }
+    running.stop().unwrap();
+
+    let changelog = changelog_topic(&topology.stages()[0].group_id(&app));
+    let admin = Admin::new(&bootstrap(), DEADLINE).unwrap();
+    let configs = admin.topic_config(&changelog).unwrap();
+    let config_of = |key: &str| {
+        configs
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    };
+    // The user's settings over the runtime's defaults, the defaults where the user is silent.
+    assert_eq!(config_of("segment.ms"), Some("100"), "{configs:?}");
+    assert_eq!(config_of("min.cleanable.dirty.ratio"), Some("0.01"));
+    assert_eq!(config_of("segment.bytes"), Some("67108864"));
+    assert_eq!(config_of("cleanup.policy"), Some("compact"));
+
+    let info = admin.describe_topics(&[&changelog]).unwrap().remove(0);
+    let written = read_committed(&info).len();
+    assert!(written >= 20, "a record of key a per commit: {written}");
+    let started = std::time::Instant::now();
+    let compacted = loop {
+        let now = read_committed(&info).len();
+        if now < written {
+            break now;
+        }
+        // The cleaner looks for dirty logs every 15 s (the broker's `log.cleaner.backoff.ms`).
+        assert!(
+            started.elapsed() < 2 * DEADLINE,
+            "the cleaner left the changelog's {written} records whole"
+        );
+        // Only reading the log again shows the cleaner's work.
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    };
+
+    send_stamped(&plain, &input.name, 0, b"a", b"x", None);
+    let running = Runtime::new(topology, config()).start().unwrap();
+    wait_committed(&running, "count", 1);
+    running.stop().unwrap();
+    let counts = committed_values(&output);
+    assert_eq!(
+        counts.last().map(String::as_str),
+        Some("21"),
+        "restored from {compacted} of {written} changelog records: {counts:?}"
+    );
+}

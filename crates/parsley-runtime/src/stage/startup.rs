@@ -112,6 +112,7 @@ pub(super) fn start(
                     .find(|t| !spec.is_global(&t.name))
                     .unwrap_or(&sources[0])
                     .partitions,
+                &config.changelog,
             )?;
             debug!(
                 took_ms = started.elapsed().as_millis() as u64,
