@@ -37,6 +37,7 @@ use parsley_task::topic::TopicInfo;
 const TRANSPORT_RETRY: Duration = Duration::from_millis(100);
 
 pub(crate) mod acl;
+mod groups;
 mod offsets;
 
 /// A topic to create.

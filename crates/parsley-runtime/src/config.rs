@@ -54,6 +54,9 @@ pub struct RuntimeConfig {
     /// [`CHANGELOG_DEFAULTS`](crate::CHANGELOG_DEFAULTS). Default: none. See
     /// [`RuntimeConfig::changelog_property`].
     pub changelog: Vec<(String, String)>,
+    /// Warm copies kept per task, on average over the instances. Default 0. See
+    /// [`RuntimeConfig::standby_replicas`].
+    pub standby_replicas: usize,
     /// Where the stage aborts its process on purpose, for fault-injection tests.
     #[cfg(feature = "fault-injection")]
     crash: Option<crate::fault::CrashPoint>,
@@ -106,6 +109,7 @@ impl RuntimeConfig {
             metrics_address: None,
             state_dir: None,
             changelog: Vec::new(),
+            standby_replicas: 0,
             #[cfg(feature = "fault-injection")]
             crash: None,
             #[cfg(feature = "fault-injection")]
@@ -326,6 +330,21 @@ impl RuntimeConfig {
     /// `cleanup.policy` stays `compact` unless set here.
     pub fn changelog_property(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
         self.changelog.push((key.into(), value.into()));
+        self
+    }
+
+    /// Keeps warm copies of tasks this instance does not own — standbys, as Kafka Streams'
+    /// `num.standby.replicas` — so that a task assigned here after its owner died or left
+    /// restores only the changelog's tail. After each assignment every stage warms the
+    /// `n × owned` tasks it does not own nearest its own in partition order (with the range
+    /// assignor those that move to it when a neighbouring member leaves; `n` copies per task
+    /// on average), each by reading its changelog partition `read_committed`: in memory, or
+    /// with [`RuntimeConfig::state_dir`] into the state store, up to a checkpoint. Costs: the
+    /// memory (or disk) of those tasks' state, and one consumer per stage reading their
+    /// changelogs. `0` (the default): none. Figures per standby:
+    /// [`Running::standby_metrics`](crate::Running::standby_metrics).
+    pub fn standby_replicas(mut self, n: usize) -> Self {
+        self.standby_replicas = n;
         self
     }
 

@@ -167,8 +167,8 @@ pub use parsley_task::explain::{
     WatermarkHolder,
 };
 pub use parsley_task::metrics::{
-    BadRecordCounts, LateKey, MetricsSnapshot, Ownership, Progress, StageMetrics, TaskMetrics,
-    TaskPhase, progress_summary,
+    BadRecordCounts, LateKey, MetricsSnapshot, Ownership, Progress, StageMetrics, StandbyMetrics,
+    TaskMetrics, TaskPhase, progress_summary,
 };
 pub use parsley_task::outgoing::{Acked, OutgoingRecord};
 pub use parsley_task::topic::{TopicInfo, crc32_partition_for, partition_for};

@@ -278,6 +278,16 @@ impl Running {
             .collect()
     }
 
+    /// The standbys of every stage, by stage: the warm copies of tasks this instance does not
+    /// own ([`RuntimeConfig::standby_replicas`](crate::RuntimeConfig::standby_replicas)), each
+    /// with its changelog position and lag ([`StandbyMetrics`](crate::StandbyMetrics)).
+    pub fn standby_metrics(&self) -> Vec<(String, Vec<crate::StandbyMetrics>)> {
+        self.stages
+            .iter()
+            .map(|(n, _, m)| (n.clone(), m.standbys()))
+            .collect()
+    }
+
     /// The per-key violation counter of every event-time stage, by stage: each key of a task
     /// this instance owns that had late records, with its count ([`LateKey`]).
     pub fn late_by_key(&self) -> Vec<(String, Vec<LateKey>)> {

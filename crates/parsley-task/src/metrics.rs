@@ -65,6 +65,9 @@ pub struct StageMetrics {
     bad_records: [AtomicU64; 6],
     skipped: AtomicU64,
     tasks: Mutex<BTreeMap<i32, TaskMetrics>>,
+    /// The warm copies of tasks this instance does not own, by partition.
+    standbys: Mutex<BTreeMap<i32, StandbyMetrics>>,
+    standby_records_discarded: AtomicU64,
     /// The per-key violation counter of event-time tasks: `(task, key) -> late records`.
     late_keys: Mutex<BTreeMap<(i32, Vec<u8>), u64>>,
     /// The consumer holds an assignment (set when one is handled, cleared at a revocation).
@@ -96,6 +99,31 @@ pub struct Ownership {
     pub tasks: u64,
     /// Tasks no member holds.
     pub unowned: u64,
+}
+
+/// A standby: a warm copy of a task this instance does not own, kept by reading the task's
+/// changelog partition `read_committed` (`RuntimeConfig::standby_replicas` of the runtime), so
+/// that the task, assigned here, restores only the changelog's tail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StandbyMetrics {
+    /// The task (partition).
+    pub partition: i32,
+    /// The next changelog offset the copy reads (offsets, i64).
+    pub position: i64,
+    /// The changelog partition's high watermark, as the copy's consumer last fetched it;
+    /// `None` before its first fetch response.
+    pub end: Option<i64>,
+    /// Changelog records the copy has read since it started.
+    pub records: u64,
+}
+
+impl StandbyMetrics {
+    /// Offsets between the partition's high watermark and the copy's position (`None`: not
+    /// known yet). Commit markers count: a copy that has read everything committed is at the
+    /// end, lag 0; the records of a transaction still open on the partition count as lag.
+    pub fn lag(&self) -> Option<i64> {
+        Some((self.end? - self.position).max(0))
+    }
 }
 
 /// How a stage's stream thread ended.
@@ -234,6 +262,11 @@ impl TaskMetrics {
 pub struct MetricsSnapshot {
     /// Records fetched and handed to the gate (the built-in clock's ticks included).
     pub fetched: u64,
+    /// Changelog records read into standbys and then thrown away: the copy was dropped
+    /// before its task was assigned here (no longer wanted after a rebalance, or its position
+    /// fell off the changelog's start). Copies on disk are never thrown away when they are
+    /// dropped: the state store keeps them at their checkpoint.
+    pub standby_records_discarded: u64,
     /// Records delivered to the handler (committed or not); ticks of the built-in clock are
     /// never delivered.
     pub delivered: u64,
@@ -360,6 +393,7 @@ impl StageMetrics {
         let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
         MetricsSnapshot {
             fetched: g(&self.fetched),
+            standby_records_discarded: g(&self.standby_records_discarded),
             delivered: g(&self.delivered),
             held: g(&self.held),
             gate_wait_us: g(&self.gate_wait_us),
@@ -418,6 +452,28 @@ impl StageMetrics {
                 .entry(partition)
                 .or_insert_with(|| TaskMetrics::new(partition)),
         );
+    }
+
+    /// The standbys this instance keeps, by partition.
+    pub fn standbys(&self) -> Vec<StandbyMetrics> {
+        self.standbys
+            .lock()
+            .expect("standby metrics")
+            .values()
+            .copied()
+            .collect()
+    }
+
+    /// Replaces the standbys' figures with `now`.
+    pub fn set_standbys(&self, now: impl IntoIterator<Item = StandbyMetrics>) {
+        *self.standbys.lock().expect("standby metrics") =
+            now.into_iter().map(|m| (m.partition, m)).collect();
+    }
+
+    /// Counts `records` changelog records a dropped standby threw away.
+    pub fn standby_discarded(&self, records: u64) {
+        self.standby_records_discarded
+            .fetch_add(records, Ordering::Relaxed);
     }
 
     /// Forgets the tasks this instance no longer owns.

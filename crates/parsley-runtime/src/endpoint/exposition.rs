@@ -18,7 +18,9 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
 
 use parsley_task::client_stats::{ClientDigest, ClientStatistics};
-use parsley_task::metrics::{MetricsSnapshot, Ownership, StageMetrics, TaskMetrics, TaskPhase};
+use parsley_task::metrics::{
+    MetricsSnapshot, Ownership, StageMetrics, StandbyMetrics, TaskMetrics, TaskPhase,
+};
 
 /// The `Content-Type` of what [`encode`] writes.
 pub(crate) const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
@@ -43,6 +45,8 @@ pub(crate) struct StageView {
     pub(crate) clients: ClientStatistics,
     /// Its tasks no member of its group holds, at the last look (`None`: not known).
     pub(crate) ownership: Option<Ownership>,
+    /// Its standbys: warm copies of tasks this instance does not own.
+    pub(crate) standbys: Vec<StandbyMetrics>,
 }
 
 impl StageView {
@@ -57,6 +61,7 @@ impl StageView {
             tasks: metrics.tasks(),
             clients: metrics.client_statistics(),
             ownership: metrics.ownership(),
+            standbys: metrics.standbys(),
         }
     }
 }
@@ -195,6 +200,7 @@ const STAGE: &[Metric<MetricsSnapshot>] = &[
     m("tick_commits", None, Kind::Counter, "Stages with the built-in clock: commits made early because a tick of the open transaction would release a parked record.", |m| Some(Value::Count(m.tick_commits))),
     m("ticks_written", None, Kind::Counter, "Stages with the built-in clock: ticks written, committed or not.", |m| Some(Value::Count(m.ticks))),
     m("ticks_read", None, Kind::Counter, "Stages with the built-in clock: ticks read back.", |m| Some(Value::Count(m.ticks_read))),
+    m("standby_records_discarded", None, Kind::Counter, "Changelog records read into standbys kept in memory and thrown away: the standby was dropped before its task was assigned here.", |m| Some(Value::Count(m.standby_records_discarded))),
 ];
 
 /// The task metrics (labels `stage`, `partition`; the phase has a family of its own below).
@@ -266,6 +272,18 @@ const TASK_PHASE: Family = own(
     Kind::Gauge,
     "1 for the task's phase (restoring its changelog, or running), 0 for the other.",
 );
+const STANDBY_LAG: Family = own(
+    "standby_lag",
+    Some("offsets"),
+    Kind::Gauge,
+    "Offsets between the changelog partition's high watermark, as last fetched, and the next offset the task's standby reads (absent before its first fetch).",
+);
+const STANDBY_RECORDS: Family = own(
+    "standby_records_read",
+    None,
+    Kind::Counter,
+    "Changelog records the task's standby has read since it started.",
+);
 const CONSUMER_LAG: Family = own(
     "kafka_consumer_lag",
     Some("offsets"),
@@ -292,6 +310,7 @@ pub(crate) fn families() -> Vec<Family> {
     all.extend(STAGE.iter().map(|m| m.family));
     all.extend([BAD_RECORDS, IMPOSSIBLE_STAMPS, TASK_PHASE]);
     all.extend(TASK.iter().map(|m| m.family));
+    all.extend([STANDBY_LAG, STANDBY_RECORDS]);
     all.extend([CONSUMER_LAG, REQUEST_RTT, TRANSACTION_STATE]);
     all
 }
@@ -384,6 +403,30 @@ impl Collector for Stages {
             });
             family(e, &metric.family, series)?;
         }
+        let standby = |s: &StageView, t: &StandbyMetrics| -> Labels {
+            vec![
+                ("stage", s.name.clone()),
+                ("partition", t.partition.to_string()),
+            ]
+        };
+        family(
+            e,
+            &STANDBY_LAG,
+            stages.iter().flat_map(|s| {
+                s.standbys
+                    .iter()
+                    .filter_map(move |t| Some((standby(s, t), Value::Int(t.lag()?))))
+            }),
+        )?;
+        family(
+            e,
+            &STANDBY_RECORDS,
+            stages.iter().flat_map(|s| {
+                s.standbys
+                    .iter()
+                    .map(move |t| (standby(s, t), Value::Count(t.records)))
+            }),
+        )?;
         encode_clients(e, stages)
     }
 }

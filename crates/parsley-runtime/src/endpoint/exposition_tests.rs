@@ -80,6 +80,12 @@ fn views() -> Vec<StageView> {
                 tasks: 4,
                 unowned: 2,
             }),
+            standbys: vec![StandbyMetrics {
+                partition: 3,
+                position: 120,
+                end: Some(125),
+                records: 118,
+            }],
         },
         StageView {
             name: "facts".into(),
@@ -90,6 +96,7 @@ fn views() -> Vec<StageView> {
             tasks: Vec::new(),
             clients: ClientStatistics::default(),
             ownership: None,
+            standbys: Vec::new(),
         },
     ]
 }
@@ -160,6 +167,13 @@ fn values_are_the_stages_figures_in_the_units_their_names_say() {
     assert_eq!(
         s.value("parsley_records_delivered_total", &ledger),
         Some(42.0)
+    );
+    // A standby's lag: high watermark 125, next offset 120.
+    let standby = [("stage", "ledger"), ("partition", "3")];
+    assert_eq!(s.value("parsley_standby_lag_offsets", &standby), Some(5.0));
+    assert_eq!(
+        s.value("parsley_standby_records_read_total", &standby),
+        Some(118.0)
     );
     // µs become seconds.
     assert_eq!(

@@ -18,7 +18,8 @@
 //!    what the watermark now releases, and every few seconds **say which tasks counted records
 //!    late** (module `late`);
 //! 6. **apply backpressure** — pauses, resumes, spills and re-fetches;
-//! 7. **settle acks** into the tasks' clocks;
+//! 7. **settle acks** into the tasks' clocks, and let the **standbys read** what their
+//!    consumer has ready (module `tasks::standby`);
 //! 8. for a stage with the built-in clock, **write a tick** for every task whose tick interval
 //!    has passed (the poll waits no longer than the next tick is due, so an idle stage ticks
 //!    too);
@@ -70,6 +71,7 @@
 //! | `tasks` | the tasks' owner: offer, deliver, ticks, alignment and backpressure, refused inputs, upstream waits |
 //! | `tasks::acks` | the tasks' side of a commit: acknowledgements, refusals named, changelog, held sends |
 //! | `tasks::restore` | building an assigned task from its changelog |
+//! | `tasks::standby` | warm copies of tasks this instance does not own |
 //! | `tasks::explain` | the snapshot of what each task waits for, taken between turns on request |
 //! | `intake` | the consumer and the poll |
 //! | `held` | the records of inputs held back by watermark alignment |
@@ -353,6 +355,7 @@ impl StageRunner {
         }
         self.apply_backpressure()?;
         self.settle_acks()?;
+        self.tasks.read_standbys(&self.ctx);
         self.tasks.write_ticks(&self.ctx, &mut self.txn)?;
         // The checks that ask the cluster come before a commit starts: one that waits on a node
         // that died (up to its bound) never holds up the watch on a commit call in flight.
@@ -581,6 +584,8 @@ impl StageRunner {
                             [],
                         )?;
                     }
+                    self.tasks
+                        .choose_standbys(&self.last_owned, self.evidence.admin(), &self.ctx);
                 }
                 RebalanceEvent::Revoked(partitions) => {
                     // Commit first: what was delivered is not done again by the next owner,

@@ -2,8 +2,10 @@
 //! the stage runs.
 //!
 //! An instance knows its own assignment; the rest of the group it learns only from the group
-//! coordinator. Every [`CHECK_EVERY`] the stream thread describes its group
-//! (`DescribeConsumerGroups`, bounded by [`CHECK_TIMEOUT`]) and counts the stage's tasks —
+//! coordinator. Every [`CHECK_EVERY`] the stream thread describes its group (the classic
+//! protocol's `ListGroups` and `DescribeGroups`, bounded by [`CHECK_TIMEOUT`]: not the admin
+//! API's `DescribeConsumerGroups`, whose failures can end the process in librdkafka — module
+//! `admin::groups`) and counts the stage's tasks —
 //! partition `p` of every source — that no member's assignment holds
 //! ([`unowned`]), published as [`Ownership`] (metric `parsley_stage_unowned_partitions`, and
 //! the readiness answer).
@@ -24,10 +26,9 @@
 //! A change of the count is logged at INFO, with the group's state and members. A failed
 //! request clears the published figure (`None`: unknown, not zero) and is logged at DEBUG; the
 //! next check comes after [`AFTER_FAILURE`] (the coordinator is likely unreachable then), as it
-//! does after the stage's consumer reports a node unreachable (a transport failure): a
-//! `DescribeConsumerGroups` that times out on a coordinator that is down can end the process
-//! in librdkafka ([`AFTER_FAILURE`] says how), so none is sent while a node is known to be
-//! unreachable.
+//! does after the stage's consumer reports a node unreachable (a transport failure): while a
+//! node is down, `ListGroups` waits for its answer until the check's bound, so a check then
+//! would hold the stream thread for the whole bound and fail.
 //!
 //! Invariant: at most one request per [`CHECK_EVERY`] (per [`AFTER_FAILURE`] after a failure), made by the stream thread between two
 //! phases, never holding it longer than [`CHECK_TIMEOUT`].
@@ -47,13 +48,9 @@ pub(crate) const CHECK_EVERY: Duration = Duration::from_secs(2);
 /// The longest a check waits for the coordinator's answer.
 const CHECK_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// How long the checks pause after one failed: a failed check usually means the group
-/// coordinator is unreachable (its node died, or it is moving), and librdkafka's
-/// coordinator-targeted admin requests that time out while the coordinator is down can end the
-/// process with an assertion (`rd_kafka_enq_once_del_source_return: eonce->refcnt > 0`, a
-/// use-after-free in librdkafka's admin coordinator path): the fewer such requests are left
-/// pending, the smaller that risk. Seen on the local cluster with the group coordinator's
-/// node killed while checks ran every [`CHECK_EVERY`].
+/// How long the checks pause after one failed: a failed check usually means a node is
+/// unreachable (it died, or the group coordinator is moving), and every check until it is back
+/// would hold the stream thread for [`CHECK_TIMEOUT`] and fail.
 const AFTER_FAILURE: Duration = Duration::from_secs(30);
 
 /// The stage's tasks that no member of `view` holds: `sources` are the stage's source topics
@@ -124,7 +121,7 @@ impl OwnershipCheck {
             return;
         }
         self.last = Some(Instant::now());
-        let view = match admin.describe_group_within(group, CHECK_TIMEOUT) {
+        let view = match admin.describe_group_classic(group, CHECK_TIMEOUT) {
             Ok(view) => view,
             Err(e) => {
                 debug!(group, error = %e, pause_ms = AFTER_FAILURE.as_millis() as u64, "the group cannot be described now");

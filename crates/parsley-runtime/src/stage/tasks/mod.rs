@@ -25,6 +25,7 @@ mod acks;
 mod explain;
 mod global;
 mod restore;
+mod standby;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -78,6 +79,8 @@ pub(crate) struct Tasks {
     /// The readers of the global sources, one per task, when the stage has global sources
     /// (module `global`).
     global: Option<global::GlobalReaders>,
+    /// Warm copies of tasks this instance does not own (module `standby`).
+    standbys: standby::Standbys,
 }
 
 impl Tasks {
@@ -91,12 +94,19 @@ impl Tasks {
         stores: Option<StateStores>,
         changelog: TopicInfo,
     ) -> Self {
+        let restore_client = restore::restore_client(app, spec, config, &changelog);
         Tasks {
             tasks: BTreeMap::new(),
             event_time: spec.event_time().cloned(),
             upstreams,
             stores,
-            restore_client: restore::restore_client(app, spec, config, &changelog),
+            standbys: standby::Standbys::new(
+                config.standby_replicas,
+                &config.instance_id,
+                &restore_client,
+                &changelog,
+            ),
+            restore_client,
             global: (!spec.global_sources().is_empty()).then(|| {
                 global::GlobalReaders::new(
                     restore::global_client(app, spec, config),
@@ -125,6 +135,23 @@ impl Tasks {
     /// The tasks, to hand them evidence.
     pub(crate) fn values_mut(&mut self) -> impl Iterator<Item = &mut Task> {
         self.tasks.values_mut()
+    }
+
+    /// After an assignment of `owned`: the standbys chosen again (module `standby`); `admin`
+    /// reads the changelog's offsets.
+    pub(crate) fn choose_standbys(
+        &mut self,
+        owned: &std::collections::BTreeSet<i32>,
+        admin: &Admin,
+        ctx: &TaskContext,
+    ) {
+        self.standbys
+            .choose(owned, self.stores.as_ref(), admin, &ctx.metrics);
+    }
+
+    /// Once a turn: the standbys read what their consumer has ready (module `standby`).
+    pub(crate) fn read_standbys(&mut self, ctx: &TaskContext) {
+        self.standbys.read(&ctx.metrics);
     }
 
     /// Hands every task over (a revocation).

@@ -59,15 +59,20 @@ impl Tasks {
         let started = Instant::now();
         let metrics = ctx.metrics.clone();
         metrics.task(partition, |m| m.phase = TaskPhase::Restoring);
+        // A standby of the task hands over what it read: on disk its keyspace is written up to
+        // its checkpoint first (module `standby`).
+        let warm = self.standbys.take(partition, &metrics);
         let client = &self.restore_client;
         let changelog = &self.changelog;
-        let (from, restored, store) = match &self.stores {
-            Some(stores) => {
+        let (from, restored, store) = match (&self.stores, warm) {
+            (Some(stores), _) => {
                 let (store, from, restored) = local_copy(admin, changelog, stores, partition)?;
                 (from, restored, Some(store))
             }
-            None => (0, Restored::default(), None),
+            (None, Some(warm)) => (warm.from, warm.restored, None),
+            (None, None) => (0, Restored::default(), None),
         };
+        let before = restored.records;
         metrics.task(partition, |m| m.restore_start = from);
         let (restored, replaced) = changelog::restore(
             client,
@@ -83,7 +88,8 @@ impl Tasks {
             },
             &mut |wait| metrics.explained().set_restore(partition, wait),
         )?;
-        let records = restored.records;
+        // What this restore read (a standby's records were read before it).
+        let records = restored.records - before;
         #[cfg(feature = "fault-injection")]
         if records > 0 {
             crate::fault::reached(
@@ -149,7 +155,7 @@ impl Tasks {
 ///
 /// # Errors
 /// [`crate::ProcessingError::StateStore`]; admin errors.
-fn local_copy(
+pub(super) fn local_copy(
     admin: &Admin,
     changelog: &TopicInfo,
     stores: &StateStores,

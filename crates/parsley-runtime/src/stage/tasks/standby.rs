@@ -1,0 +1,506 @@
+//! Standbys: warm copies of tasks this instance does not own (Kafka Streams' standby
+//! replicas), so that a task assigned here after a member died or left restores only the
+//! changelog's tail.
+//!
+//! A standby of task `p` reads partition `p` of the stage's changelog `read_committed`, as a
+//! restore does (module `restore`), and keeps what it read as the restore would: in memory, the
+//! fold of its records ([`Restored`]) and the next offset to read; with a state directory, in
+//! the task's keyspace of the state store, each batch written with the checkpoint after it.
+//! When the task is assigned here its restore starts from there: from the standby's fold and
+//! position in memory, from the keyspace's checkpoint on disk.
+//!
+//! **Which tasks.** The stage's consumer uses the eager range assignor (librdkafka's assignors
+//! are fixed): contiguous ranges of partitions over the members sorted by member id. When a
+//! member leaves, the ranges are recomputed over the members left: its range goes to the members
+//! beside it in that order and the others' ranges shift toward it, so the tasks that move to an
+//! instance are the ones next to its own. After each assignment an instance therefore warms
+//! the `replicas × owned` tasks it does not own that are nearest its own in partition order,
+//! circularly, ties to the lower partition ([`choose`]); `replicas` is
+//! [`RuntimeConfig::standby_replicas`](crate::RuntimeConfig::standby_replicas). With every
+//! member owning as many tasks, that makes `replicas` copies per task on average, what Kafka
+//! Streams' `num.standby.replicas` counts. An instance that owns no task (more instances than
+//! partitions) warms `replicas` tasks from the place its instance id hashes to.
+//!
+//! **Rebalances.** The choice is made at an assignment only: a revocation keeps every
+//! standby, so an eager rebalance, which revokes everything first, throws nothing away. A
+//! standby that is no longer chosen is dropped: on disk its keyspace keeps what it read, at its
+//! checkpoint, for a later restore or standby of the task; in memory what it read is thrown
+//! away and counted (`standby_records_discarded`). A standby whose task is assigned here
+//! becomes its restore's start.
+//!
+//! **Work.** One consumer reads every standby's partition. The stream thread polls it once a
+//! turn without waiting, at most [`PER_TURN`] records, so that standbys never hold up the tasks
+//! this instance owns; the consumer's prefetch is bounded by [`QUEUE_KBYTES`]. A standby is an
+//! optimisation: whatever fails in one (a record that does not decode, the store, the client)
+//! drops it with a warning, and the task, if assigned here, restores as without it.
+//!
+//! Invariants:
+//! - a standby's fold (on disk: its keyspace at its checkpoint) is exactly what a restore reading
+//!   the changelog partition up to the standby's position would have built;
+//! - no task is both owned here and a standby here: a task's standby is taken before its
+//!   restore, and the choice leaves owned tasks out.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use parsley_stage::changelog::Restored;
+use parsley_task::metrics::{StageMetrics, StandbyMetrics};
+use parsley_task::state_store::{Checkpoint, StateStores, TaskStore, now_ms};
+use parsley_task::topic::TopicInfo;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Message;
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use tracing::{debug, info, warn};
+
+use crate::admin::Admin;
+
+/// Most changelog records the standbys read in one turn of the stream thread.
+pub(crate) const PER_TURN: usize = 20_000;
+
+/// The standby consumer's prefetch bound (`queued.max.messages.kbytes`), KiB.
+pub(crate) const QUEUE_KBYTES: &str = "16384";
+
+/// Records a standby on disk writes to the state store in one batch.
+const STORE_BATCH: usize = 10_000;
+
+/// How often the standbys' figures are published to the stage's metrics.
+const PUBLISH_EVERY: Duration = Duration::from_millis(200);
+
+/// The tasks to warm: of `tasks` tasks, the `replicas × |owned|` (at least `replicas`) that
+/// `owned` does not hold, nearest to the owned ones in partition order, circularly, ties to the
+/// lower partition. Without an owned task, `replicas` tasks from `seed % tasks` on.
+pub(crate) fn choose(
+    owned: &BTreeSet<i32>,
+    tasks: i32,
+    replicas: usize,
+    seed: u64,
+) -> BTreeSet<i32> {
+    if tasks <= 0 || replicas == 0 {
+        return BTreeSet::new();
+    }
+    let free: Vec<i32> = (0..tasks).filter(|t| !owned.contains(t)).collect();
+    let count = (replicas * owned.len().max(1)).min(free.len());
+    if owned.is_empty() {
+        let start = (seed % tasks as u64) as i32;
+        return (0..tasks)
+            .map(|i| (start + i) % tasks)
+            .take(count)
+            .collect();
+    }
+    let distance = |t: i32| {
+        owned
+            .iter()
+            .map(|&o| (t - o).rem_euclid(tasks).min((o - t).rem_euclid(tasks)))
+            .min()
+            .unwrap_or(i32::MAX)
+    };
+    let mut by_distance: Vec<(i32, i32)> = free.into_iter().map(|t| (distance(t), t)).collect();
+    by_distance.sort_unstable();
+    by_distance
+        .into_iter()
+        .take(count)
+        .map(|(_, t)| t)
+        .collect()
+}
+
+/// What a standby hands its task's restore: where to start reading and what is folded so far.
+pub(crate) struct Handover {
+    /// The next changelog offset to read.
+    pub(crate) from: i64,
+    /// The fold of every record below `from`.
+    pub(crate) restored: Restored,
+}
+
+/// Changelog records (key, value; `None`: a tombstone) read and not in the state store yet.
+type Batch = Vec<(Vec<u8>, Option<Vec<u8>>)>;
+
+/// One warm copy.
+struct Warm {
+    /// The next changelog offset to read.
+    next: i64,
+    /// In memory: the fold of the records below `next`.
+    restored: Restored,
+    /// On disk: the task's keyspace, and the records read that are not in it yet.
+    store: Option<(TaskStore, Batch)>,
+    /// The checkpoint last written to the keyspace.
+    written: i64,
+    /// Records read since the copy started.
+    records: u64,
+}
+
+impl Warm {
+    /// Writes what the keyspace does not have yet, with checkpoint `next`.
+    fn flush(&mut self, changelog: &TopicInfo) -> parsley_task::error::Result<()> {
+        let Some((store, batch)) = &mut self.store else {
+            return Ok(());
+        };
+        if batch.is_empty() && self.written >= self.next {
+            return Ok(());
+        }
+        store.write(
+            batch.iter().map(|(k, v)| (k.as_slice(), v.as_deref())),
+            Checkpoint {
+                topic: changelog.id,
+                offset: self.next,
+                written_ms: now_ms(),
+            },
+        )?;
+        batch.clear();
+        self.written = self.next;
+        Ok(())
+    }
+}
+
+/// The standbys of one stage's stream thread (module docs).
+pub(crate) struct Standbys {
+    /// Copies wanted per task; 0: no standbys.
+    replicas: usize,
+    /// Where an instance without tasks starts its choice.
+    seed: u64,
+    /// The stage's changelog.
+    changelog: TopicInfo,
+    /// The standby consumer's configuration.
+    client: ClientConfig,
+    /// The consumer, while there are standbys.
+    consumer: Option<BaseConsumer>,
+    warm: BTreeMap<i32, Warm>,
+    published: Option<Instant>,
+}
+
+impl Standbys {
+    /// `replicas` copies per task of the stage whose changelog is `changelog`, read with a
+    /// consumer made from `restore_client` (module `restore`); `instance_id` seeds the choice
+    /// of an instance without tasks.
+    pub(crate) fn new(
+        replicas: usize,
+        instance_id: &str,
+        restore_client: &ClientConfig,
+        changelog: &TopicInfo,
+    ) -> Self {
+        let mut client = restore_client.clone();
+        client
+            .set("queued.max.messages.kbytes", QUEUE_KBYTES)
+            // A position below the log start (a topic deleted and made again) is an error that
+            // drops the standbys, never a silent jump.
+            .set("auto.offset.reset", "error");
+        Standbys {
+            replicas,
+            seed: instance_id
+                .bytes()
+                .fold(0u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b))),
+            changelog: changelog.clone(),
+            client,
+            consumer: None,
+            warm: BTreeMap::new(),
+            published: None,
+        }
+    }
+
+    /// After an assignment of `owned`: warms the tasks [`choose`] names, dropping the standbys it
+    /// no longer names (module docs). `stores`: the state store when state lives on disk;
+    /// `admin` reads the changelog's offsets to judge a keyspace's checkpoint.
+    pub(crate) fn choose(
+        &mut self,
+        owned: &BTreeSet<i32>,
+        stores: Option<&StateStores>,
+        admin: &Admin,
+        metrics: &StageMetrics,
+    ) {
+        if self.replicas == 0 {
+            return;
+        }
+        let wanted = choose(owned, self.changelog.partitions, self.replicas, self.seed);
+        let unwanted: Vec<i32> = self
+            .warm
+            .keys()
+            .filter(|p| !wanted.contains(p))
+            .copied()
+            .collect();
+        for partition in unwanted {
+            self.drop_warm(partition, metrics, "no longer chosen");
+        }
+        for &partition in &wanted {
+            if self.warm.contains_key(&partition) {
+                continue;
+            }
+            let warm = match stores {
+                None => Warm {
+                    next: 0,
+                    restored: Restored::default(),
+                    store: None,
+                    written: 0,
+                    records: 0,
+                },
+                Some(stores) => {
+                    match super::restore::local_copy(admin, &self.changelog, stores, partition) {
+                        Ok((store, from, _)) => Warm {
+                            next: from,
+                            restored: Restored::default(),
+                            store: Some((store, Vec::new())),
+                            written: from,
+                            records: 0,
+                        },
+                        Err(e) => {
+                            warn!(partition, error = %e, "no standby for the task: its keyspace cannot be read");
+                            continue;
+                        }
+                    }
+                }
+            };
+            info!(
+                partition,
+                from = warm.next,
+                "a standby of the task starts reading its changelog"
+            );
+            self.warm.insert(partition, warm);
+        }
+        self.assign();
+        self.publish(metrics, true);
+    }
+
+    /// The standby of `partition`, taken for the task's restore (module docs): in memory its
+    /// fold and position; on disk `None` once its keyspace holds everything it read. `None`
+    /// when there is no standby of the task.
+    pub(crate) fn take(&mut self, partition: i32, metrics: &StageMetrics) -> Option<Handover> {
+        let mut warm = self.warm.remove(&partition)?;
+        self.sync_position(partition, &mut warm);
+        self.assign();
+        self.publish(metrics, true);
+        info!(
+            partition,
+            position = warm.next,
+            records = warm.records,
+            "the task's standby becomes its restore's start"
+        );
+        if warm.store.is_some() {
+            if let Err(e) = warm.flush(&self.changelog) {
+                warn!(partition, error = %e, "the standby's last records could not be written: the restore reads them");
+            }
+            return None;
+        }
+        Some(Handover {
+            from: warm.next,
+            restored: warm.restored,
+        })
+    }
+
+    /// Once a turn: reads what the standby consumer has ready, at most [`PER_TURN`] records,
+    /// without waiting, and folds or stores each record into its standby.
+    pub(crate) fn read(&mut self, metrics: &StageMetrics) {
+        let Some(consumer) = &self.consumer else {
+            return;
+        };
+        let mut failed: Vec<(i32, String)> = Vec::new();
+        let mut broken = None;
+        for _ in 0..PER_TURN {
+            let m = match consumer.poll(Duration::ZERO) {
+                None => break,
+                Some(Ok(m)) => m,
+                Some(Err(e)) if crate::client_error::transient(&e) => break,
+                Some(Err(e)) => {
+                    broken = Some(e.to_string());
+                    break;
+                }
+            };
+            let partition = m.partition();
+            let Some(warm) = self.warm.get_mut(&partition) else {
+                continue;
+            };
+            if m.offset() < warm.next {
+                continue;
+            }
+            warm.next = m.offset() + 1;
+            warm.records += 1;
+            let key = m.key().unwrap_or_default();
+            match &mut warm.store {
+                None => {
+                    if let Err(why) = warm.restored.apply(key, m.payload()) {
+                        failed.push((partition, format!("offset {}: {why}", m.offset())));
+                    }
+                }
+                Some((_, batch)) => {
+                    batch.push((key.to_vec(), m.payload().map(<[u8]>::to_vec)));
+                    if batch.len() >= STORE_BATCH
+                        && let Err(e) = warm.flush(&self.changelog)
+                    {
+                        failed.push((partition, e.to_string()));
+                    }
+                }
+            }
+        }
+        if let Some(error) = broken {
+            warn!(
+                error,
+                "the standby consumer failed: every standby is dropped until the next assignment"
+            );
+            for partition in self.warm.keys().copied().collect::<Vec<_>>() {
+                self.drop_warm(partition, metrics, "its consumer failed");
+            }
+            self.assign();
+            self.publish(metrics, true);
+            return;
+        }
+        for (partition, why) in failed {
+            warn!(partition, why, "the task's standby is dropped");
+            self.drop_warm(partition, metrics, "it could not take a record");
+        }
+        let partitions: Vec<i32> = self.warm.keys().copied().collect();
+        for partition in partitions {
+            let mut warm = self.warm.remove(&partition).expect("a standby");
+            self.sync_position(partition, &mut warm);
+            if let Err(e) = warm.flush(&self.changelog) {
+                warn!(partition, error = %e, "the task's standby is dropped: its keyspace cannot be written");
+                continue;
+            }
+            self.warm.insert(partition, warm);
+        }
+        self.publish(metrics, false);
+    }
+
+    /// Moves `warm.next` to the consumer's position of `partition` when that is past it (commit
+    /// markers read after the last record).
+    fn sync_position(&self, partition: i32, warm: &mut Warm) {
+        let Some(consumer) = &self.consumer else {
+            return;
+        };
+        let Ok(positions) = consumer.position() else {
+            return;
+        };
+        if let Some(Offset::Offset(p)) = positions
+            .find_partition(&self.changelog.name, partition)
+            .map(|e| e.offset())
+            && p > warm.next
+        {
+            warm.next = p;
+        }
+    }
+
+    /// Drops the standby of `partition` (`why`, for the log): on disk its keyspace keeps what
+    /// it read; in memory its records are counted as thrown away.
+    fn drop_warm(&mut self, partition: i32, metrics: &StageMetrics, why: &str) {
+        let Some(mut warm) = self.warm.remove(&partition) else {
+            return;
+        };
+        if warm.store.is_some() {
+            if let Err(e) = warm.flush(&self.changelog) {
+                debug!(partition, error = %e, "a dropped standby's last records are not kept");
+            }
+        } else {
+            metrics.standby_discarded(warm.records);
+        }
+        info!(
+            partition,
+            why,
+            records = warm.records,
+            "the task's standby is dropped"
+        );
+    }
+
+    /// Assigns the standby consumer every standby's partition at its next offset, creating the
+    /// consumer for the first standby and dropping it after the last.
+    fn assign(&mut self) {
+        if self.warm.is_empty() {
+            self.consumer = None;
+            return;
+        }
+        if self.consumer.is_none() {
+            match self.client.create::<BaseConsumer>() {
+                Ok(c) => self.consumer = Some(c),
+                Err(e) => {
+                    warn!(error = %e, "no standby consumer: the standbys wait for the next assignment");
+                    self.warm.clear();
+                    return;
+                }
+            }
+        }
+        let mut tpl = TopicPartitionList::new();
+        for (&partition, warm) in &self.warm {
+            let at = if warm.next > 0 {
+                Offset::Offset(warm.next)
+            } else {
+                Offset::Beginning
+            };
+            if let Err(e) = tpl.add_partition_offset(&self.changelog.name, partition, at) {
+                warn!(partition, error = %e, "a standby's partition cannot be assigned");
+            }
+        }
+        if let Some(consumer) = &self.consumer
+            && let Err(e) = consumer.assign(&tpl)
+        {
+            warn!(error = %e, "the standby consumer cannot be assigned: the standbys wait for the next assignment");
+            self.warm.clear();
+            self.consumer = None;
+        }
+    }
+
+    /// Publishes the standbys' figures to `metrics`: at once when `now`, else at most every
+    /// [`PUBLISH_EVERY`].
+    fn publish(&mut self, metrics: &StageMetrics, now: bool) {
+        if !now && self.published.is_some_and(|t| t.elapsed() < PUBLISH_EVERY) {
+            return;
+        }
+        self.published = Some(Instant::now());
+        let consumer = self.consumer.as_ref();
+        metrics.set_standbys(self.warm.iter().map(|(&partition, warm)| {
+            let end = consumer.and_then(|c| {
+                crate::librdkafka::cached_high_watermark(c, &self.changelog.name, partition)
+            });
+            StandbyMetrics {
+                partition,
+                position: warm.next,
+                end,
+                records: warm.records,
+            }
+        }));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set(v: &[i32]) -> BTreeSet<i32> {
+        v.iter().copied().collect()
+    }
+
+    #[test]
+    fn the_nearest_tasks_are_chosen_as_many_per_owned_task_as_replicas() {
+        // Six tasks over three members, two each: the middle member warms its neighbours.
+        assert_eq!(choose(&set(&[2, 3]), 6, 1, 0), set(&[1, 4]));
+        // Circularly: the first member's neighbours are 2 and 5.
+        assert_eq!(choose(&set(&[0, 1]), 6, 1, 0), set(&[2, 5]));
+        // Two copies per task: four tasks, the nearest first, ties to the lower partition.
+        assert_eq!(choose(&set(&[2, 3]), 6, 2, 0), set(&[0, 1, 4, 5]));
+        assert_eq!(choose(&set(&[0]), 5, 1, 0), set(&[1]));
+        assert_eq!(choose(&set(&[0]), 5, 3, 0), set(&[1, 2, 4]));
+    }
+
+    #[test]
+    fn the_choice_never_holds_an_owned_task_and_stops_at_the_free_ones() {
+        assert_eq!(choose(&set(&[0, 1, 2]), 4, 5, 0), set(&[3]));
+        assert_eq!(choose(&set(&[0, 1]), 2, 1, 0), set(&[]));
+        assert_eq!(choose(&set(&[1]), 3, 0, 0), set(&[]));
+    }
+
+    #[test]
+    fn an_instance_without_tasks_warms_from_where_its_id_hashes() {
+        assert_eq!(choose(&set(&[]), 4, 2, 7), set(&[3, 0]));
+        assert_eq!(choose(&set(&[]), 4, 1, 5), set(&[1]));
+    }
+
+    /// With members owning range-assigned blocks, when one member leaves, each task that moves
+    /// to a survivor was warm on it whenever the blocks moved by at most one task per side.
+    #[test]
+    fn a_leaving_members_neighbour_tasks_are_warm_on_their_new_owner() {
+        // Range assignment of 6 tasks over 3 members, then over the 2 left when the middle one
+        // leaves: [0,1] [2,3] [4,5] -> [0,1,2] [3,4,5].
+        let before = [set(&[0, 1]), set(&[2, 3]), set(&[4, 5])];
+        let after = [set(&[0, 1, 2]), set(&[3, 4, 5])];
+        for (owned, now) in [(&before[0], &after[0]), (&before[2], &after[1])] {
+            let warm = choose(owned, 6, 1, 0);
+            for moved in now.difference(owned) {
+                assert!(warm.contains(moved), "{moved} warm on {owned:?}: {warm:?}");
+            }
+        }
+    }
+}
