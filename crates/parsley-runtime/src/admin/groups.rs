@@ -56,7 +56,7 @@ impl Admin {
                     code,
                     Some(group),
                     ClientRole::Admin,
-                    &code.to_string(),
+                    code.to_string(),
                 )
                 .unwrap_or_else(|| fail(code.to_string())));
             }
