@@ -203,6 +203,29 @@ pub fn output_reader(bootstrap: &str, topic: &str, partitions: i32) -> Result<Ba
     Ok(consumer)
 }
 
+/// Writes one record to `partition` of `topic` (of `partitions` partitions), under the first
+/// key murmur2 puts there ([`key_on`]), and waits for its acknowledgement.
+///
+/// # Errors
+/// When the send or the flush fails.
+pub fn send_one(
+    producer: &BaseProducer,
+    topic: &str,
+    partition: i32,
+    partitions: i32,
+) -> Result<()> {
+    send(
+        producer,
+        topic,
+        partition,
+        &key_on(partition, partitions),
+        &value(8, 0),
+    )?;
+    producer
+        .flush(TIMEOUT)
+        .with_context(|| format!("flushing a record to {topic}/{partition}"))
+}
+
 /// The first key (`00000000`, `00000001`, …) that murmur2 puts on `partition` of `partitions`:
 /// a record a stage's key-partition check accepts there.
 fn key_on(partition: i32, partitions: i32) -> Vec<u8> {

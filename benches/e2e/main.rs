@@ -65,6 +65,10 @@
 //! *Memory*: each case's process reports its peak resident set (`VmHWM`) and CPU time; the
 //! table shows the largest peak of each mode.
 //!
+//! *Standbys* (`e2e standby`, `cargo xtask bench standby`): a task moved to another instance,
+//! with and without a standby of it there: what its restore read and its first commit after the
+//! assignment (module [`standby`]).
+//!
 //! The table ends with the verdicts against the targets:
 //! - Parsley's pass-through throughput at least 0.9× the raw loop's;
 //! - the p99 latency of live records at most 1.5× the commit interval;
@@ -84,6 +88,7 @@ mod load;
 mod parsley;
 mod raw;
 mod sample;
+mod standby;
 mod statistics;
 mod table;
 mod worker;
@@ -128,6 +133,9 @@ enum Sub {
     /// (interleaved A/B runs of two builds on one input).
     #[command(hide = true)]
     Topics(TopicsArgs),
+    /// A task moved to another instance, with and without a standby of it there: its restore
+    /// and its first commit after the assignment (`cargo xtask bench standby`).
+    Standby(standby::StandbyArgs),
 }
 
 #[derive(Args, Debug, Clone)]
@@ -268,6 +276,7 @@ fn main() -> ExitCode {
     let result = match cli.worker {
         Some(Sub::Worker(args)) => worker::run(&args).map(|()| true),
         Some(Sub::Topics(args)) => topics(&args).map(|()| true),
+        Some(Sub::Standby(args)) => standby::run(&args),
         None => bench(&cli.bench),
     };
     match result {

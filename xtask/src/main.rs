@@ -270,6 +270,21 @@ enum Cmd {
 
 #[derive(Subcommand)]
 enum BenchCmd {
+    /// A task moved to another instance, with and without a standby of it there
+    /// (`RuntimeConfig::standby_replicas`): what its restore read and its first commit after the
+    /// assignment; goal ≤ 2 s with a standby (release build; the book's "Benchmarks" chapter
+    /// has the figures).
+    Standby {
+        /// Unique keys per task, two tasks (default: 5,000,000).
+        #[arg(long)]
+        keys: Option<u64>,
+        /// State on the heap instead of a state directory per instance.
+        #[arg(long)]
+        memory: bool,
+        /// Leave a broker this command started running afterwards.
+        #[arg(long)]
+        keep_broker: bool,
+    },
     /// A raw rdkafka transactional consume→produce loop, a Parsley pass-through stage and a
     /// Parsley count per key against Kafka Streams 4.4's pass-through and count: throughput,
     /// CPU per record, live-record latency and peak memory, side by side (release build; the
@@ -466,6 +481,31 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 keep_broker,
             )
         }
+        Cmd::Bench {
+            kind:
+                BenchCmd::Standby {
+                    keys,
+                    memory,
+                    keep_broker,
+                },
+        } => release_bin(
+            (
+                "parsley-benches",
+                "e2e",
+                "the standby benchmark (a moved task's restore)",
+            ),
+            [],
+            // The subcommand first: its flags follow it.
+            ["standby".to_string()]
+                .into_iter()
+                .chain(
+                    keys.into_iter()
+                        .flat_map(|k| ["--keys".to_string(), k.to_string()]),
+                )
+                .chain(memory.then(|| "--memory".to_string()))
+                .collect(),
+            keep_broker,
+        ),
         Cmd::Compare(args) => compare::run(args),
         Cmd::Conformance(args) => conformance::run(&args),
         Cmd::Replay(args) => replay::run(args),
@@ -722,7 +762,9 @@ fn release_bin<const N: usize>(
         {
             cmd.env("PARSLEY_BROKER_PID", pid.to_string());
         }
-        cmd.args(["--bootstrap", bootstrap]).args(&forwarded);
+        // The bootstrap last: after a subcommand that `forwarded` starts with, it is that
+        // subcommand's.
+        cmd.args(&forwarded).args(["--bootstrap", bootstrap]);
         status_code(&mut cmd, what)
     })
 }
