@@ -488,6 +488,78 @@ mod tests {
         assert_eq!(choose(&set(&[]), 4, 1, 5), set(&[1]));
     }
 
+    /// The range assignor's ranges of `tasks` tasks over `members` members, in member order.
+    fn range(tasks: i32, members: i32) -> Vec<BTreeSet<i32>> {
+        let (per, extra) = (tasks / members, tasks % members);
+        (0..members)
+            .map(|i| {
+                let start = i * per + i.min(extra);
+                (start..start + per + i32::from(i < extra)).collect()
+            })
+            .collect()
+    }
+
+    /// The share of the tasks that move to a survivor when one member leaves that were warm
+    /// there, and the warm tasks per owned task, over 2–16 tasks, 2–4 members (at most one per
+    /// task) and every member leaving, for `replicas` 1 and 2. The figures of the book's
+    /// benchmarks chapter: `cargo test -p parsley-runtime --lib standby::tests::coverage --
+    /// --nocapture`.
+    /// A choice to measure against: as many tasks, all after the owned ones (circularly).
+    fn after_only(owned: &BTreeSet<i32>, tasks: i32, replicas: usize, _: u64) -> BTreeSet<i32> {
+        let last = owned.iter().max().copied().unwrap_or(-1);
+        let count = (replicas * owned.len().max(1)).min(tasks as usize - owned.len());
+        (1..tasks)
+            .map(|i| (last + i).rem_euclid(tasks))
+            .filter(|t| !owned.contains(t))
+            .take(count)
+            .collect()
+    }
+
+    #[test]
+    fn coverage_of_the_nearest_tasks_choice_under_the_range_assignor() {
+        type Choice = fn(&BTreeSet<i32>, i32, usize, u64) -> BTreeSet<i32>;
+        for (name, choose, replicas) in [
+            ("nearest", choose as Choice, 1),
+            ("nearest", choose, 2),
+            ("after only", after_only, 1),
+            ("after only", after_only, 2),
+        ] {
+            let (mut moved, mut warm_moved, mut owned, mut warm) = (0, 0, 0, 0);
+            for tasks in 2..=16 {
+                for members in 2..=4.min(tasks) {
+                    let before = range(tasks, members);
+                    for leaving in 0..members as usize {
+                        let survivors: Vec<&BTreeSet<i32>> = before
+                            .iter()
+                            .enumerate()
+                            .filter(|(i, _)| *i != leaving)
+                            .map(|(_, s)| s)
+                            .collect();
+                        let after = range(tasks, members - 1);
+                        for (old, new) in survivors.iter().zip(&after) {
+                            let chosen = choose(old, tasks, replicas, 0);
+                            owned += old.len();
+                            warm += chosen.len();
+                            for t in new.difference(old) {
+                                moved += 1;
+                                warm_moved += usize::from(chosen.contains(t));
+                            }
+                        }
+                    }
+                }
+            }
+            let share = warm_moved as f64 / moved as f64;
+            println!(
+                "{name}, replicas {replicas}: {warm_moved} of {moved} moved tasks warm ({:.0} %), {:.2} warm tasks per owned task",
+                100.0 * share,
+                warm as f64 / owned as f64
+            );
+            if name == "nearest" {
+                assert!(share > if replicas == 1 { 0.7 } else { 0.95 }, "{share}");
+            }
+        }
+    }
+
     /// With members owning range-assigned blocks, when one member leaves, each task that moves
     /// to a survivor was warm on it whenever the blocks moved by at most one task per side.
     #[test]
