@@ -8,14 +8,13 @@
 //! own (`--memory`: state on the heap). In the `standby` case both keep one standby per task,
 //! and the benchmark waits until B's standby of A's task has read A's changelog partition to its
 //! end. Then A stops (a final commit, then it leaves the group), one record is written to A's
-//! task, and B's figures for that task are taken, polled every 5 ms: when the group assigned it
-//! to B (the task appears, restoring), when it ran (restored), and when B's first commit
-//! covering the new record came. The `none` case does the same without standbys: the task's
-//! restore reads its changelog whole.
+//! task, and B's figures are polled every 5 ms until B's first commit covering that record. The
+//! `none` case does the same without standbys: the task's restore reads its changelog whole.
 //!
-//! Printed per case: the changelog records the moved task's restore read, its restore time, and
-//! the time from the assignment to the first commit. The goal: with a standby, that first
-//! commit at most 2 s after the assignment.
+//! Printed per case: the changelog records the moved task's restore read, its restore time (the
+//! task's own figure), and the time from A's stop to that first commit — the rebalance, the
+//! restore and the commit, an upper bound of the time from the assignment to the first commit.
+//! The goal: with a standby, the first commit at most 2 s after the assignment.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -49,8 +48,9 @@ struct Moved {
     read: i64,
     /// Its restore, as the task reports it.
     restore: Duration,
-    /// From the assignment (the task seen restoring) to the first commit covering the record
-    /// written after A stopped.
+    /// From A's stop (its final commit made and its group left) to B's first commit covering
+    /// the record written then: the rebalance, the restore and the commit, what a user of the
+    /// task waits. It bounds the time from the assignment to the first commit from above.
     first_commit: Duration,
 }
 
@@ -69,7 +69,7 @@ pub fn run(args: &StandbyArgs) -> Result<bool> {
         let m = case(args, standby)?;
         let name = if standby { "standby" } else { "none" };
         println!(
-            "standby: {name:>7}: the moved task's restore read {} changelog records in {:.2} s; first commit {:.2} s after the assignment",
+            "standby: {name:>7}: the moved task's restore read {} changelog records in {:.2} s; its first commit {:.2} s after A stopped",
             m.read,
             m.restore.as_secs_f64(),
             m.first_commit.as_secs_f64()
@@ -79,7 +79,7 @@ pub fn run(args: &StandbyArgs) -> Result<bool> {
         }
     }
     println!(
-        "standby: goal: with a standby, the first commit within {} s of the assignment: {}",
+        "standby: goal: with a standby, the first commit within {} s of the assignment (A's stop, the rebalance included): {}",
         GOAL.as_secs(),
         if met { "met" } else { "NOT met" }
     );
@@ -143,28 +143,27 @@ fn case(args: &StandbyArgs, standby: bool) -> Result<Moved> {
         })?;
     }
 
-    a.stop().context("stopping instance A")?;
-    let before = committed(&b, &stage);
     let producer = load::producer(&args.bootstrap, 0)?;
+    let before = committed(&b, &stage);
+    a.stop().context("stopping instance A")?;
+    let stopped = Instant::now();
     load::send_one(&producer, &input, on_a, 2)?;
-    let started = Instant::now();
-    let mut assigned = None;
     let moved = loop {
         let now = tasks(&b, &stage);
-        if let Some(t) = now.iter().find(|t| t.partition == on_a) {
-            let at = *assigned.get_or_insert_with(Instant::now);
-            if t.phase == TaskPhase::Running && committed(&b, &stage) > before {
-                break Moved {
-                    read: t.restore_end - t.restore_start,
-                    restore: Duration::from_millis(t.restore_ms),
-                    first_commit: at.elapsed(),
-                };
-            }
+        if let Some(t) = now.iter().find(|t| t.partition == on_a)
+            && t.phase == TaskPhase::Running
+            && committed(&b, &stage) > before
+        {
+            break Moved {
+                read: t.restore_end - t.restore_start,
+                restore: Duration::from_millis(t.restore_ms),
+                first_commit: stopped.elapsed(),
+            };
         }
         if let Some(Progress::Failed { error, .. }) = b.next_progress(Duration::from_millis(5)) {
             bail!("instance B failed: {error}");
         }
-        check_deadline(started, "the moved task's first commit")?;
+        check_deadline(stopped, "the moved task's first commit")?;
     };
     b.stop().context("stopping instance B")?;
     admin
