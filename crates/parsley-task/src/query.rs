@@ -67,13 +67,16 @@ pub struct Shortfall {
     pub delivered: Option<i64>,
 }
 
+/// Every key's fold state in the tasks of a stage: `(task, key, state)`.
+pub type Entries = Vec<(i32, Vec<u8>, Vec<u8>)>;
+
 /// What the stream thread answers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StoreAnswer {
     /// The key's fold state (`None`: the key has none).
     Value(Option<Vec<u8>>),
     /// Every key's fold state, `(task, key, state)`, by task then key bytes.
-    Entries(Vec<(i32, Vec<u8>, Vec<u8>)>),
+    Entries(Entries),
     /// This instance runs no task of that partition (another instance owns it, or it is
     /// restoring).
     NotOwned {

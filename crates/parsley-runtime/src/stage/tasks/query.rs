@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use parsley_stage::KeyPartitioning;
 use parsley_task::context::TaskContext;
-use parsley_task::query::{Request, StoreAnswer, StoreQuery, shortfalls};
+use parsley_task::query::{Entries, Request, StoreAnswer, StoreQuery, shortfalls};
 use parsley_task::topic::task_of;
 
 use super::Tasks;
@@ -75,7 +75,7 @@ impl Tasks {
     }
 
     /// Every key's fold state in every task, by task then key bytes.
-    fn entries(&self) -> parsley_task::Result<Vec<(i32, Vec<u8>, Vec<u8>)>> {
+    fn entries(&self) -> parsley_task::Result<Entries> {
         let mut entries = Vec::new();
         for (partition, task) in &self.tasks {
             let all = task.fold().entries()?;
