@@ -8,6 +8,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::Arc;
 
+use parsley_stage::store::StoreSpec;
 use parsley_stage::{BadRecordPolicy, Error, EventTimeOrder, ImpossiblePolicy, Part, Topology};
 
 use crate::data::{Consumed, Data};
@@ -16,6 +17,7 @@ use crate::global::GlobalKTable;
 use crate::graph::Graph;
 use crate::late::LatePolicy;
 use crate::processor::{Root, Value};
+use crate::state::slot_reader;
 use crate::stream::KStream;
 use crate::table::KTable;
 
@@ -147,6 +149,12 @@ impl StreamsBuilder {
         let children = out.children();
         let (codecs, partitioning) = (consumed.codecs, consumed.partitioning);
         let slot = name;
+        if consumed.versioned.is_none() {
+            g.queryable(
+                node,
+                StoreSpec::new::<K, V>(slot.clone(), codecs.key.clone(), slot_reader(slot.clone())),
+            );
+        }
         if let Some(retention) = consumed.versioned {
             g.versioned(node, retention);
             let root = crate::stream_table::source_root(codecs, slot, retention, children);

@@ -18,6 +18,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use parsley_stage::store::StoreSpec;
 use parsley_stage::{
     BadRecordPolicy, Error, EventTimeOrder, ImpossiblePolicy, InternalTopic, KeyPartitioning,
     Schedule, StageSettings, Topology,
@@ -82,6 +83,8 @@ pub(crate) struct Graph {
     event_time: EventTimeOrder,
     late: LatePolicy,
     built: bool,
+    /// The queryable stores, by the operator whose slot they read.
+    stores: Vec<(usize, StoreSpec)>,
 }
 
 impl Graph {
@@ -102,7 +105,13 @@ impl Graph {
             event_time: EventTimeOrder::new(),
             late: LatePolicy::Count,
             built: false,
+            stores: Vec::new(),
         }
+    }
+
+    /// Makes operator `id`'s state slot queryable as `store` (interactive queries).
+    pub(crate) fn queryable(&mut self, id: usize, store: StoreSpec) {
+        self.stores.push((id, store));
     }
 
     pub(crate) fn app(&self) -> &str {
@@ -416,6 +425,9 @@ impl Graph {
                 .on_bad_record(self.bad_records.clone())
                 .on_impossible_stamp(self.impossible.clone())
                 .operators(self.describe(&roots, c));
+            for (_, store) in self.stores.iter().filter(|(n, _)| roots[*n] == c) {
+                settings = settings.store(store.clone());
+            }
             for s in &sources {
                 settings = if s.global.is_some() {
                     settings.global_source(s.topic.clone())

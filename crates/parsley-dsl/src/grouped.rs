@@ -17,10 +17,12 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use parsley_stage::Codec;
+use parsley_stage::store::StoreSpec;
 
 use crate::data::{Codecs, Data, auto_codecs};
 use crate::flow::{Change, Ctx, Outlet, forward_at};
 use crate::graph::Graph;
+use crate::state::slot_reader;
 use crate::stream::KStream;
 use crate::table::KTable;
 
@@ -136,6 +138,12 @@ impl<K: Data, V: Data> KGroupedStream<K, V> {
         self.stream.keyed_beside(&name, self.codecs, beside)
     }
 
+    /// The codec of the grouped stream's keys: the bytes its aggregations key their state
+    /// with.
+    pub(crate) fn key_codec(&self) -> Arc<dyn Codec<K>> {
+        self.codecs.key.clone()
+    }
+
     /// The grouped stream's operator, before any repartition.
     pub(crate) fn node(&self) -> usize {
         self.stream.node
@@ -167,10 +175,15 @@ impl<K: Data, V: Data> KGroupedStream<K, V> {
         what: &str,
         step: impl Fn(&K, V, Option<A>) -> A + Send + Sync + 'static,
     ) -> KTable<K, A> {
+        let key_codec = self.key_codec();
         let (graph, node, input, name) = self.stateful_node(kind, what.to_string());
         let (out, freeze) = Outlet::<K, Change<A>>::new();
         graph.borrow_mut().on_freeze(freeze);
         graph.borrow_mut().materialised(node);
+        graph.borrow_mut().queryable(
+            node,
+            StoreSpec::new::<K, A>(name.clone(), key_codec, slot_reader(name.clone())),
+        );
         let children = out.children();
         let slot = name;
         input.attach(Arc::new(move |ctx: &mut Ctx<'_>, k, v| {

@@ -27,11 +27,13 @@
 
 use std::sync::Arc;
 
+use parsley_stage::store::StoreSpec;
 use serde::{Deserialize, Serialize};
 
 use crate::data::{Data, none_or_one};
 use crate::flow::{Change, Ctx, Outlet, forward, forward_at};
 use crate::grouped::KGroupedStream;
+use crate::state::slot_reader;
 use crate::stream::KStream;
 use crate::table::KTable;
 
@@ -221,10 +223,15 @@ impl<K: Data, V: Data> KGroupedTable<K, V> {
         what: &str,
         step: impl Fn(&K, Option<A>, Regrouped<V>) -> Option<A> + Send + Sync + 'static,
     ) -> KTable<K, A> {
+        let key_codec = self.grouped.key_codec();
         let (graph, node, input, slot) = self.grouped.stateful_node(kind, what.to_string());
         let (out, freeze) = Outlet::<K, Change<A>>::new();
         graph.borrow_mut().on_freeze(freeze);
         graph.borrow_mut().materialised(node);
+        graph.borrow_mut().queryable(
+            node,
+            StoreSpec::new::<K, A>(slot.clone(), key_codec, slot_reader(slot.clone())),
+        );
         let children = out.children();
         input.attach(Arc::new(move |ctx: &mut Ctx<'_>, k, change| {
             let (old, at): (Option<A>, Option<i64>) = match ctx.load_timestamped(&slot)? {

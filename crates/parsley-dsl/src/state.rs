@@ -19,7 +19,9 @@
 //! At the bottom of the crate: it imports none of its modules.
 
 use std::borrow::Cow;
+use std::sync::Arc;
 
+use parsley_stage::store::ValueReader;
 use parsley_stage::{Bincode, Codec, CodecError, StateChange};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -236,6 +238,14 @@ fn encode(entries: &Entries<'_>) -> Result<Vec<u8>, CodecError> {
     out.push(VERSION);
     bincode::serde::encode_into_std_write(entries, &mut out, bincode::config::standard())?;
     Ok(out)
+}
+
+/// How a key's fold state reads as the value in slot `name`: a queryable store's value
+/// (`None` when the key's state has no such slot).
+pub(crate) fn slot_reader<S: Serialize + DeserializeOwned + 'static>(
+    name: String,
+) -> ValueReader<S> {
+    Arc::new(move |raw: &[u8]| Slots::new(Some(raw)).get::<S>(&name))
 }
 
 /// The slots of `raw` (version 2, or version 1 without timestamps), borrowing their names

@@ -45,6 +45,11 @@ pub struct RuntimeConfig {
     /// nowhere. See
     /// [`RuntimeConfig::metrics_address`].
     pub metrics_address: Option<SocketAddr>,
+    /// The `host:port` at which this instance serves its application (Kafka Streams'
+    /// `application.server`), advertised to the other instances of its stages for
+    /// [`Running::key_owner`](crate::Running::key_owner). Default: none. See
+    /// [`RuntimeConfig::application_endpoint`].
+    pub application_endpoint: Option<String>,
     /// Where the stages keep their fold state: `None` (the default) on the heap; `Some(dir)`
     /// on disk, in an embedded store under `dir/{group id}` with a local checkpoint, so state
     /// may outgrow memory and a restart reads only the changelog's tail. See
@@ -107,6 +112,7 @@ impl RuntimeConfig {
             clients: ClientSettings::new(),
             statistics: None,
             metrics_address: None,
+            application_endpoint: None,
             state_dir: None,
             changelog: Vec::new(),
             standby_replicas: 0,
@@ -310,6 +316,19 @@ impl RuntimeConfig {
         self
     }
 
+    /// Advertises `endpoint` (`host:port`, the address at which this instance serves its
+    /// application — its own API, or the metrics endpoint's `/store` route) to the other
+    /// instances of its stages, as Kafka Streams' `application.server`:
+    /// [`Running::key_owner`](crate::Running::key_owner) names it as the owner of the keys
+    /// of the tasks this instance holds. It travels in the client id of each stage's consumer,
+    /// `{group}-consumer|{instance_id}|{endpoint}`, which the group coordinator lists with each
+    /// member (`DescribeGroups`): no topic and no extra request. Neither
+    /// [`RuntimeConfig::instance_id`] nor `endpoint` may contain `|`.
+    pub fn application_endpoint(mut self, endpoint: impl Into<String>) -> Self {
+        self.application_endpoint = Some(endpoint.into());
+        self
+    }
+
     /// Keeps every stage's fold state on disk under `dir` instead of on the heap: one embedded
     /// store per stage at `dir/{group id}` (a log-structured merge tree, the crate `fjall`),
     /// one keyspace per task. The changelog stays the source of truth; the store is its local
@@ -380,7 +399,12 @@ impl RuntimeConfig {
         role: ClientRole,
         own: &[(&str, &str)],
     ) -> ClientConfig {
-        let id = format!("{group}-{}", role.name());
+        let id = match (&self.application_endpoint, role) {
+            (Some(endpoint), ClientRole::Consumer) => {
+                format!("{group}-{}|{}|{endpoint}", role.name(), self.instance_id)
+            }
+            _ => format!("{group}-{}", role.name()),
+        };
         let interval = self
             .statistics
             .as_ref()

@@ -64,6 +64,10 @@
 //! Prometheus text format (`/metrics`) and health probes (`/health/live`, `/health/ready`) over
 //! HTTP until they are stopped ([`Running::metrics_address`] says where).
 //!
+//! [`Running::store`] reads a running stage's state from outside it — a store's value of a
+//! key, a range, all — and [`ReadOnlyStore::get_at_least`] reads it once the key's task has
+//! delivered what a causal stamp claims (module [`query`]).
+//!
 //! A [`TopologyTestDriver`] runs a topology in memory, with no broker, through the same tasks
 //! (gate, stamping, fold state, event-time order, changelog and restore): module [`driver`].
 //! Every output is stamped with what its task had delivered, the record it was handed included:
@@ -129,6 +133,7 @@ mod fault;
 pub mod librdkafka;
 mod open_transaction;
 mod outbox;
+pub mod query;
 mod refusal;
 mod runtime;
 mod security;
@@ -173,6 +178,7 @@ pub use parsley_task::metrics::{
 pub use parsley_task::outgoing::{Acked, OutgoingRecord};
 pub use parsley_task::topic::{TopicInfo, crc32_partition_for, partition_for};
 pub use parsley_task::{GateMode, TopologyTestDriver};
+pub use query::{KeyOwner, QueryError, ReadOnlyStore, ShortChannel};
 /// The Kafka client the runtime is built on: [`CausalProducer::observe_message`] takes its
 /// messages, so a service that consumes with it uses this version.
 pub use rdkafka;

@@ -394,6 +394,74 @@ impl Running {
         }
     }
 
+    /// A read-only view of store `name` — a store a stage running here declares (the DSL's
+    /// source tables and aggregations, named after their operators) — typed `K` → `V`
+    /// (Kafka Streams' `KafkaStreams.store`): [`ReadOnlyStore::get`], [`ReadOnlyStore::range`]
+    /// and [`ReadOnlyStore::all`] over the tasks this instance runs, answered by the stage's
+    /// stream thread between two turns, and [`ReadOnlyStore::get_at_least`], which waits for
+    /// a causal stamp (module [`query`](crate::query)).
+    ///
+    /// # Errors
+    /// [`QueryError::UnknownStore`] when no stage running here declares `name`;
+    /// [`QueryError::WrongTypes`] when its keys are not `K` or its values not `V`.
+    ///
+    /// [`ReadOnlyStore::get`]: crate::ReadOnlyStore::get
+    /// [`ReadOnlyStore::range`]: crate::ReadOnlyStore::range
+    /// [`ReadOnlyStore::all`]: crate::ReadOnlyStore::all
+    /// [`ReadOnlyStore::get_at_least`]: crate::ReadOnlyStore::get_at_least
+    /// [`QueryError::UnknownStore`]: crate::QueryError::UnknownStore
+    /// [`QueryError::WrongTypes`]: crate::QueryError::WrongTypes
+    pub fn store<K: 'static, V: 'static>(
+        &self,
+        name: &str,
+    ) -> std::result::Result<crate::ReadOnlyStore<K, V>, crate::QueryError> {
+        let topology = &self.runtime.topology;
+        crate::query::open(
+            name,
+            self.stages.iter().filter_map(|(stage, _, metrics)| {
+                topology.stage(stage).map(|spec| (spec, metrics))
+            }),
+        )
+    }
+
+    /// The instance that owns the task of `key` in store `name` (Kafka Streams'
+    /// `queryMetadataForKey`): the task the stage's partitioner gives the key's bytes (the
+    /// store's key codec), and the instance id and
+    /// [application endpoint](RuntimeConfig::application_endpoint) of the group member that
+    /// holds it — this instance when it runs the task and advertises an endpoint, else as the
+    /// group coordinator listed the members at the stream thread's last look (every 2 s).
+    /// Members that advertise no endpoint are never named.
+    ///
+    /// # Errors
+    /// [`QueryError::UnknownStore`]; [`QueryError::WrongTypes`] when the store's keys are not
+    /// `K`; [`QueryError::OwnerUnknown`] when no advertising member held the task at the last
+    /// look (the group rebalanced, or the owner advertises nothing); [`QueryError::Key`],
+    /// [`QueryError::Unpartitioned`], [`QueryError::StageEnded`], [`QueryError::NoAnswer`].
+    ///
+    /// [`QueryError::UnknownStore`]: crate::QueryError::UnknownStore
+    /// [`QueryError::WrongTypes`]: crate::QueryError::WrongTypes
+    /// [`QueryError::OwnerUnknown`]: crate::QueryError::OwnerUnknown
+    /// [`QueryError::Key`]: crate::QueryError::Key
+    /// [`QueryError::Unpartitioned`]: crate::QueryError::Unpartitioned
+    /// [`QueryError::StageEnded`]: crate::QueryError::StageEnded
+    /// [`QueryError::NoAnswer`]: crate::QueryError::NoAnswer
+    pub fn key_owner<K: 'static>(
+        &self,
+        name: &str,
+        key: &K,
+    ) -> std::result::Result<crate::KeyOwner, crate::QueryError> {
+        let topology = &self.runtime.topology;
+        let config = &self.runtime.config;
+        crate::query::key_owner(
+            name,
+            key,
+            self.stages.iter().filter_map(|(stage, _, metrics)| {
+                topology.stage(stage).map(|spec| (spec, metrics))
+            }),
+            (&config.instance_id, config.application_endpoint.as_deref()),
+        )
+    }
+
     /// The address of the metrics endpoint of these stages
     /// ([`RuntimeConfig::metrics_address`]; with port 0, the port picked); `None` when none was
     /// asked for. It serves until [`Running::stop`] returns, or until the `Running` is dropped.

@@ -59,6 +59,7 @@
 //! `no_import_circles` test):
 //! 1. `codec`, `handler`, `internal`, `event_time` and [`changelog`]: import none of the others;
 //! 2. `error`: the error types of `codec` and `handler`; `punctuation`: `codec` and `handler`;
+//!    [`store`]: a queryable view of fold state, over `codec`;
 //! 3. `processor`: a handler and its codecs as bytes, failing with `error`'s errors;
 //! 4. [`topology`]: stages built from processors and validated;
 //! 5. `describe`: a built topology, for people.
@@ -75,6 +76,7 @@ mod header;
 mod internal;
 mod processor;
 mod punctuation;
+pub mod store;
 pub mod topology;
 
 pub use codec::{Auto, Bincode, Bytes, Codec, CodecError, Json, Nullable, Utf8};

@@ -56,6 +56,7 @@ use crate::handler::Handler;
 use crate::internal::InternalTopic;
 use crate::processor::{Codecs, Processor, Typed, TypedPunctuator};
 use crate::punctuation::{PunctuationType, Punctuator, Schedule};
+use crate::store::StoreSpec;
 
 /// A validated set of stages of one application.
 #[derive(Clone)]
@@ -129,6 +130,8 @@ pub struct StageSpec {
     internal: Vec<InternalTopic>,
     /// One line per operator, from the front end that compiled the stage.
     operators: Vec<String>,
+    /// The views of its fold state that interactive queries read ([`StageSettings::store`]).
+    stores: Vec<StoreSpec>,
 }
 
 /// How the writers of a source partition its records by key.
@@ -231,6 +234,7 @@ impl fmt::Debug for StageSpec {
             .field("clock_topic", &self.clock_topic)
             .field("internal", &self.internal)
             .field("operators", &self.operators)
+            .field("stores", &self.stores)
             .finish_non_exhaustive()
     }
 }
@@ -337,6 +341,17 @@ impl StageSpec {
     /// [`changelog_topic`]).
     pub fn changelog_topic(&self, application_id: &str) -> String {
         changelog_topic(&self.group_id(application_id))
+    }
+
+    /// The stage's queryable stores ([`StageSettings::store`]); empty for a stage added with
+    /// a handler.
+    pub fn stores(&self) -> &[StoreSpec] {
+        &self.stores
+    }
+
+    /// The stage's store named `name`, if it has one.
+    pub fn store(&self, name: &str) -> Option<&StoreSpec> {
+        self.stores.iter().find(|s| s.name() == name)
     }
 
     /// What the stage runs, one line per operator, as its front end described it (the DSL
@@ -648,6 +663,7 @@ pub struct StageSettings {
     global: Vec<String>,
     event_time: Option<EventTimeOrder>,
     operators: Vec<String>,
+    stores: Vec<StoreSpec>,
 }
 
 impl StageSettings {
@@ -731,6 +747,14 @@ impl StageSettings {
         self
     }
 
+    /// Declares a queryable store over the stage's fold state (module
+    /// [`store`](crate::store)); a store of the same name declared before is replaced.
+    pub fn store(mut self, store: StoreSpec) -> Self {
+        self.stores.retain(|s| s.name() != store.name());
+        self.stores.push(store);
+        self
+    }
+
     /// The source topics declared so far.
     pub fn sources(&self) -> &[String] {
         &self.sources
@@ -751,6 +775,7 @@ impl StageSettings {
             global,
             event_time,
             operators,
+            stores,
         } = self;
         StageSpec {
             name,
@@ -765,6 +790,7 @@ impl StageSettings {
             clock_topic: None,
             internal: Vec::new(),
             operators,
+            stores,
         }
     }
 }

@@ -24,10 +24,11 @@
 //! | [`task`] | the task: gate, handler call, stamping, fold state, snapshot, rebuild |
 //! | [`state_store`] | fold state on disk, with a local checkpoint |
 //! | [`metrics`], [`explain`] | what a stage reports: counters, phases, why it waits |
+//! | [`query`] | interactive queries: requests to a stream thread, the wait for a stamp |
 //! | [`driver`] | the in-memory test driver |
 //!
-//! Each module imports only modules above it in this table (`metrics` and `explain` aside,
-//! which the task writes to), and the Kafka runtime only this crate's public items.
+//! Each module imports only modules above it in this table (`metrics`, `explain` and `query`
+//! aside, which the task writes to), and the Kafka runtime only this crate's public items.
 //!
 //! ```
 //! use parsley_task::TopologyTestDriver;
@@ -74,6 +75,7 @@ pub mod metrics;
 pub mod outgoing;
 pub mod output;
 pub mod policy;
+pub mod query;
 pub mod record;
 pub mod state_store;
 pub mod task;

@@ -28,6 +28,7 @@ use parsley_stage::BadRecordKind;
 use crate::client_stats::ClientStatistics;
 use crate::error::Error;
 use crate::explain::{Explained, Explanation};
+use crate::query::Queries;
 
 /// Live counters of one stage (all tasks of one stream thread).
 #[derive(Debug, Default)]
@@ -84,6 +85,23 @@ pub struct StageMetrics {
     /// What its tasks wait for, published by the stream thread on request (module
     /// `explain`).
     explained: Explained,
+    /// Interactive queries waiting for the stream thread (module `query`).
+    queries: Queries,
+    /// Who holds each task, among the members that advertise an application endpoint, as
+    /// the group coordinator last described the group.
+    owners: Mutex<Vec<TaskOwner>>,
+}
+
+/// The member of a stage's consumer group that holds a task, as the group coordinator
+/// described the group, with the instance id and application endpoint it advertises.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskOwner {
+    /// The task: partition `partition` of every source.
+    pub partition: i32,
+    /// The owning instance's `RuntimeConfig::instance_id`.
+    pub instance_id: String,
+    /// The `host:port` it advertises (`RuntimeConfig::application_endpoint`).
+    pub endpoint: String,
 }
 
 /// How many of a stage's tasks (partitions) a member of its consumer group holds, as the group
@@ -525,6 +543,23 @@ impl StageMetrics {
     /// What the stage's tasks wait for: its stream thread's side of `Running::explain`.
     pub fn explained(&self) -> &Explained {
         &self.explained
+    }
+
+    /// Interactive queries of the stage's fold state: the callers file them, the stream thread
+    /// answers them between turns (module `query`).
+    pub fn queries(&self) -> &Queries {
+        &self.queries
+    }
+
+    /// Records who holds each task ([`TaskOwner`]), by task.
+    pub fn set_owners(&self, owners: Vec<TaskOwner>) {
+        *self.owners.lock().expect("owners") = owners;
+    }
+
+    /// Who held each task, among the members that advertise an application endpoint, at the
+    /// stream thread's last look at the group; empty before one, or while it rebalanced.
+    pub fn owners(&self) -> Vec<TaskOwner> {
+        self.owners.lock().expect("owners").clone()
     }
 
     /// The consumer got an assignment (`true`, before its tasks restore) or had it revoked.

@@ -264,6 +264,23 @@ impl TaskStore {
         Ok(())
     }
 
+    /// Every key's fold state in the keyspace, in key order: `(k, value)` for each changelog
+    /// key `0x00 ++ k`.
+    ///
+    /// # Errors
+    /// [`ProcessingError::StateStore`] for a failed read.
+    pub fn state_entries(&self) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let mut out = Vec::new();
+        for guard in self
+            .keyspace
+            .range(vec![STATE_PREFIX]..vec![STATE_PREFIX + 1])
+        {
+            let (key, value) = guard.into_inner().map_err(|e| self.error("reading", e))?;
+            out.push((key[1..].to_vec(), value.to_vec()));
+        }
+        Ok(out)
+    }
+
     /// The fold state of key `k` (changelog key `0x00 ++ k`).
     ///
     /// # Errors

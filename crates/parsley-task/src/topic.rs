@@ -63,6 +63,21 @@ pub fn partition_by(partitioning: KeyPartitioning, key: &[u8], partitions: i32) 
     }
 }
 
+/// The task that owns `key` (its bytes) in a stage whose partitioned (not global) sources are
+/// `sources`, each with its partition count and its writers' partitioner: the partition the
+/// first checked partitioner gives the key among the sources' partition count (co-partitioned:
+/// one count for all; the largest, should they differ), the rule the stage checks delivered
+/// records with. `None` when every source is [`KeyPartitioning::Unchecked`] (a key has no one
+/// task) or none has a partition.
+pub fn task_of(sources: &[(i32, KeyPartitioning)], key: &[u8]) -> Option<i32> {
+    let partitions = sources.iter().map(|(n, _)| *n).max().filter(|n| *n > 0)?;
+    let partitioning = sources
+        .iter()
+        .map(|(_, p)| *p)
+        .find(|p| *p != KeyPartitioning::Unchecked)?;
+    partition_by(partitioning, key, partitions)
+}
+
 /// Kafka's murmur2 (seed `0x9747b28c`), as the Java client's `Utils.murmur2` computes it.
 fn murmur2(data: &[u8]) -> u32 {
     const M: u32 = 0x5bd1_e995;
@@ -97,6 +112,26 @@ fn murmur2(data: &[u8]) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_key_belongs_to_the_task_the_stages_checked_partitioner_gives_it() {
+        use KeyPartitioning::{Crc32, Murmur2, Unchecked};
+        let key = b"123456789";
+        // The first checked partitioner decides; an unchecked source does not.
+        assert_eq!(task_of(&[(1000, Unchecked), (1000, Crc32)], key), Some(262));
+        assert_eq!(
+            task_of(&[(12, Murmur2), (12, Murmur2)], key),
+            Some(partition_for(key, 12))
+        );
+        assert_ne!(
+            task_of(&[(1000, Murmur2)], key),
+            Some(262),
+            "murmur2 is not CRC-32 here"
+        );
+        // Nothing checked, or nothing partitioned: no task owns a key.
+        assert_eq!(task_of(&[(4, Unchecked)], key), None);
+        assert_eq!(task_of(&[], key), None);
+    }
 
     #[test]
     fn crc32_partitions_as_librdkafkas_consistent_partitioner() {

@@ -6,6 +6,7 @@
 //! | `GET /metrics` | 200, every metric in the Prometheus text format (version 0.0.4) |
 //! | `GET /health/live` | 200 `live` while the endpoint runs |
 //! | `GET /health/ready` | 200 once every stage has an assignment and every task is restored; 503 with the reasons while not (restoring, waiting for an assignment, a commit that has waited long on a coordinator, a stage that ended, a stop under way); either answer names the stages whose groups have tasks no member holds |
+//! | `GET /store/{name}/{key}` | the value of a `String` key in a store, as JSON (module `store` says how the key is given and what each status means) |
 //! | `GET /explain` | 200, why each stage waits, as JSON ([`Explanation`](crate::Explanation), what [`Running::explain`](crate::Running::explain) returns; answered within [`ANSWER_WITHIN`](crate::ANSWER_WITHIN)) |
 //! | other paths | 404; other methods than `GET` and `HEAD`: 405 |
 //!
@@ -18,6 +19,7 @@
 
 mod exposition;
 mod health;
+mod store;
 
 use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
@@ -235,10 +237,19 @@ fn answer_connection(mut stream: TcpStream, served: &Served) {
 /// The answer to `method` on `path` (its query, if any, ignored).
 fn route(method: &str, path: &str, served: &Served) -> Answer {
     let path = path.split('?').next().unwrap_or_default();
+    if let Some(rest) = path.strip_prefix("/store/") {
+        if method != "GET" && method != "HEAD" {
+            return Answer {
+                allow: Some("GET, HEAD"),
+                ..Answer::text(405, "method not allowed: GET or HEAD\n")
+            };
+        }
+        return store::answer(rest, served);
+    }
     if !["/metrics", "/health/live", "/health/ready", "/explain"].contains(&path) {
         return Answer::text(
             404,
-            "not found: the paths are /metrics, /health/live, /health/ready and /explain\n",
+            "not found: the paths are /metrics, /health/live, /health/ready, /explain and /store/{name}/{key}\n",
         );
     }
     if method != "GET" && method != "HEAD" {
@@ -310,7 +321,9 @@ fn respond(stream: &mut TcpStream, answer: &Answer, head_only: bool) -> std::io:
         400 => "Bad Request",
         404 => "Not Found",
         405 => "Method Not Allowed",
+        421 => "Misdirected Request",
         431 => "Request Header Fields Too Large",
+        500 => "Internal Server Error",
         503 => "Service Unavailable",
         _ => "",
     };

@@ -29,7 +29,9 @@
 //! 10. every few seconds, **check the sources**' topic ids and partition counts, and **count
 //!     the tasks no member of the group holds** (module `ownership`);
 //! 11. when a caller asked why the stage waits, **publish a snapshot** of what each task waits
-//!     for (module `tasks::explain`).
+//!     for (module `tasks::explain`);
+//! 12. when callers queried the stage's state, or reads wait for a stamp, **answer the
+//!     queries** that can be answered (module `tasks::query`).
 //!
 //! While a commit's round trips run on the helper thread, each turn is a **commit turn**
 //! ([`StageRunner::commit_turn`]) instead: the call's bound checked, and phases 1, 2, 4 and 6
@@ -364,6 +366,7 @@ impl StageRunner {
         self.check_ownership();
         self.commit_if_due()?;
         self.tasks.explain_if_asked(&self.ctx, &self.intake);
+        self.tasks.answer_queries(&self.ctx);
         Ok(Turn::Running)
     }
 

@@ -8,7 +8,9 @@
 //! `admin::groups`) and counts the stage's tasks —
 //! partition `p` of every source — that no member's assignment holds
 //! ([`unowned`]), published as [`Ownership`] (metric `parsley_stage_unowned_partitions`, and
-//! the readiness answer).
+//! the readiness answer). From the same answer it keeps who holds each task among the members
+//! that advertise an application endpoint in their client id ([`owners`]), for
+//! `Running::key_owner`.
 //!
 //! What that count can and cannot see:
 //! - **a rebalance**: under the eager range assignor every member gives its partitions up when
@@ -40,7 +42,7 @@ use tracing::{debug, info};
 
 use crate::admin::{Admin, GroupView};
 use parsley_task::context::TaskContext;
-use parsley_task::metrics::{Ownership, StageMetrics};
+use parsley_task::metrics::{Ownership, StageMetrics, TaskOwner};
 
 /// How often a running stage describes its group.
 pub(crate) const CHECK_EVERY: Duration = Duration::from_secs(2);
@@ -74,6 +76,48 @@ pub(crate) fn unowned(view: &GroupView, sources: &[(&str, i32)]) -> Ownership {
         tasks: tasks as u64,
         unowned: (tasks as u64).saturating_sub(held.len() as u64),
     }
+}
+
+/// Who holds each of the stage's tasks in `view`, among the members that advertise an
+/// application endpoint in their client id ([`advertised`]), by task; empty unless the group
+/// is `Stable` (nobody holds anything while it rebalances).
+pub(crate) fn owners(view: &GroupView, sources: &[(&str, i32)]) -> Vec<TaskOwner> {
+    let GroupView::Described { state, members } = view else {
+        return Vec::new();
+    };
+    if state != "Stable" {
+        return Vec::new();
+    }
+    let mut owners: Vec<TaskOwner> = members
+        .iter()
+        .filter_map(|m| advertised(&m.client_id).map(|a| (m, a)))
+        .flat_map(|(m, (instance_id, endpoint))| {
+            m.assignment
+                .iter()
+                .filter(|(topic, _)| sources.iter().any(|(name, _)| name == topic))
+                .map(move |(_, partition)| TaskOwner {
+                    partition: *partition,
+                    instance_id: instance_id.to_string(),
+                    endpoint: endpoint.to_string(),
+                })
+        })
+        .collect();
+    owners.sort_by_key(|o| o.partition);
+    owners.dedup_by_key(|o| o.partition);
+    owners
+}
+
+/// The instance id and application endpoint a stage consumer's client id advertises: a client
+/// id ending `|{instance_id}|{host:port}` ([`RuntimeConfig::application_endpoint`]); `None`
+/// for any other.
+///
+/// [`RuntimeConfig::application_endpoint`]: crate::RuntimeConfig::application_endpoint
+pub(crate) fn advertised(client_id: &str) -> Option<(&str, &str)> {
+    let mut parts = client_id.rsplitn(3, '|');
+    let endpoint = parts.next()?;
+    let instance = parts.next()?;
+    parts.next()?;
+    (!endpoint.is_empty() && !instance.is_empty()).then_some((instance, endpoint))
 }
 
 /// When the group was last described, and the count published then.
@@ -126,6 +170,7 @@ impl OwnershipCheck {
             Err(e) => {
                 debug!(group, error = %e, pause_ms = AFTER_FAILURE.as_millis() as u64, "the group cannot be described now");
                 metrics.set_ownership(None);
+                metrics.set_owners(Vec::new());
                 self.failed = true;
                 return;
             }
@@ -139,6 +184,7 @@ impl OwnershipCheck {
             .collect();
         let now = unowned(&view, &sources);
         metrics.set_ownership(Some(now));
+        metrics.set_owners(owners(&view, &sources));
         if self.unowned == Some(now.unowned) {
             return;
         }
@@ -197,6 +243,46 @@ mod tests {
                 .map(|(t, p)| (t.to_string(), *p))
                 .collect(),
         }
+    }
+
+    #[test]
+    fn an_endpoint_is_read_from_a_client_id_that_advertises_one() {
+        assert_eq!(
+            advertised("app.s-consumer|i-1|10.0.0.7:8080"),
+            Some(("i-1", "10.0.0.7:8080"))
+        );
+        // A user's client id prefix may hold anything but the two last fields.
+        assert_eq!(advertised("team|app.s-consumer|i|h:1"), Some(("i", "h:1")));
+        assert_eq!(advertised("app.s-consumer"), None);
+        assert_eq!(advertised("i|h:1"), None, "no client id before them");
+        assert_eq!(advertised("app.s-consumer||h:1"), None);
+    }
+
+    #[test]
+    fn each_task_is_owned_by_the_member_of_a_stable_group_whose_assignment_holds_it() {
+        let mut a = member("m-a", &[("in", 0), ("other", 1)]);
+        a.client_id = "g-consumer|a|h:1".into();
+        let mut b = member("m-b", &[("in", 1)]);
+        b.client_id = "g-consumer|b|h:2".into();
+        let c = member("m-c", &[("in", 2)]); // advertises nothing
+        let view = GroupView::Described {
+            state: "Stable".into(),
+            members: vec![b.clone(), a.clone(), c],
+        };
+        let owner = |partition: i32, id: &str, endpoint: &str| TaskOwner {
+            partition,
+            instance_id: id.into(),
+            endpoint: endpoint.into(),
+        };
+        assert_eq!(
+            owners(&view, &[("in", 3)]),
+            vec![owner(0, "a", "h:1"), owner(1, "b", "h:2")]
+        );
+        let rebalancing = GroupView::Described {
+            state: "PreparingRebalance".into(),
+            members: vec![a, b],
+        };
+        assert!(owners(&rebalancing, &[("in", 3)]).is_empty());
     }
 
     #[test]

@@ -96,6 +96,41 @@ impl FoldState {
         }
     }
 
+    /// Every key's fold state now, in key-byte order (an interactive query's `all`): on disk,
+    /// the store's keys overlaid with the changes not in it yet.
+    ///
+    /// # Errors
+    /// A failed read of the state store.
+    pub fn entries(&self) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        match self {
+            FoldState::Memory { values, .. } => {
+                let mut all: Vec<_> = values
+                    .iter()
+                    .map(|(k, v)| (k.to_vec(), v.to_vec()))
+                    .collect();
+                all.sort_unstable();
+                Ok(all)
+            }
+            FoldState::Disk(d) => {
+                let mut all: std::collections::BTreeMap<Vec<u8>, Option<Vec<u8>>> = d
+                    .store
+                    .state_entries()?
+                    .into_iter()
+                    .map(|(k, v)| (k, Some(v)))
+                    .collect();
+                for changes in [&d.sealed, &d.open] {
+                    for (k, v) in changes {
+                        all.insert(k.to_vec(), v.as_ref().map(|v| v.to_vec()));
+                    }
+                }
+                Ok(all
+                    .into_iter()
+                    .filter_map(|(k, v)| v.map(|v| (k, v)))
+                    .collect())
+            }
+        }
+    }
+
     /// Sets (`Some`) or deletes (`None`) the fold state of key `k`.
     pub fn set(&mut self, k: &[u8], value: Option<Vec<u8>>) {
         match self {

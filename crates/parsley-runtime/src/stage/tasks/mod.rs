@@ -6,7 +6,7 @@
 //! resolving impossible stamps, delivering, writing ticks, watermark alignment and
 //! backpressure, settling acknowledgements and writing the changelog at a commit (module
 //! `acks`), restoring an assigned task (module `restore`), and the snapshot of what each task
-//! waits for (module `explain`). What a phase needs of another owner — the transaction a
+//! waits for (module `explain`), and the answers to interactive queries (module `query`). What a phase needs of another owner — the transaction a
 //! delivery sends into, the intake a seek or a held record goes through — is handed to it as
 //! a parameter; nothing here keeps a reference to another owner.
 //!
@@ -24,6 +24,7 @@
 mod acks;
 mod explain;
 mod global;
+mod query;
 mod restore;
 mod standby;
 
@@ -81,6 +82,8 @@ pub(crate) struct Tasks {
     global: Option<global::GlobalReaders>,
     /// Warm copies of tasks this instance does not own (module `standby`).
     standbys: standby::Standbys,
+    /// Interactive reads waiting for a stamp to be delivered (module `query`).
+    waiting: Vec<parsley_task::query::Request>,
 }
 
 impl Tasks {
@@ -114,6 +117,7 @@ impl Tasks {
                 )
             }),
             changelog,
+            waiting: Vec::new(),
         }
     }
 
