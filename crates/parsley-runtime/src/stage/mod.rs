@@ -582,6 +582,7 @@ impl StageRunner {
                             partition,
                             positions,
                             [],
+                            None,
                         )?;
                     }
                     self.tasks
