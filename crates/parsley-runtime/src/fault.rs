@@ -62,6 +62,12 @@ pub enum ProducerFault {
     /// refused in that state: the offsets, the commit and the abort that follows all fail with
     /// it (case C27).
     InvalidTxnStateAtCommit,
+    /// At the first commit with deliveries, once its call has returned (the transaction is
+    /// committed), the stream thread meets a retriable transactional error before its tasks
+    /// hear of the commit, as when a delivery report or the state store fails there: the
+    /// recovery finds the transaction committed, and the tasks must tell so from the group's
+    /// offsets (module `rollback` of the task).
+    UnheardCommit,
 }
 
 /// An armed producer fault and whether it has fired (shared by every clone of the

@@ -197,6 +197,15 @@ pub struct TaskMetrics {
     pub restore_start: i64,
     /// How long the last restore took, from its start to the task running, ms.
     pub restore_ms: u64,
+    /// Changelog records the last restore read: 0 after a return to the last commit in
+    /// memory.
+    pub restore_records: u64,
+    /// Returns to the last commit in memory after an abort, without reading the changelog,
+    /// since this instance took the task.
+    pub rollbacks: u64,
+    /// Restores from the changelog since this instance took the task (its assignment's, and
+    /// those after an abort that could not return in memory).
+    pub restores: u64,
     /// Records delivered to the handler (committed or not).
     pub delivered: u64,
     /// Delivered records that the gate held for a claimed cause.
@@ -256,6 +265,9 @@ impl TaskMetrics {
             restore_end: 0,
             restore_start: 0,
             restore_ms: 0,
+            restore_records: 0,
+            rollbacks: 0,
+            restores: 0,
             delivered: 0,
             held: 0,
             gate_wait_us: 0,

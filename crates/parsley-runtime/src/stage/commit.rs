@@ -10,25 +10,27 @@
 //! changelog's acknowledgements to the tasks, begins the next transaction and sends what was
 //! held. [`StageRunner::commit`] runs both phases at once, for a revocation or a shutdown.
 //! [`StageRunner::recover`] aborts the open transaction and rebuilds every task from its last
-//! commit.
+//! commit: in memory when the task can tell what that commit was (module `rollback` of the
+//! task), else from its changelog.
 //!
 //! Invariant: a commit's work is visible once its call returned, and the next transaction
 //! begins only after it; a recovery leaves no task, no held send and no work of the aborted
-//! transaction behind.
+//! transaction behind, and builds each task as a read of its committed changelog would.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use parsley_clock::Channel;
-use tracing::{debug, debug_span, warn};
+use tracing::{debug, debug_span, info, warn};
 
 use super::StageRunner;
 use super::evidence::Evidence;
 use super::transaction::{CommitStarted, Overlap};
+use parsley_task::context::TaskContext;
 use parsley_task::error::{Error, Result};
 use parsley_task::metrics::Progress;
-use parsley_task::task::RefusedInput;
+use parsley_task::task::{LastCommit, RefusedInput, Task};
 
 impl StageRunner {
     /// The commit due now, if any: the interval has passed, or a gate waits on the open
@@ -185,6 +187,25 @@ impl StageRunner {
         let Some(committed) = self.txn.wait_commit(self.config.timeout)? else {
             return Ok(());
         };
+        #[cfg(feature = "fault-injection")]
+        if committed.done.deliveries > 0
+            && self.config.fire(crate::fault::ProducerFault::UnheardCommit)
+        {
+            tracing::warn!(
+                "producer fault: an error after the commit, before the tasks hear of it"
+            );
+            return Err(parsley_task::error::Error::Kafka(
+                parsley_task::error::KafkaError::Transaction {
+                    operation: parsley_task::error::Operation::Commit,
+                    code: crate::client_error::code(
+                        rdkafka::types::RDKafkaErrorCode::OperationTimedOut,
+                    ),
+                    message: "injected: the commit's aftermath failed".into(),
+                    fatal: false,
+                    requires_abort: true,
+                },
+            ));
+        }
         self.settle_acks()?;
         // Committed: what the tasks wrote to the changelog may reach their state store.
         self.tasks.committed(&self.txn)?;
@@ -238,8 +259,10 @@ impl StageRunner {
     }
 
     /// Every task back to its last commit after an abort: the consumer sought back to the
-    /// group's committed offsets, each task restored from the changelog, `refused` inputs
-    /// kept refused, and a new transaction begun.
+    /// group's committed offsets (read once the transaction is resolved), each task rebuilt
+    /// from its last commit kept in memory when it can tell what that was ([`last_commit`]),
+    /// else restored from the changelog; `refused` inputs kept refused, and a new transaction
+    /// begun.
     fn restart_from_last_commit(&mut self, refused: Option<RefusedInput>) -> Result<()> {
         self.metrics.aborted();
         self.txn.forget_aborted();
@@ -247,8 +270,8 @@ impl StageRunner {
         self.intake.drop_deferred();
         let positions = self.intake.start_positions()?;
         self.intake.resume_all(&self.ctx)?;
-        let mut refused: Vec<RefusedInput> =
-            self.tasks.take_all().into_iter().chain(refused).collect();
+        let (mut gone, taken) = self.tasks.take_all();
+        let mut refused: Vec<RefusedInput> = taken.into_iter().chain(refused).collect();
         let mut by_task: BTreeMap<i32, Vec<(Channel, i64)>> = BTreeMap::new();
         for (topic, partition, position) in positions {
             let source = self.ctx.source_index(&topic)?;
@@ -261,6 +284,9 @@ impl StageRunner {
                 .push((channel, position));
         }
         for (partition, positions) in by_task {
+            let last = gone
+                .remove(&partition)
+                .and_then(|task| last_commit(&self.ctx, task, &positions));
             self.tasks.restore(
                 &self.ctx,
                 &mut self.intake,
@@ -269,6 +295,7 @@ impl StageRunner {
                 partition,
                 positions,
                 refused.extract_if(.., |r| r.input.partition == partition),
+                last,
             )?;
         }
         // Nothing was held (the sends were dropped above).
@@ -276,4 +303,27 @@ impl StageRunner {
         self.txn.restart_interval(Instant::now());
         Ok(())
     }
+}
+
+/// `task` at its last commit, kept in memory, given the group's committed offsets `positions`
+/// for it (read once the aborted transaction is resolved): `None` when it cannot tell what that
+/// commit was, or cannot return there in memory (said, and left to a read of the changelog).
+fn last_commit(ctx: &TaskContext, task: Task, positions: &[(Channel, i64)]) -> Option<LastCommit> {
+    let partition = task.partition();
+    let Some(sealed) = task.sealed_outcome(ctx, positions) else {
+        info!(
+            partition,
+            "the task cannot tell its last commit from the group's offsets: restoring it from the changelog"
+        );
+        return None;
+    };
+    let last = task.into_last_commit(sealed);
+    if last.is_none() {
+        info!(
+            partition,
+            ?sealed,
+            "the task cannot return to its last commit in memory: restoring it from the changelog"
+        );
+    }
+    last
 }

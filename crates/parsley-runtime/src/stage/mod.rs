@@ -585,6 +585,7 @@ impl StageRunner {
                             partition,
                             positions,
                             [],
+                            None,
                         )?;
                     }
                     self.tasks

@@ -203,6 +203,25 @@ pub struct Restored {
 }
 
 impl Restored {
+    /// What a task keeps of its changelog to return to its last commit without reading it
+    /// again: everything folded but the fold state (`state_elsewhere` set, so fold-state
+    /// records folded into it later are left out too), no record counted. Folding into it the
+    /// records of each transaction that commits keeps it equal to what a restore of the
+    /// committed changelog folds, fold state aside.
+    pub fn image(&self) -> Restored {
+        Restored {
+            state: StateMap::default(),
+            snapshot: self.snapshot.clone(),
+            event_time: self.event_time.clone(),
+            task_state: self.task_state.clone(),
+            timers: self.timers.clone(),
+            keyed_timers: self.keyed_timers.clone(),
+            punctuations: self.punctuations.clone(),
+            records: 0,
+            state_elsewhere: true,
+        }
+    }
+
     /// Folds one changelog record (`value` `None`: a tombstone) into what the partition holds:
     /// the latest record of each key wins, a tombstone removes its key. A task snapshot is
     /// decoded here; the other values are kept as they are.

@@ -141,6 +141,16 @@ impl StageRun {
     /// [`ProcessingError::Changelog`] for a record that does not decode;
     /// [`ProcessingError::RestoreMismatch`]; [`ProcessingError::EventTime`]; the gate's.
     pub(super) fn restart(&mut self, logs: &Logs) -> Result<()> {
+        self.restart_with(logs, BTreeMap::new())
+    }
+
+    /// [`StageRun::restart`], each task of `last` built from its last commit kept in memory
+    /// instead of its changelog.
+    fn restart_with(
+        &mut self,
+        logs: &Logs,
+        mut last: BTreeMap<i32, crate::task::LastCommit>,
+    ) -> Result<()> {
         self.failed = None;
         self.tasks.clear();
         self.fetch.clear();
@@ -153,7 +163,16 @@ impl StageRun {
                 m.phase = TaskPhase::Restoring;
                 m.restore_end = end;
             });
-            let mut restored = Restored::default();
+            let kept = last.remove(&partition);
+            let (mut restored, fold) = match kept {
+                Some(l) => (l.restored, Some(l.fold)),
+                None => (Restored::default(), None),
+            };
+            let records = if fold.is_some() {
+                &[][..]
+            } else {
+                &records[..]
+            };
             for (offset, (key, value)) in records.iter().enumerate() {
                 restored.apply(key, value.as_deref()).map_err(|message| {
                     Error::Processing(ProcessingError::Changelog {
@@ -178,7 +197,7 @@ impl StageRun {
                 partition,
                 positions,
                 restored,
-                None,
+                fold,
                 &mut Memory(logs),
             )?;
             self.fetch
@@ -232,6 +251,18 @@ impl StageRun {
         time: i64,
         appended: &mut Vec<(Arc<str>, i32, i64)>,
     ) -> Result<bool> {
+        let moved = self.work(logs, time, appended)?;
+        self.commit()?;
+        Ok(moved)
+    }
+
+    /// A turn's work, without its commit ([`StageRun::turn`]).
+    fn work(
+        &mut self,
+        logs: &mut Logs,
+        time: i64,
+        appended: &mut Vec<(Arc<str>, i32, i64)>,
+    ) -> Result<bool> {
         self.epoch += 1;
         let offered = self.take(logs)?;
         self.read_evidence(logs);
@@ -260,7 +291,6 @@ impl StageRun {
         })();
         self.uncommitted += work;
         result?;
-        self.commit()?;
         Ok(offered > 0 || !work.is_empty())
     }
 
@@ -404,6 +434,10 @@ impl StageRun {
             let offsets = task.write_changelog(&self.ctx, &mut writer)?;
             self.committed.extend(offsets);
         }
+        // Committed at once: no offset to checkpoint at (fold state is in memory).
+        for task in self.tasks.values_mut() {
+            task.committed(None)?;
+        }
         let done = std::mem::take(&mut self.uncommitted);
         // In memory a commit takes no broker round trip: no time to count.
         self.metrics.committed(done.deliveries, done.emissions, 0);
@@ -497,3 +531,7 @@ impl Output for Sends<'_> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+#[path = "rollback_tests.rs"]
+mod rollback_tests;

@@ -10,8 +10,18 @@
 //!   `sealed` (written to the changelog in a transaction not known committed yet), then in the
 //!   store; `written` holds every changelog record of those transactions, in the order written,
 //!   and reaches the store only once they commit ([`FoldState::committed`]), with the new
-//!   checkpoint. A transaction that does not commit never reaches the store: the task is
-//!   rebuilt from the changelog and the store's checkpoint.
+//!   checkpoint. A transaction that does not commit never reaches the store.
+//! - Undo (in memory): `undo.open` holds, for every key of `changed` (and no other), its value
+//!   just before its first change since the last changelog write (`None`: absent); at a write
+//!   those move to `undo.sealed` unless it has the key already, so `undo.sealed` holds, for
+//!   every key changed since the last commit known to have succeeded, its value at that commit.
+//!   A commit clears `undo.sealed`. Putting back `undo.open`, then `undo.sealed`, returns the
+//!   values to the last commit ([`FoldState::roll_back`]); putting back `undo.open` only, to the
+//!   last changelog write, for a transaction found committed after all.
+//! - On disk, the store holds exactly the committed fold state when `unstored` is `false`:
+//!   `open`, `sealed` and `written` are then all uncommitted, and dropping them returns the
+//!   state to the last commit. `unstored` is set when a commit found no offset to checkpoint
+//!   at and kept its records out of the store.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -29,6 +39,26 @@ pub type Records = Vec<(Vec<u8>, Option<Vec<u8>>)>;
 /// Changes of fold state by key (`None`: deleted), hashed as [`StateMap`] hashes keys.
 type Changes = HashMap<StateBytes, Option<StateBytes>, foldhash::quality::RandomState>;
 
+/// The values keys had before their changes (module docs: undo), by key (`None`: absent).
+#[derive(Default)]
+pub struct Undo {
+    /// Keys changed since the last changelog write: their values at that write.
+    open: Changes,
+    /// Keys changed in the transactions written and not known committed: their values at the
+    /// last commit.
+    sealed: Changes,
+}
+
+/// What became of the transaction a task last wrote its changelog in, when its commit was not
+/// confirmed to the task ([`FoldState::roll_back`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sealed {
+    /// Nothing was written since the last commit, or it was aborted: it is undone.
+    Aborted,
+    /// It committed after all: it is kept.
+    Committed,
+}
+
 /// Changes of in-memory fold state by key (`None`: deleted), in the order first changed.
 type OrderedChanges =
     indexmap::IndexMap<StateBytes, Option<StateBytes>, foldhash::quality::RandomState>;
@@ -41,6 +71,8 @@ pub enum FoldState {
         values: StateMap,
         /// Keys changed since the last changelog write, with their values (module docs).
         changed: OrderedChanges,
+        /// The values before those changes (module docs).
+        undo: Box<Undo>,
     },
     /// In the stage's state store.
     Disk(Box<DiskFold>),
@@ -57,6 +89,8 @@ pub struct DiskFold {
     sealed: Changes,
     /// Every changelog record of those transactions, in order (full changelog keys).
     written: Records,
+    /// Some of `written` committed and is not in the store yet (module docs).
+    unstored: bool,
 }
 
 impl FoldState {
@@ -65,6 +99,7 @@ impl FoldState {
         FoldState::Memory {
             values,
             changed: OrderedChanges::default(),
+            undo: Box::default(),
         }
     }
 
@@ -77,6 +112,7 @@ impl FoldState {
             open: Changes::default(),
             sealed: Changes::default(),
             written: Vec::new(),
+            unstored: false,
         }))
     }
 
@@ -134,7 +170,11 @@ impl FoldState {
     /// Sets (`Some`) or deletes (`None`) the fold state of key `k`.
     pub fn set(&mut self, k: &[u8], value: Option<Vec<u8>>) {
         match self {
-            FoldState::Memory { values, changed } => {
+            FoldState::Memory {
+                values,
+                changed,
+                undo,
+            } => {
                 // A key changed again keeps its bytes and its place, and its value's buffer
                 // when it has one.
                 match (changed.get_mut(k), value.as_deref()) {
@@ -144,6 +184,9 @@ impl FoldState {
                     }
                     (Some(copy), v) => *copy = v.map(StateBytes::from_slice),
                     (None, v) => {
+                        // Its first change since the last write: its value before, to undo.
+                        undo.open
+                            .insert(StateBytes::from_slice(k), values.get(k).cloned());
                         changed.insert(StateBytes::from_slice(k), v.map(StateBytes::from_slice));
                     }
                 }
@@ -193,18 +236,24 @@ impl FoldState {
     }
 
     /// Writes the changelog record of every key changed since the last write (key
-    /// `0x00 ++ k`, a tombstone for a deleted key).
+    /// `0x00 ++ k`, a tombstone for a deleted key); returns how many.
     ///
     /// # Errors
     /// The writer's.
-    pub fn write_changes(&mut self, writer: &mut dyn ChangelogWriter) -> Result<()> {
+    pub fn write_changes(&mut self, writer: &mut dyn ChangelogWriter) -> Result<usize> {
         let mut key = vec![STATE_PREFIX];
+        let mut written = 0;
         match self {
-            FoldState::Memory { changed, .. } => {
+            FoldState::Memory { changed, undo, .. } => {
                 for (k, v) in changed.drain(..) {
                     key.truncate(1);
                     key.extend_from_slice(&k);
                     writer.write(&key, v.as_deref())?;
+                    written += 1;
+                }
+                let Undo { open, sealed } = &mut **undo;
+                for (k, v) in open.drain() {
+                    sealed.entry(k).or_insert(v);
                 }
             }
             FoldState::Disk(d) => {
@@ -213,10 +262,11 @@ impl FoldState {
                     key.extend_from_slice(&k);
                     writer.write(&key, v.as_deref())?;
                     d.sealed.insert(k, v);
+                    written += 1;
                 }
             }
         }
-        Ok(())
+        Ok(written)
     }
 
     /// Keeps `records`, the changelog records just written in the open transaction, until it
@@ -234,8 +284,12 @@ impl FoldState {
     /// # Errors
     /// A failed write of the state store.
     pub fn committed(&mut self, next: Option<i64>) -> Result<()> {
-        let FoldState::Disk(d) = self else {
-            return Ok(());
+        let d = match self {
+            FoldState::Memory { undo, .. } => {
+                undo.sealed.clear();
+                return Ok(());
+            }
+            FoldState::Disk(d) => d,
         };
         if d.written.is_empty() {
             return Ok(());
@@ -243,6 +297,7 @@ impl FoldState {
         let Some(offset) = next else {
             // No delivery report named an offset: nothing to checkpoint at; keep them (a
             // lookup still finds them) until one does.
+            d.unstored = true;
             return Ok(());
         };
         d.store.write(
@@ -255,7 +310,52 @@ impl FoldState {
         )?;
         d.written.clear();
         d.sealed.clear();
+        d.unstored = false;
         Ok(())
+    }
+
+    /// Returns the fold state to the last commit, `sealed` telling what became of the
+    /// transaction last written (module docs: undo), as a restore of the committed changelog
+    /// would build it: nothing changed since. `false` when that cannot be done here (on disk:
+    /// committed records not in the store yet, or a written transaction found committed);
+    /// the state is then left to a restore from the changelog.
+    pub fn roll_back(&mut self, sealed: Sealed) -> bool {
+        match self {
+            FoldState::Memory {
+                values,
+                changed,
+                undo,
+            } => {
+                changed.clear();
+                let Undo {
+                    open,
+                    sealed: at_commit,
+                } = &mut **undo;
+                let put_back = |values: &mut StateMap, undo: &mut Changes| {
+                    for (k, v) in undo.drain() {
+                        match v {
+                            Some(v) => values.insert(k, v),
+                            None => values.remove(&k),
+                        };
+                    }
+                };
+                put_back(values, open);
+                match sealed {
+                    Sealed::Aborted => put_back(values, at_commit),
+                    Sealed::Committed => at_commit.clear(),
+                }
+                true
+            }
+            FoldState::Disk(d) => {
+                if d.unstored || (sealed == Sealed::Committed && !d.written.is_empty()) {
+                    return false;
+                }
+                d.open.clear();
+                d.sealed.clear();
+                d.written.clear();
+                true
+            }
+        }
     }
 }
 

@@ -30,14 +30,16 @@ mod fold;
 mod global;
 mod punctuation;
 mod rebuild;
+mod rollback;
 mod ticks;
 mod timers;
 
 use bad::check_key;
 pub use bad::{Cause, RefusedInput};
-pub use fold::FoldState;
+pub use fold::{FoldState, Sealed};
 pub use punctuation::Punctuations;
 pub use rebuild::{StartEvidence, event_time_of, rebuild_task};
+pub use rollback::LastCommit;
 use std::borrow::Cow;
 use std::collections::VecDeque;
 pub use ticks::tick_due;
@@ -148,6 +150,9 @@ pub struct Task {
     /// The processor's task state (`RawStep::task_state`), and whether it changed since the
     /// last changelog write.
     task_state: (Option<Vec<u8>>, bool),
+    /// What its changelog held at its last commit, and what it wrote since (module
+    /// `rollback`).
+    last_commit: rollback::Image,
 }
 
 impl Task {
@@ -176,6 +181,7 @@ impl Task {
             ticker: None,
             bootstrap: None,
             task_state: (None, false),
+            last_commit: rollback::Image::default(),
         }
     }
 
@@ -265,6 +271,7 @@ impl Task {
     /// # Errors
     /// A failed write of the state store.
     pub fn committed(&mut self, next: Option<i64>) -> Result<()> {
+        self.last_commit.committed();
         self.fold.committed(next)
     }
 
@@ -882,11 +889,16 @@ impl Task {
         // A refused input record the policy took commits with this transaction.
         self.refused.retain(|r| !r.used);
         // On disk, the store receives a copy of every record once the transaction commits.
-        let mut writer = fold::Tee {
+        let mut all = fold::Tee {
             inner: writer,
             copies: self.fold.on_disk().then(Vec::new),
         };
-        self.fold.write_changes(&mut writer)?;
+        let state_written = self.fold.write_changes(&mut all)?;
+        // Parsley's own records, kept for the task's image of its last commit.
+        let mut writer = fold::Tee {
+            inner: &mut all,
+            copies: Some(Vec::new()),
+        };
         // The timer queue's changes (records parked and released since the last commit): they
         // change only with deliveries and releases, which also write the snapshot below.
         if let Some(et) = &self.event_time {
@@ -931,7 +943,9 @@ impl Task {
             self.changed = false;
             self.snapshot_offsets = committed.clone();
         }
-        let copies = writer.copies.take().unwrap_or_default();
+        self.last_commit
+            .written(writer.copies.take().unwrap_or_default(), state_written);
+        let copies = all.copies.take().unwrap_or_default();
         self.fold.seal(copies);
         let mut committed = committed;
         if ctx.has_global() {

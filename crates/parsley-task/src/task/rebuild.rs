@@ -163,6 +163,8 @@ pub fn rebuild_task(
     fold: Option<FoldState>,
     evidence: &mut dyn StartEvidence,
 ) -> Result<(Task, Vec<(Channel, i64)>)> {
+    // What the changelog held, kept to return to it without reading it (module `rollback`).
+    let image = super::rollback::Image::of(&restored);
     let fold = fold.unwrap_or_else(|| FoldState::memory(std::mem::take(&mut restored.state)));
     // The event-time record belongs to the snapshot it was committed with.
     let event_bytes = restored
@@ -197,6 +199,7 @@ pub fn rebuild_task(
             .map_err(|e| ctx.gate_error(partition, e))?,
     };
     task.task_state = (task_state, false);
+    task.last_commit = image;
     let event_time = event_time_of(ctx, order, partition, event_bytes.as_deref(), &timers)?;
     let event_time = match event_time {
         Some(et) => Some(start_event_time(ctx, &task, et, evidence)?),

@@ -196,16 +196,18 @@ impl Tasks {
         }
     }
 
-    /// Drops every task for a rebuild from the last commit, keeping what each refused for
-    /// good: those inputs stay refused in the rebuilt tasks.
-    pub(crate) fn take_all(&mut self) -> Vec<RefusedInput> {
+    /// Takes every task out for a rebuild from the last commit, with what each refused for
+    /// good (those inputs stay refused in the rebuilt tasks): a task gone returns to its last
+    /// commit in memory when it can ([`Task::into_last_commit`]).
+    pub(crate) fn take_all(&mut self) -> (BTreeMap<i32, Task>, Vec<RefusedInput>) {
         let refused = self
             .tasks
             .values_mut()
             .flat_map(Task::take_refused)
             .collect();
+        let tasks = std::mem::take(&mut self.tasks);
         self.clear();
-        refused
+        (tasks, refused)
     }
 
     /// Persists what the state store buffers, if fold state lives on disk: the next start

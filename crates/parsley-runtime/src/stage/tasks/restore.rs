@@ -1,5 +1,7 @@
 //! Restore: building an assigned task from its changelog partition (the book's specification, §7,
-//! exact restore).
+//! exact restore), or, after an abort, from what the task kept of its last commit
+//! ([`LastCommit`], module `rollback` of the task): then nothing is read from the changelog,
+//! and the rest is the same.
 //!
 //! The task's changelog partition is read `read_committed` up to its high watermark
 //! (`changelog::restore`): fold state, sender incarnation and sequence, node clock, gate
@@ -11,8 +13,10 @@
 //! input (one batched `ListOffsets(LATEST, READ_UNCOMMITTED)`) and follows the restored gate's
 //! frontiers (the book's specification, §5).
 //!
-//! Invariant: a task reports [`TaskPhase::Running`] only once everything restored is in
-//! place — the snapshot, the state, the event-time state and its counters.
+//! Invariants: a task reports [`TaskPhase::Running`] only once everything restored is in
+//! place — the snapshot, the state, the event-time state and its counters; a task built from
+//! its last commit in memory is built by the same [`rebuild_task`] from the same fold as a read
+//! of its committed changelog would give.
 
 use std::time::Instant;
 
@@ -31,15 +35,16 @@ use parsley_task::context::TaskContext;
 use parsley_task::error::Result;
 use parsley_task::metrics::TaskPhase;
 use parsley_task::state_store::{self, ChangelogView, StateStores, TaskStore};
-use parsley_task::task::{FoldState, RefusedInput};
+use parsley_task::task::{FoldState, LastCommit, RefusedInput};
 use parsley_task::task::{StartEvidence, rebuild_task};
 use parsley_task::topic::TopicInfo;
 
 impl Tasks {
     /// Builds the task of `partition`, assigned at `positions` (the group's committed offsets,
-    /// or the log start where it has none), from its changelog partition (module docs), with
-    /// the inputs `refused` for good kept refused, and takes it in. Channels whose start moved
-    /// are sought in `intake`; `admin` reads the changelog's and the sources' offsets.
+    /// or the log start where it has none), from its changelog partition (module docs), or from
+    /// `last`, its last commit kept in memory, with the inputs `refused` for good kept refused,
+    /// and takes it in. Channels whose start moved are sought in `intake`; `admin` reads the
+    /// changelog's and the sources' offsets.
     ///
     /// # Errors
     /// The changelog's read and decoding errors; [`crate::ProcessingError::RestoreMismatch`];
@@ -54,42 +59,26 @@ impl Tasks {
         partition: i32,
         positions: Vec<(Channel, i64)>,
         refused: impl IntoIterator<Item = RefusedInput>,
+        last: Option<LastCommit>,
     ) -> Result<()> {
         let _span = info_span!("restore", partition).entered();
         let started = Instant::now();
         let metrics = ctx.metrics.clone();
         metrics.task(partition, |m| m.phase = TaskPhase::Restoring);
-        // A standby of the task hands over what it read: on disk its keyspace is written up to
-        // its checkpoint first (module `standby`).
-        let warm = self.standbys.take(partition, &metrics);
-        let client = &self.restore_client;
-        let changelog = &self.changelog;
-        let (from, restored, store) = match (&self.stores, warm) {
-            (Some(stores), _) => {
-                let (store, from, restored) = local_copy(admin, changelog, stores, partition)?;
-                (from, restored, Some(store))
+        let in_memory = last.is_some();
+        let (from, restored, fold, replaced, records) = match last {
+            Some(LastCommit { restored, fold }) => (None, restored, Some(fold), 0, 0),
+            None => {
+                let (from, restored, fold, replaced, records) =
+                    self.read_changelog(ctx, admin, config, partition)?;
+                (Some(from), restored, fold, replaced, records)
             }
-            (None, Some(warm)) => (warm.from, warm.restored, None),
-            (None, None) => (0, Restored::default(), None),
         };
-        let before = restored.records;
-        metrics.task(partition, |m| m.restore_start = from);
-        let (restored, replaced) = changelog::restore(
-            client,
-            admin,
-            (&changelog.name, partition),
-            (from, restored, store.as_ref().map(|s| (s, changelog.id))),
-            (config.timeout, config.transaction_timeout()),
-            &mut |position, end| {
-                metrics.task(partition, |m| {
-                    m.restore_position = position;
-                    m.restore_end = end;
-                })
-            },
-            &mut |wait| metrics.explained().set_restore(partition, wait),
-        )?;
-        // What this restore read (a standby's records were read before it).
-        let records = restored.records - before;
+        metrics.task(partition, |m| {
+            m.restore_records = records;
+            m.rollbacks += u64::from(in_memory);
+            m.restores += u64::from(!in_memory);
+        });
         #[cfg(feature = "fault-injection")]
         if records > 0 {
             crate::fault::reached(
@@ -99,7 +88,6 @@ impl Tasks {
             )?;
         }
         let mut cluster = Cluster(admin);
-        let changelog_id = changelog.id;
         // The global channels: the group has no offset for them; a task new to them starts at
         // their log start.
         let mut positions = positions;
@@ -113,7 +101,7 @@ impl Tasks {
             partition,
             positions,
             restored,
-            store.map(|s| FoldState::disk(s, changelog_id)),
+            fold,
             &mut cluster,
         )?;
         for (channel, start) in moved {
@@ -134,7 +122,8 @@ impl Tasks {
         });
         info!(
             partition,
-            from,
+            in_memory,
+            from = from.unwrap_or(-1),
             records,
             consumers_replaced = replaced,
             keys = task.state_len(),
@@ -146,6 +135,56 @@ impl Tasks {
         task.refuse(refused);
         self.tasks.insert(partition, task);
         Ok(())
+    }
+
+    /// Reads the changelog partition of task `partition` (module docs): from the state
+    /// store's checkpoint when fold state lives on disk and it can be trusted, else from where
+    /// a standby of the task stopped (module `standby`), else from 0. Returns where the read
+    /// started, what it folded, the fold state on disk (`None`: in `Restored::state`), the
+    /// restore consumers it replaced and the records it read (a standby's were read before).
+    ///
+    /// # Errors
+    /// The changelog's read and decoding errors; the state store's; admin errors.
+    fn read_changelog(
+        &mut self,
+        ctx: &TaskContext,
+        admin: &Admin,
+        config: &RuntimeConfig,
+        partition: i32,
+    ) -> Result<(i64, Restored, Option<FoldState>, u64, u64)> {
+        let metrics = &ctx.metrics;
+        // A standby of the task hands over what it read: on disk its keyspace is written up to
+        // its checkpoint first (module `standby`).
+        let warm = self.standbys.take(partition, metrics);
+        let changelog = &self.changelog;
+        let (from, restored, store) = match (&self.stores, warm) {
+            (Some(stores), _) => {
+                let (store, from, restored) = local_copy(admin, changelog, stores, partition)?;
+                (from, restored, Some(store))
+            }
+            (None, Some(warm)) => (warm.from, warm.restored, None),
+            (None, None) => (0, Restored::default(), None),
+        };
+        let before = restored.records;
+        metrics.task(partition, |m| m.restore_start = from);
+        let (restored, replaced) = changelog::restore(
+            &self.restore_client,
+            admin,
+            (&changelog.name, partition),
+            (from, restored, store.as_ref().map(|s| (s, changelog.id))),
+            (config.timeout, config.transaction_timeout()),
+            &mut |position, end| {
+                metrics.task(partition, |m| {
+                    m.restore_position = position;
+                    m.restore_end = end;
+                })
+            },
+            &mut |wait| metrics.explained().set_restore(partition, wait),
+        )?;
+        let fold = store.map(|s| FoldState::disk(s, changelog.id));
+        // What this restore read (a standby's records were read before it).
+        let records = restored.records - before;
+        Ok((from, restored, fold, replaced, records))
     }
 }
 
