@@ -585,11 +585,21 @@ fn spawn(
 /// [`BrokerError::NotReady`] or [`BrokerError::BrokerDied`] when it does not come back; a
 /// missing state directory when no broker was started.
 pub fn restart() -> Result<String, BrokerError> {
+    restart_with(|| ())
+}
+
+/// [`restart`], calling `while_down` after the broker stopped and before it starts again: an
+/// outage as long as the caller's evidence needs (a client's session timing out, say).
+///
+/// # Errors
+/// [`restart`]'s.
+pub fn restart_with(while_down: impl FnOnce()) -> Result<String, BrokerError> {
     let dir = state_dir();
     let bootstrap = bootstrap()?;
     let secure = secure_listener()?;
     let least = least_privilege_listener()?;
     down()?;
+    while_down();
     let libs = dir.join("libs");
     let classpath = format!("{}/*", libs.display());
     let log4j = dir.join("log4j2.yaml");

@@ -43,6 +43,7 @@ pub struct StageMetrics {
     transactions: AtomicU64,
     commit_us: AtomicU64,
     aborts: AtomicU64,
+    lost_assignments: AtomicU64,
     committed_deliveries: AtomicU64,
     committed_emissions: AtomicU64,
     lookahead: AtomicU64,
@@ -318,6 +319,9 @@ pub struct MetricsSnapshot {
     pub commit_us: u64,
     /// Transactions aborted.
     pub aborts: u64,
+    /// Assignments lost: the group dropped this member (its session timed out) before it
+    /// could commit; its open transaction was aborted and its tasks handed over.
+    pub lost_assignments: u64,
     /// Deliveries covered by committed transactions.
     pub committed_deliveries: u64,
     /// Emissions covered by committed transactions.
@@ -433,6 +437,7 @@ impl StageMetrics {
             transactions: g(&self.transactions),
             commit_us: g(&self.commit_us),
             aborts: g(&self.aborts),
+            lost_assignments: g(&self.lost_assignments),
             committed_deliveries: g(&self.committed_deliveries),
             committed_emissions: g(&self.committed_emissions),
             lookahead: g(&self.lookahead),
@@ -765,6 +770,11 @@ impl StageMetrics {
     /// A transaction aborted.
     pub fn aborted(&self) {
         self.aborts.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The group dropped this member: its assignment is lost.
+    pub fn assignment_lost(&self) {
+        self.lost_assignments.fetch_add(1, Ordering::Relaxed);
     }
 }
 

@@ -181,6 +181,7 @@ const STAGE: &[Metric<MetricsSnapshot>] = &[
     m("transactions_committed", None, Kind::Counter, "Transactions committed.", |m| Some(Value::Count(m.transactions))),
     m("commit", Some("seconds"), Kind::Counter, "Total time the committed transactions' commits took, from the start of each commit (outputs flushed, changelog written, input offsets sent) until the broker acknowledged it.", |m| Some(seconds(m.commit_us))),
     m("transactions_aborted", None, Kind::Counter, "Transactions aborted.", |m| Some(Value::Count(m.aborts))),
+    m("assignments_lost", None, Kind::Counter, "Assignments lost: the group dropped this member (its session timed out), so its open transaction was aborted instead of committed.", |m| Some(Value::Count(m.lost_assignments))),
     m("committed_deliveries", None, Kind::Counter, "Deliveries covered by committed transactions.", |m| Some(Value::Count(m.committed_deliveries))),
     m("committed_emissions", None, Kind::Counter, "Emissions covered by committed transactions.", |m| Some(Value::Count(m.committed_emissions))),
     m("lookahead_deliveries", None, Kind::Counter, "Deliveries ahead of earlier records of their channel (claim-driven look-ahead).", |m| Some(Value::Count(m.lookahead))),

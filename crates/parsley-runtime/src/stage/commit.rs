@@ -28,7 +28,7 @@ use super::StageRunner;
 use super::evidence::Evidence;
 use super::transaction::{CommitStarted, Overlap};
 use parsley_task::context::TaskContext;
-use parsley_task::error::{Error, Result};
+use parsley_task::error::{Error, Operation, Result};
 use parsley_task::metrics::Progress;
 use parsley_task::task::{LastCommit, RefusedInput, Task};
 
@@ -256,6 +256,34 @@ impl StageRunner {
             &self.config.transactional_id(&group),
         )?;
         self.restart_from_last_commit(refused)
+    }
+
+    /// The open transaction aborted because the group dropped this member (a lost
+    /// assignment): a commit in flight is given up with it and nothing is committed; the
+    /// caller then hands every task over. Nothing begun (no send, no position moved, no commit
+    /// in flight): nothing to abort.
+    ///
+    /// # Errors
+    /// [`Transaction::abort_for_recovery`](super::transaction::Transaction::abort_for_recovery)'s:
+    /// a fence by another process running as this instance ends the stage.
+    pub(super) fn abort_lost(&mut self) -> Result<()> {
+        if !self.txn.committing() && self.txn.nothing_done() && !self.tasks.position_moved() {
+            return Ok(());
+        }
+        let group = self.spec.group_id(&self.app);
+        let cause = Error::admin(
+            Operation::Rebalance,
+            "the assignment was lost: the group dropped this member".to_string(),
+        );
+        self.txn.abort_for_recovery(
+            &cause,
+            (self.config.timeout, self.config.transaction_timeout()),
+            &self.config.transactional_id(&group),
+        )?;
+        self.metrics.aborted();
+        self.txn.forget_aborted();
+        self.intake.drop_deferred();
+        Ok(())
     }
 
     /// Every task back to its last commit after an abort: the consumer sought back to the

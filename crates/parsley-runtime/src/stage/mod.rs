@@ -591,7 +591,27 @@ impl StageRunner {
                     self.tasks
                         .choose_standbys(&self.last_owned, self.evidence.admin(), &self.ctx);
                 }
-                RebalanceEvent::Revoked(partitions) => {
+                RebalanceEvent::Revoked {
+                    partitions,
+                    lost: true,
+                } => {
+                    // The group dropped this member (its session timed out): the generation is
+                    // gone, and a commit now would carry no generation at all, which a group
+                    // without members accepts — the offsets of a zombie. As Kafka Streams'
+                    // `onPartitionsLost`: the open transaction is aborted, nothing committed;
+                    // whoever owns the tasks next restores them from the last commit.
+                    warn!(
+                        ?partitions,
+                        "assignment lost: aborting the open transaction, then handing the tasks over"
+                    );
+                    self.metrics.assignment_lost();
+                    self.abort_lost()?;
+                    self.intake.unassign()?;
+                    self.tasks.clear();
+                    self.metrics.retain_tasks(|_| false);
+                    self.metrics.set_assigned(false);
+                }
+                RebalanceEvent::Revoked { partitions, .. } => {
                     // Commit first: what was delivered is not done again by the next owner,
                     // and the next owner restores exactly this state. The group generation is
                     // still ours until the unassign below.

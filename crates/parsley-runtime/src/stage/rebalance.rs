@@ -23,7 +23,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{Offset, TopicPartitionList};
 
-use tracing::debug;
+use tracing::{debug, info};
 
 use crate::admin::Admin;
 use crate::config::{RuntimeConfig, StatisticsSink, forward_statistics};
@@ -36,8 +36,13 @@ use parsley_task::topic::TopicInfo;
 pub(crate) enum RebalanceEvent {
     /// Partitions assigned at these positions (topic, partition, next offset to fetch).
     Assigned(Vec<(String, i32, i64)>),
-    /// Partitions revoked.
-    Revoked(Vec<(String, i32)>),
+    /// Partitions revoked. `lost`: the group already dropped this member (its session timed
+    /// out, librdkafka's `rd_kafka_assignment_lost`), so its generation is gone and nothing
+    /// may be committed for these partitions any more.
+    Revoked {
+        partitions: Vec<(String, i32)>,
+        lost: bool,
+    },
     /// The rebalance failed: the stage stops with this error.
     Failed(Error),
 }
@@ -177,7 +182,10 @@ impl ConsumerContext for RebalanceContext {
                     .collect();
                 // Not unassigned here: the stream thread commits first and then unassigns
                 // (librdkafka waits for the unassign call, within the session timeout).
-                RebalanceEvent::Revoked(revoked)
+                RebalanceEvent::Revoked {
+                    partitions: revoked,
+                    lost: consumer.assignment_lost(),
+                }
             }
             other => {
                 let _ = consumer.unassign();
@@ -250,8 +258,18 @@ fn committed_offsets<C: ConsumerContext>(
     let deadline = Instant::now() + timeout;
     loop {
         let remaining = deadline.saturating_duration_since(Instant::now());
-        match consumer.committed_offsets(tpl.clone(), remaining) {
+        // One request is given a slice of the bound, not all of it: a request sent just
+        // before a broker restart can sit unanswered on the old connection until
+        // `socket.timeout.ms`, while a fresh one is answered at once.
+        let slice = remaining.min(COMMITTED_OFFSETS_SLICE);
+        match consumer.committed_offsets(tpl.clone(), slice) {
             Ok(committed) => return Ok(committed),
+            Err(e) if !remaining.is_zero() && timed_out(&e) && slice < remaining => {
+                info!(
+                    slice_ms = slice.as_millis() as u64,
+                    "committed offsets: no answer from the group coordinator, asking again"
+                );
+            }
             Err(e) if !remaining.is_zero() && coordinator_moving(&e) => {
                 debug!(error = %e, "committed offsets: the group coordinator moves, asking again");
                 std::thread::sleep(Duration::from_millis(100).min(remaining));
@@ -264,6 +282,14 @@ fn committed_offsets<C: ConsumerContext>(
             }
         }
     }
+}
+
+/// The longest one `OffsetFetch` is waited for before it is asked again.
+const COMMITTED_OFFSETS_SLICE: Duration = Duration::from_secs(10);
+
+/// Whether `e` is librdkafka's local timeout of the call.
+fn timed_out(e: &rdkafka::error::KafkaError) -> bool {
+    e.rdkafka_error_code() == Some(rdkafka::types::RDKafkaErrorCode::OperationTimedOut)
 }
 
 /// Whether `e` says the group coordinator is moving or out of reach for now.

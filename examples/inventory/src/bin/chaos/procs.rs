@@ -33,6 +33,9 @@ pub(crate) fn stage_config(bootstrap: &str, instance: &str) -> RuntimeConfig {
         .consumer_property("session.timeout.ms", "6000")
         .consumer_property("heartbeat.interval.ms", "1000")
         .producer_property("transaction.timeout.ms", TRANSACTION_TIMEOUT_MS.to_string());
+    if let Ok(contexts) = std::env::var("CHAOS_RDKAFKA_DEBUG") {
+        c = c.client_property("debug", contexts);
+    }
     c.instance_id = instance.to_string();
     c.timeout = Duration::from_millis(STAGE_TIMEOUT_MS as u64);
     c.commit_interval(Duration::from_millis(COMMIT_INTERVAL_MS))
@@ -123,7 +126,12 @@ impl Driver {
         if crash {
             command.arg("--crash-after-changelog");
         }
-        if !self.journal {
+        // `CHAOS_WORKER_LOG` replaces the workers' log filter (e.g.
+        // `info,librdkafka=debug,parsley_runtime=debug` with `CHAOS_RDKAFKA_DEBUG=cgrp,eos`)
+        // to see why a worker stopped.
+        if let Ok(filter) = std::env::var("CHAOS_WORKER_LOG") {
+            command.env("RUST_LOG", filter);
+        } else if !self.journal {
             command.env("RUST_LOG", format!("{QUIET},parsley_runtime=info"));
         }
         let child = command

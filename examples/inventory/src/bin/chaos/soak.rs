@@ -310,14 +310,23 @@ fn last_line(log: &Path) -> String {
         .unwrap_or_default()
 }
 
+/// The last `n` lines of a worker's log, for an error that must explain itself where the log
+/// file is gone (a clean clone's run removes its temporary folder).
+fn last_lines(log: &Path, n: usize) -> String {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
 fn check_alive(workers: &mut [Worker]) -> Result<()> {
     for w in workers {
         if let Some(status) = w.child.try_wait()? {
             bail!(
-                "worker {}/{} exited with {status} (log {})",
+                "worker {}/{} exited with {status} (log {}); its last lines:\n{}",
                 w.stage,
                 w.instance,
-                w.log.display()
+                w.log.display(),
+                last_lines(&w.log, 30)
             );
         }
     }
