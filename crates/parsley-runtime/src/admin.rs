@@ -723,6 +723,12 @@ impl std::fmt::Display for GroupMember {
     }
 }
 
+/// A failed description of group `group`: [`KafkaError::Admin`](error::KafkaError::Admin)
+/// naming the group and saying `message`.
+fn describe_group_failed(group: &str, message: String) -> Error {
+    Error::from(error::KafkaError::admin(Operation::DescribeGroup, message).with_group(group))
+}
+
 impl Admin {
     /// Describes consumer group `group` (one `DescribeConsumerGroups` request).
     ///
@@ -742,11 +748,7 @@ impl Admin {
         group: &str,
         timeout: Duration,
     ) -> Result<GroupView> {
-        let fail = |message: String| {
-            Error::from(
-                error::KafkaError::admin(Operation::DescribeGroup, message).with_group(group),
-            )
-        };
+        let fail = |message: String| describe_group_failed(group, message);
         let name =
             CString::new(group).map_err(|_| fail("the group id contains a NUL byte".into()))?;
         let event = self.request(

@@ -11,9 +11,9 @@
 use std::time::Instant;
 
 use parsley_runtime::{Runtime, RuntimeConfig, TaskMetrics, TaskPhase, changelog_topic};
-use parsley_stage::{Topology, Utf8};
+use parsley_stage::Topology;
 use parsley_testkit::fixtures::{
-    CountKeys, DEADLINE, bootstrap, create_topic, raw_producer, read_committed, send_stamped,
+    DEADLINE, bootstrap, count_topology, create_topic, raw_producer, read_committed, send_stamped,
     unique_topic, wait_committed, wait_tasks,
 };
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -25,16 +25,7 @@ const RESTARTS: usize = 20;
 const KEYS: [&str; 4] = ["k0", "k1", "k2", "k3"];
 
 fn counting(app: &str, input: &str, output: &str) -> Topology {
-    Topology::builder(app)
-        .stage("count", CountKeys::new(output), |s| {
-            s.source(input)
-                .sink(output)
-                .key_codec(Utf8)
-                .value_codec(Utf8)
-                .output_codec(Utf8)
-        })
-        .build()
-        .unwrap()
+    count_topology(app, input, output)
 }
 
 fn config(dir: &std::path::Path) -> RuntimeConfig {

@@ -8,23 +8,14 @@
 //! crash and those produced meanwhile are all processed, each exactly once.
 
 use parsley_runtime::{CrashPoint, Runtime, RuntimeConfig};
-use parsley_stage::{Topology, Utf8};
+use parsley_stage::Topology;
 use parsley_testkit::fixtures::{
-    CountKeys, bootstrap, committed_values, create_topic, group_offset, next_failure, raw_producer,
-    send_stamped, unique_topic, wait_committed,
+    bootstrap, committed_values, count_topology, create_topic, group_offset, next_failure,
+    raw_producer, send_stamped, unique_topic, wait_committed,
 };
 
 fn counting(app: &str, input: &str, output: &str) -> (Topology, RuntimeConfig) {
-    let topology = Topology::builder(app)
-        .stage("count", CountKeys::new(output), |s| {
-            s.source(input)
-                .sink(output)
-                .key_codec(Utf8)
-                .value_codec(Utf8)
-                .output_codec(Utf8)
-        })
-        .build()
-        .unwrap();
+    let topology = count_topology(app, input, output);
     // The dead process stays a group member until its session times out: a short one lets
     // the restart join within seconds.
     let config = RuntimeConfig::new(bootstrap())

@@ -10,23 +10,14 @@
 use std::time::{Duration, Instant};
 
 use parsley_runtime::{CrashPoint, Runtime, RuntimeConfig};
-use parsley_stage::{Topology, Utf8};
+use parsley_stage::Topology;
 use parsley_testkit::fixtures::{
-    CountKeys, DEADLINE, bootstrap, committed_end_offsets, committed_values, create_topic,
+    DEADLINE, bootstrap, committed_end_offsets, committed_values, count_topology, create_topic,
     group_offset, key_on, next_failure, raw_producer, send_stamped, unique_topic, wait_committed,
 };
 
 fn counting(app: &str, input: &str, output: &str, instance: &str) -> (Topology, RuntimeConfig) {
-    let topology = Topology::builder(app)
-        .stage("count", CountKeys::new(output), |s| {
-            s.source(input)
-                .sink(output)
-                .key_codec(Utf8)
-                .value_codec(Utf8)
-                .output_codec(Utf8)
-        })
-        .build()
-        .unwrap();
+    let topology = count_topology(app, input, output);
     // A dead member stays in the group until its session times out: a short one.
     let config = RuntimeConfig::new(bootstrap())
         .consumer_property("session.timeout.ms", "6000")

@@ -13,9 +13,8 @@
 use parsley_runtime::{
     CausalProducer, CausalProducerConfig, ProducerFault, Runtime, RuntimeConfig, TopicInfo,
 };
-use parsley_stage::{Topology, Utf8};
 use parsley_testkit::fixtures::{
-    CountKeys, bootstrap, committed_end_offsets, committed_values, create_topic, group_offset,
+    bootstrap, committed_end_offsets, committed_values, count_topology, create_topic, group_offset,
     raw_producer, read_committed, send_stamped, unique_topic, wait_committed, wait_metrics,
 };
 
@@ -88,16 +87,7 @@ fn c27_an_invalid_txn_state_at_the_commit_and_the_abort_replaces_the_producer() 
         send_stamped(&plain, &input.name, 0, k.as_bytes(), b"x", None);
     }
     let app = unique_topic("c27");
-    let topology = Topology::builder(&app)
-        .stage("count", CountKeys::new(&output.name), |s| {
-            s.source(&input.name)
-                .sink(&output.name)
-                .key_codec(Utf8)
-                .value_codec(Utf8)
-                .output_codec(Utf8)
-        })
-        .build()
-        .unwrap();
+    let topology = count_topology(&app, &input.name, &output.name);
     let config = RuntimeConfig::new(bootstrap()).inject(ProducerFault::InvalidTxnStateAtCommit);
     let running = Runtime::new(topology.clone(), config).start().unwrap();
     let m = wait_metrics(

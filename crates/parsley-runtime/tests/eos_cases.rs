@@ -15,9 +15,9 @@ use parsley_runtime::{CrashPoint, Error, Runtime, RuntimeConfig, TopicInfo, chan
 use parsley_runtime::{KafkaError, ProcessingError, RecordError};
 use parsley_stage::{Handler, HandlerResult, ImpossiblePolicy, Record, Step, Topology, Utf8};
 use parsley_testkit::fixtures::{
-    CountKeys, DEADLINE, admin, bootstrap, committed_values, create_topic, forward_topology,
-    group_offset, next_failure, raw_producer, run_until, send_stamped, unique_topic,
-    wait_committed,
+    CountKeys, DEADLINE, admin, bootstrap, committed_values, count_topology, create_topic,
+    forward_topology, group_offset, next_failure, raw_producer, run_until, send_stamped,
+    unique_topic, wait_committed,
 };
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
@@ -385,16 +385,7 @@ fn c09_a_zombie_is_fenced_at_its_offset_commit_and_nothing_of_it_becomes_visible
 /// `input` and writing `output`, run as instance `c10-kill`: a restart with that instance id
 /// aborts whatever transaction a dead process left open when it initialises.
 fn c10_counting(app: &str, input: &str, output: &str) -> (Topology, RuntimeConfig) {
-    let topology = Topology::builder(app)
-        .stage("count", CountKeys::new(output), |s| {
-            s.source(input)
-                .sink(output)
-                .key_codec(Utf8)
-                .value_codec(Utf8)
-                .output_codec(Utf8)
-        })
-        .build()
-        .unwrap();
+    let topology = count_topology(app, input, output);
     // The dead process stays a group member until its session times out: a short one lets
     // the restart join within seconds.
     let mut config = RuntimeConfig::new(bootstrap())

@@ -8,9 +8,9 @@ use std::time::Duration;
 use std::collections::BTreeMap;
 
 use parsley_runtime::{Runtime, RuntimeConfig, TaskPhase, partition_for};
-use parsley_stage::{ImpossiblePolicy, Topology, Utf8};
+use parsley_stage::ImpossiblePolicy;
 use parsley_testkit::fixtures::{
-    CountKeys, bootstrap, create_topic, forward_topology, raw_producer, read_committed,
+    bootstrap, count_topology, create_topic, forward_topology, raw_producer, read_committed,
     send_stamped, unique_topic, utf8_stage, wait_committed, wait_metrics, wait_tasks,
 };
 
@@ -101,16 +101,7 @@ fn a_task_moves_to_a_joining_instance_with_its_state() {
         }
     };
     send(0..100);
-    let topology = Topology::builder(unique_topic("move"))
-        .stage("count", CountKeys::new(&output.name), |s| {
-            s.source(&input.name)
-                .sink(&output.name)
-                .key_codec(Utf8)
-                .value_codec(Utf8)
-                .output_codec(Utf8)
-        })
-        .build()
-        .unwrap();
+    let topology = count_topology(&unique_topic("move"), &input.name, &output.name);
     let a = Runtime::new(topology.clone(), config("a", Duration::from_millis(100)))
         .start()
         .unwrap();

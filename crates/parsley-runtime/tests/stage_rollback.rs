@@ -18,10 +18,9 @@ use std::time::{Duration, Instant};
 use parsley_runtime::{
     ProducerFault, Runtime, RuntimeConfig, TaskMetrics, TaskPhase, TopicInfo, partition_for,
 };
-use parsley_stage::{Topology, Utf8};
 use parsley_testkit::fixtures::{
-    CountKeys, DEADLINE, bootstrap, committed_values, create_topic, raw_producer, send_stamped,
-    unique_topic, wait_committed, wait_metrics, wait_tasks,
+    DEADLINE, bootstrap, committed_values, count_topology, create_topic, raw_producer,
+    send_stamped, unique_topic, wait_committed, wait_metrics, wait_tasks,
 };
 use rdkafka::producer::Producer;
 
@@ -40,16 +39,7 @@ struct Outcome {
 fn run(fault: ProducerFault, state_dir: Option<&Path>) -> Outcome {
     let input = create_topic("rollback-in", 2);
     let output = create_topic("rollback-out", 2);
-    let topology = Topology::builder(unique_topic("rollback"))
-        .stage("count", CountKeys::new(&output.name), |s| {
-            s.source(&input.name)
-                .sink(&output.name)
-                .key_codec(Utf8)
-                .value_codec(Utf8)
-                .output_codec(Utf8)
-        })
-        .build()
-        .unwrap();
+    let topology = count_topology(&unique_topic("rollback"), &input.name, &output.name);
     let config = || {
         let c = RuntimeConfig::new(bootstrap());
         match state_dir {

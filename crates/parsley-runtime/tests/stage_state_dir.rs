@@ -3,13 +3,11 @@
 //! only the changelog's tail (at most the last commit marker), and a start without the store
 //! (another directory) reads the changelog whole and reaches the same counts.
 
-use parsley_runtime::{
-    Admin, Runtime, RuntimeConfig, TaskMetrics, TaskPhase, changelog_topic, partition_for,
-};
-use parsley_stage::{Topology, Utf8};
+use parsley_runtime::{Admin, Runtime, RuntimeConfig, TaskMetrics, TaskPhase, changelog_topic};
+use parsley_stage::Topology;
 use parsley_testkit::fixtures::{
-    CountKeys, DEADLINE, bootstrap, create_topic, raw_producer, read_committed, send_stamped,
-    unique_topic, wait_committed, wait_tasks,
+    DEADLINE, bootstrap, count_topology, create_topic, keys_on_each_partition, raw_producer,
+    read_committed, send_stamped, unique_topic, wait_committed, wait_tasks,
 };
 
 /// Runs `topology` with its state under `dir` until `deliveries` more are committed; returns
@@ -41,29 +39,11 @@ fn fold_state_on_disk_survives_restarts_and_a_restart_reads_only_the_tail() {
     let input = create_topic("disk-in", 2);
     let output = create_topic("disk-out", 2);
     let app = unique_topic("disk");
-    let topology = Topology::builder(&app)
-        .stage("count", CountKeys::new(&output.name), |s| {
-            s.source(&input.name)
-                .sink(&output.name)
-                .key_codec(Utf8)
-                .value_codec(Utf8)
-                .output_codec(Utf8)
-        })
-        .build()
-        .unwrap();
+    let topology = count_topology(&app, &input.name, &output.name);
     let dir = std::env::temp_dir().join(unique_topic("parsley-state"));
     let plain = raw_producer(None);
     // Four keys on each partition, where murmur2 puts them.
-    let keys: Vec<(i32, String)> = (0..)
-        .map(|i| format!("k{i}"))
-        .map(|k| (partition_for(k.as_bytes(), 2), k))
-        .scan([0, 0], |seen, (p, k)| {
-            seen[p as usize] += 1;
-            Some((seen[p as usize] <= 4).then_some((p, k)))
-        })
-        .flatten()
-        .take(8)
-        .collect();
+    let keys = keys_on_each_partition(4, 2);
     let send = |times: usize| {
         for _ in 0..times {
             for (p, k) in &keys {

@@ -8,11 +8,11 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use parsley_runtime::{Running, Runtime, RuntimeConfig, StandbyMetrics, TaskPhase, partition_for};
-use parsley_stage::{Topology, Utf8};
+use parsley_runtime::{Running, Runtime, RuntimeConfig, StandbyMetrics, TaskPhase};
+use parsley_stage::Topology;
 use parsley_testkit::fixtures::{
-    CountKeys, DEADLINE, bootstrap, committed_end_offsets, create_topic, raw_producer,
-    read_committed, send_stamped, unique_topic, wait_tasks,
+    DEADLINE, bootstrap, committed_end_offsets, count_topology, create_topic,
+    keys_on_each_partition, raw_producer, read_committed, send_stamped, unique_topic, wait_tasks,
 };
 
 /// How the two instances keep their state.
@@ -74,27 +74,9 @@ fn moved_task(mode: Mode) -> (i64, i64, u64) {
     let input = create_topic("standby-in", 2);
     let output = create_topic("standby-out", 2);
     let app = unique_topic("standby");
-    let topology: Topology = Topology::builder(&app)
-        .stage("count", CountKeys::new(&output.name), |s| {
-            s.source(&input.name)
-                .sink(&output.name)
-                .key_codec(Utf8)
-                .value_codec(Utf8)
-                .output_codec(Utf8)
-        })
-        .build()
-        .unwrap();
+    let topology: Topology = count_topology(&app, &input.name, &output.name);
     // Two keys on each partition.
-    let keys: Vec<(i32, String)> = (0..)
-        .map(|i| format!("k{i}"))
-        .map(|k| (partition_for(k.as_bytes(), 2), k))
-        .scan([0, 0], |seen, (p, k)| {
-            seen[p as usize] += 1;
-            Some((seen[p as usize] <= 2).then_some((p, k)))
-        })
-        .flatten()
-        .take(4)
-        .collect();
+    let keys = keys_on_each_partition(2, 2);
     let plain = raw_producer(None);
     let send = |times: usize| {
         for _ in 0..times {

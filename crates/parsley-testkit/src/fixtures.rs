@@ -491,6 +491,37 @@ impl parsley_stage::Handler for Forward {
     }
 }
 
+/// Application `app` of one stage, `count`, counting the records of each key of `input`
+/// into `output` with [`CountKeys`] (UTF-8 throughout): the topology of most restore,
+/// rebalance and recovery tests.
+///
+/// # Panics
+/// When the topology is invalid.
+pub fn count_topology(app: &str, input: &str, output: &str) -> parsley_stage::Topology {
+    parsley_stage::Topology::builder(app)
+        .stage("count", CountKeys::new(output), |s| {
+            utf8_stage(s, &[input], &[output])
+        })
+        .build()
+        .expect("a valid topology")
+}
+
+/// `per_partition` keys (`k0`, `k1`, …) on each of `partitions` partitions, where the default
+/// partitioner (murmur2) puts them: (partition, key) pairs in the order found.
+pub fn keys_on_each_partition(per_partition: usize, partitions: i32) -> Vec<(i32, String)> {
+    let mut seen = vec![0usize; partitions.max(0) as usize];
+    let total = per_partition * seen.len();
+    (0..)
+        .map(|i| format!("k{i}"))
+        .map(|k| (parsley_runtime::partition_for(k.as_bytes(), partitions), k))
+        .filter(|(p, _)| {
+            seen[*p as usize] += 1;
+            seen[*p as usize] <= per_partition
+        })
+        .take(total)
+        .collect()
+}
+
 /// A stage handler that counts the records of each key (its fold state) and emits `key=n`, the
 /// running count, to one topic (UTF-8 keys and values). [`CountKeys::failing_once_on`] makes
 /// the first record with a given value fail in the handler, before the transaction commits.

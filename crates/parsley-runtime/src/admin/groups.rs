@@ -23,7 +23,7 @@ use rdkafka::types::RDKafkaErrorCode;
 
 use super::{Admin, GroupMember, GroupView};
 use crate::clients::ClientRole;
-use parsley_task::error::{self, Error, Operation, Result};
+use parsley_task::error::{Operation, Result};
 
 impl Admin {
     /// Group `group` as its coordinator describes it, over the classic protocol's requests
@@ -40,11 +40,7 @@ impl Admin {
         group: &str,
         timeout: Duration,
     ) -> Result<GroupView> {
-        let fail = |message: String| {
-            Error::from(
-                error::KafkaError::admin(Operation::DescribeGroup, message).with_group(group),
-            )
-        };
+        let fail = |message: String| super::describe_group_failed(group, message);
         let list = match self.client.inner().fetch_group_list(Some(group), timeout) {
             Ok(list) => list,
             Err(LibError::GroupListFetch(RDKafkaErrorCode::CoordinatorLoadInProgress)) => {
