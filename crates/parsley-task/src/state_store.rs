@@ -47,7 +47,9 @@ const CACHE_BYTES: u64 = 64 << 20;
 const MEMTABLE_BYTES: u64 = 16 << 20;
 /// Bits per key of every table's Bloom filter (about 1 % false positives).
 const FILTER_BITS_PER_KEY: f32 = 10.0;
-/// Keys up to this long are looked up without a heap allocation, bytes.
+/// Background threads of a stage's store (flushes and compactions).
+const STORE_WORKERS: usize = 1;
+/// Changelog keys up to this long are looked up without a heap allocation, bytes.
 const STACK_KEY_BYTES: usize = 64;
 
 /// The store's tuning, in one place: how a stage's database and each task's keyspace are
@@ -55,9 +57,14 @@ const STACK_KEY_BYTES: usize = 64;
 struct StoreOptions;
 
 impl StoreOptions {
-    /// The database of a stage at `path`: its block cache.
+    /// The database of a stage at `path`: its block cache and one background worker. With
+    /// more than one, fjall's first worker hands every compaction it receives back to the
+    /// queue and can take it again at once, spinning until another worker takes it (a tenth
+    /// of a count's CPU on two cores); one worker flushes and compacts in turn.
     fn database(path: &Path) -> fjall::DatabaseBuilder<Database> {
-        Database::builder(path).cache_size(CACHE_BYTES)
+        Database::builder(path)
+            .cache_size(CACHE_BYTES)
+            .worker_threads(STORE_WORKERS)
     }
 
     /// A task's keyspace: its memtable, and one Bloom filter policy on every level. A fold
