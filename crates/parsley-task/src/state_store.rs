@@ -497,7 +497,7 @@ mod tests {
                 .unwrap();
             let second = at(20, 2).unwrap();
             // A key too long for a lookup's stack buffer.
-            let long = vec![b'k'; STACK_KEY_BYTES + 1];
+            let long = [b'k'; STACK_KEY_BYTES + 1];
             store
                 .write_with_state(
                     [(&b"a"[..], None), (&long[..], Some(&b"7"[..]))],
@@ -514,7 +514,7 @@ mod tests {
         assert_eq!(store.checkpoint().unwrap(), at(20, 2));
         assert_eq!(store.get(b"a").unwrap(), None);
         assert_eq!(store.get(b"b").unwrap(), Some(b"3".to_vec()));
-        let long = vec![b'k'; STACK_KEY_BYTES + 1];
+        let long = [b'k'; STACK_KEY_BYTES + 1];
         assert_eq!(store.get(&long).unwrap(), Some(b"7".to_vec()));
         assert_eq!(store.get(&long[1..]).unwrap(), None);
         let mut restored = Restored::default();
