@@ -8,9 +8,10 @@
 //!   copy spares the write a lookup in `values`, a cache miss per key when keys are many.
 //! - On disk, a value is looked up in `open` (changed since the last changelog write), then in
 //!   `sealed` (written to the changelog in a transaction not known committed yet), then in the
-//!   store; `written` holds every changelog record of those transactions, in the order written,
-//!   and reaches the store only once they commit ([`FoldState::committed`]), with the new
-//!   checkpoint. A transaction that does not commit never reaches the store.
+//!   store; `sealed` holds the last value of every key those transactions wrote, and `written`
+//!   every other changelog record of theirs (snapshots, timers), in the order written; both
+//!   reach the store only once they commit ([`FoldState::committed`]), with the new checkpoint.
+//!   A transaction that does not commit never reaches the store.
 //! - Undo (in memory): `undo.open` holds, for every key of `changed` (and no other), its value
 //!   just before its first change since the last changelog write (`None`: absent); at a write
 //!   those move to `undo.sealed` unless it has the key already, so `undo.sealed` holds, for
@@ -87,7 +88,8 @@ pub struct DiskFold {
     open: Changes,
     /// Changes written to the changelog in transactions not known committed yet.
     sealed: Changes,
-    /// Every changelog record of those transactions, in order (full changelog keys).
+    /// Every other changelog record of those transactions (not fold state), in order (full
+    /// changelog keys).
     written: Records,
     /// Some of `written` committed and is not in the store yet (module docs).
     unstored: bool,
@@ -269,8 +271,9 @@ impl FoldState {
         Ok(written)
     }
 
-    /// Keeps `records`, the changelog records just written in the open transaction, until it
-    /// commits (on disk; nothing in memory).
+    /// Keeps `records`, the changelog records other than fold state just written in the open
+    /// transaction, until it commits (on disk; nothing in memory). The fold state's records
+    /// are kept by [`FoldState::write_changes`].
     pub fn seal(&mut self, records: Records) {
         if let FoldState::Disk(d) = self {
             d.written.extend(records);
@@ -291,7 +294,7 @@ impl FoldState {
             }
             FoldState::Disk(d) => d,
         };
-        if d.written.is_empty() {
+        if !d.pending() {
             return Ok(());
         }
         let Some(offset) = next else {
@@ -300,7 +303,8 @@ impl FoldState {
             d.unstored = true;
             return Ok(());
         };
-        d.store.write(
+        d.store.write_with_state(
+            d.sealed.iter().map(|(k, v)| (&k[..], v.as_deref())),
             d.written.iter().map(|(k, v)| (k.as_slice(), v.as_deref())),
             Checkpoint {
                 topic: d.changelog,
@@ -347,7 +351,7 @@ impl FoldState {
                 true
             }
             FoldState::Disk(d) => {
-                if d.unstored || (sealed == Sealed::Committed && !d.written.is_empty()) {
+                if d.unstored || (sealed == Sealed::Committed && d.pending()) {
                     return false;
                 }
                 d.open.clear();
@@ -356,6 +360,13 @@ impl FoldState {
                 true
             }
         }
+    }
+}
+
+impl DiskFold {
+    /// Records written to the changelog and not in the store yet.
+    fn pending(&self) -> bool {
+        !self.sealed.is_empty() || !self.written.is_empty()
     }
 }
 

@@ -888,12 +888,13 @@ impl Task {
         self.causes.clear();
         // A refused input record the policy took commits with this transaction.
         self.refused.retain(|r| !r.used);
-        // On disk, the store receives a copy of every record once the transaction commits.
+        // On disk, the store receives every record once the transaction commits: the fold
+        // keeps its own (its sealed changes), the others are copied.
+        let state_written = self.fold.write_changes(writer)?;
         let mut all = fold::Tee {
             inner: writer,
             copies: self.fold.on_disk().then(Vec::new),
         };
-        let state_written = self.fold.write_changes(&mut all)?;
         // Parsley's own records, kept for the task's image of its last commit.
         let mut writer = fold::Tee {
             inner: &mut all,
