@@ -266,12 +266,14 @@ impl Reader {
     }
 
     /// Waits until the reader has `expected` (facts, ledger entries) — every committed output
-    /// of the run — at most `limit`, the workers staying alive; then stops it.
+    /// of the run — at most `limit`, `watch` looking at the workers between reads (failing on
+    /// an exit, or starting the process again); then stops it.
     fn finish(
         self,
         expected: (u64, u64),
         limit: Duration,
         workers: &mut [Worker],
+        watch: &mut dyn FnMut(&mut [Worker]) -> Result<()>,
     ) -> Result<ReadBack> {
         let deadline = Instant::now() + limit;
         loop {
@@ -282,7 +284,7 @@ impl Reader {
             if have.0 >= expected.0 && have.1 >= expected.1 {
                 break;
             }
-            check_alive(workers)?;
+            watch(workers)?;
             if Instant::now() > deadline || self.handle.is_finished() {
                 self.stop.store(true, Ordering::SeqCst);
                 let _ = self.handle.join();
@@ -328,6 +330,35 @@ fn check_alive(workers: &mut [Worker]) -> Result<()> {
                 w.log.display(),
                 last_lines(&w.log, 30)
             );
+        }
+    }
+    Ok(())
+}
+
+/// A stage process that ended on its own (none should) is reported and started again under
+/// its id, as a supervisor would: the run goes on, and the oracle still checks that no record
+/// was lost or doubled by it. Each such end is added to `exits`.
+fn restart_ended(
+    workers: &mut [Worker],
+    driver: &mut Driver,
+    started: Instant,
+    exits: &mut Vec<String>,
+) -> Result<()> {
+    for w in workers.iter_mut() {
+        if let Some(status) = w.child.try_wait()? {
+            let (stage, instance) = (w.stage, w.instance.clone());
+            let log = w.log.clone();
+            let last = last_line(&log);
+            println!(
+                "soak: {:>6.1} min  UNPLANNED  {stage}/{instance} exited with {status}: {last} (log {}); started again",
+                started.elapsed().as_secs_f64() / 60.0,
+                log.display()
+            );
+            exits.push(format!(
+                "{:.1} min: {stage}/{instance} exited with {status}: {last}",
+                started.elapsed().as_secs_f64() / 60.0
+            ));
+            *w = driver.spawn(stage, &instance)?;
         }
     }
     Ok(())
@@ -465,7 +496,12 @@ fn measure_max(a: &SoakArgs, bootstrap: &str, logs: &Path) -> Result<(f64, f64)>
                 .map_err(|_| anyhow::anyhow!("the generator panicked"))??;
             (truth, reader, workers)
         };
-        let back = reader.finish(expected(&truth), Duration::from_secs(600), &mut workers)?;
+        let back = reader.finish(
+            expected(&truth),
+            Duration::from_secs(600),
+            &mut workers,
+            &mut check_alive,
+        )?;
         for w in workers {
             stop(w)?;
         }
@@ -631,26 +667,7 @@ pub(crate) fn soak(a: SoakArgs) -> Result<bool> {
             });
             next_fault = started.elapsed() + gap(&mut rng);
         }
-        // A stage process that ended on its own (none should) is reported and started again
-        // under its id, as a supervisor would: the run goes on, and the oracle still checks
-        // that no record was lost or doubled by it.
-        for w in workers.iter_mut() {
-            if let Some(status) = w.child.try_wait()? {
-                let (stage, instance) = (w.stage, w.instance.clone());
-                let log = w.log.clone();
-                let last = last_line(&log);
-                println!(
-                    "soak: {:>6.1} min  UNPLANNED  {stage}/{instance} exited with {status}: {last} (log {}); started again",
-                    started.elapsed().as_secs_f64() / 60.0,
-                    log.display()
-                );
-                exits.push(format!(
-                    "{:.1} min: {stage}/{instance} exited with {status}: {last}",
-                    started.elapsed().as_secs_f64() / 60.0
-                ));
-                *w = s.driver.spawn(stage, &instance)?;
-            }
-        }
+        restart_ended(&mut workers, &mut s.driver, started, &mut exits)?;
         if generator.is_finished() {
             break; // its error is reported below
         }
@@ -663,7 +680,13 @@ pub(crate) fn soak(a: SoakArgs) -> Result<bool> {
         .map_err(|_| anyhow::anyhow!("the generator panicked"))?
         .with_context(|| format!("the generator (seed {})", a.seed))?;
     let generated_for = started.elapsed();
-    let back = reader.finish(expected(&truth), Duration::from_secs(600), &mut workers)?;
+    // While the outputs drain, too, a process that ends on its own is started again.
+    let back = reader.finish(
+        expected(&truth),
+        Duration::from_secs(600),
+        &mut workers,
+        &mut |workers| restart_ended(workers, &mut s.driver, started, &mut exits),
+    )?;
     for w in workers {
         stop(w)?;
     }
