@@ -129,6 +129,9 @@ enum Cmd {
         /// down while `min.insync.replicas` refuses writes.
         #[arg(long)]
         cluster: bool,
+        /// Stream threads per stage in each stage process (`RuntimeConfig::stream_threads`).
+        #[arg(long, default_value_t = 1)]
+        threads: usize,
     },
     /// The inventory pipeline for a long run at half its measured maximum throughput, a fault
     /// every few minutes (kill -9 of a stage process, a broker restart or join/leave; with
@@ -382,8 +385,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
             keep_broker,
             event_time,
             cluster: true,
+            threads,
         } => cluster::with_cluster(keep_broker, |bootstrap| {
-            chaos(bootstrap, runs, seed, event_time, true)
+            chaos(bootstrap, runs, seed, (event_time, threads), true)
         }),
         Cmd::Chaos {
             runs,
@@ -391,8 +395,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
             keep_broker,
             event_time,
             cluster: false,
+            threads,
         } => with_broker(keep_broker, |bootstrap| {
-            chaos(bootstrap, runs, seed, event_time, false)
+            chaos(bootstrap, runs, seed, (event_time, threads), false)
         }),
         Cmd::Soak {
             minutes,
@@ -642,13 +647,13 @@ fn run(cli: Cli) -> Result<ExitCode> {
             println!(
                 "xtask: fault injection, one seeded run (cargo xtask chaos --runs 1 --seed 1)"
             );
-            if chaos(bootstrap, 1, 1, false, false)? != ExitCode::SUCCESS {
+            if chaos(bootstrap, 1, 1, (false, 1), false)? != ExitCode::SUCCESS {
                 bail!("the fault-injection run failed");
             }
             println!(
                 "xtask: fault injection with an event-time ledger, one seeded run (cargo xtask chaos --runs 1 --seed 2 --event-time)"
             );
-            if chaos(bootstrap, 1, 2, true, false)? != ExitCode::SUCCESS {
+            if chaos(bootstrap, 1, 2, (true, 1), false)? != ExitCode::SUCCESS {
                 bail!("the event-time fault-injection run failed");
             }
             println!(
@@ -859,7 +864,7 @@ fn chaos(
     bootstrap: &str,
     runs: u64,
     seed: u64,
-    event_time: bool,
+    (event_time, threads): (bool, usize),
     on_cluster: bool,
 ) -> Result<ExitCode> {
     let mut cmd = chaos_driver("run");
@@ -870,6 +875,8 @@ fn chaos(
         &seed.to_string(),
         "--bootstrap",
         bootstrap,
+        "--threads",
+        &threads.to_string(),
     ]);
     if event_time {
         cmd.arg("--event-time");
