@@ -303,6 +303,10 @@ enum BenchCmd {
         /// Commit interval of every mode, ms (default: 100).
         #[arg(long)]
         commit_interval_ms: Option<u64>,
+        /// Stream threads of the Parsley modes' stage (`RuntimeConfig::stream_threads`;
+        /// default 1).
+        #[arg(long)]
+        threads: Option<usize>,
         /// A smoke run: small inputs, one run per mode, no latency phase.
         #[arg(long)]
         quick: bool,
@@ -459,6 +463,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     commit_interval_ms,
                     quick,
                     keep_broker,
+                    threads,
                     mut args,
                 },
         } => {
@@ -481,6 +486,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                         "--commit-interval-ms",
                         commit_interval_ms.map(|c| c.to_string()),
                     ),
+                    ("--threads", threads.map(|t| t.to_string())),
                 ],
                 args,
                 keep_broker,

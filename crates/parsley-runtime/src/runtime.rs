@@ -1,5 +1,6 @@
-//! Running a topology: one stream thread per stage, or one stage per process; until told to
-//! stop, or until SIGINT or SIGTERM ([`Runtime::run_until_signal`]).
+//! Running a topology: each stage on its stream threads
+//! ([`RuntimeConfig::stream_threads`], one by default; module `threads`), or one stage per
+//! process; until told to stop, or until SIGINT or SIGTERM ([`Runtime::run_until_signal`]).
 
 use crate::shutdown::Shutdown;
 use std::net::SocketAddr;
@@ -105,7 +106,7 @@ impl Runtime {
         .map_err(|e| names.typed(e))
     }
 
-    /// Starts every stage on its own stream thread.
+    /// Starts every stage on its own stream threads ([`RuntimeConfig::stream_threads`] each).
     ///
     /// # Errors
     /// [`SetupError::UnsupportedGroupProtocol`] as [`Runtime::start_stages`];

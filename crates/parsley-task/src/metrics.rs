@@ -865,11 +865,13 @@ impl StageMetrics {
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone)]
 pub enum Progress {
-    /// A transaction committed; the counters after it.
+    /// A transaction committed; the counters after it. With several stream threads per stage
+    /// each thread commits its own transactions and sends its own events, with its own counters
+    /// (`Running::metrics` adds them up); so do `Failed` and `Stopped`, once per thread.
     Committed {
         /// The stage.
         stage: String,
-        /// Its counters.
+        /// Its counters (the committing stream thread's).
         metrics: MetricsSnapshot,
     },
     /// The stage stopped with an error: the last event of that stage.

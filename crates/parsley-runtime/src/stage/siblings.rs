@@ -61,3 +61,55 @@ impl Siblings {
             .clone()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use parsley_clock::TopicId;
+    use parsley_task::state_store::Checkpoint;
+
+    use super::*;
+
+    #[test]
+    fn the_threads_of_a_stage_share_one_store_opened_once() {
+        let dir = std::env::temp_dir().join(format!(
+            "parsley-siblings-{}-{}",
+            std::process::id(),
+            uuid::Uuid::new_v4().simple()
+        ));
+        let siblings = Siblings::new();
+        let opened = AtomicUsize::new(0);
+        let open = || {
+            opened.fetch_add(1, Ordering::SeqCst);
+            StateStores::open(&dir, "app.stage", 86_400_000)
+        };
+        let first = siblings.stores(open).unwrap();
+        let second = siblings.stores(open).unwrap();
+        assert_eq!(opened.load(Ordering::SeqCst), 1, "opened once");
+        // A store of its own for the second thread cannot be opened while the first holds the
+        // directory: the reason the threads share one.
+        assert!(
+            StateStores::open(&dir, "app.stage", 86_400_000).is_err(),
+            "a second store on the same directory opens"
+        );
+        // What one thread writes for a task, the other finds: a task that moves between
+        // threads keeps its keyspace and checkpoint.
+        let checkpoint = Checkpoint {
+            topic: TopicId::from_bytes([7; 16]),
+            offset: 42,
+            written_ms: 1,
+        };
+        first
+            .task(3)
+            .unwrap()
+            .write([(&b"\x01k"[..], Some(&b"v"[..]))], checkpoint)
+            .unwrap();
+        assert_eq!(
+            second.task(3).unwrap().checkpoint().unwrap(),
+            Some(checkpoint)
+        );
+        drop((first, second, siblings));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
