@@ -325,7 +325,11 @@ fn a_store_spread_over_two_threads_is_read_whole_and_owned_by_the_instance() {
         assert_eq!(store.get(&user(i)).unwrap(), Some(per_user), "{}", user(i));
         let owner = running.key_owner("clicks-per-user", &user(i)).unwrap();
         assert_eq!(
-            (owner.instance_id.as_str(), owner.endpoint.as_str(), owner.local),
+            (
+                owner.instance_id.as_str(),
+                owner.endpoint.as_str(),
+                owner.local
+            ),
             ("threads-1", "threads.example:9000", true)
         );
     }
