@@ -654,6 +654,47 @@ mod tests {
         }
     }
 
+    /// The standbys of a stage's stream threads in one process: chosen from the tasks every
+    /// thread owns, never a task another thread owns, and taken over by whichever thread the
+    /// task is assigned to. In memory, without a broker (the consumer is made and assigned,
+    /// never polled).
+    #[test]
+    fn the_threads_of_a_process_never_warm_a_task_one_of_them_owns() {
+        let changelog = TopicInfo {
+            name: "app.stage-changelog".into(),
+            id: parsley_clock::TopicId::from_bytes([9; 16]),
+            partitions: 6,
+        };
+        let mut client = ClientConfig::new();
+        client
+            .set("bootstrap.servers", "127.0.0.1:9")
+            .set("group.id", "app.stage.standby")
+            .set("enable.auto.commit", "false");
+        let metrics = Arc::new(StageMetrics::default());
+        let shared =
+            SharedStandbys::new(Standbys::new(1, "i", &client, &changelog), metrics.clone());
+        let admin = Admin::new("127.0.0.1:9", Duration::from_secs(1)).unwrap();
+        let warm = || -> BTreeSet<i32> { metrics.standbys().iter().map(|s| s.partition).collect() };
+        // Thread 0 owns task 0, thread 1 task 3: one copy per owned task, the nearest free
+        // ones to either, none of them owned by the other thread.
+        shared.choose(0, &set(&[0]), None, &admin);
+        assert_eq!(warm(), set(&[1]), "before thread 1 said what it owns");
+        shared.choose(1, &set(&[3]), None, &admin);
+        assert_eq!(warm(), set(&[1, 2]));
+        // A rebalance gives task 2 to thread 1: it takes the standby the process kept, and no
+        // thread warms it any more.
+        shared.own(1, &set(&[2, 3]));
+        assert!(shared.take(1, 2).is_some(), "the standby is handed over");
+        shared.choose(0, &set(&[0]), None, &admin);
+        let now = warm();
+        assert!(now.is_disjoint(&set(&[0, 2, 3])), "{now:?}");
+        assert_eq!(now.len(), 3, "one copy per task the process owns: {now:?}");
+        // A thread that stops: its tasks may be warmed again.
+        shared.leave(1);
+        shared.choose(0, &set(&[0]), None, &admin);
+        assert_eq!(warm(), set(&[1]));
+    }
+
     /// With members owning range-assigned blocks, when one member leaves, each task that moves
     /// to a survivor was warm on it whenever the blocks moved by at most one task per side.
     #[test]
