@@ -196,7 +196,14 @@ fn threads_share_one_state_store_and_a_restart_reads_only_the_tail() {
 
     send(&input.name, &keys, 3);
     let (first, spread) = run(2, 3 * keys.len() as u64);
-    assert!(first.iter().all(|t| t.restore_start == 0), "{first:?}");
+    // From 0 at a task's first assignment; from its checkpoint when the group gave every task
+    // to the thread that joined first and then moved some to the other thread.
+    assert!(
+        first
+            .iter()
+            .all(|t| t.restore_start == 0 || t.restore_end - t.restore_start <= 1),
+        "{first:?}"
+    );
     assert!(spread.iter().all(|t| !t.is_empty()), "{spread:?}");
 
     // Two threads again: whichever thread each task lands on, it finds its keyspace.
