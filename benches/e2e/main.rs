@@ -245,6 +245,9 @@ struct BenchArgs {
     /// (`RuntimeConfig::state_dir`) instead of on the heap.
     #[arg(long, value_name = "DIR")]
     state_dir: Option<PathBuf>,
+    /// Stream threads of the Parsley modes' stage (`RuntimeConfig::stream_threads`).
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
     /// Skip the latency phase (throughput runs only).
     #[arg(long)]
     skip_live: bool,
@@ -589,6 +592,7 @@ fn throughput_run(
             .as_ref()
             .filter(|_| !mode.is_kafka_streams())
             .map(|dir| dir.join(name)),
+        threads: args.threads,
         restart: false,
     };
     let (group, internal) = group_and_internal_topics(&worker)?;
@@ -742,6 +746,7 @@ fn latency_run(
         spin_ns: 0,
         statistics: None,
         state_dir: None,
+        threads: args.threads,
         restart: false,
     };
     let (_, internal) = group_and_internal_topics(&worker)?;
@@ -822,6 +827,7 @@ fn spawn(args: &WorkerArgs, inherit_stdin: bool) -> Result<std::process::Child> 
         .args(["--stamp-bytes", &args.stamp_bytes.to_string()])
         .args(args.unchecked_keys.then_some("--unchecked-keys"))
         .args(args.restart.then_some("--restart"))
+        .args(["--threads", &args.threads.to_string()])
         .args(
             args.state_dir
                 .iter()
@@ -930,6 +936,7 @@ mod tests {
             unchecked_keys: false,
             statistics: None,
             state_dir: None,
+            threads: 1,
             restart: false,
         };
         let of = |mode| group_and_internal_topics(&case(mode)).unwrap();

@@ -112,7 +112,9 @@ pub fn topology_of(mode: Mode, args: &WorkerArgs) -> Result<Topology> {
 
 /// The runtime configuration of `args`: its commit interval, and its state directory.
 fn config_of(args: &WorkerArgs) -> RuntimeConfig {
-    let config = RuntimeConfig::new(&args.bootstrap).commit_interval(args.commit_interval());
+    let config = RuntimeConfig::new(&args.bootstrap)
+        .commit_interval(args.commit_interval())
+        .stream_threads(args.threads);
     match &args.state_dir {
         Some(dir) => config.state_dir(dir),
         None => config,
@@ -249,13 +251,14 @@ pub fn run(args: &WorkerArgs) -> Result<Measured> {
         }
         check_deadline(started, "waiting for the stage's first fetch")?;
     };
-    // The end: the commit event whose counters cover every record.
+    // The end: the commit after which the stage's counters (summed over its stream threads;
+    // an event carries its own thread's) cover every record.
     let (metrics, done) = loop {
         match running.next_progress(Duration::from_secs(1)) {
-            Some(Progress::Committed { metrics, .. })
-                if metrics.committed_deliveries >= args.records =>
+            Some(Progress::Committed { .. })
+                if running.metrics()[0].1.committed_deliveries >= args.records =>
             {
-                break (metrics, Instant::now());
+                break (running.metrics()[0].1, Instant::now());
             }
             Some(Progress::Failed { error, .. }) => bail!("the stage failed: {error}"),
             Some(Progress::Stopped { .. }) => bail!("the stage stopped before the end"),

@@ -113,6 +113,9 @@ pub struct WorkerArgs {
     /// (`RuntimeConfig::state_dir`) instead of on the heap.
     #[arg(long, value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
+    /// Parsley modes: stream threads of the stage (`RuntimeConfig::stream_threads`).
+    #[arg(long, default_value_t = 1)]
+    pub threads: usize,
     /// Parsley modes: once the run has stopped, start the stage again, wait until every task
     /// has restored, and print what its restore read of the changelog (an `e2e-restore` line).
     #[arg(long)]

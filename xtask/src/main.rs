@@ -129,6 +129,9 @@ enum Cmd {
         /// down while `min.insync.replicas` refuses writes.
         #[arg(long)]
         cluster: bool,
+        /// Stream threads per stage in each stage process (`RuntimeConfig::stream_threads`).
+        #[arg(long, default_value_t = 1)]
+        threads: usize,
     },
     /// The inventory pipeline for a long run at half its measured maximum throughput, a fault
     /// every few minutes (kill -9 of a stage process, a broker restart or join/leave; with
@@ -300,6 +303,10 @@ enum BenchCmd {
         /// Commit interval of every mode, ms (default: 100).
         #[arg(long)]
         commit_interval_ms: Option<u64>,
+        /// Stream threads of the Parsley modes' stage (`RuntimeConfig::stream_threads`;
+        /// default 1).
+        #[arg(long)]
+        threads: Option<usize>,
         /// A smoke run: small inputs, one run per mode, no latency phase.
         #[arg(long)]
         quick: bool,
@@ -382,8 +389,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
             keep_broker,
             event_time,
             cluster: true,
+            threads,
         } => cluster::with_cluster(keep_broker, |bootstrap| {
-            chaos(bootstrap, runs, seed, event_time, true)
+            chaos(bootstrap, runs, seed, (event_time, threads), true)
         }),
         Cmd::Chaos {
             runs,
@@ -391,8 +399,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
             keep_broker,
             event_time,
             cluster: false,
+            threads,
         } => with_broker(keep_broker, |bootstrap| {
-            chaos(bootstrap, runs, seed, event_time, false)
+            chaos(bootstrap, runs, seed, (event_time, threads), false)
         }),
         Cmd::Soak {
             minutes,
@@ -454,6 +463,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     commit_interval_ms,
                     quick,
                     keep_broker,
+                    threads,
                     mut args,
                 },
         } => {
@@ -476,6 +486,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                         "--commit-interval-ms",
                         commit_interval_ms.map(|c| c.to_string()),
                     ),
+                    ("--threads", threads.map(|t| t.to_string())),
                 ],
                 args,
                 keep_broker,
@@ -642,13 +653,13 @@ fn run(cli: Cli) -> Result<ExitCode> {
             println!(
                 "xtask: fault injection, one seeded run (cargo xtask chaos --runs 1 --seed 1)"
             );
-            if chaos(bootstrap, 1, 1, false, false)? != ExitCode::SUCCESS {
+            if chaos(bootstrap, 1, 1, (false, 1), false)? != ExitCode::SUCCESS {
                 bail!("the fault-injection run failed");
             }
             println!(
                 "xtask: fault injection with an event-time ledger, one seeded run (cargo xtask chaos --runs 1 --seed 2 --event-time)"
             );
-            if chaos(bootstrap, 1, 2, true, false)? != ExitCode::SUCCESS {
+            if chaos(bootstrap, 1, 2, (true, 1), false)? != ExitCode::SUCCESS {
                 bail!("the event-time fault-injection run failed");
             }
             println!(
@@ -859,7 +870,7 @@ fn chaos(
     bootstrap: &str,
     runs: u64,
     seed: u64,
-    event_time: bool,
+    (event_time, threads): (bool, usize),
     on_cluster: bool,
 ) -> Result<ExitCode> {
     let mut cmd = chaos_driver("run");
@@ -870,6 +881,8 @@ fn chaos(
         &seed.to_string(),
         "--bootstrap",
         bootstrap,
+        "--threads",
+        &threads.to_string(),
     ]);
     if event_time {
         cmd.arg("--event-time");

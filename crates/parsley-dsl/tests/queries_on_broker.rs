@@ -278,3 +278,71 @@ fn two_instances_name_the_same_owner_of_each_key_with_its_endpoint() {
     a.stop().unwrap();
     b.stop().unwrap();
 }
+
+/// With two stream threads (`RuntimeConfig::stream_threads`), each owning a task of the
+/// count: every key is read on the thread that runs its task, `all` gathers both threads'
+/// keys, and `key_owner` names this instance for every key whichever thread holds it.
+#[test]
+fn a_store_spread_over_two_threads_is_read_whole_and_owned_by_the_instance() {
+    let clicks = create_topic("q-threads", 2);
+    let mut producer = CausalProducer::new(CausalProducerConfig::new(bootstrap())).unwrap();
+    for i in 0..CLICKS {
+        producer
+            .send(&clicks.name, user(i).as_bytes(), b"click")
+            .unwrap();
+    }
+    producer.flush().unwrap();
+
+    let (topology, stage) = clicks_per_user(&unique_topic("q-threads-app"), &clicks.name);
+    let config = RuntimeConfig::new(bootstrap())
+        .instance_id("threads-1")
+        .application_endpoint("threads.example:9000")
+        .stream_threads(2);
+    let running = Runtime::new(topology, config).start().unwrap();
+    // Both threads hold a task (the group may first give both to the thread that joined
+    // first), and every click is committed.
+    let started = Instant::now();
+    loop {
+        let spread = running.thread_tasks().remove(0).1;
+        let running_tasks = running.task_metrics().remove(0).1;
+        if spread.iter().all(|t| t.len() == 1)
+            && running_tasks.len() == 2
+            && running_tasks.iter().all(|t| t.phase == TaskPhase::Running)
+        {
+            break;
+        }
+        assert!(
+            started.elapsed() < DEADLINE,
+            "the two tasks were not spread over the threads: {spread:?}"
+        );
+        running.next_progress(Duration::from_millis(20));
+    }
+    wait_committed(&running, &stage, CLICKS as u64);
+
+    let store: ReadOnlyStore<String, i64> = running.store("clicks-per-user").unwrap();
+    let per_user = (CLICKS / USERS) as i64;
+    for i in 0..USERS {
+        assert_eq!(store.get(&user(i)).unwrap(), Some(per_user), "{}", user(i));
+        let owner = running.key_owner("clicks-per-user", &user(i)).unwrap();
+        assert_eq!(
+            (
+                owner.instance_id.as_str(),
+                owner.endpoint.as_str(),
+                owner.local
+            ),
+            ("threads-1", "threads.example:9000", true)
+        );
+    }
+    let mut all = store.all().unwrap();
+    all.sort();
+    assert_eq!(
+        all,
+        (0..USERS).map(|i| (user(i), per_user)).collect::<Vec<_>>()
+    );
+    // The keys live on both threads' tasks.
+    let partitions: std::collections::BTreeSet<i32> = (0..USERS)
+        .map(|i| store.task_of(&user(i)).unwrap())
+        .collect();
+    assert_eq!(partitions.len(), 2, "the users span both tasks");
+    running.stop().unwrap();
+}

@@ -62,6 +62,12 @@ pub struct RuntimeConfig {
     /// Warm copies kept per task, on average over the instances. Default 0. See
     /// [`RuntimeConfig::standby_replicas`].
     pub standby_replicas: usize,
+    /// Stream threads per stage in this process. Default 1. See
+    /// [`RuntimeConfig::stream_threads`].
+    pub stream_threads: usize,
+    /// The stream thread this configuration is for (its index among its stage's threads in
+    /// this process): set by the runtime for each thread it starts.
+    pub(crate) thread: usize,
     /// Where the stage aborts its process on purpose, for fault-injection tests.
     #[cfg(feature = "fault-injection")]
     crash: Option<crate::fault::CrashPoint>,
@@ -116,6 +122,8 @@ impl RuntimeConfig {
             state_dir: None,
             changelog: Vec::new(),
             standby_replicas: 0,
+            stream_threads: 1,
+            thread: 0,
             #[cfg(feature = "fault-injection")]
             crash: None,
             #[cfg(feature = "fault-injection")]
@@ -201,9 +209,14 @@ impl RuntimeConfig {
     /// The `group.instance.id` of the stage whose consumer group is `group`:
     /// `{group}-{instance_id}` with [static membership](RuntimeConfig::static_membership),
     /// else `None` (a dynamic member).
+    ///
+    /// Stream thread `i > 0` of a stage ([`RuntimeConfig::stream_threads`]) is a member of its
+    /// own: `{group}-{instance_id}-{i}`.
     pub fn group_instance_id(&self, group: &str) -> Option<String> {
-        self.static_membership
-            .then(|| format!("{group}-{}", self.instance_id))
+        self.static_membership.then(|| match self.thread {
+            0 => format!("{group}-{}", self.instance_id),
+            i => format!("{group}-{}-{i}", self.instance_id),
+        })
     }
 
     /// The consumer's `session.timeout.ms` as the user set it, else librdkafka's default
@@ -217,10 +230,40 @@ impl RuntimeConfig {
             .map_or(Duration::from_secs(45), Duration::from_millis)
     }
 
-    /// The transactional id of the stage whose consumer group is `group`:
-    /// `{group}-{instance_id}-0` (one transactional producer per stage thread).
+    /// The transactional id of the stage whose consumer group is `group`, for its first stream
+    /// thread: `{group}-{instance_id}-0`. Each stream thread has a transactional producer of its
+    /// own, thread `i` with id `{group}-{instance_id}-{i}`
+    /// ([`RuntimeConfig::thread_transactional_id`]).
     pub fn transactional_id(&self, group: &str) -> String {
-        format!("{group}-{}-0", self.instance_id)
+        self.thread_transactional_id(group, self.thread)
+    }
+
+    /// The transactional id of stream thread `thread` of the stage whose consumer group is
+    /// `group`: `{group}-{instance_id}-{thread}` (as Kafka Streams' exactly-once v2, one
+    /// transactional producer per stream thread). Grant `WRITE` on the transactional ids with
+    /// the prefix `{group}-{instance_id}-` to cover every thread.
+    pub fn thread_transactional_id(&self, group: &str, thread: usize) -> String {
+        format!("{group}-{}-{thread}", self.instance_id)
+    }
+
+    /// Runs `n` stream threads per stage in this process (Kafka Streams' `num.stream.threads`;
+    /// default 1, and `0` counts as 1). Each thread is a member of the stage's consumer group
+    /// with a consumer of its own and a transactional producer of its own
+    /// ([`RuntimeConfig::thread_transactional_id`]), so the group's assignor spreads the stage's
+    /// tasks over the threads of every instance, and each task lives on one thread. The
+    /// threads of a stage share its state store under [`RuntimeConfig::state_dir`] (a task
+    /// moving between them finds its local state) and its standbys. Metrics, health, queries
+    /// and explanations cover every thread of a stage. [`Runtime::run_stage`](crate::Runtime::run_stage)
+    /// runs one stream thread, the calling one.
+    pub fn stream_threads(mut self, n: usize) -> Self {
+        self.stream_threads = n.max(1);
+        self
+    }
+
+    /// This configuration for stream thread `thread` of a stage.
+    pub(crate) fn for_thread(mut self, thread: usize) -> Self {
+        self.thread = thread;
+        self
     }
 
     /// Refuses a consumer `group.protocol` other than `classic` (any case), which the stages cannot
@@ -389,7 +432,7 @@ impl RuntimeConfig {
     }
 
     /// The configuration of a client of `role` for the stage whose consumer group is `group`
-    /// (`client.id` `{group}-{role}`), with the runtime's own settings `own`; the stage's
+    /// (`client.id` `{group}-{role}`, `{group}-{role}-{i}` for stream thread `i > 0`), with the runtime's own settings `own`; the stage's
     /// consumer and producer also report statistics when a sink is set, and its consumer gets
     /// its `group.instance.id` with static membership. The one place a stage's clients are
     /// configured (see [`ClientSettings`] for the order).
@@ -399,11 +442,16 @@ impl RuntimeConfig {
         role: ClientRole,
         own: &[(&str, &str)],
     ) -> ClientConfig {
+        // Thread 0's clients keep the names of a stage with one thread.
+        let role_name = match self.thread {
+            0 => role.name().to_string(),
+            i => format!("{}-{i}", role.name()),
+        };
         let id = match (&self.application_endpoint, role) {
             (Some(endpoint), ClientRole::Consumer) => {
-                format!("{group}-{}|{}|{endpoint}", role.name(), self.instance_id)
+                format!("{group}-{role_name}|{}|{endpoint}", self.instance_id)
             }
-            _ => format!("{group}-{}", role.name()),
+            _ => format!("{group}-{role_name}"),
         };
         let interval = self
             .statistics
@@ -560,6 +608,57 @@ mod tests {
     }
 
     #[test]
+    fn each_stream_thread_has_client_ids_and_a_member_of_its_own() {
+        let c = RuntimeConfig::new("b:9092")
+            .instance_id("i7")
+            .static_membership(true)
+            .application_endpoint("h:1")
+            .stream_threads(2);
+        assert_eq!(c.stream_threads, 2);
+        let first = c.clone().for_thread(0);
+        let second = c.clone().for_thread(1);
+        let id = |c: &RuntimeConfig, role| {
+            c.client_config("app.s", role, &[])
+                .get("client.id")
+                .map(str::to_string)
+        };
+        // The first thread keeps the names of a stage with one thread.
+        assert_eq!(
+            id(&first, ClientRole::Consumer).as_deref(),
+            Some("app.s-consumer|i7|h:1")
+        );
+        assert_eq!(
+            id(&second, ClientRole::Consumer).as_deref(),
+            Some("app.s-consumer-1|i7|h:1")
+        );
+        assert_eq!(
+            id(&first, ClientRole::Producer).as_deref(),
+            Some("app.s-producer")
+        );
+        assert_eq!(
+            id(&second, ClientRole::Producer).as_deref(),
+            Some("app.s-producer-1")
+        );
+        // Both name the instance for the owners' listing.
+        for c in [&first, &second] {
+            let client = id(c, ClientRole::Consumer).unwrap();
+            assert_eq!(
+                crate::stage::advertised_for_tests(&client),
+                Some(("i7", "h:1"))
+            );
+        }
+        assert_eq!(
+            first.group_instance_id("app.s").as_deref(),
+            Some("app.s-i7")
+        );
+        assert_eq!(
+            second.group_instance_id("app.s").as_deref(),
+            Some("app.s-i7-1")
+        );
+        assert_eq!(RuntimeConfig::new("b").stream_threads(0).stream_threads, 1);
+    }
+
+    #[test]
     fn the_session_timeout_is_the_users_else_librdkafkas_default() {
         let c = RuntimeConfig::new("b:9092");
         assert_eq!(c.session_timeout(), Duration::from_secs(45));
@@ -572,5 +671,8 @@ mod tests {
         let mut c = RuntimeConfig::new("b:9092");
         c.instance_id = "i7".into();
         assert_eq!(c.transactional_id("app.stage"), "app.stage-i7-0");
+        let t = c.clone().for_thread(3);
+        assert_eq!(t.transactional_id("app.stage"), "app.stage-i7-3");
+        assert_eq!(c.thread_transactional_id("app.stage", 1), "app.stage-i7-1");
     }
 }

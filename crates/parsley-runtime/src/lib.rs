@@ -140,6 +140,7 @@ mod security;
 mod shutdown;
 mod signals;
 mod stage;
+mod threads;
 
 pub use acl::{Acl, PatternType};
 pub use admin::{Admin, TopicSpec};

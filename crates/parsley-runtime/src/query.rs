@@ -30,7 +30,9 @@ use parsley_stage::Codec;
 use parsley_stage::CodecError;
 use parsley_stage::StageSpec;
 use parsley_stage::store::ValueReader;
-use parsley_task::metrics::{StageMetrics, TaskPhase};
+use parsley_task::metrics::TaskPhase;
+
+use crate::threads::StageThreads;
 use parsley_task::query::{AtLeast, StoreAnswer, StoreQuery};
 
 /// How long a query waits for the stream thread's answer (beyond a `get_at_least`'s own
@@ -202,7 +204,7 @@ fn short_list(short: &[ShortChannel]) -> String {
 /// metrics): [`Running::store`](crate::Running::store).
 pub(crate) fn open<'a, K: 'static, V: 'static>(
     name: &str,
-    stages: impl IntoIterator<Item = (&'a StageSpec, &'a Arc<StageMetrics>)>,
+    stages: impl IntoIterator<Item = (&'a StageSpec, &'a StageThreads)>,
 ) -> Result<ReadOnlyStore<K, V>, QueryError> {
     let mut known = Vec::new();
     for (spec, metrics) in stages {
@@ -234,7 +236,7 @@ pub(crate) fn open<'a, K: 'static, V: 'static>(
 }
 
 /// [`QueryError::UnknownStore`] for `name`, naming the stores of `stages`.
-fn unknown_store(name: &str, stages: &[(&StageSpec, &Arc<StageMetrics>)]) -> QueryError {
+fn unknown_store(name: &str, stages: &[(&StageSpec, &StageThreads)]) -> QueryError {
     QueryError::UnknownStore {
         store: name.to_string(),
         known: stages
@@ -253,7 +255,7 @@ fn unknown_store(name: &str, stages: &[(&StageSpec, &Arc<StageMetrics>)]) -> Que
 pub(crate) fn get_json<'a>(
     name: &str,
     key: &str,
-    stages: impl IntoIterator<Item = (&'a StageSpec, &'a Arc<StageMetrics>)>,
+    stages: impl IntoIterator<Item = (&'a StageSpec, &'a StageThreads)>,
 ) -> Result<Option<String>, QueryError> {
     let stages: Vec<_> = stages.into_iter().collect();
     let Some((spec, metrics, store)) = stages
@@ -282,7 +284,7 @@ pub(crate) fn get_json<'a>(
 pub(crate) fn key_owner<'a, K: 'static>(
     name: &str,
     key: &K,
-    stages: impl IntoIterator<Item = (&'a StageSpec, &'a Arc<StageMetrics>)>,
+    stages: impl IntoIterator<Item = (&'a StageSpec, &'a StageThreads)>,
     (own_id, own_endpoint): (&str, Option<&str>),
 ) -> Result<KeyOwner, QueryError> {
     let stages: Vec<_> = stages.into_iter().collect();
@@ -345,7 +347,8 @@ pub(crate) fn key_owner<'a, K: 'static>(
 pub struct ReadOnlyStore<K, V> {
     store: String,
     stage: String,
-    metrics: Arc<StageMetrics>,
+    /// The stage's stream threads here.
+    metrics: StageThreads,
     key: Arc<dyn Codec<K>>,
     value: ValueReader<V>,
     _types: PhantomData<fn() -> (K, V)>,
@@ -374,12 +377,12 @@ impl<K, V> fmt::Debug for ReadOnlyStore<K, V> {
 }
 
 impl<K, V> ReadOnlyStore<K, V> {
-    /// A view of `store` of stage `stage` (whose metrics are `metrics`), typed by `key` and
-    /// `value`.
+    /// A view of `store` of stage `stage` (whose stream threads' metrics are `metrics`), typed
+    /// by `key` and `value`.
     pub(crate) fn new(
         store: &str,
         stage: &str,
-        metrics: Arc<StageMetrics>,
+        metrics: StageThreads,
         (key, value): (Arc<dyn Codec<K>>, ValueReader<V>),
     ) -> Self {
         ReadOnlyStore {
@@ -537,19 +540,64 @@ impl<K, V> ReadOnlyStore<K, V> {
         self.ask_thread(query, timeout + ANSWER_WITHIN)
     }
 
-    /// Files `query` with the stream thread and waits for its answer at most `within`.
+    /// Files `query` with the stage's stream threads and waits for the answer at most `within`
+    /// in all. A `get` goes to the thread that runs the key's task (the first to answer other
+    /// than [`StoreAnswer::NotOwned`]); `all` gathers every thread's entries; the task of a key
+    /// is the same on every thread.
     fn ask_thread(&self, query: StoreQuery, within: Duration) -> Result<StoreAnswer, QueryError> {
+        let deadline = Instant::now() + within;
+        let threads = self.metrics.threads();
+        let mut entries = Vec::new();
+        let mut not_owned = None;
+        for (i, metrics) in threads.iter().enumerate() {
+            let last = i + 1 == threads.len();
+            let ask = match &query {
+                StoreQuery::Get { key, at_least } => StoreQuery::Get {
+                    key: key.clone(),
+                    at_least: at_least.clone(),
+                },
+                StoreQuery::All => StoreQuery::All,
+                StoreQuery::TaskOf { key } => StoreQuery::TaskOf { key: key.clone() },
+            };
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.ask_one(metrics, ask, left)? {
+                StoreAnswer::Entries(more) => {
+                    entries.extend(more);
+                    if last {
+                        return Ok(StoreAnswer::Entries(std::mem::take(&mut entries)));
+                    }
+                }
+                StoreAnswer::NotOwned { partition } if !last => {
+                    not_owned = Some(partition);
+                }
+                answer => return Ok(answer),
+            }
+        }
+        match not_owned {
+            Some(partition) => Ok(StoreAnswer::NotOwned { partition }),
+            None => Ok(StoreAnswer::Entries(entries)),
+        }
+    }
+
+    /// Files `query` with the stream thread whose metrics are `metrics` and waits for its
+    /// answer at most `within`.
+    fn ask_one(
+        &self,
+        metrics: &parsley_task::metrics::StageMetrics,
+        query: StoreQuery,
+        within: Duration,
+    ) -> Result<StoreAnswer, QueryError> {
         let ended = || QueryError::StageEnded {
             store: self.store.clone(),
             stage: self.stage.clone(),
         };
-        if self.metrics.ended().is_some() {
+        if metrics.ended().is_some() {
             return Err(ended());
         }
-        match self.metrics.queries().ask(query).recv_timeout(within) {
+        match metrics.queries().ask(query).recv_timeout(within) {
             Ok(answer) => Ok(answer),
             Err(RecvTimeoutError::Disconnected) => Err(ended()),
-            Err(RecvTimeoutError::Timeout) if self.metrics.ended().is_some() => Err(ended()),
+            Err(RecvTimeoutError::Timeout) if metrics.ended().is_some() => Err(ended()),
             Err(RecvTimeoutError::Timeout) => Err(QueryError::NoAnswer {
                 store: self.store.clone(),
                 stage: self.stage.clone(),

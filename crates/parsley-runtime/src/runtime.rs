@@ -1,5 +1,6 @@
-//! Running a topology: one stream thread per stage, or one stage per process; until told to
-//! stop, or until SIGINT or SIGTERM ([`Runtime::run_until_signal`]).
+//! Running a topology: each stage on its stream threads
+//! ([`RuntimeConfig::stream_threads`], one by default; module `threads`), or one stage per
+//! process; until told to stop, or until SIGINT or SIGTERM ([`Runtime::run_until_signal`]).
 
 use crate::shutdown::Shutdown;
 use std::net::SocketAddr;
@@ -14,6 +15,7 @@ use crate::config::RuntimeConfig;
 use crate::endpoint::{Endpoint, Served};
 use crate::signals::SignalWatch;
 use crate::stage::StageRunner;
+use crate::threads::StageThreads;
 use parsley_task::error::{Error, Result};
 use parsley_task::error::{KafkaError, ProcessingError, SetupError};
 use parsley_task::explain::Explanation;
@@ -43,7 +45,8 @@ impl Runtime {
         &self.topology
     }
 
-    /// Runs the stage `name` on the calling thread until `shutdown` is triggered (it then
+    /// Runs the stage `name` on the calling thread — one stream thread, whatever
+    /// [`RuntimeConfig::stream_threads`] says — until `shutdown` is triggered (it then
     /// commits and returns `Ok`) or an error stops it (its open transaction is aborted).
     ///
     /// # Errors
@@ -58,16 +61,23 @@ impl Runtime {
     ) -> Result<MetricsSnapshot> {
         self.config.check_group_protocol()?;
         let metrics = Arc::new(StageMetrics::default());
-        self.run_stage_with(name, shutdown, observer, metrics.clone())?;
+        self.run_stage_with(
+            name,
+            shutdown,
+            observer,
+            (metrics.clone(), &crate::stage::Siblings::new()),
+        )?;
         Ok(metrics.snapshot())
     }
 
+    /// Runs one stream thread of stage `name`, the one this runtime's configuration is for,
+    /// with its counters and what it shares with the stage's other threads here.
     fn run_stage_with(
         &self,
         name: &str,
         shutdown: &Shutdown,
         observer: Option<Sender<Progress>>,
-        metrics: Arc<StageMetrics>,
+        (metrics, siblings): (Arc<StageMetrics>, &crate::stage::Siblings),
     ) -> Result<()> {
         let spec = self
             .topology
@@ -88,7 +98,7 @@ impl Runtime {
             spec,
             &feeding,
             self.config.clone(),
-            metrics,
+            (metrics, siblings),
             observer,
             shutdown.0.clone(),
         )
@@ -96,7 +106,7 @@ impl Runtime {
         .map_err(|e| names.typed(e))
     }
 
-    /// Starts every stage on its own stream thread.
+    /// Starts every stage on its own stream threads ([`RuntimeConfig::stream_threads`] each).
     ///
     /// # Errors
     /// [`SetupError::UnsupportedGroupProtocol`] as [`Runtime::start_stages`];
@@ -138,7 +148,8 @@ impl Runtime {
         self.start()?.wait_then_stop(&watch)
     }
 
-    /// Starts the named stages, each on its own stream thread (to start a downstream stage
+    /// Starts the named stages, each on its own stream threads
+    /// ([`RuntimeConfig::stream_threads`] per stage; to start a downstream stage
     /// later, as a replay or a late joiner does, call this once per group of stages). With
     /// [`RuntimeConfig::metrics_address`] set, the metrics endpoint of these stages is bound
     /// first and serves until [`Running::stop`].
@@ -167,7 +178,7 @@ impl Runtime {
             .collect::<Result<Vec<_>>>()?;
         let served: Vec<_> = specs
             .into_iter()
-            .map(|spec| (spec, Arc::new(StageMetrics::default())))
+            .map(|spec| (spec, StageThreads::new(self.config.stream_threads)))
             .collect();
         let endpoint = match self.config.metrics_address {
             Some(address) => {
@@ -180,43 +191,45 @@ impl Runtime {
             None => None,
         };
         let mut stages = Vec::new();
-        for (spec, metrics) in served {
+        for (spec, threads) in served {
             let name = spec.name().to_string();
-            let mut runtime = self.clone();
-            if endpoint.is_some() {
-                runtime.config = runtime.config.digesting_statistics(metrics.clone());
+            let siblings = crate::stage::Siblings::new();
+            let mut handles = Vec::new();
+            for (i, metrics) in threads.threads().iter().enumerate() {
+                let mut runtime = self.clone();
+                runtime.config = runtime.config.for_thread(i);
+                if endpoint.is_some() {
+                    runtime.config = runtime.config.digesting_statistics(metrics.clone());
+                }
+                let thread_name = match threads.threads().len() {
+                    1 => format!("parsley-{name}"),
+                    _ => format!("parsley-{name}-{i}"),
+                };
+                let context = (shutdown.clone(), tx.clone(), siblings.clone(), name.clone());
+                match spawn_thread(thread_name, runtime, metrics.clone(), context) {
+                    Ok(handle) => handles.push(handle),
+                    Err(source) => {
+                        // The threads started so far are stopped before the error returns.
+                        shutdown.trigger();
+                        for handle in stages
+                            .into_iter()
+                            .flat_map(|s: RunningStage| s.threads)
+                            .chain(handles)
+                        {
+                            let _ = handle.join();
+                        }
+                        return Err(Error::Setup(SetupError::ThreadSpawn {
+                            stage: name.clone(),
+                            source,
+                        }));
+                    }
+                }
             }
-            let (sd, obs, m, n) = (shutdown.clone(), tx.clone(), metrics.clone(), name.clone());
-            let handle = std::thread::Builder::new()
-                .name(format!("parsley-{name}"))
-                .spawn(move || {
-                    let _panicked = MarkPanic(m.clone());
-                    // One error for both receivers: the observer's event and `stop`.
-                    let result = runtime
-                        .run_stage_with(&n, &sd, Some(obs.clone()), m.clone())
-                        .map_err(Arc::new);
-                    // Recorded before the event, so that whoever waits for the event finds
-                    // the stage ended (the readiness check).
-                    m.end(match &result {
-                        Ok(()) => StageEnd::Stopped,
-                        Err(e) => StageEnd::Failed(e.to_string()),
-                    });
-                    let _ = obs.send(match &result {
-                        Ok(()) => Progress::Stopped { stage: n.clone() },
-                        Err(e) => Progress::Failed {
-                            stage: n.clone(),
-                            error: Arc::clone(e),
-                        },
-                    });
-                    result
-                })
-                .map_err(|source| {
-                    Error::Setup(SetupError::ThreadSpawn {
-                        stage: name.clone(),
-                        source,
-                    })
-                })?;
-            stages.push((name, handle, metrics));
+            stages.push(RunningStage {
+                name,
+                threads: handles,
+                metrics: threads,
+            });
         }
         Ok(Running {
             stages,
@@ -226,6 +239,44 @@ impl Runtime {
             endpoint,
         })
     }
+}
+
+/// Spawns stream thread `name` of a stage, which runs with `runtime`'s configuration (made for
+/// the thread) and counts into `metrics`; `context`: the shutdown signal, the observer, what the
+/// stage's threads share and the stage's name.
+fn spawn_thread(
+    name: String,
+    runtime: Runtime,
+    metrics: Arc<StageMetrics>,
+    (sd, obs, siblings, n): (
+        Shutdown,
+        Sender<Progress>,
+        Arc<crate::stage::Siblings>,
+        String,
+    ),
+) -> std::io::Result<StageThread> {
+    std::thread::Builder::new().name(name).spawn(move || {
+        let m = metrics;
+        let _panicked = MarkPanic(m.clone());
+        // One error for both receivers: the observer's event and `stop`.
+        let result = runtime
+            .run_stage_with(&n, &sd, Some(obs.clone()), (m.clone(), &siblings))
+            .map_err(Arc::new);
+        // Recorded before the event, so that whoever waits for the event finds the stage
+        // ended (the readiness check).
+        m.end(match &result {
+            Ok(()) => StageEnd::Stopped,
+            Err(e) => StageEnd::Failed(e.to_string()),
+        });
+        let _ = obs.send(match &result {
+            Ok(()) => Progress::Stopped { stage: n.clone() },
+            Err(e) => Progress::Failed {
+                stage: n.clone(),
+                error: Arc::clone(e),
+            },
+        });
+        result
+    })
 }
 
 /// Records a stage's end as a panic when its stream thread unwinds.
@@ -243,10 +294,27 @@ impl Drop for MarkPanic {
 /// [`Progress::Failed`] carried.
 type StageThread = JoinHandle<Result<(), Arc<Error>>>;
 
+/// A stage running on its stream threads.
+#[derive(Debug)]
+struct RunningStage {
+    name: String,
+    /// Its stream threads, by index.
+    threads: Vec<StageThread>,
+    /// Their counters, by index.
+    metrics: StageThreads,
+}
+
+impl RunningStage {
+    /// Whether a stream thread of the stage has ended.
+    fn any_finished(&self) -> bool {
+        self.threads.iter().any(JoinHandle::is_finished)
+    }
+}
+
 /// Stages running on their stream threads.
 #[derive(Debug)]
 pub struct Running {
-    stages: Vec<(String, StageThread, Arc<StageMetrics>)>,
+    stages: Vec<RunningStage>,
     shutdown: Shutdown,
     progress: Receiver<Progress>,
     /// The runtime that started the stages (topology and configuration).
@@ -261,11 +329,41 @@ impl Running {
         self.progress.recv_timeout(timeout).ok()
     }
 
-    /// Current counters of every stage.
+    /// Current counters of every stage (with several stream threads per stage, each counter
+    /// summed over them).
     pub fn metrics(&self) -> Vec<(String, MetricsSnapshot)> {
         self.stages
             .iter()
-            .map(|(n, _, m)| (n.clone(), m.snapshot()))
+            .map(|s| (s.name.clone(), s.metrics.snapshot()))
+            .collect()
+    }
+
+    /// Current counters of every stream thread of every stage, by stage, then by thread index
+    /// ([`RuntimeConfig::stream_threads`]): what [`Running::metrics`] adds up.
+    pub fn thread_metrics(&self) -> Vec<(String, Vec<MetricsSnapshot>)> {
+        self.stages
+            .iter()
+            .map(|s| {
+                let threads = s.metrics.threads().iter().map(|m| m.snapshot()).collect();
+                (s.name.clone(), threads)
+            })
+            .collect()
+    }
+
+    /// The tasks each stream thread of every stage owns (those restoring included), by stage,
+    /// then by thread index: how the group spread the stage's tasks over this process's threads.
+    pub fn thread_tasks(&self) -> Vec<(String, Vec<Vec<i32>>)> {
+        self.stages
+            .iter()
+            .map(|s| {
+                let threads = s
+                    .metrics
+                    .threads()
+                    .iter()
+                    .map(|m| m.tasks().iter().map(|t| t.partition).collect())
+                    .collect();
+                (s.name.clone(), threads)
+            })
             .collect()
     }
 
@@ -274,7 +372,7 @@ impl Running {
     pub fn task_metrics(&self) -> Vec<(String, Vec<TaskMetrics>)> {
         self.stages
             .iter()
-            .map(|(n, _, m)| (n.clone(), m.tasks()))
+            .map(|s| (s.name.clone(), s.metrics.tasks()))
             .collect()
     }
 
@@ -284,7 +382,7 @@ impl Running {
     pub fn standby_metrics(&self) -> Vec<(String, Vec<crate::StandbyMetrics>)> {
         self.stages
             .iter()
-            .map(|(n, _, m)| (n.clone(), m.standbys()))
+            .map(|s| (s.name.clone(), s.metrics.standbys()))
             .collect()
     }
 
@@ -293,7 +391,7 @@ impl Running {
     pub fn late_by_key(&self) -> Vec<(String, Vec<LateKey>)> {
         self.stages
             .iter()
-            .map(|(n, _, m)| (n.clone(), m.late_by_key()))
+            .map(|s| (s.name.clone(), s.metrics.late_by_key()))
             .collect()
     }
 
@@ -312,11 +410,16 @@ impl Running {
     /// [`ANSWER_WITHIN`]: crate::ANSWER_WITHIN
     /// [`StageExplanation::fresh`]: crate::StageExplanation::fresh
     pub fn explain(&self) -> Explanation {
-        parsley_task::metrics::explain_stages(
-            self.stages.iter().map(|(name, thread, metrics)| {
-                (name.as_str(), metrics.as_ref(), thread.is_finished())
+        crate::threads::merge_threads(parsley_task::metrics::explain_stages(
+            self.stages.iter().flat_map(|s| {
+                s.threads
+                    .iter()
+                    .zip(s.metrics.threads())
+                    .map(|(thread, metrics)| {
+                        (s.name.as_str(), metrics.as_ref(), thread.is_finished())
+                    })
             }),
-        )
+        ))
     }
 
     /// Waits until every stage of these has consumed and committed everything written to its
@@ -350,7 +453,7 @@ impl Running {
             .topology
             .stages()
             .iter()
-            .filter(|s| self.stages.iter().any(|(n, _, _)| n == s.name()))
+            .filter(|s| self.stages.iter().any(|r| r.name == s.name()))
             .map(|s| {
                 crate::caught_up::StageProgress::new(app, s, self.runtime.topology.stages(), config)
             })
@@ -418,9 +521,9 @@ impl Running {
         let topology = &self.runtime.topology;
         crate::query::open(
             name,
-            self.stages.iter().filter_map(|(stage, _, metrics)| {
-                topology.stage(stage).map(|spec| (spec, metrics))
-            }),
+            self.stages
+                .iter()
+                .filter_map(|s| topology.stage(&s.name).map(|spec| (spec, &s.metrics))),
         )
     }
 
@@ -455,9 +558,9 @@ impl Running {
         crate::query::key_owner(
             name,
             key,
-            self.stages.iter().filter_map(|(stage, _, metrics)| {
-                topology.stage(stage).map(|spec| (spec, metrics))
-            }),
+            self.stages
+                .iter()
+                .filter_map(|s| topology.stage(&s.name).map(|spec| (spec, &s.metrics))),
             (&config.instance_id, config.application_endpoint.as_deref()),
         )
     }
@@ -542,11 +645,7 @@ impl Running {
             if self.shutdown.is_triggered() {
                 break None;
             }
-            if self
-                .stages
-                .iter()
-                .any(|(_, thread, _)| thread.is_finished())
-            {
+            if self.stages.iter().any(RunningStage::any_finished) {
                 // Ended without being asked: failed (its event may be queued) or panicked.
                 break self.progress.try_iter().find_map(failure);
             }
@@ -605,20 +704,29 @@ impl Running {
         self.shutdown.trigger();
         let mut out = Vec::new();
         let mut first_error = None;
-        for (name, handle, metrics) in self.stages {
-            match handle.join() {
-                Ok(Ok(())) => {}
-                Ok(Err(source)) => {
-                    first_error.get_or_insert(Error::StageFailed {
-                        stage: name.clone(),
-                        source,
-                    });
-                }
-                Err(payload) => {
-                    first_error.get_or_insert(Error::Processing(ProcessingError::StagePanicked {
-                        stage: name.clone(),
-                        message: panic_message(payload.as_ref()),
-                    }));
+        for RunningStage {
+            name,
+            threads,
+            metrics,
+        } in self.stages
+        {
+            for handle in threads {
+                match handle.join() {
+                    Ok(Ok(())) => {}
+                    Ok(Err(source)) => {
+                        first_error.get_or_insert(Error::StageFailed {
+                            stage: name.clone(),
+                            source,
+                        });
+                    }
+                    Err(payload) => {
+                        first_error.get_or_insert(Error::Processing(
+                            ProcessingError::StagePanicked {
+                                stage: name.clone(),
+                                message: panic_message(payload.as_ref()),
+                            },
+                        ));
+                    }
                 }
             }
             out.push((name, metrics.snapshot()));
@@ -659,7 +767,7 @@ mod tests {
     use crate::signals::SignalWatch;
     use parsley_task::error::Error;
     use parsley_task::error::{ProcessingError, RecordError};
-    use parsley_task::metrics::{Progress, StageMetrics};
+    use parsley_task::metrics::Progress;
 
     /// How a fake stage's stream thread ends.
     enum Fake {
@@ -716,7 +824,11 @@ mod tests {
                     panic!("boom")
                 }),
             };
-            threads.push((name, thread, Arc::new(StageMetrics::default())));
+            threads.push(super::RunningStage {
+                name,
+                threads: vec![thread],
+                metrics: crate::threads::StageThreads::new(1),
+            });
         }
         let running = Running {
             stages: threads,

@@ -384,6 +384,96 @@ pub struct MetricsSnapshot {
     pub skipped: u64,
 }
 
+impl MetricsSnapshot {
+    /// Adds `other`'s counters to these: the totals of a stage run by several stream threads,
+    /// each with counters of its own. Counters and gauges add up; `max_gate_wait_us` is the
+    /// larger of the two.
+    pub fn merge(&mut self, other: &MetricsSnapshot) {
+        // Destructured, so that a counter added to the snapshot cannot be left out here.
+        let MetricsSnapshot {
+            fetched,
+            standby_records_discarded,
+            delivered,
+            held,
+            gate_wait_us,
+            max_gate_wait_us,
+            blocked_heads,
+            emitted,
+            transactions,
+            commit_us,
+            aborts,
+            lost_assignments,
+            committed_deliveries,
+            committed_emissions,
+            lookahead,
+            impossible_stamps,
+            dead_lettered,
+            reads_beyond_cap,
+            spilled,
+            refetched,
+            aligned,
+            late,
+            raised,
+            timers_fired,
+            too_late,
+            parked,
+            overlapped,
+            own_write_commits,
+            tick_commits,
+            ticks,
+            ticks_read,
+            bad_records,
+            skipped,
+        } = *other;
+        self.fetched += fetched;
+        self.standby_records_discarded += standby_records_discarded;
+        self.delivered += delivered;
+        self.held += held;
+        self.gate_wait_us += gate_wait_us;
+        self.max_gate_wait_us = self.max_gate_wait_us.max(max_gate_wait_us);
+        self.blocked_heads += blocked_heads;
+        self.emitted += emitted;
+        self.transactions += transactions;
+        self.commit_us += commit_us;
+        self.aborts += aborts;
+        self.lost_assignments += lost_assignments;
+        self.committed_deliveries += committed_deliveries;
+        self.committed_emissions += committed_emissions;
+        self.lookahead += lookahead;
+        self.impossible_stamps += impossible_stamps;
+        self.dead_lettered += dead_lettered;
+        self.reads_beyond_cap += reads_beyond_cap;
+        self.spilled += spilled;
+        self.refetched += refetched;
+        self.aligned += aligned;
+        self.late += late;
+        self.raised += raised;
+        self.timers_fired += timers_fired;
+        self.too_late += too_late;
+        self.parked += parked;
+        self.overlapped += overlapped;
+        self.own_write_commits += own_write_commits;
+        self.tick_commits += tick_commits;
+        self.ticks += ticks;
+        self.ticks_read += ticks_read;
+        let BadRecordCounts {
+            key_decode,
+            value_decode,
+            missing_key,
+            missing_value,
+            handler,
+            output_refused,
+        } = bad_records;
+        self.bad_records.key_decode += key_decode;
+        self.bad_records.value_decode += value_decode;
+        self.bad_records.missing_key += missing_key;
+        self.bad_records.missing_value += missing_value;
+        self.bad_records.handler += handler;
+        self.bad_records.output_refused += output_refused;
+        self.skipped += skipped;
+    }
+}
+
 /// Bad records of a stage by kind ([`BadRecordKind`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct BadRecordCounts {
@@ -787,11 +877,13 @@ impl StageMetrics {
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone)]
 pub enum Progress {
-    /// A transaction committed; the counters after it.
+    /// A transaction committed; the counters after it. With several stream threads per stage
+    /// each thread commits its own transactions and sends its own events, with its own counters
+    /// (`Running::metrics` adds them up); so do `Failed` and `Stopped`, once per thread.
     Committed {
         /// The stage.
         stage: String,
-        /// Its counters.
+        /// Its counters (the committing stream thread's).
         metrics: MetricsSnapshot,
     },
     /// The stage stopped with an error: the last event of that stage.
@@ -866,6 +958,32 @@ mod tests {
 
     fn stage(tasks: Vec<TaskMetrics>) -> Vec<(String, Vec<TaskMetrics>)> {
         vec![("s".to_string(), tasks)]
+    }
+
+    #[test]
+    fn merged_snapshots_add_up_and_keep_the_longest_wait() {
+        let mut a = MetricsSnapshot {
+            delivered: 3,
+            max_gate_wait_us: 9,
+            transactions: 1,
+            ..MetricsSnapshot::default()
+        };
+        a.bad_records.handler = 1;
+        let mut b = MetricsSnapshot {
+            delivered: 4,
+            max_gate_wait_us: 5,
+            transactions: 2,
+            ..MetricsSnapshot::default()
+        };
+        b.bad_records.handler = 2;
+        a.merge(&b);
+        assert_eq!(a.delivered, 7);
+        assert_eq!(a.transactions, 3);
+        assert_eq!(a.max_gate_wait_us, 9);
+        assert_eq!(a.bad_records.handler, 3);
+        let mut zero = MetricsSnapshot::default();
+        zero.merge(&a);
+        assert_eq!(zero, a);
     }
 
     #[test]

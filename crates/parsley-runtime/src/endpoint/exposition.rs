@@ -3,7 +3,9 @@
 //!
 //! Every metric is named `parsley_…`, with its unit in the name (`_seconds`, `_offsets`) and
 //! `_total` on counters; labels `stage`, `partition`, `kind`, `policy`, `phase`, `topic`,
-//! `broker`, `client`, `quantile`, `state`. Stage metrics and task metrics have names of their
+//! `broker`, `client`, `quantile`, `state`, `thread`. A stage's own metrics are its totals over
+//! its stream threads; only librdkafka's, which are per client, and the tasks per thread carry
+//! `thread`. Stage metrics and task metrics have names of their
 //! own (`parsley_task_…`), so that a sum over a name never adds a stage to its tasks. A figure
 //! the runtime does not know yet (a task's frontier lag or watermark before its evidence) is
 //! left out rather than shown as zero. The tables below are the one list of what is exported;
@@ -18,9 +20,9 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
 
 use parsley_task::client_stats::{ClientDigest, ClientStatistics};
-use parsley_task::metrics::{
-    MetricsSnapshot, Ownership, StageMetrics, StandbyMetrics, TaskMetrics, TaskPhase,
-};
+use parsley_task::metrics::{MetricsSnapshot, Ownership, StandbyMetrics, TaskMetrics, TaskPhase};
+
+use crate::threads::StageThreads;
 
 /// The `Content-Type` of what [`encode`] writes.
 pub(crate) const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
@@ -41,8 +43,10 @@ pub(crate) struct StageView {
     pub(crate) metrics: MetricsSnapshot,
     /// Its tasks' counters.
     pub(crate) tasks: Vec<TaskMetrics>,
-    /// Its clients' librdkafka statistics.
-    pub(crate) clients: ClientStatistics,
+    /// Its clients' librdkafka statistics, by stream thread.
+    pub(crate) clients: Vec<ClientStatistics>,
+    /// The tasks each stream thread owns, by thread.
+    pub(crate) thread_tasks: Vec<u64>,
     /// Its tasks no member of its group holds, at the last look (`None`: not known).
     pub(crate) ownership: Option<Ownership>,
     /// Its standbys: warm copies of tasks this instance does not own.
@@ -50,18 +54,27 @@ pub(crate) struct StageView {
 }
 
 impl StageView {
-    /// The stage `spec` now, from its live `metrics`.
-    pub(crate) fn of(spec: &StageSpec, metrics: &StageMetrics) -> Self {
+    /// The stage `spec` now, from the live metrics of its stream threads.
+    pub(crate) fn of(spec: &StageSpec, threads: &StageThreads) -> Self {
         StageView {
             name: spec.name().to_string(),
             bad_record_policy: bad_record_policy(spec.bad_record_policy()),
             impossible_policy: impossible_policy(spec.impossible_policy()),
-            running: metrics.ended().is_none(),
-            metrics: metrics.snapshot(),
-            tasks: metrics.tasks(),
-            clients: metrics.client_statistics(),
-            ownership: metrics.ownership(),
-            standbys: metrics.standbys(),
+            running: threads.ended().is_none(),
+            metrics: threads.snapshot(),
+            tasks: threads.tasks(),
+            clients: threads
+                .threads()
+                .iter()
+                .map(|m| m.client_statistics())
+                .collect(),
+            thread_tasks: threads
+                .threads()
+                .iter()
+                .map(|m| m.tasks().len() as u64)
+                .collect(),
+            ownership: threads.ownership(),
+            standbys: threads.standbys(),
         }
     }
 }
@@ -258,6 +271,12 @@ const STAGE_UNOWNED: Family = own(
     Kind::Gauge,
     "Tasks (partitions) of the stage that no member of its consumer group holds, as the group coordinator described the group at the last look (every few seconds): all of them while the group rebalances; a dead member counts as holding its tasks until its session times out (absent while the group cannot be described).",
 );
+const STAGE_THREAD_TASKS: Family = own(
+    "stage_thread_tasks",
+    None,
+    Kind::Gauge,
+    "Tasks (partitions) each stream thread of the stage in this process owns, restoring ones included (label thread: its index).",
+);
 const BAD_RECORDS: Family = own(
     "bad_records",
     None,
@@ -310,7 +329,7 @@ const TRANSACTION_STATE: Family = own(
 /// Every family a scrape describes, in its order.
 #[cfg(test)]
 pub(crate) fn families() -> Vec<Family> {
-    let mut all = vec![STAGE_RUNNING, STAGE_UNOWNED];
+    let mut all = vec![STAGE_RUNNING, STAGE_UNOWNED, STAGE_THREAD_TASKS];
     all.extend(STAGE.iter().map(|m| m.family));
     all.extend([BAD_RECORDS, IMPOSSIBLE_STAMPS, TASK_PHASE]);
     all.extend(TASK.iter().map(|m| m.family));
@@ -344,6 +363,16 @@ impl Collector for Stages {
             stages
                 .iter()
                 .filter_map(|s| Some((stage(s), Value::Count(s.ownership?.unowned)))),
+        )?;
+        family(
+            e,
+            &STAGE_THREAD_TASKS,
+            stages.iter().flat_map(|s| {
+                s.thread_tasks.iter().enumerate().map(|(thread, tasks)| {
+                    let labels = vec![("stage", s.name.clone()), ("thread", thread.to_string())];
+                    (labels, Value::Count(*tasks))
+                })
+            }),
         )?;
         for metric in STAGE {
             let series = stages
@@ -435,26 +464,37 @@ impl Collector for Stages {
     }
 }
 
-/// The families of librdkafka's statistics.
+/// The families of librdkafka's statistics: one consumer and one producer per stream thread,
+/// labelled `thread` (its index).
 fn encode_clients(e: &mut DescriptorEncoder<'_>, stages: &[StageView]) -> fmt::Result {
-    fn clients(s: &StageView) -> [(&'static str, Option<&ClientDigest>); 2] {
+    /// Each stream thread's index and statistics.
+    fn threads(s: &StageView) -> impl Iterator<Item = (String, &ClientStatistics)> {
+        s.clients
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (i.to_string(), c))
+    }
+    fn clients(c: &ClientStatistics) -> [(&'static str, Option<&ClientDigest>); 2] {
         [
-            ("consumer", s.clients.consumer.as_ref()),
-            ("producer", s.clients.producer.as_ref()),
+            ("consumer", c.consumer.as_ref()),
+            ("producer", c.producer.as_ref()),
         ]
     }
     family(
         e,
         &CONSUMER_LAG,
         stages.iter().flat_map(|s| {
-            let lag = s.clients.consumer.iter().flat_map(|c| &c.lag);
-            lag.map(|l| {
-                let labels = vec![
-                    ("stage", s.name.clone()),
-                    ("topic", l.topic.clone()),
-                    ("partition", l.partition.to_string()),
-                ];
-                (labels, Value::Int(l.lag))
+            threads(s).flat_map(move |(thread, c)| {
+                let lag = c.consumer.iter().flat_map(|c| &c.lag);
+                lag.map(move |l| {
+                    let labels = vec![
+                        ("stage", s.name.clone()),
+                        ("thread", thread.clone()),
+                        ("topic", l.topic.clone()),
+                        ("partition", l.partition.to_string()),
+                    ];
+                    (labels, Value::Int(l.lag))
+                })
             })
         }),
     )?;
@@ -462,17 +502,23 @@ fn encode_clients(e: &mut DescriptorEncoder<'_>, stages: &[StageView]) -> fmt::R
         e,
         &REQUEST_RTT,
         stages.iter().flat_map(|s| {
-            clients(s).into_iter().flat_map(move |(client, digest)| {
-                digest.into_iter().flat_map(move |d| {
-                    d.rtt.iter().flat_map(move |r| {
-                        [("0.5", r.p50), ("0.99", r.p99)].map(|(quantile, v)| {
-                            let labels = vec![
-                                ("stage", s.name.clone()),
-                                ("client", client.to_string()),
-                                ("broker", r.broker.to_string()),
-                                ("quantile", quantile.to_string()),
-                            ];
-                            (labels, Value::Real(v))
+            threads(s).flat_map(move |(thread, c)| {
+                clients(c).into_iter().flat_map(move |(client, digest)| {
+                    let thread = thread.clone();
+                    digest.into_iter().flat_map(move |d| {
+                        let thread = thread.clone();
+                        d.rtt.iter().flat_map(move |r| {
+                            let thread = thread.clone();
+                            [("0.5", r.p50), ("0.99", r.p99)].map(move |(quantile, v)| {
+                                let labels = vec![
+                                    ("stage", s.name.clone()),
+                                    ("thread", thread.clone()),
+                                    ("client", client.to_string()),
+                                    ("broker", r.broker.to_string()),
+                                    ("quantile", quantile.to_string()),
+                                ];
+                                (labels, Value::Real(v))
+                            })
                         })
                     })
                 })
@@ -482,10 +528,16 @@ fn encode_clients(e: &mut DescriptorEncoder<'_>, stages: &[StageView]) -> fmt::R
     family(
         e,
         &TRANSACTION_STATE,
-        stages.iter().filter_map(|s| {
-            let t = s.clients.producer.as_ref()?.transaction.as_ref()?;
-            let labels = vec![("stage", s.name.clone()), ("state", t.state.clone())];
-            Some((labels, Value::Count(1)))
+        stages.iter().flat_map(|s| {
+            threads(s).filter_map(move |(thread, c)| {
+                let t = c.producer.as_ref()?.transaction.as_ref()?;
+                let labels = vec![
+                    ("stage", s.name.clone()),
+                    ("thread", thread),
+                    ("state", t.state.clone()),
+                ];
+                Some((labels, Value::Count(1)))
+            })
         }),
     )
 }

@@ -78,7 +78,8 @@ fn views() -> Vec<StageView> {
             running: true,
             metrics,
             tasks: vec![task(0, TaskPhase::Restoring), running],
-            clients,
+            clients: vec![clients, ClientStatistics::default()],
+            thread_tasks: vec![1, 1],
             ownership: Some(Ownership {
                 tasks: 4,
                 unowned: 2,
@@ -97,7 +98,8 @@ fn views() -> Vec<StageView> {
             running: false,
             metrics: MetricsSnapshot::default(),
             tasks: Vec::new(),
-            clients: ClientStatistics::default(),
+            clients: vec![ClientStatistics::default()],
+            thread_tasks: vec![0],
             ownership: None,
             standbys: Vec::new(),
         },
@@ -279,6 +281,41 @@ fn values_are_the_stages_figures_in_the_units_their_names_say() {
         s.samples("parsley_kafka_transaction_state", &[("stage", "facts")])
             .is_empty()
     );
+    // librdkafka's figures are per client: each stream thread's under its `thread`; the
+    // second thread of `ledger` reported none.
+    assert_eq!(
+        s.value(
+            "parsley_kafka_transaction_state",
+            &[
+                ("stage", "ledger"),
+                ("thread", "0"),
+                ("state", "InTransaction")
+            ]
+        ),
+        Some(1.0)
+    );
+    assert!(
+        s.samples(
+            "parsley_kafka_transaction_state",
+            &[("stage", "ledger"), ("thread", "1")]
+        )
+        .is_empty()
+    );
+    // The tasks of each thread.
+    for (stage, thread, tasks) in [
+        ("ledger", "0", 1.0),
+        ("ledger", "1", 1.0),
+        ("facts", "0", 0.0),
+    ] {
+        assert_eq!(
+            s.value(
+                "parsley_stage_thread_tasks",
+                &[("stage", stage), ("thread", thread)]
+            ),
+            Some(tasks),
+            "{stage} {thread}"
+        );
+    }
 }
 
 #[test]

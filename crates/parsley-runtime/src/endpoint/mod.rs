@@ -32,9 +32,9 @@ use parsley_stage::StageSpec;
 use tracing::{debug, warn};
 
 use crate::shutdown::Shutdown;
+use crate::threads::StageThreads;
 use parsley_task::error::SetupError;
 use parsley_task::error::{Error, Result};
-use parsley_task::metrics::StageMetrics;
 
 use self::exposition::StageView;
 use self::health::StageHealth;
@@ -52,8 +52,8 @@ pub(crate) const IO_TIMEOUT: Duration = Duration::from_secs(5);
 /// signal.
 #[derive(Debug, Clone)]
 pub(crate) struct Served {
-    /// Each stage's spec and live metrics.
-    pub(crate) stages: Arc<[(StageSpec, Arc<StageMetrics>)]>,
+    /// Each stage's spec and the live metrics of its stream threads.
+    pub(crate) stages: Arc<[(StageSpec, StageThreads)]>,
     /// Triggered once a stop was asked for.
     pub(crate) shutdown: Shutdown,
 }
@@ -288,12 +288,14 @@ fn metrics_text(served: &Served) -> String {
 
 /// Why each stage of `served` waits, as JSON.
 fn explain_json(served: &Served) -> String {
-    let explanation = parsley_task::metrics::explain_stages(
-        served
-            .stages
-            .iter()
-            .map(|(spec, metrics)| (spec.name(), metrics.as_ref(), false)),
-    );
+    let explanation = crate::threads::merge_threads(parsley_task::metrics::explain_stages(
+        served.stages.iter().flat_map(|(spec, threads)| {
+            threads
+                .threads()
+                .iter()
+                .map(|metrics| (spec.name(), metrics.as_ref(), false))
+        }),
+    ));
     // Plain data (strings, numbers, options, vectors): serialising it cannot fail.
     serde_json::to_string_pretty(&explanation).expect("an explanation serialises")
 }

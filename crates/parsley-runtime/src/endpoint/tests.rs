@@ -8,7 +8,7 @@ use std::sync::Arc;
 use parsley_testkit::exposition::Exposition;
 
 use super::*;
-use parsley_task::metrics::{StageEnd, TaskPhase};
+use parsley_task::metrics::{StageEnd, StageMetrics, TaskPhase};
 
 /// A handler that is never run.
 struct Idle;
@@ -36,7 +36,11 @@ fn endpoint() -> (Endpoint, Arc<StageMetrics>, Shutdown) {
     let metrics = Arc::new(StageMetrics::default());
     let shutdown = Shutdown::new();
     let served = Served {
-        stages: vec![(topology.stages()[0].clone(), metrics.clone())].into(),
+        stages: vec![(
+            topology.stages()[0].clone(),
+            crate::threads::StageThreads::one(metrics.clone()),
+        )]
+        .into(),
         shutdown: shutdown.clone(),
     };
     let endpoint = Endpoint::start(([127, 0, 0, 1], 0).into(), served).unwrap();

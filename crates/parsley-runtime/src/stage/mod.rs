@@ -88,6 +88,7 @@
 //! | `startup` | resolving topics and creating the owners |
 //! | `upstream` | inputs other stages write: waiting for those stages to commit their history |
 //! | `waits` | saying what a slow group join waits for |
+//! | `siblings` | what the stream threads of one stage in one process share: the state store, the standbys |
 //!
 //! Invariant: a task's committed offsets and its last committed snapshot describe the same
 //! moment — both are written in the same transaction, after its outputs are acknowledged.
@@ -102,6 +103,7 @@ mod intake;
 mod late;
 mod ownership;
 mod rebalance;
+mod siblings;
 mod sources;
 mod startup;
 mod tasks;
@@ -109,6 +111,9 @@ mod transaction;
 mod upstream;
 mod waits;
 
+#[cfg(test)]
+pub(crate) use self::ownership::advertised as advertised_for_tests;
+pub(crate) use self::siblings::Siblings;
 pub(crate) use self::upstream::feeding_stages;
 use parsley_task::context::TaskContext;
 
@@ -206,11 +211,11 @@ impl StageRunner {
         spec: StageSpec,
         feeding: &[(String, Vec<StageSpec>)],
         config: RuntimeConfig,
-        metrics: Arc<StageMetrics>,
+        (metrics, siblings): (Arc<StageMetrics>, &Siblings),
         observer: Option<Sender<Progress>>,
         shutdown: Arc<AtomicBool>,
     ) -> Result<Self> {
-        let started = startup::start(app, &spec, feeding, &config, &metrics)?;
+        let started = startup::start(app, &spec, feeding, &config, (&metrics, siblings))?;
         Ok(StageRunner {
             app: app.to_string(),
             spec,
@@ -357,7 +362,7 @@ impl StageRunner {
         }
         self.apply_backpressure()?;
         self.settle_acks()?;
-        self.tasks.read_standbys(&self.ctx);
+        self.tasks.read_standbys();
         self.tasks.write_ticks(&self.ctx, &mut self.txn)?;
         // The checks that ask the cluster come before a commit starts: one that waits on a node
         // that died (up to its bound) never holds up the watch on a commit call in flight.
@@ -550,6 +555,7 @@ impl StageRunner {
                     }
                     self.late
                         .assigned(&assigned, if first { &[] } else { &taken_over });
+                    self.tasks.own(&assigned);
                     self.last_owned = assigned;
                     let mut by_task: BTreeMap<i32, Vec<(Channel, i64)>> = BTreeMap::new();
                     for (topic, partition, position) in positions {
@@ -589,7 +595,7 @@ impl StageRunner {
                         )?;
                     }
                     self.tasks
-                        .choose_standbys(&self.last_owned, self.evidence.admin(), &self.ctx);
+                        .choose_standbys(&self.last_owned, self.evidence.admin());
                 }
                 RebalanceEvent::Revoked {
                     partitions,

@@ -69,7 +69,7 @@ pub(super) fn start(
     spec: &StageSpec,
     feeding: &[(String, Vec<StageSpec>)],
     config: &RuntimeConfig,
-    metrics: &Arc<StageMetrics>,
+    (metrics, siblings): (&Arc<StageMetrics>, &super::Siblings),
 ) -> Result<Started> {
     let started = Instant::now();
     let group = spec.group_id(app);
@@ -150,7 +150,9 @@ pub(super) fn start(
         .map(|k| k.id)
         .collect();
     let stores = match &config.state_dir {
-        Some(dir) => Some(open_stores(&admin, dir, &group, &changelog.name)?),
+        // One store per stage and process, whichever of its stream threads opens it (module
+        // `siblings`).
+        Some(dir) => Some(siblings.stores(|| open_stores(&admin, dir, &group, &changelog.name))?),
         None => None,
     };
     let evidence = Evidence::new(admin, sources.iter().chain(&sinks));
@@ -189,8 +191,9 @@ pub(super) fn start(
         spec,
         config,
         upstreams,
-        stores,
+        (stores, siblings),
         txn.changelog().clone(),
+        metrics,
     );
     Ok(Started {
         ctx,

@@ -28,6 +28,8 @@ mod query;
 mod restore;
 mod standby;
 
+pub(crate) use self::standby::SharedStandbys;
+
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -62,6 +64,12 @@ fn wall_clock_ms() -> i64 {
 /// turn, so that commits and polls keep their pace during a long catch-up.
 const ALIGN_PER_TURN: usize = 4 * intake::MAX_BATCH;
 
+impl Drop for Tasks {
+    fn drop(&mut self) {
+        self.standbys.leave(self.thread);
+    }
+}
+
 /// The tasks this instance owns, by partition, and what belongs to them only (module docs).
 pub(crate) struct Tasks {
     tasks: BTreeMap<i32, Task>,
@@ -80,35 +88,47 @@ pub(crate) struct Tasks {
     /// The readers of the global sources, one per task, when the stage has global sources
     /// (module `global`).
     global: Option<global::GlobalReaders>,
-    /// Warm copies of tasks this instance does not own (module `standby`).
-    standbys: standby::Standbys,
+    /// Warm copies of tasks this instance does not own (module `standby`), shared by the
+    /// stage's stream threads in this process (module `siblings`).
+    standbys: standby::SharedStandbys,
+    /// This stream thread's index among its stage's threads.
+    thread: usize,
     /// Interactive reads waiting for a stamp to be delivered (module `query`).
     waiting: Vec<parsley_task::query::Request>,
 }
 
 impl Tasks {
     /// No task yet, for the stage of `spec` in application `app`, with feeding stages
-    /// `upstreams`, state store `stores` and changelog `changelog`.
+    /// `upstreams`, state store `stores` and changelog `changelog`; the standbys are those the
+    /// stage's threads in this process share (`siblings`), made by the first with `metrics`.
     pub(crate) fn new(
         app: &str,
         spec: &StageSpec,
         config: &RuntimeConfig,
         upstreams: Upstreams,
-        stores: Option<StateStores>,
+        (stores, siblings): (Option<StateStores>, &super::siblings::Siblings),
         changelog: TopicInfo,
+        metrics: &std::sync::Arc<parsley_task::metrics::StageMetrics>,
     ) -> Self {
         let restore_client = restore::restore_client(app, spec, config, &changelog);
+        let standbys = siblings.standbys(|| {
+            standby::SharedStandbys::new(
+                standby::Standbys::new(
+                    config.standby_replicas,
+                    &config.instance_id,
+                    &restore_client,
+                    &changelog,
+                ),
+                metrics.clone(),
+            )
+        });
         Tasks {
             tasks: BTreeMap::new(),
             event_time: spec.event_time().cloned(),
             upstreams,
             stores,
-            standbys: standby::Standbys::new(
-                config.standby_replicas,
-                &config.instance_id,
-                &restore_client,
-                &changelog,
-            ),
+            standbys,
+            thread: config.thread,
             restore_client,
             global: (!spec.global_sources().is_empty()).then(|| {
                 global::GlobalReaders::new(
@@ -147,15 +167,20 @@ impl Tasks {
         &mut self,
         owned: &std::collections::BTreeSet<i32>,
         admin: &Admin,
-        ctx: &TaskContext,
     ) {
         self.standbys
-            .choose(owned, self.stores.as_ref(), admin, &ctx.metrics);
+            .choose(self.thread, owned, self.stores.as_ref(), admin);
+    }
+
+    /// At an assignment of `owned`, before any restore: no stream thread of the stage warms
+    /// them from now on (module `standby`).
+    pub(crate) fn own(&self, owned: &std::collections::BTreeSet<i32>) {
+        self.standbys.own(self.thread, owned);
     }
 
     /// Once a turn: the standbys read what their consumer has ready (module `standby`).
-    pub(crate) fn read_standbys(&mut self, ctx: &TaskContext) {
-        self.standbys.read(&ctx.metrics);
+    pub(crate) fn read_standbys(&mut self) {
+        self.standbys.read();
     }
 
     /// Hands every task over (a revocation).

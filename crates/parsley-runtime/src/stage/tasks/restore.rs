@@ -155,7 +155,7 @@ impl Tasks {
         let metrics = &ctx.metrics;
         // A standby of the task hands over what it read: on disk its keyspace is written up to
         // its checkpoint first (module `standby`).
-        let warm = self.standbys.take(partition, metrics);
+        let warm = self.standbys.take(self.thread, partition);
         let changelog = &self.changelog;
         let (from, restored, store) = match (&self.stores, warm) {
             (Some(stores), _) => {

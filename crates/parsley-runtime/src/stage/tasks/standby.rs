@@ -38,9 +38,13 @@
 //! - a standby's fold (on disk: its keyspace at its checkpoint) is exactly what a restore reading
 //!   the changelog partition up to the standby's position would have built;
 //! - no task is both owned here and a standby here: a task's standby is taken before its
-//!   restore, and the choice leaves owned tasks out.
+//!   restore, and the choice leaves owned tasks out;
+//! - with several stream threads per stage ([`SharedStandbys`]), "here" is the process: the
+//!   standbys are chosen from the tasks of every thread, and no thread warms a task another
+//!   thread of the process owns.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use parsley_stage::changelog::Restored;
@@ -455,6 +459,96 @@ impl Standbys {
     }
 }
 
+/// The standbys of a stage in one process, shared by its stream threads (module `siblings`):
+/// chosen from the tasks every thread owns, read by whichever thread comes first in a turn, and
+/// taken over by the thread the task is assigned to. One lock covers the choice, the reads
+/// and the handovers, so a standby never writes a task's keyspace after a thread took the task.
+#[derive(Clone)]
+pub(crate) struct SharedStandbys(Arc<Mutex<Pool>>);
+
+/// What [`SharedStandbys`] guards.
+struct Pool {
+    standbys: Standbys,
+    /// The tasks each stream thread owns, by thread, as each last said.
+    owned: BTreeMap<usize, BTreeSet<i32>>,
+    /// Where the standbys' figures go: the metrics of the thread that made them.
+    metrics: Arc<StageMetrics>,
+}
+
+impl std::fmt::Debug for SharedStandbys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SharedStandbys")
+    }
+}
+
+impl SharedStandbys {
+    /// `standbys`, shared; their figures go to `metrics`.
+    pub(crate) fn new(standbys: Standbys, metrics: Arc<StageMetrics>) -> Self {
+        SharedStandbys(Arc::new(Mutex::new(Pool {
+            standbys,
+            owned: BTreeMap::new(),
+            metrics,
+        })))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Pool> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Stream thread `thread` was just assigned `owned`: no standby is chosen for them any
+    /// more, whichever thread chooses.
+    pub(crate) fn own(&self, thread: usize, owned: &BTreeSet<i32>) {
+        self.lock().owned.insert(thread, owned.clone());
+    }
+
+    /// Stream thread `thread` stopped: its tasks count no more.
+    pub(crate) fn leave(&self, thread: usize) {
+        self.lock().owned.remove(&thread);
+    }
+
+    /// Stream thread `thread` owns `owned` after an assignment: the standbys are chosen again
+    /// from the tasks every thread owns ([`Standbys::choose`]).
+    pub(crate) fn choose(
+        &self,
+        thread: usize,
+        owned: &BTreeSet<i32>,
+        stores: Option<&StateStores>,
+        admin: &Admin,
+    ) {
+        let mut pool = self.lock();
+        pool.owned.insert(thread, owned.clone());
+        let all: BTreeSet<i32> = pool.owned.values().flatten().copied().collect();
+        let Pool {
+            standbys, metrics, ..
+        } = &mut *pool;
+        standbys.choose(&all, stores, admin, metrics);
+    }
+
+    /// The standby of `partition`, taken by stream thread `thread` for the task's restore
+    /// ([`Standbys::take`]); from now on no thread warms it.
+    pub(crate) fn take(&self, thread: usize, partition: i32) -> Option<Handover> {
+        let mut pool = self.lock();
+        pool.owned.entry(thread).or_default().insert(partition);
+        let Pool {
+            standbys, metrics, ..
+        } = &mut *pool;
+        standbys.take(partition, metrics)
+    }
+
+    /// Once a turn ([`Standbys::read`]), unless another thread reads them now.
+    pub(crate) fn read(&self) {
+        let mut pool = match self.0.try_lock() {
+            Ok(pool) => pool,
+            Err(std::sync::TryLockError::WouldBlock) => return,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+        };
+        let Pool {
+            standbys, metrics, ..
+        } = &mut *pool;
+        standbys.read(metrics);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -558,6 +652,47 @@ mod tests {
                 assert!(share > if replicas == 1 { 0.7 } else { 0.95 }, "{share}");
             }
         }
+    }
+
+    /// The standbys of a stage's stream threads in one process: chosen from the tasks every
+    /// thread owns, never a task another thread owns, and taken over by whichever thread the
+    /// task is assigned to. In memory, without a broker (the consumer is made and assigned,
+    /// never polled).
+    #[test]
+    fn the_threads_of_a_process_never_warm_a_task_one_of_them_owns() {
+        let changelog = TopicInfo {
+            name: "app.stage-changelog".into(),
+            id: parsley_clock::TopicId::from_bytes([9; 16]),
+            partitions: 6,
+        };
+        let mut client = ClientConfig::new();
+        client
+            .set("bootstrap.servers", "127.0.0.1:9")
+            .set("group.id", "app.stage.standby")
+            .set("enable.auto.commit", "false");
+        let metrics = Arc::new(StageMetrics::default());
+        let shared =
+            SharedStandbys::new(Standbys::new(1, "i", &client, &changelog), metrics.clone());
+        let admin = Admin::new("127.0.0.1:9", Duration::from_secs(1)).unwrap();
+        let warm = || -> BTreeSet<i32> { metrics.standbys().iter().map(|s| s.partition).collect() };
+        // Thread 0 owns task 0, thread 1 task 3: one copy per owned task, the nearest free
+        // ones to either, none of them owned by the other thread.
+        shared.choose(0, &set(&[0]), None, &admin);
+        assert_eq!(warm(), set(&[1]), "before thread 1 said what it owns");
+        shared.choose(1, &set(&[3]), None, &admin);
+        assert_eq!(warm(), set(&[1, 2]));
+        // A rebalance gives task 2 to thread 1: it takes the standby the process kept, and no
+        // thread warms it any more.
+        shared.own(1, &set(&[2, 3]));
+        assert!(shared.take(1, 2).is_some(), "the standby is handed over");
+        shared.choose(0, &set(&[0]), None, &admin);
+        let now = warm();
+        assert!(now.is_disjoint(&set(&[0, 2, 3])), "{now:?}");
+        assert_eq!(now.len(), 3, "one copy per task the process owns: {now:?}");
+        // A thread that stops: its tasks may be warmed again.
+        shared.leave(1);
+        shared.choose(0, &set(&[0]), None, &admin);
+        assert_eq!(warm(), set(&[1]));
     }
 
     /// With members owning range-assigned blocks, when one member leaves, each task that moves

@@ -94,6 +94,10 @@ enum Mode {
         /// given), with the cluster's faults as well.
         #[arg(long)]
         cluster: bool,
+        /// Stream threads per stage in each stage process (`RuntimeConfig::stream_threads`):
+        /// each thread a member of the stage's group with its own transactional producer.
+        #[arg(long, default_value_t = 1)]
+        threads: usize,
     },
     /// A long run at half the pipeline's measured maximum throughput with a fault every few
     /// minutes: memory, end-to-end latency per window, the oracle's check at the end.
@@ -150,6 +154,9 @@ enum Mode {
         /// are in the log and before its offsets and commit (case C10).
         #[arg(long)]
         crash_after_changelog: bool,
+        /// Stream threads of the stage.
+        #[arg(long, default_value_t = 1)]
+        threads: usize,
     },
 }
 
@@ -180,13 +187,13 @@ fn main() -> ExitCode {
             instance,
             event_time,
             crash_after_changelog,
+            threads,
         } => worker(
             &bootstrap,
             &run_id,
             &stage,
             &instance,
-            event_time,
-            crash_after_changelog,
+            (event_time, crash_after_changelog, threads),
         )
         .map(|()| true),
         Mode::Run {
@@ -197,7 +204,14 @@ fn main() -> ExitCode {
             faults,
             event_time,
             cluster,
-        } => suite(bootstrap, runs, seed, rounds, faults, event_time, cluster),
+            threads,
+        } => suite(
+            bootstrap,
+            runs,
+            seed,
+            (rounds, faults),
+            (event_time, cluster, threads),
+        ),
         Mode::Soak {
             bootstrap,
             minutes,
@@ -298,10 +312,8 @@ fn suite(
     bootstrap: Option<String>,
     runs: u64,
     seed: u64,
-    rounds: usize,
-    faults: usize,
-    event_time: bool,
-    on_cluster: bool,
+    (rounds, faults): (usize, usize),
+    (event_time, on_cluster, threads): (bool, bool, usize),
 ) -> Result<bool> {
     let bootstrap = match bootstrap {
         Some(b) => b,
@@ -310,7 +322,7 @@ fn suite(
     };
     let logs = suite_logs(&std::env::temp_dir().join("parsley-chaos"))?;
     println!(
-        "chaos: {runs} run(s) from seed {seed} on {bootstrap}, {faults} faults each, ledger in {} order; worker logs in {} (removed if every run passes)",
+        "chaos: {runs} run(s) from seed {seed} on {bootstrap}, {faults} faults each, ledger in {} order, {threads} stream thread(s) per stage process; worker logs in {} (removed if every run passes)",
         if event_time { "event-time" } else { "arrival" },
         logs.display()
     );
@@ -350,6 +362,7 @@ fn suite(
                 faults,
                 event_time,
                 on_cluster,
+                threads,
             },
         )?;
         for (k, n) in &report.faults {
@@ -457,6 +470,8 @@ struct RunShape {
     event_time: bool,
     /// On the local cluster, with its faults.
     on_cluster: bool,
+    /// Stream threads per stage process.
+    threads: usize,
 }
 
 fn one_run(
@@ -471,6 +486,7 @@ fn one_run(
         faults,
         event_time,
         on_cluster,
+        threads,
     } = shape;
     let started = Instant::now();
     let mut rng = StdRng::seed_from_u64(seed);
@@ -491,6 +507,7 @@ fn one_run(
         spawned: 0,
         event_time,
         journal: true,
+        threads,
     };
     let mut workers = vec![
         driver.spawn("sales-facts", "sf-0")?,

@@ -46,14 +46,13 @@ pub(crate) fn worker(
     run_id: &str,
     stage: &str,
     instance: &str,
-    event_time: bool,
-    crash_after_changelog: bool,
+    (event_time, crash_after_changelog, threads): (bool, bool, usize),
 ) -> Result<()> {
     // By default arrival (causal) order: live traffic under faults without a control stream
     // makes an event-time ledger count late records, so event-time order itself is not what
     // the suite checks; `--event-time` puts the timer queue's state through the faults.
     let topology = topology(run_id, &names(run_id), event_time)?;
-    let mut config = stage_config(bootstrap, instance);
+    let mut config = stage_config(bootstrap, instance).stream_threads(threads);
     if crash_after_changelog {
         config = config.crash_at(CrashPoint::AfterChangelog);
     }
@@ -88,6 +87,8 @@ pub(crate) struct Driver {
     /// Workers journal every delivery into their logs (the fault suite's re-read
     /// measurement); off for the soak, whose hour of deliveries would fill the disk.
     pub(crate) journal: bool,
+    /// Stream threads per stage process.
+    pub(crate) threads: usize,
 }
 
 impl Driver {
@@ -126,6 +127,7 @@ impl Driver {
         if crash {
             command.arg("--crash-after-changelog");
         }
+        command.args(["--threads", &self.threads.to_string()]);
         // `CHAOS_WORKER_LOG` replaces the workers' log filter (e.g.
         // `info,librdkafka=debug,parsley_runtime=debug` with `CHAOS_RDKAFKA_DEBUG=cgrp,eos`)
         // to see why a worker stopped.

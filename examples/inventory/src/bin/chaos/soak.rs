@@ -389,6 +389,7 @@ impl Setup {
             spawned: 0,
             event_time: false,
             journal: false,
+            threads: 1,
         };
         Ok(Setup {
             run_id,
