@@ -590,6 +590,7 @@ fn throughput_run(
             .filter(|_| !mode.is_kafka_streams())
             .map(|dir| dir.join(name)),
         restart: false,
+        state_memory_bytes: None,
     };
     let (group, internal) = group_and_internal_topics(&worker)?;
     let mut sampler = Sampler::new(
@@ -743,6 +744,7 @@ fn latency_run(
         statistics: None,
         state_dir: None,
         restart: false,
+        state_memory_bytes: None,
     };
     let (_, internal) = group_and_internal_topics(&worker)?;
     let child = spawn(&worker, true)?;
@@ -827,6 +829,12 @@ fn spawn(args: &WorkerArgs, inherit_stdin: bool) -> Result<std::process::Child> 
                 .iter()
                 .flat_map(|p| [std::ffi::OsStr::new("--state-dir"), p.as_os_str()]),
         )
+        .args(args.state_memory_bytes.iter().flat_map(|b| {
+            [
+                std::ffi::OsString::from("--state-memory-bytes"),
+                b.to_string().into(),
+            ]
+        }))
         .args(
             args.statistics
                 .iter()
@@ -931,6 +939,7 @@ mod tests {
             statistics: None,
             state_dir: None,
             restart: false,
+            state_memory_bytes: None,
         };
         let of = |mode| group_and_internal_topics(&case(mode)).unwrap();
         assert_eq!(of(Mode::Raw), ("case".to_string(), vec![]));

@@ -113,6 +113,10 @@ pub struct WorkerArgs {
     /// (`RuntimeConfig::state_dir`) instead of on the heap.
     #[arg(long, value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
+    /// Parsley modes: bound the state's memory to this many bytes
+    /// (`RuntimeConfig::state_memory_bytes`).
+    #[arg(long, value_name = "BYTES")]
+    pub state_memory_bytes: Option<u64>,
     /// Parsley modes: once the run has stopped, start the stage again, wait until every task
     /// has restored, and print what its restore read of the changelog (an `e2e-restore` line).
     #[arg(long)]

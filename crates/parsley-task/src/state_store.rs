@@ -33,6 +33,7 @@ use parsley_stage::changelog::{Restored, STATE_PREFIX};
 
 use crate::error::ProcessingError;
 use crate::error::{Error, Result};
+use crate::memory::StoreMemory;
 
 /// The key of a keyspace's checkpoint.
 const CHECKPOINT_KEY: &[u8] = b"\xffparsley.checkpoint";
@@ -40,11 +41,10 @@ const CHECKPOINT_KEY: &[u8] = b"\xffparsley.checkpoint";
 const CHECKPOINT_VERSION: u8 = 1;
 /// The encoded checkpoint's length: version, topic id, offset, time.
 const CHECKPOINT_LEN: usize = 1 + 16 + 8 + 8;
-/// The block cache shared by a stage's keyspaces, bytes.
-const CACHE_BYTES: u64 = 64 << 20;
-/// One keyspace's memtable, bytes: what a task's state may hold in memory before it is
-/// written out, besides the cache.
-const MEMTABLE_BYTES: u64 = 16 << 20;
+/// The block cache shared by a stage's keyspaces and one keyspace's memtable (what a task's
+/// state may hold in memory before it is written out, besides the cache), without a memory
+/// bound: 64 MiB and 16 MiB.
+const SIZES: StoreMemory = StoreMemory::DEFAULT;
 /// The broker's default `delete.retention.ms`, used when the topic's cannot be read.
 pub const DEFAULT_DELETE_RETENTION_MS: i64 = 86_400_000;
 
@@ -135,6 +135,8 @@ pub struct StateStores {
     path: PathBuf,
     /// The changelog topic's `delete.retention.ms`.
     delete_retention_ms: i64,
+    /// One keyspace's memtable, bytes.
+    memtable: u64,
 }
 
 impl std::fmt::Debug for StateStores {
@@ -153,15 +155,30 @@ impl StateStores {
     /// [`ProcessingError::StateStore`] when it cannot be opened (another process holds it, no
     /// space, no permission).
     pub fn open(dir: &Path, group: &str, delete_retention_ms: i64) -> Result<Self> {
+        Self::open_sized(dir, group, delete_retention_ms, SIZES)
+    }
+
+    /// [`StateStores::open`] with the cache and memtables of `sizes` (under a memory bound,
+    /// module `memory`).
+    ///
+    /// # Errors
+    /// As [`StateStores::open`].
+    pub fn open_sized(
+        dir: &Path,
+        group: &str,
+        delete_retention_ms: i64,
+        sizes: StoreMemory,
+    ) -> Result<Self> {
         let path = dir.join(group);
         let db = Database::builder(&path)
-            .cache_size(CACHE_BYTES)
+            .cache_size(sizes.cache)
             .open()
             .map_err(|e| store_error(&path, "opening", e))?;
         Ok(StateStores {
             db,
             path,
             delete_retention_ms,
+            memtable: sizes.memtable,
         })
     }
 
@@ -178,7 +195,7 @@ impl StateStores {
         let keyspace = self
             .db
             .keyspace(&format!("task-{partition}"), || {
-                KeyspaceCreateOptions::default().max_memtable_size(MEMTABLE_BYTES)
+                KeyspaceCreateOptions::default().max_memtable_size(self.memtable)
             })
             .map_err(|e| store_error(&self.path, "opening a keyspace of", e))?;
         Ok(TaskStore {

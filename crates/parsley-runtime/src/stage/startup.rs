@@ -150,7 +150,13 @@ pub(super) fn start(
         .map(|k| k.id)
         .collect();
     let stores = match &config.state_dir {
-        Some(dir) => Some(open_stores(&admin, dir, &group, &changelog.name)?),
+        Some(dir) => Some(open_stores(
+            &admin,
+            dir,
+            &group,
+            &changelog.name,
+            config.state_memory.as_ref(),
+        )?),
         None => None,
     };
     let evidence = Evidence::new(admin, sources.iter().chain(&sinks));
@@ -212,6 +218,7 @@ fn open_stores(
     dir: &std::path::Path,
     group: &str,
     changelog: &str,
+    bound: Option<&parsley_task::memory::MemoryBudget>,
 ) -> Result<StateStores> {
     let retention = match admin.topic_config(changelog) {
         Ok(entries) => entries
@@ -223,10 +230,13 @@ fn open_stores(
             None
         }
     };
-    StateStores::open(
+    StateStores::open_sized(
         dir,
         group,
         retention.unwrap_or(state_store::DEFAULT_DELETE_RETENTION_MS),
+        bound.map_or(parsley_task::memory::StoreMemory::DEFAULT, |b| {
+            b.store_memory()
+        }),
     )
 }
 
