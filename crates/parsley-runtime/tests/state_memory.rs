@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use parsley_runtime::{Holder, MemoryUse, Runtime, RuntimeConfig};
+use parsley_runtime::{Holder, MemoryUse, Runtime, RuntimeConfig, partition_for};
 use parsley_stage::{Topology, Utf8};
 use parsley_testkit::fixtures::{
     CountKeys, DEADLINE, bootstrap, create_topic, raw_producer, read_committed, unique_topic,
@@ -16,7 +16,7 @@ use parsley_testkit::fixtures::{
 use rdkafka::producer::{BaseRecord, Producer};
 
 /// Unique keys sent.
-const KEYS: u64 = 60_000;
+const KEYS: u64 = 80_000;
 /// The small bound: 8 MiB.
 const BOUND: u64 = 8 << 20;
 /// What use may pass the bound by: one poll batch (2,000 records) of held records per stage
@@ -29,7 +29,11 @@ fn send_keys(topic: &str) {
     for i in 0..KEYS {
         let key = format!("k{i}");
         loop {
-            match producer.send(BaseRecord::to(topic).key(&key).payload("x")) {
+            let record = BaseRecord::to(topic)
+                .partition(partition_for(key.as_bytes(), 2))
+                .key(&key)
+                .payload("x");
+            match producer.send(record) {
                 Ok(()) => break,
                 Err((e, _)) => {
                     assert!(

@@ -373,12 +373,16 @@ fn record_bytes((k, v): &(Vec<u8>, Option<Vec<u8>>)) -> usize {
 /// One entry of a map of fold state: key, value and the table's control byte. Keys and
 /// values up to 16 bytes are inline ([`StateBytes`]).
 const ENTRY_BYTES: usize = std::mem::size_of::<(StateBytes, Option<StateBytes>)>() + 1;
+/// What a changelog record kept for the store costs, estimated before it is written: its
+/// vectors and 16 bytes each of key and value.
+const WRITTEN_BYTES: usize = std::mem::size_of::<(Vec<u8>, Option<Vec<u8>>)>() + 32;
 
 impl FoldState {
     /// An estimate of the heap bytes this fold state holds, for the memory bound (module
     /// `memory`): in memory, the value table at its capacity and an entry per key changed
     /// since the last commit (the copies to write and to undo); on disk, an entry per change
-    /// not in the store yet and the changelog records kept for it. Buffers of keys and values
+    /// not in the store yet and the changelog records kept for it (for a change not written
+    /// yet, an estimate of its record). Buffers of keys and values
     /// longer than 16 bytes (not inline) are not counted in the tables.
     pub fn memory_bytes(&self) -> u64 {
         let bytes = match self {
@@ -390,7 +394,12 @@ impl FoldState {
                 (values.capacity() + changed.len() + undo.open.len() + undo.sealed.len())
                     * ENTRY_BYTES
             }
-            FoldState::Disk(d) => (d.open.len() + d.sealed.len()) * ENTRY_BYTES + d.written_bytes,
+            // A change not written yet is counted with the changelog record it will keep.
+            FoldState::Disk(d) => {
+                d.open.len() * (ENTRY_BYTES + WRITTEN_BYTES)
+                    + d.sealed.len() * ENTRY_BYTES
+                    + d.written_bytes
+            }
         };
         bytes as u64
     }
