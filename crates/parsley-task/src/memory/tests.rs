@@ -162,8 +162,8 @@ proptest! {
             for (s, (stage, share)) in stages.iter_mut().zip(&mut shares).enumerate() {
                 let (needs, deliver, commit) = turns[(t + s) % turns.len()];
                 // Every few turns something is delivered and committed: the commit interval.
-                let deliver = if t % 8 == 0 { deliver.max(1) } else { deliver };
-                stage.turn(share, needs, deliver, commit || t % 8 == 0);
+                let deliver = if t.is_multiple_of(8) { deliver.max(1) } else { deliver };
+                stage.turn(share, needs, deliver, commit || t.is_multiple_of(8));
             }
             prop_assert!(
                 budget.used() <= bound + SLACK,
