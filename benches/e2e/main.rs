@@ -594,6 +594,7 @@ fn throughput_run(
             .map(|dir| dir.join(name)),
         threads: args.threads,
         restart: false,
+        state_memory_bytes: None,
     };
     let (group, internal) = group_and_internal_topics(&worker)?;
     let mut sampler = Sampler::new(
@@ -748,6 +749,7 @@ fn latency_run(
         state_dir: None,
         threads: args.threads,
         restart: false,
+        state_memory_bytes: None,
     };
     let (_, internal) = group_and_internal_topics(&worker)?;
     let child = spawn(&worker, true)?;
@@ -833,6 +835,12 @@ fn spawn(args: &WorkerArgs, inherit_stdin: bool) -> Result<std::process::Child> 
                 .iter()
                 .flat_map(|p| [std::ffi::OsStr::new("--state-dir"), p.as_os_str()]),
         )
+        .args(args.state_memory_bytes.iter().flat_map(|b| {
+            [
+                std::ffi::OsString::from("--state-memory-bytes"),
+                b.to_string().into(),
+            ]
+        }))
         .args(
             args.statistics
                 .iter()
@@ -938,6 +946,7 @@ mod tests {
             state_dir: None,
             threads: 1,
             restart: false,
+            state_memory_bytes: None,
         };
         let of = |mode| group_and_internal_topics(&case(mode)).unwrap();
         assert_eq!(of(Mode::Raw), ("case".to_string(), vec![]));

@@ -110,15 +110,19 @@ pub fn topology_of(mode: Mode, args: &WorkerArgs) -> Result<Topology> {
     }
 }
 
-/// The runtime configuration of `args`: its commit interval, and its state directory.
+/// The runtime configuration of `args`: its commit interval, its state directory and its
+/// memory bound.
 fn config_of(args: &WorkerArgs) -> RuntimeConfig {
-    let config = RuntimeConfig::new(&args.bootstrap)
+    let mut config = RuntimeConfig::new(&args.bootstrap)
         .commit_interval(args.commit_interval())
         .stream_threads(args.threads);
-    match &args.state_dir {
-        Some(dir) => config.state_dir(dir),
-        None => config,
+    if let Some(dir) = &args.state_dir {
+        config = config.state_dir(dir);
     }
+    if let Some(bytes) = args.state_memory_bytes {
+        config = config.state_memory_bytes(bytes);
+    }
+    config
 }
 
 /// What a restart's restore read: changelog records (offsets) over every task.

@@ -116,6 +116,10 @@ pub struct WorkerArgs {
     /// Parsley modes: stream threads of the stage (`RuntimeConfig::stream_threads`).
     #[arg(long, default_value_t = 1)]
     pub threads: usize,
+    /// Parsley modes: bound the state's memory to this many bytes
+    /// (`RuntimeConfig::state_memory_bytes`).
+    #[arg(long, value_name = "BYTES")]
+    pub state_memory_bytes: Option<u64>,
     /// Parsley modes: once the run has stopped, start the stage again, wait until every task
     /// has restored, and print what its restore read of the changelog (an `e2e-restore` line).
     #[arg(long)]

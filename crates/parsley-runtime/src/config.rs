@@ -68,6 +68,9 @@ pub struct RuntimeConfig {
     /// The stream thread this configuration is for (its index among its stage's threads in
     /// this process): set by the runtime for each thread it starts.
     pub(crate) thread: usize,
+    /// One memory bound for the state of every stage run with this configuration (its clones
+    /// share it). Default: none. See [`RuntimeConfig::state_memory_bytes`].
+    pub state_memory: Option<parsley_task::memory::MemoryBudget>,
     /// Where the stage aborts its process on purpose, for fault-injection tests.
     #[cfg(feature = "fault-injection")]
     crash: Option<crate::fault::CrashPoint>,
@@ -124,6 +127,7 @@ impl RuntimeConfig {
             standby_replicas: 0,
             stream_threads: 1,
             thread: 0,
+            state_memory: None,
             #[cfg(feature = "fault-injection")]
             crash: None,
             #[cfg(feature = "fault-injection")]
@@ -407,6 +411,26 @@ impl RuntimeConfig {
     /// [`Running::standby_metrics`](crate::Running::standby_metrics).
     pub fn standby_replicas(mut self, n: usize) -> Self {
         self.standby_replicas = n;
+        self
+    }
+
+    /// Bounds the memory of the state of every stage of the process to `bytes` (Kafka Streams'
+    /// `statestore.cache.max.bytes`, shared by all stream threads, with RocksDB's bounded
+    /// memory): the state stores' block caches and write buffers (sized from it), the fold
+    /// state on the heap (on disk: the changes not in the store yet), standbys held in memory,
+    /// and the records fetched and not delivered yet. At the bound a stage stops reading what it
+    /// may stop reading and spills the held records of what it must read on, until commits
+    /// bring use back under ⅞ of it; nothing is dropped. Every stage run with this
+    /// configuration or a clone of it shares the one bound. The book's operations chapter
+    /// ("One memory bound") says what counts and what happens at the bound. Use:
+    /// [`Running::state_memory`](crate::Running::state_memory), and the `parsley_state_memory_…`
+    /// metrics. Default: no bound.
+    ///
+    /// # Panics
+    /// When `bytes` is 0.
+    pub fn state_memory_bytes(mut self, bytes: u64) -> Self {
+        assert!(bytes > 0, "state_memory_bytes must be above 0");
+        self.state_memory = Some(parsley_task::memory::MemoryBudget::new(bytes));
         self
     }
 

@@ -172,6 +172,7 @@ pub use parsley_task::explain::{
     PausedChannel, RestoreWait, StageExplanation, TaskExplanation, WaitsFor, WatermarkExplanation,
     WatermarkHolder,
 };
+pub use parsley_task::memory::{Holder, MemoryUse};
 pub use parsley_task::metrics::{
     BadRecordCounts, LateKey, MetricsSnapshot, Ownership, Progress, StageMetrics, StandbyMetrics,
     TaskMetrics, TaskPhase, progress_summary,

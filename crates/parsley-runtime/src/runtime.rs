@@ -376,6 +376,18 @@ impl Running {
             .collect()
     }
 
+    /// The state's memory of the whole process against its bound
+    /// ([`RuntimeConfig::state_memory_bytes`](crate::RuntimeConfig::state_memory_bytes)): use
+    /// per holder, the peak, and the pauses and spills the bound caused; `None` without a
+    /// bound. Each stage's part is in its [`MetricsSnapshot`] (`state_memory`).
+    pub fn state_memory(&self) -> Option<crate::MemoryUse> {
+        self.runtime
+            .config
+            .state_memory
+            .as_ref()
+            .map(|b| b.snapshot())
+    }
+
     /// The standbys of every stage, by stage: the warm copies of tasks this instance does not
     /// own ([`RuntimeConfig::standby_replicas`](crate::RuntimeConfig::standby_replicas)), each
     /// with its changelog position and lag ([`StandbyMetrics`](crate::StandbyMetrics)).

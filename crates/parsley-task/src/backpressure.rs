@@ -14,6 +14,9 @@
 //! Mid-batch, [`on_offer`] spills at once a channel a claim needs as soon as it exceeds the cap;
 //! any other full channel waits for the plan after the batch.
 //!
+//! At the process's memory bound ([`plan_at_bound`], module `memory`) every channel is taken as
+//! full: the same rules pause it or, when a claim needs it, spill it and read on.
+//!
 //! Invariant: the plan is computed from the gate as it is before any of its steps, and a
 //! channel an unsettled in-flight claim needs is never paused.
 
@@ -24,6 +27,7 @@ use parsley_clock::Channel;
 use parsley_gate::Gate;
 use tracing::debug;
 
+use crate::memory::AtBound;
 use crate::metrics::StageMetrics;
 
 /// One step of a backpressure plan, applied in order.
@@ -117,6 +121,39 @@ pub fn plan<R, S: BuildHasher>(
         }
     }
     steps
+}
+
+/// The backpressure steps for one task's `gate` under the memory bound's decision `at`
+/// (module `memory`). Free, it is [`plan`]. Squeezed, every channel is taken as full (a cap
+/// of 0): a channel no in-flight claim needs is paused; one a claim needs spills its
+/// untracked records and is read on; a spilled record the gate wants is still re-fetched (its
+/// delivery is what releases memory). With `keep_reading` (an event-time task with parked
+/// records: only reading moves its watermark, which releases them) nothing is paused; each
+/// channel spills instead.
+pub fn plan_at_bound<R, S: BuildHasher>(
+    gate: &Gate<R>,
+    paused: &HashSet<Channel, S>,
+    cap: usize,
+    at: AtBound,
+    keep_reading: bool,
+) -> Vec<Step> {
+    match at {
+        AtBound::Free => plan(gate, paused, cap),
+        AtBound::Squeeze => {
+            let mut steps = Vec::new();
+            for step in plan(gate, paused, 0) {
+                match step {
+                    Step::Pause(c) if keep_reading => {
+                        if gate.held(&c) > 0 {
+                            steps.push(Step::Spill(c));
+                        }
+                    }
+                    s => steps.push(s),
+                }
+            }
+            steps
+        }
+    }
 }
 
 /// Mid-batch, after `channel` took a record: a channel beyond the cap that an in-flight claim

@@ -71,6 +71,7 @@ pub mod driver;
 pub mod error;
 pub mod event_time;
 pub mod explain;
+pub mod memory;
 pub mod metrics;
 pub mod outgoing;
 pub mod output;

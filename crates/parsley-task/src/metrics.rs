@@ -52,6 +52,11 @@ pub struct StageMetrics {
     reads_beyond_cap: AtomicU64,
     spilled: AtomicU64,
     refetched: AtomicU64,
+    /// The stage's memory against the bound, per holder (module `memory`).
+    state_memory: [AtomicU64; 3],
+    state_memory_bound: AtomicU64,
+    memory_pauses: AtomicU64,
+    memory_spilled: AtomicU64,
     aligned: AtomicU64,
     late: AtomicU64,
     raised: AtomicU64,
@@ -341,6 +346,17 @@ pub struct MetricsSnapshot {
     pub spilled: u64,
     /// Spilled records re-fetched by seeking back.
     pub refetched: u64,
+    /// The state's memory this stage holds against the process's bound
+    /// (`RuntimeConfig::state_memory_bytes`), bytes, per holder in
+    /// [`Holder::ALL`](crate::memory::Holder::ALL)'s order: store, state, held. Zero without a
+    /// bound.
+    pub state_memory: [u64; 3],
+    /// The process's bound, bytes; 0: none.
+    pub state_memory_bound: u64,
+    /// How often the stage stopped reading because the bound was reached.
+    pub memory_pauses: u64,
+    /// Records the stage spilled because the bound was reached.
+    pub memory_spilled: u64,
     /// Event-time stages: how often an input started holding records for watermark alignment,
     /// a record of it lying beyond the watermark plus the drift
     /// ([`EventTimeOrder::max_drift_ms`](parsley_stage::EventTimeOrder::max_drift_ms)).
@@ -424,6 +440,10 @@ impl MetricsSnapshot {
             ticks_read,
             bad_records,
             skipped,
+            state_memory,
+            state_memory_bound,
+            memory_pauses,
+            memory_spilled,
         } = *other;
         self.fetched += fetched;
         self.standby_records_discarded += standby_records_discarded;
@@ -456,6 +476,13 @@ impl MetricsSnapshot {
         self.tick_commits += tick_commits;
         self.ticks += ticks;
         self.ticks_read += ticks_read;
+        for (mine, theirs) in self.state_memory.iter_mut().zip(state_memory) {
+            *mine += theirs;
+        }
+        // One bound for the whole process: every thread reports the same.
+        self.state_memory_bound = self.state_memory_bound.max(state_memory_bound);
+        self.memory_pauses += memory_pauses;
+        self.memory_spilled += memory_spilled;
         let BadRecordCounts {
             key_decode,
             value_decode,
@@ -536,6 +563,10 @@ impl StageMetrics {
             reads_beyond_cap: g(&self.reads_beyond_cap),
             spilled: g(&self.spilled),
             refetched: g(&self.refetched),
+            state_memory: std::array::from_fn(|i| g(&self.state_memory[i])),
+            state_memory_bound: g(&self.state_memory_bound),
+            memory_pauses: g(&self.memory_pauses),
+            memory_spilled: g(&self.memory_spilled),
             aligned: g(&self.aligned),
             late: g(&self.late),
             raised: g(&self.raised),
@@ -845,6 +876,25 @@ impl StageMetrics {
     /// specification, §4).
     pub fn spilled(&self, n: usize) {
         self.spilled.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    /// The stage holds `used` bytes per holder against a bound of `bound` bytes (module
+    /// `memory`).
+    pub fn state_memory(&self, used: [u64; 3], bound: u64) {
+        for (m, u) in self.state_memory.iter().zip(used) {
+            m.store(u, Ordering::Relaxed);
+        }
+        self.state_memory_bound.store(bound, Ordering::Relaxed);
+    }
+
+    /// The stage stopped reading at the memory bound.
+    pub fn memory_paused(&self) {
+        self.memory_pauses.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// `n` records spilled at the memory bound.
+    pub fn memory_spilled(&self, n: usize) {
+        self.memory_spilled.fetch_add(n as u64, Ordering::Relaxed);
     }
 
     /// An input started holding records for watermark alignment.

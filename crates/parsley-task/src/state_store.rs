@@ -33,6 +33,7 @@ use parsley_stage::changelog::{Restored, STATE_PREFIX};
 
 use crate::error::ProcessingError;
 use crate::error::{Error, Result};
+use crate::memory::StoreMemory;
 
 /// The key of a keyspace's checkpoint.
 const CHECKPOINT_KEY: &[u8] = b"\xffparsley.checkpoint";
@@ -40,11 +41,10 @@ const CHECKPOINT_KEY: &[u8] = b"\xffparsley.checkpoint";
 const CHECKPOINT_VERSION: u8 = 1;
 /// The encoded checkpoint's length: version, topic id, offset, time.
 const CHECKPOINT_LEN: usize = 1 + 16 + 8 + 8;
-/// The block cache shared by a stage's keyspaces, bytes.
-const CACHE_BYTES: u64 = 64 << 20;
-/// One keyspace's memtable, bytes: what a task's state may hold in memory before it is
-/// written out, besides the cache.
-const MEMTABLE_BYTES: u64 = 16 << 20;
+/// The block cache shared by a stage's keyspaces and one keyspace's memtable (what a task's
+/// state may hold in memory before it is written out, besides the cache), without a memory
+/// bound: 64 MiB and 16 MiB.
+const SIZES: StoreMemory = StoreMemory::DEFAULT;
 /// Bits per key of every table's Bloom filter (about 1 % false positives).
 const FILTER_BITS_PER_KEY: f32 = 10.0;
 /// Background threads of a stage's store (flushes and compactions).
@@ -57,25 +57,25 @@ const STACK_KEY_BYTES: usize = 64;
 struct StoreOptions;
 
 impl StoreOptions {
-    /// The database of a stage at `path`: its block cache and one background worker. With
-    /// more than one, fjall's first worker hands every compaction it receives back to the
-    /// queue and can take it again at once, spinning until another worker takes it (a tenth
-    /// of a count's CPU on two cores); one worker flushes and compacts in turn.
-    fn database(path: &Path) -> fjall::DatabaseBuilder<Database> {
+    /// The database of a stage at `path`: its block cache of `cache` bytes and one background
+    /// worker. With more than one, fjall's first worker hands every compaction it receives
+    /// back to the queue and can take it again at once, spinning until another worker takes it
+    /// (a tenth of a count's CPU on two cores); one worker flushes and compacts in turn.
+    fn database(path: &Path, cache: u64) -> fjall::DatabaseBuilder<Database> {
         Database::builder(path)
-            .cache_size(CACHE_BYTES)
+            .cache_size(cache)
             .worker_threads(STORE_WORKERS)
     }
 
-    /// A task's keyspace: its memtable, and one Bloom filter policy on every level. A fold
-    /// looks up each key it changes, and a new key is found in no table, so a lookup asks the
-    /// filter of every table it may be in: fjall's default filters of the first levels (0.01 %
-    /// false positives, 13 probes each) cost a count over unique keys more than the few blocks
-    /// that 1 % false positives read.
-    fn keyspace() -> KeyspaceCreateOptions {
+    /// A task's keyspace: its memtable of `memtable` bytes, and one Bloom filter policy on
+    /// every level. A fold looks up each key it changes, and a new key is found in no table,
+    /// so a lookup asks the filter of every table it may be in: fjall's default filters of the
+    /// first levels (0.01 % false positives, 13 probes each) cost a count over unique keys more
+    /// than the few blocks that 1 % false positives read.
+    fn keyspace(memtable: u64) -> KeyspaceCreateOptions {
         use fjall::config::{BloomConstructionPolicy, FilterPolicy, FilterPolicyEntry};
         KeyspaceCreateOptions::default()
-            .max_memtable_size(MEMTABLE_BYTES)
+            .max_memtable_size(memtable)
             .filter_policy(FilterPolicy::all(FilterPolicyEntry::Bloom(
                 BloomConstructionPolicy::BitsPerKey(FILTER_BITS_PER_KEY),
             )))
@@ -171,6 +171,8 @@ pub struct StateStores {
     path: PathBuf,
     /// The changelog topic's `delete.retention.ms`.
     delete_retention_ms: i64,
+    /// One keyspace's memtable, bytes.
+    memtable: u64,
 }
 
 impl std::fmt::Debug for StateStores {
@@ -189,14 +191,29 @@ impl StateStores {
     /// [`ProcessingError::StateStore`] when it cannot be opened (another process holds it, no
     /// space, no permission).
     pub fn open(dir: &Path, group: &str, delete_retention_ms: i64) -> Result<Self> {
+        Self::open_sized(dir, group, delete_retention_ms, SIZES)
+    }
+
+    /// [`StateStores::open`] with the cache and memtables of `sizes` (under a memory bound,
+    /// module `memory`).
+    ///
+    /// # Errors
+    /// As [`StateStores::open`].
+    pub fn open_sized(
+        dir: &Path,
+        group: &str,
+        delete_retention_ms: i64,
+        sizes: StoreMemory,
+    ) -> Result<Self> {
         let path = dir.join(group);
-        let db = StoreOptions::database(&path)
+        let db = StoreOptions::database(&path, sizes.cache)
             .open()
             .map_err(|e| store_error(&path, "opening", e))?;
         Ok(StateStores {
             db,
             path,
             delete_retention_ms,
+            memtable: sizes.memtable,
         })
     }
 
@@ -212,7 +229,9 @@ impl StateStores {
     pub fn task(&self, partition: i32) -> Result<TaskStore> {
         let keyspace = self
             .db
-            .keyspace(&format!("task-{partition}"), StoreOptions::keyspace)
+            .keyspace(&format!("task-{partition}"), || {
+                StoreOptions::keyspace(self.memtable)
+            })
             .map_err(|e| store_error(&self.path, "opening a keyspace of", e))?;
         Ok(TaskStore {
             db: self.db.clone(),

@@ -46,6 +46,10 @@ fn views() -> Vec<StageView> {
         max_gate_wait_us: 900_000,
         transactions: 3,
         commit_us: 75_000,
+        state_memory: [3 << 20, 2 << 20, 1 << 20],
+        state_memory_bound: 8 << 20,
+        memory_pauses: 2,
+        memory_spilled: 5,
         ..MetricsSnapshot::default()
     };
     metrics.bad_records.handler = 4;

@@ -62,6 +62,12 @@ impl StageRunner {
             self.metrics.tick_commit();
             return self.start_commit(Overlap::Yes);
         }
+        if self.tasks.squeezed() && !self.txn.nothing_done() {
+            // A commit is what releases the fold state's memory (on disk, its changes go to
+            // the store): at the bound it comes at once, as a full cache flushes.
+            debug!("commit first: the state's memory is at its bound");
+            return self.start_commit(Overlap::Yes);
+        }
         Ok(())
     }
 

@@ -24,7 +24,7 @@
 //!    has passed (the poll waits no longer than the next tick is due, so an idle stage ticks
 //!    too);
 //! 9. **start a commit** when the interval is due, or at once when a gate waits on the open
-//!    transaction's own write: the outputs acknowledged, the changelog written, the offsets and
+//!    transaction's own write or the state's memory is at its bound: the outputs acknowledged, the changelog written, the offsets and
 //!    `EndTxn` started on a helper thread;
 //! 10. every few seconds, **check the sources**' topic ids and partition counts, and **count
 //!     the tasks no member of the group holds** (module `ownership`);

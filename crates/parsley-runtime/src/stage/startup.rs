@@ -152,7 +152,15 @@ pub(super) fn start(
     let stores = match &config.state_dir {
         // One store per stage and process, whichever of its stream threads opens it (module
         // `siblings`).
-        Some(dir) => Some(siblings.stores(|| open_stores(&admin, dir, &group, &changelog.name))?),
+        Some(dir) => Some(siblings.stores(|| {
+            open_stores(
+                &admin,
+                dir,
+                &group,
+                &changelog.name,
+                config.state_memory.as_ref(),
+            )
+        })?),
         None => None,
     };
     let evidence = Evidence::new(admin, sources.iter().chain(&sinks));
@@ -215,6 +223,7 @@ fn open_stores(
     dir: &std::path::Path,
     group: &str,
     changelog: &str,
+    bound: Option<&parsley_task::memory::MemoryBudget>,
 ) -> Result<StateStores> {
     let retention = match admin.topic_config(changelog) {
         Ok(entries) => entries
@@ -226,10 +235,13 @@ fn open_stores(
             None
         }
     };
-    StateStores::open(
+    StateStores::open_sized(
         dir,
         group,
         retention.unwrap_or(state_store::DEFAULT_DELETE_RETENTION_MS),
+        bound.map_or(parsley_task::memory::StoreMemory::DEFAULT, |b| {
+            b.store_memory()
+        }),
     )
 }
 

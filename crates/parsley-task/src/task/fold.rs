@@ -93,6 +93,8 @@ pub struct DiskFold {
     written: Records,
     /// Some of `written` committed and is not in the store yet (module docs).
     unstored: bool,
+    /// The bytes of `written` ([`FoldState::memory_bytes`]).
+    written_bytes: usize,
 }
 
 impl FoldState {
@@ -115,6 +117,7 @@ impl FoldState {
             sealed: Changes::default(),
             written: Vec::new(),
             unstored: false,
+            written_bytes: 0,
         }))
     }
 
@@ -276,6 +279,7 @@ impl FoldState {
     /// are kept by [`FoldState::write_changes`].
     pub fn seal(&mut self, records: Records) {
         if let FoldState::Disk(d) = self {
+            d.written_bytes += records.iter().map(record_bytes).sum::<usize>();
             d.written.extend(records);
         }
     }
@@ -313,6 +317,7 @@ impl FoldState {
             },
         )?;
         d.written.clear();
+        d.written_bytes = 0;
         d.sealed.clear();
         d.unstored = false;
         Ok(())
@@ -357,6 +362,7 @@ impl FoldState {
                 d.open.clear();
                 d.sealed.clear();
                 d.written.clear();
+                d.written_bytes = 0;
                 true
             }
         }
@@ -367,6 +373,46 @@ impl DiskFold {
     /// Records written to the changelog and not in the store yet.
     fn pending(&self) -> bool {
         !self.sealed.is_empty() || !self.written.is_empty()
+    }
+}
+
+/// The heap bytes of one kept changelog record: its vectors and their buffers.
+fn record_bytes((k, v): &(Vec<u8>, Option<Vec<u8>>)) -> usize {
+    std::mem::size_of::<(Vec<u8>, Option<Vec<u8>>)>() + k.len() + v.as_ref().map_or(0, Vec::len)
+}
+
+/// One entry of a map of fold state: key, value and the table's control byte. Keys and
+/// values up to 16 bytes are inline ([`StateBytes`]).
+const ENTRY_BYTES: usize = std::mem::size_of::<(StateBytes, Option<StateBytes>)>() + 1;
+/// What a changelog record kept for the store costs, estimated before it is written: its
+/// vectors and 16 bytes each of key and value.
+const WRITTEN_BYTES: usize = std::mem::size_of::<(Vec<u8>, Option<Vec<u8>>)>() + 32;
+
+impl FoldState {
+    /// An estimate of the heap bytes this fold state holds, for the memory bound (module
+    /// `memory`): in memory, the value table at its capacity and an entry per key changed
+    /// since the last commit (the copies to write and to undo); on disk, an entry per change
+    /// not in the store yet and the changelog records kept for it (for a change not written
+    /// yet, an estimate of its record). Buffers of keys and values
+    /// longer than 16 bytes (not inline) are not counted in the tables.
+    pub fn memory_bytes(&self) -> u64 {
+        let bytes = match self {
+            FoldState::Memory {
+                values,
+                changed,
+                undo,
+            } => {
+                (values.capacity() + changed.len() + undo.open.len() + undo.sealed.len())
+                    * ENTRY_BYTES
+            }
+            // A change not written yet is counted with the changelog record it will keep.
+            FoldState::Disk(d) => {
+                d.open.len() * (ENTRY_BYTES + WRITTEN_BYTES)
+                    + d.sealed.len() * ENTRY_BYTES
+                    + d.written_bytes
+            }
+        };
+        bytes as u64
     }
 }
 

@@ -24,6 +24,7 @@
 mod acks;
 mod explain;
 mod global;
+mod memory;
 mod query;
 mod restore;
 mod standby;
@@ -39,6 +40,7 @@ use parsley_task::backpressure::{self, Step};
 use parsley_task::context::TaskContext;
 use parsley_task::error::RecordError;
 use parsley_task::error::{Error, Result};
+use parsley_task::memory::AtBound;
 use parsley_task::record::Fetched;
 use parsley_task::state_store::StateStores;
 use parsley_task::task::{RefusedInput, Task, publish_counts};
@@ -95,6 +97,8 @@ pub(crate) struct Tasks {
     thread: usize,
     /// Interactive reads waiting for a stamp to be delivered (module `query`).
     waiting: Vec<parsley_task::query::Request>,
+    /// The stage's share of the memory bound, when there is one (module `memory`).
+    memory: Option<memory::StageMemory>,
 }
 
 impl Tasks {
@@ -138,6 +142,7 @@ impl Tasks {
             }),
             changelog,
             waiting: Vec::new(),
+            memory: config.state_memory.as_ref().map(memory::StageMemory::new),
         }
     }
 
@@ -180,6 +185,9 @@ impl Tasks {
 
     /// Once a turn: the standbys read what their consumer has ready (module `standby`).
     pub(crate) fn read_standbys(&mut self) {
+        if self.squeezed() {
+            return;
+        }
         self.standbys.read();
     }
 
@@ -267,6 +275,10 @@ impl Tasks {
             }
         };
         let partition = f.partition;
+        let p = &f.arrival.payload;
+        self.observe_fetched(
+            p.key.as_ref().map_or(0, Vec::len) + p.value.as_ref().map_or(0, Vec::len),
+        );
         let Some(task) = self.tasks.get_mut(&partition) else {
             return Err(ctx.gate_error(
                 partition,
@@ -407,12 +419,16 @@ impl Tasks {
         let mut pauses = Vec::new();
         let mut seeks = Vec::new();
         let max_drift = self.event_time.as_ref().and_then(|o| o.max_drift_ms);
+        let at = self.account_memory(ctx);
+        let mut spilled_at_bound = 0;
         for task in self.tasks.values_mut() {
             if let Some(drift) = max_drift {
                 align(ctx, intake, txn, task, drift)?;
             }
             let partition = task.partition();
-            let steps = backpressure::plan(task.gate(), intake.full(), ctx.cap);
+            let keep_reading = task.event_time().is_some_and(|e| e.parked() > 0);
+            let steps =
+                backpressure::plan_at_bound(task.gate(), intake.full(), ctx.cap, at, keep_reading);
             let gate = task.gate_mut();
             // A global source is read by the task's own reader, not the stage's consumer
             // (module `global`): it is not paused, spilled or sought.
@@ -422,6 +438,9 @@ impl Tasks {
                         let n = gate.spill(&channel);
                         debug!(%channel, spilled = n, "spilling a channel that is full");
                         ctx.metrics.spilled(n);
+                        if at == AtBound::Squeeze {
+                            spilled_at_bound += n;
+                        }
                     }
                     Step::BeginRefetch { channel, from } => {
                         let resume = gate
@@ -439,6 +458,9 @@ impl Tasks {
                     Step::Resume(channel) => pauses.push((channel, false)),
                 }
             }
+        }
+        if let Some(m) = &self.memory {
+            m.spilled(ctx, spilled_at_bound);
         }
         for (channel, full) in pauses {
             debug!(%channel, full, "backpressure");

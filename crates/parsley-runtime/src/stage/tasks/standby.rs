@@ -288,6 +288,29 @@ impl Standbys {
         })
     }
 
+    /// The heap bytes the standbys hold (module `memory` of `parsley_task`): in memory their
+    /// folds' tables at capacity, on disk the records read and not in the keyspace yet; and
+    /// how many keyspaces of the state store they keep open.
+    pub(crate) fn memory_bytes(&self) -> (u64, usize) {
+        let entry = std::mem::size_of::<(
+            parsley_stage::changelog::StateBytes,
+            parsley_stage::changelog::StateBytes,
+        )>() + 1;
+        let mut bytes = 0;
+        let mut keyspaces = 0;
+        for w in self.warm.values() {
+            bytes += w.restored.state.capacity() * entry;
+            if let Some((_, batch)) = &w.store {
+                keyspaces += 1;
+                bytes += batch
+                    .iter()
+                    .map(|(k, v)| 48 + k.len() + v.as_ref().map_or(0, Vec::len))
+                    .sum::<usize>();
+            }
+        }
+        (bytes as u64, keyspaces)
+    }
+
     /// Once a turn: reads what the standby consumer has ready, at most [`PER_TURN`] records,
     /// without waiting, and folds or stores each record into its standby.
     pub(crate) fn read(&mut self, metrics: &StageMetrics) {
@@ -533,6 +556,11 @@ impl SharedStandbys {
             standbys, metrics, ..
         } = &mut *pool;
         standbys.take(partition, metrics)
+    }
+
+    /// What the standbys hold ([`Standbys::memory_bytes`]): heap bytes and open keyspaces.
+    pub(crate) fn memory_bytes(&self) -> (u64, usize) {
+        self.lock().standbys.memory_bytes()
     }
 
     /// Once a turn ([`Standbys::read`]), unless another thread reads them now.

@@ -553,6 +553,45 @@ fn the_backpressure_plan_keeps_a_channel_a_claim_needs_unpaused() {
 }
 
 #[test]
+fn at_the_memory_bound_every_channel_is_full_a_needed_one_spills_and_an_event_time_one_reads_on() {
+    use parsley_task::memory::AtBound;
+    let (a, b, c) = (ch(1), ch(2), ch(3));
+    let mut gate: Gate<i64> = Gate::new([a, b, c]);
+    for x in [a, b, c] {
+        gate.seed(x, 0).unwrap();
+    }
+    // b@0 claims its sender's record on `a` in flight: `a` must be read on. Each channel holds
+    // one record, far below the cap; `c` holds none.
+    gate.offer(b, sent_by(0, 1, 5, &[(a, 4)])).unwrap();
+    gate.offer(a, sent_by(0, 3, 0, &[])).unwrap();
+    let cap = 100;
+    let none = HashSet::new();
+    assert_eq!(
+        backpressure::plan_at_bound(&gate, &none, cap, AtBound::Free, false),
+        backpressure::plan(&gate, &none, cap),
+        "under the bound the cap alone decides"
+    );
+    assert!(backpressure::plan_at_bound(&gate, &none, cap, AtBound::Free, false).is_empty());
+
+    // Squeezed: the needed channel spills and reads on; the others pause, empty or not.
+    let steps = backpressure::plan_at_bound(&gate, &none, cap, AtBound::Squeeze, false);
+    assert_eq!(steps, [Plan::Spill(a), Plan::Pause(b), Plan::Pause(c)]);
+    // Paused already: they stay paused, nothing resumes while squeezed.
+    let paused: HashSet<Channel> = [b, c].into();
+    let steps = backpressure::plan_at_bound(&gate, &paused, cap, AtBound::Squeeze, false);
+    assert_eq!(steps, [Plan::Spill(a)]);
+    // Back under the resume mark: the cap decides again, and they resume.
+    let steps = backpressure::plan_at_bound(&gate, &paused, cap, AtBound::Free, false);
+    assert_eq!(steps, [Plan::Resume(b), Plan::Resume(c)]);
+
+    // An event-time task with parked records reads on (only reading moves its watermark):
+    // what it holds spills instead of pausing.
+    let steps = backpressure::plan_at_bound(&gate, &none, cap, AtBound::Squeeze, true);
+    assert_eq!(steps, [Plan::Spill(a), Plan::Spill(b)]);
+    assert!(!steps.iter().any(|s| matches!(s, Plan::Pause(_))));
+}
+
+#[test]
 fn an_assignment_must_cover_every_source_and_sources_must_not_change() {
     let sources = [topic(1, "in"), topic(2, "side")];
     let both: BTreeMap<i32, Vec<(Channel, i64)>> = [(0, vec![(ch(1), 0), (ch(2), 0)])].into();
