@@ -8,9 +8,8 @@
 use std::time::Duration;
 
 use parsley_runtime::{Holder, MemoryUse, Runtime, RuntimeConfig, partition_for};
-use parsley_stage::{Topology, Utf8};
 use parsley_testkit::fixtures::{
-    CountKeys, DEADLINE, bootstrap, create_topic, raw_producer, read_committed, unique_topic,
+    DEADLINE, bootstrap, count_topology, create_topic, raw_producer, read_committed, unique_topic,
     wait_committed,
 };
 use rdkafka::producer::{BaseRecord, Producer};
@@ -60,16 +59,7 @@ fn count_under(bound: u64) -> (MemoryUse, u64, u64) {
     let input = create_topic("mem-in", 2);
     let output = create_topic("mem-out", 2);
     let app = unique_topic("mem");
-    let topology = Topology::builder(&app)
-        .stage("count", CountKeys::new(&output.name), |s| {
-            s.source(&input.name)
-                .sink(&output.name)
-                .key_codec(Utf8)
-                .value_codec(Utf8)
-                .output_codec(Utf8)
-        })
-        .build()
-        .unwrap();
+    let topology = count_topology(&app, &input.name, &output.name);
     send_keys(&input.name);
     let dir = std::env::temp_dir().join(unique_topic("parsley-mem"));
     let config = RuntimeConfig::new(bootstrap())

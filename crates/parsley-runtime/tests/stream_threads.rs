@@ -16,42 +16,17 @@ use std::time::{Duration, Instant};
 
 use parsley_runtime::{
     Admin, Progress, Running, Runtime, RuntimeConfig, TaskMetrics, TaskPhase, changelog_topic,
-    partition_for,
 };
-use parsley_stage::{Topology, Utf8};
 use parsley_testkit::fixtures::{
-    CountKeys, DEADLINE, bootstrap, create_topic, raw_producer, read_committed, send_stamped,
-    unique_topic, wait_committed,
+    DEADLINE, bootstrap, count_topology, create_topic, keys_on_each_partition, raw_producer,
+    read_committed, send_stamped, unique_topic, wait_committed,
 };
 
 const PARTITIONS: i32 = 4;
 
-/// A counting stage over `input` writing `key=n` to `output`.
-fn counting(app: &str, input: &str, output: &str) -> Topology {
-    Topology::builder(app)
-        .stage("count", CountKeys::new(output), |s| {
-            s.source(input)
-                .sink(output)
-                .key_codec(Utf8)
-                .value_codec(Utf8)
-                .output_codec(Utf8)
-        })
-        .build()
-        .unwrap()
-}
-
 /// Three keys on each partition, where murmur2 puts them.
 fn keys() -> Vec<(i32, String)> {
-    let mut seen = [0; PARTITIONS as usize];
-    (0..)
-        .map(|i| format!("k{i}"))
-        .filter_map(|k| {
-            let p = partition_for(k.as_bytes(), PARTITIONS);
-            seen[p as usize] += 1;
-            (seen[p as usize] <= 3).then_some((p, k))
-        })
-        .take(3 * PARTITIONS as usize)
-        .collect()
+    keys_on_each_partition(3, PARTITIONS)
 }
 
 /// Sends every key `times` times.
@@ -117,7 +92,7 @@ fn two_threads_share_the_tasks_and_count_every_record_once() {
     let sent = 5 * keys.len() as u64;
 
     let config = RuntimeConfig::new(bootstrap()).stream_threads(2);
-    let running = Runtime::new(counting(&app, &input.name, &output.name), config)
+    let running = Runtime::new(count_topology(&app, &input.name, &output.name), config)
         .start()
         .unwrap();
     // Both threads own tasks, each task on one thread; then records for every task.
@@ -171,7 +146,7 @@ fn threads_share_one_state_store_and_a_restart_reads_only_the_tail() {
     let input = create_topic("threads-disk-in", PARTITIONS);
     let output = create_topic("threads-disk-out", PARTITIONS);
     let app = unique_topic("threads-disk");
-    let topology = counting(&app, &input.name, &output.name);
+    let topology = count_topology(&app, &input.name, &output.name);
     let dir = std::env::temp_dir().join(unique_topic("parsley-threads-state"));
     let keys = keys();
     let changelog = changelog_topic(&topology.stages()[0].group_id(&app));
