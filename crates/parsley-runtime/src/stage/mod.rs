@@ -88,7 +88,6 @@
 //! | `startup` | resolving topics and creating the owners |
 //! | `upstream` | inputs other stages write: waiting for those stages to commit their history |
 //! | `waits` | saying what a slow group join waits for |
-//! | `siblings` | what the stream threads of one stage in one process share: the state store, the standbys |
 //!
 //! Invariant: a task's committed offsets and its last committed snapshot describe the same
 //! moment — both are written in the same transaction, after its outputs are acknowledged.
@@ -103,7 +102,6 @@ mod intake;
 mod late;
 mod ownership;
 mod rebalance;
-mod siblings;
 mod sources;
 mod startup;
 mod tasks;
@@ -113,7 +111,7 @@ mod waits;
 
 #[cfg(test)]
 pub(crate) use self::ownership::advertised as advertised_for_tests;
-pub(crate) use self::siblings::Siblings;
+pub(crate) use self::tasks::Siblings;
 pub(crate) use self::upstream::feeding_stages;
 use parsley_task::context::TaskContext;
 

@@ -6,7 +6,9 @@
 //! resolving impossible stamps, delivering, writing ticks, watermark alignment and
 //! backpressure, settling acknowledgements and writing the changelog at a commit (module
 //! `acks`), restoring an assigned task (module `restore`), and the snapshot of what each task
-//! waits for (module `explain`), and the answers to interactive queries (module `query`). What a phase needs of another owner — the transaction a
+//! waits for (module `explain`), and the answers to interactive queries (module `query`); what
+//! the stream threads of one stage in one process share, the state store and the standbys, is
+//! in module `siblings`. What a phase needs of another owner — the transaction a
 //! delivery sends into, the intake a seek or a held record goes through — is handed to it as
 //! a parameter; nothing here keeps a reference to another owner.
 //!
@@ -27,8 +29,10 @@ mod global;
 mod memory;
 mod query;
 mod restore;
+mod siblings;
 mod standby;
 
+pub(crate) use self::siblings::Siblings;
 pub(crate) use self::standby::SharedStandbys;
 
 use std::collections::BTreeMap;
@@ -110,7 +114,7 @@ impl Tasks {
         spec: &StageSpec,
         config: &RuntimeConfig,
         upstreams: Upstreams,
-        (stores, siblings): (Option<StateStores>, &super::siblings::Siblings),
+        (stores, siblings): (Option<StateStores>, &siblings::Siblings),
         changelog: TopicInfo,
         metrics: &std::sync::Arc<parsley_task::metrics::StageMetrics>,
     ) -> Self {

@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use parsley_task::error::Result;
 use parsley_task::state_store::StateStores;
 
-use super::tasks::SharedStandbys;
+use super::SharedStandbys;
 
 /// What the stream threads of one stage in one process share (module docs).
 #[derive(Debug, Default)]
