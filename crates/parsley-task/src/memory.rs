@@ -215,7 +215,8 @@ impl Drop for MemoryShare {
 /// (fjall's memtables). fjall gives each store (one per stage) its own cache, so the bound is
 /// split, not shared: each store takes an eighth of it for its cache (at most 64 MiB, the
 /// default without a bound) and a sixty-fourth per task keyspace for its memtable (at least
-/// 1 MiB, at most 16 MiB, the default). The store charges these to [`Holder::Store`].
+/// 1 MiB, at most 16 MiB, the default). The store charges its cache's capacity and the
+/// memtables it holds now, sealed ones being written out included, to [`Holder::Store`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StoreMemory {
     /// The block cache, bytes.
@@ -237,12 +238,6 @@ impl StoreMemory {
             cache: (bound / 8).clamp(1 << 20, Self::DEFAULT.cache),
             memtable: (bound / 64).clamp(1 << 20, Self::DEFAULT.memtable),
         }
-    }
-
-    /// What a store with `keyspaces` task keyspaces may hold in memory, bytes: its cache and
-    /// a memtable per keyspace (one more being written out may exist for a moment).
-    pub fn bytes(&self, keyspaces: usize) -> u64 {
-        self.cache + self.memtable * keyspaces as u64
     }
 }
 

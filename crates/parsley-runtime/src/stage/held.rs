@@ -205,6 +205,11 @@ impl<R: HeldRecord> Held<R> {
         self.buffers.get(channel).map_or(0, |b| b.records.len())
     }
 
+    /// The bytes held now over every input, as [`HeldRecord::bytes`] counts them.
+    pub(crate) fn bytes(&self) -> usize {
+        self.buffers.values().map(|b| b.bytes).sum()
+    }
+
     /// Records held now, over every input.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
@@ -257,9 +262,15 @@ mod tests {
         assert_eq!(held.first(&ch(0)), Some(5));
         assert_eq!(held.len(), 5);
         assert_eq!((held.len_of(&ch(0)), held.len_of(&ch(1))), (4, 1));
+        assert_eq!(
+            held.bytes(),
+            500,
+            "what the memory bound counts, over every input"
+        );
         let (records, full) = held.release(&ch(0), i64::MAX, false);
         assert!(full);
         assert_eq!(offsets(records), vec![5, 6, 8, 10]);
+        assert_eq!(held.bytes(), 100);
         assert_eq!(held.first(&ch(0)), None);
         assert!(!held.is_full(&ch(0)));
         let (records, full) = held.release(&ch(1), i64::MAX, false);

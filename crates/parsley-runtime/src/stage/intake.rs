@@ -205,6 +205,11 @@ impl Intake {
         self.held.len_of(channel)
     }
 
+    /// The bytes held for watermark alignment now, over every input (module `held`).
+    pub(crate) fn held_bytes(&self) -> usize {
+        self.held.bytes()
+    }
+
     /// Holds `f` when watermark alignment bounds its channel and `f` lies beyond the bound or
     /// records of the channel are held already (`Held`, `first` when none were), pausing its
     /// partition once it holds [`HOLD_BYTES`]; else hands it back to be offered.

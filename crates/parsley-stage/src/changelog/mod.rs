@@ -175,6 +175,32 @@ pub fn state_bytes(bytes: Vec<u8>) -> StateBytes {
 /// (record keys come from outside: a fixed hash would let a producer make them collide).
 pub type StateMap = HashMap<StateBytes, StateBytes, foldhash::quality::RandomState>;
 
+/// How many entries of a map of fold state [`heap_bytes`] looks at.
+pub const HEAP_SAMPLE: usize = 64;
+
+/// The heap bytes held outside a map's table by its entries' keys and values longer than 16
+/// bytes (their own buffers, at capacity), for the memory bound: exact for a map of at most
+/// [`HEAP_SAMPLE`] entries, else the mean of its first [`HEAP_SAMPLE`] entries times `len`. A
+/// hash map's iteration order follows its keys' hashes, seeded at random, so the first entries
+/// are a sample of no particular key; a few values far larger than the rest may be missed by
+/// it. `entries` yields each key and its value (`None`: a deletion), `len` is their number.
+pub fn heap_bytes<'a>(
+    len: usize,
+    entries: impl Iterator<Item = (&'a StateBytes, Option<&'a StateBytes>)>,
+) -> u64 {
+    let own = |b: &StateBytes| if b.spilled() { b.capacity() } else { 0 };
+    let (mut seen, mut bytes) = (0usize, 0usize);
+    for (k, v) in entries.take(HEAP_SAMPLE) {
+        seen += 1;
+        bytes += own(k) + v.map_or(0, own);
+    }
+    match seen {
+        0 => 0,
+        n if n >= len => bytes as u64,
+        n => (bytes as u64).saturating_mul(len as u64) / n as u64,
+    }
+}
+
 /// What a changelog partition holds once its records are folded in offset order
 /// ([`Restored::apply`]): the latest record of each key, tombstoned keys removed. Values are
 /// kept undecoded except the task snapshot's; the event-time record and the timer queue's
@@ -283,6 +309,39 @@ mod decode_properties;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn heap_bytes_counts_only_buffers_beyond_the_inline_sixteen_bytes() {
+        let mut map = StateMap::default();
+        map.insert(state_bytes(b"short".to_vec()), state_bytes(vec![1; 16]));
+        assert_eq!(
+            heap_bytes(map.len(), map.iter().map(|(k, v)| (k, Some(v)))),
+            0
+        );
+        map.insert(state_bytes(vec![2; 40]), state_bytes(vec![3; 100]));
+        let exact = heap_bytes(map.len(), map.iter().map(|(k, v)| (k, Some(v))));
+        assert_eq!(exact, 140, "the 40-byte key and the 100-byte value");
+        // A deletion's missing value counts nothing.
+        let k = state_bytes(vec![4; 20]);
+        assert_eq!(heap_bytes(1, std::iter::once((&k, None))), 20);
+    }
+
+    #[test]
+    fn heap_bytes_of_a_large_map_scales_its_sample() {
+        let mut map = StateMap::default();
+        for i in 0..10_000u32 {
+            // 4-byte keys inline, 32-byte values on the heap.
+            map.insert(
+                state_bytes(i.to_be_bytes().to_vec()),
+                state_bytes(vec![0; 32]),
+            );
+        }
+        let estimate = heap_bytes(map.len(), map.iter().map(|(k, v)| (k, Some(v))));
+        assert_eq!(
+            estimate, 320_000,
+            "every value alike: the sample's mean is exact"
+        );
+    }
 
     #[test]
     fn timer_part_keys_round_trip_and_old_keys_are_refused() {

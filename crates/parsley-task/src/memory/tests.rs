@@ -54,7 +54,6 @@ fn a_store_under_a_bound_takes_an_eighth_for_its_cache_and_a_sixty_fourth_per_me
     );
     assert_eq!(StoreMemory::of(u64::MAX), StoreMemory::DEFAULT);
     assert_eq!(StoreMemory::of(1).cache, 1 << 20, "at least 1 MiB each");
-    assert_eq!(StoreMemory::of(64 << 20).bytes(4), (8 << 20) + (4 << 20));
 }
 
 /// One stage of the model: records to read, records held (spilled or not), fold state not

@@ -28,7 +28,7 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 
 use parsley_clock::TopicId;
-use parsley_stage::changelog::{STATE_PREFIX, StateBytes, StateMap, state_bytes};
+use parsley_stage::changelog::{STATE_PREFIX, StateBytes, StateMap, heap_bytes, state_bytes};
 
 use crate::error::Result;
 use crate::output::ChangelogWriter;
@@ -393,26 +393,35 @@ impl FoldState {
     /// `memory`): in memory, the value table at its capacity and an entry per key changed
     /// since the last commit (the copies to write and to undo); on disk, an entry per change
     /// not in the store yet and the changelog records kept for it (for a change not written
-    /// yet, an estimate of its record). Buffers of keys and values
-    /// longer than 16 bytes (not inline) are not counted in the tables.
+    /// yet, an estimate of its record). Keys and values longer than 16 bytes keep buffers of
+    /// their own, counted from a sample of each table ([`heap_bytes`]).
     pub fn memory_bytes(&self) -> u64 {
-        let bytes = match self {
+        fn changes(c: &Changes) -> u64 {
+            heap_bytes(c.len(), c.iter().map(|(k, v)| (k, v.as_ref())))
+        }
+        match self {
             FoldState::Memory {
                 values,
                 changed,
                 undo,
             } => {
-                (values.capacity() + changed.len() + undo.open.len() + undo.sealed.len())
-                    * ENTRY_BYTES
+                let entries =
+                    values.capacity() + changed.len() + undo.open.len() + undo.sealed.len();
+                (entries * ENTRY_BYTES) as u64
+                    + heap_bytes(values.len(), values.iter().map(|(k, v)| (k, Some(v))))
+                    + heap_bytes(changed.len(), changed.iter().map(|(k, v)| (k, v.as_ref())))
+                    + changes(&undo.open)
+                    + changes(&undo.sealed)
             }
             // A change not written yet is counted with the changelog record it will keep.
             FoldState::Disk(d) => {
-                d.open.len() * (ENTRY_BYTES + WRITTEN_BYTES)
+                (d.open.len() * (ENTRY_BYTES + WRITTEN_BYTES)
                     + d.sealed.len() * ENTRY_BYTES
-                    + d.written_bytes
+                    + d.written_bytes) as u64
+                    + changes(&d.open)
+                    + changes(&d.sealed)
             }
-        };
-        bytes as u64
+        }
     }
 }
 
@@ -452,6 +461,18 @@ mod tests {
         let mut key = vec![STATE_PREFIX];
         key.extend_from_slice(k);
         (key, v.map(<[u8]>::to_vec))
+    }
+
+    #[test]
+    fn memory_bytes_count_the_buffers_of_values_longer_than_sixteen_bytes() {
+        let mut fold = FoldState::memory(StateMap::default());
+        fold.set(b"short", Some(vec![1; 8]));
+        let inline = fold.memory_bytes();
+        let mut long = FoldState::memory(StateMap::default());
+        long.set(b"short", Some(vec![1; 1_000]));
+        // The table and the change and undo entries alike; the value's buffer twice, in the
+        // table and in the change to write.
+        assert_eq!(long.memory_bytes(), inline + 2_000);
     }
 
     #[test]

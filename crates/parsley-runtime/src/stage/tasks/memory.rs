@@ -5,7 +5,8 @@
 //! Once per poll batch, before its backpressure plan, the stream thread reports what its tasks
 //! hold ([`Tasks::account_memory`]): the store's cache and memtables, the fold state on the
 //! heap and the standbys', and the records held (fetched, not delivered; parked for event
-//! time), each record counted at the mean size of the records this stage fetched. The
+//! time), each record counted at the mean size of the records this stage fetched, besides the
+//! records held before the gates for watermark alignment, at the bytes the hold counts. The
 //! decision it gets back ([`AtBound`]) shapes the plan (`backpressure::plan_at_bound`); while
 //! squeezed the standbys do not read.
 
@@ -22,7 +23,7 @@ const RECORD_OVERHEAD: u64 = 160;
 /// A stage's share of the bound and what it needs to account for it.
 pub(crate) struct StageMemory {
     share: MemoryShare,
-    /// The store's sizes under the bound.
+    /// The store's sizes under the bound: each task's memtable is reserved.
     store: StoreMemory,
     /// Key and value bytes of the records fetched, and how many, for the mean.
     fetched_bytes: u64,
@@ -74,19 +75,22 @@ impl StageMemory {
 impl Tasks {
     /// Reports what the stage holds to its share of the bound and decides what its reading
     /// does ([`AtBound`]); `Free` without a bound.
-    pub(crate) fn account_memory(&mut self, ctx: &TaskContext) -> AtBound {
+    pub(crate) fn account_memory(&mut self, ctx: &TaskContext, aligned_bytes: usize) -> AtBound {
         let Some(mut memory) = self.memory.take() else {
             return AtBound::Free;
         };
         let record = memory.record_bytes();
-        // The standbys are the process's, shared by the stage's threads: thread 0 counts them.
-        let (standby_bytes, standby_keyspaces) = if self.thread == 0 {
+        // The standbys and the state store are the process's, shared by the stage's threads:
+        // thread 0 counts them.
+        let standby_bytes = if self.thread == 0 {
             self.standbys.memory_bytes()
         } else {
-            (0, 0)
+            0
         };
         let mut state = standby_bytes;
-        let mut held = 0u64;
+        // Records held before the gates for watermark alignment, at their own count of bytes
+        // (key, value and their fixed size: module `held`).
+        let mut held = aligned_bytes as u64;
         for task in self.tasks.values() {
             state += task.fold().memory_bytes();
             let gate = task.gate();
@@ -94,10 +98,20 @@ impl Tasks {
                 + task.event_time().map_or(0, |e| e.parked());
             held += records as u64 * record;
         }
-        let store = if self.stores.is_some() {
-            memory.store.bytes(self.tasks.len() + standby_keyspaces)
-        } else {
-            0
+        // Each thread reserves a full memtable per task it runs, so that a commit's batch
+        // lands in room already counted; thread 0 counts the shared cache, and the store's
+        // write buffers as fjall counts them (sealed memtables being written out, the
+        // standbys' keyspaces, other threads' memtables: conservative) when they are more.
+        let store = match &self.stores {
+            Some(stores) => {
+                let reserved = memory.store.memtable * self.tasks.len() as u64;
+                if self.thread == 0 {
+                    memory.store.cache + reserved.max(stores.write_buffer_bytes())
+                } else {
+                    reserved
+                }
+            }
+            None => 0,
         };
         memory.share.set(Holder::Store, store);
         memory.share.set(Holder::State, state);

@@ -423,14 +423,18 @@ impl Tasks {
         let mut pauses = Vec::new();
         let mut seeks = Vec::new();
         let max_drift = self.event_time.as_ref().and_then(|o| o.max_drift_ms);
-        let at = self.account_memory(ctx);
+        let at = self.account_memory(ctx, intake.held_bytes());
         let mut spilled_at_bound = 0;
         for task in self.tasks.values_mut() {
             if let Some(drift) = max_drift {
                 align(ctx, intake, txn, task, drift)?;
             }
             let partition = task.partition();
-            let keep_reading = task.event_time().is_some_and(|e| e.parked() > 0);
+            // Parked records, or records held for alignment, wait for the watermark, which
+            // only reading moves.
+            let keep_reading = task.event_time().is_some_and(|e| e.parked() > 0)
+                || (max_drift.is_some()
+                    && task.gate().consumed().any(|c| intake.held_records(&c) > 0));
             let steps =
                 backpressure::plan_at_bound(task.gate(), intake.full(), ctx.cap, at, keep_reading);
             let gate = task.gate_mut();

@@ -289,26 +289,30 @@ impl Standbys {
     }
 
     /// The heap bytes the standbys hold (module `memory` of `parsley_task`): in memory their
-    /// folds' tables at capacity, on disk the records read and not in the keyspace yet; and
-    /// how many keyspaces of the state store they keep open.
-    pub(crate) fn memory_bytes(&self) -> (u64, usize) {
+    /// folds' tables at capacity with their keys' and values' own buffers (sampled), on disk
+    /// the records read and not in the keyspace yet. Their keyspaces' memtables are the state
+    /// store's, counted with it.
+    pub(crate) fn memory_bytes(&self) -> u64 {
         let entry = std::mem::size_of::<(
             parsley_stage::changelog::StateBytes,
             parsley_stage::changelog::StateBytes,
         )>() + 1;
         let mut bytes = 0;
-        let mut keyspaces = 0;
         for w in self.warm.values() {
-            bytes += w.restored.state.capacity() * entry;
+            let state = &w.restored.state;
+            bytes += state.capacity() * entry
+                + parsley_stage::changelog::heap_bytes(
+                    state.len(),
+                    state.iter().map(|(k, v)| (k, Some(v))),
+                ) as usize;
             if let Some((_, batch)) = &w.store {
-                keyspaces += 1;
                 bytes += batch
                     .iter()
                     .map(|(k, v)| 48 + k.len() + v.as_ref().map_or(0, Vec::len))
                     .sum::<usize>();
             }
         }
-        (bytes as u64, keyspaces)
+        bytes as u64
     }
 
     /// Once a turn: reads what the standby consumer has ready, at most [`PER_TURN`] records,
@@ -558,8 +562,8 @@ impl SharedStandbys {
         standbys.take(partition, metrics)
     }
 
-    /// What the standbys hold ([`Standbys::memory_bytes`]): heap bytes and open keyspaces.
-    pub(crate) fn memory_bytes(&self) -> (u64, usize) {
+    /// What the standbys hold ([`Standbys::memory_bytes`]), heap bytes.
+    pub(crate) fn memory_bytes(&self) -> u64 {
         self.lock().standbys.memory_bytes()
     }
 
