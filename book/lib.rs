@@ -21,6 +21,7 @@ chapter!(Stage, "src/stage.md");
 chapter!(Dsl, "src/dsl.md");
 chapter!(Testing, "src/testing.md");
 chapter!(Runtime, "src/runtime.md");
+chapter!(Queries, "src/queries.md");
 chapter!(Recovery, "src/recovery.md");
 chapter!(Ordering, "src/ordering.md");
 chapter!(Operations, "src/operations.md");

@@ -180,7 +180,9 @@ pub use parsley_task::metrics::{
 pub use parsley_task::outgoing::{Acked, OutgoingRecord};
 pub use parsley_task::topic::{TopicInfo, crc32_partition_for, partition_for};
 pub use parsley_task::{GateMode, TopologyTestDriver};
-pub use query::{KeyOwner, QueryError, ReadOnlyStore, ShortChannel};
+pub use query::{
+    KeyOwner, QueryError, Read, ReadOnlyStore, ShortChannel, Source, StaleEntries, StaleStore,
+};
 /// The Kafka client the runtime is built on: [`CausalProducer::observe_message`] takes its
 /// messages, so a service that consumes with it uses this version.
 pub use rdkafka;

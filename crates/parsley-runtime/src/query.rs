@@ -8,12 +8,17 @@
 //! stream thread answers with bytes; the handle encodes keys with the store's key codec and
 //! decodes values on the caller's thread.
 //!
+//! Opt-in, [`ReadOnlyStore::stale_ok`] gives a [`StaleStore`] whose reads also cover the
+//! standbys this instance keeps (module `stale`), each read marked with where it came from
+//! ([`Source`]): the owning task, or a standby with its lag.
+//!
 //! Invariants:
 //! - a value read is the one the owning task's last delivered record left — committed or not
 //!   yet (read-uncommitted, as Kafka Streams' stores); a transaction that aborts rebuilds the
 //!   task from its changelog, and later reads see the rebuilt state;
 //! - a read covers the tasks this instance runs when the stream thread answers; a key whose
-//!   task runs elsewhere is [`QueryError::NotOwned`], never `None`;
+//!   task runs elsewhere is [`QueryError::NotOwned`], never `None` — for a [`StaleStore`], a
+//!   key whose task neither runs here nor has a standby here;
 //! - while any task of the stage restores, every read fails with [`QueryError::Restoring`];
 //! - no call waits longer than its bound: [`ANSWER_WITHIN`] for `get`, `range` and `all`, the
 //!   caller's timeout plus [`ANSWER_WITHIN`] for `get_at_least`.
@@ -34,6 +39,10 @@ use parsley_task::metrics::TaskPhase;
 
 use crate::threads::StageThreads;
 use parsley_task::query::{AtLeast, StoreAnswer, StoreQuery};
+
+mod stale;
+
+pub use self::stale::{Read, Source, StaleEntries, StaleStore};
 
 /// How long a query waits for the stream thread's answer (beyond a `get_at_least`'s own
 /// timeout): a turn lasts at most 100 ms, a commit or a restore can last longer.
@@ -138,6 +147,19 @@ pub enum QueryError {
     /// look at the group (every 2 s; none while the group rebalances). Retry.
     #[error("store {store}: no instance advertising an endpoint holds task {partition}")]
     OwnerUnknown {
+        /// The store.
+        store: String,
+        /// The key's task.
+        partition: i32,
+    },
+    /// A [`StaleStore::get_at_least`] of a key whose task is only a standby here: a stamp
+    /// claims offsets of the stage's inputs, and a standby follows the task's changelog, which
+    /// does not say which inputs its state reflects. Read the owner
+    /// ([`Running::key_owner`](crate::Running::key_owner)).
+    #[error(
+        "store {store}: task {partition} is only a standby here, and a standby cannot wait for a stamp of the stage's inputs: read its owner"
+    )]
+    StandbyCannotWait {
         /// The store.
         store: String,
         /// The key's task.
@@ -257,6 +279,27 @@ pub(crate) fn get_json<'a>(
     key: &str,
     stages: impl IntoIterator<Item = (&'a StageSpec, &'a StageThreads)>,
 ) -> Result<Option<String>, QueryError> {
+    json_view(name, stages)?.get(&key.to_string())
+}
+
+/// [`get_json`] from the owning task or a standby here, marked with its source: the metrics
+/// endpoint's `GET /store/{name}/{key}?stale=true`.
+///
+/// # Errors
+/// As [`get_json`], then as [`StaleStore::get`].
+pub(crate) fn get_json_stale<'a>(
+    name: &str,
+    key: &str,
+    stages: impl IntoIterator<Item = (&'a StageSpec, &'a StageThreads)>,
+) -> Result<Read<String>, QueryError> {
+    json_view(name, stages)?.stale_ok().get(&key.to_string())
+}
+
+/// The view of store `name`, among `stages`, with `String` keys and its values as JSON text.
+fn json_view<'a>(
+    name: &str,
+    stages: impl IntoIterator<Item = (&'a StageSpec, &'a StageThreads)>,
+) -> Result<ReadOnlyStore<String, String>, QueryError> {
     let stages: Vec<_> = stages.into_iter().collect();
     let Some((spec, metrics, store)) = stages
         .iter()
@@ -274,8 +317,12 @@ pub(crate) fn get_json<'a>(
             asked_value: value,
         }
     })?;
-    ReadOnlyStore::<String, String>::new(name, spec.name(), metrics.clone(), (codec, store.json()))
-        .get(&key.to_string())
+    Ok(ReadOnlyStore::new(
+        name,
+        spec.name(),
+        metrics.clone(),
+        (codec, store.json()),
+    ))
 }
 
 /// Who owns the task of `key` in store `name`, among `stages` (each running stage's spec and
@@ -400,6 +447,14 @@ impl<K, V> ReadOnlyStore<K, V> {
         &self.store
     }
 
+    /// A view of the same store whose reads also cover the standbys this instance keeps
+    /// ([`RuntimeConfig::standby_replicas`](crate::RuntimeConfig::standby_replicas)), each read
+    /// marked with its source and a standby's lag (Kafka Streams'
+    /// `StoreQueryParameters.enableStaleStores`): [`StaleStore`].
+    pub fn stale_ok(&self) -> StaleStore<K, V> {
+        StaleStore::new(self.clone())
+    }
+
     /// The value of `key` now: the one the owning task's last delivered record left; `None`
     /// when the key has none.
     ///
@@ -437,10 +492,7 @@ impl<K, V> ReadOnlyStore<K, V> {
         stamp: Option<&Clock>,
         timeout: Duration,
     ) -> Result<Option<V>, QueryError> {
-        let key = self.key.encode(key).map_err(|e| QueryError::Key {
-            store: self.store.clone(),
-            message: e.to_string(),
-        })?;
+        let key = self.encode(key)?;
         let at_least = stamp.map(|stamp| AtLeast {
             stamp: stamp.clone(),
             deadline: Instant::now() + timeout,
@@ -448,22 +500,43 @@ impl<K, V> ReadOnlyStore<K, V> {
         match self.ask(StoreQuery::Get { key, at_least }, timeout)? {
             StoreAnswer::Value(None) => Ok(None),
             StoreAnswer::Value(Some(state)) => self.value_of(&state),
-            StoreAnswer::Short { partition, short } => Err(QueryError::NotCaughtUp {
-                store: self.store.clone(),
-                partition,
-                short: short
-                    .into_iter()
-                    .map(|(topic, s)| ShortChannel {
-                        topic,
-                        partition: s.channel.partition,
-                        claimed: s.claimed,
-                        delivered: s.delivered,
-                    })
-                    .collect(),
-                timeout,
-            }),
+            StoreAnswer::Short { partition, short } => {
+                Err(self.not_caught_up(partition, short, timeout))
+            }
             other => Err(self.unexpected(other)),
         }
+    }
+
+    /// [`QueryError::NotCaughtUp`] for task `partition`, with the claims `short` not
+    /// delivered within `timeout`.
+    fn not_caught_up(
+        &self,
+        partition: i32,
+        short: Vec<(String, parsley_task::query::Shortfall)>,
+        timeout: Duration,
+    ) -> QueryError {
+        QueryError::NotCaughtUp {
+            store: self.store.clone(),
+            partition,
+            short: short
+                .into_iter()
+                .map(|(topic, s)| ShortChannel {
+                    topic,
+                    partition: s.channel.partition,
+                    claimed: s.claimed,
+                    delivered: s.delivered,
+                })
+                .collect(),
+            timeout,
+        }
+    }
+
+    /// The key's bytes by the store's key codec.
+    fn encode(&self, key: &K) -> Result<Vec<u8>, QueryError> {
+        self.key.encode(key).map_err(|e| QueryError::Key {
+            store: self.store.clone(),
+            message: e.to_string(),
+        })
     }
 
     /// Every key with a value in the tasks this instance runs, with its value, by task then
@@ -511,10 +584,7 @@ impl<K, V> ReadOnlyStore<K, V> {
     /// [`QueryError::Unpartitioned`], [`QueryError::Key`], [`QueryError::StageEnded`],
     /// [`QueryError::NoAnswer`].
     pub fn task_of(&self, key: &K) -> Result<i32, QueryError> {
-        let key = self.key.encode(key).map_err(|e| QueryError::Key {
-            store: self.store.clone(),
-            message: e.to_string(),
-        })?;
+        let key = self.encode(key)?;
         match self.ask_thread(StoreQuery::TaskOf { key }, ANSWER_WITHIN)? {
             StoreAnswer::Task(Some(partition)) => Ok(partition),
             other => Err(self.unexpected(other)),
@@ -542,40 +612,41 @@ impl<K, V> ReadOnlyStore<K, V> {
 
     /// Files `query` with the stage's stream threads and waits for the answer at most `within`
     /// in all. A `get` goes to the thread that runs the key's task (the first to answer other
-    /// than [`StoreAnswer::NotOwned`]); `all` gathers every thread's entries; the task of a key
-    /// is the same on every thread.
+    /// than [`StoreAnswer::NotOwned`]); `all` gathers every thread's entries (a stale `all` the
+    /// standbys from the first thread only: they are the process's, and a task a thread runs
+    /// wins over a standby of it); the task of a key is the same on every thread.
     fn ask_thread(&self, query: StoreQuery, within: Duration) -> Result<StoreAnswer, QueryError> {
         let deadline = Instant::now() + within;
         let threads = self.metrics.threads();
         let mut entries = Vec::new();
+        let mut stale: Option<stale::StaleParts> = None;
         let mut not_owned = None;
         for (i, metrics) in threads.iter().enumerate() {
             let last = i + 1 == threads.len();
             let ask = match &query {
-                StoreQuery::Get { key, at_least } => StoreQuery::Get {
-                    key: key.clone(),
-                    at_least: at_least.clone(),
+                StoreQuery::AllStale { standbys } => StoreQuery::AllStale {
+                    standbys: *standbys && i == 0,
                 },
-                StoreQuery::All => StoreQuery::All,
-                StoreQuery::TaskOf { key } => StoreQuery::TaskOf { key: key.clone() },
+                other => other.clone(),
             };
             let left = deadline.saturating_duration_since(Instant::now());
             match self.ask_one(metrics, ask, left)? {
-                StoreAnswer::Entries(more) => {
-                    entries.extend(more);
-                    if last {
-                        return Ok(StoreAnswer::Entries(std::mem::take(&mut entries)));
-                    }
-                }
+                StoreAnswer::Entries(more) => entries.extend(more),
+                StoreAnswer::StaleEntries {
+                    entries: more,
+                    owned,
+                    standbys,
+                } => stale.get_or_insert_default().add(more, owned, standbys),
                 StoreAnswer::NotOwned { partition } if !last => {
                     not_owned = Some(partition);
                 }
                 answer => return Ok(answer),
             }
         }
-        match not_owned {
-            Some(partition) => Ok(StoreAnswer::NotOwned { partition }),
-            None => Ok(StoreAnswer::Entries(entries)),
+        match (not_owned, stale) {
+            (Some(partition), _) => Ok(StoreAnswer::NotOwned { partition }),
+            (None, None) => Ok(StoreAnswer::Entries(entries)),
+            (None, Some(parts)) => Ok(parts.finish()),
         }
     }
 
@@ -628,6 +699,9 @@ impl<K, V> ReadOnlyStore<K, V> {
             StoreAnswer::NotOwned { partition } => QueryError::NotOwned { store, partition },
             StoreAnswer::Task(None) => QueryError::Unpartitioned { store },
             StoreAnswer::Failed(message) => QueryError::State { store, message },
+            StoreAnswer::StandbyCannotWait { partition } => {
+                QueryError::StandbyCannotWait { store, partition }
+            }
             other => QueryError::State {
                 store,
                 message: format!("unexpected answer {other:?}"),

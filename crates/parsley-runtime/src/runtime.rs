@@ -390,7 +390,9 @@ impl Running {
 
     /// The standbys of every stage, by stage: the warm copies of tasks this instance does not
     /// own ([`RuntimeConfig::standby_replicas`](crate::RuntimeConfig::standby_replicas)), each
-    /// with its changelog position and lag ([`StandbyMetrics`](crate::StandbyMetrics)).
+    /// with its changelog position and lag ([`StandbyMetrics`](crate::StandbyMetrics)), as
+    /// last published (at most every 200 ms): the lags of the copies a stale read
+    /// ([`ReadOnlyStore::stale_ok`](crate::ReadOnlyStore::stale_ok)) may answer from.
     pub fn standby_metrics(&self) -> Vec<(String, Vec<crate::StandbyMetrics>)> {
         self.stages
             .iter()
@@ -514,7 +516,8 @@ impl Running {
     /// (Kafka Streams' `KafkaStreams.store`): [`ReadOnlyStore::get`], [`ReadOnlyStore::range`]
     /// and [`ReadOnlyStore::all`] over the tasks this instance runs, answered by the stage's
     /// stream thread between two turns, and [`ReadOnlyStore::get_at_least`], which waits for
-    /// a causal stamp (module [`query`](crate::query)).
+    /// a causal stamp (module [`query`](crate::query)); [`ReadOnlyStore::stale_ok`] reads this
+    /// instance's standbys too, each value marked with its source and lag.
     ///
     /// # Errors
     /// [`QueryError::UnknownStore`] when no stage running here declares `name`;
@@ -524,6 +527,7 @@ impl Running {
     /// [`ReadOnlyStore::range`]: crate::ReadOnlyStore::range
     /// [`ReadOnlyStore::all`]: crate::ReadOnlyStore::all
     /// [`ReadOnlyStore::get_at_least`]: crate::ReadOnlyStore::get_at_least
+    /// [`ReadOnlyStore::stale_ok`]: crate::ReadOnlyStore::stale_ok
     /// [`QueryError::UnknownStore`]: crate::QueryError::UnknownStore
     /// [`QueryError::WrongTypes`]: crate::QueryError::WrongTypes
     pub fn store<K: 'static, V: 'static>(

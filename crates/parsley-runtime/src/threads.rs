@@ -35,6 +35,12 @@ impl StageThreads {
         StageThreads(Arc::from([metrics]))
     }
 
+    /// Threads with counters `metrics`, by thread index.
+    #[cfg(test)]
+    pub(crate) fn from_threads(metrics: Vec<Arc<StageMetrics>>) -> Self {
+        StageThreads(metrics.into())
+    }
+
     /// Each thread's counters, by thread index.
     pub(crate) fn threads(&self) -> &[Arc<StageMetrics>] {
         &self.0

@@ -144,9 +144,14 @@ pub struct StandbyMetrics {
 impl StandbyMetrics {
     /// Offsets between the partition's high watermark and the copy's position (`None`: not
     /// known yet). Commit markers count: a copy that has read everything committed is at the
-    /// end, lag 0; the records of a transaction still open on the partition count as lag.
+    /// end, lag 0; the records of a transaction still open on the partition count as lag. The
+    /// one rule of a standby's lag, shared with stale reads ([`StandbyAt::lag`](crate::query::StandbyAt::lag)).
     pub fn lag(&self) -> Option<i64> {
-        Some((self.end? - self.position).max(0))
+        crate::query::StandbyAt {
+            position: self.position,
+            end: self.end,
+        }
+        .lag()
     }
 }
 

@@ -1,7 +1,7 @@
 //! Interactive queries between a caller and a stream thread: what a caller asks of a stage's
 //! fold state ([`StoreQuery`]), what the stream thread answers ([`StoreAnswer`]), the slot the
-//! two meet in ([`Queries`], kept with the stage's metrics), and the one pure rule of a read
-//! that waits for a stamp ([`shortfalls`]).
+//! two meet in ([`Queries`], kept with the stage's metrics), the one pure rule of a read
+//! that waits for a stamp ([`shortfalls`]), and how far behind a standby is ([`StandbyAt`]).
 //!
 //! The stream thread owns the fold state; a caller never touches it. A caller files a request
 //! and waits on its own reply channel; the stream thread takes the requests between two turns
@@ -15,7 +15,10 @@
 //!   a caller never waits on a request nobody holds;
 //! - [`shortfalls`] is empty exactly when, for every entry `(c, o)` of the stamp on a channel
 //!   `c` the gate consumes, the gate's frontier `F[c] >= o`: every offset up to `o` of `c` is
-//!   delivered or absent, so the fold state reflects the claimed record.
+//!   delivered or absent, so the fold state reflects the claimed record;
+//! - a stale read ([`StoreQuery::GetStale`], [`StoreQuery::AllStale`]) answers from a task the
+//!   thread runs whenever it runs one for the partition, and from a standby only otherwise; a
+//!   standby's answer carries where it stood when it was read ([`StandbyAt`]).
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -44,6 +47,42 @@ pub enum StoreQuery {
         /// The key's bytes.
         key: Vec<u8>,
     },
+    /// As [`StoreQuery::Get`] when the thread runs the key's task; otherwise the fold state of
+    /// `key` in this instance's standby of the task, with where the standby stands
+    /// ([`StoreAnswer::Stale`]). With `at_least`, a standby is not read: a stamp claims input
+    /// offsets and a standby follows the changelog ([`StoreAnswer::StandbyCannotWait`]).
+    GetStale {
+        /// The key's bytes.
+        key: Vec<u8>,
+        /// The stamp to wait for, if any (the owning task's only).
+        at_least: Option<AtLeast>,
+    },
+    /// Every key's fold state in every task the thread runs and, with `standbys`, in every
+    /// standby of this instance: [`StoreAnswer::StaleEntries`].
+    AllStale {
+        /// Whether the standbys are read too (by one thread only: they are the process's).
+        standbys: bool,
+    },
+}
+
+/// Where a standby stood when it answered a read: the next changelog offset it reads and its
+/// changelog partition's high watermark as its consumer last fetched it (offsets, i64).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StandbyAt {
+    /// The next changelog offset the standby reads: every record below it applied.
+    pub position: i64,
+    /// The changelog partition's high watermark as last fetched; `None` before the standby's
+    /// consumer had a fetch response.
+    pub end: Option<i64>,
+}
+
+impl StandbyAt {
+    /// Offsets between the end and the position, at least 0 (`None`: the end is not known
+    /// yet). Commit markers count: a standby that has read everything committed is at lag 0;
+    /// the records of a transaction still open on the partition count as lag.
+    pub fn lag(&self) -> Option<i64> {
+        Some((self.end? - self.position).max(0))
+    }
 }
 
 /// A read's wait for a stamp: the claims the task must have delivered, and until when to wait.
@@ -96,6 +135,31 @@ pub enum StoreAnswer {
     Task(Option<i32>),
     /// Reading the fold state failed (a state store read).
     Failed(String),
+    /// The answer to [`StoreQuery::GetStale`]: the key's fold state in task `partition`, from
+    /// the task the thread runs (`standby: None`) or from this instance's standby of it.
+    Stale {
+        /// The key's task.
+        partition: i32,
+        /// The key's fold state (`None`: the key has none there).
+        value: Option<Vec<u8>>,
+        /// Where the standby stood, when the state is a standby's.
+        standby: Option<StandbyAt>,
+    },
+    /// The answer to [`StoreQuery::AllStale`]: `(task, key, state)` of the tasks the thread
+    /// runs and of the standbys read, by task then key bytes.
+    StaleEntries {
+        /// Every key's fold state.
+        entries: Entries,
+        /// The tasks the thread runs.
+        owned: Vec<i32>,
+        /// The standbys read, each with where it stood.
+        standbys: Vec<(i32, StandbyAt)>,
+    },
+    /// A [`StoreQuery::GetStale`] with a stamp for a key whose task is only a standby here.
+    StandbyCannotWait {
+        /// The key's task.
+        partition: i32,
+    },
 }
 
 /// One request: the query and where its answer goes.
@@ -223,6 +287,16 @@ mod tests {
                 delivered: Some(5)
             }]
         );
+    }
+
+    #[test]
+    fn a_standbys_lag_is_its_distance_to_the_end_never_below_zero_and_unknown_without_an_end() {
+        let at = |position, end| StandbyAt { position, end };
+        assert_eq!(at(120, Some(125)).lag(), Some(5));
+        assert_eq!(at(125, Some(125)).lag(), Some(0));
+        // A position past the last fetched end (commit markers read since): lag 0.
+        assert_eq!(at(127, Some(125)).lag(), Some(0));
+        assert_eq!(at(0, None).lag(), None);
     }
 
     #[test]

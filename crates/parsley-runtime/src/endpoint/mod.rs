@@ -6,7 +6,7 @@
 //! | `GET /metrics` | 200, every metric in the Prometheus text format (version 0.0.4) |
 //! | `GET /health/live` | 200 `live` while the endpoint runs |
 //! | `GET /health/ready` | 200 once every stage has an assignment and every task is restored; 503 with the reasons while not (restoring, waiting for an assignment, a commit that has waited long on a coordinator, a stage that ended, a stop under way); either answer names the stages whose groups have tasks no member holds |
-//! | `GET /store/{name}/{key}` | the value of a `String` key in a store, as JSON (module `store` says how the key is given and what each status means) |
+//! | `GET /store/{name}/{key}` | the value of a `String` key in a store, as JSON; with `?stale=true` from a standby too, with its source and lag (module `store` says how the key is given and what each status means) |
 //! | `GET /explain` | 200, why each stage waits, as JSON ([`Explanation`](crate::Explanation), what [`Running::explain`](crate::Running::explain) returns; answered within [`ANSWER_WITHIN`](crate::ANSWER_WITHIN)) |
 //! | other paths | 404; other methods than `GET` and `HEAD`: 405 |
 //!
@@ -234,9 +234,9 @@ fn answer_connection(mut stream: TcpStream, served: &Served) {
     }
 }
 
-/// The answer to `method` on `path` (its query, if any, ignored).
+/// The answer to `method` on `path` (its query ignored but by `/store`).
 fn route(method: &str, path: &str, served: &Served) -> Answer {
-    let path = path.split('?').next().unwrap_or_default();
+    let (path, query) = path.split_once('?').unwrap_or((path, ""));
     if let Some(rest) = path.strip_prefix("/store/") {
         if method != "GET" && method != "HEAD" {
             return Answer {
@@ -244,7 +244,7 @@ fn route(method: &str, path: &str, served: &Served) -> Answer {
                 ..Answer::text(405, "method not allowed: GET or HEAD\n")
             };
         }
-        return store::answer(rest, served);
+        return store::answer(rest, query, served);
     }
     if !["/metrics", "/health/live", "/health/ready", "/explain"].contains(&path) {
         return Answer::text(

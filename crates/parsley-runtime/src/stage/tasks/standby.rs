@@ -34,6 +34,13 @@
 //! optimisation: whatever fails in one (a record that does not decode, the store, the client)
 //! drops it with a warning, and the task, if assigned here, restores as without it.
 //!
+//! **Reads.** A stale interactive query (module `query` of the runtime) reads a standby's fold
+//! state: in memory its fold, on disk its keyspace overlaid with the records read and not
+//! written yet. Each read takes the pool's lock ([`SharedStandbys`]), as the turn's read of the
+//! changelog does, so it never sees a record half applied; it reports where the standby stands
+//! then ([`StandbyAt`]: its position, moved past the commit markers read, and the end its
+//! consumer last fetched), the figure the standbys' metrics publish.
+//!
 //! Invariants:
 //! - a standby's fold (on disk: its keyspace at its checkpoint) is exactly what a restore reading
 //!   the changelog partition up to the standby's position would have built;
@@ -47,8 +54,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use parsley_stage::changelog::Restored;
+use parsley_stage::changelog::{Restored, STATE_PREFIX};
 use parsley_task::metrics::{StageMetrics, StandbyMetrics};
+use parsley_task::query::{Entries, StandbyAt};
 use parsley_task::state_store::{Checkpoint, StateStores, TaskStore, now_ms};
 use parsley_task::topic::TopicInfo;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -133,6 +141,57 @@ struct Warm {
 }
 
 impl Warm {
+    /// The fold state of key `k`: in memory from the fold; on disk the last record of
+    /// changelog key `0x00 ++ k` read and not written yet, else the keyspace's.
+    fn get(&self, k: &[u8]) -> parsley_task::error::Result<Option<Vec<u8>>> {
+        match &self.store {
+            None => Ok(self.restored.state.get(k).map(|v| v.to_vec())),
+            Some((store, batch)) => {
+                let unwritten = batch
+                    .iter()
+                    .rev()
+                    .find(|(key, _)| key.split_first() == Some((&STATE_PREFIX, k)));
+                match unwritten {
+                    Some((_, value)) => Ok(value.clone()),
+                    None => store.get(k),
+                }
+            }
+        }
+    }
+
+    /// Every key's fold state, in key-byte order (on disk: the keyspace's overlaid with the
+    /// records read and not written yet).
+    fn entries(&self) -> parsley_task::error::Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        match &self.store {
+            None => {
+                let mut all: Vec<_> = self
+                    .restored
+                    .state
+                    .iter()
+                    .map(|(k, v)| (k.to_vec(), v.to_vec()))
+                    .collect();
+                all.sort_unstable();
+                Ok(all)
+            }
+            Some((store, batch)) => {
+                let mut all: BTreeMap<Vec<u8>, Option<Vec<u8>>> = store
+                    .state_entries()?
+                    .into_iter()
+                    .map(|(k, v)| (k, Some(v)))
+                    .collect();
+                for (key, value) in batch {
+                    if let Some((&STATE_PREFIX, k)) = key.split_first() {
+                        all.insert(k.to_vec(), value.clone());
+                    }
+                }
+                Ok(all
+                    .into_iter()
+                    .filter_map(|(k, v)| v.map(|v| (k, v)))
+                    .collect())
+            }
+        }
+    }
+
     /// Writes what the keyspace does not have yet, with checkpoint `next`.
     fn flush(&mut self, changelog: &TopicInfo) -> parsley_task::error::Result<()> {
         let Some((store, batch)) = &mut self.store else {
@@ -391,19 +450,62 @@ impl Standbys {
     /// Moves `warm.next` to the consumer's position of `partition` when that is past it (commit
     /// markers read after the last record).
     fn sync_position(&self, partition: i32, warm: &mut Warm) {
-        let Some(consumer) = &self.consumer else {
-            return;
-        };
-        let Ok(positions) = consumer.position() else {
-            return;
-        };
-        if let Some(Offset::Offset(p)) = positions
-            .find_partition(&self.changelog.name, partition)
-            .map(|e| e.offset())
-            && p > warm.next
-        {
-            warm.next = p;
+        sync_position(
+            self.consumer.as_ref(),
+            &self.changelog.name,
+            partition,
+            warm,
+        );
+    }
+
+    /// Where the standby `warm` of `partition` stands: its position and the changelog
+    /// partition's end as last fetched.
+    fn at(&self, partition: i32, warm: &Warm) -> StandbyAt {
+        StandbyAt {
+            position: warm.next,
+            end: self.consumer.as_ref().and_then(|c| {
+                crate::librdkafka::cached_high_watermark(c, &self.changelog.name, partition)
+            }),
         }
+    }
+
+    /// The fold state of key `k` in the standby of `partition` and where the standby stands
+    /// now (module docs); `None` when there is no standby of that task here.
+    pub(crate) fn get(
+        &mut self,
+        partition: i32,
+        k: &[u8],
+    ) -> Option<parsley_task::error::Result<(Option<Vec<u8>>, StandbyAt)>> {
+        let warm = self.warm.get_mut(&partition)?;
+        sync_position(
+            self.consumer.as_ref(),
+            &self.changelog.name,
+            partition,
+            warm,
+        );
+        let warm = self.warm.get(&partition)?;
+        Some(warm.get(k).map(|v| (v, self.at(partition, warm))))
+    }
+
+    /// Every key's fold state in every standby, `(task, key, state)` by task then key bytes,
+    /// and where each standby stands now.
+    ///
+    /// # Errors
+    /// A failed read of the state store.
+    pub(crate) fn entries(
+        &mut self,
+    ) -> parsley_task::error::Result<(Entries, Vec<(i32, StandbyAt)>)> {
+        let (consumer, changelog) = (self.consumer.as_ref(), &self.changelog.name);
+        for (&partition, warm) in &mut self.warm {
+            sync_position(consumer, changelog, partition, warm);
+        }
+        let mut entries = Vec::new();
+        let mut at = Vec::with_capacity(self.warm.len());
+        for (&partition, warm) in &self.warm {
+            entries.extend(warm.entries()?.into_iter().map(|(k, v)| (partition, k, v)));
+            at.push((partition, self.at(partition, warm)));
+        }
+        Ok((entries, at))
     }
 
     /// Drops the standby of `partition` (`why`, for the log): on disk its keyspace keeps what
@@ -471,18 +573,35 @@ impl Standbys {
             return;
         }
         self.published = Some(Instant::now());
-        let consumer = self.consumer.as_ref();
         metrics.set_standbys(self.warm.iter().map(|(&partition, warm)| {
-            let end = consumer.and_then(|c| {
-                crate::librdkafka::cached_high_watermark(c, &self.changelog.name, partition)
-            });
+            let StandbyAt { position, end } = self.at(partition, warm);
             StandbyMetrics {
                 partition,
-                position: warm.next,
+                position,
                 end,
                 records: warm.records,
             }
         }));
+    }
+}
+
+/// Moves `warm.next` to `consumer`'s position of `partition` of `changelog` when that is past
+/// it (commit markers read after the last record).
+fn sync_position(
+    consumer: Option<&BaseConsumer>,
+    changelog: &str,
+    partition: i32,
+    warm: &mut Warm,
+) {
+    let Some(Ok(positions)) = consumer.map(Consumer::position) else {
+        return;
+    };
+    if let Some(Offset::Offset(p)) = positions
+        .find_partition(changelog, partition)
+        .map(|e| e.offset())
+        && p > warm.next
+    {
+        warm.next = p;
     }
 }
 
@@ -565,6 +684,29 @@ impl SharedStandbys {
     /// What the standbys hold ([`Standbys::memory_bytes`]), heap bytes.
     pub(crate) fn memory_bytes(&self) -> u64 {
         self.lock().standbys.memory_bytes()
+    }
+
+    /// The fold state of key `k` in the standby of `partition` ([`Standbys::get`]), under the
+    /// pool's lock: never while a thread applies changelog records to it.
+    pub(crate) fn get(
+        &self,
+        partition: i32,
+        k: &[u8],
+    ) -> Option<parsley_task::error::Result<(Option<Vec<u8>>, StandbyAt)>> {
+        self.lock().standbys.get(partition, k)
+    }
+
+    /// Whether this instance keeps a standby of `partition`.
+    pub(crate) fn holds(&self, partition: i32) -> bool {
+        self.lock().standbys.warm.contains_key(&partition)
+    }
+
+    /// Every standby's fold state ([`Standbys::entries`]), under the pool's lock.
+    ///
+    /// # Errors
+    /// A failed read of the state store.
+    pub(crate) fn entries(&self) -> parsley_task::error::Result<(Entries, Vec<(i32, StandbyAt)>)> {
+        self.lock().standbys.entries()
     }
 
     /// Once a turn ([`Standbys::read`]), unless another thread reads them now.
@@ -725,6 +867,124 @@ mod tests {
         shared.leave(1);
         shared.choose(0, &set(&[0]), None, &admin);
         assert_eq!(warm(), set(&[1]));
+    }
+
+    /// A standby's reads (module docs, reads): in memory from its fold; on disk from its
+    /// keyspace overlaid with the records read and not written yet, the last record of a key
+    /// winning and a tombstone hiding the keyspace's value; each with where the standby stands.
+    /// Without a broker: the consumer is never made, so the end is not known.
+    #[test]
+    fn a_standby_is_read_from_its_fold_or_from_its_keyspace_under_the_records_not_written_yet() {
+        let changelog = TopicInfo {
+            name: "app.stage-changelog".into(),
+            id: parsley_clock::TopicId::from_bytes([9; 16]),
+            partitions: 4,
+        };
+        let mut standbys = Standbys::new(1, "i", &ClientConfig::new(), &changelog);
+        let pairs = |v: &[(&str, &str)]| -> Vec<(Vec<u8>, Vec<u8>)> {
+            v.iter()
+                .map(|(k, v)| (k.as_bytes().to_vec(), v.as_bytes().to_vec()))
+                .collect()
+        };
+
+        let mut restored = Restored::default();
+        for (key, value) in [
+            (&b"\x00a"[..], Some(&b"1"[..])),
+            (b"\x00b", Some(b"2")),
+            (b"\x00b", None),
+            (b"\x00c", Some(b"3")),
+        ] {
+            restored.apply(key, value).unwrap();
+        }
+        let memory = Warm {
+            next: 4,
+            restored,
+            store: None,
+            written: 0,
+            records: 4,
+        };
+        assert_eq!(memory.get(b"a").unwrap(), Some(b"1".to_vec()));
+        assert_eq!(memory.get(b"b").unwrap(), None, "deleted");
+        assert_eq!(memory.entries().unwrap(), pairs(&[("a", "1"), ("c", "3")]));
+
+        let dir = std::env::temp_dir().join(format!(
+            "parsley-standby-read-{}-{}",
+            std::process::id(),
+            uuid::Uuid::new_v4().simple()
+        ));
+        let stores = StateStores::open(&dir, "app.stage", 86_400_000).unwrap();
+        let keyspace = stores.task(2).unwrap();
+        keyspace
+            .write(
+                [
+                    (&b"\x00a"[..], Some(&b"1"[..])),
+                    (b"\x00b", Some(b"2")),
+                    (b"\x00d", Some(b"5")),
+                ],
+                Checkpoint {
+                    topic: changelog.id,
+                    offset: 3,
+                    written_ms: 1,
+                },
+            )
+            .unwrap();
+        let unwritten: Batch = vec![
+            (b"\x00b".to_vec(), None),
+            (b"\x00c".to_vec(), Some(b"3".to_vec())),
+            (b"\x00a".to_vec(), Some(b"9".to_vec())),
+            (b"\x00c".to_vec(), Some(b"4".to_vec())),
+            // Not fold state: never a key of the store.
+            (b"\x01x".to_vec(), Some(b"meta".to_vec())),
+        ];
+        let disk = Warm {
+            next: 8,
+            restored: Restored::default(),
+            store: Some((keyspace, unwritten)),
+            written: 3,
+            records: 8,
+        };
+        assert_eq!(disk.get(b"a").unwrap(), Some(b"9".to_vec()), "read since");
+        assert_eq!(disk.get(b"b").unwrap(), None, "deleted since");
+        assert_eq!(
+            disk.get(b"c").unwrap(),
+            Some(b"4".to_vec()),
+            "the last record"
+        );
+        assert_eq!(
+            disk.get(b"d").unwrap(),
+            Some(b"5".to_vec()),
+            "the keyspace's"
+        );
+        assert_eq!(disk.get(b"x").unwrap(), None);
+        assert_eq!(
+            disk.entries().unwrap(),
+            pairs(&[("a", "9"), ("c", "4"), ("d", "5")])
+        );
+
+        standbys.warm.insert(1, memory);
+        standbys.warm.insert(2, disk);
+        let at = |position| StandbyAt {
+            position,
+            end: None,
+        };
+        let (value, standing) = standbys.get(2, b"c").unwrap().unwrap();
+        assert_eq!((value, standing), (Some(b"4".to_vec()), at(8)));
+        assert!(standbys.get(0, b"a").is_none(), "no standby of task 0");
+        let (entries, standing) = standbys.entries().unwrap();
+        let tagged = |p: i32, k: &str, v: &str| (p, k.as_bytes().to_vec(), v.as_bytes().to_vec());
+        assert_eq!(
+            entries,
+            vec![
+                tagged(1, "a", "1"),
+                tagged(1, "c", "3"),
+                tagged(2, "a", "9"),
+                tagged(2, "c", "4"),
+                tagged(2, "d", "5"),
+            ]
+        );
+        assert_eq!(standing, vec![(1, at(4)), (2, at(8))]);
+        drop((standbys, stores));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// With members owning range-assigned blocks, when one member leaves, each task that moves
