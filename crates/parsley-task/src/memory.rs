@@ -223,6 +223,10 @@ pub struct StoreMemory {
     pub cache: u64,
     /// One keyspace's memtable, bytes.
     pub memtable: u64,
+    /// Every table's filter and index blocks are partitioned and read through the cache, so
+    /// that they stay within it (under a bound). Without, fjall keeps the first levels' whole
+    /// blocks pinned in memory, outside the cache, and reads the others whole through it.
+    pub through_cache: bool,
 }
 
 impl StoreMemory {
@@ -230,6 +234,7 @@ impl StoreMemory {
     pub const DEFAULT: StoreMemory = StoreMemory {
         cache: 64 << 20,
         memtable: 16 << 20,
+        through_cache: false,
     };
 
     /// The sizes under a bound of `bound` bytes.
@@ -237,6 +242,7 @@ impl StoreMemory {
         StoreMemory {
             cache: (bound / 8).clamp(1 << 20, Self::DEFAULT.cache),
             memtable: (bound / 64).clamp(1 << 20, Self::DEFAULT.memtable),
+            through_cache: true,
         }
     }
 }

@@ -49,10 +49,17 @@ fn a_store_under_a_bound_takes_an_eighth_for_its_cache_and_a_sixty_fourth_per_me
         StoreMemory::of(64 << 20),
         StoreMemory {
             cache: 8 << 20,
-            memtable: 1 << 20
+            memtable: 1 << 20,
+            through_cache: true,
         }
     );
-    assert_eq!(StoreMemory::of(u64::MAX), StoreMemory::DEFAULT);
+    assert_eq!(
+        StoreMemory::of(u64::MAX),
+        StoreMemory {
+            through_cache: true,
+            ..StoreMemory::DEFAULT
+        }
+    );
     assert_eq!(StoreMemory::of(1).cache, 1 << 20, "at least 1 MiB each");
 }
 
