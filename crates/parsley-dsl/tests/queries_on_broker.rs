@@ -12,8 +12,6 @@
 //! Every wait is on evidence: committed deliveries, the tasks each instance runs, the owners
 //! the group coordinator lists, and the stamp itself.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use parsley_dsl::StreamsBuilder;
@@ -22,6 +20,7 @@ use parsley_runtime::{
     ShortChannel,
 };
 use parsley_runtime::{KeyOwner, Running, TaskPhase};
+use parsley_testkit::fixtures::http_get as get;
 use parsley_testkit::fixtures::{
     DEADLINE, bootstrap, create_topic, unique_topic, wait_committed, wait_tasks,
 };
@@ -45,18 +44,6 @@ fn clicks_per_user(app: &str, topic: &str) -> (parsley_stage::Topology, String) 
     let topology = builder.build().unwrap();
     let stage = topology.stages()[0].name().to_string();
     (topology, stage)
-}
-
-/// A GET of `path` on `address` over plain HTTP/1.1: its status and body.
-fn get(address: SocketAddr, path: &str) -> (u16, String) {
-    let mut stream = TcpStream::connect(address).unwrap();
-    stream.set_read_timeout(Some(DEADLINE)).unwrap();
-    write!(stream, "GET {path} HTTP/1.1\r\nHost: test\r\n\r\n").unwrap();
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer).unwrap();
-    let status = answer[9..12].parse().unwrap();
-    let body = answer.split_once("\r\n\r\n").unwrap().1.to_string();
-    (status, body)
 }
 
 #[test]

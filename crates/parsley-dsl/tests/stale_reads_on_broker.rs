@@ -17,8 +17,6 @@
 //! and the standby's position.
 
 use std::collections::BTreeSet;
-use std::io::{Read as _, Write as _};
-use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -27,6 +25,7 @@ use parsley_runtime::{
     Admin, Clock, QueryError, Read, ReadOnlyStore, Running, Runtime, RuntimeConfig, Source,
     StandbyMetrics, TaskPhase, changelog_topic,
 };
+use parsley_testkit::fixtures::http_get as get;
 use parsley_testkit::fixtures::{
     DEADLINE, bootstrap, create_topic, keys_on_each_partition, raw_producer, send_stamped,
     unique_topic, wait_committed,
@@ -47,18 +46,6 @@ fn counts(app: &str, topic: &str) -> (parsley_stage::Topology, String) {
     let topology = builder.build().unwrap();
     let stage = topology.stages()[0].name().to_string();
     (topology, stage)
-}
-
-/// A GET of `path` on `address` over plain HTTP/1.1: its status and body.
-fn get(address: SocketAddr, path: &str) -> (u16, String) {
-    let mut stream = TcpStream::connect(address).unwrap();
-    stream.set_read_timeout(Some(DEADLINE)).unwrap();
-    write!(stream, "GET {path} HTTP/1.1\r\nHost: test\r\n\r\n").unwrap();
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer).unwrap();
-    let status = answer[9..12].parse().unwrap();
-    let body = answer.split_once("\r\n\r\n").unwrap().1.to_string();
-    (status, body)
 }
 
 /// The partitions of `stage`'s tasks `running` runs, and whether all of them run (none

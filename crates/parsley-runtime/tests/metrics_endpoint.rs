@@ -16,20 +16,12 @@ use parsley_runtime::{
 };
 use parsley_stage::{ImpossiblePolicy, Topology};
 use parsley_testkit::exposition::Exposition;
+use parsley_testkit::fixtures::http_get as get;
 use parsley_testkit::fixtures::{
     CountKeys, DEADLINE, admin, bootstrap, create_topic, forward_topology, key_on, next_failure,
     raw_producer, send_stamped, unique_topic, utf8_stage, wait_committed, wait_tasks,
 };
 use rdkafka::producer::{BaseRecord, Producer};
-
-/// A GET of `path` on the endpoint: its status and body.
-fn get(address: SocketAddr, path: &str) -> (u16, String) {
-    let r = minreq::get(format!("http://{address}{path}"))
-        .with_timeout(30)
-        .send()
-        .unwrap_or_else(|e| panic!("GET {path}: {e}"));
-    (r.status_code, r.as_str().expect("UTF-8").to_string())
-}
 
 /// `/metrics`, parsed.
 fn scrape(address: SocketAddr) -> Exposition {

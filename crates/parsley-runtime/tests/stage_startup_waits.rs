@@ -23,6 +23,7 @@ use parsley_runtime::{
 };
 use parsley_stage::{ImpossiblePolicy, Topology};
 use parsley_testkit::exposition::Exposition;
+use parsley_testkit::fixtures::http_get as get;
 use parsley_testkit::fixtures::{
     DEADLINE, admin, bootstrap, committed_values, create_topic, forward_topology, next_failure,
     raw_producer, send_stamped, unique_topic, wait_committed, wait_tasks,
@@ -412,15 +413,6 @@ fn a_restore_held_by_a_dead_stages_transaction_names_its_transactional_id() {
             .contains(&format!("by the producer with transactional id {dead_id}")),
         "{failure}"
     );
-}
-
-/// A GET of `path` on the metrics endpoint at `address`: its status and body.
-fn get(address: SocketAddr, path: &str) -> (u16, String) {
-    let r = minreq::get(format!("http://{address}{path}"))
-        .with_timeout(30)
-        .send()
-        .unwrap_or_else(|e| panic!("GET {path}: {e}"));
-    (r.status_code, r.as_str().expect("UTF-8").to_string())
 }
 
 /// `parsley_stage_unowned_partitions` of stage `stage` on the endpoint at `address` (`None`

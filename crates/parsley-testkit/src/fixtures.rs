@@ -678,3 +678,16 @@ where
         .value_codec(Utf8)
         .output_codec(Utf8)
 }
+
+/// A GET of `path` on the HTTP endpoint at `address` (the metrics endpoint): its status and
+/// body, waiting at most 30 s.
+///
+/// # Panics
+/// When the request fails or the body is not UTF-8.
+pub fn http_get(address: std::net::SocketAddr, path: &str) -> (u16, String) {
+    let r = minreq::get(format!("http://{address}{path}"))
+        .with_timeout(30)
+        .send()
+        .unwrap_or_else(|e| panic!("GET {path}: {e}"));
+    (r.status_code, r.as_str().expect("UTF-8").to_string())
+}
