@@ -198,6 +198,12 @@ impl Queries {
         answer
     }
 
+    /// Whether a request was filed and not taken yet: the stream thread cuts its wait for
+    /// records short to answer it (one relaxed load).
+    pub fn asked(&self) -> bool {
+        self.asked.load(Ordering::Relaxed)
+    }
+
     /// The requests filed since the last call (the stream thread's side).
     pub fn take(&self) -> Vec<Request> {
         if !self.asked.load(Ordering::Relaxed) || !self.asked.swap(false, Ordering::AcqRel) {
@@ -303,9 +309,12 @@ mod tests {
     fn a_turn_takes_each_request_once() {
         let queries = Queries::default();
         assert!(queries.take().is_empty());
+        assert!(!queries.asked());
         let answer = queries.ask(StoreQuery::All);
+        assert!(queries.asked(), "a poll's wait ends for it");
         let taken = queries.take();
         assert_eq!(taken.len(), 1);
+        assert!(!queries.asked());
         assert!(queries.take().is_empty(), "taken once");
         taken
             .into_iter()

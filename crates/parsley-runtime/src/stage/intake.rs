@@ -51,6 +51,9 @@ use parsley_task::output::Header;
 use parsley_task::record::{Fetched, FetchedMessage, fetched};
 use parsley_task::{ChannelMap, ChannelSet};
 
+/// The longest a poll waits before it looks whether a query was filed: an idle stage answers
+/// an interactive query within this, not at the end of its whole wait (up to 100 ms).
+const QUERY_SLICE: Duration = Duration::from_millis(5);
 /// Most records taken from the consumer in one poll batch (one evidence epoch). Positions,
 /// high watermarks and deliveries are read once per batch, so a larger batch spreads that work
 /// over more records during catch-up (500 spent about a tenth of a history drain on it); a live
@@ -285,7 +288,7 @@ impl Intake {
 
     /// Polls once, waiting at most `timeout`.
     pub(crate) fn poll(&mut self, timeout: Duration, ctx: &TaskContext) -> Result<Polled> {
-        let fetched = match self.consumer.poll(timeout) {
+        let fetched = match poll_sliced(&self.consumer, timeout, ctx) {
             Some(Ok(m)) => {
                 let at = *self.batch_time.get_or_insert_with(Instant::now);
                 self.arrivals += 1;
@@ -564,6 +567,28 @@ fn pause_partition(
         consumer.resume(&tpl)
     }
     .map_err(|e| crate::client_error::kafka(Operation::PauseResume, e))
+}
+
+/// One message of `consumer`, waiting at most `timeout` in slices of [`QUERY_SLICE`]: after a
+/// slice with nothing, a query filed meanwhile or a rebalance event ends the wait, so an idle
+/// stage answers a query within a slice rather than at the end of its whole wait.
+fn poll_sliced<'c>(
+    consumer: &'c BaseConsumer<RebalanceContext>,
+    timeout: Duration,
+    ctx: &TaskContext,
+) -> Option<rdkafka::error::KafkaResult<BorrowedMessage<'c>>> {
+    let started = Instant::now();
+    loop {
+        let left = timeout.saturating_sub(started.elapsed());
+        let polled = consumer.poll(left.min(QUERY_SLICE));
+        if polled.is_some()
+            || left <= QUERY_SLICE
+            || ctx.metrics.queries().asked()
+            || consumer.context().has_events()
+        {
+            return polled;
+        }
+    }
 }
 
 #[cfg(test)]
