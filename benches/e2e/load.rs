@@ -226,6 +226,32 @@ pub fn send_one(
         .with_context(|| format!("flushing a record to {topic}/{partition}"))
 }
 
+/// Sends one 8-byte record under key number `k` (as the preload names keys, unique) to the
+/// partition murmur2 gives it among `partitions`, without waiting for its acknowledgement.
+///
+/// # Errors
+/// When the send fails.
+pub fn send_keyed(producer: &BaseProducer, topic: &str, partitions: i32, k: u64) -> Result<()> {
+    let key = key(k, Keys::Unique);
+    send(
+        producer,
+        topic,
+        partition_for(&key, partitions),
+        &key,
+        &value(8, 0),
+    )?;
+    producer.poll(Duration::ZERO);
+    Ok(())
+}
+
+/// Waits until every record `producer` sent is acknowledged.
+///
+/// # Errors
+/// When the flush times out.
+pub fn flush(producer: &BaseProducer) -> Result<()> {
+    producer.flush(TIMEOUT).context("flushing the producer")
+}
+
 /// The first key (`00000000`, `00000001`, …) that murmur2 puts on `partition` of `partitions`:
 /// a record a stage's key-partition check accepts there.
 fn key_on(partition: i32, partitions: i32) -> Vec<u8> {

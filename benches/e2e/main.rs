@@ -69,6 +69,10 @@
 //! with and without a standby of it there: what its restore read and its first commit after the
 //! assignment (module [`standby`]).
 //!
+//! *Queries* (`e2e queries`, `cargo xtask bench queries`): the latency of interactive queries
+//! of a running count, idle and busy, over HTTP, and of a read of one's own write (module
+//! [`queries`]).
+//!
 //! The table ends with the verdicts against the targets:
 //! - Parsley's pass-through throughput at least 0.9× the raw loop's;
 //! - the p99 latency of live records at most 1.5× the commit interval;
@@ -86,6 +90,7 @@
 mod kafka_streams;
 mod load;
 mod parsley;
+mod queries;
 mod raw;
 mod sample;
 mod standby;
@@ -136,6 +141,9 @@ enum Sub {
     /// A task moved to another instance, with and without a standby of it there: its restore
     /// and its first commit after the assignment (`cargo xtask bench standby`).
     Standby(standby::StandbyArgs),
+    /// What an interactive query of a running count costs: `get`, `range`, `all`, over HTTP,
+    /// while busy, and `get_at_least` after a write (`cargo xtask bench queries`).
+    Queries(queries::QueriesArgs),
 }
 
 #[derive(Args, Debug, Clone)]
@@ -280,6 +288,7 @@ fn main() -> ExitCode {
         Some(Sub::Worker(args)) => worker::run(&args).map(|()| true),
         Some(Sub::Topics(args)) => topics(&args).map(|()| true),
         Some(Sub::Standby(args)) => standby::run(&args),
+        Some(Sub::Queries(args)) => queries::run(&args),
         None => bench(&cli.bench),
     };
     match result {

@@ -176,7 +176,7 @@ fn case(args: &StandbyArgs, standby: bool) -> Result<Moved> {
 }
 
 /// Committed deliveries of stage `stage` of `r`.
-fn committed(r: &Running, stage: &str) -> u64 {
+pub(crate) fn committed(r: &Running, stage: &str) -> u64 {
     r.metrics()
         .into_iter()
         .find(|(n, _)| n == stage)
@@ -193,7 +193,7 @@ fn tasks(r: &Running, stage: &str) -> Vec<parsley_runtime::TaskMetrics> {
 }
 
 /// Waits until `done` holds for `r` (`what`, for the error).
-fn wait(
+pub(crate) fn wait(
     r: &Running,
     stage: &str,
     what: &str,

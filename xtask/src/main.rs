@@ -288,6 +288,23 @@ enum BenchCmd {
         #[arg(long)]
         keep_broker: bool,
     },
+    /// What an interactive query of a running count costs: `get`, `range`, `all` and
+    /// `GET /store/{name}/{key}` idle, `get` while busy, `get_at_least` after a write (release
+    /// build; the book's "Benchmarks" chapter has the figures).
+    Queries {
+        /// Records preloaded (default: 1,000,000).
+        #[arg(long)]
+        records: Option<u64>,
+        /// Distinct keys among them (default: 100,000).
+        #[arg(long)]
+        keys: Option<u64>,
+        /// State on the heap instead of a state directory.
+        #[arg(long)]
+        memory: bool,
+        /// Leave a broker this command started running afterwards.
+        #[arg(long)]
+        keep_broker: bool,
+    },
     /// A raw rdkafka transactional consume→produce loop, a Parsley pass-through stage and a
     /// Parsley count per key against Kafka Streams 4.4's pass-through and count: throughput,
     /// CPU per record, live-record latency and peak memory, side by side (release build; the
@@ -509,6 +526,36 @@ fn run(cli: Cli) -> Result<ExitCode> {
             // The subcommand first: its flags follow it.
             ["standby".to_string()]
                 .into_iter()
+                .chain(
+                    keys.into_iter()
+                        .flat_map(|k| ["--keys".to_string(), k.to_string()]),
+                )
+                .chain(memory.then(|| "--memory".to_string()))
+                .collect(),
+            keep_broker,
+        ),
+        Cmd::Bench {
+            kind:
+                BenchCmd::Queries {
+                    records,
+                    keys,
+                    memory,
+                    keep_broker,
+                },
+        } => release_bin(
+            (
+                "parsley-benches",
+                "e2e",
+                "the queries benchmark (interactive queries of a running count)",
+            ),
+            [],
+            ["queries".to_string()]
+                .into_iter()
+                .chain(
+                    records
+                        .into_iter()
+                        .flat_map(|r| ["--records".to_string(), r.to_string()]),
+                )
                 .chain(
                     keys.into_iter()
                         .flat_map(|k| ["--keys".to_string(), k.to_string()]),
