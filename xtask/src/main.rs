@@ -53,6 +53,7 @@
 //! Debian-like machine; elsewhere the error says what to install.
 #![forbid(unsafe_code)]
 
+mod bench;
 mod book;
 mod cluster;
 mod compare;
@@ -194,7 +195,7 @@ enum Cmd {
     /// Benchmarks on the local broker (started if none is running).
     Bench {
         #[command(subcommand)]
-        kind: BenchCmd,
+        kind: bench::BenchCmd,
     },
     /// Run the word count and shop pipelines in Kafka Streams 4.4 and in Parsley on the same
     /// input (local broker, started if none is running) and compare the final value of every
@@ -268,71 +269,6 @@ enum Cmd {
         /// runs): leader failover, coordinators that leave, `min.insync.replicas`.
         #[arg(long)]
         cluster: bool,
-    },
-}
-
-#[derive(Subcommand)]
-enum BenchCmd {
-    /// A task moved to another instance, with and without a standby of it there
-    /// (`RuntimeConfig::standby_replicas`): what its restore read and its first commit after the
-    /// assignment; goal ≤ 2 s with a standby (release build; the book's "Benchmarks" chapter
-    /// has the figures).
-    Standby {
-        /// Unique keys per task, two tasks (default: 5,000,000).
-        #[arg(long)]
-        keys: Option<u64>,
-        /// State on the heap instead of a state directory per instance.
-        #[arg(long)]
-        memory: bool,
-        /// Leave a broker this command started running afterwards.
-        #[arg(long)]
-        keep_broker: bool,
-    },
-    /// What an interactive query of a running count costs: `get`, `range`, `all` and
-    /// `GET /store/{name}/{key}` idle, `get` while busy, `get_at_least` after a write (release
-    /// build; the book's "Benchmarks" chapter has the figures).
-    Queries {
-        /// Records preloaded (default: 1,000,000).
-        #[arg(long)]
-        records: Option<u64>,
-        /// Distinct keys among them (default: 100,000).
-        #[arg(long)]
-        keys: Option<u64>,
-        /// State on the heap instead of a state directory.
-        #[arg(long)]
-        memory: bool,
-        /// Leave a broker this command started running afterwards.
-        #[arg(long)]
-        keep_broker: bool,
-    },
-    /// A raw rdkafka transactional consume→produce loop, a Parsley pass-through stage and a
-    /// Parsley count per key against Kafka Streams 4.4's pass-through and count: throughput,
-    /// CPU per record, live-record latency and peak memory, side by side (release build; the
-    /// book's "Benchmarks" chapter has the figures).
-    E2e {
-        /// Records preloaded per input (default: 1,000,000, or 500 MiB of payload when that
-        /// is fewer; 100,000 with `--quick`).
-        #[arg(long)]
-        records: Option<u64>,
-        /// Payload sizes in bytes, comma-separated (default: 100,1024; 100 with `--quick`).
-        #[arg(long)]
-        payloads: Option<String>,
-        /// Commit interval of every mode, ms (default: 100).
-        #[arg(long)]
-        commit_interval_ms: Option<u64>,
-        /// Stream threads of the Parsley modes' stage (`RuntimeConfig::stream_threads`;
-        /// default 1).
-        #[arg(long)]
-        threads: Option<usize>,
-        /// A smoke run: small inputs, one run per mode, no latency phase.
-        #[arg(long)]
-        quick: bool,
-        /// Leave a broker this command started running afterwards.
-        #[arg(long)]
-        keep_broker: bool,
-        /// Extra arguments for the benchmark binary (after `--`; `-- --help` lists them).
-        #[arg(last = true)]
-        args: Vec<String>,
     },
 }
 
@@ -472,98 +408,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 keep_broker,
             )
         }
-        Cmd::Bench {
-            kind:
-                BenchCmd::E2e {
-                    records,
-                    payloads,
-                    commit_interval_ms,
-                    quick,
-                    keep_broker,
-                    threads,
-                    mut args,
-                },
-        } => {
-            if quick {
-                args.push("--quick".to_string());
-            }
-            let help = args.iter().any(|a| a == "--help" || a == "-h");
-            if !help && runs_kafka_streams(&args) {
-                ensure_prerequisites()?;
-                broker::check_java()?;
-                let jar = compare::java::build()?;
-                args.extend(["--ks-jar".to_string(), jar.display().to_string()]);
-            }
-            release_bin(
-                ("parsley-benches", "e2e", "the end-to-end benchmark"),
-                [
-                    ("--records", records.map(|r| r.to_string())),
-                    ("--payloads", payloads),
-                    (
-                        "--commit-interval-ms",
-                        commit_interval_ms.map(|c| c.to_string()),
-                    ),
-                    ("--threads", threads.map(|t| t.to_string())),
-                ],
-                args,
-                keep_broker,
-            )
-        }
-        Cmd::Bench {
-            kind:
-                BenchCmd::Standby {
-                    keys,
-                    memory,
-                    keep_broker,
-                },
-        } => release_bin(
-            (
-                "parsley-benches",
-                "e2e",
-                "the standby benchmark (a moved task's restore)",
-            ),
-            [],
-            // The subcommand first: its flags follow it.
-            ["standby".to_string()]
-                .into_iter()
-                .chain(
-                    keys.into_iter()
-                        .flat_map(|k| ["--keys".to_string(), k.to_string()]),
-                )
-                .chain(memory.then(|| "--memory".to_string()))
-                .collect(),
-            keep_broker,
-        ),
-        Cmd::Bench {
-            kind:
-                BenchCmd::Queries {
-                    records,
-                    keys,
-                    memory,
-                    keep_broker,
-                },
-        } => release_bin(
-            (
-                "parsley-benches",
-                "e2e",
-                "the queries benchmark (interactive queries of a running count)",
-            ),
-            [],
-            ["queries".to_string()]
-                .into_iter()
-                .chain(
-                    records
-                        .into_iter()
-                        .flat_map(|r| ["--records".to_string(), r.to_string()]),
-                )
-                .chain(
-                    keys.into_iter()
-                        .flat_map(|k| ["--keys".to_string(), k.to_string()]),
-                )
-                .chain(memory.then(|| "--memory".to_string()))
-                .collect(),
-            keep_broker,
-        ),
+        Cmd::Bench { kind } => bench::run(kind),
         Cmd::Compare(args) => compare::run(args),
         Cmd::Conformance(args) => conformance::run(&args),
         Cmd::Replay(args) => replay::run(args),
@@ -785,7 +630,7 @@ fn soak_gate(histories: u64, first: u64, negative_controls: bool) -> Result<Exit
 /// Builds (release) and runs binary `bin` of `package` (described as `what`) on a broker,
 /// with the `flags` that have a value, then `args`; `--help` among them prints the binary's
 /// help without a broker.
-fn release_bin<const N: usize>(
+pub(crate) fn release_bin<const N: usize>(
     (package, bin, what): (&str, &str, &str),
     flags: [(&str, Option<String>); N],
     args: Vec<String>,
@@ -825,20 +670,6 @@ fn release_bin<const N: usize>(
         cmd.args(&forwarded).args(["--bootstrap", bootstrap]);
         status_code(&mut cmd, what)
     })
-}
-
-/// Whether the end-to-end benchmark's arguments `args` select a Kafka Streams mode: no
-/// `--modes` (the default runs every mode), or a `--modes` list naming `ks` or `ks-count`.
-fn runs_kafka_streams(args: &[String]) -> bool {
-    let mut modes = None;
-    for (i, a) in args.iter().enumerate() {
-        if let Some(v) = a.strip_prefix("--modes=") {
-            modes = Some(v);
-        } else if a == "--modes" {
-            modes = args.get(i + 1).map(String::as_str);
-        }
-    }
-    modes.is_none_or(|m| m.split(',').any(|m| matches!(m.trim(), "ks" | "ks-count")))
 }
 
 /// Runs `f` with a broker: `$PARSLEY_BOOTSTRAP` if set, else the local one (started if
@@ -1050,13 +881,14 @@ fn exit_code(status: std::process::ExitStatus, what: &str) -> ExitCode {
 
 /// Installs Java and Maven from Debian's packages when they are missing and we may (see
 /// `parsley_broker::cli::ensure_prerequisites`).
-fn ensure_prerequisites() -> Result<()> {
+pub(crate) fn ensure_prerequisites() -> Result<()> {
     Ok(parsley_broker::cli::ensure_prerequisites()?)
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{TestCounts, runs_kafka_streams};
+    use super::TestCounts;
+    use crate::bench::runs_kafka_streams;
 
     #[test]
     fn the_benchmark_needs_kafka_streams_unless_its_modes_leave_it_out() {
